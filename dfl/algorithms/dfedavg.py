@@ -1,0 +1,29 @@
+"""DFedAvg and DFedAvgM (Sun, Li & Wang, TPAMI 2023; ALGORITHMS.md §3.2).
+
+Round t, client i:
+    y^0 = y^{−1} = x_i^t
+    y^{k+1} = y^k − η g_i(y^k) + θ (y^k − y^{k−1}),  k = 0..K−1      (heavy ball; θ = 0: DFedAvg)
+    x_i^{t+1} = Σ_l w_il y_l^K                                       (one gossip step)
+The heavy ball equals torch SGD(momentum=θ) with the buffer re-created every round, which is how it
+is computed here (the buffer is reset to 0 at the start of each round).
+"""
+
+from __future__ import annotations
+
+from dfl.algorithms.base import Algorithm, RoundStats
+
+
+class DFedAvg(Algorithm):
+    name = "dfedavg"
+    hyperparameters: dict = {}
+
+    def round(self, t: int) -> RoundStats:
+        ctx = self.ctx
+        local = ctx.trainer.train(self.X, t, ctx.lr(t), ctx.rule())  # y^K, momentum reset each round
+        self.X = ctx.gossip.mix(local.Y, t, 1)  # x^{t+1} = W Y^K
+        return RoundStats(train_loss=local.loss, models_sent=ctx.gossip.sends(t, 1))
+
+
+class DFedAvgM(DFedAvg):
+    name = "dfedavgm"
+    hyperparameters = {"momentum": 0.9}

@@ -1,0 +1,35 @@
+"""DFedSAM and DFedSAM-MGS (Shi et al., ICML 2023, Algorithm 1; ALGORITHMS.md §3.3).
+
+Round t, client i:
+    y^0 = x_i^t
+    y^{k+1} = y^k − η SAMGRAD(f_i, y^k, ξ, ρ),  k = 0..K−1        (local SAM, Alg. 1 lines 4–7)
+    z^{(0)} = y^K;  z_i^{(q+1)} = Σ_l w_il z_l^{(q)},  q = 0..Q−1    (multiple gossip steps, lines 8–10)
+    x_i^{t+1} = z_i^{(Q)},  i.e. X^{t+1} = W^Q Y^K
+Q = 1 is DFedSAM; ρ = 0 with Q = 1 is DFedAvg. Gossip steps of round t are the global steps
+tQ … tQ+Q−1, so time-varying topologies draw a fresh matrix for every step.
+"""
+
+from __future__ import annotations
+
+from dfl.algorithms.base import Algorithm, RoundStats
+
+SAM_DEFAULTS = {"rho": 0.01, "sam": "sam", "asam_eta": 0.2, "momentum": 0.0}
+
+
+class DFedSAMMGS(Algorithm):
+    name = "dfedsam-mgs"
+    hyperparameters = {**SAM_DEFAULTS, "gossip_steps": 4}
+
+    def gossip_steps(self) -> int:
+        return self.ctx.hp.get("gossip_steps", 1)
+
+    def round(self, t: int) -> RoundStats:
+        ctx, Q = self.ctx, self.gossip_steps()
+        local = ctx.trainer.train(self.X, t, ctx.lr(t), ctx.rule())  # Y^K by local SAM
+        self.X = ctx.gossip.mix(local.Y, t * Q, Q)  # X^{t+1} = W^Q Y^K
+        return RoundStats(train_loss=local.loss, models_sent=ctx.gossip.sends(t * Q, Q))
+
+
+class DFedSAM(DFedSAMMGS):
+    name = "dfedsam"
+    hyperparameters = dict(SAM_DEFAULTS)

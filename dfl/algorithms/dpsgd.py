@@ -1,0 +1,48 @@
+"""D-PSGD (Lian et al., NeurIPS 2017, Algorithm 1).
+
+One SGD step per communication, with the gradient taken at the pre-mixing iterate:
+    X^{k+1} = W_k X^k − γ G(X^k)                      (Alg. 1, lines 4–6, matrix form)
+A round is the usual amount of local work (local_epochs or local_steps), i.e. K such iterations, so
+it gossips K times. Clients that have finished their epoch(s) still gossip, with zero gradient.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from dfl.algorithms.base import Algorithm, RoundStats
+from dfl.local import descent_direction
+
+
+class DPSGD(Algorithm):
+    name = "dpsgd"
+    hyperparameters: dict = {}
+
+    def __init__(self, ctx, X):
+        super().__init__(ctx, X)
+        self.gossip_step = 0  # global gossip-step counter (time-varying topologies advance per step)
+
+    def round(self, t: int) -> RoundStats:
+        ctx, lr, rule = self.ctx, self.ctx.lr(t), self.ctx.rule()
+        schedule = ctx.trainer.schedule(t)
+        loss_sum = torch.zeros(self.X.shape[0], device=self.X.device, dtype=self.X.dtype)
+        sent = np.zeros(ctx.gossip.topology.n, dtype=np.int64)
+        for k in range(schedule.steps):
+            batch = schedule.batch(k)
+            Xb = self.X[batch.rows]
+            g, loss = ctx.trainer.gradient(Xb, batch)  # G(X^k), before mixing
+            loss_sum[batch.rows] += loss
+            step = torch.zeros_like(self.X)
+            step[batch.rows] = descent_direction(g, Xb, rule, None)
+            self.X = ctx.gossip.mix(self.X, self.gossip_step, 1) - lr * step  # W X^k − γ G(X^k)
+            sent += ctx.gossip.sends(self.gossip_step, 1)
+            self.gossip_step += 1
+        steps = schedule.steps_per_client.to(self.X.device).clamp_min(1)
+        return RoundStats(train_loss=loss_sum / steps, models_sent=sent)
+
+    def state(self):
+        return {"gossip_step": torch.tensor(self.gossip_step)}
+
+    def load_state(self, state):
+        self.gossip_step = int(state["gossip_step"])

@@ -1,0 +1,184 @@
+"""`Config`: every knob of a run, with defaults that run, TOML load/save, and validation.
+
+Algorithm hyperparameters (`rho`, `momentum`, `gossip_steps`, ...) default to `None`, meaning "the
+algorithm's own default". A value set explicitly for an algorithm that does not use it is reported as
+ignored (warning + `summary.json`), never silently dropped: see `dfl.algorithms.resolve_hyperparameters`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import sys
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+import tomli_w
+
+
+class ConfigError(ValueError):
+    """A configuration value is invalid; the message names the field and the allowed values."""
+
+
+@dataclass
+class Config:
+    # experiment
+    name: str = "default"
+    seed: int = 0
+    rounds: int = 60
+    # algorithm and its hyperparameters (None = the algorithm's default)
+    algorithm: str = "dfedsam-mgs"
+    rho: float | None = None
+    sam: str | None = None  # "sam" or "asam"
+    asam_eta: float | None = None
+    momentum: float | None = None
+    gossip_steps: int | None = None
+    # topology
+    topology: str = "ring"
+    weights: str = "metropolis"
+    topology_options: dict[str, Any] = field(default_factory=dict)
+    # clients and data
+    clients: int = 16
+    dataset: str = "mnist1d"
+    data_root: str | None = None
+    dataset_options: dict[str, Any] = field(default_factory=dict)
+    partition: str = "dirichlet"
+    alpha: float | None = None  # Dirichlet concentration; dirichlet partitions default to 0.3
+    partition_options: dict[str, Any] = field(default_factory=dict)
+    # model
+    model: str = "cnn1d"
+    model_options: dict[str, Any] = field(default_factory=dict)
+    # local training
+    lr: float = 0.1
+    lr_decay: float = 0.998  # per round: lr_t = lr * lr_decay**t
+    weight_decay: float = 0.0
+    clip_grad_norm: float = 0.0  # per client; 0 = off
+    batch_size: int = 32  # 0 = full-batch gradient descent
+    local_epochs: int | None = None  # exactly one of local_epochs / local_steps; default 1 epoch
+    local_steps: int | None = None
+    client_chunk: int = 0  # clients per vmapped call; 0 = all at once
+    # evaluation and output
+    eval_every: int = 5
+    eval_batch_size: int = 1024
+    train_eval_samples: int = 2000  # training samples for the averaged model's train accuracy/loss
+    checkpoint_every: int = 0  # rounds; 0 = at every evaluation
+    device: str = "auto"
+    progress: bool = True
+
+    # ------------------------------------------------------------------ conversion
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any]) -> Config:
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise ConfigError(
+                f"unknown config field(s) {', '.join(unknown)}; known fields: {', '.join(sorted(known))}"
+            )
+        return cls(**values)
+
+    @classmethod
+    def from_toml(cls, path: str | Path) -> Config:
+        path = Path(path)
+        if not path.is_file():
+            raise ConfigError(f"config file {path} does not exist")
+        with path.open("rb") as fh:
+            try:
+                values = tomllib.load(fh)
+            except tomllib.TOMLDecodeError as exc:
+                raise ConfigError(f"config file {path} is not valid TOML: {exc}") from exc
+        return cls.from_dict(values)
+
+    def to_toml(self) -> str:
+        """TOML text; `None` fields are omitted (TOML has no null), so loading it back restores them."""
+        return tomli_w.dumps({k: v for k, v in self.to_dict().items() if v is not None})
+
+    def replace(self, **changes: Any) -> Config:
+        return dataclasses.replace(self, **changes)
+
+    # ------------------------------------------------------------------ validation
+    def validate(self) -> Config:
+        """Check every field; raise `ConfigError` naming the field and the allowed values."""
+        from dfl.algorithms import ALGORITHMS
+        from dfl.data import DATASETS, PARTITIONS
+        from dfl.models import MODELS
+        from topologies import TOPOLOGIES, WEIGHTS
+
+        _choice("algorithm", self.algorithm, ALGORITHMS)
+        _choice("topology", self.topology, TOPOLOGIES)
+        _choice("weights", self.weights, WEIGHTS)
+        _choice("dataset", self.dataset, DATASETS)
+        _choice("partition", self.partition, PARTITIONS)
+        _choice("model", self.model, MODELS)
+        _choice("device", self.device.split(":")[0], ("auto", "cpu", "cuda"))
+        if self.sam is not None:
+            _choice("sam", self.sam, ("sam", "asam"))
+        _integer("seed", self.seed, minimum=0)
+        _integer("rounds", self.rounds, minimum=1)
+        _integer("clients", self.clients, minimum=1)
+        _integer("batch_size", self.batch_size, minimum=0)
+        _integer("client_chunk", self.client_chunk, minimum=0)
+        _integer("eval_every", self.eval_every, minimum=1)
+        _integer("eval_batch_size", self.eval_batch_size, minimum=1)
+        _integer("train_eval_samples", self.train_eval_samples, minimum=0)
+        _integer("checkpoint_every", self.checkpoint_every, minimum=0)
+        if self.gossip_steps is not None:
+            _integer("gossip_steps", self.gossip_steps, minimum=1)
+        if self.local_epochs is not None and self.local_steps is not None:
+            raise ConfigError("set only one of local_epochs and local_steps (got both)")
+        if self.local_epochs is not None:
+            _integer("local_epochs", self.local_epochs, minimum=1)
+        if self.local_steps is not None:
+            _integer("local_steps", self.local_steps, minimum=1)
+        _number("lr", self.lr, minimum=0.0, strict=True)
+        _number("lr_decay", self.lr_decay, minimum=0.0, strict=True)
+        _number("weight_decay", self.weight_decay, minimum=0.0)
+        _number("clip_grad_norm", self.clip_grad_norm, minimum=0.0)
+        for name in ("rho", "asam_eta"):
+            if getattr(self, name) is not None:
+                _number(name, getattr(self, name), minimum=0.0)
+        if self.momentum is not None:
+            _number("momentum", self.momentum, minimum=0.0)
+            if self.momentum >= 1:
+                raise ConfigError(f"momentum must be in [0, 1), got {self.momentum}")
+        if self.alpha is not None:
+            _number("alpha", self.alpha, minimum=0.0, strict=True)
+        for name in ("topology_options", "dataset_options", "partition_options", "model_options"):
+            if not isinstance(getattr(self, name), dict):
+                raise ConfigError(f"{name} must be a table of key = value, got {getattr(self, name)!r}")
+        return self
+
+    @property
+    def epochs_or_steps(self) -> tuple[str, int]:
+        """("epochs", E) or ("steps", K): the local work per round."""
+        if self.local_steps is not None:
+            return "steps", self.local_steps
+        return "epochs", self.local_epochs if self.local_epochs is not None else 1
+
+
+def _choice(name: str, value: Any, allowed: tuple[str, ...]) -> None:
+    if value not in allowed:
+        raise ConfigError(f"{name} must be one of {', '.join(allowed)}; got {value!r}")
+
+
+def _integer(name: str, value: Any, minimum: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ConfigError(f"{name} must be an integer >= {minimum}, got {value!r}")
+    if value < minimum:
+        raise ConfigError(f"{name} must be >= {minimum}, got {value}")
+
+
+def _number(name: str, value: Any, minimum: float, strict: bool = False) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise ConfigError(f"{name} must be a finite number, got {value!r}")
+    if value < minimum or (strict and value == minimum):
+        bound = ">" if strict else ">="
+        raise ConfigError(f"{name} must be {bound} {minimum}, got {value}")

@@ -1,0 +1,146 @@
+"""Vectorized local training: per-client gradients, SAM/ASAM, clipping, weight decay and momentum.
+
+All rules act row by row on the `[m, d]` stack: norms, clipping and SAM perturbations are per client,
+never across the stack. One `vmap(grad)` call computes every (active) client's minibatch gradient.
+
+One local step for client i with minibatch ξ (ALGORITHMS.md §1, torch.optim.SGD semantics):
+    g  = ∇f_i(y; ξ)                              plain, or
+    g  = ∇f_i(y + ε; ξ),  ε = ρ g₀/(‖g₀‖ + ε₀)    SAM (g₀ = ∇f_i(y; ξ), same ξ; step taken from y)
+    ε  = ρ T²g₀/‖T g₀‖,   T = |y| + η_a           ASAM (T on tensors named "weight", 1 elsewhere)
+    g  ← transform(g)                             algorithm-specific correction (SCAFFOLD, FedCM, ...)
+    g  ← g · min(1, c/‖g‖)                        per-client clipping (c = clip_grad_norm)
+    g  ← g + λ y                                  weight decay
+    b  ← μ b + g;   y ← y − η b                   heavy-ball momentum (μ = 0: SGD)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch.func import functional_call, grad_and_value, vmap
+
+from dfl.clients import ParamLayout
+from dfl.data.sampler import Batch, RoundSchedule
+
+SAM_EPS = 1e-12
+
+# transform(g, y, rows) -> g: a correction of the clients' descent direction (rows = local client ids).
+Transform = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
+
+
+@dataclass(frozen=True)
+class LocalRule:
+    rho: float = 0.0  # SAM radius; 0 = plain gradient
+    sam: str = "sam"  # "sam" or "asam"
+    asam_eta: float = 0.2
+    momentum: float = 0.0
+    weight_decay: float = 0.0
+    clip_grad_norm: float = 0.0  # 0 = off
+
+
+@dataclass
+class LocalResult:
+    Y: torch.Tensor  # [m, d] parameters after local training
+    momentum: torch.Tensor | None  # [m, d] final momentum buffers (None when μ = 0)
+    loss: torch.Tensor  # [m] mean minibatch loss of each client over its steps
+    steps: torch.Tensor  # [m] steps each client took
+
+
+class LocalTrainer:
+    """Trains a block of clients (rows of X) for one round, vectorized over clients."""
+
+    def __init__(self, model, layout: ParamLayout, data, client_ids: list[int], config):
+        self.layout = layout
+        self.data = data
+        self.client_ids = list(client_ids)
+        self.seed = config.seed
+        self.batch_size = config.batch_size
+        self.mode, self.amount = config.epochs_or_steps
+        self.chunk = config.client_chunk or len(self.client_ids)
+        self.weight_mask = layout.mask(lambda name: "weight" in name).to(data.train_x.device)
+
+        def loss(row, x, y, w):
+            logits = functional_call(model, layout.views(row), (x,))
+            losses = F.cross_entropy(logits, y, reduction="none")
+            return (losses * w).sum() / w.sum()
+
+        self._grad = vmap(grad_and_value(loss))
+
+    def schedule(self, round_index: int) -> RoundSchedule:
+        return RoundSchedule(
+            self.data, self.client_ids, round_index, self.seed, self.batch_size, self.mode, self.amount
+        )
+
+    # ---------------------------------------------------------------- gradients of a batch
+    def gradient(self, Xb: torch.Tensor, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
+        """Per-client minibatch gradients and losses at the rows Xb = X[batch.rows]: ([a, d], [a])."""
+        grads, losses = [], []
+        for s in range(0, Xb.shape[0], self.chunk):
+            e = s + self.chunk
+            g, l = self._grad(Xb[s:e], batch.x[s:e], batch.y[s:e], batch.weight[s:e])
+            grads.append(g)
+            losses.append(l)
+        return torch.cat(grads), torch.cat(losses)
+
+    def sam_gradient(self, Xb: torch.Tensor, batch: Batch, rule: LocalRule):
+        """∇f(y + ε) with the SAM/ASAM ascent ε from the same minibatch; loss is f(y)."""
+        g, loss = self.gradient(Xb, batch)
+        if rule.rho == 0:
+            return g, loss
+        return self.gradient(Xb + self.perturbation(Xb, g, rule), batch)[0], loss
+
+    def perturbation(self, Xb: torch.Tensor, g: torch.Tensor, rule: LocalRule) -> torch.Tensor:
+        """ε per row: ρ g/(‖g‖+ε₀) (SAM) or ρ T²g/(‖Tg‖+ε₀), T = |y|+η_a on weights (ASAM)."""
+        if rule.sam == "asam":
+            T = torch.where(self.weight_mask, Xb.abs() + rule.asam_eta, torch.ones_like(Xb))
+            Tg = T * g
+            return rule.rho * T * Tg / (Tg.norm(dim=1, keepdim=True) + SAM_EPS)
+        return rule.rho * g / (g.norm(dim=1, keepdim=True) + SAM_EPS)
+
+    # ---------------------------------------------------------------- one round of local steps
+    def train(
+        self,
+        X: torch.Tensor,
+        round_index: int,
+        lr: float,
+        rule: LocalRule,
+        momentum: torch.Tensor | None = None,
+        transform: Transform | None = None,
+    ) -> LocalResult:
+        """K local steps of `rule` from X (not modified). `momentum` (kept across rounds by some
+        algorithms) starts at 0 when None."""
+        schedule = self.schedule(round_index)
+        Y = X.clone()
+        buf = None
+        if rule.momentum > 0:
+            buf = torch.zeros_like(X) if momentum is None else momentum.clone()
+        loss_sum = torch.zeros(X.shape[0], device=X.device, dtype=X.dtype)
+        for k in range(schedule.steps):
+            batch = schedule.batch(k)
+            rows = batch.rows
+            Yb = Y[rows]
+            g, loss = self.sam_gradient(Yb, batch, rule)
+            loss_sum[rows] += loss.detach()
+            if transform is not None:
+                g = transform(g, Yb, rows)
+            step = descent_direction(g, Yb, rule, None if buf is None else buf[rows])
+            if buf is not None:
+                buf[rows] = step
+            Y[rows] = Yb - lr * step
+        steps = schedule.steps_per_client.to(X.device)
+        return LocalResult(Y=Y, momentum=buf, loss=loss_sum / steps.clamp_min(1), steps=steps)
+
+
+def descent_direction(g: torch.Tensor, y: torch.Tensor, rule: LocalRule, buf: torch.Tensor | None):
+    """Clip per row, add weight decay, apply heavy-ball momentum: returns b (the step is y − η b)."""
+    if rule.clip_grad_norm > 0:
+        norm = g.norm(dim=1, keepdim=True)
+        g = g * (rule.clip_grad_norm / (norm + 1e-6)).clamp(max=1.0)
+    if rule.weight_decay > 0:
+        g = g + rule.weight_decay * y
+    if buf is not None:
+        g = rule.momentum * buf + g
+    return g

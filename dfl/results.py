@@ -1,0 +1,144 @@
+"""The run directory: config, metrics, summary, partition, checkpoint and final parameters.
+
+Every file is written atomically (temporary file + rename), so a run that dies at any point leaves
+complete files behind: its last good checkpoint and the metrics so far.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import torch
+
+
+class RunDirectoryExists(FileExistsError):
+    pass
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def atomic_torch_save(path: Path, obj: Any) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    os.close(fd)
+    try:
+        torch.save(obj, tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def to_json(obj: Any) -> str:
+    return json.dumps(obj, indent=2, default=_jsonable, allow_nan=True) + "\n"
+
+
+def _jsonable(value: Any):
+    if isinstance(value, torch.Tensor):
+        return value.tolist()
+    if hasattr(value, "tolist"):  # numpy
+        return value.tolist()
+    if isinstance(value, Path):
+        return str(value)
+    raise TypeError(f"cannot serialise {type(value).__name__} to JSON")
+
+
+class RunDirectory:
+    """`runs/<name>/`: config.toml, metrics.jsonl, summary.json, partition.json, checkpoint.pt, params.pt."""
+
+    def __init__(self, path: str | Path, overwrite: bool = False):
+        self.path = Path(path)
+        if self.path.exists() and any(self.path.iterdir()) and not overwrite:
+            raise RunDirectoryExists(
+                f"run directory {self.path} already exists and is not empty; choose another --out or pass "
+                "--overwrite to replace it"
+            )
+        self.path.mkdir(parents=True, exist_ok=True)
+        if overwrite:
+            for name in ("metrics.jsonl", "summary.json", "checkpoint.pt", "params.pt", "partition.json"):
+                (self.path / name).unlink(missing_ok=True)
+        self._metrics: list[str] = []
+
+    def write_config(self, toml_text: str) -> None:
+        atomic_write_bytes(self.path / "config.toml", toml_text.encode())
+
+    def write_json(self, name: str, obj: Any) -> None:
+        atomic_write_bytes(self.path / name, to_json(obj).encode())
+
+    def append_metrics(self, record: dict[str, Any]) -> None:
+        self._metrics.append(json.dumps(record, default=_jsonable, allow_nan=True))
+        atomic_write_bytes(self.path / "metrics.jsonl", ("\n".join(self._metrics) + "\n").encode())
+
+    def save(self, name: str, obj: Any) -> None:
+        atomic_torch_save(self.path / name, obj)
+
+
+def read_metrics(path: str | Path) -> list[dict[str, Any]]:
+    path = Path(path)
+    if path.is_dir():
+        path = path / "metrics.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+SUMMARY_ROWS = (
+    ("test_acc", "test accuracy (averaged model)", "{:.2%}"),
+    ("best_test_acc", "best test accuracy", "{:.2%}"),
+    ("test_loss", "test loss", "{:.4f}"),
+    ("client_acc_mean", "client accuracy mean", "{:.2%}"),
+    ("client_acc_min", "client accuracy min", "{:.2%}"),
+    ("client_acc_max", "client accuracy max", "{:.2%}"),
+    ("train_loss", "train loss (local)", "{:.4f}"),
+    ("consensus_distance", "consensus distance", "{:.3e}"),
+    ("bytes_sent_total", "bytes sent (all clients)", "{}"),
+    ("seconds_per_round", "seconds per round", "{:.3f}"),
+)
+
+
+def format_summary(summary: dict[str, Any]) -> str:
+    """A short human-readable table of a run's summary."""
+    head = (
+        f"{summary['algorithm']} on {summary['topology']} (λ = {summary['lambda']:.4f}), "
+        f"{summary['clients']} clients, {summary['dataset']}/{summary['model']}, "
+        f"{summary['rounds_completed']}/{summary['rounds']} rounds — {summary['status']}"
+    )
+    lines = [head]
+    width = max(len(label) for _, label, _ in SUMMARY_ROWS)
+    for key, label, fmt in SUMMARY_ROWS:
+        value = summary.get(key)
+        if value is None or (isinstance(value, float) and math.isnan(value)):
+            continue
+        if key == "bytes_sent_total":
+            text = human_bytes(value)
+        else:
+            text = fmt.format(value)
+        lines.append(f"  {label:<{width}}  {text}")
+    if summary.get("ignored_options"):
+        lines.append(f"  ignored options: {', '.join(summary['ignored_options'])}")
+    if summary.get("out_dir"):
+        lines.append(f"  run directory: {summary['out_dir']}")
+    return "\n".join(lines)
+
+
+def human_bytes(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024 or unit == "TiB":
+            return f"{n:.1f} {unit}" if unit != "B" else f"{int(n)} B"
+        n /= 1024
+    return str(n)

@@ -1,0 +1,90 @@
+"""`dfl run [CONFIG.toml] [--field value ...]`: one flag per Config field; flags override the file."""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import sys
+import warnings
+from dataclasses import fields
+from pathlib import Path
+
+from dfl.config import Config, ConfigError
+
+
+def add_parser(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "run",
+        help="run one experiment (default: DFedSAM-MGS, ring, 16 clients, MNIST-1D, Dirichlet 0.3)",
+        description="Run one experiment. Values come from the defaults, then CONFIG.toml, then flags.",
+        argument_default=argparse.SUPPRESS,
+    )
+    parser.add_argument("config_file", nargs="?", help="TOML file of Config fields")
+    parser.add_argument("--out", help="run directory (default runs/<name>)")
+    parser.add_argument("--overwrite", action="store_true", help="replace an existing run directory")
+    defaults = Config()
+    for f in fields(Config):
+        flag = "--" + f.name.replace("_", "-")
+        kind = str(f.type)
+        default = getattr(defaults, f.name)
+        if kind == "bool":
+            parser.add_argument(flag, dest=f.name, action=argparse.BooleanOptionalAction, help=f"default {default}")
+        elif kind.startswith("dict"):
+            parser.add_argument(
+                flag, dest=f.name, nargs="+", metavar="KEY=VALUE", type=_key_value,
+                help="one or more key=value pairs",
+            )
+        else:
+            parser.add_argument(flag, dest=f.name, type=_scalar_type(kind), help=f"default {default}")
+    parser.set_defaults(handler=main)
+
+
+def _scalar_type(kind: str):
+    if kind.startswith("int"):
+        return int
+    if kind.startswith("float"):
+        return float
+    return str
+
+
+def _key_value(text: str) -> tuple[str, object]:
+    if "=" not in text:
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
+    key, raw = text.split("=", 1)
+    try:
+        value = ast.literal_eval(raw)
+    except (ValueError, SyntaxError):
+        value = raw  # a bare word is a string
+    return key.strip().replace("-", "_"), value
+
+
+def config_from_args(args: argparse.Namespace) -> Config:
+    values = vars(args)
+    config = Config.from_toml(values["config_file"]) if values.get("config_file") else Config()
+    changes = {}
+    for f in fields(Config):
+        if f.name in values:
+            value = values[f.name]
+            changes[f.name] = dict(value) if str(f.type).startswith("dict") else value
+    return config.replace(**changes)
+
+
+def main(args: argparse.Namespace) -> int:
+    from dfl.results import RunDirectoryExists, format_summary
+    from dfl.runner import DivergenceError, run
+
+    try:
+        config = config_from_args(args).validate()
+        out = Path(getattr(args, "out", None) or Path("runs") / config.name)
+        with warnings.catch_warnings():
+            warnings.simplefilter("always")
+            warnings.formatwarning = lambda message, *a, **k: f"dfl run: warning: {message}\n"
+            result = run(config, out=out, overwrite=getattr(args, "overwrite", False))
+    except (ConfigError, RunDirectoryExists, FileNotFoundError, ValueError) as exc:
+        print(f"dfl run: error: {exc}", file=sys.stderr)
+        return 2
+    except DivergenceError as exc:
+        print(f"dfl run: error: {exc} (metrics so far are in the run directory)", file=sys.stderr)
+        return 1
+    print(format_summary(result.summary))
+    return 0

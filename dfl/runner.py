@@ -1,0 +1,302 @@
+"""`dfl.run(config)`: config → data/partition → client stack → (local steps → gossip) × rounds → metrics.
+
+Convention (ALGORITHMS.md §0 ordering caveat): each round is "local training, then gossip", as in
+the papers' pseudo-code; metrics after round t describe the models after that round's gossip.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+import topologies
+from dfl.algorithms import Context, algorithm_class, resolve_hyperparameters
+from dfl.clients import ParamLayout, initial_stack
+from dfl.comm import LocalCommunicator
+from dfl.config import Config, ConfigError
+from dfl.evaluate import client_accuracies, consensus_distance, evaluate_row
+from dfl.gossip import Gossip
+from dfl.local import LocalTrainer
+from dfl.results import RunDirectory
+
+
+class DivergenceError(RuntimeError):
+    """The run produced NaN/inf; the message names the round and the clients."""
+
+
+@dataclass
+class Result:
+    config: Config
+    history: list[dict[str, Any]]  # one dict per evaluated round
+    params: torch.Tensor  # [m, d] final client parameters (CPU), rows by client id
+    initial_params: torch.Tensor  # [m, d]
+    param_names: list[str]  # flat layout: names in order (see `layout` for shapes and offsets)
+    summary: dict[str, Any]
+    layout: ParamLayout | None = None
+    out_dir: Path | None = None
+    extras: dict[str, Any] = field(default_factory=dict)
+
+
+def resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name.startswith("cuda") and not torch.cuda.is_available():
+        raise ConfigError(f"device {name!r} requested but CUDA is not available; use device = 'cpu' or 'auto'")
+    return torch.device(name)
+
+
+def build_topology(config: Config, n: int):
+    options = dict(config.topology_options)
+    if config.topology in ("random-regular", "erdos-renyi", "random-k"):
+        options.setdefault("seed", config.seed)
+    try:
+        return topologies.build(config.topology, n, weights=config.weights, **options)
+    except ValueError as exc:
+        raise ConfigError(f"topology: {exc}") from exc
+
+
+def build_data(config: Config):
+    from dfl.data import FederatedData
+
+    partition_options = dict(config.partition_options)
+    if config.partition in ("dirichlet", "dirichlet-class"):
+        partition_options.setdefault("alpha", 0.3 if config.alpha is None else config.alpha)
+    elif config.alpha is not None:
+        raise ConfigError(f"alpha applies only to the dirichlet partitions, not to partition={config.partition!r}")
+    return FederatedData.build(
+        config.dataset,
+        config.clients,
+        config.partition,
+        seed=config.seed,
+        root=config.data_root,
+        dataset_options=dict(config.dataset_options),
+        partition_options=partition_options,
+    )
+
+
+def run(
+    config: Config | None = None,
+    data=None,
+    out: str | Path | None = None,
+    overwrite: bool = False,
+    comm=None,
+) -> Result:
+    """Run one experiment. With `out`, write the run directory (see DESIGN.md) there."""
+    from dfl.models import build_model
+
+    config = (config or Config()).validate()
+    hp, ignored = resolve_hyperparameters(config)
+    device = resolve_device(config.device)
+    torch.backends.cuda.matmul.allow_tf32 = False  # exact-averaging needs true fp32
+    torch.backends.cudnn.allow_tf32 = False
+
+    if data is None:
+        data = build_data(config)
+    elif data.num_clients != config.clients:
+        raise ConfigError(f"clients = {config.clients} but the given data has {data.num_clients} clients")
+    m = data.num_clients
+    comm = comm or LocalCommunicator(m)
+    data = data.to(device)
+    topology = build_topology(config, m)
+
+    torch.manual_seed(config.seed)
+    model = build_model(config.model, tuple(data.input_shape), data.num_classes, **config.model_options)
+    model = model.to(device)
+    layout = ParamLayout.of(model)
+    X0 = initial_stack(model, m, device)[comm.client_ids]
+
+    trainer = LocalTrainer(model, layout, data, comm.client_ids, config)
+    gossip = Gossip(topology, comm, X0.dtype, device)
+    ctx = Context(config=config, hp=hp, trainer=trainer, gossip=gossip, comm=comm)
+    algorithm = algorithm_class(config.algorithm)(ctx, X0.clone())
+
+    run_dir = RunDirectory(out, overwrite=overwrite) if (out is not None and comm.is_main) else None
+    model_bytes = layout.dim * X0.element_size()
+    lam = _lambda(topology, 1)
+    summary: dict[str, Any] = {
+        "name": config.name,
+        "algorithm": config.algorithm,
+        "hyperparameters": hp,
+        "ignored_options": ignored,
+        "topology": config.topology,
+        "weights": config.weights,
+        "lambda": lam,
+        "spectral_gap": 1 - lam,
+        "gossip_steps": hp.get("gossip_steps", 1),
+        "lambda_Q": _lambda(topology, hp.get("gossip_steps", 1)),
+        "clients": m,
+        "processes": comm.world_size,
+        "dataset": data.name,
+        "model": config.model,
+        "num_params": layout.dim,
+        "device": str(device),
+        "rounds": config.rounds,
+        "rounds_completed": 0,
+        "status": "running",
+        "out_dir": str(run_dir.path) if run_dir else None,
+    }
+    if run_dir:
+        run_dir.write_config(config.to_toml())
+        run_dir.write_json("partition.json", data.partition_info())
+        run_dir.write_json("summary.json", summary)
+
+    eval_x, eval_y = data.test_x, data.test_y
+    train_sub = _train_subset(data, config)
+    history: list[dict[str, Any]] = []
+    bytes_total = 0
+    round_seconds: list[float] = []
+    progress = _progress(config, comm)
+    started = time.perf_counter()
+    try:
+        for t in range(config.rounds):
+            tic = time.perf_counter()
+            stats = algorithm.round(t)
+            _check_finite(algorithm.X, stats.train_loss, t, comm)
+            if device.type == "cuda":
+                torch.cuda.synchronize()
+            round_seconds.append(time.perf_counter() - tic)
+            bytes_round = int(stats.models_sent.sum()) * model_bytes
+            bytes_total += bytes_round
+            summary["rounds_completed"] = t + 1
+            if (t + 1) % config.eval_every == 0 or t + 1 == config.rounds:
+                record = _evaluate(model, layout, algorithm.X, comm, eval_x, eval_y, train_sub, config)
+                train_loss = float(comm.sum(stats.train_loss.sum().reshape(1).double())) / m
+                record = {
+                    "round": t + 1,
+                    **record,
+                    "train_loss": train_loss,
+                    "bytes_sent": bytes_round,
+                    "bytes_sent_total": bytes_total,
+                    "bytes_per_client": bytes_round / m,
+                    "bytes_moved": comm.bytes_moved,
+                    "lr": ctx.lr(t),
+                    "seconds_per_round": float(np.mean(round_seconds)),
+                }
+                round_seconds = []
+                history.append(record)
+                if run_dir:
+                    run_dir.append_metrics(record)
+                    if config.checkpoint_every == 0:
+                        _checkpoint(run_dir, algorithm, t, history, layout)
+                if progress is not None:
+                    progress.set_postfix(acc=f"{record['test_acc']:.3f}", refresh=False)
+            if run_dir and config.checkpoint_every and (t + 1) % config.checkpoint_every == 0:
+                _checkpoint(run_dir, algorithm, t, history, layout)
+            if progress is not None:
+                progress.update(1)
+        summary["status"] = "completed"
+    except DivergenceError as exc:
+        summary.update(status="diverged", error=str(exc))
+        raise
+    except BaseException as exc:
+        summary.update(status="failed", error=f"{type(exc).__name__}: {exc}")
+        raise
+    finally:
+        if progress is not None:
+            progress.close()
+        summary["wall_seconds"] = time.perf_counter() - started
+        summary.update(_final_metrics(history))
+        if run_dir:
+            run_dir.write_json("summary.json", summary)
+
+    params = comm.gather_rows(algorithm.X).detach().cpu()
+    initial = comm.gather_rows(X0).detach().cpu()
+    if run_dir:
+        run_dir.save("params.pt", {"params": params, "param_names": list(layout.names)})
+    return Result(
+        config=config,
+        history=history,
+        params=params,
+        initial_params=initial,
+        param_names=list(layout.names),
+        summary=summary,
+        layout=layout,
+        out_dir=run_dir.path if run_dir else None,
+    )
+
+
+def _lambda(topology, steps: int) -> float:
+    from topologies.spectral import gossip_lambda
+
+    return float(gossip_lambda(topology, steps))
+
+
+def _train_subset(data, config: Config):
+    n = data.train_x.shape[0]
+    k = min(config.train_eval_samples, n)
+    if k == 0:
+        return None
+    idx = torch.randperm(n, generator=torch.Generator().manual_seed(config.seed))[:k].to(data.train_x.device)
+    return data.train_x[idx], data.train_y[idx]
+
+
+def _evaluate(model, layout, X, comm, x, y, train_sub, config) -> dict[str, Any]:
+    mean = comm.mean_rows(X)
+    test_acc, test_loss = evaluate_row(model, layout, mean, x, y, config.eval_batch_size)
+    record: dict[str, Any] = {"test_acc": test_acc, "test_loss": test_loss}
+    if train_sub is not None:
+        record["train_acc"], record["train_eval_loss"] = evaluate_row(
+            model, layout, mean, *train_sub, config.eval_batch_size
+        )
+    accs = comm.gather_rows(client_accuracies(model, layout, X, x, y, config.eval_batch_size, config.client_chunk))
+    accs = accs.double()
+    record.update(
+        client_acc_mean=float(accs.mean()),
+        client_acc_std=float(accs.std(unbiased=False)),
+        client_acc_min=float(accs.min()),
+        client_acc_max=float(accs.max()),
+        consensus_distance=consensus_distance(X, comm),
+    )
+    if comm.is_main:
+        record["client_acc"] = [round(a, 6) for a in accs.tolist()]
+    return record
+
+
+def _check_finite(X: torch.Tensor, train_loss: torch.Tensor, t: int, comm) -> None:
+    bad = ~torch.isfinite(X).all(dim=1) | ~torch.isfinite(train_loss)
+    bad_ids = [comm.client_ids[i] for i in bad.nonzero().flatten().tolist()]
+    count = int(comm.sum(torch.tensor([float(len(bad_ids))], dtype=torch.float64, device=X.device)))
+    if count:
+        shown = ", ".join(map(str, bad_ids[:20])) + (" ..." if len(bad_ids) > 20 else "")
+        where = f"clients {shown}" if bad_ids else "clients on another process"
+        raise DivergenceError(
+            f"training diverged in round {t + 1}: NaN/inf loss or parameters on {count} client(s) ({where}); "
+            "try a smaller lr, a smaller rho, or clip_grad_norm"
+        )
+
+
+def _checkpoint(run_dir: RunDirectory, algorithm, t: int, history, layout) -> None:
+    run_dir.save(
+        "checkpoint.pt",
+        {
+            "round": t + 1,
+            "params": algorithm.X.detach().cpu(),
+            "state": {k: v.detach().cpu() if torch.is_tensor(v) else v for k, v in algorithm.state().items()},
+            "history": history,
+            "param_names": list(layout.names),
+        },
+    )
+
+
+def _final_metrics(history: list[dict[str, Any]]) -> dict[str, Any]:
+    if not history:
+        return {}
+    last = {k: v for k, v in history[-1].items() if k != "client_acc"}
+    accs = [h["test_acc"] for h in history if not math.isnan(h["test_acc"])]
+    last["best_test_acc"] = max(accs) if accs else float("nan")
+    last["final_round"] = last.pop("round")
+    return last
+
+
+def _progress(config: Config, comm):
+    if not (config.progress and comm.is_main):
+        return None
+    from tqdm.auto import tqdm
+
+    return tqdm(total=config.rounds, desc=f"{config.algorithm}", unit="round", leave=False)

@@ -1,0 +1,211 @@
+"""Gossip exactness (contract 3) and the special cases of the decentralized algorithms (contract 4)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+import dfl
+import topologies
+from dfl.comm import LocalCommunicator
+from dfl.config import Config
+from dfl.data import FederatedData
+from dfl.gossip import Gossip
+
+
+def small_data(m=8, n=12, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    train = []
+    for i in range(m):
+        x = torch.randn(n, 5, generator=g) + 0.5 * i / m
+        y = (x[:, 0] + 0.3 * torch.randn(n, generator=g) > 0.25).long() + (i % 2)
+        train.append((x, y))
+    test = (torch.randn(20, 5, generator=g), torch.randint(0, 3, (20,), generator=g))
+    return FederatedData.from_arrays(train=train, test=test, num_classes=3)
+
+
+def base_config(**changes):
+    values = dict(
+        clients=8, model="mlp", model_options={"hidden": [6]}, rounds=3, batch_size=4, local_steps=2,
+        lr=0.1, lr_decay=1.0, eval_every=1, progress=False, topology="ring",
+    )
+    values.update(changes)
+    return Config(**values)
+
+
+def run(config, data=None):
+    return dfl.run(config, data=data or small_data(config.clients))
+
+
+# ------------------------------------------------------------------ gossip
+@pytest.mark.parametrize("Q", [1, 3, 7])
+def test_gossip_q_steps_equal_matrix_power(Q):
+    topo = topologies.build("ring", 10)
+    X = torch.randn(10, 33, dtype=torch.float32)
+    out = Gossip(topo, LocalCommunicator(10), torch.float32, torch.device("cpu")).mix(X, 0, Q)
+    reference = np.linalg.matrix_power(topo.W, Q) @ X.double().numpy()
+    np.testing.assert_allclose(out.numpy(), reference, atol=1e-5)
+
+
+def test_time_varying_gossip_is_product_and_one_peer_exponential_averages_exactly():
+    topo = topologies.build("one-peer-exponential", 8)
+    X = torch.randn(8, 16, dtype=torch.float64)
+    gossip = Gossip(topo, LocalCommunicator(8), torch.float64, torch.device("cpu"))
+    expected = X.numpy()
+    for s in range(5, 8):
+        expected = topo.matrix(s) @ expected
+    np.testing.assert_allclose(gossip.mix(X, 5, 3).numpy(), expected, atol=1e-12)
+    # log2(8) = 3 consecutive steps reach the exact average
+    np.testing.assert_allclose(gossip.mix(X, 0, 3).numpy(), np.tile(X.mean(0).numpy(), (8, 1)), atol=1e-12)
+
+
+def test_models_sent_count_out_neighbours_times_q():
+    topo = topologies.build("ring", 16)
+    gossip = Gossip(topo, LocalCommunicator(16), torch.float32, torch.device("cpu"))
+    assert gossip.sends(0, 4).tolist() == [8] * 16
+
+
+# ------------------------------------------------------------------ algorithms
+def test_dfedsam_mgs_round_is_local_sam_then_w_to_the_q():
+    config = base_config(algorithm="dfedsam-mgs", rho=0.05, gossip_steps=3, rounds=1)
+    data = small_data()
+    result = run(config, data)
+    # reference: the same local SAM steps, then W^Q in float64
+    from dfl.clients import ParamLayout
+    from dfl.local import LocalRule, LocalTrainer
+    from dfl.models import build_model
+
+    torch.manual_seed(config.seed)
+    model = build_model("mlp", data.input_shape, 3, hidden=[6])
+    trainer = LocalTrainer(model, ParamLayout.of(model), data, list(range(8)), config)
+    Y = trainer.train(result.initial_params, 0, 0.1, LocalRule(rho=0.05)).Y
+    W3 = np.linalg.matrix_power(topologies.build("ring", 8).W, 3)
+    np.testing.assert_allclose(result.params.numpy(), W3 @ Y.double().numpy(), atol=1e-5)
+
+
+def test_dfedsam_with_rho_zero_is_dfedavg():
+    a = run(base_config(algorithm="dfedsam", rho=0.0))
+    b = run(base_config(algorithm="dfedavg"))
+    torch.testing.assert_close(a.params, b.params)
+
+
+def test_dfedsam_mgs_with_one_gossip_step_is_dfedsam():
+    a = run(base_config(algorithm="dfedsam-mgs", gossip_steps=1, rho=0.02))
+    b = run(base_config(algorithm="dfedsam", rho=0.02))
+    torch.testing.assert_close(a.params, b.params)
+    assert [h["test_acc"] for h in a.history] == [h["test_acc"] for h in b.history]
+
+
+def test_dfedavgm_with_zero_momentum_is_dfedavg_and_momentum_matters():
+    a = run(base_config(algorithm="dfedavgm", momentum=0.0))
+    b = run(base_config(algorithm="dfedavg"))
+    c = run(base_config(algorithm="dfedavgm"))
+    torch.testing.assert_close(a.params, b.params)
+    assert not torch.allclose(c.params, b.params)
+
+
+def test_dfedavg_on_full_topology_keeps_consensus():
+    result = run(base_config(algorithm="dfedavg", topology="full"))
+    assert all(h["consensus_distance"] < 1e-10 for h in result.history)
+    torch.testing.assert_close(result.params, result.params[:1].expand_as(result.params))
+
+
+def test_dpsgd_matches_matrix_recursion():
+    """X^{k+1} = W X^k − γ G(X^k) with full-batch gradients."""
+    config = base_config(algorithm="dpsgd", batch_size=0, local_steps=3, rounds=1)
+    data = small_data()
+    result = run(config, data)
+    from dfl.clients import ParamLayout
+    from dfl.local import LocalTrainer
+    from dfl.models import build_model
+
+    torch.manual_seed(config.seed)
+    model = build_model("mlp", data.input_shape, 3, hidden=[6])
+    trainer = LocalTrainer(model, ParamLayout.of(model), data, list(range(8)), config)
+    W = torch.as_tensor(topologies.build("ring", 8).W, dtype=torch.float64)
+    X = result.initial_params.clone()
+    schedule = trainer.schedule(0)
+    for k in range(3):
+        G, _ = trainer.gradient(X, schedule.batch(k))
+        X = (W @ X.double()).float() - 0.1 * G
+    torch.testing.assert_close(result.params, X, atol=1e-5, rtol=1e-5)
+
+
+def test_consensus_improves_with_more_gossip_steps():
+    one = run(base_config(algorithm="dfedsam-mgs", gossip_steps=1, rounds=2))
+    many = run(base_config(algorithm="dfedsam-mgs", gossip_steps=10, rounds=2))
+    assert many.history[-1]["consensus_distance"] < one.history[-1]["consensus_distance"]
+
+
+# ------------------------------------------------------------------ options, metrics, failures
+def test_inapplicable_option_is_warned_and_recorded():
+    with pytest.warns(UserWarning, match="dfedavg does not use rho"):
+        result = run(base_config(algorithm="dfedavg", rho=0.05))
+    assert result.summary["ignored_options"] == ["rho"]
+
+
+def test_metrics_and_bytes():
+    result = run(base_config(algorithm="dfedsam-mgs", gossip_steps=2, rounds=2))
+    record = result.history[-1]
+    for key in ("test_acc", "test_loss", "client_acc_mean", "client_acc_std", "client_acc_min",
+                "client_acc_max", "train_loss", "consensus_distance", "bytes_sent", "lr", "seconds_per_round"):
+        assert key in record and np.isfinite(record[key]), key
+    d = result.params.shape[1]
+    assert record["bytes_sent"] == 8 * 2 * 2 * d * 4  # clients × ring degree × Q × model bytes
+    assert len(record["client_acc"]) == 8
+    assert record["client_acc_min"] <= record["client_acc_mean"] <= record["client_acc_max"]
+
+
+def test_run_directory_files_and_no_overwrite(tmp_path):
+    data = small_data()
+    out = tmp_path / "run"
+    result = dfl.run(base_config(), data=data, out=out)
+    for name in ("config.toml", "metrics.jsonl", "summary.json", "partition.json", "params.pt", "checkpoint.pt"):
+        assert (out / name).is_file(), name
+    lines = (out / "metrics.jsonl").read_text().splitlines()
+    assert [json.loads(line)["round"] for line in lines] == [1, 2, 3]
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["status"] == "completed" and summary["rounds_completed"] == 3
+    assert Config.from_toml(out / "config.toml") == result.config
+    saved = torch.load(out / "params.pt")
+    torch.testing.assert_close(saved["params"], result.params)
+    with pytest.raises(FileExistsError, match="already exists"):
+        dfl.run(base_config(), data=data, out=out)
+    dfl.run(base_config(), data=data, out=out, overwrite=True)
+
+
+def test_divergence_stops_with_round_and_clients_and_keeps_metrics(tmp_path):
+    out = tmp_path / "run"
+    with pytest.raises(dfl.DivergenceError, match=r"round \d+.*client"):
+        dfl.run(base_config(lr=1e30, rounds=5), data=small_data(), out=out)
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["status"] == "diverged" and "round" in summary["error"]
+
+
+def test_same_seed_same_result_and_different_seed_differs():
+    a = run(base_config())
+    b = run(base_config())
+    c = run(base_config(seed=1))
+    torch.testing.assert_close(a.params, b.params)
+    assert not torch.allclose(a.params, c.params)
+
+
+@pytest.mark.parametrize(
+    "changes, match",
+    [
+        ({"algorithm": "fedsgd"}, "algorithm must be one of"),
+        ({"topology": "moebius"}, "topology must be one of"),
+        ({"rounds": 0}, "rounds must be >= 1"),
+        ({"lr": -1.0}, "lr must be > 0"),
+        ({"local_epochs": 1, "local_steps": 2}, "only one of local_epochs and local_steps"),
+        ({"momentum": 1.5}, "momentum must be in"),
+        ({"sam": "gsam"}, "sam must be one of"),
+        ({"clients": 5}, "clients = 5 but the given data has 8"),
+    ],
+)
+def test_bad_config_is_a_clear_error(changes, match):
+    with pytest.raises(ValueError, match=match):
+        run(base_config(**changes), data=small_data())
