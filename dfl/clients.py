@@ -12,6 +12,8 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from dfl.models.layout import param_layout
+
 
 @dataclass(frozen=True)
 class ParamLayout:
@@ -22,15 +24,13 @@ class ParamLayout:
 
     @classmethod
     def of(cls, model: nn.Module) -> ParamLayout:
-        names, shapes, offsets, numels = [], [], [], []
-        offset = 0
-        for name, p in model.named_parameters():
-            names.append(name)
-            shapes.append(p.shape)
-            offsets.append(offset)
-            numels.append(p.numel())
-            offset += p.numel()
-        return cls(tuple(names), tuple(shapes), tuple(offsets), tuple(numels))
+        entries = param_layout(model)
+        return cls(
+            names=tuple(e[0] for e in entries),
+            shapes=tuple(torch.Size(e[1]) for e in entries),
+            offsets=tuple(e[3] for e in entries),
+            numels=tuple(e[2] for e in entries),
+        )
 
     @property
     def dim(self) -> int:

@@ -1,0 +1,58 @@
+"""Small convolutional networks: the MNIST-1D CNN and the two-conv image CNNs of the FL literature.
+
+- `CNN1d` (DESIGN.md): conv 1->32 k5, conv 32->32 k3 ("same" padding, ReLU), linear 32*L -> classes;
+  on MNIST-1D (L = 40) that is linear 1280 -> 10, 16,106 parameters.
+- `CNN`, variant "mcmahan" (McMahan et al. 2017, the FedAvg CNN used on (E)MNIST): conv5x5 32 "same",
+  maxpool 2, conv5x5 64 "same", maxpool 2, FC 512, FC classes; 1,663,370 parameters on 28x28x1, 10 classes.
+- `CNN`, variant "cifar" (the CIFAR CNN of Caldarola et al.'s FedSAM and FedGLoSS, a LeNet-5 style
+  net): conv5x5 64 (valid), maxpool 2, conv5x5 64 (valid), maxpool 2, FC 384, FC 192, FC classes.
+"""
+
+from __future__ import annotations
+
+from torch import nn
+
+from dfl.models.layers import Conv1d, Conv2d
+
+
+class CNN1d(nn.Module):
+    def __init__(self, channels: int, length: int, num_classes: int, conv_impl: str):
+        super().__init__()
+        self.channels = channels
+        self.conv1 = Conv1d(channels, 32, 5, padding=2, conv_impl=conv_impl)
+        self.conv2 = Conv1d(32, 32, 3, padding=1, conv_impl=conv_impl)
+        self.fc = nn.Linear(32 * length, num_classes)
+
+    def forward(self, x):
+        if x.dim() == 2:  # [B, L] signals without a channel axis
+            x = x.unsqueeze(1)
+        x = self.conv2(self.conv1(x).relu()).relu()
+        return self.fc(x.flatten(1))
+
+
+class CNN(nn.Module):
+    def __init__(self, input_shape: tuple[int, int, int], num_classes: int, variant: str, conv_impl: str):
+        super().__init__()
+        c, h, w = input_shape
+        if variant == "mcmahan":
+            self.conv1 = Conv2d(c, 32, 5, padding=2, conv_impl=conv_impl)
+            self.conv2 = Conv2d(32, 64, 5, padding=2, conv_impl=conv_impl)
+            h, w = h // 2 // 2, w // 2 // 2
+            hidden = (512,)
+        else:
+            self.conv1 = Conv2d(c, 64, 5, conv_impl=conv_impl)
+            self.conv2 = Conv2d(64, 64, 5, conv_impl=conv_impl)
+            h, w = ((h - 4) // 2 - 4) // 2, ((w - 4) // 2 - 4) // 2
+            hidden = (384, 192)
+        self.pool = nn.MaxPool2d(2)
+        widths = (self.conv2.out_channels * h * w, *hidden)
+        layers: list[nn.Module] = []
+        for a, b in zip(widths[:-1], widths[1:]):
+            layers += [nn.Linear(a, b), nn.ReLU()]
+        layers.append(nn.Linear(widths[-1], num_classes))
+        self.head = nn.Sequential(*layers)
+
+    def forward(self, x):
+        x = self.pool(self.conv1(x).relu())
+        x = self.pool(self.conv2(x).relu())
+        return self.head(x.flatten(1))
