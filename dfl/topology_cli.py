@@ -1,0 +1,198 @@
+"""`dfl topology`: spectral analysis of communication topologies, as a table, JSON, or a plot.
+
+    dfl topology ring --clients 64 --gossip-steps 4
+    dfl topology compare --clients 16 32 64 --topologies ring grid exponential full --plot gap.png
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+
+import topologies
+from topologies import spectral
+from topologies.build import NAMES, STATIC, TIME_VARYING
+from topologies.weights import LAZY_BASES, SCHEMES
+
+DEFAULT_COMPARE = ("ring", "grid", "exponential", "full")
+# CLI flag -> build() option; a row gets only the options its topology accepts in `compare` mode
+OPTION_FLAGS = ("degree", "p", "k", "seed", "shape", "periodic", "symmetric", "path")
+COLUMNS = (
+    ("topology", "topology"), ("n", "n"), ("weights", "weights"), ("degree", "degree min/mean/max"),
+    ("lambda", "lambda"), ("spectral_gap", "gap"), ("gossip_lambda", "lambda^Q"), ("phi", "Phi"),
+    ("effective_neighbors", "n_eff"), ("consensus_steps", "steps"),
+)
+
+
+def add_parser(subparsers) -> argparse.ArgumentParser:
+    """Add the `topology` subcommand to the `dfl` parser."""
+    p = subparsers.add_parser(
+        "topology", help="spectral analysis of communication topologies",
+        description="Print lambda = ||W - J||_2, the spectral gap, lambda of Q gossip steps, the DFedSAM-MGS "
+                    "Phi term, the effective number of neighbours and the consensus steps of a topology, or "
+                    "of several with 'compare'. Undefined values print as '-' (JSON null); infinite ones "
+                    "as inf (JSON \"inf\").")
+    p.add_argument("topology", choices=(*NAMES, "compare"), metavar="TOPOLOGY",
+                   help=f"one of {', '.join(NAMES)}, or 'compare' (with --topologies)")
+    p.add_argument("--clients", type=int, nargs="+", metavar="N", help="number(s) of clients n")
+    p.add_argument("--topologies", nargs="+", metavar="NAME", help="topologies for 'compare' "
+                   f"(default: {' '.join(DEFAULT_COMPARE)})")
+    p.add_argument("--weights", choices=SCHEMES, help="weight scheme (default metropolis)")
+    p.add_argument("--base", choices=LAZY_BASES, help="scheme under --weights lazy (default metropolis)")
+    p.add_argument("--gossip-steps", "-Q", type=int, default=1, metavar="Q",
+                   help="gossip steps Q (default 1)")
+    p.add_argument("--gamma", type=float, default=0.951,
+                   help="decay for effective neighbours (default 0.951)")
+    p.add_argument("--eps", type=float, default=0.1, help="consensus error target for steps (default 0.1)")
+    p.add_argument("--seed", type=int, help="seed of random-regular, erdos-renyi, random-k (default 0)")
+    p.add_argument("--degree", type=int, help="random-regular degree")
+    p.add_argument("--p", type=float, help="erdos-renyi edge probability")
+    p.add_argument("--k", type=int, help="random-k peers per node and step")
+    p.add_argument("--shape", type=int, nargs=2, metavar=("ROWS", "COLS"), help="grid shape")
+    p.add_argument("--periodic", action="store_true", default=None, help="grid: wrap around (torus)")
+    p.add_argument("--symmetric", action="store_true", default=None, help="exponential: undirected variant")
+    p.add_argument("--path", help="custom: edge-list file, one 'u v' per line")
+    p.add_argument("--json", action="store_true", help="print JSON (a list of rows) instead of a table")
+    p.add_argument("--plot", metavar="FILE.png", help="draw the spectral gap against n per topology")
+    p.set_defaults(handler=run)
+    return p
+
+
+def _accepted_options(name: str) -> tuple[str, ...]:
+    if name == "custom":
+        return ("path",)
+    return (STATIC.get(name) or TIME_VARYING[name])[1]
+
+
+def _options(args: argparse.Namespace, name: str, compare: bool) -> dict:
+    given = {flag: getattr(args, flag) for flag in OPTION_FLAGS if getattr(args, flag) is not None}
+    if args.base is not None:
+        given["base"] = args.base
+    if compare:  # one flag set serves several topologies: each takes what it understands
+        given = {k: v for k, v in given.items() if k in _accepted_options(name) or k == "base"}
+    if "shape" in given:
+        given["shape"] = tuple(given["shape"])
+    return given
+
+
+def _try(fn, *args):
+    try:
+        return fn(*args)
+    except ValueError:  # undefined for this topology (e.g. lambda of random-k)
+        return None
+
+
+def analyse(name: str, n: int | None, args: argparse.Namespace, compare: bool) -> dict:
+    """One row of the table: the spectral summary of topology `name` on n clients."""
+    topo = topologies.build(name, n, args.weights, **_options(args, name, compare))
+    deg = topo.degrees()
+    lam = _try(topo.second_eigenvalue)
+    return {
+        "topology": name, "n": topo.n, "weights": topo.weights,
+        "degree": [int(deg.min()), float(deg.mean()), int(deg.max())],
+        "lambda": lam,
+        "spectral_gap": None if lam is None else 1.0 - lam,
+        "gossip_lambda": topo.gossip_lambda(args.gossip_steps),
+        "phi": None if lam is None else topologies.phi(lam, topo.n, args.gossip_steps),
+        "effective_neighbors": _try(topo.effective_neighbors, args.gamma),
+        "consensus_steps": topo.consensus_steps(args.eps),
+        "Q": args.gossip_steps, "gamma": args.gamma, "eps": args.eps,
+    }
+
+
+def _cell(value) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, list):
+        lo, mean, hi = value
+        return f"{lo}/{mean:.3g}/{hi}"
+    if isinstance(value, float):
+        return "inf" if math.isinf(value) else f"{value:.4g}"
+    return str(value)
+
+
+def format_table(rows: list[dict]) -> str:
+    """Aligned text table, one row per (topology, n)."""
+    header = [title for _, title in COLUMNS]
+    body = [[_cell(row[key]) for key, _ in COLUMNS] for row in rows]
+    widths = [max(len(r[c]) for r in [header, *body]) for c in range(len(header))]
+    lines = ["  ".join(cell.rjust(w) if c >= 3 else cell.ljust(w) for c, (cell, w) in
+                       enumerate(zip(r, widths))).rstrip() for r in [header, *body]]
+    first = rows[0]
+    note = (f"Q = {first['Q']} gossip step(s); n_eff at gamma = {first['gamma']}; steps to shrink "
+            f"disagreement by eps = {first['eps']}")
+    return "\n".join([note, *lines])
+
+
+def _jsonable(value):
+    if isinstance(value, float) and math.isinf(value):
+        return "inf"
+    if isinstance(value, list):
+        return [_jsonable(v) for v in value]
+    return value
+
+
+def plot_gaps(rows: list[dict], path: str) -> None:
+    """Spectral gap vs n on log-log axes, one line per topology."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for name in dict.fromkeys(row["topology"] for row in rows):
+        pts = [(r["n"], r["spectral_gap"]) for r in rows if r["topology"] == name and r["spectral_gap"]]
+        if pts:
+            ax.plot(*zip(*pts), marker="o", label=name)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ns = sorted({r["n"] for r in rows})
+    ax.set_xticks(ns, [str(n) for n in ns])
+    ax.minorticks_off()
+    ax.set_xlabel("clients n")
+    ax.set_ylabel("spectral gap 1 - lambda")
+    ax.set_title(f"weights: {rows[0]['weights']}")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
+def _check_args(args: argparse.Namespace) -> None:
+    spectral.check_steps(args.gossip_steps)
+    spectral.check_gamma(args.gamma)
+    spectral.check_eps(args.eps)
+    if args.topology == "compare":
+        names = args.topologies or list(DEFAULT_COMPARE)
+        bad = [t for t in names if t not in NAMES or t == "custom"]
+        if bad:
+            allowed = ", ".join(t for t in NAMES if t != "custom")
+            raise ValueError(f"--topologies: unknown {', '.join(bad)}; allowed: {allowed}")
+    elif args.topologies:
+        raise ValueError("--topologies only applies to 'dfl topology compare'")
+    if args.clients is None and not (args.topology == "custom" and args.path):
+        raise ValueError("--clients is required (one or more numbers of clients)")
+    if args.clients is not None and any(n < 1 for n in args.clients):
+        raise ValueError(f"--clients must be integers >= 1, got {' '.join(map(str, args.clients))}")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Handler of `dfl topology`: 0 on success, 2 with a message on stderr for bad input."""
+    try:
+        _check_args(args)
+        compare = args.topology == "compare"
+        names = (args.topologies or list(DEFAULT_COMPARE)) if compare else [args.topology]
+        rows = [analyse(name, n, args, compare) for name in names for n in (args.clients or [None])]
+        if args.plot:
+            plot_gaps(rows, args.plot)
+    except (ValueError, OSError) as err:
+        print(f"dfl topology: error: {err}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps([{k: _jsonable(v) for k, v in row.items()} for row in rows], indent=1))
+    else:
+        print(format_table(rows))
+    return 0

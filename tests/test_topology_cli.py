@@ -1,0 +1,130 @@
+"""The `dfl topology` command."""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from dfl.cli import main
+from topologies import build, phi
+
+
+def run_json(capsys, *argv):
+    assert main(["topology", *argv, "--json"]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_single_topology_table(capsys):
+    assert main(["topology", "ring", "--clients", "64", "--gossip-steps", "4"]) == 0
+    out = capsys.readouterr().out
+    lines = out.strip().splitlines()
+    assert lines[0].startswith("Q = 4 gossip step(s)")
+    assert lines[1].split()[:4] == ["topology", "n", "weights", "degree"]
+    row = lines[2].split()
+    lam = 1 / 3 + 2 / 3 * math.cos(2 * math.pi / 64)
+    assert row[:4] == ["ring", "64", "metropolis", "2/2/2"]
+    assert float(row[4]) == pytest.approx(lam, abs=1e-4)
+    assert float(row[6]) == pytest.approx(lam**4, abs=1e-4)
+    assert row[-1] == "717"
+
+
+def test_json_values_match_the_library(capsys):
+    (row,) = run_json(capsys, "grid", "--clients", "16", "--periodic", "-Q", "2", "--gamma", "0.9",
+                      "--eps", "0.01")
+    topo = build("grid", 16, periodic=True)
+    lam = topo.second_eigenvalue()
+    assert row["topology"] == "grid" and row["n"] == 16 and row["degree"] == [4, 4.0, 4]
+    assert row["lambda"] == pytest.approx(lam) and row["spectral_gap"] == pytest.approx(1 - lam)
+    assert row["gossip_lambda"] == pytest.approx(lam**2)
+    assert row["phi"] == pytest.approx(phi(lam, 16, 2))
+    assert row["effective_neighbors"] == pytest.approx(topo.effective_neighbors(0.9))
+    assert row["consensus_steps"] == topo.consensus_steps(0.01)
+    assert (row["Q"], row["gamma"], row["eps"]) == (2, 0.9, 0.01)
+
+
+def test_options_and_weights_reach_build(capsys):
+    (row,) = run_json(capsys, "random-regular", "--clients", "20", "--degree", "3", "--seed", "5",
+                      "--weights", "lazy", "--base", "max-degree")
+    assert row["weights"] == "lazy(max-degree)"
+    expected = build("random-regular", 20, weights="lazy", degree=3, seed=5, base="max-degree")
+    assert row["lambda"] == pytest.approx(expected.second_eigenvalue())
+    (row,) = run_json(capsys, "grid", "--clients", "12", "--shape", "2", "6")
+    assert row["lambda"] == pytest.approx(build("grid", 12, shape=(2, 6)).second_eigenvalue())
+
+
+def test_undefined_values_are_null(capsys):
+    (row,) = run_json(capsys, "random-k", "--clients", "8", "--k", "2")
+    assert row["lambda"] is None and row["phi"] is None and row["effective_neighbors"] is None
+    assert 0 <= row["gossip_lambda"] <= 1 and row["consensus_steps"] >= 1
+    assert main(["topology", "random-k", "--clients", "8", "--k", "2"]) == 0
+    assert capsys.readouterr().out.splitlines()[2].split()[4] == "-"
+
+
+def test_compare_table_and_plot(capsys, tmp_path):
+    plot = tmp_path / "gap.png"
+    argv = ["topology", "compare", "--clients", "16", "32", "--topologies", "ring", "exponential", "full",
+            "random-regular", "--degree", "4", "--plot", str(plot)]
+    assert main(argv) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert [line.split()[:2] for line in lines[2:]] == [
+        ["ring", "16"], ["ring", "32"], ["exponential", "16"], ["exponential", "32"], ["full", "16"],
+        ["full", "32"], ["random-regular", "16"], ["random-regular", "32"]]
+    assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    rows = run_json(capsys, "compare", "--clients", "8", "16")
+    assert [r["topology"] for r in rows] == ["ring", "ring", "grid", "grid", "exponential", "exponential",
+                                            "full", "full"]
+    assert rows[-1]["lambda"] == 0.0 and rows[-1]["consensus_steps"] == 0
+
+
+def test_infinite_values_in_json(capsys, tmp_path):
+    path = tmp_path / "edges.txt"
+    path.write_text("0 1\n")
+    (row,) = run_json(capsys, "custom", "--path", str(path))
+    assert row["n"] == 2 and row["lambda"] == 0.0
+    assert phi(1.0, 2, 1) == math.inf  # inf is written as "inf"; a valid topology never has lambda = 1
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["hypercube", "--clients", "12"], "hypercube needs n to be a power of 2"),
+    (["ring", "--clients", "8", "--degree", "3"], "unknown option(s) degree for topology 'ring'"),
+    (["ring"], "--clients is required"),
+    (["ring", "--clients", "0"], "--clients must be integers >= 1"),
+    (["compare", "--clients", "8", "--topologies", "ring", "torus"], "--topologies: unknown torus; allowed:"),
+    (["ring", "--clients", "8", "--topologies", "grid"], "--topologies only applies to 'dfl topology"),
+    (["star", "--clients", "8", "--weights", "uniform"], "not doubly stochastic on the irregular star"),
+    (["ring", "--clients", "8", "-Q", "0"], "Q (gossip steps) must be an integer >= 1"),
+    (["ring", "--clients", "8", "--gamma", "1"], "gamma must be a number with 0 <= gamma < 1"),
+    (["erdos-renyi", "--clients", "64", "--p", "0.01"], "is disconnected"),
+    (["ring", "--clients", "8", "--plot", "/nonexistent-dir/x.png"], "No such file or directory"),
+])
+def test_bad_input_is_a_clear_error(capsys, argv, message):
+    assert main(["topology", *argv]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err.startswith("dfl topology: error: ") and message in captured.err
+    assert "Traceback" not in captured.err
+
+
+def test_argparse_errors_exit_nonzero(capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["topology", "torus", "--clients", "8"])
+    assert exc.value.code == 2
+    assert "invalid choice: 'torus'" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exc:
+        main(["topology", "ring", "--clients", "8", "--weights", "hastings"])
+    assert exc.value.code == 2
+
+
+def test_console_script():
+    exe = shutil.which("dfl")
+    cmd = [exe] if exe else [sys.executable, "-m", "dfl.cli"]
+    proc = subprocess.run([*cmd, "topology", "ring", "--clients", "8"], capture_output=True, text=True,
+                          check=False)
+    assert proc.returncode == 0, proc.stderr
+    row = proc.stdout.strip().splitlines()[2].split()
+    assert row[:2] == ["ring", "8"] and float(row[4]) == pytest.approx(0.8047, abs=1e-4)

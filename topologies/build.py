@@ -1,0 +1,119 @@
+"""`build(name, n, weights, **options)`: the one entry point that turns a name into a validated Topology."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from topologies import graphs
+from topologies.schedules import OnePeerExponential, RandomK
+from topologies.topology import Topology
+from topologies.weights import SCHEMES, lazy, weight_matrix
+
+STATIC = {
+    "ring": (graphs.ring, ()),
+    "grid": (graphs.grid, ("shape", "periodic")),
+    "exponential": (graphs.exponential, ("symmetric",)),
+    "full": (graphs.full, ()),
+    "star": (graphs.star, ()),
+    "hypercube": (graphs.hypercube, ()),
+    "random-regular": (graphs.random_regular, ("degree", "seed")),
+    "erdos-renyi": (graphs.erdos_renyi, ("p", "seed")),
+}
+TIME_VARYING = {
+    "one-peer-exponential": (OnePeerExponential, ()),
+    "random-k": (RandomK, ("k", "seed")),
+}
+CUSTOM_SOURCES = ("graph", "path", "matrix")
+NAMES = (*STATIC, *TIME_VARYING, "custom")
+# random-k step graphs are irregular (uniform is not doubly stochastic there) and change every step
+# (an optimisation per step would dominate the run), so only the closed-form schemes are offered
+RANDOM_K_SCHEMES = ("metropolis", "max-degree", "lazy")
+
+
+def _option_names(name: str) -> tuple[str, ...]:
+    if name == "custom":
+        return CUSTOM_SOURCES
+    return (STATIC.get(name) or TIME_VARYING[name])[1]
+
+
+def _split_options(name: str, options: dict) -> tuple[dict, str | None]:
+    allowed = _option_names(name)
+    unknown = sorted(set(options) - set(allowed) - {"base"})
+    if unknown:
+        listed = ", ".join((*allowed, "base (with weights='lazy')"))
+        raise ValueError(f"unknown option(s) {', '.join(unknown)} for topology {name!r}; allowed: {listed}")
+    base = options.pop("base", None)
+    return options, base
+
+
+def _scheme_label(scheme: str, base: str | None) -> str:
+    return f"lazy({base or 'metropolis'})" if scheme == "lazy" else scheme
+
+
+def build(name: str, n: int | None, weights: str | None = None, **options) -> Topology:
+    """Build and validate a topology.
+
+    name: one of NAMES. n: number of clients (for `custom`, None takes it from the graph, file or matrix).
+    weights: one of metropolis (the default), uniform, max-degree, lazy (option base= picks the scheme under
+    it, default metropolis), fastest; see `topologies.weights` for which apply to directed graphs.
+    `custom` takes exactly one of graph= (networkx graph), path= (edge-list file) or matrix= (the W itself;
+    then weights must be left unset). Topology options: grid shape=(r, c), periodic=; exponential
+    symmetric=; random-regular degree=, seed=; erdos-renyi p=, seed=; random-k k=, seed=.
+    """
+    if name not in NAMES:
+        raise ValueError(f"unknown topology {name!r}; allowed: {', '.join(NAMES)}")
+    options, base = _split_options(name, dict(options))
+    if weights is not None and weights not in SCHEMES:
+        raise ValueError(f"weights must be one of {', '.join(SCHEMES)}; got {weights!r}")
+    if name != "custom":
+        graphs.check_n(n)
+    if name == "custom":
+        return _build_custom(n, weights, base, options)
+    scheme = weights or "metropolis"
+    label = _scheme_label(scheme, base)
+    if name in TIME_VARYING:
+        bad_base = base not in (None, "metropolis", "max-degree")
+        if name == "random-k" and (scheme not in RANDOM_K_SCHEMES or bad_base):
+            raise ValueError(f"random-k supports weights {', '.join(RANDOM_K_SCHEMES)} (lazy with base "
+                             f"metropolis or max-degree); got weights={label!r}")
+        schedule = TIME_VARYING[name][0](n, **options)
+        return Topology(name, schedule=schedule, weights=label, symmetric=name == "random-k",
+                        weigh=lambda G: weight_matrix(G, scheme, base, name))
+    if name == "full":
+        # every scheme averages exactly on K_n: write J exactly (not 1 - (n-1)/n on the diagonal), and
+        # build the n(n-1)/2-edge networkx graph only if someone asks for it
+        weight_matrix(graphs.full(min(n, 3)), scheme, base, name)  # validates the scheme and base names
+        J = np.full((n, n), 1.0 / n)
+        return Topology(name, graph=lambda: graphs.full(n), W=lazy(J) if scheme == "lazy" else J,
+                        weights=label, symmetric=True)
+    G = STATIC[name][0](n, **options)
+    W = weight_matrix(G, scheme, base, name)
+    return Topology(name, graph=G, W=W, weights=label, symmetric=not G.is_directed())
+
+
+def _build_custom(n: int | None, weights: str | None, base: str | None, options: dict) -> Topology:
+    given = [key for key in CUSTOM_SOURCES if options.get(key) is not None]
+    if len(given) != 1:
+        raise ValueError(f"custom needs exactly one of the options {', '.join(CUSTOM_SOURCES)}; "
+                         f"got {', '.join(given) or 'none'}")
+    source = given[0]
+    if source == "matrix":
+        if weights is not None or base is not None:
+            raise ValueError("custom with matrix= uses the matrix as W: leave weights (and base) unset")
+        try:
+            W = np.array(options["matrix"], dtype=np.float64)
+        except (TypeError, ValueError):
+            raise ValueError("matrix must be a square [n, n] array of numbers") from None
+        if W.ndim != 2 or W.shape[0] != W.shape[1] or W.shape[0] < 1:
+            raise ValueError(f"matrix must be a square [n, n] array with n >= 1, got shape {W.shape}")
+        if n is not None and graphs.check_n(n) != len(W):
+            raise ValueError(f"n = {n} does not match the matrix of shape {W.shape}")
+        return Topology("custom", graph=graphs.support(W), W=W, weights="given", symmetric=False)
+    if source == "graph":
+        G = graphs.from_networkx(options["graph"], n)
+    else:
+        G = graphs.from_edge_list(options["path"], n)
+    scheme = weights or "metropolis"
+    W = weight_matrix(G, scheme, base, "custom graph")
+    return Topology("custom", graph=G, W=W, weights=_scheme_label(scheme, base),
+                    symmetric=not G.is_directed())
