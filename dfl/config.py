@@ -41,7 +41,7 @@ class Config:
     gossip_steps: int | None = None
     # topology
     topology: str = "ring"
-    weights: str = "metropolis"
+    weights: str | None = None  # None = metropolis (for `custom` with a matrix: that matrix)
     topology_options: dict[str, Any] = field(default_factory=dict)
     # clients and data
     clients: int = 16
@@ -70,6 +70,10 @@ class Config:
     checkpoint_every: int = 0  # rounds; 0 = at every evaluation
     device: str = "auto"
     progress: bool = True
+    # multi-process (torchrun); a plain `dfl run` is a world of one
+    backend: str = "auto"  # "auto" (nccl with CUDA, else gloo), "nccl" or "gloo"
+    gossip_mode: str = "p2p"  # "p2p" (neighbours only) or "allgather" (whole stack, then W^Q locally)
+    dist_timeout: float = 300.0  # seconds before a collective that waits on a dead rank fails
 
     # ------------------------------------------------------------------ conversion
     def to_dict(self) -> dict[str, Any]:
@@ -110,15 +114,20 @@ class Config:
         from dfl.algorithms import ALGORITHMS
         from dfl.data import DATASETS, PARTITIONS
         from dfl.models import MODELS
-        from topologies import TOPOLOGIES, WEIGHTS
+        from topologies import NAMES as TOPOLOGIES
+        from topologies import SCHEMES as WEIGHTS
 
         _choice("algorithm", self.algorithm, ALGORITHMS)
         _choice("topology", self.topology, TOPOLOGIES)
-        _choice("weights", self.weights, WEIGHTS)
+        if self.weights is not None:
+            _choice("weights", self.weights, WEIGHTS)
         _choice("dataset", self.dataset, DATASETS)
         _choice("partition", self.partition, PARTITIONS)
         _choice("model", self.model, MODELS)
         _choice("device", self.device.split(":")[0], ("auto", "cpu", "cuda"))
+        _choice("backend", self.backend, ("auto", "nccl", "gloo"))
+        _choice("gossip_mode", self.gossip_mode, ("p2p", "allgather"))
+        _number("dist_timeout", self.dist_timeout, minimum=0.0, strict=True)
         if self.sam is not None:
             _choice("sam", self.sam, ("sam", "asam"))
         _integer("seed", self.seed, minimum=0)

@@ -49,4 +49,4 @@ class Gossip:
         return out
 
     def _tensor(self, M: np.ndarray) -> torch.Tensor:
-        return torch.as_tensor(M, dtype=self.dtype, device=self.device)
+        return torch.tensor(np.asarray(M), dtype=self.dtype, device=self.device)

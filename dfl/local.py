@@ -69,10 +69,10 @@ class LocalTrainer:
 
         self._grad = vmap(grad_and_value(loss))
 
-    def schedule(self, round_index: int) -> RoundSchedule:
-        return RoundSchedule(
-            self.data, self.client_ids, round_index, self.seed, self.batch_size, self.mode, self.amount
-        )
+    def schedule(self, round_index: int, rows: torch.Tensor | None = None) -> RoundSchedule:
+        """Round `round_index`'s batches for the local clients (or only the local rows `rows`)."""
+        ids = self.client_ids if rows is None else [self.client_ids[r] for r in rows.tolist()]
+        return RoundSchedule(self.data, ids, round_index, self.seed, self.batch_size, self.mode, self.amount)
 
     # ---------------------------------------------------------------- gradients of a batch
     def gradient(self, Xb: torch.Tensor, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
@@ -109,10 +109,13 @@ class LocalTrainer:
         rule: LocalRule,
         momentum: torch.Tensor | None = None,
         transform: Transform | None = None,
+        rows: torch.Tensor | None = None,
     ) -> LocalResult:
         """K local steps of `rule` from X (not modified). `momentum` (kept across rounds by some
-        algorithms) starts at 0 when None."""
-        schedule = self.schedule(round_index)
+        algorithms) starts at 0 when None. With `rows` (local row ids, e.g. the sampled clients of a
+        round) only those clients train; the other rows, buffers and losses are left as they are / 0."""
+        schedule = self.schedule(round_index, rows)
+        index = torch.arange(X.shape[0], device=X.device) if rows is None else rows.to(X.device)
         Y = X.clone()
         buf = None
         if rule.momentum > 0:
@@ -120,7 +123,7 @@ class LocalTrainer:
         loss_sum = torch.zeros(X.shape[0], device=X.device, dtype=X.dtype)
         for k in range(schedule.steps):
             batch = schedule.batch(k)
-            rows = batch.rows
+            rows = index[batch.rows]
             Yb = Y[rows]
             g, loss = self.sam_gradient(Yb, batch, rule)
             loss_sum[rows] += loss.detach()
@@ -130,7 +133,8 @@ class LocalTrainer:
             if buf is not None:
                 buf[rows] = step
             Y[rows] = Yb - lr * step
-        steps = schedule.steps_per_client.to(X.device)
+        steps = torch.zeros(X.shape[0], dtype=torch.long, device=X.device)
+        steps[index] = schedule.steps_per_client.to(X.device)
         return LocalResult(Y=Y, momentum=buf, loss=loss_sum / steps.clamp_min(1), steps=steps)
 
 

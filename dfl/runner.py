@@ -222,9 +222,8 @@ def run(
 
 
 def _lambda(topology, steps: int) -> float:
-    from topologies.spectral import gossip_lambda
-
-    return float(gossip_lambda(topology, steps))
+    """‖W^Q − J‖₂ (static) or the contraction of Q steps from step 0 (time-varying)."""
+    return float(topology.gossip_lambda(steps))
 
 
 def _train_subset(data, config: Config):

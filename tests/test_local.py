@@ -110,7 +110,7 @@ def test_epochs_mode_masks_finished_clients():
     assert schedule.steps_per_client.tolist() == [9, 6, 12, 6]
     # every epoch visits each of the client's samples exactly once
     B = schedule.batch_size
-    for i, n in enumerate(SIZES):
+    for i in range(len(SIZES)):
         epoch = schedule.index[i, : schedule.steps_per_client[i] // 3 * B]
         weight = schedule.weight[i, : schedule.steps_per_client[i] // 3 * B]
         assert sorted(epoch[weight > 0].tolist()) == sorted(data.client_indices[i].tolist())

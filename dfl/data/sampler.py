@@ -52,7 +52,7 @@ class RoundSchedule:
         padded, sizes = data.padded_indices()
         local = torch.as_tensor(client_ids, dtype=torch.long)
         sizes = sizes[local]
-        self.batch_size = batch_size if batch_size > 0 else int(sizes.max())
+        self.batch_size = batch_size if batch_size > 0 else int(sizes.max()) if len(sizes) else 1
         B = self.batch_size
         positions, steps, aug = [], [], []
         for cid, n in zip(client_ids, sizes.tolist()):
@@ -65,7 +65,7 @@ class RoundSchedule:
             if data.augment == "crop-flip":
                 aug.append(_crop_flip_params(k * B, gen))
         self.steps_per_client = torch.tensor(steps, dtype=torch.long)
-        self.steps = int(self.steps_per_client.max())
+        self.steps = int(self.steps_per_client.max()) if steps else 0
         width = self.steps * B
         pos = torch.full((len(client_ids), width), -1, dtype=torch.long)
         for r, p in enumerate(positions):
