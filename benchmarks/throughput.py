@@ -1,8 +1,10 @@
 """One round of DFedSAM on m clients: our vectorized engine vs a faithful sequential reference.
 
-The reference is the per-client loop of the DFedSAM/DisPFL code bases: one `nn.Module` per client,
-`torch.optim.SGD`, SAM as two backward passes (perturb, backward, restore, step), deep copies of the
-received models and state-dict averaging with the neighbours' weights. Both run the same model, data,
+The reference is the per-client loop of the DFedSAM/DisPFL "standalone" code bases: one shared
+`nn.Module` into which each client's deep-copied state dict is loaded, a fresh `torch.optim.SGD` per
+client and round, a `DataLoader` over the client's data, SAM as two backward passes (perturb,
+backward, restore, step), a deep copy of the trained weights, and state-dict averaging with the
+neighbours' weights key by key. Both run the same model, data,
 batch size, number of local steps and topology, in the same process, and the script prints
 client-steps per second for both and the ratio.
 
@@ -18,6 +20,7 @@ import time
 
 import torch
 import torch.nn.functional as F
+from torch.utils.data import DataLoader, TensorDataset
 
 import topologies
 from dfl.clients import ParamLayout, initial_stack
@@ -56,33 +59,48 @@ def engine_round(trainer, gossip, X, t, lr, rule):
     return gossip.mix(Y, t, 1)
 
 
-def reference_round(models, optimizers, data, schedule, W, lr, rho, device):
-    """The sequential loop: local SAM per client, then deep-copy + state-dict averaging."""
-    B = schedule.batch_size
-    for i, (net, opt) in enumerate(zip(models, optimizers)):
-        for k in range(int(schedule.steps_per_client[i])):
-            idx = schedule.index[i, k * B : (k + 1) * B]
-            keep = schedule.weight[i, k * B : (k + 1) * B] > 0
-            x, y = data.train_x[idx[keep]], data.train_y[idx[keep]]
-            opt.zero_grad()
-            F.cross_entropy(net(x), y).backward()
-            params = [p for p in net.parameters() if p.grad is not None]
-            with torch.no_grad():
-                norm = torch.norm(torch.stack([p.grad.norm() for p in params]))
-                eps = [rho * p.grad / (norm + 1e-12) for p in params]
-                for p, e in zip(params, eps):
-                    p.add_(e)
-            opt.zero_grad()
-            F.cross_entropy(net(x), y).backward()
-            with torch.no_grad():
-                for p, e in zip(params, eps):
-                    p.sub_(e)
-            opt.step()
-    snapshots = [copy.deepcopy(net.state_dict()) for net in models]  # what the clients "receive"
-    for i, net in enumerate(models):
-        mixed = {key: sum(W[i, j] * snapshots[j][key] for j in range(len(models)) if W[i, j] > 0)
-                 for key in snapshots[i]}
-        net.load_state_dict(mixed)
+def sam_step(net, opt, x, y, rho):
+    """davda54/sam-style: ascend to y + ε, take the gradient there, restore y, step."""
+    opt.zero_grad()
+    F.cross_entropy(net(x), y).backward()
+    params = [p for p in net.parameters() if p.grad is not None]
+    with torch.no_grad():
+        norm = torch.norm(torch.stack([p.grad.norm() for p in params]))
+        eps = [rho * p.grad / (norm + 1e-12) for p in params]
+        for p, e in zip(params, eps):
+            p.add_(e)
+    opt.zero_grad()
+    F.cross_entropy(net(x), y).backward()
+    with torch.no_grad():
+        for p, e in zip(params, eps):
+            p.sub_(e)
+    opt.step()
+
+
+def reference_round(trainer_model, client_states, loaders, steps, W, lr, rho, device):
+    """DisPFL/DFedSAM "standalone" loop: one shared model; per client load a deep copy of its weights,
+    build a fresh optimizer, train on its DataLoader, deep-copy the weights back; then every client
+    averages its neighbours' state dicts key by key."""
+    trained = []
+    for i, state in enumerate(client_states):
+        trainer_model.load_state_dict(copy.deepcopy(state))
+        opt = torch.optim.SGD(trainer_model.parameters(), lr=lr)
+        batches = iter(loaders[i])
+        for _ in range(steps):
+            try:
+                x, y = next(batches)
+            except StopIteration:
+                batches = iter(loaders[i])
+                x, y = next(batches)
+            sam_step(trainer_model, opt, x.to(device), y.to(device), rho)
+        trained.append(copy.deepcopy(trainer_model.state_dict()))
+    mixed_states = []
+    for i in range(len(trained)):
+        mixed = copy.deepcopy(trained[i])
+        for key in mixed:
+            mixed[key] = sum(W[i, j] * trained[j][key] for j in range(len(trained)) if W[i, j] > 0)
+        mixed_states.append(mixed)
+    return mixed_states
 
 
 def main():
@@ -112,14 +130,22 @@ def main():
     sync(device)
     ours = time.perf_counter() - tic
 
-    models = [copy.deepcopy(model) for _ in range(args.clients)]
-    optimizers = [torch.optim.SGD(net.parameters(), lr=lr) for net in models]
+    reference_model = copy.deepcopy(model)
+    states = [copy.deepcopy(model.state_dict()) for _ in range(args.clients)]
+    cpu = data.to(torch.device("cpu"))
+    loaders = [
+        DataLoader(TensorDataset(cpu.train_x[idx], cpu.train_y[idx]), batch_size=args.batch_size, shuffle=True)
+        for idx in cpu.client_indices
+    ]
     W = topo.W
-    reference_round(models, optimizers, data, trainer.schedule(0), W, lr, args.rho, device)  # warm-up
+    run_reference = lambda s: reference_round(  # noqa: E731
+        reference_model, s, loaders, args.local_steps, W, lr, args.rho, device
+    )
+    states = run_reference(states)  # warm-up
     sync(device)
     tic = time.perf_counter()
-    for t in range(1, args.rounds + 1):
-        reference_round(models, optimizers, data, trainer.schedule(t), W, lr, args.rho, device)
+    for _ in range(args.rounds):
+        states = run_reference(states)
     sync(device)
     reference = time.perf_counter() - tic
 
