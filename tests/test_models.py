@@ -201,10 +201,12 @@ def test_errors(call, match):
         call()
 
 
-def test_auto_conv_impl_on_cpu_is_unfold_for_1d_and_native_for_2d(monkeypatch):
+def test_auto_conv_impl_is_native_and_unfold_is_not(monkeypatch):
     calls = []
-    monkeypatch.setattr(F, "conv1d", lambda *a, **k: calls.append("conv1d"))
+    monkeypatch.setattr(F, "conv1d", lambda *a, **k: calls.append("conv1d") or torch.zeros(1))
     monkeypatch.setattr(F, "conv2d", lambda *a, **k: calls.append("conv2d") or torch.zeros(1))
     Conv1d(1, 2, 3, conv_impl="auto")(torch.randn(1, 1, 8))
     Conv2d(1, 2, 3, conv_impl="auto")(torch.randn(1, 1, 8, 8))
-    assert calls == ["conv2d"]
+    Conv1d(1, 2, 3, conv_impl="unfold")(torch.randn(1, 1, 8))
+    Conv2d(1, 2, 3, conv_impl="unfold")(torch.randn(1, 1, 8, 8))
+    assert calls == ["conv1d", "conv2d"]
