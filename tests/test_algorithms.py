@@ -125,7 +125,7 @@ def test_dpsgd_matches_matrix_recursion():
     torch.manual_seed(config.seed)
     model = build_model("mlp", data.input_shape, 3, hidden=[6])
     trainer = LocalTrainer(model, ParamLayout.of(model), data, list(range(8)), config)
-    W = torch.as_tensor(topologies.build("ring", 8).W, dtype=torch.float64)
+    W = torch.tensor(topologies.build("ring", 8).W, dtype=torch.float64)
     X = result.initial_params.clone()
     schedule = trainer.schedule(0)
     for k in range(3):
