@@ -169,3 +169,19 @@ def test_sam_perturbation_uses_joint_norm():
     eps = trainer.perturbation(torch.zeros_like(g), g, LocalRule(rho=0.3))
     torch.testing.assert_close(eps.norm(dim=1), torch.full((4,), 0.3))
     torch.testing.assert_close(eps / eps.norm(dim=1, keepdim=True), g / g.norm(dim=1, keepdim=True))
+
+
+def test_augmented_batches_depend_only_on_seed_client_and_round():
+    g = torch.Generator().manual_seed(0)
+    train = [(torch.randn(6, 3, 8, 8, generator=g), torch.randint(0, 2, (6,), generator=g)) for _ in range(4)]
+    data = FederatedData.from_arrays(train=train, test=train[0], num_classes=2, augment="crop-flip")
+    model = nn.Sequential(nn.Flatten(), nn.Linear(192, 2))
+    config = Config(clients=4, batch_size=4, local_steps=3)
+    layout = ParamLayout.of(model)
+    everyone = LocalTrainer(model, layout, data, [0, 1, 2, 3], config).schedule(5)
+    alone = LocalTrainer(model, layout, data, [2], config).schedule(5)
+    for k in range(3):
+        torch.testing.assert_close(everyone.batch(k).x[2], alone.batch(k).x[0])
+    assert not torch.equal(everyone.batch(0).x[2], data.train_x[everyone.index[2, :4]])  # augmented
+    other_round = LocalTrainer(model, layout, data, [2], config).schedule(6)
+    assert not torch.equal(other_round.batch(0).x[0], alone.batch(0).x[0])

@@ -18,6 +18,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from dfl.data.augment import crop_flip
+
 CROP_PADDING = 4
 
 
@@ -111,15 +113,4 @@ def _crop_flip_params(count: int, gen: torch.Generator) -> torch.Tensor:
 
 def apply_crop_flip(x: torch.Tensor, params: torch.Tensor) -> torch.Tensor:
     """Random crop (zero padding 4) + horizontal flip with explicit per-sample params [..., 3] = (dy, dx, flip)."""
-    lead = x.shape[:-3]
-    C, H, W = x.shape[-3:]
-    flat = x.reshape(-1, C, H, W)
-    p = params.reshape(-1, 3)
-    padded = torch.nn.functional.pad(flat, (CROP_PADDING,) * 4)
-    ar_h = torch.arange(H, device=x.device)
-    ar_w = torch.arange(W, device=x.device)
-    rows = p[:, 0:1] + ar_h  # [N, H]
-    cols = torch.where(p[:, 2:3].bool(), W - 1 - ar_w, ar_w) + p[:, 1:2]  # [N, W]
-    n = torch.arange(flat.shape[0], device=x.device)[:, None, None]
-    out = padded.permute(0, 2, 3, 1)[n, rows[:, :, None], cols[:, None, :]]  # [N, H, W, C]
-    return out.permute(0, 3, 1, 2).reshape(*lead, C, H, W)
+    return crop_flip(x, params[..., :2], params[..., 2].bool(), padding=CROP_PADDING)

@@ -1,0 +1,38 @@
+"""scikit-learn's bundled handwritten digits (UCI optdigits test set): 1797 real 8x8 images, 10 classes."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from dfl.data.dataset import Dataset, check_float, check_int
+
+
+def load_digits(*, test_fraction: float = 0.2, seed: int = 0) -> Dataset:
+    """Digits as (1, 8, 8) images: a stratified train/test split (`test_fraction`, `seed`), pixels scaled
+    from 0..16 to [0, 1], then standardized with the train set's global mean and std,
+    x <- (x - mean) / std (one scalar each: corner pixels are constant, so per-pixel std would be 0)."""
+    from sklearn.datasets import load_digits as sk_load_digits
+    from sklearn.model_selection import train_test_split
+
+    test_fraction = check_float("test_fraction", test_fraction, 0.0, 1.0)
+    seed = check_int("seed", seed, 0)
+    bunch = sk_load_digits()
+    x = (bunch.data / 16.0).astype(np.float32)
+    y = bunch.target.astype(np.int64)
+    try:
+        x_tr, x_te, y_tr, y_te = train_test_split(x, y, test_size=test_fraction, stratify=y, random_state=seed)
+    except ValueError as exc:  # too small a test set to hold every class
+        raise ValueError(f"test_fraction={test_fraction} cannot give a stratified split of digits: {exc}") from exc
+    mean, std = float(x_tr.mean()), float(x_tr.std())
+    shape = (1, 8, 8)
+    return Dataset(
+        name="digits",
+        train_x=torch.tensor((x_tr - mean) / std).reshape(-1, *shape),
+        train_y=torch.tensor(y_tr),
+        test_x=torch.tensor((x_te - mean) / std).reshape(-1, *shape),
+        test_y=torch.tensor(y_te),
+        num_classes=10,
+        input_shape=shape,
+        options={"test_fraction": test_fraction, "seed": seed},
+    )

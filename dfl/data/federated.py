@@ -1,0 +1,221 @@
+"""`FederatedData`: the pooled train set, one index tensor per client, and the test set, as torch tensors.
+
+This is what the engine consumes: it gathers every client's minibatch from `train_x` through
+`padded_indices()` in one indexing op. Client indices always stay on the CPU (schedules are built there
+and the gathered row ids are moved to the data's device); `to(device)` moves the x/y tensors.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import numpy as np
+import torch
+
+from dfl.data.dataset import load_dataset
+from dfl.data.partitioners import label_histograms
+from dfl.data.partitioners import partition as split_indices  # renamed: build() has arguments of these names
+from dfl.data.partitioners import partition_options as method_options
+
+AUGMENTATIONS = (None, "crop-flip")
+
+
+@dataclass
+class FederatedData:
+    train_x: torch.Tensor  # float [N, *input_shape], every client's training samples pooled
+    train_y: torch.Tensor  # int64 [N]
+    client_indices: list[torch.Tensor]  # int64 CPU tensors, client i's rows of train_x
+    test_x: torch.Tensor
+    test_y: torch.Tensor
+    num_classes: int
+    input_shape: tuple[int, ...]
+    augment: str | None = None  # None or "crop-flip" (dfl.data.augment)
+    name: str = "arrays"
+    partition_method: str | None = None
+    partition_options: dict[str, Any] = field(default_factory=dict)
+    dataset_options: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.input_shape = tuple(int(s) for s in self.input_shape)
+        self.client_indices = [torch.as_tensor(i, dtype=torch.long).cpu().reshape(-1) for i in self.client_indices]
+        if self.augment not in AUGMENTATIONS:
+            raise ValueError(f"augment must be one of {AUGMENTATIONS}, got {self.augment!r}")
+        for which, x, y in (("train", self.train_x, self.train_y), ("test", self.test_x, self.test_y)):
+            if tuple(x.shape[1:]) != self.input_shape:
+                raise ValueError(f"{which}_x has sample shape {list(x.shape[1:])}, expected {list(self.input_shape)}")
+            if y.dim() != 1 or y.shape[0] != x.shape[0]:
+                raise ValueError(f"{which}_y must be [{x.shape[0]}], got {list(y.shape)}")
+        if not self.client_indices:
+            raise ValueError("client_indices must hold at least one client")
+        n = self.train_x.shape[0]
+        for i, idx in enumerate(self.client_indices):
+            if idx.numel() == 0:
+                raise ValueError(f"client {i} has no samples; every client needs at least 1")
+            if int(idx.min()) < 0 or int(idx.max()) >= n:
+                raise ValueError(f"client {i} has indices outside [0, {n - 1}]")
+
+    # ------------------------------------------------------------------ views
+    @property
+    def num_clients(self) -> int:
+        return len(self.client_indices)
+
+    @property
+    def sizes(self) -> torch.Tensor:
+        """n_i, int64 [m]."""
+        return torch.tensor([i.numel() for i in self.client_indices], dtype=torch.long)
+
+    def label_histograms(self) -> np.ndarray:
+        """int64 [m, num_classes]: samples of each class per client."""
+        return label_histograms(self.train_y, self.client_indices, self.num_classes)
+
+    def padded_indices(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """(LongTensor [m, max n_i], rows padded with 0; LongTensor sizes [m]), both on the CPU."""
+        sizes = self.sizes
+        padded = torch.zeros(self.num_clients, int(sizes.max()), dtype=torch.long)
+        for i, idx in enumerate(self.client_indices):
+            padded[i, : idx.numel()] = idx
+        return padded, sizes
+
+    def partition_info(self) -> dict[str, Any]:
+        """JSON-serialisable description of the split, written to the run's partition.json."""
+        return _jsonable({
+            "dataset": self.name,
+            "dataset_options": self.dataset_options,
+            "method": self.partition_method,
+            "options": self.partition_options,
+            "num_clients": self.num_clients,
+            "num_classes": self.num_classes,
+            "num_train": int(self.train_x.shape[0]),
+            "num_test": int(self.test_x.shape[0]),
+            "sizes": self.sizes.tolist(),
+            "label_histograms": self.label_histograms().tolist(),
+        })
+
+    def to(self, device: str | torch.device) -> FederatedData:
+        """A copy whose x/y tensors live on `device` (client indices stay on the CPU)."""
+        return replace(self, train_x=self.train_x.to(device), train_y=self.train_y.to(device),
+                       test_x=self.test_x.to(device), test_y=self.test_y.to(device))
+
+    # ------------------------------------------------------------------ constructors
+    @classmethod
+    def build(cls, dataset: str, num_clients: int, partition: str, *, seed: int, root: str | None = None,
+              dataset_options: dict[str, Any] | None = None,
+              partition_options: dict[str, Any] | None = None) -> FederatedData:
+        """Load `dataset` and split its train set among `num_clients` clients with `partition` (seeded by `seed`).
+
+        For `synthetic` the dataset's own num_clients defaults to `num_clients`. Only `synthetic` supports the
+        `natural` partition; with any other partition its train set is pooled and re-split.
+        """
+        dataset_options = dict(dataset_options or {})
+        popts = dict(partition_options or {})
+        if dataset == "synthetic":
+            dataset_options.setdefault("num_clients", num_clients)
+        method_options(partition)  # validates the method name before loading anything
+        if partition == "natural" and "split" in popts:
+            raise ValueError("partition 'natural' takes the split from the dataset; do not pass option split")
+        ds = load_dataset(dataset, root, **dataset_options)
+        if partition == "natural":
+            if ds.natural_split is None:
+                raise ValueError(f"partition 'natural' needs a dataset with its own client split; only synthetic has "
+                                 f"one, dataset {dataset!r} does not: use iid, dirichlet, dirichlet-class, shards or "
+                                 "similarity")
+            parts = split_indices(ds.train_y, num_clients, "natural", seed=seed, split=ds.natural_split)
+            recorded: dict[str, Any] = {}
+        else:
+            parts = split_indices(ds.train_y, num_clients, partition, seed=seed, **popts)
+            recorded = {**method_options(partition), **popts}
+        return cls(
+            train_x=ds.train_x, train_y=ds.train_y,
+            client_indices=[torch.from_numpy(p) for p in parts],
+            test_x=ds.test_x, test_y=ds.test_y,
+            num_classes=ds.num_classes, input_shape=ds.input_shape, augment=ds.augment, name=ds.name,
+            partition_method=partition, partition_options={**recorded, "seed": seed},
+            dataset_options=ds.options,
+        )
+
+    @classmethod
+    def from_arrays(cls, train: list[tuple[Any, Any]], test: tuple[Any, Any], num_classes: int | None = None,
+                    name: str = "arrays", augment: str | None = None) -> FederatedData:
+        """Users' own data: `train` holds one (x_i, y_i) pair per client, `test` one (x, y) pair (numpy or torch).
+
+        x arrays are real-valued [n, *input_shape] with the same input_shape everywhere; y arrays are integer
+        class ids [n] in [0, num_classes) (num_classes defaults to the largest label + 1). Clients keep
+        their data as given; the pooled train set is their concatenation in client order.
+        """
+        if isinstance(train, tuple) and len(train) == 2 and not isinstance(train[0], (tuple, list)):
+            raise ValueError("train must be a list of (x, y) pairs, one per client, not a single (x, y) pair")
+        if not isinstance(train, (list, tuple)) or len(train) == 0:
+            raise ValueError("train must be a non-empty list of (x, y) pairs, one per client")
+        xs, ys = [], []
+        for i, pair in enumerate(train):
+            x, y = _pair(f"train[{i}]", pair)
+            xs.append(x)
+            ys.append(y)
+        tx, ty = _pair("test", test)
+        shape = xs[0].shape[1:]
+        for where, x in [*((f"train[{i}]", x) for i, x in enumerate(xs)), ("test", tx)]:
+            if x.shape[1:] != shape:
+                raise ValueError(f"{where} x has sample shape {list(x.shape[1:])} but train[0] has {list(shape)}; "
+                                 "every x must share the same input shape")
+        top = max(int(y.max()) for y in [*ys, ty] if y.numel()) + 1
+        if num_classes is None:
+            num_classes = top
+        elif isinstance(num_classes, bool) or not isinstance(num_classes, (int, np.integer)) or num_classes < 1:
+            raise ValueError(f"num_classes must be a positive int, got {num_classes!r}")
+        elif top > num_classes:
+            raise ValueError(f"labels go up to {top - 1} but num_classes={num_classes}; labels must be in "
+                             f"[0, {num_classes - 1}]")
+        if augment == "crop-flip" and len(shape) != 3:
+            raise ValueError(f"augment='crop-flip' needs image inputs [C, H, W], got input shape {list(shape)}")
+        offsets = np.cumsum([0] + [x.shape[0] for x in xs])
+        return cls(
+            train_x=torch.cat(xs), train_y=torch.cat(ys),
+            client_indices=[torch.arange(offsets[i], offsets[i + 1]) for i in range(len(xs))],
+            test_x=tx, test_y=ty, num_classes=int(num_classes), input_shape=tuple(shape), augment=augment,
+            name=name, partition_method="given",
+        )
+
+
+def _pair(where: str, pair: Any) -> tuple[torch.Tensor, torch.Tensor]:
+    if not isinstance(pair, (tuple, list)) or len(pair) != 2:
+        raise ValueError(f"{where} must be an (x, y) pair")
+    x, y = (_tensor(v) for v in pair)
+    if x.dtype == torch.bool or x.is_complex() or not (x.is_floating_point() or _is_int(x.dtype)):
+        raise ValueError(f"{where} x must be real-valued (float or int), got {x.dtype}")
+    if x.dim() < 2 or x.shape[0] < 1:
+        raise ValueError(f"{where} x must be [n, *input_shape] with n >= 1, got shape {list(x.shape)}")
+    if not _is_int(y.dtype):
+        raise ValueError(f"{where} y must hold integer class ids, got dtype {y.dtype}; cast it, e.g. y.astype(int)")
+    if y.dim() != 1 or y.shape[0] != x.shape[0]:
+        raise ValueError(f"{where} y must be 1-D with one label per sample of x ({x.shape[0]}), got shape "
+                         f"{list(y.shape)}")
+    if int(y.min()) < 0:
+        raise ValueError(f"{where} y has negative label {int(y.min())}; labels must be >= 0")
+    x = x.to(torch.float32)
+    if not torch.isfinite(x).all():
+        raise ValueError(f"{where} x contains NaN or inf")
+    return x, y.to(torch.int64)
+
+
+def _tensor(value: Any) -> torch.Tensor:
+    if isinstance(value, torch.Tensor):
+        return value.detach().cpu()
+    arr = np.asarray(value)
+    if arr.dtype == object:
+        raise ValueError(f"expected a numeric array, got an object array of shape {list(arr.shape)}")
+    return torch.from_numpy(np.ascontiguousarray(arr))
+
+
+def _is_int(dtype: torch.dtype) -> bool:
+    return dtype in (torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64)
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, (np.generic, torch.Tensor, np.ndarray)):
+        return _jsonable(value.tolist())
+    return value

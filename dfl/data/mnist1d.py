@@ -1,0 +1,64 @@
+"""MNIST-1D (Greydanus 2020), generated offline with the `mnist1d` package's own generator.
+
+`mnist1d.data.make_dataset` draws from numpy's and Python's global RNGs after seeding them; both global
+states are saved and restored so loading a dataset never perturbs the caller's randomness. The package's
+`get_dataset` (which may download a pickle) is never called.
+"""
+
+from __future__ import annotations
+
+import random
+from functools import lru_cache
+
+import numpy as np
+import torch
+
+from dfl.data.dataset import Dataset, check_float, check_int
+
+
+@lru_cache(maxsize=4)
+def _generate(num_samples: int, seed: int, test_fraction: float) -> tuple[np.ndarray, ...]:
+    from mnist1d.data import get_dataset_args, make_dataset
+
+    args = get_dataset_args()
+    args.num_samples = num_samples
+    args.seed = seed
+    args.train_split = 1.0 - test_fraction
+    np_state, py_state = np.random.get_state(), random.getstate()
+    try:
+        d = make_dataset(args)
+    finally:
+        np.random.set_state(np_state)
+        random.setstate(py_state)
+    arrays = (d["x"].astype(np.float32), d["y"].astype(np.int64), d["x_test"].astype(np.float32),
+              d["y_test"].astype(np.int64))
+    for a in arrays:
+        a.flags.writeable = False  # cached: handed out as copies only
+    return arrays
+
+
+def load_mnist1d(*, num_samples: int = 4000, seed: int = 42, test_fraction: float = 0.2) -> Dataset:
+    """MNIST-1D: 10 classes, sequences of length 40 as shape (1, 40), standardized by the generator.
+
+    `num_samples` (rounded down to a multiple of 10, equal per class) is split into train/test by
+    `test_fraction`. The default 4000 keeps a default run fast; the package default is 5000. `seed` fixes
+    the data (42 is the package default); the partition seed is separate.
+    """
+    num_samples = check_int("num_samples", num_samples, 20)
+    seed = check_int("seed", seed, 0)
+    test_fraction = check_float("test_fraction", test_fraction, 0.0, 1.0)
+    n = num_samples // 10 * 10
+    split = int(n * (1.0 - test_fraction))
+    if split < 1 or split >= n:
+        raise ValueError(f"test_fraction={test_fraction} leaves an empty train or test set of num_samples={n}")
+    x, y, xt, yt = _generate(num_samples, seed, test_fraction)
+    return Dataset(
+        name="mnist1d",
+        train_x=torch.tensor(x).unsqueeze(1),
+        train_y=torch.tensor(y),
+        test_x=torch.tensor(xt).unsqueeze(1),
+        test_y=torch.tensor(yt),
+        num_classes=10,
+        input_shape=(1, x.shape[1]),
+        options={"num_samples": num_samples, "seed": seed, "test_fraction": test_fraction},
+    )

@@ -1,0 +1,213 @@
+"""`partition(labels, num_clients, method, *, seed, **options)`: split a train set's indices among clients.
+
+Methods and their options (defaults):
+    iid                                   random permutation cut into near-equal parts
+    dirichlet        alpha=0.3, sigma=0   label skew, balanced sizes (ALGORITHMS.md §2.1); sigma > 0: lognormal sizes
+    dirichlet-class  alpha=0.3, min_size=10, max_retries=10, self_balancing=False
+                                          per-class Dir(alpha) over clients (Flower's DirichletPartitioner)
+    shards           classes_per_client=2 label-sorted shards, k per client (McMahan et al.)
+    similarity       similarity (required, s in [0, 1])   SCAFFOLD's s% iid + (1-s)% label-sorted split
+    natural          split (required)     a dataset's own per-client split (synthetic only)
+Every method returns one sorted int64 index array per client; every client gets at least one sample.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from dfl.data.dirichlet import _listed, dirichlet_balanced, dirichlet_per_class
+
+REQUIRED = object()
+_OPTIONS: dict[str, dict[str, Any]] = {
+    "iid": {},
+    "dirichlet": {"alpha": 0.3, "sigma": 0.0},
+    "dirichlet-class": {"alpha": 0.3, "min_size": 10, "max_retries": 10, "self_balancing": False},
+    "shards": {"classes_per_client": 2},
+    "similarity": {"similarity": REQUIRED},
+    "natural": {"split": REQUIRED},
+}
+PARTITIONS = tuple(_OPTIONS)
+_HINTS = {
+    "dirichlet": "raise alpha or use fewer clients",
+    "dirichlet-class": "raise alpha or min_size, or use fewer clients",
+    "shards": "use fewer clients or fewer classes_per_client",
+    "similarity": "use fewer clients",
+    "natural": "fix the split",
+    "iid": "use fewer clients",
+}
+
+
+def partition_options(method: str) -> dict[str, Any]:
+    """The options `method` accepts with their defaults (required ones map to the string "required")."""
+    _check_method(method)
+    return {k: ("required" if v is REQUIRED else v) for k, v in _OPTIONS[method].items()}
+
+
+def _check_method(method: str) -> None:
+    if method not in _OPTIONS:
+        raise ValueError(f"partition must be one of {', '.join(PARTITIONS)}; got {method!r}")
+
+
+def _resolve(method: str, options: dict[str, Any]) -> dict[str, Any]:
+    _check_method(method)
+    allowed = _OPTIONS[method]
+    unknown = sorted(set(options) - set(allowed))
+    if unknown:
+        listed = ", ".join(f"{k}={'required' if v is REQUIRED else repr(v)}" for k, v in allowed.items()) or "none"
+        raise ValueError(f"unknown option(s) {', '.join(unknown)} for partition {method!r}; allowed options: {listed}")
+    resolved = {**allowed, **options}
+    missing = [k for k, v in resolved.items() if v is REQUIRED]
+    if missing:
+        what = {"similarity": "similarity=s with s in [0, 1]",
+                "split": "split=<one index array per client>; only datasets with a natural client split "
+                         "(synthetic) provide one"}
+        raise ValueError(f"partition {method!r} needs option {what[missing[0]]}")
+    return resolved
+
+
+def _number(name: str, value: Any, *, low: float, high: float | None = None, low_open: bool = True) -> float:
+    ok = isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool) and np.isfinite(value)
+    if ok:
+        ok = (value > low if low_open else value >= low) and (high is None or value <= high)
+    if not ok:
+        rng = f"{'(' if low_open else '['}{low}, {'inf)' if high is None else f'{high}]'}"
+        raise ValueError(f"{name} must be a number in {rng}, got {value!r}")
+    return float(value)
+
+
+def _integer(name: str, value: Any, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
+        raise ValueError(f"{name} must be an int >= {minimum}, got {value!r}")
+    return int(value)
+
+
+def as_labels(labels: Any) -> np.ndarray:
+    """Labels as a 1-D int64 numpy array of non-negative class ids (numpy, torch or a sequence)."""
+    if hasattr(labels, "detach"):
+        labels = labels.detach().cpu().numpy()
+    arr = np.asarray(labels)
+    if arr.ndim != 1 or not (np.issubdtype(arr.dtype, np.integer)) or arr.dtype == np.bool_:
+        raise ValueError(f"labels must be a 1-D integer array, got dtype {arr.dtype} and shape {list(arr.shape)}")
+    if arr.size and arr.min() < 0:
+        raise ValueError(f"labels must be >= 0, found {int(arr.min())}")
+    return arr.astype(np.int64, copy=False)
+
+
+def partition(labels: Any, num_clients: int, method: str, *, seed: int, **options: Any) -> list[np.ndarray]:
+    """Split indices 0..N-1 of `labels` among `num_clients` clients by `method` (see the module docstring)."""
+    labels = as_labels(labels)
+    opts = _resolve(method, options)
+    num_clients = _integer("num_clients", num_clients, 1)
+    seed = _integer("seed", seed, 0)
+    n = labels.shape[0]
+    if num_clients > n:
+        raise ValueError(f"num_clients={num_clients} exceeds the {n} training samples; use at most {n} clients")
+    rng = np.random.default_rng(seed)
+    if method == "iid":
+        parts = [np.sort(p) for p in np.array_split(rng.permutation(n), num_clients)]
+    elif method == "dirichlet":
+        alpha = _number("alpha", opts["alpha"], low=0.0)
+        sigma = _number("sigma", opts["sigma"], low=0.0, low_open=False)
+        parts = dirichlet_balanced(labels, num_clients, alpha, sigma, rng)
+    elif method == "dirichlet-class":
+        alpha = _number("alpha", opts["alpha"], low=0.0)
+        min_size = _integer("min_size", opts["min_size"], 1)
+        max_retries = _integer("max_retries", opts["max_retries"], 0)
+        if not isinstance(opts["self_balancing"], (bool, np.bool_)):
+            raise ValueError(f"self_balancing must be true or false, got {opts['self_balancing']!r}")
+        if min_size * num_clients > n:
+            raise ValueError(f"min_size={min_size} x num_clients={num_clients} exceeds the {n} training samples; "
+                             "lower min_size or use fewer clients")
+        parts = dirichlet_per_class(labels, num_clients, alpha, min_size, max_retries, bool(opts["self_balancing"]),
+                                    rng)
+    elif method == "shards":
+        parts = shards(labels, num_clients, _integer("classes_per_client", opts["classes_per_client"], 1), rng)
+    elif method == "similarity":
+        parts = similarity(labels, num_clients, _number("similarity", opts["similarity"], low=0.0, high=1.0,
+                                                        low_open=False), rng)
+    else:
+        parts = natural(opts["split"], num_clients, n)
+    _check_nonempty(parts, method)
+    return parts
+
+
+def _check_nonempty(parts: list[np.ndarray], method: str) -> None:
+    empty = np.flatnonzero(np.array([p.size for p in parts]) == 0)
+    if empty.size:
+        raise ValueError(f"partition {method!r} leaves client(s) {_listed(empty)} with 0 samples; every client needs "
+                         f"at least 1: {_HINTS[method]}")
+
+
+def shards(labels: np.ndarray, num_clients: int, k: int, rng: np.random.Generator) -> list[np.ndarray]:
+    """McMahan et al.'s pathological split: sort by label (random order within a class), cut into m*k shards,
+    give each client k random shards. Shards are cut inside classes (class c gets shards in proportion to
+    its size, at least one each, greedily giving the next shard to the class with the largest shards), so
+    a client holds at most k labels and k = 1 is exactly one label per client. When m*k is smaller than the
+    number of classes, the sorted array is cut into m*k equal contiguous pieces instead."""
+    n = labels.shape[0]
+    total = num_clients * k
+    if total > n:
+        raise ValueError(f"shards: num_clients * classes_per_client = {num_clients} * {k} = {total} exceeds the {n} "
+                         "training samples; lower classes_per_client or use fewer clients")
+    perm = rng.permutation(n)
+    ordered = perm[np.argsort(labels[perm], kind="stable")]
+    classes, counts = np.unique(labels, return_counts=True)
+    if total < classes.size:
+        pieces = np.array_split(ordered, total)
+    else:
+        per_class = np.ones(classes.size, dtype=np.int64)
+        for _ in range(total - classes.size):
+            per_class[np.argmax(counts / per_class)] += 1
+        pieces = []
+        for block, s in zip(np.split(ordered, np.cumsum(counts)[:-1]), per_class):
+            pieces.extend(np.array_split(block, s))
+    assignment = rng.permutation(total).reshape(num_clients, k)
+    return [np.sort(np.concatenate([pieces[s] for s in row])) for row in assignment]
+
+
+def similarity(labels: np.ndarray, num_clients: int, s: float, rng: np.random.Generator) -> list[np.ndarray]:
+    """SCAFFOLD's split (ALGORITHMS.md §2.2): a random floor(s N) subset is dealt evenly at random, the rest is
+    sorted by label and cut into m contiguous chunks; client i gets iid chunk i and sorted chunk i. The iid
+    chunks are dealt in reverse order, so the clients that miss a remainder sample of one part get one of
+    the other: no client is empty when N >= m."""
+    n = labels.shape[0]
+    perm = rng.permutation(n)
+    n_iid = int(np.floor(s * n))
+    iid, rest = perm[:n_iid], perm[n_iid:]
+    sorted_rest = rest[np.argsort(labels[rest], kind="stable")]
+    iid_chunks = np.array_split(iid, num_clients)[::-1]
+    sorted_chunks = np.array_split(sorted_rest, num_clients)
+    return [np.sort(np.concatenate([a, b])) for a, b in zip(iid_chunks, sorted_chunks)]
+
+
+def natural(split: Any, num_clients: int, n: int) -> list[np.ndarray]:
+    """A dataset's own split, checked: `num_clients` disjoint index arrays into 0..n-1."""
+    if isinstance(split, (str, bytes)) or not hasattr(split, "__len__"):
+        raise ValueError("split must be a list with one index array per client")
+    if len(split) != num_clients:
+        raise ValueError(f"the natural split has {len(split)} clients but num_clients={num_clients}; use "
+                         f"num_clients={len(split)} (for synthetic, the dataset option num_clients sets it)")
+    parts = [as_labels(p).copy() for p in split]
+    flat = np.concatenate(parts) if parts else np.empty(0, np.int64)
+    if flat.size and flat.max() >= n:
+        raise ValueError(f"split holds index {int(flat.max())} but the train set has {n} samples")
+    if np.unique(flat).size != flat.size:
+        raise ValueError("split must give every sample to at most one client (found an index twice)")
+    return [np.sort(p) for p in parts]
+
+
+def label_histograms(labels: Any, parts: list[Any], num_classes: int | None = None) -> np.ndarray:
+    """counts[i, c] = number of samples of class c held by client i; int64 [num_clients, num_classes]."""
+    labels = as_labels(labels)
+    top = int(labels.max()) + 1 if labels.size else 0
+    if num_classes is None:
+        num_classes = top
+    elif top > num_classes:
+        raise ValueError(f"labels go up to {top - 1} but num_classes={num_classes}")
+    out = np.zeros((len(parts), num_classes), dtype=np.int64)
+    for i, p in enumerate(parts):
+        p = p.detach().cpu().numpy() if hasattr(p, "detach") else np.asarray(p, dtype=np.int64)
+        out[i] = np.bincount(labels[p], minlength=num_classes)[:num_classes]
+    return out

@@ -1,0 +1,81 @@
+"""FedProx's Synthetic(alpha, beta) benchmark (Li et al. 2020, after Shamir et al.), naturally federated.
+
+Client k (following the FedProx generator `generate_synthetic`):
+    u_k ~ N(0, alpha),  B_k ~ N(0, beta)                     (alpha, beta used as std, as in FedProx's code)
+    W_k ~ N(u_k, 1) in R^{60x10},  b_k ~ N(u_k, 1) in R^10  (the same mean u_k for W and b)
+    v_k ~ N(B_k, 1) in R^60,  x ~ N(v_k, Sigma),  Sigma = diag(j^{-1.2}), j = 1..60
+    y = argmax softmax(W_k^T x + b_k)
+    n_k = floor(LogNormal(size_log_mean, size_log_sigma)) + min_samples   (FedProx: LogNormal(4, 2) + 50)
+Each client's samples are split into train/test (FedProx keeps 90%/10%); the train parts, in client
+order, are the pooled train set and their index ranges are the natural split; the test parts are pooled.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from dfl.data.dataset import Dataset, check_float, check_int
+
+DIM, CLASSES = 60, 10
+
+
+def load_synthetic(
+    *,
+    alpha: float = 1.0,
+    beta: float = 1.0,
+    num_clients: int = 30,
+    size_log_mean: float = 4.0,
+    size_log_sigma: float = 2.0,
+    min_samples: int = 50,
+    test_fraction: float = 0.1,
+    seed: int = 0,
+) -> Dataset:
+    """Synthetic(alpha, beta) with `num_clients` clients; defaults are FedProx's Synthetic(1, 1) with 30 clients."""
+    alpha = check_float("alpha", alpha, 0.0, open_low=False)
+    beta = check_float("beta", beta, 0.0, open_low=False)
+    num_clients = check_int("num_clients", num_clients, 1)
+    size_log_mean = check_float("size_log_mean", size_log_mean, -np.inf)
+    size_log_sigma = check_float("size_log_sigma", size_log_sigma, 0.0, open_low=False)
+    min_samples = check_int("min_samples", min_samples, 2)
+    test_fraction = check_float("test_fraction", test_fraction, 0.0, 1.0)
+    seed = check_int("seed", seed, 0)
+
+    rng = np.random.default_rng(seed)
+    sizes = rng.lognormal(size_log_mean, size_log_sigma, num_clients).astype(np.int64) + min_samples
+    u = rng.normal(0.0, alpha, num_clients)
+    B = rng.normal(0.0, beta, num_clients)
+    sigma_sqrt = np.arange(1, DIM + 1, dtype=np.float64) ** (-1.2 / 2)
+    train_x, train_y, test_x, test_y, split = [], [], [], [], []
+    offset = 0
+    for k in range(num_clients):
+        v = rng.normal(B[k], 1.0, DIM)
+        W = rng.normal(u[k], 1.0, (DIM, CLASSES))
+        b = rng.normal(u[k], 1.0, CLASSES)
+        x = v + sigma_sqrt * rng.standard_normal((sizes[k], DIM))
+        y = np.argmax(x @ W + b, axis=1)  # argmax of softmax = argmax of the logits
+        n_test = int(sizes[k] * test_fraction)
+        n_train = sizes[k] - n_test
+        if n_train < 1:  # keep every client non-empty
+            n_train, n_test = 1, sizes[k] - 1
+        train_x.append(x[:n_train])
+        train_y.append(y[:n_train])
+        test_x.append(x[n_train:])
+        test_y.append(y[n_train:])
+        split.append(np.arange(offset, offset + n_train, dtype=np.int64))
+        offset += n_train
+    if sum(len(t) for t in test_y) == 0:
+        raise ValueError(f"test_fraction={test_fraction} gives an empty test set; raise it or min_samples")
+    return Dataset(
+        name="synthetic",
+        train_x=torch.tensor(np.concatenate(train_x), dtype=torch.float32),
+        train_y=torch.tensor(np.concatenate(train_y), dtype=torch.int64),
+        test_x=torch.tensor(np.concatenate(test_x), dtype=torch.float32),
+        test_y=torch.tensor(np.concatenate(test_y), dtype=torch.int64),
+        num_classes=CLASSES,
+        input_shape=(DIM,),
+        natural_split=split,
+        options={"alpha": alpha, "beta": beta, "num_clients": num_clients, "size_log_mean": size_log_mean,
+                 "size_log_sigma": size_log_sigma, "min_samples": min_samples, "test_fraction": test_fraction,
+                 "seed": seed},
+    )
