@@ -39,6 +39,18 @@ class Config:
     asam_eta: float | None = None
     momentum: float | None = None
     gossip_steps: int | None = None
+    # centralized FL (ALGORITHMS.md §4; None = the algorithm's default)
+    participation: float | None = None  # fraction f of clients per round, in (0, 1]; default 1 (all)
+    participation_mode: str | None = None  # "uniform": round(f·N) without replacement; "bernoulli": each w.p. f
+    aggregation: str | None = None  # server weights p_i: "uniform" (1/|S_t|) or "size" (n_i / Σ_{S_t} n_j)
+    server_lr: float | None = None  # η_g (1 = plain averaging)
+    server_momentum: float | None = None  # β in [0, 1): FedAvgSM/SLM, DOMO server momentum, MimeLite momentum
+    fedcm_alpha: float | None = None  # FedCM/MoFedSAM weight of the local gradient, in [0, 1] (1 = FedAvg/FedSAM)
+    domo_alpha: float | None = None  # DOMO/DOMO-S fusion coefficient α >= 0 (0 = FedAvgSLM-Z)
+    feddyn_alpha: float | None = None  # FedDyn regularisation α > 0
+    fedgloss_beta: float | None = None  # FedGLoSS β > 0 (ADMM penalty 1/β)
+    server_rho: float | None = None  # FedGLoSS server SAM radius ρ >= 0 (the client radius is `rho`)
+    rho_ramp_rounds: int | None = None  # FedGLoSS T_s: rounds of the linear ρ ramp; 0 or 1 = no ramp
     # topology
     topology: str = "ring"
     weights: str | None = None  # None = metropolis (for `custom` with a matrix: that matrix)
@@ -141,6 +153,7 @@ class Config:
         _integer("checkpoint_every", self.checkpoint_every, minimum=0)
         if self.gossip_steps is not None:
             _integer("gossip_steps", self.gossip_steps, minimum=1)
+        self._validate_centralized()
         if self.local_epochs is not None and self.local_steps is not None:
             raise ConfigError("set only one of local_epochs and local_steps (got both)")
         if self.local_epochs is not None:
@@ -164,6 +177,36 @@ class Config:
             if not isinstance(getattr(self, name), dict):
                 raise ConfigError(f"{name} must be a table of key = value, got {getattr(self, name)!r}")
         return self
+
+    def _validate_centralized(self) -> None:
+        from dfl.algorithms import algorithm_class
+        from dfl.algorithms.server import AGGREGATIONS, PARTICIPATION_MODES
+
+        if self.participation is not None:
+            _number("participation", self.participation, minimum=0.0, strict=True)
+            if self.participation > 1:
+                raise ConfigError(f"participation must be in (0, 1], got {self.participation}")
+            if self.participation < 1 and not getattr(algorithm_class(self.algorithm), "centralized", False):
+                raise ConfigError(
+                    f"participation = {self.participation} applies only to the centralized algorithms; the "
+                    f"decentralized {self.algorithm!r} trains and gossips every client each round (use 1 or unset)"
+                )
+        if self.participation_mode is not None:
+            _choice("participation_mode", self.participation_mode, PARTICIPATION_MODES)
+        if self.aggregation is not None:
+            _choice("aggregation", self.aggregation, AGGREGATIONS)
+        for name, strict in (("server_lr", True), ("domo_alpha", False), ("feddyn_alpha", True),
+                             ("fedgloss_beta", True), ("server_rho", False)):
+            if getattr(self, name) is not None:
+                _number(name, getattr(self, name), minimum=0.0, strict=strict)
+        for name, upper in (("server_momentum", "1)"), ("fedcm_alpha", "1]")):
+            value = getattr(self, name)
+            if value is not None:
+                _number(name, value, minimum=0.0)
+                if value > 1 or (value == 1 and upper == "1)"):
+                    raise ConfigError(f"{name} must be in [0, {upper}, got {value}")
+        if self.rho_ramp_rounds is not None:
+            _integer("rho_ramp_rounds", self.rho_ramp_rounds, minimum=0)
 
     @property
     def epochs_or_steps(self) -> tuple[str, int]:

@@ -7,14 +7,32 @@ import warnings
 from dfl.algorithms.base import Algorithm, Context, RoundStats
 from dfl.algorithms.dfedavg import DFedAvg, DFedAvgM
 from dfl.algorithms.dfedsam import DFedSAM, DFedSAMMGS
+from dfl.algorithms.domo import DOMO, DOMOS
 from dfl.algorithms.dpsgd import DPSGD
+from dfl.algorithms.fedavg import FedAvg, FedAvgSM, FedSAM
+from dfl.algorithms.fedcm import FedCM, MoFedSAM
+from dfl.algorithms.feddyn import FedDyn
+from dfl.algorithms.fedgloss import FedGLoSS
+from dfl.algorithms.mimelite import MimeLite
+from dfl.algorithms.momentum import FedAvgLM, FedAvgLMZ, FedAvgSLM, FedAvgSLMZ
+from dfl.algorithms.scaffold import Scaffold
 
 REGISTRY: dict[str, type[Algorithm]] = {
     cls.name: cls for cls in (DPSGD, DFedAvg, DFedAvgM, DFedSAM, DFedSAMMGS)
 }
+# Centralized FL: the complete-topology case, aggregation over sampled clients (dfl.algorithms.server).
+CENTRALIZED: tuple[type[Algorithm], ...] = (
+    FedAvg, FedSAM, MoFedSAM, FedCM, Scaffold, FedAvgSM, FedAvgLM, FedAvgLMZ, FedAvgSLM, FedAvgSLMZ,
+    DOMO, DOMOS, MimeLite, FedDyn, FedGLoSS,
+)
+REGISTRY.update({cls.name: cls for cls in CENTRALIZED})
 ALGORITHMS = tuple(REGISTRY)
 # Config fields that only some algorithms read.
 HYPERPARAMETERS = ("rho", "sam", "asam_eta", "momentum", "gossip_steps")
+HYPERPARAMETERS += (  # centralized algorithms
+    "participation", "participation_mode", "aggregation", "server_lr", "server_momentum", "fedcm_alpha",
+    "domo_alpha", "feddyn_alpha", "fedgloss_beta", "server_rho", "rho_ramp_rounds",
+)
 
 __all__ = ["ALGORITHMS", "Algorithm", "Context", "RoundStats", "algorithm_class", "resolve_hyperparameters"]
 

@@ -1,0 +1,64 @@
+"""FedAvg, FedSAM/FedASAM and FedAvgSM (ALGORITHMS.md §4.1, §4.7, §4.2).
+
+Round t (S_t sampled, weights p_i; see `dfl.algorithms.server`):
+    y_{i,0} = x_t;  K local steps of SGD (FedAvg) or of SAM/ASAM (FedSAM, same minibatch for the ascent)
+    Δ_i = y_{i,K} − x_t
+    FedAvg / FedSAM:  x_{t+1} = x_t + η_g Σ_S p_i Δ_i                       (η_g = 1: weighted average)
+    FedAvgSM:         d_t = Σ_S p_i (x_t − y_{i,K});  m ← β m + d_t;  x_{t+1} = x_t − η_g m   (Hsu et al. 2019)
+Communication: the model down, the model up.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from dfl.algorithms.base import RoundStats
+from dfl.algorithms.server import SERVER_DEFAULTS, ServerAlgorithm
+
+
+class FedAvg(ServerAlgorithm):
+    name = "fedavg"
+    hyperparameters = {**SERVER_DEFAULTS, "server_lr": 1.0}
+
+    def local(self, t: int, part):
+        """K local steps from x_t for the participants (the local rule from the hyperparameters)."""
+        ctx = self.ctx
+        return ctx.trainer.train(self.X, t, ctx.lr(t), ctx.rule(), rows=part.rows)
+
+    def round(self, t: int) -> RoundStats:
+        part = self.participants(t)
+        if part.count == 0:
+            return self.skipped()
+        local = self.local(t, part)
+        self.server_step(self.aggregate(local.Y - self.x, part.weights))  # Σ_S p_i Δ_i
+        return self.stats(local.loss, part)
+
+    def server_step(self, delta: torch.Tensor) -> None:
+        self.broadcast(self.x + self.hp["server_lr"] * delta)  # x_{t+1} = x_t + η_g Σ p_i Δ_i
+
+
+class FedSAM(FedAvg):
+    """FedSAM (Qu et al. 2022; Caldarola et al. 2022): SAM local steps (ASAM with sam="asam"), FedAvg server.
+
+    Default ρ = 0.1 (FL-Simulator, Caldarola's SAM runs); Caldarola's ASAM runs use ρ = 0.7, η_a = 0.2."""
+
+    name = "fedsam"
+    hyperparameters = {**FedAvg.hyperparameters, "rho": 0.1, "sam": "sam", "asam_eta": 0.2}
+
+
+class FedAvgSM(FedAvg):
+    """FedAvg with server (heavy-ball) momentum on the pseudo-gradient; effective server lr η_g/(1−β)."""
+
+    name = "fedavgsm"
+    hyperparameters = {**FedAvg.hyperparameters, "server_momentum": 0.9}
+
+    def __init__(self, ctx, X):
+        super().__init__(ctx, X)
+        self.m = torch.zeros_like(self.x)
+
+    def server_step(self, delta: torch.Tensor) -> None:
+        self.m = self.hp["server_momentum"] * self.m - delta  # m ← β m + d_t,  d_t = −Σ p_i Δ_i
+        self.broadcast(self.x - self.hp["server_lr"] * self.m)
+
+    def state(self):
+        return {**super().state(), "m": self.m}

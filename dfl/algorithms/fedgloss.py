@@ -1,0 +1,82 @@
+"""FedGLoSS (Caldarola, Cagnasso, Caputo & Ciccone, CVPR 2025, Algorithm 1; ALGORITHMS.md §4.14).
+
+Server SAM from the previous pseudo-gradient, with a FedDyn/ADMM-style client regulariser.
+State: server w, σ (0), Δ̃_prev (0); client σ_k (0), kept by non-participants. Down: w̃ (1×). Up: w_k (1×).
+Round t (ρ_t, ρ_{l,t} from the ramp below):
+  1. w̃ = w + ρ_t Δ̃_prev/‖Δ̃_prev‖   (joint norm; w̃ = w while Δ̃_prev = 0, i.e. in the first round, or ρ_t = 0)
+  2. client k ∈ S_t, from w_k = w̃, per batch:  g = SAMGRAD(f_k, w_k, ξ, ρ_{l,t})   (ρ_l = 0: plain gradient)
+         w_k ← w_k − η [g − σ_k + (w_k − w̃)/β]          (the bracket's extra terms enter before clipping/decay)
+     then σ_k ← σ_k − (w_k − w̃)/β
+  3. server, in this order:
+         σ ← σ − (1/(β N)) Σ_{k∈S_t} (w_k − w̃)      (N = all clients; the paper's form — the official code has
+                                                       an extra 1/|S_t| here, not followed)
+         Δ̃ = Σ_S p_k (w̃ − w_k)                      (pseudo-gradient at the perturbed point)
+         w ← w − η_g Δ̃ − β σ                         (descent from the unperturbed w)
+         Δ̃_prev ← Δ̃
+ρ ramp (T_s = rho_ramp_rounds > 1): ρ_t = ρ_0 + (ρ − ρ_0)·min(t/T_s, 1) for both radii, ρ_0 = min(0.001, ρ),
+the intended linear ramp (the official server ramp reuses the client's value, a bug not reproduced).
+T_s ≤ 1: constant radii. ρ = ρ_l = 0 gives FedDyn with α = 1/β (σ_k = −α h_k, β σ = −mean_all h_j).
+Defaults (CIFAR-10 CNN): ρ = ρ_l = 0.15, β = 10, η_g = 1; the paper ramps over T_s = 2000 of 10⁴ rounds,
+here the default is no ramp (T_s = 0).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from dfl.algorithms.base import RoundStats
+from dfl.algorithms.server import SERVER_DEFAULTS, ServerAlgorithm
+
+RHO_START = 0.001  # ρ_0 of the ramp
+
+
+class FedGLoSS(ServerAlgorithm):
+    name = "fedgloss"
+    hyperparameters = {
+        **SERVER_DEFAULTS, "server_lr": 1.0, "rho": 0.15, "sam": "sam", "asam_eta": 0.2,
+        "server_rho": 0.15, "fedgloss_beta": 10.0, "rho_ramp_rounds": 0,
+    }
+
+    def __init__(self, ctx, X):
+        super().__init__(ctx, X)
+        self.sigma = torch.zeros_like(self.x)  # server σ
+        self.delta_prev = torch.zeros_like(self.x)  # Δ̃_prev
+        self.sigma_k = torch.zeros_like(self.X)  # client σ_k (rows = local clients)
+
+    def radius(self, final: float, t: int) -> float:
+        """ρ_t: the linear ramp from ρ_0 to `final` over rho_ramp_rounds rounds, then constant."""
+        ramp = self.hp["rho_ramp_rounds"]
+        if ramp <= 1:
+            return final
+        start = min(RHO_START, final)
+        return start + (final - start) * min(t / ramp, 1.0)
+
+    def round(self, t: int) -> RoundStats:
+        part = self.participants(t)
+        if part.count == 0:
+            return self.skipped()
+        ctx, beta, r = self.ctx, self.hp["fedgloss_beta"], part.rows
+        # 1. server ascent along the previous pseudo-gradient
+        norm = float(self.delta_prev.norm())
+        rho = self.radius(self.hp["server_rho"], t)
+        w_tilde = self.x + rho * self.delta_prev / norm if norm > 0 and rho > 0 else self.x
+        start = w_tilde.expand_as(self.X).clone()
+
+        # 2. clients: local SAM on the regularised objective
+        def regularise(g, y, rows):  # g − σ_k + (w_k − w̃)/β
+            return g - self.sigma_k[rows] + (y - w_tilde) / beta
+
+        rule = ctx.rule(rho=self.radius(self.hp["rho"], t))
+        local = ctx.trainer.train(start, t, ctx.lr(t), rule, transform=regularise, rows=r)
+        self.sigma_k[r] -= (local.Y[r] - w_tilde) / beta
+
+        # 3. server
+        moved = self.aggregate(local.Y[r] - w_tilde, torch.ones_like(r, dtype=self.x.dtype))  # Σ_S (w_k − w̃)
+        self.sigma = self.sigma - moved / (beta * ctx.comm.num_clients)
+        delta = self.aggregate(w_tilde - local.Y, part.weights)  # Δ̃ = Σ_S p_k (w̃ − w_k)
+        self.broadcast(self.x - self.hp["server_lr"] * delta - beta * self.sigma)
+        self.delta_prev = delta
+        return self.stats(local.loss, part)
+
+    def state(self):
+        return {**super().state(), "sigma": self.sigma, "delta_prev": self.delta_prev, "sigma_k": self.sigma_k}

@@ -1,0 +1,65 @@
+"""MimeLite with SGD + momentum as the base optimizer (Karimireddy et al. 2021, "Mime"; ALGORITHMS.md §4.10).
+
+Server state x, m (m = 0). Down: x, m (2×). Up: y_{i,K}, c_i (2×).
+Client i ∈ S_t:
+    c_i = ∇f_i(x)                        full-batch gradient at the received x (one pass over the local
+                                         data in minibatches of batch_size; with data augmentation the
+                                         pass sees augmented samples)
+    y ← x;  K steps of  y ← y − η ((1 − β) g_i(y) + β m)      (m frozen: no local optimizer state)
+Server:
+    x ← x + η_g Σ_S p_i (y_{i,K} − x)
+    m ← (1 − β) Σ_S p_i c_i + β m
+This is the paper's (1 − β) form of the momentum; FedJAX's `mime_lite` uses the optax trace m ← g + β m
+instead (the same up to rescaling). β = 0 is FedAvg. Default β = 0.9.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from dfl.algorithms.base import RoundStats
+from dfl.algorithms.fedavg import FedAvg
+from dfl.data.sampler import RoundSchedule
+
+
+class MimeLite(FedAvg):
+    name = "mimelite"
+    hyperparameters = {**FedAvg.hyperparameters, "server_momentum": 0.9}
+    uplink = downlink = 2
+
+    def __init__(self, ctx, X):
+        super().__init__(ctx, X)
+        self.m = torch.zeros_like(self.x)
+
+    def round(self, t: int) -> RoundStats:
+        part = self.participants(t)
+        if part.count == 0:
+            return self.skipped()
+        ctx, beta = self.ctx, self.hp["server_momentum"]
+        c = self.full_gradients(t, part.rows)  # c_i = ∇f_i(x_t)
+
+        def mime(g, y, rows):  # (1 − β) g + β m
+            return (1 - beta) * g + beta * self.m
+
+        local = ctx.trainer.train(self.X, t, ctx.lr(t), ctx.rule(), transform=mime, rows=part.rows)
+        self.m = (1 - beta) * self.aggregate(c, part.weights[part.rows]) + beta * self.m
+        self.server_step(self.aggregate(local.Y - self.x, part.weights))
+        return self.stats(local.loss, part)
+
+    def full_gradients(self, t: int, rows: torch.Tensor) -> torch.Tensor:
+        """∇f_i(x_t) for the local rows `rows`: the sample-weighted mean of the minibatch gradients of one epoch."""
+        trainer = self.ctx.trainer
+        ids = [trainer.client_ids[r] for r in rows.tolist()]
+        schedule = RoundSchedule(trainer.data, ids, t, trainer.seed, trainer.batch_size, "epochs", 1)
+        G = torch.zeros(len(ids), self.x.numel(), dtype=self.x.dtype, device=self.x.device)
+        count = torch.zeros(len(ids), dtype=self.x.dtype, device=self.x.device)
+        for k in range(schedule.steps):
+            batch = schedule.batch(k)
+            g, _ = trainer.gradient(self.X[rows[batch.rows]], batch)  # mean over the batch's real samples
+            n = batch.weight.sum(dim=1).to(G.dtype)
+            G[batch.rows] += n[:, None] * g
+            count[batch.rows] += n
+        return G / count.clamp_min(1)[:, None]
+
+    def state(self):
+        return {**super().state(), "m": self.m}

@@ -1,0 +1,73 @@
+"""FedAvg with local momentum, with or without server momentum (ALGORITHMS.md §4.3, §4.4; DOMO paper baselines).
+
+Client: heavy ball u ← μ u + g_i(y);  y ← y − η u,  K steps from x_t, with u starting from
+    FedAvgLM:    the averaged buffer u_t of the previous round (Yu et al. 2019); u_{t+1} = Σ_S p_i u_{i,K}.
+                 The buffer travels with the model both ways (2 vectors down, 2 up).
+    FedAvgLM-Z:  0 (reset every round; 1 vector each way).
+Server:
+    LM, LM-Z:    x_{t+1} = x_t + η_g Σ_S p_i (y_{i,K} − x_t)
+    SLM, SLM-Z:  d_t = Σ_S p_i (x_t − y_{i,K})/(η K_i);  m ← β m + d_t;  x_{t+1} = x_t − η_g η K̄ m
+                 (normalized pseudo-gradient; K̄ = Σ_S p_i K_i, = K when every client takes K steps).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from dfl.algorithms.fedavg import FedAvg
+
+
+class FedAvgLM(FedAvg):
+    name = "fedavglm"
+    hyperparameters = {**FedAvg.hyperparameters, "momentum": 0.9}
+    reset = False  # -Z variants start every round from u = 0
+
+    def __init__(self, ctx, X):
+        super().__init__(ctx, X)
+        if not self.reset:
+            self.u = torch.zeros_like(self.x)  # u_t, the averaged local momentum buffer
+            self.uplink = self.downlink = 2
+
+    def local(self, t: int, part):
+        ctx = self.ctx
+        start = None if self.reset else self.u.expand_as(self.X)
+        local = ctx.trainer.train(self.X, t, ctx.lr(t), ctx.rule(), momentum=start, rows=part.rows)
+        if not self.reset and local.momentum is not None:
+            self.u = self.aggregate(local.momentum, part.weights)  # u_{t+1} = Σ_S p_i u_{i,K}
+        return local
+
+    def state(self):
+        return {**super().state(), **({} if self.reset else {"u": self.u})}
+
+
+class FedAvgLMZ(FedAvgLM):
+    name = "fedavglm-z"
+    reset = True
+
+
+class FedAvgSLM(FedAvgLM):
+    name = "fedavgslm"
+    hyperparameters = {**FedAvgLM.hyperparameters, "server_momentum": 0.9}
+
+    def __init__(self, ctx, X):
+        super().__init__(ctx, X)
+        self.m = torch.zeros_like(self.x)
+
+    def round(self, t: int):
+        part = self.participants(t)
+        if part.count == 0:
+            return self.skipped()
+        lr = self.ctx.lr(t)
+        local = self.local(t, part)
+        d, K = self.pseudo_gradient(local.Y, local.steps, lr, part)  # d_t, K̄
+        self.m = self.hp["server_momentum"] * self.m + d  # m ← β m + d_t
+        self.broadcast(self.x - self.hp["server_lr"] * lr * K * self.m)  # x_{t+1} = x_t − η_g η K̄ m
+        return self.stats(local.loss, part)
+
+    def state(self):
+        return {**super().state(), "m": self.m}
+
+
+class FedAvgSLMZ(FedAvgSLM):
+    name = "fedavgslm-z"
+    reset = True

@@ -1,0 +1,50 @@
+"""SCAFFOLD, option II (Karimireddy et al. 2020, Algorithm 1; ALGORITHMS.md §4.6).
+
+State: server x, c (c = 0); client c_i (0), kept by non-participants. Down: x, c. Up: Δy_i, Δc_i (2× each way).
+Client i ∈ S_t:
+    y ← x;  K steps of  y ← y − η (g_i(y) − c_i + c)        (the correction enters before clipping/decay)
+    c_i⁺ = c_i − c + (x − y_K)/(K_i η)                       (option II; K_i, η: this round's steps and lr)
+    Δy_i = y_K − x,  Δc_i = c_i⁺ − c_i,  c_i ← c_i⁺
+Server:
+    x ← x + η_g Σ_S p_i Δy_i
+    c ← c + Σ_S q_i Δc_i        (q_i = 1/N: the paper's (|S|/N)·mean_S Δc_i; with aggregation = "size",
+                                 q_i = n_i/n, so c stays the n-weighted mean of the c_i as in Acar's code)
+The invariant c = Σ_all q_i c_i holds after every round.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from dfl.algorithms.base import RoundStats
+from dfl.algorithms.fedavg import FedAvg
+
+
+class Scaffold(FedAvg):
+    name = "scaffold"
+    uplink = downlink = 2
+
+    def __init__(self, ctx, X):
+        super().__init__(ctx, X)
+        self.c = torch.zeros_like(self.x)  # server control variate
+        self.ci = torch.zeros_like(self.X)  # client control variates (rows = local clients)
+
+    def round(self, t: int) -> RoundStats:
+        part = self.participants(t)
+        if part.count == 0:
+            return self.skipped()
+        ctx, lr, r = self.ctx, self.ctx.lr(t), part.rows
+
+        def correct(g, y, rows):  # g_i(y) − c_i + c
+            return g - self.ci[rows] + self.c
+
+        local = ctx.trainer.train(self.X, t, lr, ctx.rule(), transform=correct, rows=r)
+        K = local.steps[r].to(self.x.dtype).clamp_min(1)[:, None]
+        ci_new = self.ci[r] - self.c + (self.x - local.Y[r]) / (K * lr)  # option II
+        self.c = self.c + self.aggregate(ci_new - self.ci[r], self.share[r])  # c += Σ_S q_i Δc_i
+        self.ci[r] = ci_new
+        self.server_step(self.aggregate(local.Y - self.x, part.weights))  # x += η_g Σ_S p_i Δy_i
+        return self.stats(local.loss, part)
+
+    def state(self):
+        return {**super().state(), "c": self.c, "ci": self.ci}

@@ -1,0 +1,131 @@
+"""Centralized FL as the complete-topology case of the engine: client sampling, aggregation, broadcast.
+
+Conventions shared by every centralized algorithm (ALGORITHMS.md §0 and §4):
+- Participation. S_t is drawn from (seed, t) alone, identically on every process, so results do not
+  depend on the world size. "uniform": round(f·N) clients (at least 1) without replacement;
+  "bernoulli": each client joins independently with probability f (FedSAM paper). A Bernoulli round
+  that nobody joins is skipped: no local work, no server step, no momentum decay, nothing sent.
+  Non-participants train nothing and keep their persistent state (c_i, h_i, σ_k, ...) untouched.
+- Aggregation weights p_i over S_t: "uniform" 1/|S_t| or "size" n_i / Σ_{j∈S_t} n_j. SCAFFOLD's c, a
+  statistic of the whole population, uses q_i = 1/N or n_i / Σ_j n_j in the same way (`share`).
+- Server state ([d] tensors) is replicated on every process and updated by the same arithmetic from
+  the same all-reduced sums (`comm.sum`), so it stays identical everywhere.
+- Broadcast. After every round each row of X holds the new global model x_{t+1}, also the rows of
+  clients that did not take part: a real client receives x_{t+1} when it is next sampled, and every
+  client starts local training from the broadcast model, so the trajectory is the same. The runner's
+  "averaged model" metrics are therefore the global model's, and the consensus distance is 0.
+- Communication. `RoundStats.models_sent[i]` = (model-sized vectors client i uploads + those the server
+  sends it) for a participant, 0 otherwise; e.g. FedAvg 1 + 1, SCAFFOLD 2 + 2. Each transfer is counted
+  once, as a gossip send is in the decentralized algorithms; the runner multiplies by the model bytes.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from dfl.algorithms.base import Algorithm, RoundStats
+
+PARTICIPATION_MODES = ("uniform", "bernoulli")
+AGGREGATIONS = ("uniform", "size")
+# Hyperparameters every centralized algorithm reads, with their defaults (full participation, mean).
+SERVER_DEFAULTS = {"participation": 1.0, "participation_mode": "uniform", "aggregation": "uniform"}
+_SAMPLING_STREAM = 0x5A3D  # separates the participation stream from the per-client data streams
+
+
+def sample_participants(seed: int, round_index: int, num_clients: int, fraction: float, mode: str) -> np.ndarray:
+    """The [N] boolean mask of S_t; a function of (seed, t, N, f, mode) only (never of rank or world size)."""
+    if mode not in PARTICIPATION_MODES:
+        raise ValueError(f"participation_mode must be one of {', '.join(PARTICIPATION_MODES)}; got {mode!r}")
+    if not 0 < fraction <= 1:
+        raise ValueError(f"participation must be in (0, 1], got {fraction}")
+    if fraction == 1:
+        return np.ones(num_clients, dtype=bool)
+    rng = np.random.default_rng(np.random.SeedSequence([seed, round_index, _SAMPLING_STREAM]))
+    if mode == "bernoulli":
+        return rng.random(num_clients) < fraction
+    k = max(1, math.floor(fraction * num_clients + 0.5))
+    mask = np.zeros(num_clients, dtype=bool)
+    mask[rng.choice(num_clients, size=k, replace=False)] = True
+    return mask
+
+
+@dataclass
+class Participation:
+    mask: np.ndarray  # [N] bool, every client of every process
+    rows: torch.Tensor  # local row ids of this process's participants
+    weights: torch.Tensor  # [m_local] aggregation weights p_i (0 off S_t); Σ over all processes = 1
+
+    @property
+    def count(self) -> int:
+        return int(self.mask.sum())
+
+
+class ServerAlgorithm(Algorithm):
+    """Base of the centralized algorithms: the global model `x` and the sampling/aggregation helpers."""
+
+    centralized = True
+    uplink = 1  # model-sized vectors a participant uploads per round
+    downlink = 1  # model-sized vectors the server sends a participant per round
+    hyperparameters = dict(SERVER_DEFAULTS)
+
+    def __init__(self, ctx, X):
+        super().__init__(ctx, X)
+        self.hp = ctx.hp
+        self.x = ctx.comm.mean_rows(X)  # x_0: every client starts from the same model
+        ids = torch.as_tensor(ctx.comm.client_ids, dtype=torch.long)
+        sizes = ctx.trainer.data.sizes.double()  # n_i of all N clients
+        self.sizes = sizes.numpy()
+        share = sizes / sizes.sum() if self.hp["aggregation"] == "size" else torch.full_like(sizes, 1 / len(sizes))
+        self.share = share[ids].to(device=X.device, dtype=X.dtype)  # q_i of the local clients
+
+    # ------------------------------------------------------------------ sampling and aggregation
+    def participants(self, t: int) -> Participation:
+        """S_t, this process's rows of it, and the weights p_i (ALGORITHMS.md §0)."""
+        comm, hp = self.ctx.comm, self.hp
+        mask = sample_participants(
+            self.ctx.config.seed, t, comm.num_clients, hp["participation"], hp["participation_mode"]
+        )
+        size = self.sizes if hp["aggregation"] == "size" else np.ones(len(mask))
+        p = np.where(mask, size, 0.0) / max(float(size[mask].sum()), 1e-300)
+        local = mask[comm.client_ids]
+        return Participation(
+            mask=mask,
+            rows=torch.as_tensor(np.flatnonzero(local), dtype=torch.long, device=self.X.device),
+            weights=torch.as_tensor(p[comm.client_ids], dtype=self.X.dtype, device=self.X.device),
+        )
+
+    def aggregate(self, V: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+        """Σ_i w_i v_i over every client of every process (V: [m_local, d] or [m_local]).
+
+        The local part is one matvec in V's dtype (no float64 copy of the stack); processes add in float64."""
+        local = weights @ V if V.dim() == 2 else (weights * V).sum()
+        return self.ctx.comm.sum(local.reshape(-1).double()).to(V.dtype).reshape(V.shape[1:])
+
+    def pseudo_gradient(self, Y: torch.Tensor, steps: torch.Tensor, lr: float, part: Participation):
+        """The normalized pseudo-gradient Σ_S p_i (x − y_i)/(η K_i) and the mean step count K̄ = Σ_S p_i K_i."""
+        K = steps.to(Y.dtype).clamp_min(1)  # non-participants: K = 0, weight 0
+        d = self.aggregate((self.x - Y) / (lr * K[:, None]), part.weights)
+        return d, float(self.aggregate(K, part.weights))
+
+    def broadcast(self, x: torch.Tensor) -> None:
+        """x_{t+1} becomes the server model and every row of the client stack."""
+        self.x = x
+        self.X = x.expand_as(self.X).clone()
+
+    # ------------------------------------------------------------------ statistics
+    def stats(self, loss: torch.Tensor, part: Participation) -> RoundStats:
+        return RoundStats(train_loss=loss, models_sent=part.mask.astype(np.int64) * (self.uplink + self.downlink))
+
+    def skipped(self) -> RoundStats:
+        """A round nobody joined (Bernoulli sampling): nothing trains, nothing changes, nothing is sent."""
+        return RoundStats(
+            train_loss=torch.zeros(self.X.shape[0], device=self.X.device, dtype=self.X.dtype),
+            models_sent=np.zeros(self.ctx.comm.num_clients, dtype=np.int64),
+        )
+
+    def state(self) -> dict[str, torch.Tensor]:
+        return {"x": self.x}
