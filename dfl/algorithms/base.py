@@ -45,6 +45,7 @@ class Context:
 class RoundStats:
     train_loss: torch.Tensor  # [m_local] mean local minibatch loss per client
     models_sent: np.ndarray  # [m] models each client sent this round (all clients)
+    trained: torch.Tensor | None = None  # [m_local] bool: clients that trained this round (None = all)
 
 
 class Algorithm:

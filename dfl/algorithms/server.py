@@ -118,13 +118,19 @@ class ServerAlgorithm(Algorithm):
 
     # ------------------------------------------------------------------ statistics
     def stats(self, loss: torch.Tensor, part: Participation) -> RoundStats:
-        return RoundStats(train_loss=loss, models_sent=part.mask.astype(np.int64) * (self.uplink + self.downlink))
+        trained = torch.as_tensor(part.mask[self.ctx.comm.client_ids], device=self.X.device)
+        return RoundStats(
+            train_loss=loss,
+            models_sent=part.mask.astype(np.int64) * (self.uplink + self.downlink),
+            trained=trained,
+        )
 
     def skipped(self) -> RoundStats:
         """A round nobody joined (Bernoulli sampling): nothing trains, nothing changes, nothing is sent."""
         return RoundStats(
             train_loss=torch.zeros(self.X.shape[0], device=self.X.device, dtype=self.X.dtype),
             models_sent=np.zeros(self.ctx.comm.num_clients, dtype=np.int64),
+            trained=torch.zeros(self.X.shape[0], dtype=torch.bool, device=self.X.device),
         )
 
     def state(self) -> dict[str, torch.Tensor]:
