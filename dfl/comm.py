@@ -7,11 +7,18 @@ algorithms and metrics never know how many processes there are.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
+import numpy as np
 import torch
 
 
 def even_blocks(num_clients: int, world_size: int) -> list[range]:
-    """Contiguous client blocks, as even as possible: the first (m mod P) ranks host one extra client."""
+    """Contiguous client blocks, as even as possible: the first (m mod P) ranks host one extra client.
+
+    Rank r hosts clients [r·⌊m/P⌋ + min(r, m mod P), …) — e.g. m = 10, P = 4 gives 0–2, 3–5, 6–7, 8–9.
+    Contiguity keeps a ring or torus crossing few process boundaries (TOPOLOGIES.md B1).
+    """
     if num_clients < world_size:
         raise ValueError(
             f"clients ({num_clients}) must be >= the number of processes ({world_size}): every process "
@@ -36,6 +43,7 @@ class LocalCommunicator:
         self.num_clients = num_clients
         self.client_ids = list(range(num_clients))
         self.bytes_moved = 0  # bytes exchanged between processes (none in a world of one)
+        self.device = None  # the runner picks the device from the config
 
     @property
     def is_main(self) -> bool:
@@ -57,5 +65,50 @@ class LocalCommunicator:
         """All clients' rows, in client order (complete on the main process)."""
         return X
 
+    def report_failure(self, exc: BaseException) -> None:
+        """Tell the other processes that this one failed (nothing to tell in a world of one)."""
+
+    def peer_failure(self, exc: BaseException) -> BaseException | None:
+        """The failure of another process that caused `exc` here, if any (never, in a world of one)."""
+        return None
+
     def close(self) -> None:
         pass
+
+
+@dataclass(frozen=True)
+class ExchangePlan:
+    """Who sends which rows to whom for one gossip matrix W, seen from every rank at once.
+
+    `send[q][r]` are the global ids of the clients of rank q that rank r needs (their column of W has a
+    nonzero in a row of rank r), sorted; the plan is computed identically on every rank from W alone,
+    so the exchange is symmetric and deterministic. `columns(r)` are the clients whose rows rank r
+    holds after the exchange: its own, then the received ones by source rank.
+    """
+
+    blocks: tuple[range, ...]
+    send: tuple[tuple[np.ndarray, ...], ...]  # send[q][r]: global client ids, q -> r (empty when q == r)
+
+    def columns(self, rank: int) -> np.ndarray:
+        received = [self.send[q][rank] for q in range(len(self.blocks)) if q != rank]
+        return np.concatenate([np.arange(self.blocks[rank].start, self.blocks[rank].stop), *received])
+
+    def rows_sent(self) -> int:
+        """Rows sent between processes by all ranks together."""
+        return sum(len(ids) for row in self.send for ids in row)
+
+
+def exchange_plan(W: np.ndarray, blocks: list[range]) -> ExchangePlan:
+    """The neighbour-only exchange for x_i ← Σ_l W[i, l] x_l when rank r hosts clients blocks[r]."""
+    support = np.asarray(W) != 0
+    send = []
+    for q, src in enumerate(blocks):
+        row = []
+        for r, dst in enumerate(blocks):
+            if q == r:
+                row.append(np.zeros(0, dtype=np.int64))
+                continue
+            needed = support[dst.start : dst.stop, src.start : src.stop].any(axis=0)
+            row.append(src.start + np.flatnonzero(needed))
+        send.append(tuple(row))
+    return ExchangePlan(blocks=tuple(blocks), send=tuple(send))

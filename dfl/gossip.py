@@ -2,8 +2,10 @@
 
 Gossip is linear, so Q steps equal one step with W_{s+Q−1} ⋯ W_{s+1} W_s (= W^Q for a static W;
 TOPOLOGIES.md A1). The product is formed in float64 and applied once, which is exact to the
-precision of the final matmul. Gossip step s is global: round t of an algorithm with Q steps per round
-uses steps tQ, …, tQ+Q−1, so time-varying schedules advance the same way whatever the algorithm.
+precision of the final matmul; a multi-process communicator may instead apply the steps one at a
+time, exchanging only the rows neighbours need (`dfl.distributed`). Gossip step s is global: round t
+of an algorithm with Q steps per round uses steps tQ, …, tQ+Q−1, so time-varying schedules advance
+the same way whatever the algorithm.
 """
 
 from __future__ import annotations
@@ -37,7 +39,14 @@ class Gossip:
         return self._tensor(self.product(first_step, steps))
 
     def mix(self, X: torch.Tensor, first_step: int, steps: int) -> torch.Tensor:
-        """Apply gossip steps first_step … first_step+steps−1 to the local rows X."""
+        """Apply gossip steps first_step … first_step+steps−1 to the local rows X.
+
+        A multi-process communicator (one with `mix_steps`) gets the step matrices themselves, so it can
+        exchange only the rows each step needs; a single process applies their product in one matmul.
+        """
+        mix_steps = getattr(self.comm, "mix_steps", None)
+        if mix_steps is not None:
+            return mix_steps([self.topology.matrix(s) for s in range(first_step, first_step + steps)], X)
         return self.comm.mix(self.operator(first_step, steps), X)
 
     def sends(self, first_step: int, steps: int) -> np.ndarray:

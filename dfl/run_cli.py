@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import os
 import sys
 import warnings
 from dataclasses import fields
@@ -86,5 +87,6 @@ def main(args: argparse.Namespace) -> int:
     except DivergenceError as exc:
         print(f"dfl run: error: {exc} (metrics so far are in the run directory)", file=sys.stderr)
         return 1
-    print(format_summary(result.summary))
+    if int(os.environ.get("RANK", "0")) == 0:  # under torchrun only rank 0 reports
+        print(format_summary(result.summary))
     return 0

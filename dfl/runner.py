@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import time
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -18,8 +19,8 @@ import torch
 import topologies
 from dfl.algorithms import Context, algorithm_class, resolve_hyperparameters
 from dfl.clients import ParamLayout, initial_stack
-from dfl.comm import LocalCommunicator
 from dfl.config import Config, ConfigError
+from dfl.distributed import communicator_from_env  # before any process group: see its torch._dynamo note
 from dfl.evaluate import client_accuracies, consensus_distance, evaluate_row
 from dfl.gossip import Gossip
 from dfl.local import LocalTrainer
@@ -87,12 +88,34 @@ def run(
     overwrite: bool = False,
     comm=None,
 ) -> Result:
-    """Run one experiment. With `out`, write the run directory (see DESIGN.md) there."""
+    """Run one experiment. With `out`, write the run directory (see DESIGN.md) there.
+
+    Under torchrun (WORLD_SIZE > 1) every process calls this: it joins the process group, hosts its
+    block of clients and leaves the group at the end or on error (`dfl.distributed`); a failure on one
+    rank makes the others stop with a `PeerFailure` naming it. A given `comm` is used as is, not closed.
+    """
+    config = (config or Config()).validate()
+    own = comm is None
+    if own:
+        comm = communicator_from_env(config, config.clients)
+    try:
+        return _run(config, data, out, overwrite, comm)
+    except BaseException as exc:
+        peer = getattr(comm, "peer_failure", lambda e: None)(exc)
+        if peer is not None:
+            raise peer from exc
+        getattr(comm, "report_failure", lambda e: None)(exc)
+        raise
+    finally:
+        if own:
+            comm.close()
+
+
+def _run(config: Config, data, out, overwrite: bool, comm) -> Result:
     from dfl.models import build_model
 
-    config = (config or Config()).validate()
     hp, ignored = resolve_hyperparameters(config)
-    device = resolve_device(config.device)
+    device = getattr(comm, "device", None) or resolve_device(config.device)
     torch.backends.cuda.matmul.allow_tf32 = False  # exact-averaging needs true fp32
     torch.backends.cudnn.allow_tf32 = False
 
@@ -101,9 +124,17 @@ def run(
     elif data.num_clients != config.clients:
         raise ConfigError(f"clients = {config.clients} but the given data has {data.num_clients} clients")
     m = data.num_clients
-    comm = comm or LocalCommunicator(m)
+    if comm.num_clients != m:
+        raise ConfigError(f"the communicator hosts {comm.num_clients} clients but the data has {m}")
     data = data.to(device)
-    topology = build_topology(config, m)
+    if getattr(algorithm_class(config.algorithm), "centralized", False):
+        # centralized FL is the complete topology; the configured graph plays no part
+        if config.topology not in ("ring", "full") or config.topology_options:  # ring is the default
+            warnings.warn(f"{config.algorithm} is centralized (complete topology); ignoring topology", stacklevel=2)
+            ignored = [*ignored, "topology"]
+        topology = topologies.build("full", m)
+    else:
+        topology = build_topology(config, m)
 
     torch.manual_seed(config.seed)
     model = build_model(config.model, tuple(data.input_shape), data.num_classes, **config.model_options)
@@ -124,8 +155,8 @@ def run(
         "algorithm": config.algorithm,
         "hyperparameters": hp,
         "ignored_options": ignored,
-        "topology": config.topology,
-        "weights": config.weights,
+        "topology": topology.name,
+        "weights": topology.weights,
         "lambda": lam,
         "spectral_gap": 1 - lam,
         "gossip_steps": hp.get("gossip_steps", 1),
@@ -156,7 +187,9 @@ def run(
     try:
         for t in range(config.rounds):
             tic = time.perf_counter()
+            moved_before = comm.bytes_moved
             stats = algorithm.round(t)
+            moved_round = comm.bytes_moved - moved_before  # this round's traffic between processes
             _check_finite(algorithm.X, stats.train_loss, t, comm)
             if device.type == "cuda":
                 torch.cuda.synchronize()
@@ -166,7 +199,7 @@ def run(
             summary["rounds_completed"] = t + 1
             if (t + 1) % config.eval_every == 0 or t + 1 == config.rounds:
                 record = _evaluate(model, layout, algorithm.X, comm, eval_x, eval_y, train_sub, config)
-                train_loss = float(comm.sum(stats.train_loss.sum().reshape(1).double())) / m
+                train_loss = _mean_train_loss(stats, comm)
                 record = {
                     "round": t + 1,
                     **record,
@@ -174,6 +207,7 @@ def run(
                     "bytes_sent": bytes_round,
                     "bytes_sent_total": bytes_total,
                     "bytes_per_client": bytes_round / m,
+                    "bytes_moved_round": moved_round,
                     "bytes_moved": comm.bytes_moved,
                     "lr": ctx.lr(t),
                     "seconds_per_round": float(np.mean(round_seconds)),
@@ -182,12 +216,11 @@ def run(
                 history.append(record)
                 if run_dir:
                     run_dir.append_metrics(record)
-                    if config.checkpoint_every == 0:
-                        _checkpoint(run_dir, algorithm, t, history, layout)
                 if progress is not None:
                     progress.set_postfix(acc=f"{record['test_acc']:.3f}", refresh=False)
-            if run_dir and config.checkpoint_every and (t + 1) % config.checkpoint_every == 0:
-                _checkpoint(run_dir, algorithm, t, history, layout)
+            every = config.checkpoint_every or config.eval_every
+            if out is not None and ((t + 1) % every == 0 or t + 1 == config.rounds):
+                _checkpoint(run_dir, algorithm, comm, t, history, layout)  # collective: every rank calls it
             if progress is not None:
                 progress.update(1)
         summary["status"] = "completed"
@@ -257,6 +290,14 @@ def _evaluate(model, layout, X, comm, x, y, train_sub, config) -> dict[str, Any]
     return record
 
 
+def _mean_train_loss(stats, comm) -> float:
+    """Mean local training loss over the clients that trained this round (NaN if none did)."""
+    trained = torch.ones_like(stats.train_loss, dtype=torch.bool) if stats.trained is None else stats.trained
+    local = torch.stack([(stats.train_loss * trained).sum(), trained.sum()]).double()
+    total, count = comm.sum(local).tolist()
+    return total / count if count else float("nan")
+
+
 def _check_finite(X: torch.Tensor, train_loss: torch.Tensor, t: int, comm) -> None:
     bad = ~torch.isfinite(X).all(dim=1) | ~torch.isfinite(train_loss)
     bad_ids = [comm.client_ids[i] for i in bad.nonzero().flatten().tolist()]
@@ -270,12 +311,17 @@ def _check_finite(X: torch.Tensor, train_loss: torch.Tensor, t: int, comm) -> No
         )
 
 
-def _checkpoint(run_dir: RunDirectory, algorithm, t: int, history, layout) -> None:
+def _checkpoint(run_dir: RunDirectory | None, algorithm, comm, t: int, history, layout) -> None:
+    """The last good state: every client's parameters (gathered from all ranks), written by rank 0.
+    Algorithm state is this process's (complete in a single-process run)."""
+    params = comm.gather_rows(algorithm.X).detach().cpu()
+    if run_dir is None:
+        return
     run_dir.save(
         "checkpoint.pt",
         {
             "round": t + 1,
-            "params": algorithm.X.detach().cpu(),
+            "params": params,
             "state": {k: v.detach().cpu() if torch.is_tensor(v) else v for k, v in algorithm.state().items()},
             "history": history,
             "param_names": list(layout.names),

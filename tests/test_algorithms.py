@@ -209,3 +209,14 @@ def test_same_seed_same_result_and_different_seed_differs():
 def test_bad_config_is_a_clear_error(changes, match):
     with pytest.raises(ValueError, match=match):
         run(base_config(**changes), data=small_data())
+
+
+def test_centralized_runs_record_full_topology_and_average_loss_over_participants():
+    full = run(base_config(algorithm="fedavg", rounds=1))
+    part = run(base_config(algorithm="fedavg", rounds=1, participation=0.25))
+    assert full.summary["topology"] == "full" and full.summary["lambda"] == pytest.approx(0.0, abs=1e-12)
+    # 2 of 8 clients train; their mean loss is on the scale of the full-participation loss, not a quarter of it
+    assert part.history[0]["train_loss"] > 0.5 * full.history[0]["train_loss"]
+    with pytest.warns(UserWarning, match="centralized"):
+        grid = run(base_config(algorithm="fedavg", rounds=1, topology="grid"))
+    assert "topology" in grid.summary["ignored_options"]

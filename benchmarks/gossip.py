@@ -1,0 +1,170 @@
+"""Time one gossip step X ← W X for m clients × d parameters, against the device's copy bandwidth.
+
+    python benchmarks/gossip.py                         # small CPU defaults (m=16, d=262144, 2 and 4 workers)
+    python benchmarks/gossip.py --clients 100 --dim 11200000 --worlds 2 4 8 --device cuda
+
+Single process: one dense matmul (W as an [m, m] matrix times the [m, d] stack); it reads and writes the
+stack once, so its traffic is 2·m·d·4 bytes (fp32). Multi-process: `DistributedCommunicator.mix_steps`
+with gossip_mode "p2p" (neighbour rows only, one all_to_all_single) and "allgather" (the whole stack),
+on gloo CPU workers, or NCCL when there is more than one GPU; achieved = bytes sent between processes
+(all ranks together, `bytes_moved`) / time. The reference is a large tensor copy measured in the same
+run, counted as read + write (2 × size / time), the usual way memory bandwidth is quoted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+import statistics
+import time
+from datetime import timedelta
+
+import numpy as np
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+import topologies
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--clients", type=int, default=16, help="m (default 16)")
+    parser.add_argument("--dim", type=int, default=262_144, help="d parameters per client (default 2^18)")
+    parser.add_argument("--topology", default="ring", help="topology name (topologies.NAMES), default ring")
+    parser.add_argument("--worlds", type=int, nargs="*", default=[2, 4], help="process counts (default 2 4)")
+    parser.add_argument("--device", default="auto", help="auto, cpu or cuda (default auto)")
+    parser.add_argument("--repeat", type=int, default=10, help="timed repetitions (median reported)")
+    parser.add_argument("--copy-mib", type=int, default=0, help="copy benchmark size (default 256 CPU, 1024 GPU)")
+    args = parser.parse_args(argv)
+    if args.topology not in topologies.NAMES:
+        parser.error(f"--topology must be one of {', '.join(topologies.NAMES)}; got {args.topology!r}")
+    if args.device not in ("auto", "cpu", "cuda"):
+        parser.error(f"--device must be one of auto, cpu, cuda; got {args.device!r}")
+    for name in ("clients", "dim", "repeat"):
+        if getattr(args, name) < 1:
+            parser.error(f"--{name} must be >= 1")
+    if any(w < 2 or w > args.clients for w in args.worlds):
+        parser.error(f"--worlds must be between 2 and --clients ({args.clients}); got {args.worlds}")
+    return args
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _median_seconds(fn, device, repeat: int) -> float:
+    fn()  # warm-up
+    _sync(device)
+    times = []
+    for _ in range(repeat):
+        tic = time.perf_counter()
+        fn()
+        _sync(device)
+        times.append(time.perf_counter() - tic)
+    return statistics.median(times)
+
+
+def copy_bandwidth(device: torch.device, mib: int, repeat: int) -> float:
+    """Bytes/s of dst.copy_(src) for a large fp32 tensor, counted as read + write."""
+    n = mib * 2**20 // 4
+    src = torch.ones(n, device=device)
+    dst = torch.empty_like(src)
+    t = _median_seconds(lambda: dst.copy_(src), device, repeat)
+    return 2 * n * 4 / t
+
+
+def single_process(W: np.ndarray, m: int, d: int, device: torch.device, repeat: int):
+    X = torch.randn(m, d, device=device)
+    M = torch.tensor(W, dtype=torch.float32, device=device)
+    t = _median_seconds(lambda: M @ X, device, repeat)
+    return t, 2 * m * d * 4 / t
+
+
+def _worker(rank, world, port, args, device_type, queue):
+    from dfl.distributed import DistributedCommunicator
+
+    torch.set_num_threads(max(1, (os.cpu_count() or 1) // world))
+    backend = "nccl" if device_type == "cuda" else "gloo"
+    device = torch.device("cuda", rank) if device_type == "cuda" else torch.device("cpu")
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world,
+                            timeout=timedelta(seconds=120))
+    try:
+        W = topologies.build(args.topology, args.clients).matrix(0)
+        out = {}
+        for mode in ("p2p", "allgather"):
+            comm = DistributedCommunicator(args.clients, mode, device)
+            X = torch.randn(len(comm.client_ids), args.dim, device=device)
+            before = comm.bytes_moved
+            comm.mix_steps([W], X)  # warm-up; also measures the bytes of one step
+            step_bytes = comm.bytes_moved - before
+            times = []
+            for _ in range(args.repeat):
+                dist.barrier()
+                tic = time.perf_counter()
+                comm.mix_steps([W], X)
+                _sync(device)
+                times.append(time.perf_counter() - tic)
+            # a step is as slow as its slowest rank
+            worst = torch.tensor([statistics.median(times)], dtype=torch.float64, device=device)
+            dist.all_reduce(worst, op=dist.ReduceOp.MAX)
+            out[mode] = (float(worst), step_bytes)
+        if rank == 0:
+            queue.put(out)
+    finally:
+        dist.destroy_process_group()
+
+
+def multi_process(world: int, args, device_type: str):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    ctx = mp.get_context("spawn")
+    queue = ctx.SimpleQueue()
+    mp.start_processes(_worker, args=(world, port, args, device_type, queue), nprocs=world, join=True,
+                       start_method="spawn")
+    return queue.get()
+
+
+def _gb(x: float) -> str:
+    return f"{x / 1e9:8.2f} GB/s"
+
+
+def main(argv=None) -> None:
+    args = parse_args(argv)
+    device = torch.device("cuda" if args.device == "cuda" or (args.device == "auto" and torch.cuda.is_available())
+                          else "cpu")
+    torch.backends.cuda.matmul.allow_tf32 = False
+    mib = args.copy_mib or (1024 if device.type == "cuda" else 256)
+    m, d = args.clients, args.dim
+    W = topologies.build(args.topology, m).matrix(0)
+    copy = copy_bandwidth(device, mib, args.repeat)
+    stack_mb = m * d * 4 / 1e6
+    print(f"gossip step: {args.topology}, m={m} clients x d={d} fp32 ({stack_mb:.1f} MB stack), device {device}")
+    print(f"copy bandwidth ({mib} MiB tensor, read+write):                     {_gb(copy)}")
+    t, bw = single_process(W, m, d, device, args.repeat)
+    print(f"1 process, dense matmul W @ X: {t * 1e3:9.3f} ms   traffic 2·m·d·4 B  {_gb(bw)}  "
+          f"({100 * bw / copy:5.1f}% of copy)")
+    gpus = torch.cuda.device_count() if device.type == "cuda" else 0
+    if device.type == "cuda" and gpus < 2:
+        print("multi-process: skipped (NCCL needs one GPU per process; this machine has "
+              f"{gpus}); run with --device cpu for gloo workers")
+        return
+    for world in args.worlds:
+        if device.type == "cuda" and world > gpus:
+            print(f"{world} processes: skipped ({gpus} GPUs)")
+            continue
+        results = multi_process(world, args, device.type)
+        backend = "nccl" if device.type == "cuda" else "gloo"
+        for mode, (t, moved) in results.items():
+            rate = moved / t if t > 0 else float("nan")
+            print(f"{world} processes ({backend}), {mode:9s}: {t * 1e3:9.3f} ms   moved {moved / 1e6:8.2f} MB "
+                  f"{_gb(rate)}  ({100 * rate / copy:5.1f}% of copy)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,281 @@
+"""Contract 2: world size does not change results (gloo on CPU, spawned workers); gossip across processes
+is exact; a failing rank stops every rank with a clear error instead of a hang."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from datetime import timedelta
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+import topologies
+from dfl.comm import even_blocks, exchange_plan
+from dfl.config import Config
+
+pytestmark = pytest.mark.timeout(300)  # hang guard only: a deadlock fails the test instead of blocking CI
+
+CLIENTS = 10  # uneven blocks on 4 processes (3, 3, 2, 2)
+CASES = {
+    "mgs-ring": dict(algorithm="dfedsam-mgs", topology="ring", gossip_steps=2),
+    "mgs-one-peer": dict(algorithm="dfedsam-mgs", topology="one-peer-exponential", gossip_steps=2),
+    "dfedavg-full": dict(algorithm="dfedavg", topology="full"),
+}
+MODES = ("p2p", "allgather")
+# Spawned workers re-import torch (~7 s for 4 workers on 2 cores); forked ones inherit it. Every process
+# group is created inside the workers, after the fork, as DataLoader workers do on Linux.
+START_METHOD = "fork" if sys.platform == "linux" else "spawn"
+VOLATILE = {"seconds_per_round", "bytes_moved", "bytes_moved_round"}
+
+
+def make_config(case: str, mode: str = "p2p", **changes) -> Config:
+    values = dict(
+        name=case, seed=3, rounds=3, eval_every=1, clients=CLIENTS, model="mlp", model_options={"hidden": [8]},
+        local_steps=2, batch_size=4, lr=0.1, progress=False, train_eval_samples=20, gossip_mode=mode,
+        dist_timeout=30.0,
+    )
+    return Config(**{**values, **CASES[case], **changes})
+
+
+def make_data():
+    from dfl.data import FederatedData
+
+    g = torch.Generator().manual_seed(0)
+    train = []
+    for i in range(CLIENTS):
+        n = 6 + i % 3
+        train.append((torch.randn(n, 5, generator=g), torch.randint(0, 3, (n,), generator=g)))
+    test = (torch.randn(30, 5, generator=g), torch.randint(0, 3, (30,), generator=g))
+    return FederatedData.from_arrays(train=train, test=test, num_classes=3)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _init(rank: int, world: int, rdzv: str) -> None:
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"file://{rdzv}", rank=rank, world_size=world,
+                            timeout=timedelta(seconds=60))
+
+
+def _spawn(fn, world: int, *args) -> None:
+    mp.start_processes(fn, args=(world, *args), nprocs=world, join=True, start_method=START_METHOD)
+
+
+# ---------------------------------------------------------------------------------------------- placement
+def test_even_blocks_are_contiguous_and_balanced():
+    assert [list(b) for b in even_blocks(10, 4)] == [[0, 1, 2], [3, 4, 5], [6, 7], [8, 9]]
+    with pytest.raises(ValueError, match="clients \\(3\\) must be >= the number of processes \\(4\\)"):
+        even_blocks(3, 4)
+
+
+def test_exchange_plan_sends_only_what_neighbours_need():
+    W = topologies.build("ring", 10).W
+    plan = exchange_plan(W, even_blocks(10, 4))
+    # a ring crosses each of the 4 block boundaries both ways: one row each way
+    assert plan.rows_sent() == 8
+    assert plan.send[0][1].tolist() == [2] and plan.send[0][3].tolist() == [0] and len(plan.send[0][2]) == 0
+    assert plan.columns(1).tolist() == [3, 4, 5, 2, 6]
+    dense = exchange_plan(np.full((10, 10), 0.1), even_blocks(10, 4))
+    assert dense.rows_sent() == 3 * 10  # every row goes to the 3 other ranks
+
+
+# ------------------------------------------------------------------------------------- exact gossip
+def _gossip_worker(rank, world, rdzv, out):
+    from dfl.distributed import DistributedCommunicator
+    from dfl.gossip import Gossip
+
+    _init(rank, world, rdzv)
+    try:
+        results = {}
+        X_all = torch.randn(CLIENTS, 7, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+        for name in ("ring", "one-peer-exponential", "full", "exponential"):
+            topology = topologies.build(name, CLIENTS)
+            for mode in MODES:
+                comm = DistributedCommunicator(CLIENTS, mode)
+                gossip = Gossip(topology, comm, torch.float64, torch.device("cpu"))
+                X = X_all[comm.client_ids]
+                for first, steps in ((0, 1), (1, 3)):
+                    before = comm.bytes_moved
+                    Y = comm.gather_rows(gossip.mix(X, first, steps))
+                    results[(name, mode, first, steps)] = (Y, comm.bytes_moved - before)
+        if rank == 0:
+            torch.save(results, out)
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.parametrize("world", [2, 4])
+def test_gossip_across_processes_equals_the_product(tmp_path, world):
+    out = tmp_path / "gossip.pt"
+    _spawn(_gossip_worker, world, str(tmp_path / "rdzv"), str(out))
+    results = torch.load(out)
+    X = torch.randn(CLIENTS, 7, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+    d_bytes = 7 * 8
+    for (name, mode, first, steps), (Y, moved) in results.items():
+        topology = topologies.build(name, CLIENTS)
+        P = np.eye(CLIENTS)
+        for s in range(first, first + steps):
+            P = topology.matrix(s) @ P
+        np.testing.assert_allclose(Y.numpy(), P @ X.numpy(), atol=1e-12, err_msg=f"{name} {mode}")
+        gather = world * (world - 1) * max(len(b) for b in even_blocks(CLIENTS, world)) * d_bytes
+        if name == "ring" and mode == "p2p":  # neighbour rows only: 2 per boundary per step, plus the gather
+            assert moved == steps * 2 * world * d_bytes + gather
+        if name == "full":  # W = J: one all_reduce of a [d] float64 row, whatever the mode and the steps
+            assert moved == 2 * (world - 1) * d_bytes + gather
+
+
+# ------------------------------------------------------------------------- world-size invariance of runs
+def _run_worker(rank, world, rdzv, out_dir):
+    import dfl
+
+    _init(rank, world, rdzv)
+    try:
+        data = make_data()
+        for case in CASES:
+            for mode in MODES:
+                result = dfl.run(make_config(case, mode), data=data)
+                torch.save({"params": result.params, "history": result.history, "summary": result.summary},
+                           Path(out_dir) / f"{case}-{mode}-r{rank}.pt")
+    finally:
+        dist.destroy_process_group()
+
+
+def _assert_same_history(history, reference, label):
+    assert len(history) == len(reference), label
+    for got, want in zip(history, reference):
+        for key, value in want.items():
+            if key in VOLATILE:
+                continue
+            if key == "client_acc":
+                np.testing.assert_allclose(got[key], value, atol=1e-6, err_msg=f"{label} {key}")
+            else:
+                assert got[key] == pytest.approx(value, rel=1e-4, abs=1e-5), f"{label} round {want['round']} {key}"
+
+
+@pytest.fixture(scope="module")
+def single_process_results():
+    import dfl
+
+    assert os.environ.get("WORLD_SIZE") in (None, "", "1"), "the reference must run in a world of one"
+    data = make_data()
+    return {case: dfl.run(make_config(case), data=data) for case in CASES}
+
+
+@pytest.mark.parametrize("world", [2, 4])
+def test_world_size_does_not_change_results(tmp_path, world, single_process_results):
+    _spawn(_run_worker, world, str(tmp_path / "rdzv"), str(tmp_path))
+    for case, reference in single_process_results.items():
+        assert reference.summary["processes"] == 1
+        for mode in MODES:
+            for rank in range(world):
+                got = torch.load(tmp_path / f"{case}-{mode}-r{rank}.pt")
+                label = f"{case} {mode} world={world} rank={rank}"
+                assert got["summary"]["processes"] == world
+                torch.testing.assert_close(got["params"], reference.params, atol=1e-5, rtol=0, msg=label)
+                history = got["history"]
+                if rank != 0:  # per-client accuracies are reported on the main process only
+                    assert all("client_acc" not in h for h in history), label
+                    history = [{**h, "client_acc": r["client_acc"]} for h, r in zip(history, reference.history)]
+                _assert_same_history(history, reference.history, label)
+                # bytes between processes: counted, the same on every rank, absent in a world of one
+                assert history[-1]["bytes_moved_round"] > 0 and history[-1]["bytes_moved"] > 0, label
+                assert reference.history[-1]["bytes_moved"] == 0
+
+
+# ------------------------------------------------------------------------------------- a failing rank
+def _failing_worker(rank, world, port, out_dir, bad_rank):
+    import dfl
+    from dfl.algorithms import dfedsam
+
+    torch.set_num_threads(1)
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world),
+                      LOCAL_RANK=str(rank))
+    if rank == bad_rank:
+        original = dfedsam.DFedSAMMGS.round
+
+        def failing_round(self, t):
+            if t == 1:
+                raise ValueError(f"injected failure on rank {rank}")
+            return original(self, t)
+
+        dfedsam.DFedSAMMGS.round = failing_round
+    tic = time.perf_counter()
+    try:
+        dfl.run(make_config("mgs-ring", dist_timeout=30.0), data=make_data())
+        message = "finished without error"
+    except BaseException as exc:  # the test inspects what every rank says
+        message = f"{type(exc).__name__}: {exc}"
+    initialized = dist.is_initialized()
+    Path(out_dir, f"rank{rank}.json").write_text(json.dumps(
+        {"message": message, "seconds": time.perf_counter() - tic, "group_left": not initialized}
+    ))
+
+
+@pytest.mark.parametrize("bad_rank", [1, 0])
+def test_a_failing_rank_stops_every_rank_with_a_clear_error(tmp_path, bad_rank):
+    world = 3
+    ctx = mp.start_processes(_failing_worker, args=(world, _free_port(), str(tmp_path), bad_rank),
+                             nprocs=world, join=False, start_method=START_METHOD)
+    deadline = time.monotonic() + 240  # well above dist_timeout: a hang would blow it
+    for p in ctx.processes:
+        p.join(max(0.0, deadline - time.monotonic()))
+    alive = [i for i, p in enumerate(ctx.processes) if p.is_alive()]
+    for p in ctx.processes:
+        if p.is_alive():
+            p.kill()
+    assert not alive, f"ranks {alive} hung after rank {bad_rank} failed"
+    reports = {r: json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(world)}
+    assert reports[bad_rank]["message"] == f"ValueError: injected failure on rank {bad_rank}"
+    for r, report in reports.items():
+        assert report["group_left"], f"rank {r} did not destroy its process group"
+        assert report["seconds"] < 30.0 + 30.0, f"rank {r} was not stopped within dist_timeout"
+        if r == bad_rank:
+            continue
+        assert report["message"].startswith(f"PeerFailure: rank {r} stopped because rank {bad_rank} "), report
+        assert report["message"].endswith(f"failed: ValueError: injected failure on rank {bad_rank}"), report
+
+
+# ---------------------------------------------------------------------------------------------- torchrun
+@pytest.mark.skipif(shutil.which("torchrun") is None, reason="torchrun not found")
+def test_torchrun_launch_matches_a_single_process_run(tmp_path):
+    import dfl
+
+    config = Config(clients=4, rounds=2, eval_every=1, model="logreg", dataset="mnist1d",
+                    dataset_options={"num_samples": 600}, local_steps=2, progress=False, topology="ring",
+                    train_eval_samples=50, backend="gloo", dist_timeout=60.0)
+    args = ["run", "--clients", "4", "--rounds", "2", "--eval-every", "1", "--model", "logreg", "--dataset",
+            "mnist1d", "--dataset-options", "num_samples=600", "--local-steps", "2", "--no-progress",
+            "--topology", "ring", "--train-eval-samples", "50", "--backend", "gloo", "--dist-timeout", "60",
+            "--out", str(tmp_path / "two")]
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
+    env["OMP_NUM_THREADS"] = "1"
+    proc = subprocess.run(["torchrun", "--standalone", "--nproc_per_node=2", "-m", "dfl.cli", *args], env=env,
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
+    one = dfl.run(config).summary
+    two = json.loads((tmp_path / "two" / "summary.json").read_text())
+    assert (one["processes"], two["processes"]) == (1, 2)
+    for key in ("test_acc", "test_loss", "consensus_distance", "train_loss"):
+        assert two[key] == pytest.approx(one[key], rel=1e-4, abs=1e-6), key
+    lines = (tmp_path / "two" / "metrics.jsonl").read_text().splitlines()
+    assert len(lines) == 2 and json.loads(lines[-1])["bytes_moved"] > 0
+    # the checkpoint holds every client's rows (gathered from both ranks), equal to the final parameters
+    checkpoint = torch.load(tmp_path / "two" / "checkpoint.pt")
+    final = torch.load(tmp_path / "two" / "params.pt")["params"]
+    assert checkpoint["round"] == 2 and checkpoint["params"].shape[0] == 4
+    torch.testing.assert_close(checkpoint["params"], final)
+    assert proc.stdout.count("test accuracy (averaged model)") == 1  # only rank 0 prints the summary
