@@ -31,7 +31,7 @@ class Config:
     # experiment
     name: str = "default"
     seed: int = 0
-    rounds: int = 60
+    rounds: int = 200
     # algorithm and its hyperparameters (None = the algorithm's default)
     algorithm: str = "dfedsam-mgs"
     rho: float | None = None
