@@ -10,10 +10,13 @@ import torch
 
 import dfl
 import topologies
+from dfl.clients import ParamLayout
 from dfl.comm import LocalCommunicator
 from dfl.config import Config
 from dfl.data import FederatedData
 from dfl.gossip import Gossip
+from dfl.local import LocalRule, LocalTrainer
+from dfl.models import build_model
 
 
 def small_data(m=8, n=12, seed=0):
@@ -38,6 +41,13 @@ def base_config(**changes):
 
 def run(config, data=None):
     return dfl.run(config, data=data or small_data(config.clients))
+
+
+def reference_trainer(config, data):
+    """The local trainer a run builds for `base_config`'s model, for hand-made reference rounds."""
+    torch.manual_seed(config.seed)
+    model = build_model("mlp", data.input_shape, 3, hidden=[6])
+    return LocalTrainer(model, ParamLayout.of(model), data, list(range(config.clients)), config)
 
 
 # ------------------------------------------------------------------ gossip
@@ -74,14 +84,7 @@ def test_dfedsam_mgs_round_is_local_sam_then_w_to_the_q():
     data = small_data()
     result = run(config, data)
     # reference: the same local SAM steps, then W^Q in float64
-    from dfl.clients import ParamLayout
-    from dfl.local import LocalRule, LocalTrainer
-    from dfl.models import build_model
-
-    torch.manual_seed(config.seed)
-    model = build_model("mlp", data.input_shape, 3, hidden=[6])
-    trainer = LocalTrainer(model, ParamLayout.of(model), data, list(range(8)), config)
-    Y = trainer.train(result.initial_params, 0, 0.1, LocalRule(rho=0.05)).Y
+    Y = reference_trainer(config, data).train(result.initial_params, 0, 0.1, LocalRule(rho=0.05)).Y
     W3 = np.linalg.matrix_power(topologies.build("ring", 8).W, 3)
     np.testing.assert_allclose(result.params.numpy(), W3 @ Y.double().numpy(), atol=1e-5)
 
@@ -118,13 +121,7 @@ def test_dpsgd_matches_matrix_recursion():
     config = base_config(algorithm="dpsgd", batch_size=0, local_steps=3, rounds=1)
     data = small_data()
     result = run(config, data)
-    from dfl.clients import ParamLayout
-    from dfl.local import LocalTrainer
-    from dfl.models import build_model
-
-    torch.manual_seed(config.seed)
-    model = build_model("mlp", data.input_shape, 3, hidden=[6])
-    trainer = LocalTrainer(model, ParamLayout.of(model), data, list(range(8)), config)
+    trainer = reference_trainer(config, data)
     W = torch.tensor(topologies.build("ring", 8).W, dtype=torch.float64)
     X = result.initial_params.clone()
     schedule = trainer.schedule(0)
