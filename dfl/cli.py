@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
+
+# Each module defines `add_parser(subparsers)` and registers its subcommand(s).
+COMMAND_MODULES = ("dfl.run_cli", "dfl.topology_cli", "dfl.sweep_cli", "dfl.report_cli", "dfl.landscape_cli")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -11,15 +15,14 @@ def build_parser() -> argparse.ArgumentParser:
         prog="dfl", description="Decentralized federated learning simulator (DFedSAM, DFedSAM-MGS and baselines)."
     )
     sub = parser.add_subparsers(dest="command")
-    from dfl import topology_cli
-
-    topology_cli.add_parser(sub)
-    try:
-        from dfl import run_cli
-    except ImportError:  # the simulator CLI lands with the engine
-        run_cli = None
-    if run_cli is not None:
-        run_cli.add_parser(sub)
+    for name in COMMAND_MODULES:
+        try:
+            module = importlib.import_module(name)
+        except ModuleNotFoundError as exc:  # TEMPORARY while issue 6 lands: modules written concurrently
+            if exc.name != name:
+                raise
+            continue
+        module.add_parser(sub)
     return parser
 
 

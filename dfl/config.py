@@ -80,6 +80,9 @@ class Config:
     eval_batch_size: int = 1024
     train_eval_samples: int = 2000  # training samples for the averaged model's train accuracy/loss
     checkpoint_every: int = 0  # rounds; 0 = at every evaluation
+    hessian_every: int = 0  # rounds between top-Hessian-eigenvalue measurements of the averaged model; 0 = off
+    hessian_samples: int = 1000  # training samples (a fixed subset) the Hessian is taken on
+    hessian_iters: int = 20  # power-iteration steps (Hessian-vector products) per measurement
     device: str = "auto"
     progress: bool = True
     # multi-process (torchrun); a plain `dfl run` is a world of one
@@ -151,6 +154,9 @@ class Config:
         _integer("eval_batch_size", self.eval_batch_size, minimum=1)
         _integer("train_eval_samples", self.train_eval_samples, minimum=0)
         _integer("checkpoint_every", self.checkpoint_every, minimum=0)
+        _integer("hessian_every", self.hessian_every, minimum=0)
+        _integer("hessian_samples", self.hessian_samples, minimum=1)
+        _integer("hessian_iters", self.hessian_iters, minimum=1)
         if self.gossip_steps is not None:
             _integer("gossip_steps", self.gossip_steps, minimum=1)
         self._validate_centralized()
