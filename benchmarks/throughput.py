@@ -6,7 +6,9 @@ client and round, a `DataLoader` over the client's data, SAM as two backward pas
 backward, restore, step), a deep copy of the trained weights, and state-dict averaging with the
 neighbours' weights key by key. Both run the same model, data,
 batch size, number of local steps and topology, in the same process, and the script prints
-client-steps per second for both and the ratio.
+client-steps per second for both and the ratio. It also counts the FLOPs of one SAM step
+(`torch.utils.flop_counter`) and measures a large fp32 matmul in the same run, so both loops are
+reported against the hardware limit as well (achieved GFLOP/s and the fraction of matmul peak).
 
     python benchmarks/throughput.py                          # cnn1d, 32 clients, MNIST-1D, CPU
     python benchmarks/throughput.py --model resnet18 --dataset cifar10 --data-root DIR --clients 100
@@ -75,6 +77,30 @@ def sam_step(net, opt, x, y, rho):
         for p, e in zip(params, eps):
             p.sub_(e)
     opt.step()
+
+
+def sam_step_flops(net, x, y, rho) -> int:
+    """FLOPs of one SAM step (two forward/backward passes) as counted by torch's FLOP counter."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    net = copy.deepcopy(net)
+    opt = torch.optim.SGD(net.parameters(), lr=0.0)
+    with FlopCounterMode(display=False) as counter:
+        sam_step(net, opt, x, y, rho)
+    return counter.get_total_flops()
+
+
+def matmul_peak_gflops(device, size: int, repeats: int = 10) -> float:
+    """Achieved GFLOP/s of a square fp32 matmul: the practical compute ceiling of this device."""
+    a = torch.randn(size, size, device=device)
+    b = torch.randn(size, size, device=device)
+    a @ b
+    sync(device)
+    tic = time.perf_counter()
+    for _ in range(repeats):
+        a @ b
+    sync(device)
+    return 2 * size**3 * repeats / (time.perf_counter() - tic) / 1e9
 
 
 def reference_round(trainer_model, client_states, loaders, steps, W, lr, rho, device):
@@ -150,12 +176,19 @@ def main():
     reference = time.perf_counter() - tic
 
     client_steps = args.clients * args.local_steps * args.rounds
+    x0, y0 = next(iter(loaders[0]))
+    flops = sam_step_flops(reference_model, x0.to(device), y0.to(device), args.rho)
+    peak = matmul_peak_gflops(device, 8192 if device.type == "cuda" else 2048)
+    ref_rate, our_rate = client_steps / reference, client_steps / ours
     print(f"DFedSAM round: {args.clients} clients × {args.local_steps} SAM steps, {args.model} "
           f"({layout.dim:,} params), {args.dataset}, batch {args.batch_size}, {args.topology}, "
           f"device {device}, {torch.get_num_threads()} threads")
-    print(f"  sequential reference: {client_steps / reference:10.1f} client-steps/s")
-    print(f"  dfl engine:           {client_steps / ours:10.1f} client-steps/s")
+    print(f"  sequential reference: {ref_rate:10.1f} client-steps/s  {ref_rate * flops / 1e9:7.1f} GFLOP/s "
+          f"({ref_rate * flops / 1e9 / peak:.0%} of matmul peak)")
+    print(f"  dfl engine:           {our_rate:10.1f} client-steps/s  {our_rate * flops / 1e9:7.1f} GFLOP/s "
+          f"({our_rate * flops / 1e9 / peak:.0%} of matmul peak)")
     print(f"  speed-up:             {reference / ours:10.2f}x")
+    print(f"  one SAM step = {flops / 1e6:.1f} MFLOP; fp32 matmul peak measured now: {peak:.0f} GFLOP/s")
 
 
 if __name__ == "__main__":
