@@ -61,10 +61,20 @@ def _jsonable(value: Any):
 
 
 class RunDirectory:
-    """`runs/<name>/`: config.toml, metrics.jsonl, summary.json, partition.json, checkpoint.pt, params.pt."""
+    """`runs/<name>/`: config.toml, metrics.jsonl, summary.json, partition.json, checkpoint.pt, params.pt.
 
-    def __init__(self, path: str | Path, overwrite: bool = False):
+    A new run refuses a non-empty directory unless `overwrite` (which deletes the run files first);
+    `resume=True` opens an existing run directory as it is, to continue the run in it."""
+
+    def __init__(self, path: str | Path, overwrite: bool = False, resume: bool = False):
         self.path = Path(path)
+        self._metrics: list[str] = []
+        if resume:
+            if overwrite:
+                raise ValueError("a run directory is opened either to resume or to overwrite, not both")
+            if not self.path.is_dir():
+                raise FileNotFoundError(f"cannot resume: run directory {self.path} does not exist")
+            return
         if self.path.exists() and any(self.path.iterdir()) and not overwrite:
             raise RunDirectoryExists(
                 f"run directory {self.path} already exists and is not empty; choose another --out or pass "
@@ -74,7 +84,6 @@ class RunDirectory:
         if overwrite:
             for name in ("metrics.jsonl", "summary.json", "checkpoint.pt", "params.pt", "partition.json"):
                 (self.path / name).unlink(missing_ok=True)
-        self._metrics: list[str] = []
 
     def write_config(self, toml_text: str) -> None:
         atomic_write_bytes(self.path / "config.toml", toml_text.encode())
@@ -84,10 +93,22 @@ class RunDirectory:
 
     def append_metrics(self, record: dict[str, Any]) -> None:
         self._metrics.append(json.dumps(record, default=_jsonable, allow_nan=True))
-        atomic_write_bytes(self.path / "metrics.jsonl", ("\n".join(self._metrics) + "\n").encode())
+        self._write_metrics()
+
+    def write_metrics(self, records: list[dict[str, Any]]) -> None:
+        """Replace metrics.jsonl by `records` (on resume: the history of the checkpoint)."""
+        self._metrics = [json.dumps(record, default=_jsonable, allow_nan=True) for record in records]
+        self._write_metrics()
+
+    def _write_metrics(self) -> None:
+        text = "".join(line + "\n" for line in self._metrics)
+        atomic_write_bytes(self.path / "metrics.jsonl", text.encode())
 
     def save(self, name: str, obj: Any) -> None:
         atomic_torch_save(self.path / name, obj)
+
+    def remove(self, name: str) -> None:
+        (self.path / name).unlink(missing_ok=True)
 
 
 def read_metrics(path: str | Path) -> list[dict[str, Any]]:

@@ -1,4 +1,7 @@
-"""`dfl run [CONFIG.toml] [--field value ...]`: one flag per Config field; flags override the file."""
+"""`dfl run [CONFIG.toml] [--field value ...]`: one flag per Config field; flags override the file.
+
+`dfl run --resume DIR [--rounds N ...]` continues the run in DIR from its checkpoint, with DIR/config.toml
+as the config; flags may change the fields that are safe to change on resume (`dfl.checkpoint`)."""
 
 from __future__ import annotations
 
@@ -23,6 +26,11 @@ def add_parser(subparsers) -> None:
     parser.add_argument("config_file", nargs="?", help="TOML file of Config fields")
     parser.add_argument("--out", help="run directory (default runs/<name>)")
     parser.add_argument("--overwrite", action="store_true", help="replace an existing run directory")
+    parser.add_argument(
+        "--resume", metavar="DIR",
+        help="continue the run in DIR from its checkpoint (config from DIR/config.toml; flags may change "
+        "rounds, progress, checkpoint_every and execution settings)",
+    )
     defaults = Config()
     for f in fields(Config):
         flag = "--" + f.name.replace("_", "-")
@@ -70,17 +78,40 @@ def config_from_args(args: argparse.Namespace) -> Config:
     return config.replace(**changes)
 
 
+def resume_args(args: argparse.Namespace) -> argparse.Namespace:
+    """`--resume DIR`: the config file is DIR/config.toml and the run directory DIR."""
+    from dfl.checkpoint import FILENAME, NoCheckpoint
+
+    run_dir = Path(args.resume)
+    if getattr(args, "config_file", None):
+        raise ConfigError(f"give either a config file or --resume DIR, not both (got {args.config_file!r}); "
+                          "on resume the config is DIR/config.toml, and flags override it")
+    if getattr(args, "overwrite", False):
+        raise ConfigError("--resume and --overwrite exclude each other")
+    if getattr(args, "out", None) and Path(args.out).resolve() != run_dir.resolve():
+        raise ConfigError(f"--out {args.out} differs from --resume {run_dir}: a run resumes in its own directory")
+    for name in ("config.toml", FILENAME):
+        if not (run_dir / name).is_file():
+            problem = "does not exist" if not run_dir.is_dir() else f"is not a resumable run directory (no {name})"
+            raise NoCheckpoint(f"cannot resume: {run_dir} {problem}; start the run again without --resume "
+                               "(with --overwrite to replace the directory)")
+    return argparse.Namespace(**{**vars(args), "config_file": str(run_dir / "config.toml"), "out": str(run_dir)})
+
+
 def main(args: argparse.Namespace) -> int:
     from dfl.results import RunDirectoryExists, format_summary
     from dfl.runner import DivergenceError, run
 
     try:
+        resume = getattr(args, "resume", None)
+        if resume is not None:
+            args = resume_args(args)
         config = config_from_args(args).validate()
         out = Path(getattr(args, "out", None) or Path("runs") / config.name)
         with warnings.catch_warnings():
             warnings.simplefilter("always")
             warnings.formatwarning = lambda message, *a, **k: f"dfl run: warning: {message}\n"
-            result = run(config, out=out, overwrite=getattr(args, "overwrite", False))
+            result = run(config, out=out, overwrite=getattr(args, "overwrite", False), resume=resume is not None)
     except (ConfigError, RunDirectoryExists, FileNotFoundError, ValueError) as exc:
         print(f"dfl run: error: {exc}", file=sys.stderr)
         return 2

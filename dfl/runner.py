@@ -17,6 +17,7 @@ import numpy as np
 import torch
 
 import topologies
+from dfl import checkpoint as ckpt
 from dfl.algorithms import Context, algorithm_class, resolve_hyperparameters
 from dfl.clients import ParamLayout, initial_stack
 from dfl.config import Config, ConfigError
@@ -87,19 +88,31 @@ def run(
     out: str | Path | None = None,
     overwrite: bool = False,
     comm=None,
+    resume: bool = False,
 ) -> Result:
     """Run one experiment. With `out`, write the run directory (see DESIGN.md) there.
+
+    `resume=True` continues the run in `out` from its `checkpoint.pt` (`dfl.checkpoint`): the config must
+    equal the checkpoint's except for `dfl.checkpoint.RESUMABLE_FIELDS` (e.g. more `rounds` extend a
+    finished run); metrics.jsonl is rewritten from the checkpoint's history and rounds after the checkpoint
+    are recomputed, so the result equals an uninterrupted run's. A finished run resumed with the same
+    `rounds` trains nothing and returns its result again.
 
     Under torchrun (WORLD_SIZE > 1) every process calls this: it joins the process group, hosts its
     block of clients and leaves the group at the end or on error (`dfl.distributed`); a failure on one
     rank makes the others stop with a `PeerFailure` naming it. A given `comm` is used as is, not closed.
     """
     config = (config or Config()).validate()
+    if resume and out is None:
+        raise ValueError("resume=True needs out= (the run directory holding checkpoint.pt)")
+    if resume and overwrite:
+        raise ValueError("resume and overwrite exclude each other: resume continues the run in out, overwrite "
+                         "deletes it")
     own = comm is None
     if own:
         comm = communicator_from_env(config, config.clients)
     try:
-        return _run(config, data, out, overwrite, comm)
+        return _run(config, data, out, overwrite, comm, resume)
     except BaseException as exc:
         peer = getattr(comm, "peer_failure", lambda e: None)(exc)
         if peer is not None:
@@ -111,9 +124,13 @@ def run(
             comm.close()
 
 
-def _run(config: Config, data, out, overwrite: bool, comm) -> Result:
+def _run(config: Config, data, out, overwrite: bool, comm, resume: bool) -> Result:
     from dfl.models import build_model
 
+    saved = None
+    if resume:  # before any work: a missing checkpoint or a changed config fails fast, on every rank alike
+        saved = ckpt.load(out)
+        ckpt.check_config(saved, config, out)
     hp, ignored = resolve_hyperparameters(config)
     device = getattr(comm, "device", None) or resolve_device(config.device)
     torch.backends.cuda.matmul.allow_tf32 = False  # exact-averaging needs true fp32
@@ -147,7 +164,20 @@ def _run(config: Config, data, out, overwrite: bool, comm) -> Result:
     ctx = Context(config=config, hp=hp, trainer=trainer, gossip=gossip, comm=comm)
     algorithm = algorithm_class(config.algorithm)(ctx, X0.clone())
 
-    run_dir = RunDirectory(out, overwrite=overwrite) if (out is not None and comm.is_main) else None
+    history: list[dict[str, Any]] = []
+    bytes_total, start, wall_before = 0, 0, 0.0
+    if saved is not None:
+        ckpt.restore(saved, algorithm, comm, layout)
+        start, history = saved["round"], list(saved["history"])
+        if not comm.is_main:  # as in an uninterrupted run, per-client accuracies live on the main process
+            history = [{k: v for k, v in h.items() if k != "client_acc"} for h in history]
+        counters = saved["counters"]
+        bytes_total, wall_before = counters["bytes_sent_total"], counters["wall_seconds"]
+        comm.bytes_moved = counters["bytes_moved"]
+
+    run_dir = None
+    if out is not None and comm.is_main:
+        run_dir = RunDirectory(out, overwrite=overwrite, resume=resume)
     model_bytes = layout.dim * X0.element_size()
     lam = _lambda(topology, 1)
     summary: dict[str, Any] = {
@@ -168,24 +198,29 @@ def _run(config: Config, data, out, overwrite: bool, comm) -> Result:
         "num_params": layout.dim,
         "device": str(device),
         "rounds": config.rounds,
-        "rounds_completed": 0,
+        "rounds_completed": start,
         "status": "running",
         "out_dir": str(run_dir.path) if run_dir else None,
     }
+    if saved is not None:
+        summary["resumed_from_round"] = start
     if run_dir:
         run_dir.write_config(config.to_toml())
         run_dir.write_json("partition.json", data.partition_info())
+        if saved is not None:
+            run_dir.write_metrics(history)  # drops records a killed run wrote after its last checkpoint
+            run_dir.remove("params.pt")  # written again when the run finishes
         run_dir.write_json("summary.json", summary)
 
     eval_x, eval_y = data.test_x, data.test_y
     train_sub = _train_subset(data, config)
-    history: list[dict[str, Any]] = []
-    bytes_total = 0
     round_seconds: list[float] = []
-    progress = _progress(config, comm)
+    progress = _progress(config, comm, start)
     started = time.perf_counter()
+    if saved is not None:
+        ckpt.set_rng_state(saved["rng"])
     try:
-        for t in range(config.rounds):
+        for t in range(start, config.rounds):
             tic = time.perf_counter()
             moved_before = comm.bytes_moved
             stats = algorithm.round(t)
@@ -220,7 +255,9 @@ def _run(config: Config, data, out, overwrite: bool, comm) -> Result:
                     progress.set_postfix(acc=f"{record['test_acc']:.3f}", refresh=False)
             every = config.checkpoint_every or config.eval_every
             if out is not None and ((t + 1) % every == 0 or t + 1 == config.rounds):
-                _checkpoint(run_dir, algorithm, comm, t, history, layout)  # collective: every rank calls it
+                counters = {"bytes_sent_total": bytes_total,
+                            "wall_seconds": wall_before + time.perf_counter() - started}
+                _checkpoint(run_dir, algorithm, comm, t, history, counters, config, layout)
             if progress is not None:
                 progress.update(1)
         summary["status"] = "completed"
@@ -233,7 +270,7 @@ def _run(config: Config, data, out, overwrite: bool, comm) -> Result:
     finally:
         if progress is not None:
             progress.close()
-        summary["wall_seconds"] = time.perf_counter() - started
+        summary["wall_seconds"] = wall_before + time.perf_counter() - started
         summary.update(_final_metrics(history))
         if run_dir:
             run_dir.write_json("summary.json", summary)
@@ -311,22 +348,12 @@ def _check_finite(X: torch.Tensor, train_loss: torch.Tensor, t: int, comm) -> No
         )
 
 
-def _checkpoint(run_dir: RunDirectory | None, algorithm, comm, t: int, history, layout) -> None:
-    """The last good state: every client's parameters (gathered from all ranks), written by rank 0.
-    Algorithm state is this process's (complete in a single-process run)."""
-    params = comm.gather_rows(algorithm.X).detach().cpu()
-    if run_dir is None:
-        return
-    run_dir.save(
-        "checkpoint.pt",
-        {
-            "round": t + 1,
-            "params": params,
-            "state": {k: v.detach().cpu() if torch.is_tensor(v) else v for k, v in algorithm.state().items()},
-            "history": history,
-            "param_names": list(layout.names),
-        },
-    )
+def _checkpoint(run_dir: RunDirectory | None, algorithm, comm, t: int, history, counters, config, layout) -> None:
+    """The state after round t (`dfl.checkpoint`): a collective, every rank calls it (the per-client rows
+    are gathered); rank 0 writes it atomically."""
+    state = ckpt.gather(algorithm, comm, t + 1, history, counters, config, layout)
+    if run_dir is not None:
+        run_dir.save(ckpt.FILENAME, state)
 
 
 def _final_metrics(history: list[dict[str, Any]]) -> dict[str, Any]:
@@ -339,9 +366,9 @@ def _final_metrics(history: list[dict[str, Any]]) -> dict[str, Any]:
     return last
 
 
-def _progress(config: Config, comm):
+def _progress(config: Config, comm, start: int = 0):
     if not (config.progress and comm.is_main):
         return None
     from tqdm.auto import tqdm
 
-    return tqdm(total=config.rounds, desc=f"{config.algorithm}", unit="round", leave=False)
+    return tqdm(total=config.rounds, initial=start, desc=f"{config.algorithm}", unit="round", leave=False)

@@ -196,6 +196,42 @@ def test_world_size_does_not_change_results(tmp_path, world, single_process_resu
                 assert reference.history[-1]["bytes_moved"] == 0
 
 
+# ------------------------------------------ D-PSGD with local epochs: processes with fewer steps still gossip
+def _unequal_data():
+    from dfl.data import FederatedData
+
+    g = torch.Generator().manual_seed(1)
+    train = [(torch.randn(n, 5, generator=g), torch.randint(0, 3, (n,), generator=g)) for n in (4, 4, 9, 9)]
+    return FederatedData.from_arrays(train=train, test=(torch.randn(12, 5, generator=g), torch.arange(12) % 3),
+                                     num_classes=3)
+
+
+def _dpsgd_epochs_config() -> Config:
+    # batch 4, one epoch: clients 0-1 (rank 0) take 1 step, clients 2-3 (rank 1) take 3; all gossip 3 times
+    return Config(name="dpsgd-epochs", algorithm="dpsgd", clients=4, rounds=2, eval_every=1, model="logreg",
+                  local_epochs=1, batch_size=4, progress=False, train_eval_samples=0, dist_timeout=30.0)
+
+
+def _dpsgd_epochs_worker(rank, world, rdzv, out_dir):
+    import dfl
+
+    _init(rank, world, rdzv)
+    try:
+        result = dfl.run(_dpsgd_epochs_config(), data=_unequal_data())
+        torch.save(result.params, Path(out_dir) / f"dpsgd-r{rank}.pt")
+    finally:
+        dist.destroy_process_group()
+
+
+def test_dpsgd_local_epochs_with_unequal_step_counts_across_processes(tmp_path):
+    import dfl
+
+    reference = dfl.run(_dpsgd_epochs_config(), data=_unequal_data())
+    _spawn(_dpsgd_epochs_worker, 2, str(tmp_path / "rdzv"), str(tmp_path))
+    for rank in range(2):
+        torch.testing.assert_close(torch.load(tmp_path / f"dpsgd-r{rank}.pt"), reference.params, atol=1e-6, rtol=0)
+
+
 # ------------------------------------------------------------------------------------- a failing rank
 def _failing_worker(rank, world, port, out_dir, bad_rank):
     import dfl

@@ -52,6 +52,10 @@ class Algorithm:
     name: ClassVar[str]
     # Config fields this algorithm reads, with its defaults (None in the Config = use these).
     hyperparameters: ClassVar[dict[str, Any]] = {}
+    # The `state()` entries that are per-client: tensors whose rows are this process's clients. A checkpoint
+    # gathers them into all m rows (`comm.gather_rows`) and a resume slices out `comm.client_ids` again.
+    # Every other entry is replicated server/global state, identical on every process (rank 0's is saved).
+    client_state: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, ctx: Context, X: torch.Tensor):
         self.ctx = ctx
@@ -61,9 +65,19 @@ class Algorithm:
         raise NotImplementedError
 
     def state(self) -> dict[str, torch.Tensor]:
-        """Per-client and server state beyond X, for checkpoints."""
+        """Everything beyond X that the next rounds depend on, for checkpoints: the per-client entries
+        named in `client_state` ([m_local, ...] rows) and replicated server state."""
         return {}
 
     def load_state(self, state: dict[str, torch.Tensor]) -> None:
+        """Set attributes from `state` (e.g. a checkpoint's, rows already sliced to this process's clients).
+        A tensor replacing a tensor attribute must have its shape; it takes the attribute's device and dtype."""
         for key, value in state.items():
+            current = getattr(self, key, None)
+            if torch.is_tensor(current) and torch.is_tensor(value):
+                if value.shape != current.shape:
+                    raise ValueError(
+                        f"{self.name} state {key!r}: expected shape {tuple(current.shape)}, got {tuple(value.shape)}"
+                    )
+                value = value.to(device=current.device, dtype=current.dtype)
             setattr(self, key, value)

@@ -4,9 +4,12 @@ One SGD step per communication, with the gradient taken at the pre-mixing iterat
     X^{k+1} = W_k X^k − γ G(X^k)                      (Alg. 1, lines 4–6, matrix form)
 A round is the usual amount of local work (local_epochs or local_steps), i.e. K such iterations, so
 it gossips K times. Clients that have finished their epoch(s) still gossip, with zero gradient.
+K is the largest step count of all clients of all processes, so every process gossips equally often.
 """
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 import torch
@@ -28,13 +31,14 @@ class DPSGD(Algorithm):
         schedule = ctx.trainer.schedule(t)
         loss_sum = torch.zeros(self.X.shape[0], device=self.X.device, dtype=self.X.dtype)
         sent = np.zeros(ctx.gossip.topology.n, dtype=np.int64)
-        for k in range(schedule.steps):
-            batch = schedule.batch(k)
-            Xb = self.X[batch.rows]
-            g, loss = ctx.trainer.gradient(Xb, batch)  # G(X^k), before mixing
-            loss_sum[batch.rows] += loss
+        for k in range(iterations_per_round(ctx.trainer)):
             step = torch.zeros_like(self.X)
-            step[batch.rows] = descent_direction(g, Xb, rule, None)
+            if k < schedule.steps:  # some client of this process still has local steps left
+                batch = schedule.batch(k)
+                Xb = self.X[batch.rows]
+                g, loss = ctx.trainer.gradient(Xb, batch)  # G(X^k), before mixing
+                loss_sum[batch.rows] += loss
+                step[batch.rows] = descent_direction(g, Xb, rule, None)
             self.X = ctx.gossip.mix(self.X, self.gossip_step, 1) - lr * step  # W X^k − γ G(X^k)
             sent += ctx.gossip.sends(self.gossip_step, 1)
             self.gossip_step += 1
@@ -46,3 +50,13 @@ class DPSGD(Algorithm):
 
     def load_state(self, state):
         self.gossip_step = int(state["gossip_step"])
+
+
+def iterations_per_round(trainer) -> int:
+    """Iterations per round: K, or E·max_i ⌈n_i/B⌉ over all N clients (not only this process's)."""
+    if trainer.mode == "steps":
+        return trainer.amount
+    sizes = trainer.data.sizes
+    if trainer.batch_size == 0 or len(sizes) == 0:  # full batch: one step per epoch
+        return trainer.amount
+    return trainer.amount * max(math.ceil(int(n) / trainer.batch_size) for n in sizes.tolist())

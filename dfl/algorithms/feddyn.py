@@ -22,6 +22,7 @@ from dfl.algorithms.server import SERVER_DEFAULTS, ServerAlgorithm
 class FedDyn(ServerAlgorithm):
     name = "feddyn"
     hyperparameters = {**SERVER_DEFAULTS, "feddyn_alpha": 0.01}
+    client_state = ("h",)  # h_i per client; x is server state
 
     def __init__(self, ctx, X):
         super().__init__(ctx, X)

@@ -36,6 +36,7 @@ class FedGLoSS(ServerAlgorithm):
         **SERVER_DEFAULTS, "server_lr": 1.0, "rho": 0.15, "sam": "sam", "asam_eta": 0.2,
         "server_rho": 0.15, "fedgloss_beta": 10.0, "rho_ramp_rounds": 0,
     }
+    client_state = ("sigma_k",)  # per-client σ_k; σ and Δ̃_prev are server state
 
     def __init__(self, ctx, X):
         super().__init__(ctx, X)

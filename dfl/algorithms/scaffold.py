@@ -23,6 +23,7 @@ from dfl.algorithms.fedavg import FedAvg
 class Scaffold(FedAvg):
     name = "scaffold"
     uplink = downlink = 2
+    client_state = ("ci",)  # c_i per client; x and c are server state
 
     def __init__(self, ctx, X):
         super().__init__(ctx, X)
