@@ -1,0 +1,434 @@
+"""Sweeps: one TOML spec → the cartesian product of its `[vary]` lists → one run directory per combination.
+
+A sweep file has `[base]` (Config fields shared by every run), `[vary]` (field -> list of values; the runs are
+the cartesian product, in the order the keys appear, the first key varying slowest) and an optional
+`[sweep]` table (`name`, `parallel`). The sweep directory holds
+
+    sweep.toml        the spec that was run (normalised; `dfl sweep SWEEP/sweep.toml --out SWEEP` resumes it)
+    sweep.json        {"runs": [{"name", "dir", "overrides", "status", "error", ...}]}, rewritten after each run
+    runs/<name>/      ordinary run directories
+
+Running a sweep again is idempotent: a completed (or diverged) run is skipped, a run with a checkpoint is
+resumed from it (`dfl.run(..., resume=True)`), any other run is started over. A run that fails is recorded and
+the others go on.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+import tomli_w
+
+from dfl.config import Config, ConfigError
+from dfl.results import atomic_write_bytes, to_json
+
+TABLES = ("sweep", "base", "vary")
+SWEEP_KEYS = ("name", "parallel")
+CONFIG_FIELDS = tuple(f.name for f in fields(Config))
+NAME_CHARS = re.compile(r"[^A-Za-z0-9._=,-]")
+MAX_NAME = 200  # run names become directory names (255 bytes on most filesystems)
+ERROR_LOG = "error.log"
+
+
+class SweepError(ValueError):
+    """A sweep spec or sweep directory is invalid; the message names the table, field or run."""
+
+
+@dataclass(frozen=True)
+class PlannedRun:
+    name: str
+    overrides: dict[str, Any]  # the varied fields of this run
+    config: Config  # validated, `name` = the run name
+
+
+@dataclass
+class Sweep:
+    """A parsed sweep spec: `base` Config fields, `vary` field -> list of values (in key order)."""
+
+    base: dict[str, Any] = field(default_factory=dict)
+    vary: dict[str, list[Any]] = field(default_factory=dict)
+    name: str = "sweep"
+    parallel: int = 1
+
+    @classmethod
+    def from_dict(cls, spec: dict[str, Any], where: str = "sweep spec") -> Sweep:
+        """Check the tables and fields (not the values: `plan()` validates every combination's Config)."""
+        loose = [k for k, v in spec.items() if not isinstance(v, dict)]
+        if loose:
+            raise SweepError(f"{where}: key(s) {', '.join(loose)} outside a table; put Config fields under [base] "
+                             "and lists of values under [vary]")
+        unknown = [k for k in spec if k not in TABLES]
+        if unknown:
+            raise SweepError(f"{where}: unknown table(s) {', '.join(f'[{k}]' for k in unknown)}; allowed: "
+                             + ", ".join(f"[{t}]" for t in TABLES))
+        meta, base, vary = (dict(spec.get(t, {})) for t in TABLES)
+        bad = [k for k in meta if k not in SWEEP_KEYS]
+        if bad:
+            raise SweepError(f"{where}: unknown key(s) {', '.join(bad)} in [sweep]; allowed: {', '.join(SWEEP_KEYS)}")
+        name = meta.get("name", "sweep")
+        if not isinstance(name, str) or not name or NAME_CHARS.sub("", name) != name:
+            raise SweepError(f"{where}: [sweep] name must be a non-empty string of letters, digits and ._=,- ; "
+                             f"got {name!r}")
+        parallel = meta.get("parallel", 1)
+        if isinstance(parallel, bool) or not isinstance(parallel, int) or parallel < 1:
+            raise SweepError(f"{where}: [sweep] parallel must be an integer >= 1, got {parallel!r}")
+        for table, values in (("base", base), ("vary", vary)):
+            unknown = [k for k in values if k not in CONFIG_FIELDS]
+            if unknown:
+                raise SweepError(f"{where}: unknown Config field(s) {', '.join(unknown)} in [{table}]; known "
+                                 f"fields: {', '.join(CONFIG_FIELDS)}")
+            if "name" in values:
+                raise SweepError(f"{where}: 'name' cannot be set in [{table}]: each run is named after its varied "
+                                 "fields; name the sweep with [sweep] name = \"...\"")
+        for key, values in vary.items():
+            if not isinstance(values, list):
+                raise SweepError(f"{where}: [vary] {key} must be a list of values, got {values!r} (a single value "
+                                 "belongs in [base])")
+            if not values:
+                raise SweepError(f"{where}: [vary] {key} is an empty list; give at least one value")
+        both = [k for k in vary if k in base]
+        if both:
+            raise SweepError(f"{where}: field(s) {', '.join(both)} in both [base] and [vary]; keep each in one")
+        return cls(base=base, vary=vary, name=name, parallel=parallel)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"sweep": {"name": self.name, "parallel": self.parallel}, "base": dict(self.base),
+                "vary": {k: list(v) for k, v in self.vary.items()}}
+
+    def to_toml(self) -> str:
+        return tomli_w.dumps(self.to_dict())
+
+    def plan(self) -> list[PlannedRun]:
+        """Every combination, first [vary] key slowest, each Config validated (errors name the run)."""
+        keys = list(self.vary)
+        planned: list[PlannedRun] = []
+        seen: dict[str, dict[str, Any]] = {}
+        for values in itertools.product(*(self.vary[k] for k in keys)):
+            overrides = dict(zip(keys, values))
+            name = run_name(overrides)
+            if name in seen:
+                raise SweepError(f"runs {seen[name]} and {overrides} get the same name {name!r}; make the [vary] "
+                                 "values distinct")
+            seen[name] = overrides
+            planned.append(PlannedRun(name, overrides, _validated(name, {**self.base, **overrides, "name": name})))
+        return planned
+
+    def runs(self) -> list[tuple[str, Config]]:
+        """(name, validated Config) per combination."""
+        return [(p.name, p.config) for p in self.plan()]
+
+
+def load_sweep(path: str | Path) -> Sweep:
+    """Read a sweep TOML file (`[base]`, `[vary]`, optional `[sweep]`); every combination is validated."""
+    path = Path(path)
+    if not path.is_file():
+        raise SweepError(f"sweep file {path} does not exist")
+    try:
+        spec = tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as exc:
+        raise SweepError(f"sweep file {path} is not valid TOML: {exc}") from exc
+    sweep = Sweep.from_dict(spec, where=f"sweep file {path}")
+    sweep.plan()  # fail fast on a typo in any combination
+    return sweep
+
+
+def run_name(overrides: dict[str, Any]) -> str:
+    """`field=value,...` over the varied fields, e.g. `algorithm=dfedsam,topology=ring,seed=0`; characters
+    outside [A-Za-z0-9._=,-] become `_`; tables render as `k=v_k=v` (`default` if empty), lists as `a-b`."""
+    if not overrides:
+        return "base"
+    name = NAME_CHARS.sub("_", ",".join(f"{k}={_format(v)}" for k, v in overrides.items()))
+    if len(name) > MAX_NAME:  # keep it a valid directory name, and unique
+        import hashlib
+
+        name = name[: MAX_NAME - 11] + "-" + hashlib.sha1(name.encode()).hexdigest()[:10]
+    return name
+
+
+def _format(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        return repr(value)
+    if isinstance(value, (dict, list, tuple)) and not value:
+        return "default" if isinstance(value, dict) else "none"
+    if isinstance(value, dict):
+        return "_".join(f"{k}={_format(v)}" for k, v in value.items())
+    if isinstance(value, (list, tuple)):
+        return "-".join(_format(v) for v in value)
+    return str(value)
+
+
+def _validated(name: str, values: dict[str, Any]) -> Config:
+    from dfl.algorithms import resolve_hyperparameters
+
+    try:
+        config = Config.from_dict(values).validate()
+        with warnings.catch_warnings():  # ignored options are reported when the run starts
+            warnings.simplefilter("ignore")
+            resolve_hyperparameters(config)
+    except (ConfigError, TypeError) as exc:
+        raise SweepError(f"run {name}: {exc}") from exc
+    return config
+
+
+# ---------------------------------------------------------------------------------------------- running
+def inspect_run(run_dir: Path, config: Config) -> str:
+    """What running `config` into `run_dir` needs now: "skip" (completed or diverged), "resume" (a checkpoint
+    whose config matches up to the resumable fields), or "start" (nothing usable there: start over).
+    A run directory made from a different config is an error (results must not mix)."""
+    from dfl.checkpoint import FILENAME, RESUMABLE_FIELDS
+
+    stored_path = run_dir / "config.toml"
+    if not stored_path.is_file():
+        return "start"
+    try:
+        stored = Config.from_toml(stored_path)
+    except ConfigError as exc:
+        raise SweepError(f"run {config.name}: cannot read {stored_path}: {exc}") from exc
+    differ = [n for n in CONFIG_FIELDS if n not in RESUMABLE_FIELDS
+              and _plain(getattr(stored, n)) != _plain(getattr(config, n))]
+    if differ:
+        shown = ", ".join(f"{n} (there {getattr(stored, n)!r}, now {getattr(config, n)!r})" for n in differ)
+        raise SweepError(f"run {config.name}: {run_dir} holds a run with a different config: {shown}; use a new "
+                         "--out for the changed sweep (or delete that run directory)")
+    summary = _read_json(run_dir / "summary.json")
+    status = summary.get("status")
+    if status == "completed" and summary.get("rounds_completed") == config.rounds:
+        return "skip"
+    if status == "diverged" and summary.get("rounds") == config.rounds:  # it would diverge again
+        return "skip"
+    if (run_dir / FILENAME).is_file():
+        return "resume"
+    return "start"
+
+
+def execute_run(config: Config, run_dir: Path, action: str) -> dict[str, Any]:
+    """Run one planned run in this process (`action` "start" or "resume"); never raises for a run's failure:
+    returns {"status", "error", ...} and leaves the traceback in run_dir/error.log."""
+    from dfl.runner import DivergenceError, run
+
+    run_dir = Path(run_dir)
+    (run_dir / ERROR_LOG).unlink(missing_ok=True)
+    tic = time.perf_counter()
+    try:
+        result = run(config, out=run_dir, overwrite=action == "start", resume=action == "resume")
+    except DivergenceError as exc:
+        return {"status": "diverged", "error": str(exc), "seconds": time.perf_counter() - tic}
+    except Exception as exc:  # a failed run is recorded; the sweep goes on
+        run_dir.mkdir(parents=True, exist_ok=True)
+        atomic_write_bytes(run_dir / ERROR_LOG, traceback.format_exc().encode())
+        return {"status": "failed", "error": f"{type(exc).__name__}: {exc}", "seconds": time.perf_counter() - tic}
+    return {"status": "completed", "error": None, "seconds": time.perf_counter() - tic,
+            **_metrics(result.summary)}
+
+
+def run_sweep(
+    sweep: Sweep,
+    out: str | Path,
+    parallel: int | None = None,
+    *,
+    log: Callable[[str], None] | None = print,
+) -> list[dict[str, Any]]:
+    """Run every combination of `sweep` into `out/runs/<name>/` and return the sweep.json run entries.
+
+    Each entry: name, dir ("runs/<name>"), overrides, status ("completed", "diverged", "failed", or
+    "interrupted"), error (None or "Type: message"), action ("skipped", "resumed", "started"), plus
+    rounds_completed, test_acc and seconds when known. `parallel` (default: the spec's) > 1 runs that many
+    worker processes, each with cpu_count // parallel torch threads and no progress bar."""
+    out = Path(out)
+    parallel = sweep.parallel if parallel is None else parallel
+    if isinstance(parallel, bool) or not isinstance(parallel, int) or parallel < 1:
+        raise SweepError(f"parallel must be an integer >= 1, got {parallel!r}")
+    planned = sweep.plan()
+    actions = [inspect_run(out / "runs" / p.name, p.config) for p in planned]  # all checked before any runs
+    say = log or (lambda text: None)
+
+    entries = []
+    for p, action in zip(planned, actions):
+        entry = {"name": p.name, "dir": f"runs/{p.name}", "overrides": p.overrides, "status": "pending",
+                 "error": None, "action": {"skip": "skipped", "resume": "resumed", "start": "started"}[action]}
+        if action == "skip":
+            summary = _read_json(out / entry["dir"] / "summary.json")
+            entry.update(status=summary["status"], error=summary.get("error"), **_metrics(summary))
+        entries.append(entry)
+    atomic_write_bytes(out / "sweep.toml", sweep.to_toml().encode())
+    _write_entries(out, entries)
+
+    todo = [i for i, a in enumerate(actions) if a != "skip"]
+    say(f"sweep {sweep.name}: {len(planned)} runs in {out} ({len(planned) - len(todo)} done, {len(todo)} to run"
+        + (f", {min(parallel, len(todo))} at a time)" if todo and parallel > 1 else ")"))
+    if parallel > 1 and len(todo) > 1:
+        _run_parallel(planned, actions, entries, todo, out, parallel, say)
+    else:
+        for count, i in enumerate(todo, 1):
+            p = planned[i]
+            say(f"[{count}/{len(todo)}] {'resume' if actions[i] == 'resume' else 'start'} {p.name}")
+            try:
+                entries[i].update(execute_run(p.config, out / entries[i]["dir"], actions[i]))
+            except BaseException:  # Ctrl-C: leave an honest sweep.json behind
+                entries[i].update(status="interrupted")
+                _write_entries(out, entries)
+                raise
+            say(_one_line(entries[i]))
+            _write_entries(out, entries)
+    return entries
+
+
+def _run_parallel(planned, actions, entries, todo, out: Path, parallel: int, say) -> None:
+    """Worker subprocesses, at most `parallel` at once; each run's stdout/stderr go to temporary files, kept in
+    the run directory as error.log when it fails."""
+    threads = max(1, _cpu_count() // parallel)
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
+    queue, running, count = list(todo), {}, 0
+    try:
+        while queue or running:
+            while queue and len(running) < parallel:
+                i = queue.pop(0)
+                count += 1
+                run_dir = out / entries[i]["dir"]
+                run_dir.mkdir(parents=True, exist_ok=True)
+                job = {"config": planned[i].config.replace(progress=False).to_dict(), "out": str(run_dir),
+                       "action": actions[i], "threads": threads}
+                stdout, stderr = tempfile.TemporaryFile(), tempfile.TemporaryFile()
+                proc = subprocess.Popen([sys.executable, "-c", WORKER, json.dumps(job)], stdout=stdout,
+                                        stderr=stderr, stdin=subprocess.DEVNULL, env=env)
+                running[proc] = (i, stdout, stderr, time.perf_counter())
+                say(f"[{count}/{len(todo)}] {'resume' if actions[i] == 'resume' else 'start'} {planned[i].name}")
+            done = [proc for proc in running if proc.poll() is not None]
+            if not done:
+                time.sleep(0.05)
+                continue
+            for proc in done:
+                i, stdout, stderr, tic = running.pop(proc)
+                entries[i].update(_worker_outcome(proc.returncode, stdout, stderr, out / entries[i]["dir"]))
+                entries[i].setdefault("seconds", time.perf_counter() - tic)
+                say(_one_line(entries[i]))
+                _write_entries(out, entries)
+    except BaseException:
+        for proc, (i, *_rest) in running.items():
+            proc.terminate()
+            proc.wait()
+            entries[i].update(status="interrupted")
+        _write_entries(out, entries)
+        raise
+
+
+# The worker: runs one job (argv[1], JSON) with `execute_run` and prints its outcome as the last stdout line.
+WORKER = "import sys; from dfl.sweep import _worker_main; sys.exit(_worker_main(sys.argv[1]))"
+
+
+def _worker_main(job_json: str) -> int:
+    import torch
+
+    job = json.loads(job_json)
+    torch.set_num_threads(int(job["threads"]))
+    outcome = execute_run(Config.from_dict(job["config"]), Path(job["out"]), job["action"])
+    print("\n" + json.dumps(outcome, allow_nan=True), flush=True)
+    return 0
+
+
+def _worker_outcome(returncode: int, stdout, stderr, run_dir: Path) -> dict[str, Any]:
+    stdout.seek(0)
+    stderr.seek(0)
+    lines = stdout.read().decode(errors="replace").strip().splitlines()
+    err = stderr.read().decode(errors="replace")
+    stdout.close()
+    stderr.close()
+    if returncode == 0 and lines:
+        try:
+            return json.loads(lines[-1])
+        except json.JSONDecodeError:
+            pass
+    tail = err[-8000:]
+    atomic_write_bytes(run_dir / ERROR_LOG, f"worker exit code {returncode}\n{tail}".encode())
+    last = next((line for line in reversed(tail.splitlines()) if line.strip()), "no output")
+    return {"status": "failed", "error": f"worker exited with code {returncode}: {last.strip()}"}
+
+
+# ---------------------------------------------------------------------------------------------- helpers
+def _write_entries(out: Path, entries: list[dict[str, Any]]) -> None:
+    atomic_write_bytes(out / "sweep.json", to_json({"runs": entries}).encode())
+
+
+def read_entries(sweep_dir: str | Path) -> list[dict[str, Any]]:
+    """The run entries of SWEEP/sweep.json."""
+    return json.loads((Path(sweep_dir) / "sweep.json").read_text())["runs"]
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    try:
+        return json.loads(path.read_text())
+    except (FileNotFoundError, json.JSONDecodeError):
+        return {}
+
+
+def _metrics(summary: dict[str, Any]) -> dict[str, Any]:
+    return {k: summary[k] for k in ("rounds_completed", "test_acc") if k in summary}
+
+
+def _plain(value: Any) -> Any:
+    """TOML has arrays, not tuples: compare lists and tuples alike, nested in tables too."""
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    return value
+
+
+def _cpu_count() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover (macOS, Windows)
+        return os.cpu_count() or 1
+
+
+def _one_line(entry: dict[str, Any]) -> str:
+    acc = entry.get("test_acc")
+    text = f"      {entry['status']:<9} {entry['name']}"
+    if isinstance(acc, (int, float)):
+        text += f"  test acc {acc:.2%}"
+    if entry.get("seconds") is not None:
+        text += f"  ({entry['seconds']:.1f} s)"
+    if entry.get("error"):
+        text += f"  {entry['error'].splitlines()[0][:200]}"
+    return text
+
+
+def format_status(entries: list[dict[str, Any]]) -> str:
+    """The end-of-sweep table (one row per run) and a count line."""
+    rows = [("run", "status", "action", "rounds", "test acc", "error")]
+    for e in entries:
+        acc = e.get("test_acc")
+        rows.append((
+            e["name"], e["status"], e["action"], str(e.get("rounds_completed", "")),
+            f"{acc:.2%}" if isinstance(acc, (int, float)) else "",
+            (e.get("error") or "").splitlines()[0][:80] if e.get("error") else "",
+        ))
+    widths = [max(len(r[c]) for r in rows) for c in range(len(rows[0]))]
+    lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows]
+    counts: dict[str, int] = {}
+    for e in entries:
+        for key in (e["status"], e["action"]):
+            counts[key] = counts.get(key, 0) + 1
+    order = ("completed", "diverged", "failed", "interrupted", "skipped", "resumed", "started")
+    lines.append(f"{len(entries)} runs: " + ", ".join(f"{counts[k]} {k}" for k in order if counts.get(k)))
+    return "\n".join(lines)

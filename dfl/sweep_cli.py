@@ -1,0 +1,279 @@
+"""`dfl sweep SPEC.toml --out DIR`, and two sweeps built in code on the same machinery:
+`dfl compare-topologies` (the DFedSAM paper's topology study) and `dfl spectral-study` (one algorithm across
+topologies and gossip steps Q, with the accuracy/consensus-vs-spectral-gap table and plots)."""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import sys
+import warnings
+from pathlib import Path
+from typing import Any
+
+from dfl.config import ConfigError
+from dfl.sweep import CONFIG_FIELDS, Sweep, SweepError, format_status, inspect_run, load_sweep, run_sweep
+
+SPEC_EXAMPLE = """\
+example sweep.toml:
+  [sweep]
+  name = "alpha-study"
+  [base]
+  rounds = 50
+  clients = 16
+  [vary]
+  algorithm = ["dfedavg", "dfedsam"]
+  topology = ["ring", "exponential"]
+  alpha = [0.1, 0.6]
+  seed = [0, 1]
+"""
+
+# The laptop-scale setting of both presets: MNIST-1D, 16 clients, Dirichlet(0.3), the cnn1d model, one local
+# epoch per round; every other field is the Config default (lr 0.1 decayed 0.998 per round, batch 32) and each
+# algorithm's own hyperparameters (DFedSAM rho = 0.01; DFedSAM-MGS Q = 4; DFedAvgM momentum 0.9).
+LAPTOP_BASE: dict[str, Any] = {
+    "dataset": "mnist1d", "clients": 16, "partition": "dirichlet", "alpha": 0.3, "model": "cnn1d",
+    "rounds": 100, "eval_every": 5,
+}
+
+# `--full`: the DFedSAM paper's CIFAR-10 topology study (Shi et al., ICML 2023, Table 2: ring, grid, exponential,
+# full). Sources: ../shared/papers/dfedsam-poster.txt (Table 2, Dirichlet 0.3 in Table 1) and ALGORITHMS.md §3.2
+# and §3.3 (100 clients; lr 0.1 decayed 0.998 per round; 5 local epochs; batch 128; about 500 rounds; rho = 0.01;
+# Q = 4 for DFedSAM-MGS; DFedAvgM momentum 0.9 -- the algorithms' defaults here) and §3.4 (weight decay 5e-4 of the
+# DisPFL code base the paper builds on). Neither source names the CIFAR-10 network: VGG-11 (no BatchNorm) is
+# this repo's model for that setting; check it against the full paper before quoting numbers.
+FULL_BASE: dict[str, Any] = {
+    "dataset": "cifar10", "clients": 100, "partition": "dirichlet", "alpha": 0.3, "model": "vgg11",
+    "local_epochs": 5, "batch_size": 128, "lr": 0.1, "lr_decay": 0.998, "weight_decay": 5e-4, "rounds": 500,
+    "eval_every": 10, "train_eval_samples": 5000,
+}
+PAPER_TOPOLOGIES = ["ring", "grid", "exponential", "full"]
+PAPER_ALGORITHMS = ["dpsgd", "dfedavg", "dfedavgm", "dfedsam", "dfedsam-mgs"]
+
+
+def add_parser(subparsers) -> None:
+    p = subparsers.add_parser(
+        "sweep", help="run every combination of a sweep file ([base] + [vary]) into one sweep directory",
+        description="Run the cartesian product of the [vary] lists, each combination into DIR/runs/<name>/. "
+        "Running the same command again skips finished runs, resumes interrupted ones from their checkpoint "
+        "and retries failed ones; a failed run does not stop the others (exit status 1 if any failed).",
+        epilog=SPEC_EXAMPLE, formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("spec", help="sweep TOML file")
+    _common(p, out_help="sweep directory (default runs/<sweep name>)")
+    p.set_defaults(handler=sweep_main)
+
+    p = subparsers.add_parser(
+        "compare-topologies",
+        help="the DFedSAM paper's topology study: 4 topologies x 5 decentralized algorithms (MNIST-1D, minutes)",
+        description="Ring, grid, exponential and full topologies x D-PSGD, DFedAvg, DFedAvgM, DFedSAM and "
+        "DFedSAM-MGS. By default a laptop-CPU setting on MNIST-1D (16 clients, Dirichlet 0.3, cnn1d, 100 rounds); "
+        "--full uses the paper's CIFAR-10 setting (100 clients, VGG-11, 5 local epochs, 500 rounds) for a GPU. "
+        "The spec is written to OUT/sweep.toml, so `dfl sweep OUT/sweep.toml --out OUT` resumes it.",
+    )
+    p.add_argument("--full", action="store_true", help="the paper's CIFAR-10 scale (needs --data-root; a GPU)")
+    p.add_argument("--data-root", help="directory holding cifar-10-batches-py (for --full)")
+    p.add_argument("--topologies", type=_names, default=PAPER_TOPOLOGIES, help="comma-separated (default: "
+                   + ",".join(PAPER_TOPOLOGIES) + ")")
+    p.add_argument("--algorithms", type=_names, default=PAPER_ALGORITHMS, help="comma-separated (default: "
+                   + ",".join(PAPER_ALGORITHMS) + ")")
+    _study_flags(p)
+    _common(p, out_help="sweep directory (default runs/compare-topologies, or runs/compare-topologies-full)")
+    p.set_defaults(handler=compare_topologies_main)
+
+    p = subparsers.add_parser(
+        "spectral-study",
+        help="one algorithm across topologies x gossip steps Q (x client counts): accuracy vs spectral gap",
+        description="Run one algorithm on every topology x Q (x clients) x seed (laptop MNIST-1D setting unless "
+        "--set changes it), then write the accuracy/consensus-vs-spectral-gap table and plots (columns lambda, "
+        "1 - lambda^Q, Phi(lambda, m, Q), effective neighbours) into OUT/report/ and print the table.",
+    )
+    p.add_argument("--algorithm", default="dfedsam-mgs", help="default dfedsam-mgs")
+    p.add_argument("--topologies", type=_names, default=PAPER_TOPOLOGIES,
+                   help="comma-separated (default: " + ",".join(PAPER_TOPOLOGIES) + ")")
+    p.add_argument("--gossip-steps", type=_ints, default=None, metavar="Q,...",
+                   help="comma-separated gossip steps per round (default 1,2,4; only for algorithms that take Q)")
+    p.add_argument("--clients", type=_ints, default=None, metavar="M,...",
+                   help="comma-separated client counts (default: one count, the base's 16)")
+    _study_flags(p)
+    _common(p, out_help="sweep directory (default runs/spectral-study)")
+    p.set_defaults(handler=spectral_study_main)
+
+
+def _common(p: argparse.ArgumentParser, out_help: str) -> None:
+    p.add_argument("--out", help=out_help)
+    p.add_argument("--parallel", type=int, default=None, metavar="N",
+                   help="run N runs at once in worker processes (default: [sweep] parallel, else 1)")
+    p.add_argument("--dry-run", action="store_true", help="list the runs and what each would do, run nothing")
+    p.add_argument("--no-report", action="store_true", help="do not write OUT/report/ at the end")
+
+
+def _study_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--rounds", type=int, help="rounds per run (default 100; --full 500)")
+    p.add_argument("--seeds", type=int, default=1, help="seeds 0..N-1 per setting (default 1)")
+    p.add_argument("--set", dest="overrides", action="append", default=[], type=_assignment, metavar="FIELD=VALUE",
+                   help="override a base Config field, e.g. --set lr=0.05 --set topology_options={'periodic':True}")
+
+
+def _names(text: str) -> list[str]:
+    names = [t.strip() for t in text.split(",") if t.strip()]
+    if not names:
+        raise argparse.ArgumentTypeError(f"expected a comma-separated list, got {text!r}")
+    return names
+
+
+def _ints(text: str) -> list[int]:
+    try:
+        return [int(t) for t in _names(text)]
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from exc
+
+
+def _assignment(text: str) -> tuple[str, Any]:
+    if "=" not in text:
+        raise argparse.ArgumentTypeError(f"expected FIELD=VALUE, got {text!r}")
+    key, raw = text.split("=", 1)
+    key = key.strip().replace("-", "_")
+    if key not in CONFIG_FIELDS:
+        raise argparse.ArgumentTypeError(f"unknown Config field {key!r}; known fields: {', '.join(CONFIG_FIELDS)}")
+    try:
+        value = ast.literal_eval(raw)
+    except (ValueError, SyntaxError):
+        value = raw  # a bare word is a string
+    return key, value
+
+
+# ---------------------------------------------------------------------------------------------- presets
+def compare_topologies_sweep(
+    *, full: bool = False, rounds: int | None = None, seeds: int = 1, data_root: str | None = None,
+    topologies: list[str] | None = None, algorithms: list[str] | None = None,
+    overrides: dict[str, Any] | None = None,
+) -> Sweep:
+    """algorithm x topology x seed on the laptop (or `full`: the paper's CIFAR-10) setting."""
+    base = dict(FULL_BASE if full else LAPTOP_BASE)
+    if data_root is not None:
+        base["data_root"] = data_root
+    vary = {"algorithm": list(algorithms or PAPER_ALGORITHMS), "topology": list(topologies or PAPER_TOPOLOGIES),
+            "seed": _seeds(seeds)}
+    return _preset("compare-topologies-full" if full else "compare-topologies", base, vary, rounds, overrides)
+
+
+def spectral_study_sweep(
+    *, algorithm: str = "dfedsam-mgs", topologies: list[str] | None = None, gossip_steps: list[int] | None = None,
+    clients: list[int] | None = None, rounds: int | None = None, seeds: int = 1,
+    overrides: dict[str, Any] | None = None,
+) -> Sweep:
+    """topology x (clients) x gossip_steps x seed for one algorithm on the laptop setting. An algorithm without
+    multiple gossip steps (no `gossip_steps` hyperparameter) gets no Q axis, and giving one is an error."""
+    from dfl.algorithms import ALGORITHMS, resolve_hyperparameters
+    from dfl.config import Config
+
+    if algorithm not in ALGORITHMS:
+        raise SweepError(f"--algorithm must be one of {', '.join(ALGORITHMS)}; got {algorithm!r}")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        takes_q = "gossip_steps" not in resolve_hyperparameters(Config(algorithm=algorithm, gossip_steps=2))[1]
+    if not takes_q and gossip_steps is not None:
+        raise SweepError(f"--gossip-steps: {algorithm} does not take multiple gossip steps; use an algorithm "
+                         "with gossip_steps (e.g. dfedsam-mgs) or leave --gossip-steps out")
+    vary: dict[str, list[Any]] = {"topology": list(topologies or PAPER_TOPOLOGIES)}
+    if clients:
+        vary["clients"] = list(clients)
+    if takes_q:
+        vary["gossip_steps"] = list(gossip_steps or [1, 2, 4])
+    vary["seed"] = _seeds(seeds)
+    base = {**LAPTOP_BASE, "algorithm": algorithm}
+    if clients:
+        base.pop("clients")
+    return _preset("spectral-study", base, vary, rounds, overrides)
+
+
+def _seeds(n: int) -> list[int]:
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise SweepError(f"--seeds must be an integer >= 1, got {n!r}")
+    return list(range(n))
+
+
+def _preset(name: str, base: dict[str, Any], vary: dict[str, list[Any]], rounds, overrides) -> Sweep:
+    base = dict(base)
+    if rounds is not None:
+        base["rounds"] = rounds
+    overrides = overrides or {}
+    if "local_steps" in overrides:  # local work is local_epochs or local_steps, not both
+        base.pop("local_epochs", None)
+    for key, value in overrides.items():
+        if key in vary:
+            raise SweepError(f"--set {key}: {key} is varied by this command; use its own flag")
+        if key == "name":
+            raise SweepError("--set name: runs are named after their varied fields")
+        base[key] = value
+    return Sweep.from_dict({"sweep": {"name": name}, "base": base, "vary": vary})
+
+
+# ---------------------------------------------------------------------------------------------- handlers
+def sweep_main(args: argparse.Namespace) -> int:
+    try:
+        sweep = load_sweep(args.spec)
+    except (SweepError, ConfigError) as exc:
+        return _error("sweep", exc)
+    return _execute("sweep", sweep, args, args.out or Path("runs") / sweep.name)
+
+
+def compare_topologies_main(args: argparse.Namespace) -> int:
+    data_root = args.data_root
+    if args.full and data_root is None and "data_root" not in dict(args.overrides) and not args.dry_run:
+        return _error("compare-topologies", "--full trains on CIFAR-10 and needs --data-root DIR (the directory "
+                      "holding cifar-10-batches-py)")
+    try:
+        sweep = compare_topologies_sweep(full=args.full, rounds=args.rounds, seeds=args.seeds, data_root=data_root,
+                                         topologies=args.topologies, algorithms=args.algorithms,
+                                         overrides=dict(args.overrides))
+    except (SweepError, ConfigError) as exc:
+        return _error("compare-topologies", exc)
+    return _execute("compare-topologies", sweep, args, args.out or Path("runs") / sweep.name)
+
+
+def spectral_study_main(args: argparse.Namespace) -> int:
+    try:
+        sweep = spectral_study_sweep(algorithm=args.algorithm, topologies=args.topologies,
+                                     gossip_steps=args.gossip_steps, clients=args.clients, rounds=args.rounds,
+                                     seeds=args.seeds, overrides=dict(args.overrides))
+    except (SweepError, ConfigError) as exc:
+        return _error("spectral-study", exc)
+    return _execute("spectral-study", sweep, args, args.out or Path("runs") / sweep.name, spectral=True)
+
+
+def _execute(command: str, sweep: Sweep, args: argparse.Namespace, out, spectral: bool = False) -> int:
+    out = Path(out)
+    try:
+        planned = sweep.plan()
+        if args.dry_run:
+            actions = [inspect_run(out / "runs" / p.name, p.config) for p in planned]
+            print(f"{len(planned)} runs into {out}/runs/:")
+            for p, action in zip(planned, actions):
+                print(f"  {action:<6} {p.name}")
+            return 0
+        entries = run_sweep(sweep, out, parallel=args.parallel)
+    except (SweepError, ConfigError) as exc:
+        return _error(command, exc)
+    print(format_status(entries))
+    status = 1 if any(e["status"] == "failed" for e in entries) else 0
+    if args.no_report:
+        return status
+    try:
+        from dfl import report
+
+        files = report.write_spectral_report(out) if spectral else report.write_report(out)
+    except Exception as exc:  # the runs are on disk; say why there is no report
+        print(f"dfl {command}: error: writing the report failed: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 1
+    for path in files.values():
+        if spectral and Path(path).suffix == ".md":
+            print(Path(path).read_text())
+    print(f"report: {', '.join(str(p) for p in files.values())}")
+    return status
+
+
+def _error(command: str, exc) -> int:
+    print(f"dfl {command}: error: {exc}", file=sys.stderr)
+    return 2

@@ -1,0 +1,310 @@
+"""Sweeps: spec errors, expansion order and names, skip on re-run, resume of an interrupted run, a failed run
+that does not stop the others, parallel = sequential, and the two presets."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+import dfl
+from dfl.cli import main
+from dfl.config import Config
+from dfl.results import read_metrics
+from dfl.sweep import Sweep, SweepError, load_sweep, read_entries, run_name, run_sweep
+from dfl.sweep_cli import compare_topologies_sweep, spectral_study_sweep
+
+pytestmark = pytest.mark.timeout(300)  # hang guard only (worker subprocesses)
+
+TINY = {
+    "dataset": "mnist1d", "dataset_options": {"num_samples": 400}, "clients": 4, "model": "logreg",
+    "rounds": 3, "eval_every": 1, "local_steps": 2, "batch_size": 16, "progress": False, "device": "cpu",
+    "train_eval_samples": 50,
+}
+TIMING = {"seconds_per_round"}
+HAS_REPORT = importlib.util.find_spec("dfl.report") is not None
+
+
+def tiny_sweep(vary=None, **base) -> Sweep:
+    vary = vary or {"topology": ["ring", "full"], "algorithm": ["dfedavg", "dfedsam"]}
+    base = {k: v for k, v in {**TINY, **base}.items() if k not in vary}
+    return Sweep.from_dict({"base": base, "vary": vary})
+
+
+def write_spec(path: Path, text: str) -> Path:
+    path.write_text(text)
+    return path
+
+
+def snapshot(run_dir: Path) -> dict[str, tuple[int, bytes]]:
+    return {p.name: (p.stat().st_mtime_ns, p.read_bytes()) for p in sorted(run_dir.iterdir())}
+
+
+def strip_timing(history):
+    return [{k: v for k, v in h.items() if k not in TIMING} for h in history]
+
+
+# ---------------------------------------------------------------------------------------------- spec
+@pytest.mark.parametrize("text, message", [
+    ("[base]\nrounds = 2\n[vary]\nseed = [0]\n[extra]\nx = 1\n", r"unknown table\(s\) \[extra\]"),
+    ("rounds = 2\n[vary]\nseed = [0]\n", "outside a table"),
+    ("[base]\nlearning_rate = 0.1\n[vary]\nseed = [0]\n", r"unknown Config field\(s\) learning_rate in \[base\]"),
+    ("[vary]\nalgoritm = ['dfedavg']\n", r"unknown Config field\(s\) algoritm in \[vary\]"),
+    ("[vary]\ntopology = 'ring'\n", "topology must be a list"),
+    ("[vary]\nseed = []\n", "seed is an empty list"),
+    ("[base]\nseed = 1\n[vary]\nseed = [0, 1]\n", "seed in both"),
+    ("[vary]\nname = ['a', 'b']\n", "'name' cannot be set"),
+    ("[sweep]\nname = 'x'\nparalel = 2\n[vary]\nseed = [0]\n", "unknown key.*paralel"),
+    ("[sweep]\nparallel = 0\n[vary]\nseed = [0]\n", "parallel must be an integer >= 1"),
+    ("[vary]\nalgorithm = ['dfedavg', 'dfedsan']\n", "run algorithm=dfedsan: algorithm must be one of"),
+    ("[vary]\nrounds = [2, 0]\n", "run rounds=0: rounds must be >= 1"),
+    ("[vary\n", "not valid TOML"),
+])
+def test_spec_errors_name_the_field(tmp_path, text, message):
+    with pytest.raises(SweepError, match=message):
+        load_sweep(write_spec(tmp_path / "s.toml", text))
+
+
+def test_spec_error_on_the_cli_is_one_line(tmp_path, capsys):
+    spec = write_spec(tmp_path / "s.toml", "[vary]\nalgorithm = ['dfedavg', 'dfedsan']\n")
+    assert main(["sweep", str(spec), "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert "algorithm must be one of" in err and "Traceback" not in err
+    assert not (tmp_path / "out").exists()  # nothing ran
+
+
+def test_expansion_order_names_and_configs(tmp_path):
+    spec = write_spec(tmp_path / "s.toml", """
+[sweep]
+name = "demo"
+[base]
+rounds = 7
+clients = 8
+[vary]
+topology = ["ring", "random-k"]
+topology_options = [{}, {k = 2}]
+lr = [0.1, 1e-05]
+""")
+    sweep = load_sweep(spec)
+    runs = sweep.runs()
+    assert sweep.name == "demo" and len(runs) == 8
+    names = [name for name, _ in runs]
+    assert names[:3] == ["topology=ring,topology_options=default,lr=0.1",
+                         "topology=ring,topology_options=default,lr=1e-05",
+                         "topology=ring,topology_options=k=2,lr=0.1"]
+    assert names[-1] == "topology=random-k,topology_options=k=2,lr=1e-05"
+    name, config = runs[-1]
+    assert config == Config(name=name, rounds=7, clients=8, topology="random-k", topology_options={"k": 2}, lr=1e-5)
+    assert run_name({"model_options": {"hidden": [32, 16]}, "dataset": "a b/c"}) == \
+        "model_options=hidden=32-16,dataset=a_b_c"
+    # the written spec loads back to the same runs
+    assert load_sweep(write_spec(tmp_path / "again.toml", sweep.to_toml())).runs() == runs
+
+
+def test_same_names_are_an_error():
+    with pytest.raises(SweepError, match="same name"):
+        Sweep.from_dict({"vary": {"data_root": ["/a b", "/a_b"]}}).plan()
+
+
+# ---------------------------------------------------------------------------------------------- running
+def test_sweep_completes_then_rerun_skips_everything(tmp_path, capsys):
+    spec = write_spec(tmp_path / "s.toml", """
+[base]
+dataset_options = {num_samples = 400}
+clients = 4
+model = "logreg"
+rounds = 3
+eval_every = 1
+local_steps = 2
+batch_size = 16
+progress = false
+device = "cpu"
+train_eval_samples = 50
+[vary]
+topology = ["ring", "full"]
+algorithm = ["dfedavg", "dfedsam"]
+""")
+    out = tmp_path / "sweep"
+    assert main(["sweep", str(spec), "--out", str(out), "--no-report"]) == 0
+    printed = capsys.readouterr().out
+    assert "4 runs: 4 completed, 4 started" in printed
+    entries = read_entries(out)
+    assert [e["name"] for e in entries] == ["topology=ring,algorithm=dfedavg", "topology=ring,algorithm=dfedsam",
+                                            "topology=full,algorithm=dfedavg", "topology=full,algorithm=dfedsam"]
+    assert all(e["status"] == "completed" and e["error"] is None for e in entries)
+    assert entries[1]["overrides"] == {"topology": "ring", "algorithm": "dfedsam"}
+    for e in entries:
+        run_dir = out / e["dir"]
+        summary = json.loads((run_dir / "summary.json").read_text())
+        assert summary["name"] == e["name"] and summary["rounds_completed"] == 3
+        assert Config.from_toml(run_dir / "config.toml").algorithm == e["overrides"]["algorithm"]
+    assert load_sweep(out / "sweep.toml").runs() == load_sweep(spec).runs()
+
+    before = {e["name"]: snapshot(out / e["dir"]) for e in entries}
+    assert main(["sweep", str(out / "sweep.toml"), "--out", str(out), "--no-report"]) == 0
+    assert "4 runs: 4 completed, 4 skipped" in capsys.readouterr().out
+    again = read_entries(out)
+    assert [e["action"] for e in again] == ["skipped"] * 4 and [e["status"] for e in again] == ["completed"] * 4
+    assert [e["test_acc"] for e in again] == [e["test_acc"] for e in entries]
+    assert {e["name"]: snapshot(out / e["dir"]) for e in again} == before  # not a byte or mtime changed
+
+
+def test_interrupted_run_is_resumed_and_equals_an_uninterrupted_one(tmp_path):
+    sweep = tiny_sweep({"algorithm": ["dfedavgm", "dfedsam-mgs"]}, rounds=4)
+    out = tmp_path / "sweep"
+    (name, config), (other, _) = sweep.runs()
+    run_dir = out / "runs" / name
+    # what a run killed after its round-2 checkpoint leaves: config.toml of the full run, status "running",
+    # a checkpoint at round 2, and a metrics line written after the checkpoint
+    dfl.run(config.replace(rounds=2), out=run_dir)
+    (run_dir / "config.toml").write_text(config.to_toml())
+    summary = json.loads((run_dir / "summary.json").read_text())
+    (run_dir / "summary.json").write_text(json.dumps({**summary, "status": "running", "rounds": 4}))
+    with (run_dir / "metrics.jsonl").open("a") as fh:
+        fh.write(json.dumps({"round": 3, "test_acc": 0.0}) + "\n")
+
+    entries = run_sweep(sweep, out, log=None)
+    assert [e["action"] for e in entries] == ["resumed", "started"]
+    assert [e["status"] for e in entries] == ["completed", "completed"]
+    reference = dfl.run(config)
+    assert strip_timing(read_metrics(run_dir)) == strip_timing(reference.history)
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["resumed_from_round"] == 2 and summary["status"] == "completed"
+
+
+def test_more_rounds_extend_finished_runs_and_a_changed_config_is_an_error(tmp_path):
+    out = tmp_path / "sweep"
+    entries = run_sweep(tiny_sweep({"seed": [0, 1]}, rounds=2), out, log=None)
+    assert [e["action"] for e in entries] == ["started"] * 2
+    entries = run_sweep(tiny_sweep({"seed": [0, 1, 2]}, rounds=3), out, log=None)
+    assert [e["action"] for e in entries] == ["resumed", "resumed", "started"]
+    assert [e["rounds_completed"] for e in entries] == [3, 3, 3]
+    with pytest.raises(SweepError, match=r"run seed=0: .* different config: lr \(there 0.1, now 0.05\)"):
+        run_sweep(tiny_sweep({"seed": [0, 1]}, rounds=3, lr=0.05), out, log=None)
+
+
+def test_failed_run_is_reported_and_the_others_complete(tmp_path, capsys):
+    # cifar10 validates, but its data directory does not exist: the run fails when it starts
+    sweep = tiny_sweep({"dataset": ["mnist1d", "cifar10", "digits"]}, data_root=str(tmp_path / "nowhere"),
+                       dataset_options={})
+    out = tmp_path / "sweep"
+    (out / "sweep.toml").parent.mkdir()
+    (out / "sweep.toml").write_text(sweep.to_toml())
+    assert main(["sweep", str(out / "sweep.toml"), "--out", str(out), "--no-report"]) == 1
+    printed = capsys.readouterr().out
+    assert "3 runs: 2 completed, 1 failed" in printed
+    entries = read_entries(out)
+    assert [e["status"] for e in entries] == ["completed", "failed", "completed"]
+    assert "cifar" in entries[1]["error"].lower() and entries[1]["error"].split(":")[0].endswith("Error")
+    assert "Traceback" in (out / entries[1]["dir"] / "error.log").read_text()
+    # a re-run retries only the failed run
+    entries = run_sweep(load_sweep(out / "sweep.toml"), out, log=None)
+    assert [e["action"] for e in entries] == ["skipped", "started", "skipped"]
+
+
+def test_diverged_run_is_recorded_and_kept(tmp_path):
+    sweep = tiny_sweep({"lr": [0.1, 1e30]}, model="mlp", algorithm="dfedavg")
+    out = tmp_path / "sweep"
+    entries = run_sweep(sweep, out, log=None)
+    assert [e["status"] for e in entries] == ["completed", "diverged"]
+    assert "diverged in round" in entries[1]["error"]
+    entries = run_sweep(sweep, out, log=None)
+    assert [e["action"] for e in entries] == ["skipped", "skipped"]  # it would diverge again
+
+
+def test_parallel_equals_sequential_and_reports_failures(tmp_path, capsys):
+    vary = {"topology": ["ring", "full"], "dataset": ["mnist1d", "cifar10"]}
+    sweep = tiny_sweep(vary, data_root=str(tmp_path / "nowhere"), dataset_options={}, algorithm="dfedsam")
+    seq = run_sweep(sweep, tmp_path / "seq", log=None)
+    par = run_sweep(sweep, tmp_path / "par", parallel=2)
+    assert "2 at a time" in capsys.readouterr().out
+    assert [e["status"] for e in par] == [e["status"] for e in seq] == ["completed", "failed"] * 2
+    for s, p in zip(seq, par):
+        assert (s["name"], s["action"]) == (p["name"], p["action"])
+        if s["status"] == "completed":
+            got, want = read_metrics(tmp_path / "par" / p["dir"]), read_metrics(tmp_path / "seq" / s["dir"])
+            for g, w in zip(strip_timing(got), strip_timing(want), strict=True):
+                assert g == pytest.approx(w, rel=1e-4, abs=1e-6)
+        else:
+            assert "cifar" in p["error"].lower()
+            assert (tmp_path / "par" / p["dir"] / "error.log").read_text().strip()
+    assert [e["action"] for e in run_sweep(sweep, tmp_path / "par", parallel=2, log=None)] == \
+        ["skipped", "started"] * 2
+
+
+def test_worker_crash_is_captured(tmp_path, monkeypatch):
+    # a worker that dies without reporting (as if killed): exit code and stderr tail land in error.log
+    monkeypatch.setattr("dfl.sweep.WORKER", "import sys; sys.stderr.write('boom\\n'); sys.exit(7)")
+    entries = run_sweep(tiny_sweep({"seed": [0, 1]}), tmp_path / "s", parallel=2, log=None)
+    assert [e["status"] for e in entries] == ["failed", "failed"]
+    assert entries[0]["error"] == "worker exited with code 7: boom"
+    assert (tmp_path / "s" / entries[0]["dir"] / "error.log").read_text().startswith("worker exit code 7")
+
+
+# ---------------------------------------------------------------------------------------------- presets
+def test_compare_topologies_dry_run_lists_20_runs(tmp_path, capsys):
+    assert main(["compare-topologies", "--dry-run", "--out", str(tmp_path / "ct")]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert lines[0].startswith("20 runs") and len(lines) == 21
+    assert lines[1].split() == ["start", "algorithm=dpsgd,topology=ring,seed=0"]
+    assert not (tmp_path / "ct").exists()
+    sweep = compare_topologies_sweep(full=True, seeds=2, data_root="/data", overrides={"client_chunk": 25})
+    runs = sweep.runs()
+    assert len(runs) == 40 and runs[0][1].dataset == "cifar10" and runs[0][1].clients == 100
+    assert runs[0][1].client_chunk == 25 and runs[0][1].data_root == "/data"
+    assert main(["compare-topologies", "--full", "--out", str(tmp_path / "f")]) == 2
+    assert "--data-root" in capsys.readouterr().err
+    with pytest.raises(SweepError, match="--set topology"):
+        compare_topologies_sweep(overrides={"topology": "ring"})
+
+
+def test_compare_topologies_runs_and_writes_a_resumable_spec(tmp_path):
+    out = tmp_path / "ct"
+    argv = ["compare-topologies", "--out", str(out), "--topologies", "ring,full", "--algorithms", "dpsgd",
+            "--rounds", "2", "--no-report", *sum((["--set", f"{k}={v!r}"] for k, v in TINY.items()
+                                                  if k != "rounds"), [])]
+    assert main(argv) == 0
+    assert [e["status"] for e in read_entries(out)] == ["completed"] * 2
+    assert main(["sweep", str(out / "sweep.toml"), "--out", str(out), "--no-report"]) == 0
+    assert [e["action"] for e in read_entries(out)] == ["skipped"] * 2
+
+
+def test_spectral_study_sweep_axes():
+    runs = spectral_study_sweep(clients=[8, 16], gossip_steps=[1, 3], topologies=["ring"], seeds=2).runs()
+    assert [n for n, _ in runs][:3] == ["topology=ring,clients=8,gossip_steps=1,seed=0",
+                                        "topology=ring,clients=8,gossip_steps=1,seed=1",
+                                        "topology=ring,clients=8,gossip_steps=3,seed=0"]
+    assert len(runs) == 8 and {c.algorithm for _, c in runs} == {"dfedsam-mgs"}
+    assert [n for n, _ in spectral_study_sweep(algorithm="dfedavg", topologies=["ring", "full"]).runs()] == \
+        ["topology=ring,seed=0", "topology=full,seed=0"]
+    with pytest.raises(SweepError, match="dfedavg does not take multiple gossip steps"):
+        spectral_study_sweep(algorithm="dfedavg", gossip_steps=[1, 2])
+
+
+@pytest.mark.skipif(not HAS_REPORT, reason="dfl.report (report helper) not present yet")
+def test_spectral_study_end_to_end(tmp_path, capsys):
+    out = tmp_path / "ss"
+    sets = sum((["--set", f"{k}={v!r}"] for k, v in TINY.items() if k != "rounds"), [])
+    argv = ["spectral-study", "--out", str(out), "--topologies", "ring,full", "--gossip-steps", "1,2",
+            "--rounds", "2", *sets]
+    assert main(argv) == 0
+    printed = capsys.readouterr().out
+    assert [e["status"] for e in read_entries(out)] == ["completed"] * 4
+    assert "report:" in printed
+    files = [p for p in (out / "report").rglob("*") if p.is_file()]
+    assert any(p.suffix == ".png" and p.stat().st_size > 0 for p in files)
+    assert any(p.suffix in (".md", ".csv") for p in files)
+
+
+def test_threads_env_is_set_for_workers(tmp_path, monkeypatch):
+    # each worker gets cpu_count // parallel torch threads (at least 1); the parent's environment is left alone
+    before = os.environ.get("OMP_NUM_THREADS")
+    monkeypatch.setattr("dfl.sweep._cpu_count", lambda: 8)
+    monkeypatch.setattr("dfl.sweep.WORKER", "import os, sys, json; print(json.dumps({'status': 'completed', "
+                        "'error': None, 'test_acc': float(os.environ['OMP_NUM_THREADS'])}))")
+    entries = run_sweep(tiny_sweep({"seed": [0, 1, 2]}), tmp_path / "s", parallel=3, log=None)
+    assert [e["test_acc"] for e in entries] == [2.0, 2.0, 2.0]
+    assert os.environ.get("OMP_NUM_THREADS") == before
