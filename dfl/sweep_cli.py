@@ -61,6 +61,9 @@ def add_parser(subparsers) -> None:
     )
     p.add_argument("spec", help="sweep TOML file")
     _common(p, out_help="sweep directory (default runs/<sweep name>)")
+    p.add_argument("--data-root", help="directory of a file-backed dataset (sets [base] data_root)")
+    p.add_argument("--set", dest="overrides", action="append", default=[], type=_assignment, metavar="FIELD=VALUE",
+                   help="override a [base] field (not one in [vary]), e.g. --set rounds=50")
     p.set_defaults(handler=sweep_main)
 
     p = subparsers.add_parser(
@@ -214,6 +217,17 @@ def _preset(name: str, base: dict[str, Any], vary: dict[str, list[Any]], rounds,
 def sweep_main(args: argparse.Namespace) -> int:
     try:
         sweep = load_sweep(args.spec)
+        overrides = dict(args.overrides)
+        if args.data_root is not None:
+            overrides["data_root"] = args.data_root
+        if overrides:
+            clash = sorted(set(overrides) & set(sweep.vary))
+            if clash:
+                raise SweepError(f"--set {', '.join(clash)}: varied in [vary]; edit the sweep file instead")
+            spec = sweep.to_dict()
+            spec["base"] = {**spec.get("base", {}), **overrides}
+            sweep = Sweep.from_dict(spec, where=str(args.spec))
+            sweep.plan()  # validate every combination with the overrides before anything runs
     except (SweepError, ConfigError) as exc:
         return _error("sweep", exc)
     return _execute("sweep", sweep, args, args.out or Path("runs") / sweep.name)

@@ -308,3 +308,18 @@ def test_threads_env_is_set_for_workers(tmp_path, monkeypatch):
     entries = run_sweep(tiny_sweep({"seed": [0, 1, 2]}), tmp_path / "s", parallel=3, log=None)
     assert [e["test_acc"] for e in entries] == [2.0, 2.0, 2.0]
     assert os.environ.get("OMP_NUM_THREADS") == before
+
+
+def test_sweep_set_and_data_root_override_the_base(tmp_path, capsys):
+    spec = write_spec(tmp_path / "s.toml", tiny_sweep().to_toml())
+    out = tmp_path / "o"
+    assert main(["sweep", str(spec), "--out", str(out), "--dry-run", "--set", "rounds=2", "--data-root", "/d"]) == 0
+    assert main(["sweep", str(spec), "--out", str(out), "--no-report", "--set", "rounds=2"]) == 0
+    entries = read_entries(out)
+    assert len(entries) == 4 and all(e["rounds_completed"] == 2 for e in entries)
+    assert load_sweep(out / "sweep.toml").base["rounds"] == 2
+    capsys.readouterr()
+    assert main(["sweep", str(spec), "--out", str(out), "--set", "topology=ring"]) == 2
+    assert "--set topology" in capsys.readouterr().err
+    assert main(["sweep", str(spec), "--out", str(out), "--set", "rounds=0"]) == 2
+    assert "rounds" in capsys.readouterr().err
