@@ -3,7 +3,6 @@ that does not stop the others, parallel = sequential, and the two presets."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 from pathlib import Path
@@ -25,7 +24,6 @@ TINY = {
     "train_eval_samples": 50,
 }
 TIMING = {"seconds_per_round"}
-HAS_REPORT = importlib.util.find_spec("dfl.report") is not None
 
 
 def tiny_sweep(vary=None, **base) -> Sweep:
@@ -284,7 +282,6 @@ def test_spectral_study_sweep_axes():
         spectral_study_sweep(algorithm="dfedavg", gossip_steps=[1, 2])
 
 
-@pytest.mark.skipif(not HAS_REPORT, reason="dfl.report (report helper) not present yet")
 def test_spectral_study_end_to_end(tmp_path, capsys):
     out = tmp_path / "ss"
     sets = sum((["--set", f"{k}={v!r}"] for k, v in TINY.items() if k != "rounds"), [])

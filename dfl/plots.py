@@ -1,0 +1,145 @@
+"""PNG figures for reports, drawn with matplotlib's Agg canvas (no pyplot: no global state, no display).
+
+The functions take plain data (curves, points, samples), so they know nothing of run directories; `dfl.report`
+computes what they draw.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from pathlib import Path
+from typing import NamedTuple
+
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+from matplotlib.ticker import FuncFormatter, MaxNLocator
+
+MAX_COLUMNS = 4  # panels per row of a multi-panel figure
+DPI = 120
+
+
+class Curve(NamedTuple):
+    x: list[float]
+    mean: list[float]
+    std: list[float]  # band mean ± std (0 where one seed)
+
+
+class Point(NamedTuple):
+    x: float
+    y: float
+    yerr: float
+    text: str
+
+
+class Trend(NamedTuple):
+    fn: Callable[[float], float]  # y at x
+    label: str
+
+
+class Series(NamedTuple):
+    label: str
+    points: list[Point]
+    trend: Trend | None
+
+
+def _figure(width: float, height: float) -> Figure:
+    fig = Figure(figsize=(width, height), dpi=DPI, layout="constrained")
+    FigureCanvasAgg(fig)
+    return fig
+
+
+def _save(fig: Figure, path: Path) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, format="png")
+    return path
+
+
+def _color(i: int) -> str:
+    return f"C{i % 10}"
+
+
+def curves(panels: dict[str, dict[str, Curve]], path: str | Path, *, ylabel: str, title: str,
+           logy: bool = False, xlabel: str = "round") -> Path:
+    """One panel per key of `panels` (e.g. a topology), one line per curve (e.g. an algorithm, same colour in
+    every panel), mean with a ± std band. `logy`: log y axis, nonpositive values hidden; a panel with no
+    positive value stays linear (the title says so)."""
+    names = list(dict.fromkeys(n for p in panels.values() for n in p))
+    colors = {n: _color(i) for i, n in enumerate(names)}
+    ncols = min(len(panels), MAX_COLUMNS) or 1
+    nrows = max(1, math.ceil(len(panels) / ncols))
+    fig = _figure(4.2 * ncols, 3.2 * nrows + 0.6)
+    axes = fig.subplots(nrows, ncols, squeeze=False, sharey=not logy)
+    for ax, (panel, lines) in zip(axes.flat, panels.items()):
+        positive = False
+        for name, c in lines.items():
+            ax.plot(c.x, c.mean, color=colors[name], label=name, marker="." if len(c.x) < 30 else None)
+            lo = [m - s for m, s in zip(c.mean, c.std)]
+            hi = [m + s for m, s in zip(c.mean, c.std)]
+            if any(s > 0 for s in c.std):
+                ax.fill_between(c.x, lo, hi, color=colors[name], alpha=0.2, linewidth=0)
+            positive = positive or any(m > 0 for m in c.mean)
+        if logy and positive:
+            ax.set_yscale("log", nonpositive="mask")
+        ax.set_title(panel if not (logy and not positive) else f"{panel} (all zero: linear axis)", fontsize=10)
+        ax.set_xlabel(xlabel)
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.grid(True, alpha=0.3)
+    for ax in axes[:, 0]:
+        ax.set_ylabel(ylabel)
+    for ax in list(axes.flat)[len(panels):]:
+        ax.set_visible(False)
+    handles, labels = axes.flat[0].get_legend_handles_labels()
+    seen = dict(zip(labels, handles))
+    for ax in list(axes.flat)[1:len(panels)]:
+        for h, lab in zip(*ax.get_legend_handles_labels()):
+            seen.setdefault(lab, h)
+    if seen:
+        fig.legend(list(seen.values()), list(seen.keys()), loc="outside lower center", ncol=min(len(seen), 5),
+                   fontsize=9, frameon=False)
+    fig.suptitle(title + " (mean ± std over seeds)")
+    return _save(fig, path)
+
+
+def gap_scatter(series: list[Series], path: str | Path, *, ylabel: str, title: str, logy: bool = False,
+                xlabel: str = r"spectral gap $1 - \lambda^Q$") -> Path:
+    """Points (x, y ± yerr) per series, each point annotated with its text, on a log x axis; each series'
+    trend drawn over its x range and named in the legend."""
+    fig = _figure(7.0, 4.8)
+    ax = fig.subplots()
+    for i, s in enumerate(series):
+        color = _color(i)
+        xs, ys, errs = [p.x for p in s.points], [p.y for p in s.points], [p.yerr for p in s.points]
+        ax.errorbar(xs, ys, yerr=errs, fmt="o", color=color, capsize=3, label=s.label)
+        for p in s.points:
+            ax.annotate(p.text, (p.x, p.y), textcoords="offset points", xytext=(4, 4), fontsize=8)
+        if s.trend is not None and xs:
+            lo, hi = min(xs), max(xs)
+            grid = [lo * (hi / lo) ** (k / 49) for k in range(50)]
+            ax.plot(grid, [s.trend.fn(x) for x in grid], "--", color=color, label=f"{s.label}: {s.trend.label}")
+    ax.set_xscale("log")
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    ax.xaxis.set_minor_formatter(FuncFormatter(lambda v, _: f"{v:g}" if f"{v:.0e}"[0] in "25" else ""))
+    if logy:
+        ax.set_yscale("log", nonpositive="mask")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title + " (error bars: std over seeds)", fontsize=11)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=7, loc="best")
+    return _save(fig, path)
+
+
+def distributions(groups: dict[str, list[float]], path: str | Path, *, xlabel: str, title: str) -> Path:
+    """A horizontal box plot per group (whiskers 1.5 IQR, outliers as points, the mean as a triangle)."""
+    names = list(groups)
+    fig = _figure(7.0, 1.2 + 0.38 * len(names))
+    ax = fig.subplots()
+    ax.boxplot([groups[n] for n in names], orientation="horizontal", showmeans=True)
+    ax.set_yticks(range(1, len(names) + 1), names, fontsize=8)
+    ax.invert_yaxis()  # first group on top, as in the tables
+    ax.set_xlabel(xlabel)
+    ax.set_title(title, fontsize=11)
+    ax.grid(True, axis="x", alpha=0.3)
+    return _save(fig, path)

@@ -1,0 +1,50 @@
+"""`dfl report PATH`: tables (Markdown, CSV) and plots of a run or of every run under a directory."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from dfl.report import ReportError, check_target, write_report, write_spectral_report
+
+
+def add_parser(subparsers) -> None:
+    p = subparsers.add_parser(
+        "report",
+        help="tables and plots of a run directory or of all runs under a directory (e.g. a sweep)",
+        description="Group the runs under PATH by setting (config without seed), aggregate over seeds (mean ± "
+        "std) and write report.md, settings.csv, runs.csv and plots/*.png into PATH/report/ (or --out). Rows are "
+        "algorithms and columns the other varied fields unless --rows/--cols say otherwise.",
+    )
+    p.add_argument("path", help="a run directory, or a directory holding run directories (searched recursively)")
+    p.add_argument("--out", help="output directory (default PATH/report)")
+    p.add_argument("--rows", metavar="FIELD[,FIELD]", help="Config field(s) for the table rows (default algorithm)")
+    p.add_argument("--cols", metavar="FIELD[,FIELD]",
+                   help="Config field(s) for the columns (default: every other varied field)")
+    p.add_argument("--target", type=float, metavar="ACC",
+                   help="target test accuracy in (0, 1] for rounds-to-target (default 0.9 × the lowest mean "
+                   "final accuracy)")
+    p.add_argument("--spectral", action="store_true",
+                   help="also write the spectral-gap table and plots (λ, 1 − λ^Q, Φ, effective neighbours)")
+    p.set_defaults(handler=main)
+
+
+def main(args: argparse.Namespace) -> int:
+    try:
+        if args.target is not None:
+            check_target(args.target)
+        files = write_report(args.path, args.out, rows=args.rows, cols=args.cols, target_acc=args.target)
+        if args.spectral:
+            files.update(write_spectral_report(args.path, args.out))
+    except ReportError as exc:
+        print(f"dfl report: error: {exc}", file=sys.stderr)
+        return 2
+    for path in files.values():
+        if Path(path).suffix == ".md":
+            print(Path(path).read_text())
+    print("written:")
+    for path in files.values():
+        print(f"  {path}")
+    return 0
+
