@@ -183,11 +183,13 @@ METRICS = (  # key, Markdown heading, cell format (see _format_cell)
     ("gen_gap", "Generalization gap: train − test accuracy (percentage points)", "pct"),
     ("consensus_distance", "Final consensus distance (1/m)Σ‖x_i − x̄‖²", "sci"),
     ("bytes_sent_total", "Total bytes sent (all clients)", "bytes"),
+    ("hessian_top_eig", "Top Hessian eigenvalue of the averaged model (last measurement; `hessian_every`)", "sci"),
 )
+OPTIONAL_METRICS = {"hessian_top_eig"}  # a table only when some run measured it
 CSV_METRICS = (
     "test_acc", "best_test_acc", "rounds_to_target", "train_acc", "gen_gap", "test_loss", "train_loss",
     "client_acc_mean", "client_acc_std", "client_acc_min", "client_acc_max", "consensus_distance",
-    "bytes_sent_total", "final_round", "lambda", "lambda_Q", "gossip_steps",
+    "bytes_sent_total", "final_round", "lambda", "lambda_Q", "gossip_steps", "hessian_top_eig",
 )
 
 
@@ -217,6 +219,8 @@ def run_metrics(run: RunRecord, target: float | None) -> dict[str, float | None]
         "client_acc_min", "client_acc_max", "consensus_distance", "bytes_sent_total",
     )}
     out["final_round"] = _number(last.get("round"))
+    measured = [h for h in (_number(m.get("hessian_top_eig")) for m in run.metrics) if h is not None]
+    out["hessian_top_eig"] = measured[-1] if measured else None
     accs = [a for a in (_number(m.get("test_acc")) for m in run.metrics) if a is not None]
     out["best_test_acc"] = max(accs) if accs else None
     gap = None
@@ -738,6 +742,8 @@ def write_report(path: str | Path, out: str | Path | None = None, *, rows: str |
     if not all(s.completed for s in settings):
         md.append(f"{NOT_COMPLETED_MARK} includes runs that are not completed (see Runs not completed).\n")
     for metric, heading, kind in METRICS:
+        if metric in OPTIONAL_METRICS and not any(s.stats[metric].n for s in settings):
+            continue
         if metric == "rounds_to_target":
             if target is None:
                 continue

@@ -138,6 +138,7 @@ SUMMARY_ROWS = (
     ("client_acc_max", "client accuracy max", "{:.2%}"),
     ("train_loss", "train loss (local)", "{:.4f}"),
     ("consensus_distance", "consensus distance", "{:.3e}"),
+    ("hessian_top_eig", "top Hessian eigenvalue", "{:.4g}"),
     ("bytes_sent_total", "bytes sent (all clients)", "{}"),
     ("seconds_per_round", "seconds per round", "{:.3f}"),
 )

@@ -214,6 +214,7 @@ def _run(config: Config, data, out, overwrite: bool, comm, resume: bool) -> Resu
 
     eval_x, eval_y = data.test_x, data.test_y
     train_sub = _train_subset(data, config)
+    hessian_sub = _train_subset(data, config, config.hessian_samples) if config.hessian_every else None
     round_seconds: list[float] = []
     progress = _progress(config, comm, start)
     started = time.perf_counter()
@@ -232,8 +233,13 @@ def _run(config: Config, data, out, overwrite: bool, comm, resume: bool) -> Resu
             bytes_round = int(stats.models_sent.sum()) * model_bytes
             bytes_total += bytes_round
             summary["rounds_completed"] = t + 1
-            if (t + 1) % config.eval_every == 0 or t + 1 == config.rounds:
+            measure_hessian = config.hessian_every > 0 and (
+                (t + 1) % config.hessian_every == 0 or t + 1 == config.rounds
+            )
+            if (t + 1) % config.eval_every == 0 or t + 1 == config.rounds or measure_hessian:
                 record = _evaluate(model, layout, algorithm.X, comm, eval_x, eval_y, train_sub, config)
+                if measure_hessian:
+                    record["hessian_top_eig"] = _hessian(model, layout, algorithm.X, comm, hessian_sub, config)
                 train_loss = _mean_train_loss(stats, comm)
                 record = {
                     "round": t + 1,
@@ -296,9 +302,10 @@ def _lambda(topology, steps: int) -> float:
     return float(topology.gossip_lambda(steps))
 
 
-def _train_subset(data, config: Config):
+def _train_subset(data, config: Config, samples: int | None = None):
+    """A fixed (seeded) subset of the pooled training data: `train_eval_samples` or `samples` of them."""
     n = data.train_x.shape[0]
-    k = min(config.train_eval_samples, n)
+    k = min(config.train_eval_samples if samples is None else samples, n)
     if k == 0:
         return None
     idx = torch.randperm(n, generator=torch.Generator().manual_seed(config.seed))[:k].to(data.train_x.device)
@@ -325,6 +332,16 @@ def _evaluate(model, layout, X, comm, x, y, train_sub, config) -> dict[str, Any]
     if comm.is_main:
         record["client_acc"] = [round(a, 6) for a in accs.tolist()]
     return record
+
+
+def _hessian(model, layout, X, comm, sample, config: Config) -> float:
+    """Top Hessian eigenvalue of the averaged model's training loss (`dfl.flatness`); every process computes
+    it from the same mean and sample, so it is identical everywhere."""
+    from dfl.flatness import hessian_top_eigenvalue
+
+    mean = comm.mean_rows(X)
+    return hessian_top_eigenvalue(model, layout, mean, *sample, iters=config.hessian_iters,
+                                  batch_size=config.eval_batch_size, seed=config.seed)
 
 
 def _mean_train_loss(stats, comm) -> float:

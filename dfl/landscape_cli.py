@@ -1,0 +1,141 @@
+"""`dfl landscape RUN_DIR`: the loss surface around a run's final averaged model, and its top Hessian eigenvalue.
+
+Rebuilds the run's data and model from its `config.toml` (as `dfl run` does), averages the client rows of
+`params.pt` (or of `checkpoint.pt` for a run that has not finished), and evaluates the loss on a grid along two
+filter-normalised random directions (`dfl.flatness`). Writes `RUN_DIR/plots/landscape.png` and
+`RUN_DIR/landscape.json`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import torch
+
+SPLITS = ("train", "test")
+
+
+def add_parser(subparsers) -> None:
+    p = subparsers.add_parser(
+        "landscape",
+        help="2-D loss landscape and top Hessian eigenvalue of a run's final averaged model",
+        description="Loss of the averaged model θ on θ + a·d1 + b·d2 (filter-normalised random directions d1, d2; "
+        "Li et al. 2018) over a grid, plus λ_max of the Hessian. Writes RUN_DIR/plots/landscape.png and "
+        "RUN_DIR/landscape.json.",
+    )
+    p.add_argument("run_dir", help="a run directory written by dfl run (config.toml + params.pt or checkpoint.pt)")
+    p.add_argument("--points", type=int, default=21, help="grid points per axis, >= 3 (default 21)")
+    p.add_argument("--span", type=float, default=1.0, help="the grid covers [-span, span]² (default 1)")
+    p.add_argument("--samples", type=int, default=2000, help="samples of the split to evaluate on (default 2000)")
+    p.add_argument("--split", default="train", help="train or test (default train)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the directions and the sample (default 0)")
+    p.add_argument("--hessian-iters", type=int, default=20, help="power-iteration steps; 0 = skip (default 20)")
+    p.add_argument("--out", help="PNG path (default RUN_DIR/plots/landscape.png)")
+    p.set_defaults(handler=main)
+
+
+def main(args: argparse.Namespace) -> int:
+    try:
+        result, png, path = landscape(args)
+    except (ValueError, FileNotFoundError) as exc:
+        print(f"dfl landscape: error: {exc}", file=sys.stderr)
+        return 2
+    hessian = result["hessian_top_eig"]
+    extra = "" if hessian is None else f", top Hessian eigenvalue {hessian:.4g}"
+    print(f"loss at the averaged model {result['centre_loss']:.4f} ({args.split}, {result['samples']} samples)"
+          f"{extra}; grid {args.points}×{args.points} over ±{args.span}: loss {result['min_loss']:.4f} .. "
+          f"{result['max_loss']:.4f}\nwrote {png} and {path}")
+    return 0
+
+
+def landscape(args: argparse.Namespace):
+    from dfl.config import Config
+    from dfl.flatness import hessian_top_eigenvalue, loss_landscape
+    from dfl.results import atomic_write_bytes, to_json
+
+    run_dir = Path(args.run_dir)
+    if args.points < 3:
+        raise ValueError(f"--points must be >= 3, got {args.points}")
+    if not args.span > 0:
+        raise ValueError(f"--span must be > 0, got {args.span}")
+    if args.samples < 1:
+        raise ValueError(f"--samples must be >= 1, got {args.samples}")
+    if args.hessian_iters < 0:
+        raise ValueError(f"--hessian-iters must be >= 0, got {args.hessian_iters}")
+    if args.split not in SPLITS:
+        raise ValueError(f"--split must be one of {', '.join(SPLITS)}; got {args.split!r}")
+    if not (run_dir / "config.toml").is_file():
+        raise FileNotFoundError(f"{run_dir} is not a run directory: {run_dir / 'config.toml'} does not exist")
+    config = Config.from_toml(run_dir / "config.toml").validate()
+    params, source = _final_params(run_dir)
+
+    model, layout, x, y = _model_and_samples(config, args, params.shape[1])
+    centre = params.mean(dim=0).to(x.device)
+    result = loss_landscape(model, layout, centre, x, y, span=args.span, points=args.points, seed=args.seed,
+                            batch_size=config.eval_batch_size)
+    hessian = None
+    if args.hessian_iters:
+        hessian = hessian_top_eigenvalue(model, layout, centre, x, y, iters=args.hessian_iters,
+                                         batch_size=config.eval_batch_size, seed=args.seed)
+    flat = [v for row in result["loss"] for v in row]
+    result.update(run_dir=str(run_dir), params_from=source, split=args.split, samples=int(x.shape[0]),
+                  seed=args.seed, span=args.span, points=args.points, hessian_top_eig=hessian,
+                  hessian_iters=args.hessian_iters, min_loss=min(flat), max_loss=max(flat),
+                  directions="two N(0, I) directions, filter-normalised (Li et al. 2018); 1-D parameters fixed")
+    png = Path(args.out) if args.out else run_dir / "plots" / "landscape.png"
+    _plot(result, png, title=f"{config.algorithm} on {config.topology}: {args.split} loss around the averaged model")
+    path = run_dir / "landscape.json"
+    atomic_write_bytes(path, to_json(result).encode())
+    return result, png, path
+
+
+def _final_params(run_dir: Path) -> tuple[torch.Tensor, str]:
+    for name in ("params.pt", "checkpoint.pt"):
+        path = run_dir / name
+        if path.is_file():
+            return torch.load(path, map_location="cpu", weights_only=True)["params"], name
+    raise FileNotFoundError(f"{run_dir} has neither params.pt nor checkpoint.pt: the run has not saved parameters")
+
+
+def _model_and_samples(config, args, dim: int):
+    from dfl.clients import ParamLayout
+    from dfl.models import build_model
+    from dfl.runner import build_data, resolve_device
+
+    data = build_data(config).to(resolve_device(config.device))
+    model = build_model(config.model, tuple(data.input_shape), data.num_classes, **config.model_options)
+    model = model.to(data.train_x.device)
+    layout = ParamLayout.of(model)
+    if layout.dim != dim:
+        raise ValueError(f"the saved parameters have {dim} entries but {config.model} has {layout.dim}")
+    x, y = (data.train_x, data.train_y) if args.split == "train" else (data.test_x, data.test_y)
+    k = min(args.samples, x.shape[0])
+    index = torch.randperm(x.shape[0], generator=torch.Generator().manual_seed(args.seed))[:k].to(x.device)
+    return model, layout, x[index], y[index]
+
+
+def _plot(result: dict, path: Path, title: str) -> None:
+    import numpy as np
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    a, b = np.meshgrid(result["alphas"], result["betas"], indexing="ij")
+    loss = np.asarray(result["loss"])
+    fig = Figure(figsize=(11, 4.6))
+    FigureCanvasAgg(fig)
+    left = fig.add_subplot(1, 2, 1)
+    levels = np.geomspace(max(loss.min(), 1e-8), loss.max(), 25) if loss.max() > loss.min() > 0 else 25
+    contour = left.contour(a, b, loss, levels=levels, cmap="viridis")
+    left.clabel(contour, contour.levels[::4], fontsize=7, fmt="%.3g")
+    left.plot([0], [0], "r*", markersize=12, label="averaged model")
+    left.set(xlabel="direction 1", ylabel="direction 2", title="loss contours")
+    left.legend(loc="upper right", fontsize=8)
+    right = fig.add_subplot(1, 2, 2, projection="3d")
+    right.plot_surface(a, b, loss, cmap="viridis", linewidth=0, antialiased=True)
+    right.set(xlabel="direction 1", ylabel="direction 2", zlabel="loss", title="loss surface")
+    hessian = result.get("hessian_top_eig")
+    fig.suptitle(title + ("" if hessian is None else f" (λ_max(H) = {hessian:.4g})"), fontsize=10)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
