@@ -32,6 +32,8 @@ def add_parser(subparsers) -> None:
     p.add_argument("--split", default="train", help="train or test (default train)")
     p.add_argument("--seed", type=int, default=0, help="seed of the directions and the sample (default 0)")
     p.add_argument("--hessian-iters", type=int, default=20, help="power-iteration steps; 0 = skip (default 20)")
+    p.add_argument("--device", help="cpu, cuda, cuda:N or auto (default: the run's config device), e.g. to look at "
+                   "a run trained on a GPU from a machine without one")
     p.add_argument("--out", help="PNG path (default RUN_DIR/plots/landscape.png)")
     p.set_defaults(handler=main)
 
@@ -69,9 +71,14 @@ def landscape(args: argparse.Namespace):
     if not (run_dir / "config.toml").is_file():
         raise FileNotFoundError(f"{run_dir} is not a run directory: {run_dir / 'config.toml'} does not exist")
     config = Config.from_toml(run_dir / "config.toml").validate()
-    params, source = _final_params(run_dir)
+    params, names, source = _final_params(run_dir)
+    if args.device is not None:
+        try:
+            config = config.replace(device=args.device).validate()
+        except ValueError as exc:
+            raise ValueError(f"--device: {exc}") from None
 
-    model, layout, x, y = _model_and_samples(config, args, params.shape[1])
+    model, layout, x, y = _model_and_samples(config, args, params.shape[1], names)
     centre = params.mean(dim=0).to(x.device)
     result = loss_landscape(model, layout, centre, x, y, span=args.span, points=args.points, seed=args.seed,
                             batch_size=config.eval_batch_size)
@@ -91,25 +98,37 @@ def landscape(args: argparse.Namespace):
     return result, png, path
 
 
-def _final_params(run_dir: Path) -> tuple[torch.Tensor, str]:
+def _final_params(run_dir: Path) -> tuple[torch.Tensor, list[str] | None, str]:
     for name in ("params.pt", "checkpoint.pt"):
         path = run_dir / name
         if path.is_file():
-            return torch.load(path, map_location="cpu", weights_only=True)["params"], name
+            try:
+                saved = torch.load(path, map_location="cpu", weights_only=True)
+                params = saved["params"]
+            except Exception as exc:  # a truncated or foreign file: say which one
+                raise ValueError(f"cannot read the parameters from {path}: {type(exc).__name__}: {exc}") from None
+            if not isinstance(params, torch.Tensor) or params.dim() != 2:
+                raise ValueError(f"{path} holds no [clients, dim] parameter tensor under 'params'")
+            return params, saved.get("param_names"), name
     raise FileNotFoundError(f"{run_dir} has neither params.pt nor checkpoint.pt: the run has not saved parameters")
 
 
-def _model_and_samples(config, args, dim: int):
+def _model_and_samples(config, args, dim: int, names: list[str] | None):
     from dfl.clients import ParamLayout
     from dfl.models import build_model
     from dfl.runner import build_data, resolve_device
 
-    data = build_data(config).to(resolve_device(config.device))
+    try:
+        device = resolve_device(config.device)
+    except ValueError as exc:  # e.g. a GPU run looked at on a machine without one
+        raise ValueError(f"{exc} (or pass --device)") from None
+    data = build_data(config).to(device)
     model = build_model(config.model, tuple(data.input_shape), data.num_classes, **config.model_options)
     model = model.to(data.train_x.device)
     layout = ParamLayout.of(model)
-    if layout.dim != dim:
-        raise ValueError(f"the saved parameters have {dim} entries but {config.model} has {layout.dim}")
+    if layout.dim != dim or (names is not None and list(names) != list(layout.names)):
+        raise ValueError(f"the saved parameters ({dim} entries) do not match the layout of {config.model} built "
+                         f"from config.toml ({layout.dim} entries)")
     x, y = (data.train_x, data.train_y) if args.split == "train" else (data.test_x, data.test_y)
     k = min(args.samples, x.shape[0])
     index = torch.randperm(x.shape[0], generator=torch.Generator().manual_seed(args.seed))[:k].to(x.device)

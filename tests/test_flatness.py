@@ -93,6 +93,24 @@ def test_landscape_centre_is_the_unperturbed_loss_and_grid_is_consistent():
         loss_landscape(model, layout, p, x, y, span=0)
 
 
+def test_landscape_grid_points_are_the_loss_along_the_seeded_directions():
+    torch.manual_seed(1)
+    model = build_model("cnn1d", (1, 40), 4)
+    layout = ParamLayout.of(model)
+    p = layout.flatten(model)
+    x, y = torch.randn(20, 1, 40), torch.randint(0, 4, (20,))
+    surface = loss_landscape(model, layout, p, x, y, span=0.3, points=3, seed=5, batch_size=8, chunk=2)
+    g = torch.Generator().manual_seed(5)
+    d1, d2 = filter_normalized_direction(layout, p, g), filter_normalized_direction(layout, p, g)
+    for i, j in [(0, 2), (2, 1), (1, 0)]:  # loss[i][j] is at a = alphas[i], b = betas[j]
+        row = p + surface["alphas"][i] * d1 + surface["betas"][j] * d2
+        want = F.cross_entropy(functional_call(model, layout.views(row), (x,)), y).item()
+        assert surface["loss"][i][j] == pytest.approx(want, rel=1e-5)
+    assert surface["loss"][0][2] != pytest.approx(surface["loss"][2][0], rel=1e-3)  # a and b are not swapped
+    with pytest.raises(ValueError, match="chunk"):
+        loss_landscape(model, layout, p, x, y, chunk=0)
+
+
 def test_hessian_every_records_the_metric_in_history_summary_and_report(tmp_path):
     result = dfl.run(Config(**TINY, hessian_every=3, hessian_samples=100, hessian_iters=5), out=tmp_path / "r")
     rounds = {h["round"]: h for h in result.history}
@@ -144,3 +162,23 @@ def test_dfl_landscape_needs_a_run_directory_with_parameters(tmp_path, capsys):
     (tmp_path / "r" / "config.toml").write_text(Config(**TINY).to_toml())
     assert main(["landscape", str(tmp_path / "r")]) == 2
     assert "neither params.pt nor checkpoint.pt" in capsys.readouterr().err
+
+
+def test_dfl_landscape_device_override_and_bad_parameter_files(tmp_path, capsys):
+    run_dir = tmp_path / "run"
+    dfl.run(Config(**{**TINY, "rounds": 1}), out=run_dir)
+    small = ["--points", "3", "--samples", "20", "--hessian-iters", "0"]
+    (run_dir / "config.toml").write_text(Config(**{**TINY, "rounds": 1, "device": "cuda"}).to_toml())
+    if not torch.cuda.is_available():  # a GPU run looked at on a CPU machine
+        assert main(["landscape", str(run_dir), *small]) == 2
+        assert "--device" in capsys.readouterr().err
+    assert main(["landscape", str(run_dir), *small, "--device", "cpu"]) == 0
+    assert main(["landscape", str(run_dir), *small, "--device", "tpu"]) == 2
+    assert "--device: device must be one of" in capsys.readouterr().err
+    # parameters of another model than the one config.toml builds
+    (run_dir / "config.toml").write_text(Config(**{**TINY, "model_options": {"hidden": [8]}}).to_toml())
+    assert main(["landscape", str(run_dir), *small]) == 2
+    assert "do not match the layout of mlp" in capsys.readouterr().err
+    (run_dir / "params.pt").write_bytes(b"not a torch file")
+    assert main(["landscape", str(run_dir), *small]) == 2
+    assert f"cannot read the parameters from {run_dir / 'params.pt'}" in capsys.readouterr().err
