@@ -1,0 +1,57 @@
+"""Plot data against the round and per client: mean ± std curves over the seeds of each setting, one panel
+per table column, and the per-client accuracies of the final models.
+"""
+
+from __future__ import annotations
+
+from dfl import plots
+from dfl.report.layout import Layout
+from dfl.report.metrics import _number
+from dfl.report.settings import Setting, Stat
+
+
+def _curve(setting: Setting, key: str) -> plots.Curve:
+    """Mean and sample std over seeds at every evaluated round (rounds any seed evaluated)."""
+    by_round: dict[int, list[float | None]] = {}
+    for run in setting.runs:
+        for rec in run.metrics:
+            by_round.setdefault(int(rec["round"]), []).append(_number(rec.get(key)))
+    xs, means, stds = [], [], []
+    for rnd in sorted(by_round):
+        st = Stat.of(by_round[rnd])
+        if st.mean is not None:
+            xs.append(rnd)
+            means.append(st.mean)
+            stds.append(st.std or 0.0)
+    return plots.Curve(xs, means, stds)
+
+
+def _panels(layout: Layout, key: str, scale: float = 1.0) -> dict[str, dict[str, plots.Curve]]:
+    """One panel per column, one curve per row."""
+    panels = {}
+    for ck in layout.col_keys:
+        curves = {}
+        for rk in layout.row_keys:
+            s = layout.cells.get((rk, ck))
+            if s is not None:
+                c = _curve(s, key)
+                curves[layout.row_label(rk)] = plots.Curve(c.x, [scale * v for v in c.mean], [scale * v for v in c.std])
+        panels[layout.col_label(ck)] = curves
+    return panels
+
+
+def _client_groups(layout: Layout) -> dict[str, list[float]]:
+    """Per-client test accuracies (%) of the final record, pooled over the seeds of each setting."""
+    groups = {}
+    for rk in layout.row_keys:
+        for ck in layout.col_keys:
+            s = layout.cells.get((rk, ck))
+            if s is None:
+                continue
+            finals = [(r.final or {}).get("client_acc") or [] for r in s.runs]
+            accs = [100 * a for acc in finals for a in acc if _number(a) is not None]
+            if accs:
+                name = layout.row_label(rk) if len(layout.col_keys) == 1 else f"{layout.row_label(rk)} · " \
+                    f"{layout.col_label(ck)}"
+                groups[name] = accs
+    return groups

@@ -1,0 +1,127 @@
+"""Table layout: which fields are rows and which are columns, the order of their values (numbers numerically,
+topologies, algorithms and partitions in registry order) and their labels.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from dfl.report.runs import ReportError
+from dfl.report.settings import SETTING_FIELDS, Setting, _canon, varying_fields
+
+
+def format_value(value: Any) -> str:
+    if value is None:
+        return "default"
+    if isinstance(value, float):
+        return f"{value:g}"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{k}={format_value(v)}" for k, v in sorted(value.items())) + "}"
+    if isinstance(value, list):
+        return "[" + ", ".join(format_value(v) for v in value) + "]"
+    return str(value)
+
+
+def label(values: dict[str, Any], names: list[str]) -> str:
+    """`value` for one field, `f1=v1, f2=v2` for several, "all" for none."""
+    if not names:
+        return "all"
+    if len(names) == 1:
+        return format_value(values[names[0]])
+    return ", ".join(f"{n}={format_value(values[n])}" for n in names)
+
+
+def _registry_order(name: str) -> tuple[str, ...]:
+    """The canonical order of a categorical field's values (sparse to dense topologies, decentralized
+    algorithms first, as in the papers' tables); empty for other fields."""
+    if name == "topology":
+        from topologies import NAMES
+
+        return NAMES
+    if name == "algorithm":
+        from dfl.algorithms import ALGORITHMS
+
+        return ALGORITHMS
+    if name == "partition":
+        from dfl.data import PARTITIONS
+
+        return PARTITIONS
+    return ()
+
+
+def _sort_key(values: list[Any], name: str = "") -> Callable[[Any], Any]:
+    """Numbers in numeric order (None last); topologies, algorithms and partitions in their registry order;
+    anything else in order of first appearance."""
+    numeric = all(v is None or (isinstance(v, (int, float)) and not isinstance(v, bool)) for v in values)
+    if numeric:
+        return lambda v: (v is None, v if v is not None else 0)
+    registry = {v: i for i, v in enumerate(_registry_order(name))}
+    first: dict[str, int] = {}
+    for v in values:
+        first.setdefault(_canon(v), len(first))
+    return lambda v: (registry.get(v, len(registry)) if isinstance(v, str) else len(registry), first[_canon(v)])
+
+
+def _order(settings: list[Setting], names: list[str]) -> list[tuple[str, ...]]:
+    """The distinct value combinations of `names`, each field sorted by `_sort_key`, first field slowest."""
+    keys = [tuple(_canon(s.values[n]) for n in names) for s in settings]
+    sorters = [_sort_key([s.values[n] for s in settings], n) for n in names]
+    by_key = {k: s for k, s in zip(keys, settings)}
+    return sorted(by_key, key=lambda k: tuple(f(by_key[k].values[n]) for f, n in zip(sorters, names)))
+
+
+@dataclass
+class Layout:
+    rows: list[str]
+    cols: list[str]
+    row_keys: list[tuple[str, ...]]
+    col_keys: list[tuple[str, ...]]
+    cells: dict[tuple[tuple[str, ...], tuple[str, ...]], Setting]
+
+    def row_label(self, key: tuple[str, ...]) -> str:
+        return label(dict(zip(self.rows, (json.loads(k) for k in key))), self.rows)
+
+    def col_label(self, key: tuple[str, ...]) -> str:
+        return label(dict(zip(self.cols, (json.loads(k) for k in key))), self.cols)
+
+    @property
+    def corner(self) -> str:
+        return f"{', '.join(self.rows) or 'all'} \\ {', '.join(self.cols) or 'all'}"
+
+
+def _field_list(text: str | list[str] | None, option: str) -> list[str] | None:
+    if text is None:
+        return None
+    names = [t.strip() for t in text.split(",")] if isinstance(text, str) else list(text)
+    names = [n for n in names if n]
+    bad = [n for n in names if n not in SETTING_FIELDS]
+    if bad or not names:
+        raise ReportError(f"--{option}: unknown or non-setting field(s) {', '.join(bad) or repr(text)}; allowed: "
+                          f"{', '.join(SETTING_FIELDS)}")
+    return names
+
+
+def make_layout(settings: list[Setting], rows: str | list[str] | None = None,
+                cols: str | list[str] | None = None) -> Layout:
+    """Rows = `rows` (default algorithm); columns = `cols` (default every other varied field). Varied fields
+    named by neither are folded into the row label when `cols` is given, else into the column label."""
+    row_names = _field_list(rows, "rows") or ["algorithm"]
+    col_names = _field_list(cols, "cols")
+    both = sorted(set(row_names) & set(col_names or []))
+    if both:
+        raise ReportError(f"--rows and --cols share field(s) {', '.join(both)}; a field is either rows or columns")
+    varying = varying_fields(settings)
+    if col_names is None:
+        col_names = [f for f in varying if f not in row_names]
+        if not col_names and "topology" not in row_names:
+            col_names = ["topology"]  # nothing else varies: name the topology in the header
+    else:
+        row_names += [f for f in varying if f not in row_names and f not in col_names]
+    row_keys, col_keys = _order(settings, row_names), _order(settings, col_names)
+    cells = {}
+    for s in settings:
+        cells[(tuple(_canon(s.values[n]) for n in row_names), tuple(_canon(s.values[n]) for n in col_names))] = s
+    return Layout(row_names, col_names, row_keys, col_keys, cells)

@@ -1,0 +1,133 @@
+"""Run directories on disk: finding them (a sweep's runs first, in its order) and reading each into a
+`RunRecord` whose unreadable parts are listed as problems, never raised.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+from dfl.config import Config
+from dfl.results import read_metrics
+
+REPORT_DIR = "report"
+
+
+class ReportError(ValueError):
+    """Nothing to report on, or a bad report option; the message names the argument and the allowed values."""
+
+
+@dataclass
+class RunRecord:
+    """One run directory as found on disk; `problems` lists what could not be read."""
+
+    path: Path
+    name: str  # path relative to the report root ("." for the root itself)
+    config: dict[str, Any]  # Config defaults updated by config.toml
+    summary: dict[str, Any]
+    metrics: list[dict[str, Any]]
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def status(self) -> str:
+        return str(self.summary.get("status", "unknown"))
+
+    @property
+    def seed(self) -> Any:
+        return self.config.get("seed")
+
+    @property
+    def final(self) -> dict[str, Any] | None:
+        return self.metrics[-1] if self.metrics else None
+
+
+def is_run_dir(path: Path) -> bool:
+    return (path / "summary.json").is_file() and (path / "config.toml").is_file()
+
+
+def find_run_dirs(path: str | Path, skip: Iterable[Path] = ()) -> list[Path]:
+    """PATH itself when it is a run directory, else every run directory below it (not below `skip`, nor
+    below a `report/` directory). Runs listed in PATH/sweep.json come first, in the sweep's order."""
+    root = Path(path)
+    if not root.exists():
+        raise ReportError(f"path {root} does not exist")
+    if is_run_dir(root):
+        return [root]
+    if not root.is_dir():
+        raise ReportError(f"path {root} is neither a run directory nor a directory holding run directories")
+    skipped = {p.resolve() for p in skip}
+    found: list[Path] = []
+    for dirpath, dirnames, _ in os.walk(root):
+        here = Path(dirpath)
+        if is_run_dir(here):
+            found.append(here)
+            dirnames[:] = []
+            continue
+        dirnames[:] = sorted(
+            d for d in dirnames
+            if not d.startswith(".") and d != REPORT_DIR and (here / d).resolve() not in skipped
+        )
+    order = {(root / entry["dir"]).resolve(): i for i, entry in enumerate(_sweep_entries(root)) if "dir" in entry}
+    return sorted(found, key=lambda p: (order.get(p.resolve(), len(order)), str(p)))
+
+
+def _sweep_entries(root: Path) -> list[dict[str, Any]]:
+    try:
+        runs = json.loads((root / "sweep.json").read_text()).get("runs", [])
+    except (OSError, ValueError, AttributeError):
+        return []
+    return [e for e in runs if isinstance(e, dict)]
+
+
+def load_run(path: str | Path, root: str | Path | None = None) -> RunRecord:
+    """Read config.toml, summary.json and metrics.jsonl; unreadable files become `problems`, never errors."""
+    path = Path(path)
+    name = os.path.relpath(path, root) if root is not None else "."
+    if name == ".":
+        name = path.resolve().name
+    problems: list[str] = []
+    config = Config().to_dict()
+    try:
+        with (path / "config.toml").open("rb") as fh:
+            config.update(tomllib.load(fh))
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        problems.append(f"config.toml unreadable ({exc})")
+    summary: dict[str, Any] = {}
+    try:
+        loaded = json.loads((path / "summary.json").read_text())
+        summary = loaded if isinstance(loaded, dict) else {}
+    except (OSError, ValueError) as exc:
+        problems.append(f"summary.json unreadable ({exc})")
+    metrics: list[dict[str, Any]] = []
+    if (path / "metrics.jsonl").is_file():
+        try:
+            metrics = [m for m in read_metrics(path) if isinstance(m, dict) and "round" in m]
+        except (OSError, ValueError) as exc:
+            problems.append(f"metrics.jsonl unreadable ({exc})")
+    if not metrics:
+        problems.append("no metrics")
+    return RunRecord(path=path, name=name, config=config, summary=summary, metrics=metrics, problems=problems)
+
+
+def load_runs(path: str | Path, skip: Iterable[Path] = ()) -> list[RunRecord]:
+    dirs = find_run_dirs(path, skip)
+    if not dirs:
+        raise ReportError(f"no run directories under {path} (a run directory holds summary.json and config.toml)")
+    return [load_run(d, path) for d in dirs]
+
+
+def missing_sweep_runs(root: str | Path, runs: list[RunRecord]) -> list[dict[str, Any]]:
+    """sweep.json entries whose run directory holds no run (e.g. a run that failed before it started)."""
+    root = Path(root)
+    have = {r.path.resolve() for r in runs}
+    return [e for e in _sweep_entries(root) if "dir" in e and (root / e["dir"]).resolve() not in have]

@@ -1,0 +1,165 @@
+"""`write_report`: report.md, settings.csv, runs.csv and plots/ of the runs under a path (see `dfl.report`);
+and what the spectral report shares with it (loading into settings, the runs-not-completed section).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from dfl import plots
+from dfl.report.curves import _client_groups, _panels
+from dfl.report.layout import Layout, _field_list, label, make_layout
+from dfl.report.metrics import METRICS, OPTIONAL_METRICS
+from dfl.report.runs import REPORT_DIR, ReportError, RunRecord, load_runs, missing_sweep_runs
+from dfl.report.settings import (
+    DEFAULT_TARGET_FRACTION,
+    Setting,
+    check_target,
+    default_target,
+    group_settings,
+    varying_fields,
+)
+from dfl.report.tables import (
+    NOT_COMPLETED_MARK,
+    _seed_table,
+    markdown_table,
+    metric_table,
+    write_runs_csv,
+    write_settings_csv,
+)
+from dfl.report.trends import GAP_FIELDS, _distinct_gaps, _gap_series
+
+
+def _out_dir(path: Path, out: str | Path | None) -> Path:
+    return Path(out) if out is not None else path / REPORT_DIR
+
+
+def _prepare(path: str | Path, out: str | Path | None) -> tuple[Path, Path, list[RunRecord], list[Setting]]:
+    path = Path(path)
+    out_dir = _out_dir(path, out)
+    runs = load_runs(path, skip=[out_dir])
+    settings = group_settings(runs)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "plots").mkdir(exist_ok=True)
+    return path, out_dir, runs, settings
+
+
+def _not_completed_section(runs: list[RunRecord], missing: list[dict[str, Any]]) -> str:
+    body = []
+    for r in runs:
+        if r.status != "completed" or not r.metrics:
+            done = f"{r.summary.get('rounds_completed', '?')}/{r.summary.get('rounds', '?')}"
+            note = "; ".join([*(p for p in r.problems), *([str(r.summary["error"])] if r.summary.get("error") else [])])
+            status = "running or interrupted" if r.status == "running" else r.status
+            body.append([r.name, status, done, note or ""])
+    for e in missing:
+        body.append([str(e.get("dir")), f"{e.get('status', 'unknown')} (no run directory)", "0/?",
+                     str(e.get("error") or "")])
+    if not body:
+        return ""
+    return "## Runs not completed\n\n" + markdown_table(["run", "status", "rounds", "note"], body) + "\n"
+
+
+def write_report(path: str | Path, out: str | Path | None = None, *, rows: str | list[str] | None = None,
+                 cols: str | list[str] | None = None, target_acc: float | None = None) -> dict[str, Path]:
+    """Tables (report.md, settings.csv, runs.csv) and plots (plots/*.png) of the runs under `path`, into
+    `out` (default PATH/report/). Returns name -> written file. See `dfl.report` for the metrics."""
+    if target_acc is not None:
+        target_acc = check_target(target_acc)
+    path = Path(path)
+    if not path.exists():
+        raise ReportError(f"path {path} does not exist")
+    # validate --rows/--cols before touching the disk
+    both = sorted(set(_field_list(rows, "rows") or ["algorithm"]) & set(_field_list(cols, "cols") or []))
+    if both:
+        raise ReportError(f"--rows and --cols share field(s) {', '.join(both)}; a field is either rows or columns")
+    path, out_dir, runs, settings = _prepare(path, out)
+    files: dict[str, Path] = {}
+    missing = missing_sweep_runs(path, runs)
+    target = target_acc if target_acc is not None else default_target(settings)
+    target_note = "" if target_acc is not None else \
+        f" (default: {DEFAULT_TARGET_FRACTION} × the lowest mean final accuracy)"
+    for s in settings:
+        s.aggregate(target)
+
+    md = [f"# Report: {path}\n"]
+    if not settings:
+        md.append(f"{len(runs)} run(s), none with metrics yet.\n")
+        md.append(_not_completed_section(runs, missing))
+        files["report.md"] = out_dir / "report.md"
+        files["report.md"].write_text("\n".join(part for part in md if part))
+        files["runs.csv"] = write_runs_csv(out_dir / "runs.csv", runs, target, [])
+        return files
+
+    layout = make_layout(settings, rows, cols)
+    n_seeds = {len(s.runs) for s in settings}
+    seeds_text = f"n = {n_seeds.pop()} per setting" if len(n_seeds) == 1 else "n per setting below"
+    md.append(
+        f"{len(runs)} run(s) in {len(settings)} setting(s); rows: {', '.join(layout.rows)}; columns: "
+        f"{', '.join(layout.cols) or 'all'}. Cells are mean ± sample standard deviation over seeds "
+        f"({seeds_text}); final = the last evaluated round.\n"
+    )
+    if not all(s.completed for s in settings):
+        md.append(f"{NOT_COMPLETED_MARK} includes runs that are not completed (see Runs not completed).\n")
+    for metric, heading, kind in METRICS:
+        if metric in OPTIONAL_METRICS and not any(s.stats[metric].n for s in settings):
+            continue
+        if metric == "rounds_to_target":
+            if target is None:
+                continue
+            heading = f"Rounds to reach {100 * target:.2f}% test accuracy{target_note}; (k/n): k of n seeds reached it"
+        md.append(f"## {heading}\n\n{metric_table(layout, metric, kind)}\n")
+    if len(n_seeds) > 1:
+        md.append(f"## Seeds per setting\n\n{_seed_table(layout)}\n")
+    md.append(_not_completed_section(runs, missing))
+
+    plot_dir = out_dir / "plots"
+    files["accuracy.png"] = plots.curves(_panels(layout, "test_acc", 100.0), plot_dir / "accuracy.png",
+                                         ylabel="test accuracy (%)", title="Test accuracy of the averaged model")
+    files["consensus.png"] = plots.curves(_panels(layout, "consensus_distance"), plot_dir / "consensus.png",
+                                          ylabel="consensus distance", title="Consensus distance", logy=True)
+    if _distinct_gaps(settings) >= 2:
+        series, fits = _gap_series(settings, "test_acc", lambda s: label(s.values, _gap_label_fields(settings)),
+                                   scale=100.0)
+        files["spectral_gap.png"] = plots.gap_scatter(series, plot_dir / "spectral_gap.png",
+                                                      ylabel="final test accuracy (%)",
+                                                      title="Final accuracy vs spectral gap")
+        md.append("## Final accuracy vs spectral gap 1 − λ^Q\n\nLeast-squares trend of the mean final accuracy "
+                  "(%) on ln(1 − λ^Q):\n\n" + ("\n".join(fits) or "- no series with 2 distinct gaps") + "\n")
+    else:
+        md.append("## Final accuracy vs spectral gap 1 − λ^Q\n\nNot plotted: fewer than 2 distinct spectral gaps "
+                  "1 − λ^Q among the settings.\n")
+    groups = _client_groups(layout)
+    if groups:
+        files["client_accuracy.png"] = plots.distributions(groups, plot_dir / "client_accuracy.png",
+                                                           xlabel="client test accuracy (%)",
+                                                           title="Per-client accuracy of the final models")
+    plot_files = [p for k, p in files.items() if k.endswith(".png")]
+    md.append("## Plots\n\n" + "\n".join(f"- {p.relative_to(out_dir)}" for p in plot_files) + "\n")
+
+    files["report.md"] = out_dir / "report.md"
+    files["report.md"].write_text("\n".join(part for part in md if part))
+    files["settings.csv"] = write_settings_csv(out_dir / "settings.csv", layout, settings, target)
+    files["runs.csv"] = write_runs_csv(out_dir / "runs.csv", _table_order(layout, runs), target,
+                                       [*layout.rows, *layout.cols])
+    return dict(sorted(files.items(), key=lambda kv: kv[0].endswith(".png")))
+
+
+def _table_order(layout: Layout, runs: list[RunRecord]) -> list[RunRecord]:
+    """Runs in table order (row, then column, then seed); runs without metrics last, in discovery order."""
+    ordered = []
+    for rk in layout.row_keys:
+        for ck in layout.col_keys:
+            s = layout.cells.get((rk, ck))
+            if s is not None:
+                ordered += sorted(s.runs, key=lambda r: (not isinstance(r.seed, int), r.seed if isinstance(r.seed, int)
+                                                         else 0, r.name))
+    seen = {id(r) for r in ordered}
+    return ordered + [r for r in runs if id(r) not in seen]
+
+
+def _gap_label_fields(settings: list[Setting]) -> list[str]:
+    """The varied fields that set the gap (e.g. topology, gossip_steps); topology when none varies."""
+    names = [f for f in varying_fields(settings) if f in GAP_FIELDS]
+    return names or ["topology"]
