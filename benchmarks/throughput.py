@@ -5,12 +5,14 @@ The reference is the per-client loop of the DFedSAM/DisPFL "standalone" code bas
 client and round, a `DataLoader` over the client's data, SAM as two backward passes (perturb,
 backward, restore, step), a deep copy of the trained weights, and state-dict averaging with the
 neighbours' weights key by key. Both run the same model, data,
-batch size, number of local steps and topology, in the same process, and the script prints
-client-steps per second for both and the ratio. It also counts the FLOPs of one SAM step
+batch size, number of local steps and topology, in the same process, alternating round by round, and the
+script prints client-steps per second for both and the median of the per-round ratios (`--compile` adds
+the engine with `Config.compile` as a third loop). It also counts the FLOPs of one SAM step
 (`torch.utils.flop_counter`) and measures a large fp32 matmul in the same run, so both loops are
 reported against the hardware limit as well (achieved GFLOP/s and the fraction of matmul peak).
 
     python benchmarks/throughput.py                          # cnn1d, 32 clients, MNIST-1D, CPU
+    python benchmarks/throughput.py --compile                # ... and the torch.compile'd engine
     python benchmarks/throughput.py --model resnet18 --dataset cifar10 --data-root DIR --clients 100
 """
 
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import statistics
 import time
 
 import torch
@@ -44,8 +47,9 @@ def parse_args():
     p.add_argument("--local-steps", type=int, default=5)
     p.add_argument("--rho", type=float, default=0.01)
     p.add_argument("--topology", default="ring")
-    p.add_argument("--rounds", type=int, default=2, help="timed rounds per engine (after one warm-up)")
+    p.add_argument("--rounds", type=int, default=5, help="timed rounds per loop, alternating (after one warm-up)")
     p.add_argument("--client-chunk", type=int, default=0)
+    p.add_argument("--compile", action="store_true", help="also time the engine with compile = true (torch.compile)")
     p.add_argument("--device", default="auto")
     p.add_argument("--threads", type=int, default=0, help="torch threads (0 = torch default)")
     return p.parse_args()
@@ -54,6 +58,14 @@ def parse_args():
 def sync(device):
     if device.type == "cuda":
         torch.cuda.synchronize()
+
+
+def timed(fn, device, *args) -> float:
+    sync(device)
+    tic = time.perf_counter()
+    fn(*args)
+    sync(device)
+    return time.perf_counter() - tic
 
 
 def engine_round(trainer, gossip, X, t, lr, rule):
@@ -145,16 +157,12 @@ def main():
     rule = LocalRule(rho=args.rho)
     lr = 0.01
 
-    trainer = LocalTrainer(model, layout, data, list(range(args.clients)), config)
     gossip = Gossip(topo, LocalCommunicator(args.clients), torch.float32, device)
     X = initial_stack(model, args.clients, device)
-    X = engine_round(trainer, gossip, X, 0, lr, rule)  # warm-up
-    sync(device)
-    tic = time.perf_counter()
-    for t in range(1, args.rounds + 1):
-        X = engine_round(trainer, gossip, X, t, lr, rule)
-    sync(device)
-    ours = time.perf_counter() - tic
+    engines = {"dfl engine": LocalTrainer(model, layout, data, list(range(args.clients)), config)}
+    if args.compile:
+        engines["dfl engine, compile"] = LocalTrainer(model, layout, data, list(range(args.clients)),
+                                                      config.replace(compile=True))
 
     reference_model = copy.deepcopy(model)
     states = [copy.deepcopy(model.state_dict()) for _ in range(args.clients)]
@@ -164,30 +172,38 @@ def main():
         for idx in cpu.client_indices
     ]
     W = topo.W
-    run_reference = lambda s: reference_round(  # noqa: E731
-        reference_model, s, loaders, args.local_steps, W, lr, args.rho, device
-    )
-    states = run_reference(states)  # warm-up
-    sync(device)
-    tic = time.perf_counter()
-    for _ in range(args.rounds):
-        states = run_reference(states)
-    sync(device)
-    reference = time.perf_counter() - tic
+    loops = {"sequential reference": lambda t: reference_round(
+        reference_model, states, loaders, args.local_steps, W, lr, args.rho, device)}
+    for name, trainer in engines.items():
+        loops[name] = lambda t, trainer=trainer: engine_round(trainer, gossip, X, t, lr, rule)
 
-    client_steps = args.clients * args.local_steps * args.rounds
+    first = {name: timed(loop, device, 0) for name, loop in loops.items()}  # warm-up (and compiling)
+    # Rounds alternate between the loops and each ratio is the median over rounds of that round's ratio, so a
+    # change in machine load (shared CPUs swing by several x) hits both sides of a ratio alike.
+    times = {name: [] for name in loops}
+    for t in range(1, args.rounds + 1):
+        for name, loop in loops.items():
+            times[name].append(timed(loop, device, t))
+
+    client_steps = args.clients * args.local_steps  # per round
     x0, y0 = next(iter(loaders[0]))
     flops = sam_step_flops(reference_model, x0.to(device), y0.to(device), args.rho)
     peak = matmul_peak_gflops(device, 8192 if device.type == "cuda" else 2048)
-    ref_rate, our_rate = client_steps / reference, client_steps / ours
     print(f"DFedSAM round: {args.clients} clients × {args.local_steps} SAM steps, {args.model} "
           f"({layout.dim:,} params), {args.dataset}, batch {args.batch_size}, {args.topology}, "
-          f"device {device}, {torch.get_num_threads()} threads")
-    print(f"  sequential reference: {ref_rate:10.1f} client-steps/s  {ref_rate * flops / 1e9:7.1f} GFLOP/s "
-          f"({ref_rate * flops / 1e9 / peak:.0%} of matmul peak)")
-    print(f"  dfl engine:           {our_rate:10.1f} client-steps/s  {our_rate * flops / 1e9:7.1f} GFLOP/s "
-          f"({our_rate * flops / 1e9 / peak:.0%} of matmul peak)")
-    print(f"  speed-up:             {reference / ours:10.2f}x")
+          f"device {device}, {torch.get_num_threads()} threads, median of {args.rounds} alternating rounds")
+    reference = times["sequential reference"]
+    for name, seconds in times.items():
+        rate = client_steps / statistics.median(seconds)
+        print(f"  {name + ':':22s} {rate:10.1f} client-steps/s  {rate * flops / 1e9:7.1f} GFLOP/s "
+              f"({rate * flops / 1e9 / peak:.0%} of matmul peak)")
+    for name, seconds in times.items():
+        if name != "sequential reference":
+            ratios = [r / o for r, o in zip(reference, seconds)]
+            print(f"  speed-up, {name + ':':22s} {statistics.median(ratios):5.2f}x  "
+                  f"(per-round ratios {min(ratios):.2f}-{max(ratios):.2f})")
+    if args.compile:
+        print(f"  first round with torch.compile: {first['dfl engine, compile']:.1f} s (compiling)")
     print(f"  one SAM step = {flops / 1e6:.1f} MFLOP; fp32 matmul peak measured now: {peak:.0f} GFLOP/s")
 
 

@@ -32,7 +32,7 @@ FILENAME = "checkpoint.pt"
 # Fields that may differ on resume. The first do not touch the trajectory (`rounds` may grow, to extend a
 # run); the execution fields give the same run up to float rounding, as a different number of processes does.
 EXACT_FIELDS = ("rounds", "progress", "checkpoint_every", "dist_timeout", "data_root")
-EXECUTION_FIELDS = ("device", "backend", "gossip_mode", "client_chunk", "eval_batch_size")
+EXECUTION_FIELDS = ("device", "backend", "gossip_mode", "client_chunk", "compile", "eval_batch_size")
 RESUMABLE_FIELDS = EXACT_FIELDS + EXECUTION_FIELDS
 
 

@@ -1,7 +1,8 @@
 """Vectorized local training: per-client gradients, SAM/ASAM, clipping, weight decay and momentum.
 
 All rules act row by row on the `[m, d]` stack: norms, clipping and SAM perturbations are per client,
-never across the stack. One `vmap(grad)` call computes every (active) client's minibatch gradient.
+never across the stack. One `vmap(grad)` call computes every (active) client's minibatch gradient
+(optionally through `torch.compile`, `Config.compile`).
 
 One local step for client i with minibatch ξ (ALGORITHMS.md §1, torch.optim.SGD semantics):
     g  = ∇f_i(y; ξ)                              plain, or
@@ -15,6 +16,8 @@ One local step for client i with minibatch ξ (ALGORITHMS.md §1, torch.optim.SG
 
 from __future__ import annotations
 
+import os
+import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -68,6 +71,12 @@ class LocalTrainer:
             return (losses * w).sum() / w.sum()
 
         self._grad = vmap(grad_and_value(loss))
+        if config.compile:
+            if data.train_x.device.type == "cpu":
+                require_cpp_compiler()
+            # dynamic=None: the first call specializes on its shapes; a second client count (a short last
+            # chunk, clients that finished their epochs) recompiles once with a symbolic client dimension.
+            self._grad = torch.compile(self._grad, dynamic=None)
 
     def schedule(self, round_index: int, rows: torch.Tensor | None = None) -> RoundSchedule:
         """Round `round_index`'s batches for the local clients (or only the local rows `rows`)."""
@@ -136,6 +145,14 @@ class LocalTrainer:
         steps = torch.zeros(X.shape[0], dtype=torch.long, device=X.device)
         steps[index] = schedule.steps_per_client.to(X.device)
         return LocalResult(Y=Y, momentum=buf, loss=loss_sum / steps.clamp_min(1), steps=steps)
+
+
+def require_cpp_compiler() -> None:
+    """torch.compile (inductor) builds C++ kernels on CPU: fail at start, not after the first round."""
+    candidates = [os.environ.get("CXX"), "g++", "clang++", "c++"]
+    if not any(c and shutil.which(c) for c in candidates):
+        raise ValueError("compile = true on CPU needs a C++ compiler (g++ or clang++ on PATH, or $CXX); "
+                         "install one or set compile = false")
 
 
 def descent_direction(g: torch.Tensor, y: torch.Tensor, rule: LocalRule, buf: torch.Tensor | None):

@@ -388,4 +388,5 @@ def _progress(config: Config, comm, start: int = 0):
         return None
     from tqdm.auto import tqdm
 
-    return tqdm(total=config.rounds, initial=start, desc=f"{config.algorithm}", unit="round", leave=False)
+    return tqdm(total=config.rounds, initial=start, desc=f"{config.algorithm}", unit="round", leave=False,
+                disable=None)  # None: no bar when stderr is not a terminal (log files, sweep workers)
