@@ -1,0 +1,34 @@
+"""The benchmark scripts run end to end at toy sizes and print their report lines (no timing asserted)."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def run_script(name: str, *args: str) -> str:
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / name), *args], capture_output=True,
+                          text=True, timeout=300, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return proc.stdout
+
+
+def test_throughput_reports_both_loops_and_their_ratio():
+    out = run_script("throughput.py", "--clients", "4", "--local-steps", "1", "--rounds", "2", "--model", "mlp",
+                     "--threads", "1")
+    assert "4 clients × 1 SAM steps, mlp" in out and "median of 2 alternating rounds" in out
+    rates = re.findall(r"^\s+(sequential reference|dfl engine):\s+([\d.]+) client-steps/s", out, re.M)
+    assert [name for name, _ in rates] == ["sequential reference", "dfl engine"]
+    assert all(float(rate) > 0 for _, rate in rates)
+    assert re.search(r"speed-up, dfl engine:\s+[\d.]+x", out)
+    assert re.search(r"one SAM step = [\d.]+ MFLOP", out)
+
+
+def test_gossip_benchmark_single_process():
+    out = run_script("gossip.py", "--clients", "4", "--dim", "1000", "--worlds", "--repeat", "2", "--copy-mib", "8")
+    assert "ring, m=4 clients x d=1000" in out
+    assert re.search(r"copy bandwidth .*GB/s", out) and re.search(r"dense matmul W @ X: .*% of copy", out)
