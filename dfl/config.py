@@ -21,6 +21,11 @@ else:  # pragma: no cover
 
 import tomli_w
 
+# fp32: true fp32 everywhere (TF32 off: exact-averaging tests need it). bf16: the clients' forward and backward
+# passes run under torch.autocast(bfloat16); parameters, updates, gossip and evaluation stay fp32. tf32: fp32
+# tensors with TF32 matmuls and convolutions (CUDA only; ~1e-3 relative error per product).
+PRECISIONS = ("fp32", "bf16", "tf32")
+
 
 class ConfigError(ValueError):
     """A configuration value is invalid; the message names the field and the allowed values."""
@@ -76,6 +81,7 @@ class Config:
     local_steps: int | None = None
     client_chunk: int = 0  # clients per vmapped call; 0 = all at once
     compile: bool = False  # torch.compile the vmapped per-client gradient: faster rounds after ~10 s of compiling
+    precision: str = "fp32"  # "fp32"; "bf16": local forward/backward under bf16 autocast; "tf32": TF32 on CUDA
     # evaluation and output
     eval_every: int = 5
     eval_batch_size: int = 1024
@@ -152,6 +158,7 @@ class Config:
         _integer("batch_size", self.batch_size, minimum=0)
         _integer("client_chunk", self.client_chunk, minimum=0)
         _boolean("compile", self.compile)
+        _choice("precision", self.precision, PRECISIONS)
         _boolean("progress", self.progress)
         _integer("eval_every", self.eval_every, minimum=1)
         _integer("eval_batch_size", self.eval_batch_size, minimum=1)

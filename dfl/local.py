@@ -2,7 +2,7 @@
 
 All rules act row by row on the `[m, d]` stack: norms, clipping and SAM perturbations are per client,
 never across the stack. One `vmap(grad)` call computes every (active) client's minibatch gradient
-(optionally through `torch.compile`, `Config.compile`).
+(optionally through `torch.compile`, `Config.compile`, and under bf16 autocast, `Config.precision`).
 
 One local step for client i with minibatch ξ (ALGORITHMS.md §1, torch.optim.SGD semantics):
     g  = ∇f_i(y; ξ)                              plain, or
@@ -65,9 +65,12 @@ class LocalTrainer:
         self.chunk = config.client_chunk or len(self.client_ids)
         self.weight_mask = layout.mask(lambda name: "weight" in name).to(data.train_x.device)
 
+        device_type, bf16 = data.train_x.device.type, config.precision == "bf16"
+
         def loss(row, x, y, w):
-            logits = functional_call(model, layout.views(row), (x,))
-            losses = F.cross_entropy(logits, y, reduction="none")
+            with torch.autocast(device_type, dtype=torch.bfloat16, enabled=bf16):
+                logits = functional_call(model, layout.views(row), (x,))
+            losses = F.cross_entropy(logits.float(), y, reduction="none")  # the loss itself in fp32
             return (losses * w).sum() / w.sum()
 
         self._grad = vmap(grad_and_value(loss))

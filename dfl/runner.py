@@ -133,8 +133,11 @@ def _run(config: Config, data, out, overwrite: bool, comm, resume: bool) -> Resu
         ckpt.check_config(saved, config, out)
     hp, ignored = resolve_hyperparameters(config)
     device = getattr(comm, "device", None) or resolve_device(config.device)
-    torch.backends.cuda.matmul.allow_tf32 = False  # exact-averaging needs true fp32
-    torch.backends.cudnn.allow_tf32 = False
+    tf32 = config.precision == "tf32"  # off otherwise: exact-averaging needs true fp32
+    if tf32 and device.type != "cuda":
+        raise ConfigError(f"precision = tf32 needs a CUDA device (the run is on {device}); use fp32 or bf16")
+    torch.backends.cuda.matmul.allow_tf32 = tf32
+    torch.backends.cudnn.allow_tf32 = tf32
 
     if data is None:
         data = build_data(config)

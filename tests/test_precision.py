@@ -1,0 +1,57 @@
+"""`precision`: bf16 autocast in the clients' forward/backward (fp32 state and gossip), TF32 only on CUDA."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import dfl
+from dfl.clients import ParamLayout, initial_stack
+from dfl.config import Config, ConfigError
+from dfl.data import FederatedData
+from dfl.local import LocalTrainer
+from dfl.models import build_model
+
+BASE = dict(dataset_options={"num_samples": 600}, clients=4, rounds=2, local_steps=2, batch_size=16,
+            eval_every=1, progress=False)
+
+
+def trainer_and_batch(precision: str):
+    data = FederatedData.build("mnist1d", 4, "iid", seed=0, dataset_options={"num_samples": 600})
+    torch.manual_seed(0)
+    model = build_model("cnn1d", tuple(data.input_shape), data.num_classes)
+    layout = ParamLayout.of(model)
+    trainer = LocalTrainer(model, layout, data, [0, 1, 2, 3], Config(**BASE, precision=precision))
+    X = initial_stack(model, 4, torch.device("cpu"))
+    return model, trainer, X, trainer.schedule(0).batch(0)
+
+
+def test_bf16_runs_the_client_forward_in_bfloat16_and_keeps_fp32_gradients():
+    seen = []
+    grads = {}
+    for precision in ("fp32", "bf16"):
+        model, trainer, X, batch = trainer_and_batch(precision)
+        hook = model.conv2.register_forward_hook(lambda mod, inp, out, p=precision: seen.append((p, out.dtype)))
+        grads[precision], loss = trainer.gradient(X, batch)
+        hook.remove()
+        assert grads[precision].dtype == torch.float32 and loss.dtype == torch.float32
+    assert set(seen) == {("fp32", torch.float32), ("bf16", torch.bfloat16)}
+    error = (grads["bf16"] - grads["fp32"]).norm(dim=1) / grads["fp32"].norm(dim=1)
+    assert (error > 1e-4).all() and (error < 0.1).all()  # bf16 rounding, not a different gradient
+
+
+def test_bf16_run_trains_close_to_fp32_with_fp32_parameters():
+    fp32 = dfl.run(Config(**BASE))
+    bf16 = dfl.run(Config(**BASE, precision="bf16"))
+    assert bf16.params.dtype == torch.float32
+    assert not torch.equal(bf16.params, fp32.params)
+    assert (bf16.params - fp32.params).abs().max() < 1e-2
+    assert bf16.history[-1]["test_acc"] == pytest.approx(fp32.history[-1]["test_acc"], abs=0.05)
+
+
+def test_precision_errors():
+    with pytest.raises(ConfigError, match="precision must be one of fp32, bf16, tf32; got 'fp16'"):
+        Config(precision="fp16").validate()
+    if not torch.cuda.is_available():
+        with pytest.raises(ConfigError, match="precision = tf32 needs a CUDA device"):
+            dfl.run(Config(**BASE, precision="tf32", device="cpu"))
