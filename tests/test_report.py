@@ -123,6 +123,19 @@ def test_report_tables_exact_numbers(sweep):
     assert f"- dfedavg: y = 72 + {b:.3g}·ln(1 − λ^Q), R² = 1.000" in md
 
 
+def test_execution_settings_do_not_split_a_setting(tmp_path):
+    root = tmp_path / "sweep"
+    for (algorithm, topology), seeds in ACC.items():
+        for seed, (accs, train_acc, consensus) in enumerate(seeds):
+            execution = dict(compile=True, client_chunk=4, device="cpu") if seed else {}
+            config = Config(name=f"{algorithm}-{topology}-{seed}", seed=seed, algorithm=algorithm, topology=topology,
+                            clients=M, rounds=15, **execution)
+            write_run(root / "runs" / config.name, config, accs, train_acc, consensus)
+    md = write_report(root)["report.md"].read_text()
+    assert "8 run(s) in 4 setting(s)" in md and "n = 2 per setting" in md
+    assert table(md, "Final test accuracy")["dfedavg"] == {"ring": "61.00 ± 1.41", "full": "72.00 ± 2.83"}
+
+
 def test_settings_and_runs_csv(sweep):
     files = write_report(sweep)
     rows = read_csv(files["settings.csv"])

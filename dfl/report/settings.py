@@ -18,7 +18,7 @@ CONFIG_FIELDS = tuple(f.name for f in fields(Config))
 # Fields that do not change what a run computes, only how it executes or what it records: runs differing in
 # them (and in `seed`) belong to one setting.
 NOT_SETTING_FIELDS = (
-    "name", "seed", "progress", "device", "backend", "gossip_mode", "client_chunk", "eval_batch_size",
+    "name", "seed", "progress", "device", "backend", "gossip_mode", "client_chunk", "compile", "eval_batch_size",
     "dist_timeout", "data_root", "checkpoint_every", "eval_every", "train_eval_samples", "hessian_every",
     "hessian_samples", "hessian_iters",
 )
