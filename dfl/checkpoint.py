@@ -86,13 +86,7 @@ def load(run_dir: str | Path) -> dict[str, Any]:
 def check_config(checkpoint: dict[str, Any], config: Config, run_dir) -> None:
     """The config must equal the checkpoint's except for RESUMABLE_FIELDS, and `rounds` may not shrink."""
     stored = checkpoint["config"]
-    defaults = Config()
-    differ = [
-        f.name
-        for f in fields(Config)
-        if f.name not in RESUMABLE_FIELDS
-        and _plain(stored.get(f.name, getattr(defaults, f.name))) != _plain(getattr(config, f.name))
-    ]
+    differ = changed_fields(stored, config)
     unknown = sorted(set(stored) - {f.name for f in fields(Config)})
     if differ or unknown:
         shown = ", ".join(
@@ -108,6 +102,18 @@ def check_config(checkpoint: dict[str, Any], config: Config, run_dir) -> None:
             f"cannot resume {run_dir}: rounds = {config.rounds} but the checkpoint is after round {done}; "
             f"rounds must be >= {done} (a run can be extended, not shortened)"
         )
+
+
+def changed_fields(stored: dict[str, Any], config: Config) -> list[str]:
+    """The Config fields outside RESUMABLE_FIELDS in which `config` differs from the `stored` config values
+    (a field missing from `stored` counts as its default)."""
+    defaults = Config()
+    return [
+        f.name
+        for f in fields(Config)
+        if f.name not in RESUMABLE_FIELDS
+        and _plain(stored.get(f.name, getattr(defaults, f.name))) != _plain(getattr(config, f.name))
+    ]
 
 
 def restore(checkpoint: dict[str, Any], algorithm, comm, layout) -> None:

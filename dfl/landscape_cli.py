@@ -53,6 +53,7 @@ def main(args: argparse.Namespace) -> int:
 
 
 def landscape(args: argparse.Namespace):
+    from dfl import plots
     from dfl.config import Config
     from dfl.flatness import hessian_top_eigenvalue, loss_landscape
     from dfl.results import atomic_write_bytes, to_json
@@ -92,7 +93,9 @@ def landscape(args: argparse.Namespace):
                   hessian_iters=args.hessian_iters, min_loss=min(flat), max_loss=max(flat),
                   directions="two N(0, I) directions, filter-normalised (Li et al. 2018); 1-D parameters fixed")
     png = Path(args.out) if args.out else run_dir / "plots" / "landscape.png"
-    _plot(result, png, title=f"{config.algorithm} on {config.topology}: {args.split} loss around the averaged model")
+    title = f"{config.algorithm} on {config.topology}: {args.split} loss around the averaged model"
+    plots.landscape(result["alphas"], result["betas"], result["loss"], png,
+                    title=title + ("" if hessian is None else f" (λ_max(H) = {hessian:.4g})"))
     path = run_dir / "landscape.json"
     atomic_write_bytes(path, to_json(result).encode())
     return result, png, path
@@ -133,28 +136,3 @@ def _model_and_samples(config, args, dim: int, names: list[str] | None):
     k = min(args.samples, x.shape[0])
     index = torch.randperm(x.shape[0], generator=torch.Generator().manual_seed(args.seed))[:k].to(x.device)
     return model, layout, x[index], y[index]
-
-
-def _plot(result: dict, path: Path, title: str) -> None:
-    import numpy as np
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-
-    a, b = np.meshgrid(result["alphas"], result["betas"], indexing="ij")
-    loss = np.asarray(result["loss"])
-    fig = Figure(figsize=(11, 4.6))
-    FigureCanvasAgg(fig)
-    left = fig.add_subplot(1, 2, 1)
-    levels = np.geomspace(max(loss.min(), 1e-8), loss.max(), 25) if loss.max() > loss.min() > 0 else 25
-    contour = left.contour(a, b, loss, levels=levels, cmap="viridis")
-    left.clabel(contour, contour.levels[::4], fontsize=7, fmt="%.3g")
-    left.plot([0], [0], "r*", markersize=12, label="averaged model")
-    left.set(xlabel="direction 1", ylabel="direction 2", title="loss contours")
-    left.legend(loc="upper right", fontsize=8)
-    right = fig.add_subplot(1, 2, 2, projection="3d")
-    right.plot_surface(a, b, loss, cmap="viridis", linewidth=0, antialiased=True)
-    right.set(xlabel="direction 1", ylabel="direction 2", zlabel="loss", title="loss surface")
-    hessian = result.get("hessian_top_eig")
-    fig.suptitle(title + ("" if hessian is None else f" (λ_max(H) = {hessian:.4g})"), fontsize=10)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)

@@ -75,7 +75,7 @@ class LocalTrainer:
 
         self._grad = vmap(grad_and_value(loss))
         if config.compile:
-            if data.train_x.device.type == "cpu":
+            if device_type == "cpu":
                 require_cpp_compiler()
             # dynamic=None: the first call specializes on its shapes; a second client count (a short last
             # chunk, clients that finished their epochs) recompiles once with a symbolic client dimension.

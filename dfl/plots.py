@@ -1,7 +1,7 @@
 """PNG figures for reports, drawn with matplotlib's Agg canvas (no pyplot: no global state, no display).
 
-The functions take plain data (curves, points, samples), so they know nothing of run directories; `dfl.report`
-computes what they draw.
+The functions take plain data (curves, points, samples, loss grids), so they know nothing of run directories;
+`dfl.report` and `dfl landscape` compute what they draw.
 """
 
 from __future__ import annotations
@@ -142,4 +142,27 @@ def distributions(groups: dict[str, list[float]], path: str | Path, *, xlabel: s
     ax.set_xlabel(xlabel)
     ax.set_title(title, fontsize=11)
     ax.grid(True, axis="x", alpha=0.3)
+    return _save(fig, path)
+
+
+def landscape(alphas: list[float], betas: list[float], loss: list[list[float]], path: str | Path, *,
+              title: str) -> Path:
+    """Loss contours (log-spaced levels when the loss is positive) and the 3-D surface over the grid
+    a × b (loss[i][j] at a = alphas[i], b = betas[j]); the centre (0, 0) is marked."""
+    import numpy as np
+
+    a, b = np.meshgrid(alphas, betas, indexing="ij")
+    loss = np.asarray(loss)
+    fig = _figure(11.0, 4.6)
+    left = fig.add_subplot(1, 2, 1)
+    levels = np.geomspace(max(loss.min(), 1e-8), loss.max(), 25) if loss.max() > loss.min() > 0 else 25
+    contour = left.contour(a, b, loss, levels=levels, cmap="viridis")
+    left.clabel(contour, contour.levels[::4], fontsize=7, fmt="%.3g")
+    left.plot([0], [0], "r*", markersize=12, label="averaged model")
+    left.set(xlabel="direction 1", ylabel="direction 2", title="loss contours")
+    left.legend(loc="upper right", fontsize=8)
+    right = fig.add_subplot(1, 2, 2, projection="3d")
+    right.plot_surface(a, b, loss, cmap="viridis", linewidth=0, antialiased=True)
+    right.set(xlabel="direction 1", ylabel="direction 2", zlabel="loss", title="loss surface")
+    fig.suptitle(title, fontsize=10)
     return _save(fig, path)

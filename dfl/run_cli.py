@@ -40,7 +40,7 @@ def add_parser(subparsers) -> None:
             parser.add_argument(flag, dest=f.name, action=argparse.BooleanOptionalAction, help=f"default {default}")
         elif kind.startswith("dict"):
             parser.add_argument(
-                flag, dest=f.name, nargs="+", metavar="KEY=VALUE", type=_key_value,
+                flag, dest=f.name, nargs="+", metavar="KEY=VALUE", type=key_value,
                 help="one or more key=value pairs",
             )
         else:
@@ -56,9 +56,10 @@ def _scalar_type(kind: str):
     return str
 
 
-def _key_value(text: str) -> tuple[str, object]:
+def key_value(text: str, form: str = "KEY=VALUE") -> tuple[str, object]:
+    """`key=value` → (key with - as _, the value as a Python literal, or the raw text for a bare word)."""
     if "=" not in text:
-        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
+        raise argparse.ArgumentTypeError(f"expected {form}, got {text!r}")
     key, raw = text.split("=", 1)
     try:
         value = ast.literal_eval(raw)

@@ -54,6 +54,10 @@ def resolve_device(name: str) -> torch.device:
 
 
 def build_topology(config: Config, n: int):
+    """The topology a run mixes with: the complete graph for a centralized algorithm (the configured graph
+    plays no part), else the configured topology on n clients."""
+    if getattr(algorithm_class(config.algorithm), "centralized", False):
+        return topologies.build("full", n)
     options = dict(config.topology_options)
     if config.topology in ("random-regular", "erdos-renyi", "random-k"):
         options.setdefault("seed", config.seed)
@@ -147,14 +151,11 @@ def _run(config: Config, data, out, overwrite: bool, comm, resume: bool) -> Resu
     if comm.num_clients != m:
         raise ConfigError(f"the communicator hosts {comm.num_clients} clients but the data has {m}")
     data = data.to(device)
-    if getattr(algorithm_class(config.algorithm), "centralized", False):
-        # centralized FL is the complete topology; the configured graph plays no part
-        if config.topology not in ("ring", "full") or config.topology_options:  # ring is the default
-            warnings.warn(f"{config.algorithm} is centralized (complete topology); ignoring topology", stacklevel=2)
-            ignored = [*ignored, "topology"]
-        topology = topologies.build("full", m)
-    else:
-        topology = build_topology(config, m)
+    centralized = getattr(algorithm_class(config.algorithm), "centralized", False)
+    if centralized and (config.topology not in ("ring", "full") or config.topology_options):  # ring: the default
+        warnings.warn(f"{config.algorithm} is centralized (complete topology); ignoring topology", stacklevel=2)
+        ignored = [*ignored, "topology"]
+    topology = build_topology(config, m)
 
     torch.manual_seed(config.seed)
     model = build_model(config.model, tuple(data.input_shape), data.num_classes, **config.model_options)
@@ -240,9 +241,10 @@ def _run(config: Config, data, out, overwrite: bool, comm, resume: bool) -> Resu
                 (t + 1) % config.hessian_every == 0 or t + 1 == config.rounds
             )
             if (t + 1) % config.eval_every == 0 or t + 1 == config.rounds or measure_hessian:
-                record = _evaluate(model, layout, algorithm.X, comm, eval_x, eval_y, train_sub, config)
+                mean = comm.mean_rows(algorithm.X)
+                record = _evaluate(model, layout, algorithm.X, mean, comm, eval_x, eval_y, train_sub, config)
                 if measure_hessian:
-                    record["hessian_top_eig"] = _hessian(model, layout, algorithm.X, comm, hessian_sub, config)
+                    record["hessian_top_eig"] = _hessian(model, layout, mean, hessian_sub, config)
                 train_loss = _mean_train_loss(stats, comm)
                 record = {
                     "round": t + 1,
@@ -315,8 +317,8 @@ def _train_subset(data, config: Config, samples: int | None = None):
     return data.train_x[idx], data.train_y[idx]
 
 
-def _evaluate(model, layout, X, comm, x, y, train_sub, config) -> dict[str, Any]:
-    mean = comm.mean_rows(X)
+def _evaluate(model, layout, X, mean, comm, x, y, train_sub, config) -> dict[str, Any]:
+    """Metrics of the averaged model `mean` (= comm.mean_rows(X)) and of every client row of X."""
     test_acc, test_loss = evaluate_row(model, layout, mean, x, y, config.eval_batch_size)
     record: dict[str, Any] = {"test_acc": test_acc, "test_loss": test_loss}
     if train_sub is not None:
@@ -337,12 +339,11 @@ def _evaluate(model, layout, X, comm, x, y, train_sub, config) -> dict[str, Any]
     return record
 
 
-def _hessian(model, layout, X, comm, sample, config: Config) -> float:
+def _hessian(model, layout, mean, sample, config: Config) -> float:
     """Top Hessian eigenvalue of the averaged model's training loss (`dfl.flatness`); every process computes
     it from the same mean and sample, so it is identical everywhere."""
     from dfl.flatness import hessian_top_eigenvalue
 
-    mean = comm.mean_rows(X)
     return hessian_top_eigenvalue(model, layout, mean, *sample, iters=config.hessian_iters,
                                   batch_size=config.eval_batch_size, seed=config.seed)
 

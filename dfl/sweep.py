@@ -195,7 +195,7 @@ def inspect_run(run_dir: Path, config: Config) -> str:
     """What running `config` into `run_dir` needs now: "skip" (completed or diverged), "resume" (a checkpoint
     whose config matches up to the resumable fields), or "start" (nothing usable there: start over).
     A run directory made from a different config is an error (results must not mix)."""
-    from dfl.checkpoint import FILENAME, RESUMABLE_FIELDS
+    from dfl.checkpoint import FILENAME, changed_fields
 
     stored_path = run_dir / "config.toml"
     if not stored_path.is_file():
@@ -204,8 +204,7 @@ def inspect_run(run_dir: Path, config: Config) -> str:
         stored = Config.from_toml(stored_path)
     except ConfigError as exc:
         raise SweepError(f"run {config.name}: cannot read {stored_path}: {exc}") from exc
-    differ = [n for n in CONFIG_FIELDS if n not in RESUMABLE_FIELDS
-              and _plain(getattr(stored, n)) != _plain(getattr(config, n))]
+    differ = changed_fields(stored.to_dict(), config)
     if differ:
         shown = ", ".join(f"{n} (there {getattr(stored, n)!r}, now {getattr(config, n)!r})" for n in differ)
         raise SweepError(f"run {config.name}: {run_dir} holds a run with a different config: {shown}; use a new "
@@ -383,15 +382,6 @@ def _read_json(path: Path) -> dict[str, Any]:
 
 def _metrics(summary: dict[str, Any]) -> dict[str, Any]:
     return {k: summary[k] for k in ("rounds_completed", "test_acc") if k in summary}
-
-
-def _plain(value: Any) -> Any:
-    """TOML has arrays, not tuples: compare lists and tuples alike, nested in tables too."""
-    if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
-    if isinstance(value, dict):
-        return {k: _plain(v) for k, v in value.items()}
-    return value
 
 
 def _cpu_count() -> int:

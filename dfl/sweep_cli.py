@@ -5,13 +5,13 @@ topologies and gossip steps Q, with the accuracy/consensus-vs-spectral-gap table
 from __future__ import annotations
 
 import argparse
-import ast
 import sys
 import warnings
 from pathlib import Path
 from typing import Any
 
 from dfl.config import ConfigError
+from dfl.run_cli import key_value
 from dfl.sweep import CONFIG_FIELDS, Sweep, SweepError, format_status, inspect_run, load_sweep, run_sweep
 
 SPEC_EXAMPLE = """\
@@ -133,16 +133,9 @@ def _ints(text: str) -> list[int]:
 
 
 def _assignment(text: str) -> tuple[str, Any]:
-    if "=" not in text:
-        raise argparse.ArgumentTypeError(f"expected FIELD=VALUE, got {text!r}")
-    key, raw = text.split("=", 1)
-    key = key.strip().replace("-", "_")
+    key, value = key_value(text, form="FIELD=VALUE")
     if key not in CONFIG_FIELDS:
         raise argparse.ArgumentTypeError(f"unknown Config field {key!r}; known fields: {', '.join(CONFIG_FIELDS)}")
-    try:
-        value = ast.literal_eval(raw)
-    except (ValueError, SyntaxError):
-        value = raw  # a bare word is a string
     return key, value
 
 
@@ -260,8 +253,8 @@ def spectral_study_main(args: argparse.Namespace) -> int:
 def _execute(command: str, sweep: Sweep, args: argparse.Namespace, out, spectral: bool = False) -> int:
     out = Path(out)
     try:
-        planned = sweep.plan()
         if args.dry_run:
+            planned = sweep.plan()
             actions = [inspect_run(out / "runs" / p.name, p.config) for p in planned]
             print(f"{len(planned)} runs into {out}/runs/:")
             for p, action in zip(planned, actions):

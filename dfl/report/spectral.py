@@ -41,8 +41,6 @@ def spectral_quantities(setting: Setting, cache: dict[str, tuple] | None = None)
     contraction of a round's Q gossip steps (= λ^Q for a static symmetric W), averaged over the seeds. Φ and n_W
     are None ("—") where undefined (random-k has no period). A random graph drawn per seed (random-regular,
     erdos-renyi) is rebuilt for the first run's seed."""
-    import topologies
-    from dfl.algorithms import algorithm_class
     from dfl.runner import build_topology
 
     cache = {} if cache is None else cache
@@ -56,8 +54,7 @@ def spectral_quantities(setting: Setting, cache: dict[str, tuple] | None = None)
     if key not in cache:
         try:
             config = Config.from_dict({k: v for k, v in run.config.items() if k in CONFIG_FIELDS})
-            centralized = getattr(algorithm_class(config.algorithm), "centralized", False)
-            topo = topologies.build("full", m) if centralized else build_topology(config, m)  # as dfl.run does
+            topo = build_topology(config, m)  # as dfl.run does (the complete graph for centralized algorithms)
             cache[key] = (topo, None)
         except Exception as exc:  # an unreadable config or a custom matrix that moved: keep the summary's λ
             cache[key] = (None, f"topology not rebuilt ({type(exc).__name__}: {exc})")
