@@ -1,10 +1,13 @@
 """Time one gossip step X ← W X for m clients × d parameters, against the device's copy bandwidth.
 
     python benchmarks/gossip.py                         # small CPU defaults (m=16, d=262144, 2 and 4 workers)
+    python benchmarks/gossip.py --clients 1000 --dim 50000 --worlds   # the engine target: ring, one process
     python benchmarks/gossip.py --clients 100 --dim 11200000 --worlds 2 4 8 --device cuda
 
-Single process: one dense matmul (W as an [m, m] matrix times the [m, d] stack); it reads and writes the
-stack once, so its traffic is 2·m·d·4 bytes (fp32). Multi-process: `DistributedCommunicator.mix_steps`
+Single process: the engine's gossip step (`dfl.gossip.Gossip`: circulant shifts, CSR spmm, averaging or a
+dense product, by its cost rule) and, for m <= 4096, a dense matmul (W as an [m, m] matrix times the [m, d]
+stack); a step must read and write the stack once, so its traffic is counted as 2·m·d·4 bytes (fp32).
+Multi-process: `DistributedCommunicator.mix_steps`
 with gossip_mode "p2p" (neighbour rows only, one all_to_all_single) and "allgather" (the whole stack),
 on gloo CPU workers, or NCCL when there is more than one GPU; achieved = bytes sent between processes
 (all ranks together, `bytes_moved`) / time. The reference is a large tensor copy measured in the same
@@ -20,7 +23,6 @@ import statistics
 import time
 from datetime import timedelta
 
-import numpy as np
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
@@ -76,11 +78,23 @@ def copy_bandwidth(device: torch.device, mib: int, repeat: int) -> float:
     return 2 * n * 4 / t
 
 
-def single_process(W: np.ndarray, m: int, d: int, device: torch.device, repeat: int):
+def single_process(topology, m: int, d: int, device: torch.device, repeat: int):
+    """(seconds, bytes/s) of one gossip step by the engine (`dfl.gossip.Gossip`, whichever path its cost rule
+    picks) and, where m allows, by a dense [m, m] matmul; traffic 2·m·d·4 B (read X, write the result)."""
+    from dfl.comm import LocalCommunicator
+    from dfl.gossip import Gossip
+
     X = torch.randn(m, d, device=device)
-    M = torch.tensor(W, dtype=torch.float32, device=device)
-    t = _median_seconds(lambda: M @ X, device, repeat)
-    return t, 2 * m * d * 4 / t
+    gossip = Gossip(topology, LocalCommunicator(m), torch.float32, device)
+    path = ("averaging" if topology.averaging is not None else "dense" if gossip.dense_is_cheaper(0, 1) else
+            "circulant shifts" if gossip.step_operator(0).offsets is not None else "CSR spmm")
+    t = _median_seconds(lambda: gossip.mix(X, 0, 1), device, repeat)
+    out = {f"engine ({path})": (t, 2 * m * d * 4 / t)}
+    if m <= 4096:
+        M = torch.tensor(topology.matrix(0), dtype=torch.float32, device=device)
+        t = _median_seconds(lambda: M @ X, device, repeat)
+        out["dense matmul W @ X"] = (t, 2 * m * d * 4 / t)
+    return out
 
 
 def _worker(rank, world, port, args, device_type, queue):
@@ -141,14 +155,14 @@ def main(argv=None) -> None:
     torch.backends.cuda.matmul.allow_tf32 = False
     mib = args.copy_mib or (1024 if device.type == "cuda" else 256)
     m, d = args.clients, args.dim
-    W = topologies.build(args.topology, m).matrix(0)
+    topology = topologies.build(args.topology, m)
     copy = copy_bandwidth(device, mib, args.repeat)
     stack_mb = m * d * 4 / 1e6
     print(f"gossip step: {args.topology}, m={m} clients x d={d} fp32 ({stack_mb:.1f} MB stack), device {device}")
     print(f"copy bandwidth ({mib} MiB tensor, read+write):                     {_gb(copy)}")
-    t, bw = single_process(W, m, d, device, args.repeat)
-    print(f"1 process, dense matmul W @ X: {t * 1e3:9.3f} ms   traffic 2·m·d·4 B  {_gb(bw)}  "
-          f"({100 * bw / copy:5.1f}% of copy)")
+    for name, (t, bw) in single_process(topology, m, d, device, args.repeat).items():
+        print(f"1 process, {name + ':':28s} {t * 1e3:9.3f} ms   traffic 2·m·d·4 B  {_gb(bw)}  "
+              f"({100 * bw / copy:5.1f}% of copy)")
     gpus = torch.cuda.device_count() if device.type == "cuda" else 0
     if device.type == "cuda" and gpus < 2:
         print("multi-process: skipped (NCCL needs one GPU per process; this machine has "

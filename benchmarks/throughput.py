@@ -9,19 +9,31 @@ batch size, number of local steps and topology, in the same process, alternating
 script prints client-steps per second for both and the median of the per-round ratios (`--compile` adds
 the engine with `Config.compile` as a third loop). It also counts the FLOPs of one SAM step
 (`torch.utils.flop_counter`) and measures a large fp32 matmul in the same run, so both loops are
-reported against the hardware limit as well (achieved GFLOP/s and the fraction of matmul peak).
+reported against the hardware limit as well (achieved GFLOP/s and the fraction of matmul peak, the
+peak measured in the precision the run computes in: fp32 with TF32 off, bf16, or TF32).
+
+`--precision bf16` runs the engine with `Config(precision="bf16")` and the reference's forward passes
+under `torch.autocast(bfloat16)` (the backward follows the forward's dtypes), both with fp32 weights.
+`--dataset cifar10` / `cifar100` without `--data-root` uses seeded random data of that shape (3×32×32,
+10 / 100 classes, `--random-samples` per client, crop-flip augmentation like the real set): the work per
+step does not depend on pixel values, so throughput needs no files. `--json PATH` writes the numbers.
 
     python benchmarks/throughput.py                          # cnn1d, 32 clients, MNIST-1D, CPU
     python benchmarks/throughput.py --compile                # ... and the torch.compile'd engine
     python benchmarks/throughput.py --model resnet18 --dataset cifar10 --data-root DIR --clients 100
+    python benchmarks/throughput.py --model resnet18 --dataset cifar10 --clients 100 --precision bf16 \
+        --json bf16.json                                     # random CIFAR-10-shaped data
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
+import json
 import statistics
 import time
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
@@ -30,7 +42,7 @@ from torch.utils.data import DataLoader, TensorDataset
 import topologies
 from dfl.clients import ParamLayout, initial_stack
 from dfl.comm import LocalCommunicator
-from dfl.config import Config
+from dfl.config import PRECISIONS, Config
 from dfl.data import FederatedData
 from dfl.gossip import Gossip
 from dfl.local import LocalRule, LocalTrainer
@@ -52,7 +64,30 @@ def parse_args():
     p.add_argument("--compile", action="store_true", help="also time the engine with compile = true (torch.compile)")
     p.add_argument("--device", default="auto")
     p.add_argument("--threads", type=int, default=0, help="torch threads (0 = torch default)")
-    return p.parse_args()
+    p.add_argument("--precision", choices=PRECISIONS, default="fp32",
+                   help="fp32 (TF32 off), bf16 (autocast forward/backward, fp32 weights) or tf32 (CUDA only)")
+    p.add_argument("--random-samples", type=int, default=500,
+                   help="samples per client of the random CIFAR-shaped data (no --data-root), default 500")
+    p.add_argument("--json", default=None, metavar="PATH", help="also write the measured numbers to PATH (JSON)")
+    args = p.parse_args()
+    if args.random_samples < 1:
+        p.error("--random-samples must be >= 1")
+    return args
+
+
+RANDOM_SHAPES = {"cifar10": ("CIFAR-10", 10), "cifar100": ("CIFAR-100", 100)}
+
+
+def random_cifar(dataset: str, clients: int, per_client: int, seed: int = 0) -> FederatedData:
+    """Seeded N(0, 1) images [3, 32, 32] (the real set is normalized per channel) with uniform labels,
+    `per_client` samples per client, crop-flip augmentation as for the real CIFAR."""
+    _, classes = RANDOM_SHAPES[dataset]
+    g = torch.Generator().manual_seed(seed)
+    train = [(torch.randn(per_client, 3, 32, 32, generator=g), torch.randint(0, classes, (per_client,), generator=g))
+             for _ in range(clients)]
+    test = (torch.randn(100, 3, 32, 32, generator=g), torch.randint(0, classes, (100,), generator=g))
+    return FederatedData.from_arrays(train=train, test=test, num_classes=classes, name=f"{dataset}-random",
+                                     augment="crop-flip")
 
 
 def sync(device):
@@ -73,10 +108,24 @@ def engine_round(trainer, gossip, X, t, lr, rule):
     return gossip.mix(Y, t, 1)
 
 
-def sam_step(net, opt, x, y, rho):
+def autocast(device, precision: str):
+    """The forward passes' autocast context: bf16 for precision "bf16", a no-op otherwise."""
+    if precision != "bf16":
+        return contextlib.nullcontext()
+    return torch.autocast(device.type, dtype=torch.bfloat16)
+
+
+def loss_of(net, x, y, precision: str):
+    """Cross-entropy of net(x) with the forward under autocast and the loss itself in fp32, as the engine."""
+    with autocast(x.device, precision):
+        logits = net(x)
+    return F.cross_entropy(logits.float(), y)
+
+
+def sam_step(net, opt, x, y, rho, precision: str = "fp32"):
     """davda54/sam-style: ascend to y + ε, take the gradient there, restore y, step."""
     opt.zero_grad()
-    F.cross_entropy(net(x), y).backward()
+    loss_of(net, x, y, precision).backward()
     params = [p for p in net.parameters() if p.grad is not None]
     with torch.no_grad():
         norm = torch.norm(torch.stack([p.grad.norm() for p in params]))
@@ -84,7 +133,7 @@ def sam_step(net, opt, x, y, rho):
         for p, e in zip(params, eps):
             p.add_(e)
     opt.zero_grad()
-    F.cross_entropy(net(x), y).backward()
+    loss_of(net, x, y, precision).backward()
     with torch.no_grad():
         for p, e in zip(params, eps):
             p.sub_(e)
@@ -102,10 +151,17 @@ def sam_step_flops(net, x, y, rho) -> int:
     return counter.get_total_flops()
 
 
-def matmul_peak_gflops(device, size: int, repeats: int = 10) -> float:
-    """Achieved GFLOP/s of a square fp32 matmul: the practical compute ceiling of this device."""
-    a = torch.randn(size, size, device=device)
-    b = torch.randn(size, size, device=device)
+def set_tf32(enabled: bool) -> None:
+    """TF32 for matmuls and cuDNN convolutions on or off, as `dfl.run` sets it for Config.precision."""
+    torch.backends.cuda.matmul.allow_tf32 = enabled
+    torch.backends.cudnn.allow_tf32 = enabled
+
+
+def matmul_peak_gflops(device, size: int, repeats: int = 10, dtype=torch.float32) -> float:
+    """Achieved GFLOP/s of a square matmul in `dtype` (fp32 ones follow the TF32 setting): the practical
+    compute ceiling of this device for that precision."""
+    a = torch.randn(size, size, device=device, dtype=dtype)
+    b = torch.randn(size, size, device=device, dtype=dtype)
     a @ b
     sync(device)
     tic = time.perf_counter()
@@ -115,7 +171,7 @@ def matmul_peak_gflops(device, size: int, repeats: int = 10) -> float:
     return 2 * size**3 * repeats / (time.perf_counter() - tic) / 1e9
 
 
-def reference_round(trainer_model, client_states, loaders, steps, W, lr, rho, device):
+def reference_round(trainer_model, client_states, loaders, steps, W, lr, rho, device, precision="fp32"):
     """DisPFL/DFedSAM "standalone" loop: one shared model; per client load a deep copy of its weights,
     build a fresh optimizer, train on its DataLoader, deep-copy the weights back; then every client
     averages its neighbours' state dicts key by key."""
@@ -130,7 +186,7 @@ def reference_round(trainer_model, client_states, loaders, steps, W, lr, rho, de
             except StopIteration:
                 batches = iter(loaders[i])
                 x, y = next(batches)
-            sam_step(trainer_model, opt, x.to(device), y.to(device), rho)
+            sam_step(trainer_model, opt, x.to(device), y.to(device), rho, precision)
         trained.append(copy.deepcopy(trainer_model.state_dict()))
     mixed_states = []
     for i in range(len(trained)):
@@ -147,9 +203,16 @@ def main():
         torch.set_num_threads(args.threads)
     device = torch.device("cuda" if args.device == "auto" and torch.cuda.is_available() else
                           ("cpu" if args.device == "auto" else args.device))
+    if args.precision == "tf32" and device.type != "cuda":
+        raise SystemExit(f"--precision tf32 needs a CUDA device (this run is on {device}); use fp32 or bf16")
+    set_tf32(args.precision == "tf32")  # fp32 means true fp32 (cuDNN would otherwise use TF32 convolutions)
     config = Config(clients=args.clients, dataset=args.dataset, model=args.model, batch_size=args.batch_size,
-                    local_steps=args.local_steps, client_chunk=args.client_chunk, seed=0)
-    data = FederatedData.build(args.dataset, args.clients, "iid", seed=0, root=args.data_root).to(device)
+                    local_steps=args.local_steps, client_chunk=args.client_chunk, seed=0, precision=args.precision)
+    random_data = args.dataset in RANDOM_SHAPES and args.data_root is None
+    if random_data:
+        data = random_cifar(args.dataset, args.clients, args.random_samples).to(device)
+    else:
+        data = FederatedData.build(args.dataset, args.clients, "iid", seed=0, root=args.data_root).to(device)
     torch.manual_seed(0)
     model = build_model(args.model, tuple(data.input_shape), data.num_classes).to(device)
     layout = ParamLayout.of(model)
@@ -173,7 +236,7 @@ def main():
     ]
     W = topo.W
     loops = {"sequential reference": lambda t: reference_round(
-        reference_model, states, loaders, args.local_steps, W, lr, args.rho, device)}
+        reference_model, states, loaders, args.local_steps, W, lr, args.rho, device, args.precision)}
     for name, trainer in engines.items():
         loops[name] = lambda t, trainer=trainer: engine_round(trainer, gossip, X, t, lr, rule)
 
@@ -188,23 +251,45 @@ def main():
     client_steps = args.clients * args.local_steps  # per round
     x0, y0 = next(iter(loaders[0]))
     flops = sam_step_flops(reference_model, x0.to(device), y0.to(device), args.rho)
-    peak = matmul_peak_gflops(device, 8192 if device.type == "cuda" else 2048)
+    peak_dtype = "bf16" if args.precision == "bf16" else args.precision
+    peak = matmul_peak_gflops(device, 8192 if device.type == "cuda" else 2048,
+                              dtype=torch.bfloat16 if args.precision == "bf16" else torch.float32)
+    if random_data:
+        print(f"random data of {RANDOM_SHAPES[args.dataset][0]}'s shape: no --data-root "
+              f"({args.random_samples} samples per client, seeded)")
     print(f"DFedSAM round: {args.clients} clients × {args.local_steps} SAM steps, {args.model} "
           f"({layout.dim:,} params), {args.dataset}, batch {args.batch_size}, {args.topology}, "
-          f"device {device}, {torch.get_num_threads()} threads, median of {args.rounds} alternating rounds")
+          f"device {device}, {torch.get_num_threads()} threads, precision {args.precision}, "
+          f"median of {args.rounds} alternating rounds")
     reference = times["sequential reference"]
+    record = {
+        "model": args.model, "params": layout.dim, "dataset": args.dataset, "random_data": random_data,
+        "clients": args.clients, "local_steps": args.local_steps, "batch_size": args.batch_size,
+        "topology": args.topology, "rounds": args.rounds, "precision": args.precision, "device": str(device),
+        "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
+        "threads": torch.get_num_threads(), "torch": torch.__version__,
+        "sam_step_mflop": flops / 1e6, "peak_gflops": peak, "peak_dtype": peak_dtype,
+        "loops": {}, "speedup": {}, "first_round_s": first,
+    }
     for name, seconds in times.items():
         rate = client_steps / statistics.median(seconds)
         print(f"  {name + ':':22s} {rate:10.1f} client-steps/s  {rate * flops / 1e9:7.1f} GFLOP/s "
               f"({rate * flops / 1e9 / peak:.0%} of matmul peak)")
+        record["loops"][name] = {"client_steps_per_s": rate, "seconds_per_round": statistics.median(seconds),
+                                 "gflops": rate * flops / 1e9, "fraction_of_peak": rate * flops / 1e9 / peak}
     for name, seconds in times.items():
         if name != "sequential reference":
             ratios = [r / o for r, o in zip(reference, seconds)]
             print(f"  speed-up, {name + ':':22s} {statistics.median(ratios):5.2f}x  "
                   f"(per-round ratios {min(ratios):.2f}-{max(ratios):.2f})")
+            record["speedup"][name] = {"median": statistics.median(ratios), "min": min(ratios), "max": max(ratios)}
     if args.compile:
         print(f"  first round with torch.compile: {first['dfl engine, compile']:.1f} s (compiling)")
-    print(f"  one SAM step = {flops / 1e6:.1f} MFLOP; fp32 matmul peak measured now: {peak:.0f} GFLOP/s")
+    print(f"  one SAM step = {flops / 1e6:.1f} MFLOP; {peak_dtype} matmul peak measured now: {peak:.0f} GFLOP/s")
+    if args.json:
+        path = Path(args.json)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(record, indent=2) + "\n")
 
 
 if __name__ == "__main__":

@@ -3,6 +3,12 @@
 The flat layout is `model.named_parameters()` order, each tensor row-major. `ParamLayout` maps a flat
 row (or a batch of rows under `vmap`) back to named parameter views, so `functional_call` can run the
 template model with any client's parameters without copies.
+
+Differentiate with respect to `split(X)` (one tensor per parameter), never with respect to `views(X)`
+slices of one flat tensor: under `vmap(grad)` the backward of every slice materialises a zero tensor of
+the whole `[m, d]` stack and adds its piece into it, once per parameter tensor (60% of an mlp × 100 round,
+62 full-stack copies per backward for ResNet-18). `split` + one `join` (a single `cat`) of the gradients
+gives bit-identical gradients.
 """
 
 from __future__ import annotations
@@ -43,6 +49,22 @@ class ParamLayout:
             name: row[..., o : o + k].view(*lead, *shape)
             for name, shape, o, k in zip(self.names, self.shapes, self.offsets, self.numels)
         }
+
+    def split(self, X: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """One tensor per parameter, `[..., *shape]`, as views of a flat `[..., d]` tensor (no copy)."""
+        lead = X.shape[:-1]
+        return tuple(
+            part.view(*lead, *shape) for part, shape in zip(torch.split(X, self.numels, dim=-1), self.shapes)
+        )
+
+    def named(self, parts) -> dict[str, torch.Tensor]:
+        """{name: tensor} for `functional_call` from per-parameter tensors in layout order."""
+        return dict(zip(self.names, parts))
+
+    def join(self, parts, out: torch.Tensor | None = None) -> torch.Tensor:
+        """The flat `[a, d]` tensor of per-parameter tensors `[a, *shape]` (the inverse of `split`): one `cat`."""
+        a = parts[0].shape[0]
+        return torch.cat([p.reshape(a, -1) for p in parts], dim=1, out=out)
 
     def flatten(self, model: nn.Module) -> torch.Tensor:
         return torch.cat([p.detach().reshape(-1) for _, p in model.named_parameters()])

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+import scipy.sparse as sp
 import torch
 
 
@@ -98,9 +99,11 @@ class ExchangePlan:
         return sum(len(ids) for row in self.send for ids in row)
 
 
-def exchange_plan(W: np.ndarray, blocks: list[range]) -> ExchangePlan:
-    """The neighbour-only exchange for x_i ← Σ_l W[i, l] x_l when rank r hosts clients blocks[r]."""
-    support = np.asarray(W) != 0
+def exchange_plan(W, blocks: list[range]) -> ExchangePlan:
+    """The neighbour-only exchange for x_i ← Σ_l W[i, l] x_l when rank r hosts clients blocks[r].
+
+    W is a dense array or a scipy sparse matrix (then only its nonzeros are visited)."""
+    support = sp.csr_array(W) if sp.issparse(W) else np.asarray(W) != 0
     send = []
     for q, src in enumerate(blocks):
         row = []
@@ -108,7 +111,9 @@ def exchange_plan(W: np.ndarray, blocks: list[range]) -> ExchangePlan:
             if q == r:
                 row.append(np.zeros(0, dtype=np.int64))
                 continue
-            needed = support[dst.start : dst.stop, src.start : src.stop].any(axis=0)
-            row.append(src.start + np.flatnonzero(needed))
+            piece = support[dst.start : dst.stop, src.start : src.stop]
+            needed = np.unique(piece.indices[piece.data != 0]) if sp.issparse(piece) else np.flatnonzero(
+                piece.any(axis=0))
+            row.append(src.start + needed.astype(np.int64))
         send.append(tuple(row))
     return ExchangePlan(blocks=tuple(blocks), send=tuple(send))

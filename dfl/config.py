@@ -79,13 +79,14 @@ class Config:
     batch_size: int = 32  # 0 = full-batch gradient descent
     local_epochs: int | None = None  # exactly one of local_epochs / local_steps; default 1 epoch
     local_steps: int | None = None
-    client_chunk: int = 0  # clients per vmapped call; 0 = all at once
+    client_chunk: int | str = "auto"  # clients per vmapped call: "auto" (measured: fits and fast), 0 = all, or N
     compile: bool = False  # torch.compile the vmapped per-client gradient: faster rounds after ~10 s of compiling
     precision: str = "fp32"  # "fp32"; "bf16": local forward/backward under bf16 autocast; "tf32": TF32 on CUDA
     # evaluation and output
     eval_every: int = 5
     eval_batch_size: int = 1024
     train_eval_samples: int = 2000  # training samples for the averaged model's train accuracy/loss
+    client_eval_samples: int = 0  # test samples (a fixed seeded subset) for each client's accuracy; 0 = all
     checkpoint_every: int = 0  # rounds; 0 = at every evaluation
     hessian_every: int = 0  # rounds between top-Hessian-eigenvalue measurements of the averaged model; 0 = off
     hessian_samples: int = 1000  # training samples (a fixed subset) the Hessian is taken on
@@ -156,13 +157,21 @@ class Config:
         _integer("rounds", self.rounds, minimum=1)
         _integer("clients", self.clients, minimum=1)
         _integer("batch_size", self.batch_size, minimum=0)
-        _integer("client_chunk", self.client_chunk, minimum=0)
+        if self.client_chunk != "auto":
+            if isinstance(self.client_chunk, str):
+                raise ConfigError(f"client_chunk must be \"auto\", 0 (all clients in one call) or a positive "
+                                  f"integer, got {self.client_chunk!r}")
+            _integer("client_chunk", self.client_chunk, minimum=0)
+            if isinstance(self.clients, int) and self.client_chunk > self.clients:
+                raise ConfigError(f"client_chunk = {self.client_chunk} is larger than clients = {self.clients}; "
+                                  "use a chunk <= clients, 0 (all at once) or \"auto\"")
         _boolean("compile", self.compile)
         _choice("precision", self.precision, PRECISIONS)
         _boolean("progress", self.progress)
         _integer("eval_every", self.eval_every, minimum=1)
         _integer("eval_batch_size", self.eval_batch_size, minimum=1)
         _integer("train_eval_samples", self.train_eval_samples, minimum=0)
+        _integer("client_eval_samples", self.client_eval_samples, minimum=0)
         _integer("checkpoint_every", self.checkpoint_every, minimum=0)
         _integer("hessian_every", self.hessian_every, minimum=0)
         _integer("hessian_samples", self.hessian_samples, minimum=1)

@@ -29,6 +29,7 @@ from collections import OrderedDict
 from datetime import timedelta
 
 import numpy as np
+import scipy.sparse as sp
 import torch
 
 # torch.func (vmap/grad, used by local training) imports torch._dynamo lazily. Imported while a process
@@ -40,12 +41,14 @@ import torch.distributed as dist
 
 from dfl.comm import LocalCommunicator, even_blocks, exchange_plan
 from dfl.config import ConfigError
+from dfl.gossip import csr_tensor
 
 GOSSIP_MODES = ("p2p", "allgather")
 FAILURE_KEY = "dfl/failure"
 STOPPED_KEY = "dfl/stopped"  # ranks that have read or written the failure
 STORE_GRACE_SECONDS = 10.0  # how long rank 0 keeps the store alive for the others to read the failure
 _CACHE_SIZE = 64  # exchange plans / products kept (static and periodic topologies reuse a few)
+DENSE_PRODUCT_LIMIT = 20_000  # allgather mode: largest m whose [m, m] product is formed
 
 
 class PeerFailure(RuntimeError):
@@ -240,14 +243,24 @@ class DistributedCommunicator:
         if _is_mean(W):
             return True, None, None
         plan = exchange_plan(W, self.blocks)
-        local = np.arange(self.blocks[self.rank].start, self.blocks[self.rank].stop)
-        A = torch.as_tensor(W[np.ix_(local, plan.columns(self.rank))], dtype=X.dtype, device=X.device)
+        block = self.blocks[self.rank]
+        columns = plan.columns(self.rank)
+        if sp.issparse(W):  # large m: the local rows stay sparse ([m_local, held] CSR)
+            A = csr_tensor(sp.csr_array(W)[block.start : block.stop][:, columns], X.dtype, X.device)
+        else:
+            A = torch.as_tensor(W[np.ix_(np.arange(block.start, block.stop), columns)], dtype=X.dtype,
+                                device=X.device)
         return False, plan, A
 
     def _product(self, matrices, X):
         P = matrices[0]
         for W in matrices[1:]:
             P = W @ P
+        if sp.issparse(P):
+            P = P.toarray() if P.shape[0] <= DENSE_PRODUCT_LIMIT else P
+            if sp.issparse(P):
+                raise ValueError(f"gossip_mode = allgather forms the product of the step matrices densely; with "
+                                 f"{P.shape[0]} clients use gossip_mode = p2p")
         if _is_mean(P):
             return True, None
         block = self.blocks[self.rank]
@@ -366,9 +379,9 @@ def _wait_for_stopped_ranks(store, world_size: int) -> None:
         return
 
 
-def _is_mean(W: np.ndarray) -> bool:
-    """W = J = 11ᵀ/n (to float64 rounding): the complete graph with uniform weights."""
-    return bool(np.allclose(W, 1.0 / W.shape[0], rtol=0.0, atol=1e-12))
+def _is_mean(W) -> bool:
+    """W = J = 11ᵀ/n (to float64 rounding): the complete graph with uniform weights (never a sparse W)."""
+    return not sp.issparse(W) and bool(np.allclose(W, 1.0 / W.shape[0], rtol=0.0, atol=1e-12))
 
 
 def _is_comm_error(exc: BaseException) -> bool:

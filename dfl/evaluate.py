@@ -36,8 +36,28 @@ def client_accuracies(model, layout, X, x, y, batch_size: int, client_chunk: int
     return correct / max(x.shape[0], 1)
 
 
+ROW_BLOCK_BYTES = 64 * 2**20  # temporaries of the row-wise metrics stay this small whatever m is
+
+
+def row_blocks(X: torch.Tensor):
+    """Slices of X's rows whose [rows, d] temporaries stay under ROW_BLOCK_BYTES."""
+    rows = max(1, ROW_BLOCK_BYTES // max(1, X.shape[1] * X.element_size()))
+    for s in range(0, X.shape[0], rows):
+        yield slice(s, s + rows)
+
+
 def consensus_distance(X: torch.Tensor, comm) -> float:
-    """(1/m) Σ_i ‖x_i − x̄‖² over all clients of all processes."""
+    """(1/m) Σ_i ‖x_i − x̄‖² over all clients of all processes (summed block by block in float64)."""
     mean = comm.mean_rows(X)
-    local = ((X - mean) ** 2).sum().reshape(1).double()
+    local = torch.zeros(1, dtype=torch.float64, device=X.device)
+    for rows in row_blocks(X):
+        local += ((X[rows] - mean) ** 2).sum(dtype=torch.float64)
     return float(comm.sum(local)) / comm.num_clients
+
+
+def nonfinite_rows(X: torch.Tensor) -> torch.Tensor:
+    """[m] bool: rows of X with a NaN or inf (block by block: no [m, d] bool temporary)."""
+    out = torch.zeros(X.shape[0], dtype=torch.bool, device=X.device)
+    for rows in row_blocks(X):
+        out[rows] = ~torch.isfinite(X[rows]).all(dim=1)
+    return out

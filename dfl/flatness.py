@@ -56,7 +56,9 @@ def model_hvp(model, layout, params: torch.Tensor, x: torch.Tensor, y: torch.Ten
     n = x.shape[0]
 
     def chunk_loss(xc, yc):
-        return lambda row: F.cross_entropy(functional_call(model, layout.views(row), (xc,)), yc, reduction="sum") / n
+        # split, not views: the backward of a split is one cat, of each slice view a zero-filled [d] tensor
+        return lambda row: F.cross_entropy(functional_call(model, layout.named(layout.split(row)), (xc,)), yc,
+                                           reduction="sum") / n
 
     chunks = [(x[s : s + batch_size], y[s : s + batch_size]) for s in range(0, n, batch_size)]
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -25,6 +26,7 @@ import torch
 import torch.nn.functional as F
 from torch.func import functional_call, grad_and_value, vmap
 
+from dfl import memory
 from dfl.clients import ParamLayout
 from dfl.data.sampler import Batch, RoundSchedule
 
@@ -62,18 +64,22 @@ class LocalTrainer:
         self.seed = config.seed
         self.batch_size = config.batch_size
         self.mode, self.amount = config.epochs_or_steps
-        self.chunk = config.client_chunk or len(self.client_ids)
+        # "auto": measured on the first batch (`plan_chunk`); 0: all clients in one call; N: N clients per call
+        self.client_chunk = config.client_chunk
+        self.chunk: int | None = None if config.client_chunk == "auto" else (config.client_chunk or max(
+            1, len(self.client_ids)))
+        self.memory_estimate: dict | None = None
         self.weight_mask = layout.mask(lambda name: "weight" in name).to(data.train_x.device)
 
         device_type, bf16 = data.train_x.device.type, config.precision == "bf16"
 
-        def loss(row, x, y, w):
+        def loss(params, x, y, w):  # params: one tensor per parameter (`ParamLayout.split`), not views of a row
             with torch.autocast(device_type, dtype=torch.bfloat16, enabled=bf16):
-                logits = functional_call(model, layout.views(row), (x,))
+                logits = functional_call(model, layout.named(params), (x,))
             losses = F.cross_entropy(logits.float(), y, reduction="none")  # the loss itself in fp32
             return (losses * w).sum() / w.sum()
 
-        self._grad = vmap(grad_and_value(loss))
+        self._grad = self._eager_grad = vmap(grad_and_value(loss))
         if config.compile:
             if device_type == "cpu":
                 require_cpp_compiler()
@@ -86,16 +92,45 @@ class LocalTrainer:
         ids = self.client_ids if rows is None else [self.client_ids[r] for r in rows.tolist()]
         return RoundSchedule(self.data, ids, round_index, self.seed, self.batch_size, self.mode, self.amount)
 
+    # ---------------------------------------------------------------- clients per vectorized call
+    def plan_chunk(self, X: torch.Tensor) -> int:
+        """Measure a gradient call's memory on round 0's first batch and resolve `client_chunk` (`dfl.memory`):
+        "auto" becomes the largest chunk that fits and is fast; an explicit chunk is kept (a warning says when
+        the estimate puts it above memory). Raises ConfigError with the estimate when not even one client fits."""
+        m = X.shape[0]
+        probe = min(4, m)
+        batch = self.schedule(0, torch.arange(probe)).batch(0)
+        rows = batch.rows.to(X.device)
+
+        def call(k: int):
+            part = batch.slice(0, k)
+            return self._eager_grad(self.layout.split(X[rows[:k]]), part.x, part.y, part.weight)
+
+        fixed, per_client = memory.measure_footprint(call, len(rows), X.device) if len(rows) else (0, 1)
+        auto, self.memory_estimate = memory.choose_chunk(
+            m, fixed, per_client, X.shape[1] * X.element_size(), memory.available_bytes(X.device), X.device)
+        if self.client_chunk == "auto":
+            self.chunk = auto
+        elif self.chunk > self.memory_estimate["memory_limit"]:
+            warnings.warn(f"client_chunk = {self.chunk} may not fit in memory: the estimate allows "
+                          f"{self.memory_estimate['memory_limit']} clients per call ({self.memory_estimate})",
+                          stacklevel=2)
+        self.memory_estimate["chunk"] = self.chunk
+        return self.chunk
+
     # ---------------------------------------------------------------- gradients of a batch
     def gradient(self, Xb: torch.Tensor, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
         """Per-client minibatch gradients and losses at the rows Xb = X[batch.rows]: ([a, d], [a])."""
-        grads, losses = [], []
-        for s in range(0, Xb.shape[0], self.chunk):
-            e = s + self.chunk
-            g, l = self._grad(Xb[s:e], batch.x[s:e], batch.y[s:e], batch.weight[s:e])
-            grads.append(g)
-            losses.append(l)
-        return torch.cat(grads), torch.cat(losses)
+        if self.chunk is None:
+            self.plan_chunk(Xb)
+        a = Xb.shape[0]
+        grads = torch.empty_like(Xb)
+        losses = torch.empty(a, dtype=Xb.dtype, device=Xb.device)
+        for s in range(0, a, self.chunk):
+            e = min(s + self.chunk, a)
+            g, losses[s:e] = self._grad(self.layout.split(Xb[s:e]), batch.x[s:e], batch.y[s:e], batch.weight[s:e])
+            self.layout.join(g, out=grads[s:e])
+        return grads, losses
 
     def sam_gradient(self, Xb: torch.Tensor, batch: Batch, rule: LocalRule):
         """∇f(y + ε) with the SAM/ASAM ascent ε from the same minibatch; loss is f(y)."""
@@ -126,8 +161,11 @@ class LocalTrainer:
         """K local steps of `rule` from X (not modified). `momentum` (kept across rounds by some
         algorithms) starts at 0 when None. With `rows` (local row ids, e.g. the sampled clients of a
         round) only those clients train; the other rows, buffers and losses are left as they are / 0."""
+        if self.chunk is None:
+            self.plan_chunk(X)
         schedule = self.schedule(round_index, rows)
-        index = torch.arange(X.shape[0], device=X.device) if rows is None else rows.to(X.device)
+        everyone = rows is None  # then local row r is schedule row r, and Y[s:e] is a view (updated in place)
+        index = torch.arange(X.shape[0], device=X.device) if everyone else rows.to(X.device)
         Y = X.clone()
         buf = None
         if rule.momentum > 0:
@@ -135,16 +173,29 @@ class LocalTrainer:
         loss_sum = torch.zeros(X.shape[0], device=X.device, dtype=X.dtype)
         for k in range(schedule.steps):
             batch = schedule.batch(k)
-            rows = index[batch.rows]
-            Yb = Y[rows]
-            g, loss = self.sam_gradient(Yb, batch, rule)
-            loss_sum[rows] += loss.detach()
-            if transform is not None:
-                g = transform(g, Yb, rows)
-            step = descent_direction(g, Yb, rule, None if buf is None else buf[rows])
-            if buf is not None:
-                buf[rows] = step
-            Y[rows] = Yb - lr * step
+            contiguous = everyone and batch.rows.numel() == X.shape[0]
+            # Chunk by chunk, not step by step over the whole stack: every temporary (gradients, SAM points,
+            # momentum updates) is [chunk, d], so a large stack never allocates (and page-faults) [m, d]
+            # temporaries per step — on CPU that churn cost more than the arithmetic at 1,000 mlp clients.
+            for s in range(0, batch.rows.numel(), self.chunk):
+                e = min(s + self.chunk, batch.rows.numel())
+                part = batch.slice(s, e)
+                rows_k = index[part.rows]
+                Yb = Y[s:e] if contiguous else Y[rows_k]
+                g, loss = self.sam_gradient(Yb, part, rule)
+                loss_sum[rows_k] += loss.detach()
+                if transform is not None:
+                    g = transform(g, Yb, rows_k)
+                b = None if buf is None else (buf[s:e] if contiguous else buf[rows_k])
+                step = descent_direction(g, Yb, rule, b)
+                if contiguous:
+                    if b is not None:
+                        b.copy_(step)
+                    Yb.sub_(step, alpha=lr)
+                else:
+                    if buf is not None:
+                        buf[rows_k] = step
+                    Y[rows_k] = Yb - lr * step
         steps = torch.zeros(X.shape[0], dtype=torch.long, device=X.device)
         steps[index] = schedule.steps_per_client.to(X.device)
         return LocalResult(Y=Y, momentum=buf, loss=loss_sum / steps.clamp_min(1), steps=steps)

@@ -49,6 +49,8 @@ def add_parser(subparsers) -> None:
 
 
 def _scalar_type(kind: str):
+    if kind == "int | str":  # e.g. client_chunk: a number, or a word such as "auto"
+        return lambda text: int(text) if text.lstrip("-").isdigit() else text
     if kind.startswith("int"):
         return int
     if kind.startswith("float"):

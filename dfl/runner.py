@@ -22,7 +22,7 @@ from dfl.algorithms import Context, algorithm_class, resolve_hyperparameters
 from dfl.clients import ParamLayout, initial_stack
 from dfl.config import Config, ConfigError
 from dfl.distributed import communicator_from_env  # before any process group: see its torch._dynamo note
-from dfl.evaluate import client_accuracies, consensus_distance, evaluate_row
+from dfl.evaluate import client_accuracies, consensus_distance, evaluate_row, nonfinite_rows
 from dfl.gossip import Gossip
 from dfl.local import LocalTrainer
 from dfl.results import RunDirectory
@@ -164,6 +164,7 @@ def _run(config: Config, data, out, overwrite: bool, comm, resume: bool) -> Resu
     X0 = initial_stack(model, m, device)[comm.client_ids]
 
     trainer = LocalTrainer(model, layout, data, comm.client_ids, config)
+    trainer.plan_chunk(X0)  # before any training: a run that cannot fit one client stops here, with the estimate
     gossip = Gossip(topology, comm, X0.dtype, device)
     ctx = Context(config=config, hp=hp, trainer=trainer, gossip=gossip, comm=comm)
     algorithm = algorithm_class(config.algorithm)(ctx, X0.clone())
@@ -201,6 +202,8 @@ def _run(config: Config, data, out, overwrite: bool, comm, resume: bool) -> Resu
         "model": config.model,
         "num_params": layout.dim,
         "device": str(device),
+        "client_chunk": trainer.chunk,
+        "memory_estimate": trainer.memory_estimate,
         "rounds": config.rounds,
         "rounds_completed": start,
         "status": "running",
@@ -242,7 +245,8 @@ def _run(config: Config, data, out, overwrite: bool, comm, resume: bool) -> Resu
             )
             if (t + 1) % config.eval_every == 0 or t + 1 == config.rounds or measure_hessian:
                 mean = comm.mean_rows(algorithm.X)
-                record = _evaluate(model, layout, algorithm.X, mean, comm, eval_x, eval_y, train_sub, config)
+                record = _evaluate(model, layout, algorithm.X, mean, comm, eval_x, eval_y, train_sub, config,
+                                   trainer.chunk)
                 if measure_hessian:
                     record["hessian_top_eig"] = _hessian(model, layout, mean, hessian_sub, config)
                 train_loss = _mean_train_loss(stats, comm)
@@ -317,7 +321,7 @@ def _train_subset(data, config: Config, samples: int | None = None):
     return data.train_x[idx], data.train_y[idx]
 
 
-def _evaluate(model, layout, X, mean, comm, x, y, train_sub, config) -> dict[str, Any]:
+def _evaluate(model, layout, X, mean, comm, x, y, train_sub, config, chunk: int) -> dict[str, Any]:
     """Metrics of the averaged model `mean` (= comm.mean_rows(X)) and of every client row of X."""
     test_acc, test_loss = evaluate_row(model, layout, mean, x, y, config.eval_batch_size)
     record: dict[str, Any] = {"test_acc": test_acc, "test_loss": test_loss}
@@ -325,7 +329,11 @@ def _evaluate(model, layout, X, mean, comm, x, y, train_sub, config) -> dict[str
         record["train_acc"], record["train_eval_loss"] = evaluate_row(
             model, layout, mean, *train_sub, config.eval_batch_size
         )
-    accs = comm.gather_rows(client_accuracies(model, layout, X, x, y, config.eval_batch_size, config.client_chunk))
+    if config.client_eval_samples and config.client_eval_samples < x.shape[0]:  # same subset on every process
+        idx = torch.randperm(x.shape[0], generator=torch.Generator().manual_seed(config.seed))
+        idx = idx[: config.client_eval_samples].to(x.device)
+        x, y = x[idx], y[idx]
+    accs = comm.gather_rows(client_accuracies(model, layout, X, x, y, config.eval_batch_size, chunk))
     accs = accs.double()
     record.update(
         client_acc_mean=float(accs.mean()),
@@ -357,7 +365,7 @@ def _mean_train_loss(stats, comm) -> float:
 
 
 def _check_finite(X: torch.Tensor, train_loss: torch.Tensor, t: int, comm) -> None:
-    bad = ~torch.isfinite(X).all(dim=1) | ~torch.isfinite(train_loss)
+    bad = nonfinite_rows(X) | ~torch.isfinite(train_loss)
     bad_ids = [comm.client_ids[i] for i in bad.nonzero().flatten().tolist()]
     count = int(comm.sum(torch.tensor([float(len(bad_ids))], dtype=torch.float64, device=X.device)))
     if count:

@@ -97,7 +97,7 @@ def analyse(name: str, n: int | None, args: argparse.Namespace, compare: bool) -
         "gossip_lambda": topo.gossip_lambda(args.gossip_steps),
         "phi": None if lam is None else topologies.phi(lam, topo.n, args.gossip_steps),
         "effective_neighbors": _try(topo.effective_neighbors, args.gamma),
-        "consensus_steps": topo.consensus_steps(args.eps),
+        "consensus_steps": _try(topo.consensus_steps, args.eps),  # refused for random-k above 2048 clients
         "Q": args.gossip_steps, "gamma": args.gamma, "eps": args.eps,
     }
 

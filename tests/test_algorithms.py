@@ -46,30 +46,31 @@ def run(config, data=None):
 def reference_trainer(config, data):
     """The local trainer a run builds for `base_config`'s model, for hand-made reference rounds."""
     torch.manual_seed(config.seed)
-    model = build_model("mlp", data.input_shape, 3, hidden=[6])
+    model = build_model("mlp", data.input_shape, 3, hidden=[6]).to(data.train_x.device)
     return LocalTrainer(model, ParamLayout.of(model), data, list(range(config.clients)), config)
 
 
 # ------------------------------------------------------------------ gossip
 @pytest.mark.parametrize("Q", [1, 3, 7])
-def test_gossip_q_steps_equal_matrix_power(Q):
+def test_gossip_q_steps_equal_matrix_power(Q, device):
     topo = topologies.build("ring", 10)
     X = torch.randn(10, 33, dtype=torch.float32)
-    out = Gossip(topo, LocalCommunicator(10), torch.float32, torch.device("cpu")).mix(X, 0, Q)
+    out = Gossip(topo, LocalCommunicator(10), torch.float32, device).mix(X.to(device), 0, Q)
     reference = np.linalg.matrix_power(topo.W, Q) @ X.double().numpy()
-    np.testing.assert_allclose(out.numpy(), reference, atol=1e-5)
+    np.testing.assert_allclose(out.cpu().numpy(), reference, atol=1e-5)
 
 
-def test_time_varying_gossip_is_product_and_one_peer_exponential_averages_exactly():
+def test_time_varying_gossip_is_product_and_one_peer_exponential_averages_exactly(device):
     topo = topologies.build("one-peer-exponential", 8)
     X = torch.randn(8, 16, dtype=torch.float64)
-    gossip = Gossip(topo, LocalCommunicator(8), torch.float64, torch.device("cpu"))
+    gossip = Gossip(topo, LocalCommunicator(8), torch.float64, device)
     expected = X.numpy()
     for s in range(5, 8):
         expected = topo.matrix(s) @ expected
-    np.testing.assert_allclose(gossip.mix(X, 5, 3).numpy(), expected, atol=1e-12)
+    np.testing.assert_allclose(gossip.mix(X.to(device), 5, 3).cpu().numpy(), expected, atol=1e-12)
     # log2(8) = 3 consecutive steps reach the exact average
-    np.testing.assert_allclose(gossip.mix(X, 0, 3).numpy(), np.tile(X.mean(0).numpy(), (8, 1)), atol=1e-12)
+    np.testing.assert_allclose(gossip.mix(X.to(device), 0, 3).cpu().numpy(), np.tile(X.mean(0).numpy(), (8, 1)),
+                               atol=1e-12)
 
 
 def test_models_sent_count_out_neighbours_times_q():
@@ -79,61 +80,62 @@ def test_models_sent_count_out_neighbours_times_q():
 
 
 # ------------------------------------------------------------------ algorithms
-def test_dfedsam_mgs_round_is_local_sam_then_w_to_the_q():
-    config = base_config(algorithm="dfedsam-mgs", rho=0.05, gossip_steps=3, rounds=1)
+def test_dfedsam_mgs_round_is_local_sam_then_w_to_the_q(device):
+    config = base_config(algorithm="dfedsam-mgs", rho=0.05, gossip_steps=3, rounds=1, device=device)
     data = small_data()
     result = run(config, data)
     # reference: the same local SAM steps, then W^Q in float64
-    Y = reference_trainer(config, data).train(result.initial_params, 0, 0.1, LocalRule(rho=0.05)).Y
+    trainer = reference_trainer(config, data.to(device))
+    Y = trainer.train(result.initial_params.to(device), 0, 0.1, LocalRule(rho=0.05)).Y.cpu()
     W3 = np.linalg.matrix_power(topologies.build("ring", 8).W, 3)
     np.testing.assert_allclose(result.params.numpy(), W3 @ Y.double().numpy(), atol=1e-5)
 
 
-def test_dfedsam_with_rho_zero_is_dfedavg():
-    a = run(base_config(algorithm="dfedsam", rho=0.0))
-    b = run(base_config(algorithm="dfedavg"))
+def test_dfedsam_with_rho_zero_is_dfedavg(device):
+    a = run(base_config(algorithm="dfedsam", rho=0.0, device=device))
+    b = run(base_config(algorithm="dfedavg", device=device))
     torch.testing.assert_close(a.params, b.params)
 
 
-def test_dfedsam_mgs_with_one_gossip_step_is_dfedsam():
-    a = run(base_config(algorithm="dfedsam-mgs", gossip_steps=1, rho=0.02))
-    b = run(base_config(algorithm="dfedsam", rho=0.02))
+def test_dfedsam_mgs_with_one_gossip_step_is_dfedsam(device):
+    a = run(base_config(algorithm="dfedsam-mgs", gossip_steps=1, rho=0.02, device=device))
+    b = run(base_config(algorithm="dfedsam", rho=0.02, device=device))
     torch.testing.assert_close(a.params, b.params)
     assert [h["test_acc"] for h in a.history] == [h["test_acc"] for h in b.history]
 
 
-def test_dfedavgm_with_zero_momentum_is_dfedavg_and_momentum_matters():
-    a = run(base_config(algorithm="dfedavgm", momentum=0.0))
-    b = run(base_config(algorithm="dfedavg"))
-    c = run(base_config(algorithm="dfedavgm"))
+def test_dfedavgm_with_zero_momentum_is_dfedavg_and_momentum_matters(device):
+    a = run(base_config(algorithm="dfedavgm", momentum=0.0, device=device))
+    b = run(base_config(algorithm="dfedavg", device=device))
+    c = run(base_config(algorithm="dfedavgm", device=device))
     torch.testing.assert_close(a.params, b.params)
     assert not torch.allclose(c.params, b.params)
 
 
-def test_dfedavg_on_full_topology_keeps_consensus():
-    result = run(base_config(algorithm="dfedavg", topology="full"))
+def test_dfedavg_on_full_topology_keeps_consensus(device):
+    result = run(base_config(algorithm="dfedavg", topology="full", device=device))
     assert all(h["consensus_distance"] < 1e-10 for h in result.history)
     torch.testing.assert_close(result.params, result.params[:1].expand_as(result.params))
 
 
-def test_dpsgd_matches_matrix_recursion():
+def test_dpsgd_matches_matrix_recursion(device):
     """X^{k+1} = W X^k − γ G(X^k) with full-batch gradients."""
-    config = base_config(algorithm="dpsgd", batch_size=0, local_steps=3, rounds=1)
+    config = base_config(algorithm="dpsgd", batch_size=0, local_steps=3, rounds=1, device=device)
     data = small_data()
     result = run(config, data)
-    trainer = reference_trainer(config, data)
-    W = torch.tensor(topologies.build("ring", 8).W, dtype=torch.float64)
-    X = result.initial_params.clone()
+    trainer = reference_trainer(config, data.to(device))
+    W = torch.tensor(topologies.build("ring", 8).W, dtype=torch.float64, device=device)
+    X = result.initial_params.clone().to(device)
     schedule = trainer.schedule(0)
     for k in range(3):
         G, _ = trainer.gradient(X, schedule.batch(k))
         X = (W @ X.double()).float() - 0.1 * G
-    torch.testing.assert_close(result.params, X, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(result.params, X.cpu(), atol=1e-5, rtol=1e-5)
 
 
-def test_consensus_improves_with_more_gossip_steps():
-    one = run(base_config(algorithm="dfedsam-mgs", gossip_steps=1, rounds=2))
-    many = run(base_config(algorithm="dfedsam-mgs", gossip_steps=10, rounds=2))
+def test_consensus_improves_with_more_gossip_steps(device):
+    one = run(base_config(algorithm="dfedsam-mgs", gossip_steps=1, rounds=2, device=device))
+    many = run(base_config(algorithm="dfedsam-mgs", gossip_steps=10, rounds=2, device=device))
     assert many.history[-1]["consensus_distance"] < one.history[-1]["consensus_distance"]
 
 
@@ -144,8 +146,8 @@ def test_inapplicable_option_is_warned_and_recorded():
     assert result.summary["ignored_options"] == ["rho"]
 
 
-def test_metrics_and_bytes():
-    result = run(base_config(algorithm="dfedsam-mgs", gossip_steps=2, rounds=2))
+def test_metrics_and_bytes(device):
+    result = run(base_config(algorithm="dfedsam-mgs", gossip_steps=2, rounds=2, device=device))
     record = result.history[-1]
     for key in ("test_acc", "test_loss", "client_acc_mean", "client_acc_std", "client_acc_min",
                 "client_acc_max", "train_loss", "consensus_distance", "bytes_sent", "lr", "seconds_per_round"):
@@ -182,10 +184,10 @@ def test_divergence_stops_with_round_and_clients_and_keeps_metrics(tmp_path):
     assert summary["status"] == "diverged" and "round" in summary["error"]
 
 
-def test_same_seed_same_result_and_different_seed_differs():
-    a = run(base_config())
-    b = run(base_config())
-    c = run(base_config(seed=1))
+def test_same_seed_same_result_and_different_seed_differs(device):
+    a = run(base_config(device=device))
+    b = run(base_config(device=device))
+    c = run(base_config(seed=1, device=device))
     torch.testing.assert_close(a.params, b.params)
     assert not torch.allclose(a.params, c.params)
 

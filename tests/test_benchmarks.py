@@ -32,3 +32,12 @@ def test_gossip_benchmark_single_process():
     out = run_script("gossip.py", "--clients", "4", "--dim", "1000", "--worlds", "--repeat", "2", "--copy-mib", "8")
     assert "ring, m=4 clients x d=1000" in out
     assert re.search(r"copy bandwidth .*GB/s", out) and re.search(r"dense matmul W @ X: .*% of copy", out)
+    assert re.search(r"engine \(dense\): .*% of copy", out)  # m = 4: the cost rule picks the dense product
+
+
+def test_scale_benchmark_toy_size():
+    out = run_script("scale.py", "--runs", "logreg:40", "mlp:12", "--rounds", "2", "--samples", "6",
+                     "--local-steps", "1", "--batch-size", "4", "--client-eval-samples", "10", "--test-fraction", "0.3")
+    rows = re.findall(r"^(logreg|mlp)\s+(\d+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)%", out, re.M)
+    assert [(r[0], r[1]) for r in rows] == [("logreg", "40"), ("mlp", "12")]
+    assert all(float(r[3]) >= 0 and 0 <= float(r[6]) <= 100 for r in rows)

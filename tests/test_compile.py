@@ -36,15 +36,15 @@ def test_compile_is_a_boolean_flag():
     dict(algorithm="dfedsam-mgs", local_epochs=1, client_chunk=4, model="cnn1d"),
     dict(algorithm="fedsam", sam="asam", participation=0.5, local_steps=3, model="mlp"),
 ])
-def test_compiled_run_matches_the_eager_run(extra):
+def test_compiled_run_matches_the_eager_run(extra, device, slack):
     from torch._dynamo.utils import counters
 
-    eager = dfl.run(Config(**BASE, **extra))
+    eager = dfl.run(Config(**BASE, **extra, device=device))
     torch._dynamo.reset()
     counters.clear()
-    compiled = dfl.run(Config(**BASE, **extra, compile=True))
+    compiled = dfl.run(Config(**BASE, **extra, compile=True, device=device))
     assert counters["stats"]["unique_graphs"] >= 1  # the gradient really went through dynamo
-    torch.testing.assert_close(compiled.params, eager.params, rtol=0, atol=1e-5)
+    torch.testing.assert_close(compiled.params, eager.params, rtol=0, atol=1e-5 * slack)
     for a, b in zip(compiled.history, eager.history):
         assert a["round"] == b["round"]
         assert a["test_acc"] == pytest.approx(b["test_acc"], abs=1e-3)

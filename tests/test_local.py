@@ -85,24 +85,24 @@ RULES = {
 
 @pytest.mark.parametrize("rule_name", list(RULES))
 @pytest.mark.parametrize("work", [{"local_epochs": 2}, {"local_steps": 5}])
-def test_vectorized_equals_sequential(rule_name, work):
+def test_vectorized_equals_sequential(rule_name, work, device, slack):
     rule = RULES[rule_name]
-    data = make_data()
-    model = make_model()
+    data = make_data().to(device)
+    model = make_model().to(device)
     layout = ParamLayout.of(model)
     config = Config(clients=len(SIZES), batch_size=4, seed=3, **work)
     trainer = LocalTrainer(model, layout, data, list(range(len(SIZES))), config)
-    X0 = initial_stack(model, len(SIZES), torch.device("cpu"))
-    X0 = X0 + 0.1 * torch.randn(X0.shape, generator=torch.Generator().manual_seed(1))  # distinct clients
+    X0 = initial_stack(model, len(SIZES), device)
+    X0 = X0 + 0.1 * torch.randn(X0.shape, generator=torch.Generator().manual_seed(1)).to(device)  # distinct clients
     result = trainer.train(X0, round_index=2, lr=0.1, rule=rule)
     reference = sequential_reference(model, layout, data, trainer.schedule(2), X0, 0.1, rule)
-    torch.testing.assert_close(result.Y, reference, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(result.Y, reference, atol=1e-5 * slack, rtol=1e-5 * slack)
     assert not torch.allclose(result.Y, X0)
 
 
-def test_epochs_mode_masks_finished_clients():
-    data = make_data()
-    model = make_model()
+def test_epochs_mode_masks_finished_clients(device):
+    data = make_data().to(device)
+    model = make_model().to(device)
     config = Config(clients=4, batch_size=4, local_epochs=3)
     trainer = LocalTrainer(model, ParamLayout.of(model), data, [0, 1, 2, 3], config)
     schedule = trainer.schedule(0)
@@ -116,12 +116,12 @@ def test_epochs_mode_masks_finished_clients():
         assert sorted(epoch[weight > 0].tolist()) == sorted(data.client_indices[i].tolist())
 
 
-def test_full_batch_is_deterministic_gradient_descent():
-    data = make_data()
-    model = make_model()
+def test_full_batch_is_deterministic_gradient_descent(device):
+    data = make_data().to(device)
+    model = make_model().to(device)
     layout = ParamLayout.of(model)
     config = Config(clients=4, batch_size=0, local_steps=3)
-    X0 = initial_stack(model, 4, torch.device("cpu"))
+    X0 = initial_stack(model, 4, device)
     a = LocalTrainer(model, layout, data, [0, 1, 2, 3], config).train(X0, 0, 0.1, LocalRule())
     b = LocalTrainer(model, layout, data, [0, 1, 2, 3], config.replace(seed=7)).train(X0, 5, 0.1, LocalRule())
     torch.testing.assert_close(a.Y, b.Y)
@@ -135,47 +135,47 @@ def test_full_batch_is_deterministic_gradient_descent():
     torch.testing.assert_close(one.Y[1], expected)
 
 
-def test_results_do_not_depend_on_chunk_or_client_subset():
-    data = make_data()
-    model = make_model()
+def test_results_do_not_depend_on_chunk_or_client_subset(device, slack):
+    data = make_data().to(device)
+    model = make_model().to(device)
     layout = ParamLayout.of(model)
-    X0 = initial_stack(model, 4, torch.device("cpu"))
+    X0 = initial_stack(model, 4, device)
     rule = LocalRule(rho=0.05, momentum=0.5)
     full = LocalTrainer(model, layout, data, [0, 1, 2, 3], Config(clients=4, batch_size=4)).train(X0, 1, 0.1, rule)
     chunked = LocalTrainer(model, layout, data, [0, 1, 2, 3], Config(clients=4, batch_size=4, client_chunk=3))
-    torch.testing.assert_close(chunked.train(X0, 1, 0.1, rule).Y, full.Y, atol=1e-6, rtol=1e-6)
+    torch.testing.assert_close(chunked.train(X0, 1, 0.1, rule).Y, full.Y, atol=1e-6 * slack, rtol=1e-6 * slack)
     # a process hosting only clients 2 and 3 computes the same rows (world-size invariance)
     part = LocalTrainer(model, layout, data, [2, 3], Config(clients=4, batch_size=4)).train(X0[2:], 1, 0.1, rule)
-    torch.testing.assert_close(part.Y, full.Y[2:], atol=1e-6, rtol=1e-6)
+    torch.testing.assert_close(part.Y, full.Y[2:], atol=1e-6 * slack, rtol=1e-6 * slack)
 
 
-def test_sam_with_rho_zero_is_sgd():
-    data = make_data()
-    model = make_model()
+def test_sam_with_rho_zero_is_sgd(device):
+    data = make_data().to(device)
+    model = make_model().to(device)
     layout = ParamLayout.of(model)
-    X0 = initial_stack(model, 4, torch.device("cpu"))
+    X0 = initial_stack(model, 4, device)
     trainer = LocalTrainer(model, layout, data, [0, 1, 2, 3], Config(clients=4, batch_size=4))
     torch.testing.assert_close(
         trainer.train(X0, 0, 0.1, LocalRule(rho=0.0)).Y, trainer.train(X0, 0, 0.1, LocalRule()).Y
     )
 
 
-def test_sam_perturbation_uses_joint_norm():
+def test_sam_perturbation_uses_joint_norm(device):
     """ALGORITHMS.md §5.1: ε = ρ g/‖g‖ with one norm over all parameters, per client row."""
-    data = make_data()
-    model = make_model()
+    data = make_data().to(device)
+    model = make_model().to(device)
     trainer = LocalTrainer(model, ParamLayout.of(model), data, [0, 1, 2, 3], Config(clients=4))
-    g = torch.randn(4, ParamLayout.of(model).dim)
+    g = torch.randn(4, ParamLayout.of(model).dim).to(device)
     eps = trainer.perturbation(torch.zeros_like(g), g, LocalRule(rho=0.3))
-    torch.testing.assert_close(eps.norm(dim=1), torch.full((4,), 0.3))
+    torch.testing.assert_close(eps.norm(dim=1), torch.full((4,), 0.3, device=device))
     torch.testing.assert_close(eps / eps.norm(dim=1, keepdim=True), g / g.norm(dim=1, keepdim=True))
 
 
-def test_augmented_batches_depend_only_on_seed_client_and_round():
+def test_augmented_batches_depend_only_on_seed_client_and_round(device):
     g = torch.Generator().manual_seed(0)
     train = [(torch.randn(6, 3, 8, 8, generator=g), torch.randint(0, 2, (6,), generator=g)) for _ in range(4)]
-    data = FederatedData.from_arrays(train=train, test=train[0], num_classes=2, augment="crop-flip")
-    model = nn.Sequential(nn.Flatten(), nn.Linear(192, 2))
+    data = FederatedData.from_arrays(train=train, test=train[0], num_classes=2, augment="crop-flip").to(device)
+    model = nn.Sequential(nn.Flatten(), nn.Linear(192, 2)).to(device)
     config = Config(clients=4, batch_size=4, local_steps=3)
     layout = ParamLayout.of(model)
     everyone = LocalTrainer(model, layout, data, [0, 1, 2, 3], config).schedule(5)

@@ -16,21 +16,21 @@ BASE = dict(dataset_options={"num_samples": 600}, clients=4, rounds=2, local_ste
             eval_every=1, progress=False)
 
 
-def trainer_and_batch(precision: str):
-    data = FederatedData.build("mnist1d", 4, "iid", seed=0, dataset_options={"num_samples": 600})
+def trainer_and_batch(precision: str, device: str):
+    data = FederatedData.build("mnist1d", 4, "iid", seed=0, dataset_options={"num_samples": 600}).to(device)
     torch.manual_seed(0)
-    model = build_model("cnn1d", tuple(data.input_shape), data.num_classes)
+    model = build_model("cnn1d", tuple(data.input_shape), data.num_classes).to(device)
     layout = ParamLayout.of(model)
     trainer = LocalTrainer(model, layout, data, [0, 1, 2, 3], Config(**BASE, precision=precision))
-    X = initial_stack(model, 4, torch.device("cpu"))
+    X = initial_stack(model, 4, device)
     return model, trainer, X, trainer.schedule(0).batch(0)
 
 
-def test_bf16_runs_the_client_forward_in_bfloat16_and_keeps_fp32_gradients():
+def test_bf16_runs_the_client_forward_in_bfloat16_and_keeps_fp32_gradients(device):
     seen = []
     grads = {}
     for precision in ("fp32", "bf16"):
-        model, trainer, X, batch = trainer_and_batch(precision)
+        model, trainer, X, batch = trainer_and_batch(precision, device)
         hook = model.conv2.register_forward_hook(lambda mod, inp, out, p=precision: seen.append((p, out.dtype)))
         grads[precision], loss = trainer.gradient(X, batch)
         hook.remove()
@@ -40,9 +40,9 @@ def test_bf16_runs_the_client_forward_in_bfloat16_and_keeps_fp32_gradients():
     assert (error > 1e-4).all() and (error < 0.1).all()  # bf16 rounding, not a different gradient
 
 
-def test_bf16_run_trains_close_to_fp32_with_fp32_parameters():
-    fp32 = dfl.run(Config(**BASE))
-    bf16 = dfl.run(Config(**BASE, precision="bf16"))
+def test_bf16_run_trains_close_to_fp32_with_fp32_parameters(device):
+    fp32 = dfl.run(Config(**BASE, device=device))
+    bf16 = dfl.run(Config(**BASE, precision="bf16", device=device))
     assert bf16.params.dtype == torch.float32
     assert not torch.equal(bf16.params, fp32.params)
     assert (bf16.params - fp32.params).abs().max() < 1e-2

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import numpy as np
+import scipy.sparse as sp
 
 from topologies import graphs
 from topologies.schedules import OnePeerExponential, RandomK
 from topologies.topology import Topology
-from topologies.weights import SCHEMES, lazy, weight_matrix
+from topologies.weights import SCHEMES, check_scheme, sparse_weights
 
 STATIC = {
     "ring": (graphs.ring, ()),
@@ -56,8 +57,8 @@ def build(name: str, n: int | None, weights: str | None = None, **options) -> To
     name: one of NAMES. n: number of clients (for `custom`, None takes it from the graph, file or matrix).
     weights: one of metropolis (the default), uniform, max-degree, lazy (option base= picks the scheme under
     it, default metropolis), fastest; see `topologies.weights` for which apply to directed graphs.
-    `custom` takes exactly one of graph= (networkx graph), path= (edge-list file) or matrix= (the W itself;
-    then weights must be left unset). Topology options: grid shape=(r, c), periodic=; exponential
+    `custom` takes exactly one of graph= (networkx graph), path= (edge-list file) or matrix= (the W itself,
+    dense or scipy sparse; then weights must be left unset). Topology options: grid shape=(r, c), periodic=; exponential
     symmetric=; random-regular degree=, seed=; erdos-renyi p=, seed=; random-k k=, seed=.
     """
     if name not in NAMES:
@@ -77,18 +78,24 @@ def build(name: str, n: int | None, weights: str | None = None, **options) -> To
             raise ValueError(f"random-k supports weights {', '.join(RANDOM_K_SCHEMES)} (lazy with base "
                              f"metropolis or max-degree); got weights={label!r}")
         schedule = TIME_VARYING[name][0](n, **options)
-        return Topology(name, schedule=schedule, weights=label, symmetric=name == "random-k",
-                        weigh=lambda G: weight_matrix(G, scheme, base, name))
+
+        def step_matrix(step: int) -> sp.csr_array:
+            return sparse_weights(schedule.adjacency_at(step), schedule.directed, scheme, base, name)
+
+        return Topology(name, schedule=schedule, step_matrix=step_matrix, weights=label,
+                        symmetric=name == "random-k")
     if name == "full":
-        # every scheme averages exactly on K_n: write J exactly (not 1 - (n-1)/n on the diagonal), and
-        # build the n(n-1)/2-edge networkx graph only if someone asks for it
-        weight_matrix(graphs.full(min(n, 3)), scheme, base, name)  # validates the scheme and base names
-        J = np.full((n, n), 1.0 / n)
-        return Topology(name, graph=lambda: graphs.full(n), W=lazy(J) if scheme == "lazy" else J,
+        # every scheme averages exactly on K_n: W = a I + (1 - a) J is described by a alone (n^2 entries would
+        # not fit at 100,000 clients), and the n(n-1)/2-edge networkx graph is built only if someone asks
+        check_scheme(scheme, base)
+        return Topology(name, n=n, averaging=0.5 if scheme == "lazy" else 0.0, graph=lambda: graphs.full(n),
                         weights=label, symmetric=True)
-    G = STATIC[name][0](n, **options)
-    W = weight_matrix(G, scheme, base, name)
-    return Topology(name, graph=G, W=W, weights=label, symmetric=not G.is_directed())
+    A, directed = graphs.ADJACENCY[name](n, **options)
+    W = sparse_weights(A, directed, scheme, base, name)
+    # fastest may zero an edge's weight: keep the graph itself so neighbours and degrees stay the graph's
+    graph = graphs.from_adjacency(A, directed) if scheme == "fastest" or base == "fastest" \
+        else (lambda: graphs.from_adjacency(A, directed))
+    return Topology(name, graph=graph, W=W, weights=label, symmetric=not directed)
 
 
 def _build_custom(n: int | None, weights: str | None, base: str | None, options: dict) -> Topology:
@@ -100,20 +107,24 @@ def _build_custom(n: int | None, weights: str | None, base: str | None, options:
     if source == "matrix":
         if weights is not None or base is not None:
             raise ValueError("custom with matrix= uses the matrix as W: leave weights (and base) unset")
-        try:
-            W = np.array(options["matrix"], dtype=np.float64)
-        except (TypeError, ValueError):
-            raise ValueError("matrix must be a square [n, n] array of numbers") from None
+        given = options["matrix"]
+        if sp.issparse(given):
+            W = sp.csr_array(given, dtype=np.float64)
+        else:
+            try:
+                W = np.array(given, dtype=np.float64)
+            except (TypeError, ValueError):
+                raise ValueError("matrix must be a square [n, n] array of numbers") from None
         if W.ndim != 2 or W.shape[0] != W.shape[1] or W.shape[0] < 1:
             raise ValueError(f"matrix must be a square [n, n] array with n >= 1, got shape {W.shape}")
-        if n is not None and graphs.check_n(n) != len(W):
+        if n is not None and graphs.check_n(n) != W.shape[0]:
             raise ValueError(f"n = {n} does not match the matrix of shape {W.shape}")
-        return Topology("custom", graph=graphs.support(W), W=W, weights="given", symmetric=False)
+        return Topology("custom", W=W, weights="given", symmetric=False)
     if source == "graph":
         G = graphs.from_networkx(options["graph"], n)
     else:
         G = graphs.from_edge_list(options["path"], n)
     scheme = weights or "metropolis"
-    W = weight_matrix(G, scheme, base, "custom graph")
+    W = sparse_weights(*graphs.adjacency_of(G), scheme, base, "custom graph")
     return Topology("custom", graph=G, W=W, weights=_scheme_label(scheme, base),
                     symmetric=not G.is_directed())

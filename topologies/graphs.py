@@ -1,8 +1,12 @@
-"""Graph constructors: small pure functions returning a networkx graph on the nodes 0..n-1.
+"""Graph constructors: who talks to whom, as edge arrays, sparse adjacency matrices or networkx graphs.
 
-Undirected graphs are `nx.Graph`; the static exponential graph is an `nx.DiGraph` whose edge u -> v means
-"u sends to v". Weights are chosen elsewhere (`topologies.weights`); these functions only fix who talks
-to whom, and raise ValueError naming the argument and the allowed values on bad input.
+The closed-form graphs (ring, grid, exponential, star, hypercube) are index arithmetic: `*_edges(n)` return
+numpy arrays (src, dst) of edges src -> dst, and `ADJACENCY[name](n, **options)` turns them into a sparse
+receive adjacency (CSR, A[i, j] = 1 when i receives from j) without networkx, which is what `build` uses, so
+100,000 clients cost milliseconds. The networkx constructors (`ring(n)`, ...) build the same graphs on the
+nodes 0..n-1 for whoever wants a graph: undirected graphs are `nx.Graph`; the static exponential graph is an
+`nx.DiGraph` whose edge u -> v means "u sends to v". Weights are chosen elsewhere (`topologies.weights`).
+Bad input raises ValueError naming the argument and the allowed values.
 """
 
 from __future__ import annotations
@@ -12,6 +16,8 @@ from pathlib import Path
 
 import networkx as nx
 import numpy as np
+import scipy.sparse as sp
+from scipy.sparse.csgraph import connected_components
 
 
 def check_n(n: object, minimum: int = 1) -> int:
@@ -28,10 +34,54 @@ def _with_nodes(n: int, edges, directed: bool = False) -> nx.Graph:
     return G
 
 
+def _pairs(src: np.ndarray, dst: np.ndarray):
+    return zip(src.tolist(), dst.tolist())
+
+
+def adjacency(n: int, src: np.ndarray, dst: np.ndarray, directed: bool) -> sp.csr_array:
+    """Receive adjacency of the edges src -> dst: A[dst, src] = 1.0 (both ways when undirected).
+
+    Canonical float64 CSR; self-loops dropped and repeated edges counted once.
+    """
+    src, dst = np.asarray(src, dtype=np.int64), np.asarray(dst, dtype=np.int64)
+    keep = src != dst
+    src, dst = src[keep], dst[keep]
+    if not directed:
+        src, dst = np.concatenate([src, dst]), np.concatenate([dst, src])
+    A = sp.csr_array((np.ones(len(src)), (dst, src)), shape=(n, n))
+    A.sum_duplicates()
+    A.data[:] = 1.0
+    return A
+
+
+def _edge_arrays(G: nx.Graph) -> tuple[np.ndarray, np.ndarray]:
+    flat = np.fromiter((v for e in G.edges() for v in e), dtype=np.int64, count=2 * G.number_of_edges())
+    return flat[0::2], flat[1::2]
+
+
+def adjacency_of(G: nx.Graph) -> tuple[sp.csr_array, bool]:
+    """(receive adjacency, directed) of a graph on the nodes 0..n-1 (edge j -> i gives A[i, j] = 1)."""
+    return adjacency(len(G), *_edge_arrays(G), G.is_directed()), G.is_directed()
+
+
+def from_adjacency(A: sp.sparray, directed: bool) -> nx.Graph:
+    """networkx graph on 0..n-1 of a receive adjacency (the nonzero pattern off the diagonal; edge j -> i)."""
+    coo = sp.coo_array(A)
+    recv, send = coo.row.astype(np.int64), coo.col.astype(np.int64)
+    keep = recv != send if directed else send < recv
+    return _with_nodes(A.shape[0], _pairs(send[keep], recv[keep]), directed=directed)
+
+
+def ring_edges(n: int) -> tuple[np.ndarray, np.ndarray]:
+    """Edges i -- i+1 (mod n)."""
+    i = np.arange(check_n(n), dtype=np.int64)
+    return i, (i + 1) % n
+
+
 def ring(n: int) -> nx.Graph:
     """Cycle i -- i+1 (mod n). n = 1 is a lone node and n = 2 a single edge."""
     n = check_n(n)
-    return _with_nodes(n, ((i, (i + 1) % n) for i in range(n)))
+    return _with_nodes(n, _pairs(*ring_edges(n)))
 
 
 def grid_shape(n: int) -> tuple[int, int]:
@@ -41,6 +91,39 @@ def grid_shape(n: int) -> tuple[int, int]:
     return r, n // r
 
 
+def _grid_shape_option(n: int, shape: object, periodic: object) -> tuple[int, int]:
+    if not isinstance(periodic, (bool, np.bool_)):
+        raise ValueError(f"periodic must be True or False, got {periodic!r}")
+    if shape is None:
+        return grid_shape(n)
+    try:
+        r, c = (int(s) for s in shape)
+        ok = all(int(s) == s for s in shape)
+    except (TypeError, ValueError):
+        ok = False
+    if not ok or r < 1 or c < 1 or r * c != n:
+        raise ValueError(f"shape must be two positive integers (rows, cols) with rows*cols = n = {n}, "
+                         f"got {shape!r}")
+    return r, c
+
+
+def grid_edges(n: int, shape: tuple[int, int] | None = None,
+               periodic: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """Edges of the (r, c) mesh, node (a, b) = a*c + b: to the right and downwards (wrapping when periodic).
+
+    Per node, its right edge then its down edge (the order of the former double loop over a, b).
+    """
+    n = check_n(n)
+    r, c = _grid_shape_option(n, shape, periodic)
+    a, b = np.divmod(np.arange(n, dtype=np.int64), c)
+    right = (b + 1 < c) | (periodic and c > 1)
+    down = (a + 1 < r) | (periodic and r > 1)
+    src = np.stack([a * c + b, a * c + b], axis=1)
+    dst = np.stack([a * c + (b + 1) % c, ((a + 1) % r) * c + b], axis=1)
+    keep = np.stack([right, down], axis=1)
+    return src[keep], dst[keep]
+
+
 def grid(n: int, shape: tuple[int, int] | None = None, periodic: bool = False) -> nx.Graph:
     """2-D mesh of shape (r, c), node (a, b) = a*c + b; `periodic=True` wraps both sides (torus).
 
@@ -48,27 +131,7 @@ def grid(n: int, shape: tuple[int, int] | None = None, periodic: bool = False) -
     dropped, so the 2 x c torus has degree 3 (as in `nx.grid_2d_graph`).
     """
     n = check_n(n)
-    if not isinstance(periodic, (bool, np.bool_)):
-        raise ValueError(f"periodic must be True or False, got {periodic!r}")
-    if shape is None:
-        r, c = grid_shape(n)
-    else:
-        try:
-            r, c = (int(s) for s in shape)
-            ok = all(int(s) == s for s in shape)
-        except (TypeError, ValueError):
-            ok = False
-        if not ok or r < 1 or c < 1 or r * c != n:
-            raise ValueError(f"shape must be two positive integers (rows, cols) with rows*cols = n = {n}, "
-                             f"got {shape!r}")
-    edges = []
-    for a in range(r):
-        for b in range(c):
-            if b + 1 < c or (periodic and c > 1):
-                edges.append((a * c + b, a * c + (b + 1) % c))
-            if a + 1 < r or (periodic and r > 1):
-                edges.append((a * c + b, ((a + 1) % r) * c + b))
-    return _with_nodes(n, edges)
+    return _with_nodes(n, _pairs(*grid_edges(n, shape, periodic)))
 
 
 def exponential_offsets(n: int) -> list[int]:
@@ -78,6 +141,20 @@ def exponential_offsets(n: int) -> list[int]:
     return [2**k for k in range(tau)]
 
 
+def exponential_edges(n: int) -> tuple[np.ndarray, np.ndarray]:
+    """Edges i -> i + 2^k (mod n), k = 0..ceil(log2 n)-1 (per node, in increasing hop)."""
+    n = check_n(n)
+    hops = np.array(exponential_offsets(n), dtype=np.int64)
+    i = np.repeat(np.arange(n, dtype=np.int64), len(hops))
+    return i, (i + np.tile(hops, n)) % n
+
+
+def _check_symmetric(symmetric: object) -> bool:
+    if not isinstance(symmetric, (bool, np.bool_)):
+        raise ValueError(f"symmetric must be True or False, got {symmetric!r}")
+    return bool(symmetric)
+
+
 def exponential(n: int, symmetric: bool = False) -> nx.Graph:
     """Static exponential graph (Ying et al. 2021): i -> i + 2^k (mod n), k = 0..ceil(log2 n)-1.
 
@@ -85,10 +162,8 @@ def exponential(n: int, symmetric: bool = False) -> nx.Graph:
     +-2^k (the offset n/2 adds a single neighbour).
     """
     n = check_n(n)
-    if not isinstance(symmetric, (bool, np.bool_)):
-        raise ValueError(f"symmetric must be True or False, got {symmetric!r}")
-    edges = [(i, (i + h) % n) for i in range(n) for h in exponential_offsets(n)]
-    return _with_nodes(n, edges, directed=not symmetric)
+    symmetric = _check_symmetric(symmetric)
+    return _with_nodes(n, _pairs(*exponential_edges(n)), directed=not symmetric)
 
 
 def full(n: int) -> nx.Graph:
@@ -96,19 +171,32 @@ def full(n: int) -> nx.Graph:
     return nx.complete_graph(check_n(n))
 
 
+def star_edges(n: int) -> tuple[np.ndarray, np.ndarray]:
+    """Edges 0 -- i for i = 1..n-1."""
+    leaves = np.arange(1, check_n(n), dtype=np.int64)
+    return np.zeros_like(leaves), leaves
+
+
 def star(n: int) -> nx.Graph:
     """Star with centre 0 and leaves 1..n-1 (n nodes in total, unlike `nx.star_graph`)."""
     n = check_n(n)
-    return _with_nodes(n, ((0, i) for i in range(1, n)))
+    return _with_nodes(n, _pairs(*star_edges(n)))
+
+
+def hypercube_edges(n: int) -> tuple[np.ndarray, np.ndarray]:
+    """Edges i -- i XOR 2^b for each bit b of n = 2^d (refused for other n)."""
+    n = check_n(n)
+    if n & (n - 1):
+        raise ValueError(f"hypercube needs n to be a power of 2 (1, 2, 4, 8, ...), got n = {n}")
+    bits = 1 << np.arange(n.bit_length() - 1, dtype=np.int64)
+    i = np.repeat(np.arange(n, dtype=np.int64), len(bits))
+    return i, i ^ np.tile(bits, n)
 
 
 def hypercube(n: int) -> nx.Graph:
     """Hypercube on n = 2^d nodes: i -- i XOR 2^b for each bit b."""
     n = check_n(n)
-    if n & (n - 1):
-        raise ValueError(f"hypercube needs n to be a power of 2 (1, 2, 4, 8, ...), got n = {n}")
-    d = n.bit_length() - 1
-    return _with_nodes(n, ((i, i ^ (1 << b)) for i in range(n) for b in range(d)))
+    return _with_nodes(n, _pairs(*hypercube_edges(n)))
 
 
 def _check_seed(seed: object) -> int:
@@ -117,15 +205,16 @@ def _check_seed(seed: object) -> int:
     return int(seed)
 
 
-def _require_connected(G: nx.Graph, what: str, advice: str) -> nx.Graph:
-    if len(G) > 0 and not nx.is_connected(G):
-        k = nx.number_connected_components(G)
+def _require_connected(A: sp.sparray, what: str, advice: str) -> sp.sparray:
+    """Raise unless the undirected graph of the symmetric adjacency A is connected (scipy csgraph)."""
+    k, _ = connected_components(A, directed=False)
+    if A.shape[0] > 0 and k > 1:
         raise ValueError(f"{what} is disconnected ({k} components): {advice}")
-    return G
+    return A
 
 
-def random_regular(n: int, degree: int | None = None, seed: int = 0) -> nx.Graph:
-    """Random `degree`-regular graph (`nx.random_regular_graph`); must come out connected."""
+def random_regular_edges(n: int, degree: int | None = None, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """Edges of the random `degree`-regular graph `nx.random_regular_graph(degree, n, seed)`; must be connected."""
     n = check_n(n)
     seed = _check_seed(seed)
     if degree is None:
@@ -134,23 +223,59 @@ def random_regular(n: int, degree: int | None = None, seed: int = 0) -> nx.Graph
             or (n * degree) % 2:
         raise ValueError(f"degree must be an integer with 0 <= degree < n = {n} and n*degree even, "
                          f"got {degree!r}")
-    G = nx.random_regular_graph(int(degree), n, seed=seed)
-    G = _with_nodes(n, G.edges())
-    return _require_connected(G, f"random-regular graph (n={n}, degree={degree}, seed={seed})",
-                              "raise degree or change seed")
+    src, dst = _edge_arrays(nx.random_regular_graph(int(degree), n, seed=seed))
+    _require_connected(adjacency(n, src, dst, directed=False),
+                       f"random-regular graph (n={n}, degree={degree}, seed={seed})", "raise degree or change seed")
+    return src, dst
 
 
-def erdos_renyi(n: int, p: float | None = None, seed: int = 0) -> nx.Graph:
-    """Erdős–Rényi G(n, p) (`nx.erdos_renyi_graph`); must come out connected."""
+def random_regular(n: int, degree: int | None = None, seed: int = 0) -> nx.Graph:
+    """Random `degree`-regular graph (`nx.random_regular_graph`); must come out connected."""
+    n = check_n(n)
+    return _with_nodes(n, _pairs(*random_regular_edges(n, degree, seed)))
+
+
+def erdos_renyi_edges(n: int, p: float | None = None, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """Edges of the Erdős–Rényi graph `nx.erdos_renyi_graph(n, p, seed)` (O(n^2) draws); must be connected."""
     n = check_n(n)
     seed = _check_seed(seed)
     if p is None:
         raise ValueError("erdos-renyi needs option p (edge probability, 0 <= p <= 1)")
     if isinstance(p, bool) or not isinstance(p, (int, float, np.floating)) or not 0 <= p <= 1:
         raise ValueError(f"p must be a number with 0 <= p <= 1, got {p!r}")
-    G = _with_nodes(n, nx.erdos_renyi_graph(n, float(p), seed=seed).edges())
-    return _require_connected(G, f"erdos-renyi graph G(n={n}, p={p}, seed={seed})",
-                              "raise p (connected w.h.p. when p > ln(n)/n) or change seed")
+    src, dst = _edge_arrays(nx.erdos_renyi_graph(n, float(p), seed=seed))
+    _require_connected(adjacency(n, src, dst, directed=False), f"erdos-renyi graph G(n={n}, p={p}, seed={seed})",
+                       "raise p (connected w.h.p. when p > ln(n)/n) or change seed")
+    return src, dst
+
+
+def erdos_renyi(n: int, p: float | None = None, seed: int = 0) -> nx.Graph:
+    """Erdős–Rényi G(n, p) (`nx.erdos_renyi_graph`); must come out connected."""
+    n = check_n(n)
+    return _with_nodes(n, _pairs(*erdos_renyi_edges(n, p, seed)))
+
+
+# receive adjacency (CSR) and directedness of each static built-in topology except `full`, from index
+# arithmetic (networkx only for the random graphs): name -> f(n, **options) -> (A, directed)
+def _undirected(edges: tuple[np.ndarray, np.ndarray], n: int) -> tuple[sp.csr_array, bool]:
+    return adjacency(n, *edges, directed=False), False
+
+
+def exponential_adjacency(n: int, symmetric: bool = False) -> tuple[sp.csr_array, bool]:
+    n = check_n(n)
+    directed = not _check_symmetric(symmetric)
+    return adjacency(n, *exponential_edges(n), directed=directed), directed
+
+
+ADJACENCY = {
+    "ring": lambda n: _undirected(ring_edges(n), n),
+    "grid": lambda n, shape=None, periodic=False: _undirected(grid_edges(n, shape, periodic), n),
+    "exponential": exponential_adjacency,
+    "star": lambda n: _undirected(star_edges(n), n),
+    "hypercube": lambda n: _undirected(hypercube_edges(n), n),
+    "random-regular": lambda n, degree=None, seed=0: _undirected(random_regular_edges(n, degree, seed), n),
+    "erdos-renyi": lambda n, p=None, seed=0: _undirected(erdos_renyi_edges(n, p, seed), n),
+}
 
 
 def from_networkx(graph: nx.Graph, n: int | None = None) -> nx.Graph:
@@ -205,12 +330,13 @@ def from_edge_list(path: str | Path, n: int | None = None) -> nx.Graph:
     return _with_nodes(n, edges)
 
 
-def support(W: np.ndarray) -> nx.Graph:
-    """Communication graph of a weight matrix: edge j -> i wherever W[i, j] != 0 (i != j).
+def support(W: object) -> nx.Graph:
+    """Communication graph of a weight matrix (dense or sparse): edge j -> i wherever W[i, j] != 0 (i != j).
 
     Undirected when W's support is symmetric, directed otherwise.
     """
-    A = (W != 0) & ~np.eye(len(W), dtype=bool)
-    directed = not np.array_equal(A, A.T)
-    recv, send = np.nonzero(A)
-    return _with_nodes(len(W), zip(send.tolist(), recv.tolist()), directed=directed)
+    coo = sp.coo_array(W)
+    keep = (coo.data != 0) & (coo.row != coo.col)
+    A = adjacency(coo.shape[0], coo.col[keep], coo.row[keep], directed=True)  # W[i, j] != 0: edge j -> i
+    directed = (A != A.T).nnz > 0
+    return from_adjacency(A, directed)

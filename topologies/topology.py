@@ -1,22 +1,70 @@
 """The Topology object: who talks to whom, with which weights, at every gossip step.
 
-Convention: x_i <- sum_l W[i, l] x_l (row = receiver); all matrices are float64 [n, n].
+Convention: x_i <- sum_l W[i, l] x_l (row = receiver). Matrices are stored sparse (canonical float64 CSR,
+`sparse(step)`); dense [n, n] arrays (`matrix(step)`, `W`) are made from them on demand, up to
+topologies.DENSE_LIMIT clients. The complete topology is not stored at all: its W = a I + (1 - a) J is
+described by `averaging` = a.
 """
 
 from __future__ import annotations
 
 import math
+from collections import OrderedDict
 from collections.abc import Callable
 
 import networkx as nx
 import numpy as np
+import scipy.sparse as sp
 
-from topologies import spectral
+import topologies
+from topologies import graphs, spectral
 from topologies.schedules import _check_step
-from topologies.validation import check_contraction, check_gossip_matrix, check_stochastic
+from topologies.validation import check_gossip_matrix, check_stochastic, require_contraction
 
 MAX_CONSENSUS_STEPS = 100_000
-_RANDOM_CACHE = 256
+_RANDOM_CACHE = 256  # step matrices of a schedule without period kept at most (least recently used first out)
+_SPARSE_CACHE_NNZ = 1 << 24  # ... and at most this many stored entries in all (~200 MB), one matrix at least
+_DENSE_CACHE_BYTES = 1 << 30  # dense step matrices kept at most (1 GiB), one at least
+
+
+class _LRU:
+    """Least-recently-used cache bounded by a number of entries and a total cost (one entry always fits)."""
+
+    def __init__(self, max_entries: int | None, max_cost: float = math.inf):
+        self.max_entries, self.max_cost = max_entries, max_cost
+        self._items: OrderedDict[int, tuple[object, float]] = OrderedDict()
+        self._cost = 0.0
+
+    def get(self, key: int) -> object | None:
+        item = self._items.get(key)
+        if item is None:
+            return None
+        self._items.move_to_end(key)
+        return item[0]
+
+    def put(self, key: int, value: object, cost: float) -> None:
+        self._items[key] = (value, cost)
+        self._cost += cost
+        while len(self._items) > 1 and ((self.max_entries is not None and len(self._items) > self.max_entries)
+                                        or self._cost > self.max_cost):
+            _, (_, old) = self._items.popitem(last=False)
+            self._cost -= old
+
+
+def _check_averaging(a: object) -> float:
+    if isinstance(a, bool) or not isinstance(a, (int, float, np.floating)) or not 0.0 <= a < 1.0:
+        raise ValueError(f"averaging must be a number with 0 <= a < 1, got {a!r}")
+    return float(a)
+
+
+def averaging_matrix(a: float, n: int) -> np.ndarray:
+    """Dense a I + (1 - a) J, with J written exactly (1/n, not 1 - (n-1)/n) when a = 0."""
+    J = np.full((n, n), 1.0 / n)
+    if a == 0.0:
+        return J
+    if a == 0.5:
+        return 0.5 * (np.eye(n) + J)  # the lazy scheme's own arithmetic
+    return a * np.eye(n) + (1.0 - a) * J
 
 
 class Topology:
@@ -30,40 +78,63 @@ class Topology:
     column-stochastic, symmetric when `symmetric` is promised; a static W must be connected with
     lambda < 1, a periodic schedule's product over one period must have lambda < 1, and random-k matrices
     are checked one by one (stochasticity, symmetry) as they are drawn, since one draw may be disconnected.
-    `graph` may be passed as a zero-argument function, built on first use (the complete graph on thousands
-    of nodes is costly in networkx and rarely needed; neighbours and degrees then come from W's support).
+
+    `sparse(step)` is W_t as canonical float64 CSR (cached: static always, periodic per step mod period,
+    random-k in a small LRU); callers must not modify it. `matrix(step)` / `W` are dense copies, refused above
+    topologies.DENSE_LIMIT clients. Exact averaging topologies (`full`) pass `averaging` = a instead of W:
+    W = a I + (1 - a) J is then never stored (sparse() refuses above topologies.FULL_SPARSE_LIMIT).
+    `graph` may be a networkx graph or a zero-argument function building it on first use (default: the
+    support of W); neighbours and degrees come from the graph when one was given, else from W's sparse
+    structure. Time-varying topologies take `step_matrix(step)` -> W_t (dense or sparse), or the older pair
+    `weigh(schedule.graph_at(step))`.
     """
 
     def __init__(self, name: str, *, graph: nx.Graph | Callable[[], nx.Graph] | None = None,
-                 W: np.ndarray | None = None,
+                 W: np.ndarray | sp.sparray | None = None,
                  schedule: object | None = None, weigh: Callable[[nx.Graph], np.ndarray] | None = None,
-                 weights: str = "metropolis", symmetric: bool = True):
+                 weights: str = "metropolis", symmetric: bool = True, averaging: float | None = None,
+                 n: int | None = None, step_matrix: Callable[[int], np.ndarray | sp.sparray] | None = None):
         self.name = name
         self.weights = weights
         self.symmetric = symmetric
         self._schedule = schedule
-        self._weigh = weigh
-        self._cache: dict[int, np.ndarray] = {}
+        self._averaging: float | None = None
+        self._static: sp.csr_array | None = None
+        self._dense: np.ndarray | None = None
         self._lambda: float | None = None
+        self._period_lambda: float | None = None
+        self._spectra: dict[int, np.ndarray | None] = {}
+        self._graph_given = schedule is None and averaging is None and isinstance(graph, nx.Graph)
         if schedule is None:
-            if graph is None or W is None:
-                raise ValueError("a static Topology needs both graph and W")
-            self._graph = graph
-            self._W = check_gossip_matrix(W, symmetric, f"W of {name}")
-            self._W.flags.writeable = False
-            self.n = len(self._W)
             self.period: int | None = 1
+            if averaging is not None:
+                self._averaging = _check_averaging(averaging)
+                self.n = graphs.check_n(n)
+                self._graph = graph if graph is not None else (lambda: graphs.full(self.n))
+                return
+            if W is None:
+                raise ValueError("a static Topology needs W (or averaging with n)")
+            checked = check_gossip_matrix(W, symmetric, f"W of {name}")
+            self._static = spectral.as_csr(checked)
+            self.n = self._static.shape[0]
+            static = self._static
+            self._graph = graph if graph is not None else (lambda: graphs.support(static))
+            return
+        self.n = schedule.n
+        self.period = schedule.period
+        if step_matrix is None:
+            if weigh is None:
+                raise ValueError("a time-varying Topology needs step_matrix (or weigh)")
+            step_matrix = lambda step: weigh(schedule.graph_at(step))  # noqa: E731
+        self._step_matrix = step_matrix
+        self._graph = schedule.union_graph  # built on first use
+        self._sparse_cache = _LRU(self.period) if self.period is not None else _LRU(_RANDOM_CACHE, _SPARSE_CACHE_NNZ)
+        self._dense_cache = _LRU(self.period or _RANDOM_CACHE, _DENSE_CACHE_BYTES)
+        if self.period is None:
+            self.sparse(0)
         else:
-            self.n = schedule.n
-            self.period = schedule.period
-            self._graph = schedule.union_graph()
-            if self.period is None:
-                self.matrix(0)
-            else:
-                for step in range(self.period):
-                    self.matrix(step)
-                check_contraction(self.period_matrix(), f"the product of the {self.period} step matrices of "
-                                  f"{name}", force=True)
+            self._period_lambda = self._product_lambda(self.period)
+            require_contraction(self._period_lambda, f"the product of the {self.period} step matrices of {name}")
 
     def __repr__(self) -> str:
         kind = f"time-varying, period={self.period}" if self.is_time_varying else "static"
@@ -74,41 +145,101 @@ class Topology:
         return self._schedule is not None
 
     @property
+    def averaging(self) -> float | None:
+        """a when every step's W is exactly a I + (1 - a) J (`full`: 0, lazy `full`: 0.5), else None.
+
+        Gossip with such a W is x_i <- a x_i + (1 - a) mean(x): use that instead of a matrix. Set only by
+        construction (`full`); other matrices, custom ones included, are not inspected and give None.
+        """
+        return self._averaging
+
+    @property
     def graph(self) -> nx.Graph:
         """Static graph; union over one period (periodic schedules); graph of step 0 (random-k)."""
         if callable(self._graph):
             self._graph = self._graph()
         return self._graph
 
-    @property
-    def W(self) -> np.ndarray:
-        """The gossip matrix of a static topology (read-only); time-varying ones raise, use matrix(step)."""
-        if self.is_time_varying:
-            raise ValueError(f"{self.name} is time-varying and has no single W: use matrix(step)")
-        return self._W
+    def _given_graph(self) -> nx.Graph | None:
+        # a static graph passed in as a graph: neighbours and degrees keep coming from it (one built on demand
+        # has W's pattern, which answers faster)
+        return self.graph if self._graph_given else None
 
     def graph_at(self, step: int = 0) -> nx.Graph:
         """Communication graph of gossip step `step` (the static graph for every step when static)."""
         step = _check_step(step)
         return self.graph if self._schedule is None else self._schedule.graph_at(step)
 
-    def matrix(self, step: int = 0) -> np.ndarray:
-        """W_t of gossip step `step` (read-only); equals W for a static topology."""
+    # --- matrices -------------------------------------------------------------------------------------------
+
+    def _key(self, step: int) -> int:
+        return step if self.period is None else step % self.period
+
+    def sparse(self, step: int = 0) -> sp.csr_array:
+        """W_t of gossip step `step` as canonical float64 CSR (row = receiver); do not modify it.
+
+        Static topologies return the same matrix for every step. `full` (see `averaging`) is dense: refused
+        above topologies.FULL_SPARSE_LIMIT clients.
+        """
         step = _check_step(step)
         if self._schedule is None:
-            return self._W
-        key = step if self.period is None else step % self.period
-        if key not in self._cache:
-            if self.period is None and len(self._cache) >= _RANDOM_CACHE:
-                self._cache.pop(next(iter(self._cache)))
-            W = check_stochastic(self._weigh(self._schedule.graph_at(key)), self.symmetric,
-                                 f"W_{key} of {self.name}")
-            W.flags.writeable = False
-            self._cache[key] = W
-        return self._cache[key]
+            if self._averaging is None:
+                return self._static
+            if self._static is None:
+                limit = topologies.FULL_SPARSE_LIMIT
+                if self.n > limit:
+                    raise ValueError(f"{self.name} on n = {self.n} clients is a dense matrix (n^2 = {self.n**2} "
+                                     f"nonzeros; sparse() stops at topologies.FULL_SPARSE_LIMIT = {limit}): its W "
+                                     f"is a I + (1 - a) J with a = averaging = {self._averaging}, so use "
+                                     "Topology.averaging (x_i <- a x_i + (1 - a) mean(x)) instead")
+                self._static = sp.csr_array(averaging_matrix(self._averaging, self.n))
+            return self._static
+        key = self._key(step)
+        W = self._sparse_cache.get(key)
+        if W is None:
+            label = f"W_{key} of {self.name}"
+            W = spectral.as_csr(check_stochastic(self._step_matrix(key), self.symmetric, label), label)
+            self._sparse_cache.put(key, W, W.nnz)
+        return W
+
+    def _check_dense(self) -> None:
+        limit = topologies.DENSE_LIMIT
+        if self.n > limit:
+            raise ValueError(f"{self.name} has n = {self.n} clients, above topologies.DENSE_LIMIT = {limit}: a dense "
+                             f"[n, n] float64 matrix would take {8 * self.n**2 / 2**30:.1f} GiB; use sparse(step) "
+                             "(scipy CSR) instead")
+
+    @property
+    def W(self) -> np.ndarray:
+        """The gossip matrix of a static topology, dense (read-only); time-varying ones raise, use matrix(step)."""
+        if self.is_time_varying:
+            raise ValueError(f"{self.name} is time-varying and has no single W: use matrix(step)")
+        return self.matrix(0)
+
+    def matrix(self, step: int = 0) -> np.ndarray:
+        """W_t of gossip step `step`, dense float64 (read-only); equals W for a static topology.
+
+        Refused above topologies.DENSE_LIMIT clients: use sparse(step).
+        """
+        step = _check_step(step)
+        self._check_dense()
+        if self._schedule is None:
+            if self._dense is None:
+                D = averaging_matrix(self._averaging, self.n) if self._averaging is not None \
+                    else self._static.toarray()
+                D.flags.writeable = False
+                self._dense = D
+            return self._dense
+        key = self._key(step)
+        D = self._dense_cache.get(key)
+        if D is None:
+            D = self.sparse(key).toarray()
+            D.flags.writeable = False
+            self._dense_cache.put(key, D, D.nbytes)
+        return D
 
     def period_matrix(self) -> np.ndarray:
-        """W_{tau-1} ... W_1 W_0: the product over one period (W itself when static)."""
+        """W_{tau-1} ... W_1 W_0: the product over one period (W itself when static), dense."""
         if self.period is None:
             raise ValueError(f"{self.name} has no period (random-k never repeats)")
         P = self.matrix(0)
@@ -116,24 +247,70 @@ class Topology:
             P = self.matrix(step) @ P
         return P
 
+    # --- structure ------------------------------------------------------------------------------------------
+
     def neighbors(self, i: int, step: int = 0) -> list[int]:
         """Sorted in-neighbours of client i at gossip step `step` (those i receives from), without i."""
         if isinstance(i, bool) or not isinstance(i, (int, np.integer)) or not 0 <= i < self.n:
             raise ValueError(f"i must be a client index in 0..{self.n - 1}, got {i!r}")
-        if callable(self._graph) and self._schedule is None:
-            return [int(j) for j in np.nonzero(self._W[i])[0] if j != i]
-        G = self.graph_at(step)
-        nbrs = G.predecessors(i) if G.is_directed() else G.neighbors(i)
-        return sorted(int(j) for j in nbrs if j != i)
+        step = _check_step(step)
+        if self._averaging is not None:
+            return [j for j in range(self.n) if j != i]
+        G = self._given_graph()
+        if G is not None:
+            nbrs = G.predecessors(i) if G.is_directed() else G.neighbors(i)
+            return sorted(int(j) for j in nbrs if j != i)
+        W = self.sparse(step)
+        row = W.indices[W.indptr[i]:W.indptr[i + 1]]
+        return [int(j) for j in row if j != i]
+
+    def out_degrees(self, step: int = 0) -> np.ndarray:
+        """Clients each client sends to at step `step`: off-diagonal nonzeros of each column of W_step."""
+        step = _check_step(step)
+        if self._averaging is not None:
+            return np.full(self.n, self.n - 1, dtype=np.int64)
+        W = self.sparse(step)
+        return np.bincount(W.indices, minlength=self.n).astype(np.int64) - (W.diagonal() != 0)
 
     def degrees(self) -> np.ndarray:
         """Out-degrees (no self-loops) of the static graph, or of the graph of step 0 when time-varying."""
-        if callable(self._graph) and self._schedule is None:
-            # out-degree of j = off-diagonal nonzeros of column j (receiver rows)
-            return np.count_nonzero(self._W, axis=0) - (np.diag(self._W) != 0)
-        G = self.graph_at(0)
-        return np.array([G.out_degree(v) if G.is_directed() else G.degree(v) for v in range(self.n)],
-                        dtype=np.int64)
+        G = self._given_graph()
+        if G is not None:
+            return np.array([G.out_degree(v) if G.is_directed() else G.degree(v) for v in range(self.n)],
+                            dtype=np.int64)
+        return self.out_degrees(0)
+
+    # --- spectra --------------------------------------------------------------------------------------------
+
+    def _spectrum(self, key: int) -> np.ndarray | None:
+        """FFT eigenvalues of a circulant step matrix (None when not circulant); cached per step of a period."""
+        if key not in self._spectra:
+            c = spectral.circulant_row(self.sparse(key))
+            spectrum = None if c is None else spectral.circulant_spectrum(c)
+            if self.period is None:
+                return spectrum
+            self._spectra[key] = spectrum
+        return self._spectra[key]
+
+    def _circulant_spectra(self, steps: int) -> list[np.ndarray] | None:
+        """Spectra of the first `steps` step matrices when all are circulant (periodic or static), else None."""
+        if self.period is None:
+            return None
+        period = [self._spectrum(key) for key in range(min(steps, self.period))]
+        if any(s is None for s in period):
+            return None
+        return [period[t % self.period] for t in range(steps)]
+
+    def _large(self) -> bool:
+        return self.n > spectral.dense_spectral_limit()
+
+    def _product_lambda(self, steps: int) -> float:
+        """||W_{steps-1} ... W_0 - J||_2: dense below DENSE_SPECTRAL_LIMIT, else FFT or Lanczos."""
+        if self._large():
+            spectra = self._circulant_spectra(steps)
+            if spectra is not None:
+                return spectral.circulant_lambda(spectra)
+        return spectral.product_lambda([self.sparse(t) for t in range(steps)])
 
     def second_eigenvalue(self) -> float:
         """lambda = ||W - J||_2; for a periodic schedule the per-step rate ||prod_period - J||_2^(1/tau).
@@ -143,8 +320,12 @@ class Topology:
         if self._lambda is None:
             if self.period is None:
                 raise ValueError(f"{self.name} has no period, so no single lambda: use gossip_lambda(Q)")
-            lam = spectral.second_eigenvalue(self.period_matrix())
-            self._lambda = lam ** (1.0 / self.period)
+            if self._averaging is not None:
+                self._lambda = 0.0 if self.n == 1 else self._averaging
+            elif not self.is_time_varying:
+                self._lambda = spectral.second_eigenvalue(self._static)
+            else:
+                self._lambda = self._period_lambda ** (1.0 / self.period)
         return self._lambda
 
     def spectral_gap(self) -> float:
@@ -153,8 +334,11 @@ class Topology:
 
     def gossip_lambda(self, Q: int) -> float:
         """Contraction of Q gossip steps from step 0 (see `spectral.gossip_lambda`)."""
+        Q = spectral.check_steps(Q)
         if not self.is_time_varying and self.symmetric:
-            return self.second_eigenvalue() ** spectral.check_steps(Q)  # reuse the cached lambda
+            return self.second_eigenvalue() ** Q  # reuse the cached lambda
+        if self.is_time_varying:
+            return self._product_lambda(Q)
         return spectral.gossip_lambda(self, Q)
 
     def phi(self, Q: int) -> float:
@@ -162,23 +346,44 @@ class Topology:
         return spectral.phi(self.second_eigenvalue(), self.n, Q)
 
     def effective_neighbors(self, gamma: float = 0.951) -> float:
-        """n_W(gamma) of Vogels et al. 2022; a periodic schedule is solved over one period."""
+        """n_W(gamma) of Vogels et al. 2022; a periodic schedule is solved over one period.
+
+        Dense math up to topologies.DENSE_SPECTRAL_LIMIT clients; above it closed forms for `full` and for
+        circulant (periodic) topologies, and a ValueError otherwise.
+        """
         if self.period is None:
             raise ValueError(f"{self.name} has no period: effective neighbours are defined for static and "
                              "periodic topologies only")
+        gamma = spectral.check_gamma(gamma)
+        if self._averaging is not None:
+            return spectral.averaging_neighbors(self._averaging, self.n, gamma)
+        if self._large():
+            spectra = self._circulant_spectra(self.period)
+            if spectra is not None:
+                return spectral.circulant_neighbors(spectra, gamma)
         if not self.is_time_varying:
-            return spectral.effective_neighbors(self._W, gamma)
-        return spectral.effective_neighbors([self.matrix(t) for t in range(self.period)], gamma)
+            return spectral.effective_neighbors(self.sparse(), gamma)
+        return spectral.effective_neighbors([self.sparse(t) for t in range(self.period)], gamma)
 
     def consensus_steps(self, eps: float = 0.1) -> int | float:
         """Gossip steps to shrink disagreement by eps.
 
         Static: ceil(ln(1/eps)/ln(1/lambda)). Time-varying: the first T with ||W_{T-1}...W_0 - J||_2 <= eps
-        (the norm never grows, since each ||W_t - J||_2 <= 1); inf if not reached within 100000 steps.
+        (the norm never grows, since each ||W_t - J||_2 <= 1); inf if not reached within 100000 steps. Above
+        topologies.DENSE_SPECTRAL_LIMIT clients only circulant periodic schedules (one-peer exponential) have
+        it (exactly, per Fourier mode); other time-varying topologies raise ValueError.
         """
         if not self.is_time_varying:
             return spectral.consensus_steps_for(self.second_eigenvalue(), eps)
         eps = spectral.check_eps(eps)
+        if self._large():
+            spectra = self._circulant_spectra(self.period or 1)
+            if spectra is None:
+                raise ValueError(f"consensus_steps of the time-varying {self.name} multiplies dense [n, n] step "
+                                 f"matrices, refused for n = {self.n} > topologies.DENSE_SPECTRAL_LIMIT = "
+                                 f"{spectral.dense_spectral_limit()} (only circulant periodic schedules have a "
+                                 "closed form); use gossip_lambda(Q) for given Q instead")
+            return spectral.circulant_consensus_steps(spectra, eps, MAX_CONSENSUS_STEPS)
         P = np.eye(self.n)
         for T in range(1, MAX_CONSENSUS_STEPS + 1):
             P = self.matrix(T - 1) @ P

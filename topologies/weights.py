@@ -6,110 +6,183 @@ d_i is the degree without self-loop. On undirected graphs:
               so irregular graphs are refused);
 - max-degree: w_ij = 1/(1 + d_max) per edge, w_ii = 1 - d_i/(1 + d_max);
 - lazy:       (I + W_base)/2 of another scheme (option `base`, default metropolis): eigenvalues >= 0;
-- fastest:    fastest-mixing weights, see `topologies.fastest`.
+- fastest:    fastest-mixing weights, see `topologies.fastest` (dense, n <= FASTEST_LIMIT).
 On directed graphs (edge j -> i puts weight in W[i, j]) only what stays doubly stochastic is offered:
 metropolis and uniform need a regular digraph (in-degree = out-degree = d at every node), where both are
 1/(d + 1) — the natural weights of the static exponential graph; max-degree needs in-degree = out-degree at
 every node; lazy works on top of those; fastest is refused (its method assumes a symmetric W).
+
+The schemes work on a sparse receive adjacency A (CSR, A[i, j] = 1 when i receives from j, see
+`topologies.graphs.adjacency`) and return canonical CSR matrices in O(nnz): `sparse_weights`. The functions
+taking a networkx graph (`weight_matrix`, `metropolis`, ...) return the same matrices dense.
 """
 
 from __future__ import annotations
 
 import networkx as nx
 import numpy as np
+import scipy.sparse as sp
 
 from topologies.fastest import fastest_mixing
+from topologies.graphs import adjacency_of
 
 SCHEMES = ("metropolis", "uniform", "max-degree", "lazy", "fastest")
 LAZY_BASES = ("metropolis", "uniform", "max-degree", "fastest")
+FASTEST_LIMIT = 2000  # one dense O(n^3) eigendecomposition per iteration, thousands of iterations
 
 
-def receive_adjacency(G: nx.Graph) -> np.ndarray:
-    """A[i, j] = 1.0 when i receives from j (edge j -> i, or the undirected edge i -- j); zero diagonal."""
-    A = nx.to_numpy_array(G, nodelist=range(len(G)), weight=None, dtype=np.float64).T
-    np.fill_diagonal(A, 0.0)
-    return np.ascontiguousarray(A)
+# --- sparse schemes on a receive adjacency ------------------------------------------------------------------
+
+def _rows(A: sp.csr_array) -> np.ndarray:
+    """Row index of every stored entry of a CSR matrix."""
+    return np.repeat(np.arange(A.shape[0], dtype=np.int64), np.diff(A.indptr))
 
 
-def _directed_regular_degree(A: np.ndarray, scheme: str) -> int:
-    indeg, outdeg = A.sum(axis=1), A.sum(axis=0)
+def _in_out_degrees(A: sp.csr_array) -> tuple[np.ndarray, np.ndarray]:
+    # in-degree of i = entries of row i (whom i receives from); out-degree of j = entries of column j
+    return np.diff(A.indptr).astype(np.float64), np.bincount(A.indices, minlength=A.shape[0]).astype(np.float64)
+
+
+def _with_weights(A: sp.csr_array, offdiag: np.ndarray) -> sp.csr_array:
+    """W with the off-diagonal values `offdiag` on A's pattern and w_ii = 1 - sum_j w_ij.
+
+    Canonical CSR without stored zeros (a zero diagonal is left out, so the pattern is the support).
+    """
+    n = A.shape[0]
+    rows = _rows(A)
+    diag = 1.0 - np.bincount(rows, weights=offdiag, minlength=n)
+    idx = np.arange(n, dtype=np.int64)
+    W = sp.csr_array((np.concatenate([offdiag, diag]),
+                      (np.concatenate([rows, idx]), np.concatenate([A.indices.astype(np.int64), idx]))),
+                     shape=(n, n))
+    W.sum_duplicates()
+    W.eliminate_zeros()
+    return W
+
+
+def _directed_regular_degree(A: sp.csr_array, scheme: str) -> int:
+    indeg, outdeg = _in_out_degrees(A)
     if not (np.array_equal(indeg, outdeg) and np.all(indeg == indeg[0])):
         raise ValueError(f"weights {scheme!r} on a directed graph need every node to have in-degree = "
                          f"out-degree = d (a regular digraph); use 'max-degree' on a balanced digraph")
     return int(indeg[0]) if len(indeg) else 0
 
 
-def _with_diagonal(offdiag: np.ndarray) -> np.ndarray:
-    W = offdiag
-    W[np.diag_indices_from(W)] = 1.0 - W.sum(axis=1)
-    return W
-
-
-def metropolis(G: nx.Graph) -> np.ndarray:
+def sparse_metropolis(A: sp.csr_array, directed: bool) -> sp.csr_array:
     """Metropolis–Hastings: w_ij = 1/(1 + max(d_i, d_j)) on each edge, w_ii = 1 - sum_j w_ij."""
-    A = receive_adjacency(G)
-    if G.is_directed():
+    if directed:
         d = _directed_regular_degree(A, "metropolis")
-        return _with_diagonal(A / (d + 1.0))
-    deg = A.sum(axis=1)
-    return _with_diagonal(A / (1.0 + np.maximum.outer(deg, deg)))
+        return _with_weights(A, np.full(A.nnz, 1.0 / (d + 1.0)))
+    deg, _ = _in_out_degrees(A)
+    return _with_weights(A, 1.0 / (1.0 + np.maximum(deg[_rows(A)], deg[A.indices])))
 
 
-def uniform(G: nx.Graph, name: str = "graph") -> np.ndarray:
+def sparse_uniform(A: sp.csr_array, directed: bool, name: str = "graph") -> sp.csr_array:
     """w_ij = 1/(d_i + 1) on each edge and on the diagonal; refused on irregular graphs."""
-    A = receive_adjacency(G)
-    if G.is_directed():
+    if directed:
         d = _directed_regular_degree(A, "uniform")
-        return _with_diagonal(A / (d + 1.0))
-    deg = A.sum(axis=1)
+        return _with_weights(A, np.full(A.nnz, 1.0 / (d + 1.0)))
+    deg, _ = _in_out_degrees(A)
     if len(deg) and deg.min() != deg.max():
         raise ValueError(f"weights 'uniform' (1/(deg+1)) are not doubly stochastic on the irregular {name} "
                          f"(degrees {int(deg.min())}..{int(deg.max())}): use 'metropolis' or 'max-degree'")
-    return _with_diagonal(A / (deg[:, None] + 1.0))
+    return _with_weights(A, 1.0 / (deg[_rows(A)] + 1.0))
 
 
-def max_degree(G: nx.Graph) -> np.ndarray:
+def sparse_max_degree(A: sp.csr_array, directed: bool) -> sp.csr_array:
     """w_ij = 1/(1 + d_max) on each edge, w_ii = 1 - d_i/(1 + d_max) (d = in-degree on digraphs)."""
-    A = receive_adjacency(G)
-    if G.is_directed() and not np.array_equal(A.sum(axis=1), A.sum(axis=0)):
+    indeg, outdeg = _in_out_degrees(A)
+    if directed and not np.array_equal(indeg, outdeg):
         raise ValueError("weights 'max-degree' on a directed graph need in-degree = out-degree at every node")
-    dmax = A.sum(axis=1).max() if len(A) else 0.0
-    return _with_diagonal(A / (1.0 + dmax))
+    dmax = indeg.max() if len(indeg) else 0.0
+    return _with_weights(A, np.full(A.nnz, 1.0 / (1.0 + dmax)))
 
 
-def lazy(W: np.ndarray) -> np.ndarray:
-    """(I + W)/2: same consensus point, all eigenvalues of a symmetric W moved into [0, 1]."""
+def lazy(W: np.ndarray | sp.sparray) -> np.ndarray | sp.csr_array:
+    """(I + W)/2: same consensus point, all eigenvalues of a symmetric W moved into [0, 1] (dense or sparse)."""
+    if sp.issparse(W):
+        L = sp.csr_array(0.5 * (sp.eye_array(W.shape[0], format="csr") + W))
+        L.sum_duplicates()
+        L.eliminate_zeros()
+        return L
     return 0.5 * (np.eye(len(W)) + W)
 
 
-def weight_matrix(G: nx.Graph, scheme: str = "metropolis", base: str | None = None,
-                  name: str = "graph") -> np.ndarray:
-    """Dispatch a scheme name (see SCHEMES) to its weights; `base` is the scheme under 'lazy'."""
+def sparse_fastest(A: sp.csr_array, directed: bool) -> sp.csr_array:
+    """Fastest-mixing symmetric weights (projected subgradient from Metropolis, `topologies.fastest`); dense inside."""
+    n = A.shape[0]
+    if directed:
+        raise ValueError("weights 'fastest' need an undirected graph (the method optimises a symmetric W); "
+                         "use 'metropolis', 'uniform', 'max-degree' or 'lazy' on directed graphs")
+    if n > FASTEST_LIMIT:
+        raise ValueError(f"weights 'fastest' optimise a dense n x n matrix (an O(n^3) eigendecomposition per "
+                         f"iteration) and are limited to n <= {FASTEST_LIMIT} clients, got n = {n}: "
+                         "use weights='metropolis'")
+    W0 = sparse_metropolis(A, directed=False)
+    upper = sp.triu(A, k=1, format="coo")  # edges i < j, in row-major order
+    order = np.lexsort((upper.col, upper.row))
+    i, j = upper.row[order].astype(np.int64), upper.col[order].astype(np.int64)
+    edges = np.stack([i, j], axis=1)
+    return sp.csr_array(fastest_mixing(n, edges, W0[i, j]))
+
+
+def check_scheme(scheme: str, base: str | None) -> str | None:
+    """Validate a scheme name and its `base`; return the base scheme under 'lazy' (None otherwise)."""
     if scheme not in SCHEMES:
         raise ValueError(f"weights must be one of {', '.join(SCHEMES)}; got {scheme!r}")
     if base is not None and scheme != "lazy":
         raise ValueError(f"option base only applies to weights='lazy', not to weights={scheme!r}")
+    if scheme != "lazy":
+        return None
+    base = "metropolis" if base is None else base
+    if base not in LAZY_BASES:
+        raise ValueError(f"base (the scheme under 'lazy') must be one of {', '.join(LAZY_BASES)}; got {base!r}")
+    return base
+
+
+def sparse_weights(A: sp.csr_array, directed: bool, scheme: str = "metropolis", base: str | None = None,
+                   name: str = "graph") -> sp.csr_array:
+    """Weights of a scheme (see SCHEMES) on the receive adjacency A, as canonical CSR; `base` is under 'lazy'."""
+    base = check_scheme(scheme, base)
     if scheme == "lazy":
-        base = "metropolis" if base is None else base
-        if base not in LAZY_BASES:
-            raise ValueError(f"base (the scheme under 'lazy') must be one of {', '.join(LAZY_BASES)}; "
-                             f"got {base!r}")
-        return lazy(weight_matrix(G, base, name=name))
+        return lazy(sparse_weights(A, directed, base, name=name))
     if scheme == "metropolis":
-        return metropolis(G)
+        return sparse_metropolis(A, directed)
     if scheme == "uniform":
-        return uniform(G, name=name)
+        return sparse_uniform(A, directed, name=name)
     if scheme == "max-degree":
-        return max_degree(G)
-    if G.is_directed():
-        raise ValueError("weights 'fastest' need an undirected graph (the method optimises a symmetric W); "
-                         "use 'metropolis', 'uniform', 'max-degree' or 'lazy' on directed graphs")
-    return fastest(G)
+        return sparse_max_degree(A, directed)
+    return sparse_fastest(A, directed)
+
+
+# --- the same schemes on a networkx graph, dense ------------------------------------------------------------
+
+def receive_adjacency(G: nx.Graph) -> np.ndarray:
+    """A[i, j] = 1.0 when i receives from j (edge j -> i, or the undirected edge i -- j); zero diagonal."""
+    return adjacency_of(G)[0].toarray()
+
+
+def metropolis(G: nx.Graph) -> np.ndarray:
+    """Metropolis–Hastings weights of a graph on 0..n-1, dense (see `sparse_metropolis`)."""
+    return sparse_metropolis(*adjacency_of(G)).toarray()
+
+
+def uniform(G: nx.Graph, name: str = "graph") -> np.ndarray:
+    """Uniform weights 1/(d_i + 1) of a regular graph on 0..n-1, dense (see `sparse_uniform`)."""
+    return sparse_uniform(*adjacency_of(G), name=name).toarray()
+
+
+def max_degree(G: nx.Graph) -> np.ndarray:
+    """Max-degree weights of a graph on 0..n-1, dense (see `sparse_max_degree`)."""
+    return sparse_max_degree(*adjacency_of(G)).toarray()
 
 
 def fastest(G: nx.Graph) -> np.ndarray:
-    """Fastest-mixing symmetric weights (projected subgradient from Metropolis, `topologies.fastest`)."""
-    W0 = metropolis(G)
-    i, j = np.nonzero(np.triu(W0 != 0, k=1) & (receive_adjacency(G) != 0))
-    edges = np.stack([i, j], axis=1)
-    return fastest_mixing(len(G), edges, W0[i, j])
+    """Fastest-mixing symmetric weights of an undirected graph on 0..n-1, dense (see `sparse_fastest`)."""
+    return sparse_fastest(*adjacency_of(G)).toarray()
+
+
+def weight_matrix(G: nx.Graph, scheme: str = "metropolis", base: str | None = None,
+                  name: str = "graph") -> np.ndarray:
+    """Dispatch a scheme name (see SCHEMES) to its weights on a graph, dense; `base` is the scheme under 'lazy'."""
+    return sparse_weights(*adjacency_of(G), scheme, base, name).toarray()

@@ -1,8 +1,10 @@
 """`FederatedData`: the pooled train set, one index tensor per client, and the test set, as torch tensors.
 
-This is what the engine consumes: it gathers every client's minibatch from `train_x` through
-`padded_indices()` in one indexing op. Client indices always stay on the CPU (schedules are built there
-and the gathered row ids are moved to the data's device); `to(device)` moves the x/y tensors.
+This is what the engine consumes: schedules gather every client's minibatch from `train_x` through
+`flat_indices()` (all clients' indices concatenated, computed once) in one indexing op. Client indices always
+stay on the CPU (schedules are built there and the gathered row ids are moved to the data's device);
+`to(device)` moves the x/y tensors. `client_indices` is treated as immutable after construction (assign a new
+list, or build a new FederatedData, to change the split).
 """
 
 from __future__ import annotations
@@ -35,6 +37,8 @@ class FederatedData:
     partition_method: str | None = None
     partition_options: dict[str, Any] = field(default_factory=dict)
     dataset_options: dict[str, Any] = field(default_factory=dict)
+    # (client_indices list it was built from, flat, offsets, sizes): see flat_indices()
+    _flat: tuple | None = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         self.input_shape = tuple(int(s) for s in self.input_shape)
@@ -49,11 +53,14 @@ class FederatedData:
         if not self.client_indices:
             raise ValueError("client_indices must hold at least one client")
         n = self.train_x.shape[0]
-        for i, idx in enumerate(self.client_indices):
-            if idx.numel() == 0:
-                raise ValueError(f"client {i} has no samples; every client needs at least 1")
-            if int(idx.min()) < 0 or int(idx.max()) >= n:
-                raise ValueError(f"client {i} has indices outside [0, {n - 1}]")
+        flat, offsets, sizes = self.flat_indices()  # validated in bulk: no per-client tensor ops at 100k clients
+        empty = (sizes == 0).nonzero()
+        if empty.numel():
+            raise ValueError(f"client {int(empty[0])} has no samples; every client needs at least 1")
+        bad = ((flat < 0) | (flat >= n)).nonzero()
+        if bad.numel():
+            client = int(torch.searchsorted(offsets, bad[0], right=True)) - 1
+            raise ValueError(f"client {client} has indices outside [0, {n - 1}]")
 
     # ------------------------------------------------------------------ views
     @property
@@ -63,19 +70,34 @@ class FederatedData:
     @property
     def sizes(self) -> torch.Tensor:
         """n_i, int64 [m]."""
-        return torch.tensor([i.numel() for i in self.client_indices], dtype=torch.long)
+        return self.flat_indices()[2].clone()
 
     def label_histograms(self) -> np.ndarray:
         """int64 [m, num_classes]: samples of each class per client."""
         return label_histograms(self.train_y, self.client_indices, self.num_classes)
 
+    def flat_indices(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(flat LongTensor [Σ n_i]: every client's indices concatenated in client order; offsets LongTensor [m]:
+        where client i starts in flat; sizes LongTensor [m]), on the CPU. Computed once per `client_indices`
+        list and cached; treat the returned tensors as read-only."""
+        cached = self._flat
+        if cached is None or cached[0] is not self.client_indices or len(cached[3]) != len(self.client_indices):
+            parts = self.client_indices
+            sizes = torch.tensor([i.numel() for i in parts], dtype=torch.long)
+            flat = torch.cat(parts) if parts else torch.zeros(0, dtype=torch.long)
+            offsets = torch.cumsum(sizes, 0) - sizes
+            cached = self._flat = (parts, flat, offsets, sizes)
+        return cached[1], cached[2], cached[3]
+
     def padded_indices(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """(LongTensor [m, max n_i], rows padded with 0; LongTensor sizes [m]), both on the CPU."""
-        sizes = self.sizes
+        """(LongTensor [m, max n_i], rows padded with 0; LongTensor sizes [m]), both on the CPU.
+
+        Materializes [m, max n_i]: with a skewed split this is much larger than the data; the schedules use
+        `flat_indices()` instead."""
+        flat, _, sizes = self.flat_indices()
         padded = torch.zeros(self.num_clients, int(sizes.max()), dtype=torch.long)
-        for i, idx in enumerate(self.client_indices):
-            padded[i, : idx.numel()] = idx
-        return padded, sizes
+        padded[torch.arange(padded.shape[1]) < sizes[:, None]] = flat  # row-major mask order = client order
+        return padded, sizes.clone()
 
     def partition_info(self) -> dict[str, Any]:
         """JSON-serialisable description of the split, written to the run's partition.json."""

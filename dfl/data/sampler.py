@@ -1,19 +1,38 @@
-"""Per-round minibatch schedules for a block of clients, gathered with one indexing op per step.
+"""Per-round minibatch schedules for a block of clients, built without a Python loop over clients.
 
-Client i's data order in round t comes from its own generator seeded by (seed, i, t), so the batches a
-client sees never depend on which process hosts it, on the world size, or on the chunk size.
+Client i's data order in round t is a function of (seed, i, t) only, so the batches a client sees never depend
+on which other clients are in the schedule, their order, the process hosting it, the world size or the chunk
+size.
 
-Each epoch is a fresh permutation of the client's n_i samples cut into ceil(n_i / B) batches; the last
-batch of an epoch may be short, which is expressed as per-sample weights (0 = padding). In epoch mode
-client i takes E * ceil(n_i / B) steps, so clients with less data finish earlier (they are left out of
-later steps, never padded with fake steps). In step mode every client takes exactly K steps, starting a
-new permutation whenever an epoch runs out. `batch_size = 0` is full-batch gradient descent.
+Each epoch is a fresh permutation of the client's n_i samples cut into ceil(n_i / B) batches; the last batch of
+an epoch may be short, which is expressed as per-sample weights (0 = padding). In epoch mode client i takes
+E * ceil(n_i / B) steps, so clients with less data finish earlier (they are left out of later steps, never
+padded with fake steps). In step mode every client takes exactly K steps, starting a new permutation whenever an
+epoch runs out. `batch_size = 0` is full-batch gradient descent (no shuffle). With crop-flip augmentation every
+sample of every step gets its own (dy, dx, flip), also a function of (seed, i, t) only.
+
+Randomness is counter-based: a 64-bit hash (splitmix64's finalizer, a bijection of uint64 with full
+avalanche, chained over the words) of (seed, round, stream, client id, epoch, slot). Client i's permutation
+of epoch e sorts its slots 0..n_i-1 by the top 32 bits of hash(seed, t, 0, i, e, slot) (ties, probability
+~ n_i^2 / 2^33 per epoch, keep slot order), so every (client, epoch) of the schedule is permuted at once by
+one stable argsort of (segment, key) over the concatenated segments. Augmentation parameters of the sample at
+flat position q = k * B + b of client i are read from hash(seed, t, 1, i, q). numpy uint64 arithmetic wraps
+modulo 2^64 (defined behaviour, no warnings on arrays).
+
+Cost: building a round generates one key per (client, epoch, sample) of the epochs a client touches,
+Σ_i E_i n_i (in step mode the last, partly used epoch is still permuted in full), in groups of ~1M keys
+(temporaries ~70 MB whatever m is; a client with more keys forms a group of its own). The schedule keeps one
+row id (int32 when the pooled train set has < 2^31 rows) per real sample the clients visit (full batch: Σ_i
+n_i) and a few [m] vectors; never [m, max n_i] nor [m, steps * B], so a skewed split (a few huge clients)
+costs what its samples cost. Each `batch(k)` gathers its [a, B] row ids with a few vectorized ops on the
+data's device. The [m, steps * B] grids `index`, `weight` and `aug` are materialized on first access only
+(tests, debugging).
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 import torch
@@ -21,12 +40,53 @@ import torch
 from dfl.data.augment import crop_flip
 
 CROP_PADDING = 4
+STREAM_ORDER, STREAM_AUGMENT = 0, 1
+_GROUP = 1 << 20  # keys generated per vectorized group: bounds the temporaries, not the schedule
+
+_MASK64 = (1 << 64) - 1
+_U = np.uint64
+_M1, _M2 = _U(0xBF58476D1CE4E5B9), _U(0x94D049BB133111EB)
+_S15, _S16, _S27, _S30, _S31, _S32, _S40 = (_U(s) for s in (15, 16, 27, 30, 31, 32, 40))
+# one odd constant per kind of word, so that e.g. client 3 / epoch 5 and client 5 / epoch 3 differ
+_SEED, _ROUND, _STREAM, _CLIENT, _EPOCH, _SLOT = (
+    _U(c) for c in (0x9E3779B97F4A7C15, 0xD1B54A32D192ED03, 0xABC98388FB8FAC03, 0x8CB92BA72F3D8DD7,
+                    0xDB4F0B9175AE2165, 0xF1357AEA2E62A9C5)
+)
 
 
-def client_generator(seed: int, client: int, round_index: int, stream: int = 0) -> torch.Generator:
-    """A CPU generator determined only by (seed, client id, round, stream)."""
-    state = np.random.SeedSequence([seed, client, round_index, stream]).generate_state(2, dtype=np.uint32)
-    return torch.Generator().manual_seed(int(state[0]) << 32 | int(state[1]))
+def _mix(z: np.ndarray) -> np.ndarray:
+    """splitmix64's finalizer (Stafford's mix13) on uint64 arrays: a bijection with full avalanche."""
+    z = z ^ (z >> _S30)
+    z *= _M1
+    z ^= z >> _S27
+    z *= _M2
+    z ^= z >> _S31
+    return z
+
+
+def _words(values) -> np.ndarray:
+    """Python ints / int arrays as uint64 arrays (two's complement for negatives, like any 64-bit seed)."""
+    if isinstance(values, (int, np.integer)):
+        return np.array([int(values) & _MASK64], dtype=np.uint64)
+    return np.asarray(values, dtype=np.int64).astype(np.uint64)
+
+
+def absorb(h: np.ndarray, word: np.ndarray, kind: np.uint64) -> np.ndarray:
+    """h' = mix(h ^ mix(word ^ kind)): for fixed h a bijection of word and vice versa (uint64, broadcasting)."""
+    return _mix(h ^ _mix(word ^ kind))
+
+
+def client_keys(seed: int, client_ids, round_index: int, stream: int) -> np.ndarray:
+    """uint64 [m]: hash(seed, round, stream, client) for each client id, the root of its randomness."""
+    h = _mix(_words(seed) ^ _SEED)
+    h = absorb(h, _words(round_index), _ROUND)
+    h = absorb(h, _words(stream), _STREAM)
+    return absorb(h, _words(client_ids), _CLIENT)
+
+
+def slot_words(count: int) -> np.ndarray:
+    """uint64 [count]: mix(q ^ kind) for q = 0..count-1, the per-position word absorbed last."""
+    return _mix(np.arange(count, dtype=np.uint64) ^ _SLOT)
 
 
 @dataclass
@@ -36,9 +96,18 @@ class Batch:
     y: torch.Tensor  # [a, B]
     weight: torch.Tensor  # [a, B], 1 for real samples, 0 for padding
 
+    def slice(self, start: int, stop: int) -> Batch:
+        """The clients start..stop-1 of this batch (views, no copy)."""
+        return Batch(self.rows[start:stop], self.x[start:stop], self.y[start:stop], self.weight[start:stop])
+
 
 class RoundSchedule:
-    """The minibatches of one round for the clients of this process."""
+    """The minibatches of one round for the clients of this process.
+
+    Client row r (client id client_ids[r]) takes `steps_per_client[r]` steps; at flat position q = k * B + b
+    (step k, batch slot b) it reads epoch e = q // L_r, slot s = q % L_r of its epoch layout (L_r =
+    ceil(n_r / B) * B; s >= n_r is padding), i.e. entry start_r + e * stride_r + s of the kept row ids.
+    """
 
     def __init__(
         self,
@@ -50,65 +119,154 @@ class RoundSchedule:
         mode: str,
         amount: int,
     ):
+        if mode not in ("epochs", "steps"):
+            raise ValueError(f"mode must be 'epochs' or 'steps', got {mode!r}")
         self.data = data
-        padded, sizes = data.padded_indices()
-        local = torch.as_tensor(client_ids, dtype=torch.long)
-        sizes = sizes[local]
-        self.batch_size = batch_size if batch_size > 0 else int(sizes.max()) if len(sizes) else 1
-        B = self.batch_size
-        positions, steps, aug = [], [], []
-        for cid, n in zip(client_ids, sizes.tolist()):
-            per_epoch = math.ceil(n / B)
-            k = amount * per_epoch if mode == "epochs" else amount
-            gen = client_generator(seed, cid, round_index)
-            pos = _epoch_positions(n, B, per_epoch, math.ceil(k / per_epoch), gen, shuffle=batch_size > 0)
-            positions.append(pos[: k * B])
-            steps.append(k)
-            if data.augment == "crop-flip":
-                aug.append(_crop_flip_params(k * B, gen))
-        self.steps_per_client = torch.tensor(steps, dtype=torch.long)
-        self.steps = int(self.steps_per_client.max()) if steps else 0
-        width = self.steps * B
-        pos = torch.full((len(client_ids), width), -1, dtype=torch.long)
-        for r, p in enumerate(positions):
-            pos[r, : p.numel()] = p
+        self.round_index, self.seed = round_index, seed
+        flat, offsets, all_sizes = data.flat_indices()
+        ids = np.asarray(client_ids, dtype=np.int64).reshape(-1)
+        self.client_ids = ids
+        m = len(ids)
+        n = all_sizes.numpy()[ids]
+        shuffle = batch_size > 0
+        self.batch_size = B = batch_size if shuffle else int(n.max()) if m else 1
+        per_epoch = -(-n // B)
+        k = amount * per_epoch if mode == "epochs" else np.full(m, amount, dtype=np.int64)
+        epochs = -(-k // per_epoch)
+        L = per_epoch * B
+        # samples kept per client: whole epochs, then the used prefix of the last one
+        last = np.minimum(n, k * B - np.maximum(epochs - 1, 0) * L) * (epochs > 0)
+        kept = np.maximum(epochs - 1, 0) * n + last if shuffle else n
+        base = offsets.numpy()[ids]  # where each client's indices start in `flat`
+        flat_np = flat.numpy()
+        row_dtype = np.int32 if len(flat_np) and data.train_x.shape[0] < 2**31 else np.int64
+        if shuffle:
+            keys = client_keys(seed, ids, round_index, STREAM_ORDER)
+            parts = [
+                _shuffled_rows(flat_np, base[a:b], keys[a:b], n[a:b], epochs[a:b], last[a:b]).astype(row_dtype)
+                for a, b in _groups(epochs * n)
+            ]
+            rows = np.concatenate(parts) if parts else np.zeros(0, dtype=row_dtype)
+        else:
+            rows = flat_np[_ragged_arange(base, n)].astype(row_dtype)
+        self.steps_per_client = torch.from_numpy(k.astype(np.int64))
+        self.steps = int(k.max()) if m else 0
         device = data.train_x.device
-        valid = pos >= 0
-        rows_idx = padded[local].gather(1, pos.clamp_min(0))
-        self.index = rows_idx.to(device)
-        self.weight = valid.to(device=device, dtype=data.train_x.dtype)
-        self.aug = None
-        if aug:
-            params = torch.zeros(len(client_ids), width, 3, dtype=torch.long)
-            for r, a in enumerate(aug):
-                params[r, : a.shape[0]] = a
-            self.aug = params.to(device)
 
+        def to(a: np.ndarray) -> torch.Tensor:
+            return torch.from_numpy(np.ascontiguousarray(a, dtype=np.int64)).to(device)
+
+        self._rows = torch.from_numpy(rows).to(device)
+        self._start, self._n, self._per_epoch = to(np.cumsum(kept) - kept), to(n), to(per_epoch)
+        self._stride = to(n if shuffle else np.zeros(m, dtype=np.int64))
+        self._limit = to(k * B)
+        self._aug_keys = client_keys(seed, ids, round_index, STREAM_AUGMENT) if data.augment == "crop-flip" else None
+
+    # ---------------------------------------------------------------- per step
     def batch(self, k: int) -> Batch:
         """Step k's batch for every client that still has steps left."""
         B = self.batch_size
-        rows = (self.steps_per_client > k).nonzero().squeeze(1).to(self.index.device)
-        idx = self.index[rows, k * B : (k + 1) * B]
+        cpu_rows = (self.steps_per_client > k).nonzero().squeeze(1)
+        rows = cpu_rows.to(self._rows.device)
+        # per client: epoch e, offset j of this batch in it, real samples in it; then one [a, B] gather
+        per_epoch = self._per_epoch[rows]
+        epoch = k // per_epoch
+        j = (k - epoch * per_epoch) * B
+        count = (self._n[rows] - j).clamp_max(B)  # >= 1: step k has a real sample
+        ar = torch.arange(B, device=rows.device)
+        where = (self._start[rows] + epoch * self._stride[rows] + j)[:, None] + torch.minimum(ar, count[:, None] - 1)
+        idx = self._rows[where].long()  # padding repeats the batch's last real sample (weight 0)
+        valid = ar < count[:, None]
         x = self.data.train_x[idx]
-        if self.aug is not None:
-            x = apply_crop_flip(x, self.aug[rows, k * B : (k + 1) * B])
-        return Batch(rows=rows, x=x, y=self.data.train_y[idx], weight=self.weight[rows, k * B : (k + 1) * B])
+        if self._aug_keys is not None:
+            x = apply_crop_flip(x, self._augment_params(cpu_rows.numpy(), k * B, (k + 1) * B).to(x.device))
+        return Batch(rows=rows, x=x, y=self.data.train_y[idx], weight=valid.to(self.data.train_x.dtype))
+
+    def _gather(self, q: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(train row ids long [m, W], valid bool [m, W]) of flat positions q [W] of every schedule row."""
+        L = (self._per_epoch * self.batch_size)[:, None]
+        epoch = q // L
+        slot = q - epoch * L
+        n = self._n[:, None]
+        valid = (slot < n) & (q < self._limit[:, None])
+        where = self._start[:, None] + epoch * self._stride[:, None] + torch.minimum(slot, n - 1)
+        if self._rows.numel() == 0:  # only when nobody takes a step
+            return torch.zeros_like(where), valid
+        return self._rows[where.clamp(0, self._rows.numel() - 1)].long(), valid
+
+    def _augment_params(self, rows: np.ndarray, q0: int, q1: int) -> torch.Tensor:
+        """long [a, q1 - q0, 3] = (dy, dx, flip) of flat positions q0..q1-1 of schedule rows `rows`."""
+        h = _mix(self._aug_keys[rows, None] ^ slot_words(q1)[None, q0:])
+        span = 2 * CROP_PADDING + 1  # 24-bit fields mod 9: bias 2^-24
+        dy = (h >> _S40) % _U(span)
+        dx = ((h >> _S16) & _U(0xFFFFFF)) % _U(span)
+        flip = (h >> _S15) & _U(1)
+        return torch.from_numpy(np.stack([dy, dx, flip], axis=-1).astype(np.int64))
+
+    # ---------------------------------------------------------------- whole-round grids (lazy)
+    @cached_property
+    def index(self) -> torch.Tensor:
+        """long [m, steps * B]: the train row id of every (client, flat position). Padding (weight 0) repeats the
+        epoch's last real sample, as `batch` does; past the client's steps it is any valid row id."""
+        return self._grid[0]
+
+    @cached_property
+    def weight(self) -> torch.Tensor:
+        """[m, steps * B] in the data's dtype: 1 for real samples, 0 for padding and past the client's steps."""
+        return self._grid[1].to(self.data.train_x.dtype)
+
+    @cached_property
+    def aug(self) -> torch.Tensor | None:
+        """long [m, steps * B, 3] crop-flip parameters (0 past the client's steps), or None without augmentation."""
+        if self._aug_keys is None:
+            return None
+        width = self.steps * self.batch_size
+        params = self._augment_params(np.arange(len(self.client_ids)), 0, width)
+        params[torch.arange(width) >= self.steps_per_client[:, None] * self.batch_size] = 0
+        return params.to(self._rows.device)
+
+    @cached_property
+    def _grid(self) -> tuple[torch.Tensor, torch.Tensor]:
+        return self._gather(torch.arange(self.steps * self.batch_size, device=self._rows.device))
 
 
-def _epoch_positions(n: int, B: int, per_epoch: int, epochs: int, gen: torch.Generator, shuffle: bool):
-    chunks = []
-    for _ in range(epochs):
-        perm = torch.randperm(n, generator=gen) if shuffle else torch.arange(n)
-        padded = torch.full((per_epoch * B,), -1, dtype=torch.long)
-        padded[:n] = perm
-        chunks.append(padded)
-    return torch.cat(chunks)
+def _groups(work: np.ndarray):
+    """Consecutive client ranges [a, b) with about _GROUP units of `work` each (a heavier client alone)."""
+    if len(work) == 0:
+        return []
+    group = (np.cumsum(work) - work) // _GROUP
+    cuts = np.flatnonzero(np.diff(group)) + 1
+    bounds = [0, *cuts.tolist(), len(work)]
+    return list(zip(bounds[:-1], bounds[1:]))
 
 
-def _crop_flip_params(count: int, gen: torch.Generator) -> torch.Tensor:
-    shifts = torch.randint(0, 2 * CROP_PADDING + 1, (count, 2), generator=gen)
-    flips = torch.randint(0, 2, (count, 1), generator=gen)
-    return torch.cat([shifts, flips], dim=1)
+def _ragged_arange(starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """concat(arange(s, s + c) for s, c in zip(starts, counts)), vectorized."""
+    total = int(counts.sum())
+    shift = np.repeat(starts - (np.cumsum(counts) - counts), counts)
+    return np.arange(total, dtype=np.int64) + shift
+
+
+def _shuffled_rows(flat, base, keys, n, epochs, last) -> np.ndarray:
+    """Row ids, client by client and epoch by epoch, of the kept part of each epoch's permutation.
+
+    Segment (client c, epoch e) holds n_c keys hash(keys_c, e, slot); one stable argsort of (segment << 32 |
+    top 32 key bits) orders every segment at once without mixing segments (segment < 2^31)."""
+    seg_client = np.repeat(np.arange(len(n)), epochs)
+    first = np.cumsum(epochs) - epochs
+    seg_epoch = np.arange(len(seg_client)) - np.repeat(first, epochs)
+    seg_n = n[seg_client]
+    seg_keep = seg_n.copy()
+    has = epochs > 0
+    seg_keep[(first + epochs - 1)[has]] = last[has]  # the last epoch of a client keeps only its used prefix
+    seg_key = absorb(keys[seg_client], seg_epoch.astype(np.uint64), _EPOCH)
+    seg_of = np.repeat(np.arange(len(seg_n), dtype=np.int64), seg_n)
+    slot = _ragged_arange(np.zeros(len(seg_n), dtype=np.int64), seg_n)  # also the position within the segment
+    h = _mix(seg_key[seg_of] ^ slot_words(int(seg_n.max()) if len(seg_n) else 0)[slot])
+    order = np.argsort((seg_of << 32) | (h >> _S32).astype(np.int64), kind="stable")
+    keep = slot < seg_keep[seg_of]
+    client_base = np.repeat(base[seg_client], seg_n)
+    return flat[client_base[keep] + slot[order][keep]]
 
 
 def apply_crop_flip(x: torch.Tensor, params: torch.Tensor) -> torch.Tensor:

@@ -19,8 +19,8 @@ CONFIG_FIELDS = tuple(f.name for f in fields(Config))
 # them (and in `seed`) belong to one setting.
 NOT_SETTING_FIELDS = (
     "name", "seed", "progress", "device", "backend", "gossip_mode", "client_chunk", "compile", "eval_batch_size",
-    "dist_timeout", "data_root", "checkpoint_every", "eval_every", "train_eval_samples", "hessian_every",
-    "hessian_samples", "hessian_iters",
+    "dist_timeout", "data_root", "checkpoint_every", "eval_every", "train_eval_samples", "client_eval_samples",
+    "hessian_every", "hessian_samples", "hessian_iters",
 )
 SETTING_FIELDS = tuple(f for f in CONFIG_FIELDS if f not in NOT_SETTING_FIELDS)
 DEFAULT_TARGET_FRACTION = 0.9

@@ -1,0 +1,71 @@
+"""The `device` the engine tests run on: DFL_TEST_DEVICE (default "cpu"), e.g. `DFL_TEST_DEVICE=cuda pytest tests`.
+
+Tests that pin engine correctness (vectorized = sequential reference, gossip exactness, the algorithms'
+identities, precision, compile) take `device`; tests that are CPU by nature (gloo process groups, files)
+do not. Asking for CUDA where there is none fails those tests (setup error), it never skips them: whoever
+set DFL_TEST_DEVICE=cuda wants to know that the GPU path was not exercised.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+
+ENV = "DFL_TEST_DEVICE"
+
+
+def requested_device() -> str:
+    return os.environ.get(ENV, "cpu").strip() or "cpu"
+
+
+def pytest_report_header(config):
+    return f"dfl test device: {requested_device()} ({ENV}; cuda available: {torch.cuda.is_available()})"
+
+
+@pytest.fixture
+def device():
+    """The device name ("cpu", "cuda", "cuda:1"), a str so it fits `Config(device=...)` as well as `.to()`.
+
+    On CUDA the fixture turns TF32 off for matmuls and cuDNN (dfl's default precision "fp32" does the same in
+    `dfl.run`, but tests that build a LocalTrainer directly would otherwise get cuDNN's TF32 convolutions),
+    asks cuDNN for deterministic kernels, and restores the previous settings afterwards.
+    """
+    name = requested_device()
+    try:
+        dev = torch.device(name)
+    except RuntimeError as exc:
+        pytest.fail(f"{ENV}={name!r} is not a torch device: {exc}", pytrace=False)
+    if dev.type not in ("cpu", "cuda"):
+        pytest.fail(f"{ENV}={name!r}: dfl runs on cpu or cuda", pytrace=False)
+    if dev.type == "cpu":
+        yield name
+        return
+    if not torch.cuda.is_available():
+        pytest.fail(f"{ENV}={name!r} but torch.cuda.is_available() is False (torch {torch.__version__}, "
+                    f"CUDA build {torch.version.cuda}): the GPU path was NOT tested", pytrace=False)
+    if dev.index is not None and dev.index >= torch.cuda.device_count():
+        pytest.fail(f"{ENV}={name!r} but this machine has {torch.cuda.device_count()} GPU(s)", pytrace=False)
+    saved = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32,
+             torch.backends.cudnn.deterministic)
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    torch.backends.cudnn.deterministic = True
+    try:
+        yield name
+    finally:
+        (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32,
+         torch.backends.cudnn.deterministic) = saved
+
+
+@pytest.fixture
+def slack(device) -> float:
+    """Factor on the tolerances of comparisons between two *different* fp32 computations (engine vs reference).
+
+    1 on the CPU. On CUDA, with TF32 off (see `device`), both sides are true fp32, but cuBLAS/cuDNN pick other
+    kernels and reduction orders for the batched (vmapped) and the per-client shapes, so round-off differs
+    more than between CPU kernels: the bounds are 10x looser there. Comparisons of one computation with
+    itself (same config twice, identities that run the same kernels) keep their tolerances.
+    """
+    return 1.0 if torch.device(device).type == "cpu" else 10.0

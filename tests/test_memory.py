@@ -1,0 +1,115 @@
+"""client_chunk = "auto": measured per-client footprint, the chunk rule, and the errors before training."""
+
+from __future__ import annotations
+
+import argparse
+
+import pytest
+import torch
+
+import dfl
+from dfl import memory
+from dfl.config import Config, ConfigError
+from dfl.data import FederatedData
+from dfl.run_cli import add_parser, config_from_args
+
+CPU = torch.device("cpu")
+CUDA = torch.device("cuda")  # only its type is read by choose_chunk
+
+
+def test_peak_tracker_counts_live_bytes_and_subtracts_freed_ones():
+    def work():
+        a = torch.ones(1000)  # 4,000 bytes
+        b = torch.ones(2000)  # 8,000 more: peak 12,000
+        del a, b
+        c = torch.ones(500)  # 2,000 after both were freed
+        return c
+
+    tracker = memory.PeakTracker()
+    with tracker:
+        kept = work()
+    assert tracker.peak == 12_000
+    assert tracker.live == kept.untyped_storage().nbytes() == 2_000
+
+
+def test_footprint_is_the_slope_and_intercept_of_the_call():
+    def call(k):
+        return torch.ones(250 + 1000 * k) * 2  # two tensors of (250 + 1000 k) floats alive at once
+
+    fixed, per_client = memory.measure_footprint(call, clients=10, device=CPU)
+    assert per_client == 8_000 and fixed == 2_000
+
+
+def test_chunk_rule_cpu_is_capped_for_speed_cuda_only_by_memory():
+    kw = dict(fixed=0, per_client=1 * 2**20, row_bytes=0, free=64 * 2**30)
+    cpu, _ = memory.choose_chunk(10_000, device=CPU, **kw)
+    assert cpu == memory.CPU_CHUNK_BYTES // 2**20
+    gpu, _ = memory.choose_chunk(10_000, device=CUDA, **kw)
+    assert gpu == 10_000
+    small = dict(kw, free=2 * 2**30)  # budget 1.6 GiB on CUDA: 1638 clients of 1 MiB
+    gpu, estimate = memory.choose_chunk(10_000, device=CUDA, **small)
+    assert gpu == estimate["memory_limit"] == int(0.8 * 2 * 2**30) // 2**20
+    assert memory.choose_chunk(3, device=CPU, **kw)[0] == 3  # never more than the clients
+
+
+def test_stacks_are_set_aside_before_chunks():
+    row = 4 * 10**6  # 4 MB per client row
+    chunk, est = memory.choose_chunk(100, fixed=0, per_client=row, row_bytes=row, free=10 * 2**30, device=CUDA)
+    assert est["stack_bytes"] == memory.STACK_COPIES * 100 * row
+    room = est["budget_bytes"] - est["stack_bytes"]
+    assert chunk == min(100, room // (row + memory.STEP_TEMPORARIES * row))
+
+
+def test_nothing_fits_is_an_error_with_the_estimate():
+    with pytest.raises(ConfigError, match=r"client_chunk: not even one client fits.*GiB"):
+        memory.choose_chunk(10**6, fixed=0, per_client=10**6, row_bytes=10**6, free=2**30, device=CPU)
+
+
+def test_config_validates_client_chunk():
+    assert Config().client_chunk == "auto"
+    Config(client_chunk=0).validate()
+    Config(client_chunk=16, clients=16).validate()
+    with pytest.raises(ConfigError, match="client_chunk must be \"auto\""):
+        Config(client_chunk="fast").validate()
+    with pytest.raises(ConfigError, match="client_chunk = 17 is larger than clients = 16"):
+        Config(client_chunk=17, clients=16).validate()
+    with pytest.raises(ConfigError, match="client_chunk must be >= 0"):
+        Config(client_chunk=-1).validate()
+
+
+def test_cli_accepts_auto_and_numbers():
+    parser = argparse.ArgumentParser()
+    add_parser(parser.add_subparsers())
+    assert config_from_args(parser.parse_args(["run", "--client-chunk", "auto"])).client_chunk == "auto"
+    assert config_from_args(parser.parse_args(["run", "--client-chunk", "8"])).client_chunk == 8
+
+
+def _small(**changes):
+    base = dict(clients=6, rounds=2, local_steps=2, batch_size=8, model="mlp", progress=False, eval_every=1,
+                train_eval_samples=0, device="cpu", dataset_options={"num_samples": 400})
+    return Config(**{**base, **changes})
+
+
+def test_auto_chunk_gives_the_same_run_as_explicit_chunks():
+    data = FederatedData.build("mnist1d", 6, "dirichlet", seed=0, dataset_options={"num_samples": 400},
+                               partition_options={"alpha": 0.3})
+    auto = dfl.run(_small(), data=data)
+    assert 1 <= auto.summary["client_chunk"] <= 6 and auto.summary["memory_estimate"]["bytes_per_client"] > 0
+    for chunk in (1, 4):
+        other = dfl.run(_small(client_chunk=chunk), data=data)
+        assert other.summary["client_chunk"] == chunk
+        torch.testing.assert_close(other.params, auto.params, atol=1e-6, rtol=0)
+
+
+def test_run_that_cannot_fit_stops_before_training_and_writes_nothing(monkeypatch, tmp_path):
+    monkeypatch.setattr(memory, "available_bytes", lambda device: 10_000)
+    with pytest.raises(ConfigError, match="client_chunk: not even one client fits"):
+        dfl.run(_small(), out=tmp_path / "run")
+    assert not (tmp_path / "run").exists()
+
+
+def test_explicit_chunk_above_the_estimate_warns(monkeypatch):
+    monkeypatch.setattr(memory, "choose_chunk", lambda clients, *a, **k: (1, {"memory_limit": 1}))
+    with pytest.warns(UserWarning, match="client_chunk = 4 may not fit"):
+        result = dfl.run(_small(client_chunk=4, rounds=1))
+    assert result.summary["client_chunk"] == 4
