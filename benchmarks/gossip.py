@@ -28,6 +28,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 import topologies
+from dfl.memory import keep_freed_memory
 
 
 def parse_args(argv=None):
@@ -150,6 +151,7 @@ def _gb(x: float) -> str:
 
 def main(argv=None) -> None:
     args = parse_args(argv)
+    keep_freed_memory()  # as dfl.run does on CPU: reused heap, not fresh zero-filled mappings per call
     device = torch.device("cuda" if args.device == "cuda" or (args.device == "auto" and torch.cuda.is_available())
                           else "cpu")
     torch.backends.cuda.matmul.allow_tf32 = False

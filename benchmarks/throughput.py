@@ -46,6 +46,7 @@ from dfl.config import PRECISIONS, Config
 from dfl.data import FederatedData
 from dfl.gossip import Gossip
 from dfl.local import LocalRule, LocalTrainer
+from dfl.memory import keep_freed_memory
 from dfl.models import build_model
 
 
@@ -199,6 +200,7 @@ def reference_round(trainer_model, client_states, loaders, steps, W, lr, rho, de
 
 def main():
     args = parse_args()
+    keep_freed_memory()  # as dfl.run does on CPU: reused heap, not fresh zero-filled mappings per call
     if args.threads:
         torch.set_num_threads(args.threads)
     device = torch.device("cuda" if args.device == "auto" and torch.cuda.is_available() else

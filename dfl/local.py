@@ -1,8 +1,10 @@
 """Vectorized local training: per-client gradients, SAM/ASAM, clipping, weight decay and momentum.
 
 All rules act row by row on the `[m, d]` stack: norms, clipping and SAM perturbations are per client,
-never across the stack. One `vmap(grad)` call computes every (active) client's minibatch gradient
-(optionally through `torch.compile`, `Config.compile`, and under bf16 autocast, `Config.precision`).
+never across the stack. One `vmap(grad)` call computes the minibatch gradients of a chunk of clients
+(`client_chunk`, "auto" = measured by `plan_chunk`, see `dfl.memory`), differentiating per-parameter tensors
+(`ParamLayout.split`) and joining the gradients with one `cat` (optionally through `torch.compile`,
+`Config.compile`, and under bf16 autocast, `Config.precision`).
 
 One local step for client i with minibatch ξ (ALGORITHMS.md §1, torch.optim.SGD semantics):
     g  = ∇f_i(y; ξ)                              plain, or
@@ -137,7 +139,11 @@ class LocalTrainer:
         g, loss = self.gradient(Xb, batch)
         if rule.rho == 0:
             return g, loss
-        return self.gradient(Xb + self.perturbation(Xb, g, rule), batch)[0], loss
+        if rule.sam == "sam":  # y + ρ g/(‖g‖+ε₀) in one pass over the rows (no separate ε tensor)
+            point = torch.addcmul(Xb, g, rule.rho / (g.norm(dim=1, keepdim=True) + SAM_EPS))
+        else:
+            point = Xb + self.perturbation(Xb, g, rule)
+        return self.gradient(point, batch)[0], loss
 
     def perturbation(self, Xb: torch.Tensor, g: torch.Tensor, rule: LocalRule) -> torch.Tensor:
         """ε per row: ρ g/(‖g‖+ε₀) (SAM) or ρ T²g/(‖Tg‖+ε₀), T = |y|+η_a on weights (ASAM)."""

@@ -20,8 +20,10 @@ The chunk is the largest that
 
 from __future__ import annotations
 
+import ctypes
 import math
 import os
+import sys
 import weakref
 
 import torch
@@ -157,3 +159,41 @@ def measure_footprint(call, clients: int, device: torch.device, probe: int = 4) 
     many = call_peak_bytes(lambda: call(k), device)
     per_client = max(math.ceil((many - one) / (k - 1)), 1)
     return max(one - per_client, 0), per_client
+
+
+# glibc mallopt parameters (malloc.h)
+_M_TRIM_THRESHOLD, _M_TOP_PAD, _M_MMAP_MAX = -1, -2, -4
+_HEAP_KEPT = False
+
+
+def keep_freed_memory() -> bool:
+    """Make glibc serve every allocation from its heap and keep what is freed for reuse (CPU runs).
+
+    By default glibc gives each allocation above 32 MiB its own mapping and unmaps it on free, so every round
+    the `[m, d]` stacks and `[chunk, d]` temporaries are mapped afresh and zero-filled page by page by the
+    kernel: at 1,000 mlp clients that system time exceeded the arithmetic, and a gossip step on 200 MB ran at
+    15% of the copy bandwidth. With mappings off (M_MMAP_MAX = 0) and trimming only past 2 GiB of free heap
+    top (M_TRIM_THRESHOLD), freed blocks are reused: same step, 68% of copy bandwidth; mlp × 1,000 rounds
+    1.3-2× faster, with no system time. The price: the process keeps its peak heap until it exits.
+
+    Process-wide and once; `DFL_MALLOC=system` keeps glibc's defaults; a no-op off glibc. Returns whether the
+    setting is in force."""
+    global _HEAP_KEPT
+    if _HEAP_KEPT:
+        return True
+    if os.environ.get("DFL_MALLOC", "").strip().lower() == "system" or not sys.platform.startswith("linux"):
+        return False
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+        mallopt = libc.mallopt
+    except (OSError, AttributeError):
+        return False  # not glibc (e.g. musl)
+    mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
+    _HEAP_KEPT = bool(mallopt(_M_MMAP_MAX, 0) and mallopt(_M_TRIM_THRESHOLD, 2**31 - 1)
+                      and mallopt(_M_TOP_PAD, 64 * 2**20))
+    return _HEAP_KEPT
+
+
+def heap_kept() -> bool:
+    """Whether `keep_freed_memory` is in force in this process."""
+    return _HEAP_KEPT

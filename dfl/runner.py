@@ -18,6 +18,7 @@ import torch
 
 import topologies
 from dfl import checkpoint as ckpt
+from dfl import memory
 from dfl.algorithms import Context, algorithm_class, resolve_hyperparameters
 from dfl.clients import ParamLayout, initial_stack
 from dfl.config import Config, ConfigError
@@ -137,6 +138,8 @@ def _run(config: Config, data, out, overwrite: bool, comm, resume: bool) -> Resu
         ckpt.check_config(saved, config, out)
     hp, ignored = resolve_hyperparameters(config)
     device = getattr(comm, "device", None) or resolve_device(config.device)
+    if device.type == "cpu":
+        memory.keep_freed_memory()  # reuse freed heap instead of zero-filled fresh mappings every round
     tf32 = config.precision == "tf32"  # off otherwise: exact-averaging needs true fp32
     if tf32 and device.type != "cuda":
         raise ConfigError(f"precision = tf32 needs a CUDA device (the run is on {device}); use fp32 or bf16")
@@ -203,6 +206,7 @@ def _run(config: Config, data, out, overwrite: bool, comm, resume: bool) -> Resu
         "num_params": layout.dim,
         "device": str(device),
         "client_chunk": trainer.chunk,
+        "malloc": "heap kept (dfl.memory.keep_freed_memory)" if memory.heap_kept() else "system",
         "memory_estimate": trainer.memory_estimate,
         "rounds": config.rounds,
         "rounds_completed": start,

@@ -113,3 +113,17 @@ def test_explicit_chunk_above_the_estimate_warns(monkeypatch):
     with pytest.warns(UserWarning, match="client_chunk = 4 may not fit"):
         result = dfl.run(_small(client_chunk=4, rounds=1))
     assert result.summary["client_chunk"] == 4
+
+
+def test_keep_freed_memory_is_glibc_only_and_can_be_declined():
+    import subprocess
+    import sys
+
+    code = "from dfl import memory; print(memory.keep_freed_memory(), memory.heap_kept())"
+    env = {k: v for k, v in __import__("os").environ.items() if k != "DFL_MALLOC"}
+    kept = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
+    declined = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                              env={**env, "DFL_MALLOC": "system"})
+    assert declined.stdout.split() == ["False", "False"]
+    if sys.platform.startswith("linux") and __import__("platform").libc_ver()[0] == "glibc":
+        assert kept.stdout.split() == ["True", "True"]
