@@ -63,6 +63,8 @@ def test_each_epoch_is_a_permutation_with_a_short_padded_last_batch(B, E):
     s = schedule(data, range(len(SIZES)), B=B, amount=E)
     per_epoch = [ceil_div(n, B) for n in SIZES]
     assert s.steps_per_client.tolist() == [E * p for p in per_epoch] and s.steps == E * max(per_epoch)
+    B = min(B, max(SIZES))  # the width: a batch wider than every client is one pass over each client's data
+    assert s.batch_size == B
     assert s.index.shape == s.weight.shape == (len(SIZES), s.steps * B) and s.aug is None
     for r, n in enumerate(SIZES):
         epochs = epochs_of(s, r, n)
@@ -126,6 +128,37 @@ def test_full_batch_is_every_sample_in_order_every_step():
         assert torch.equal(b.x, other.batch(k).x)
     e = schedule(data, range(len(SIZES)), B=0, mode="epochs", amount=2)
     assert e.steps_per_client.tolist() == [2] * len(SIZES)
+
+
+@pytest.mark.parametrize("mode, amount", [("epochs", 2), ("steps", 3)])
+def test_batch_size_is_capped_at_the_largest_client(mode, amount):
+    """A batch wider than every client's data is one pass over each client's n_i samples: width max_j n_j over all
+    clients (also for a subset holding only small ones), never [m, batch_size] (10**8 would need gigabytes)."""
+    data = make_data()
+    ids = [3, 0, 6, 2]
+    exact = schedule(data, ids, t=2, seed=5, B=max(SIZES), mode=mode, amount=amount)
+    for B in (max(SIZES) + 1, 10**8):
+        huge = schedule(data, ids, t=2, seed=5, B=B, mode=mode, amount=amount)
+        assert huge.batch_size == max(SIZES) and huge.steps == exact.steps
+        assert torch.equal(huge.steps_per_client, exact.steps_per_client)
+        for k in range(huge.steps):
+            a, b = exact.batch(k), huge.batch(k)
+            assert b.x.shape == (len(b.rows), max(SIZES), 1)
+            assert torch.equal(a.rows, b.rows) and torch.equal(a.weight, b.weight) and torch.equal(a.x, b.x)
+            assert (b.weight.sum(1) == torch.tensor([SIZES[ids[r]] for r in b.rows.tolist()])).all()
+    small = schedule(data, [4, 6], B=10**8, mode=mode, amount=amount)  # clients of 1 and 4 samples
+    assert small.batch_size == max(SIZES)
+    assert schedule(data, [4, 6], B=3, mode=mode, amount=amount).batch_size == 3  # below the cap: unchanged
+
+
+def test_full_batch_width_and_augmentation_do_not_depend_on_the_subset():
+    data = make_data(augment="crop-flip")
+    everyone = schedule(data, range(len(SIZES)), t=1, seed=3, B=0, mode="steps", amount=3)
+    small = schedule(data, [4, 6], t=1, seed=3, B=0, mode="steps", amount=3)
+    assert small.batch_size == everyone.batch_size == max(SIZES)
+    assert torch.equal(small.aug, everyone.aug[[4, 6]])
+    for k in range(3):
+        assert torch.equal(small.batch(k).x, everyone.batch(k).x[[4, 6]])
 
 
 def test_zero_steps_and_bad_mode():

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 
 import networkx as nx
 import numpy as np
@@ -64,6 +65,25 @@ def test_grid_shapes():
     assert torus.degrees().tolist() == [4] * 16 and torus.neighbors(0) == [1, 3, 4, 12]
     # a wrapped side of 2 does not double its edge
     assert build("grid", 8, shape=(2, 4), periodic=True).degrees().tolist() == [3] * 8
+
+
+def test_grid_with_a_prime_count_is_an_error_not_a_path():
+    """A prime n > 3 has no 2-D grid: no silent 1 x n path (or ring, periodic); the error names the nearest counts
+    that factor with both sides >= 2 and how to ask for the path."""
+    for periodic, what in ((False, "1 × 17 path"), (True, "1 × 17 torus, i.e. a ring")):
+        with pytest.raises(ValueError, match=r"n = 17 clients is prime") as err:
+            build("grid", 17, periodic=periodic)
+        assert what in str(err.value) and "16 (4 × 4) or 18 (3 × 6)" in str(err.value)
+        assert "shape=(1, 17)" in str(err.value)
+    for n, counts in ((5, "4 (2 × 2) or 6 (2 × 3)"), (7, "6 (2 × 3) or 8 (2 × 4)"), (97, "96 (8 × 12) or 98 (7 × 14)")):
+        with pytest.raises(ValueError, match=re.escape(counts)):
+            graphs.grid(n)
+    path = build("grid", 17, shape=(1, 17))  # asked for explicitly: the path
+    assert path.graph.number_of_edges() == 16 and path.degrees().tolist() == [1] + [2] * 15 + [1]
+    assert build("grid", 17, shape=(17, 1), periodic=True).degrees().tolist() == [2] * 17
+    # no 2-D grid exists for n <= 3: the path, as before; elongated but 2-D shapes (2 x prime) are kept
+    assert [build("grid", n).graph.number_of_edges() for n in (1, 2, 3)] == [0, 1, 2]
+    assert graphs.grid_shape(34) == (2, 17) and build("grid", 34).graph.number_of_edges() == 17 + 2 * 16
 
 
 def test_small_n():

@@ -128,3 +128,13 @@ def test_console_script():
     assert proc.returncode == 0, proc.stderr
     row = proc.stdout.strip().splitlines()[2].split()
     assert row[:2] == ["ring", "8"] and float(row[4]) == pytest.approx(0.8047, abs=1e-4)
+
+
+def test_compare_skips_a_grid_that_does_not_exist_at_a_prime_count(capsys):
+    assert main(["topology", "compare", "--clients", "16", "17", "--topologies", "ring", "grid", "--json"]) == 0
+    captured = capsys.readouterr()
+    rows = json.loads(captured.out)
+    assert [(r["topology"], r["n"]) for r in rows] == [("ring", 16), ("ring", 17), ("grid", 16)]
+    assert "skipped grid on 17 clients" in captured.err and "16 (4 × 4) or 18 (3 × 6)" in captured.err
+    assert main(["topology", "grid", "--clients", "17"]) == 2
+    assert "is prime" in capsys.readouterr().err

@@ -58,8 +58,9 @@ def build(name: str, n: int | None, weights: str | None = None, **options) -> To
     weights: one of metropolis (the default), uniform, max-degree, lazy (option base= picks the scheme under
     it, default metropolis), fastest; see `topologies.weights` for which apply to directed graphs.
     `custom` takes exactly one of graph= (networkx graph), path= (edge-list file) or matrix= (the W itself,
-    dense or scipy sparse; then weights must be left unset). Topology options: grid shape=(r, c), periodic=; exponential
-    symmetric=; random-regular degree=, seed=; erdos-renyi p=, seed=; random-k k=, seed=.
+    dense or scipy sparse; then weights must be left unset). Topology options: grid shape=(r, c) (default
+    near-square; a prime n > 3 needs it), periodic=; exponential symmetric=; random-regular degree=, seed=;
+    erdos-renyi p=, seed=; random-k k=, seed=.
     """
     if name not in NAMES:
         raise ValueError(f"unknown topology {name!r}; allowed: {', '.join(NAMES)}")

@@ -85,17 +85,37 @@ def ring(n: int) -> nx.Graph:
 
 
 def grid_shape(n: int) -> tuple[int, int]:
-    """Near-square factorisation n = r * c with r the largest divisor of n not above sqrt(n)."""
+    """Near-square factorisation n = r * c with r the largest divisor of n not above sqrt(n) ((1, n) for a prime)."""
     n = check_n(n)
     r = max(d for d in range(1, math.isqrt(n) + 1) if n % d == 0)
     return r, n // r
+
+
+def _two_dimensional(n: int) -> bool:
+    return grid_shape(n)[0] >= 2
+
+
+def _nearest_grid_counts(n: int) -> str:
+    """'16 (4 × 4) or 18 (3 × 6)': the nearest smaller and larger counts whose near-square shape has both sides
+    >= 2 (the smaller one only when there is one, i.e. n > 4)."""
+    below = next((m for m in range(n - 1, 3, -1) if _two_dimensional(m)), None)
+    above = next(m for m in range(n + 1, 2 * n + 4) if _two_dimensional(m))  # n + 1 is even for prime n > 2
+    return " or ".join(f"{m} ({' × '.join(map(str, grid_shape(m)))})" for m in (below, above) if m is not None)
 
 
 def _grid_shape_option(n: int, shape: object, periodic: object) -> tuple[int, int]:
     if not isinstance(periodic, (bool, np.bool_)):
         raise ValueError(f"periodic must be True or False, got {periodic!r}")
     if shape is None:
-        return grid_shape(n)
+        r, c = grid_shape(n)
+        if r == 1 and n > 3:
+            what, force = (("torus, i.e. a ring", "topology ring, or shape=(1, {n}) to mean it") if periodic else
+                           ("path (a ring without its wrap-around edge)", "or shape=(1, {n}) to mean that path"))
+            raise ValueError(
+                f"grid: n = {n} clients is prime, so the near-square grid would be a 1 × {n} {what}; use "
+                f"{_nearest_grid_counts(n)} clients, {force.format(n=n)} "
+                f"(dfl run: --topology-options 'shape=(1,{n})'; dfl topology: --shape 1 {n})")
+        return r, c
     try:
         r, c = (int(s) for s in shape)
         ok = all(int(s) == s for s in shape)
@@ -127,6 +147,10 @@ def grid_edges(n: int, shape: tuple[int, int] | None = None,
 def grid(n: int, shape: tuple[int, int] | None = None, periodic: bool = False) -> nx.Graph:
     """2-D mesh of shape (r, c), node (a, b) = a*c + b; `periodic=True` wraps both sides (torus).
 
+    Without `shape` the mesh is near-square (`grid_shape`). A prime n > 3 has no r x c shape with both sides
+    >= 2, and its 1 x n "grid" would be a path (a ring with periodic=True): that is a ValueError suggesting the
+    nearest counts that factor, unless shape=(1, n) (or (n, 1)) asks for the path explicitly. n <= 3 has no 2-D
+    grid at all and stays the 1 x n path. Elongated shapes such as 2 x p (n = 2p) are kept as they are.
     A wrapped side of length 2 repeats an existing edge and one of length 1 would be a self-loop; both are
     dropped, so the 2 x c torus has degree 3 (as in `nx.grid_2d_graph`).
     """

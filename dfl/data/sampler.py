@@ -8,7 +8,11 @@ Each epoch is a fresh permutation of the client's n_i samples cut into ceil(n_i 
 an epoch may be short, which is expressed as per-sample weights (0 = padding). In epoch mode client i takes
 E * ceil(n_i / B) steps, so clients with less data finish earlier (they are left out of later steps, never
 padded with fake steps). In step mode every client takes exactly K steps, starting a new permutation whenever an
-epoch runs out. `batch_size = 0` is full-batch gradient descent (no shuffle). With crop-flip augmentation every
+epoch runs out. `batch_size = 0` is full-batch gradient descent (no shuffle). The batch width is B = min(batch_size,
+max_j n_j) over all N clients of the data (full batch: max_j n_j): a client's minibatch is min(B, n_i) real samples,
+and a batch_size larger than every client's data is one pass over each client's n_i samples per step, without
+allocating [m, batch_size]. Widths, and with them every client's batches, do not depend on which clients are in
+the schedule. With crop-flip augmentation every
 sample of every step gets its own (dy, dx, flip), also a function of (seed, i, t) only.
 
 Randomness is counter-based: a 64-bit hash (splitmix64's finalizer, a bijection of uint64 with full
@@ -129,7 +133,10 @@ class RoundSchedule:
         m = len(ids)
         n = all_sizes.numpy()[ids]
         shuffle = batch_size > 0
-        self.batch_size = B = batch_size if shuffle else int(n.max()) if m else 1
+        # batch width: at most the largest client of the whole data (all N clients, not only these, so widths and
+        # augmentation positions never depend on the subset); a batch wider than n_i is one pass over all n_i
+        widest = max(int(all_sizes.max()), 1) if len(all_sizes) else 1
+        self.batch_size = B = min(batch_size, widest) if shuffle else widest
         per_epoch = -(-n // B)
         k = amount * per_epoch if mode == "epochs" else np.full(m, amount, dtype=np.int64)
         epochs = -(-k // per_epoch)
