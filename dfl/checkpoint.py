@@ -36,8 +36,23 @@ EXECUTION_FIELDS = ("device", "backend", "gossip_mode", "client_chunk", "compile
 RESUMABLE_FIELDS = EXACT_FIELDS + EXECUTION_FIELDS
 
 
+# The keys every checkpoint of FORMAT holds (`gather`); a file without one of them cannot be resumed.
+REQUIRED_KEYS = ("round", "params", "client_state", "server_state", "history", "counters", "rng", "config",
+                 "param_names")
+RESTART_HINT = "delete the run directory, or start the run again with --overwrite instead of --resume"
+
+
 class NoCheckpoint(FileNotFoundError):
     """`--resume` on a directory without a checkpoint."""
+
+
+class CheckpointError(ValueError):
+    """`checkpoint.pt` exists but cannot be resumed (truncated, corrupt, or not a complete dfl checkpoint).
+    `path` is the file, `reason` what is wrong with it; the message is one line and says what to do."""
+
+    def __init__(self, path: str | Path, reason: str, hint: str = RESTART_HINT):
+        self.path, self.reason = Path(path), reason
+        super().__init__(f"checkpoint {self.path} is unreadable ({reason}); {hint}")
 
 
 def gather(algorithm, comm, round_done: int, history, counters: dict[str, Any], config: Config, layout):
@@ -77,10 +92,28 @@ def load(run_dir: str | Path) -> dict[str, Any]:
             f"cannot resume: run directory {run_dir} {where} (a run writes {FILENAME} every checkpoint_every "
             "rounds; start the run again, with --overwrite instead of --resume)"
         )
-    checkpoint = torch.load(path, map_location="cpu", weights_only=True)
-    if not isinstance(checkpoint, dict) or checkpoint.get("format") != FORMAT:
-        raise ValueError(f"{path} is not a dfl checkpoint of format {FORMAT}; it cannot be resumed")
+    try:
+        checkpoint = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:  # truncated zip, random bytes, a pickle with forbidden globals, ...
+        raise CheckpointError(path, f"truncated or corrupt: {_first_line(exc)}") from exc
+    if not isinstance(checkpoint, dict):
+        raise CheckpointError(path, f"not a dfl checkpoint: it holds a {type(checkpoint).__name__}, not a dict")
+    if checkpoint.get("format") != FORMAT:
+        raise CheckpointError(path, f"not a dfl checkpoint of format {FORMAT}: format {checkpoint.get('format')!r}")
+    missing = [k for k in REQUIRED_KEYS if k not in checkpoint]
+    if missing:
+        raise CheckpointError(path, f"incomplete: it lacks {', '.join(missing)}")
+    if not isinstance(checkpoint["round"], int) or not torch.is_tensor(checkpoint["params"]) \
+            or checkpoint["params"].dim() != 2 or not isinstance(checkpoint["config"], dict):
+        raise CheckpointError(path, "corrupt: round, params or config has the wrong type")
     return checkpoint
+
+
+def _first_line(exc: BaseException) -> str:
+    """`Type: first line of the message`, at most 200 characters (torch's messages run over many lines)."""
+    text = next((line.strip() for line in str(exc).splitlines() if line.strip()), "")
+    text = f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+    return text if len(text) <= 200 else text[:197] + "..."
 
 
 def check_config(checkpoint: dict[str, Any], config: Config, run_dir) -> None:

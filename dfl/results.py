@@ -71,6 +71,24 @@ def _jsonable(value: Any):
     raise TypeError(f"cannot serialise {type(value).__name__} to JSON")
 
 
+# The temporary files `atomic_write_bytes` / `atomic_torch_save` make next to RUN_FILES (`.<name>.<random>`); a
+# process killed mid-write leaves one behind. They are never read, and removed when a run starts or resumes.
+RUN_FILES = ("checkpoint.pt", "params.pt", "metrics.jsonl", "summary.json", "config.toml", "partition.json",
+             "error.log")
+
+
+def remove_stale_temporaries(directory: str | Path, names: tuple[str, ...] = RUN_FILES) -> list[Path]:
+    """Delete the leftover temporary files of an atomic write of `names` in `directory`; returns them."""
+    directory = Path(directory)
+    removed = []
+    for name in names:
+        for tmp in directory.glob(f".{name}.*"):
+            if tmp.is_file() and not tmp.is_symlink():
+                tmp.unlink(missing_ok=True)
+                removed.append(tmp)
+    return removed
+
+
 class RunDirectory:
     """`runs/<name>/`: config.toml, metrics.jsonl, summary.json, partition.json, checkpoint.pt, params.pt.
 
@@ -85,7 +103,10 @@ class RunDirectory:
                 raise ValueError("a run directory is opened either to resume or to overwrite, not both")
             if not self.path.is_dir():
                 raise FileNotFoundError(f"cannot resume: run directory {self.path} does not exist")
+            remove_stale_temporaries(self.path)
             return
+        if self.path.is_dir():
+            remove_stale_temporaries(self.path)  # a directory holding only those counts as empty
         if self.path.exists() and any(self.path.iterdir()) and not overwrite:
             raise RunDirectoryExists(
                 f"run directory {self.path} already exists and is not empty; choose another --out or pass "

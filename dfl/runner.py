@@ -30,7 +30,15 @@ from dfl.results import RunDirectory
 
 
 class DivergenceError(RuntimeError):
-    """The run produced NaN/inf; the message names the round and the clients."""
+    """The run diverged (NaN/inf, or the loss rule below); the message names the round and what happened."""
+
+
+# A run whose mean local training loss stays above DIVERGENCE_LOSS_FACTOR × ln C (C classes; ln C is the loss
+# of a uniform guess) at DIVERGENCE_PATIENCE evaluations in a row has diverged, NaN or not (a loss of 14,738
+# with 10% accuracy was reported "completed" before). While the loss is above the bound no checkpoint is
+# written, so the one on disk is the last good state.
+DIVERGENCE_LOSS_FACTOR = 10.0
+DIVERGENCE_PATIENCE = 3
 
 
 @dataclass
@@ -227,6 +235,8 @@ def _run(config: Config, data, out, overwrite: bool, comm, resume: bool) -> Resu
     train_sub = _train_subset(data, config)
     hessian_sub = _train_subset(data, config, config.hessian_samples) if config.hessian_every else None
     round_seconds: list[float] = []
+    loss_bound = DIVERGENCE_LOSS_FACTOR * math.log(max(data.num_classes, 2))
+    above_bound = 0  # consecutive evaluations with the training loss above loss_bound
     progress = _progress(config, comm, start)
     started = time.perf_counter()
     if saved is not None:
@@ -272,8 +282,16 @@ def _run(config: Config, data, out, overwrite: bool, comm, resume: bool) -> Resu
                     run_dir.append_metrics(record)
                 if progress is not None:
                     progress.set_postfix(acc=f"{record['test_acc']:.3f}", refresh=False)
+                above_bound = above_bound + 1 if train_loss > loss_bound else 0
+                if above_bound >= DIVERGENCE_PATIENCE or (above_bound and t + 1 == config.rounds):
+                    raise DivergenceError(
+                        f"training diverged by round {t + 1}: the mean local training loss was above "
+                        f"{loss_bound:.3g} ({DIVERGENCE_LOSS_FACTOR:g} × ln {data.num_classes}, the loss of a uniform "
+                        f"guess) at the last {above_bound} evaluation(s) (latest {train_loss:.4g}); the last good "
+                        "checkpoint is kept; try a smaller lr, a smaller rho, or clip_grad_norm"
+                    )
             every = config.checkpoint_every or config.eval_every
-            if out is not None and ((t + 1) % every == 0 or t + 1 == config.rounds):
+            if out is not None and above_bound == 0 and ((t + 1) % every == 0 or t + 1 == config.rounds):
                 counters = {"bytes_sent_total": bytes_total,
                             "wall_seconds": wall_before + time.perf_counter() - started}
                 _checkpoint(run_dir, algorithm, comm, t, history, counters, config, layout)

@@ -10,18 +10,28 @@ the cartesian product, in the order the keys appear, the first key varying slowe
 
 Running a sweep again is idempotent: a completed (or diverged) run is skipped, a run with a checkpoint is
 resumed from it (`dfl.run(..., resume=True)`), any other run is started over. A run that fails is recorded and
-the others go on.
+the others go on; a run whose checkpoint is unreadable (truncated, corrupt) is reported failed on every rerun,
+never restarted silently: delete its directory to start it over.
+
+While a sweep runs, SIGINT, SIGTERM and SIGHUP stop it: the worker processes get SIGTERM (SIGKILL after
+`STOP_GRACE_SECONDS`), sweep.json marks their runs "interrupted", and `SweepInterrupted` is raised (the CLI exits
+128 + the signal number). On Linux a worker also gets SIGTERM when the sweep process dies by any means
+(`PR_SET_PDEATHSIG`), SIGKILL included. Runs keep their last checkpoint, so the next sweep resumes them.
 """
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import itertools
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import traceback
 import warnings
@@ -38,7 +48,7 @@ else:  # pragma: no cover
 import tomli_w
 
 from dfl.config import Config, ConfigError
-from dfl.results import atomic_write_bytes, to_json
+from dfl.results import atomic_write_bytes, remove_stale_temporaries, to_json
 
 TABLES = ("sweep", "base", "vary")
 SWEEP_KEYS = ("name", "parallel")
@@ -46,10 +56,26 @@ CONFIG_FIELDS = tuple(f.name for f in fields(Config))
 NAME_CHARS = re.compile(r"[^A-Za-z0-9._=,-]")
 MAX_NAME = 200  # run names become directory names (255 bytes on most filesystems)
 ERROR_LOG = "error.log"
+STOP_SIGNALS = tuple(getattr(signal, n) for n in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, n))
+STOP_GRACE_SECONDS = 10.0  # SIGTERM'd workers that have not exited by then get SIGKILL
 
 
 class SweepError(ValueError):
     """A sweep spec or sweep directory is invalid; the message names the table, field or run."""
+
+
+class SweepInterrupted(KeyboardInterrupt):
+    """The sweep got SIGINT, SIGTERM or SIGHUP; its workers have been stopped by the time this propagates out of
+    `run_sweep`. `exit_code` is 128 + the signal number (130 for SIGINT, 143 for SIGTERM, 129 for SIGHUP)."""
+
+    def __init__(self, signum: int):
+        self.signum = int(signum)
+        self.stopped = 0  # worker processes stopped (set by the parallel runner)
+        super().__init__(f"interrupted by {signal.Signals(self.signum).name}")
+
+    @property
+    def exit_code(self) -> int:
+        return 128 + self.signum
 
 
 @dataclass(frozen=True)
@@ -223,6 +249,7 @@ def inspect_run(run_dir: Path, config: Config) -> str:
 def execute_run(config: Config, run_dir: Path, action: str) -> dict[str, Any]:
     """Run one planned run in this process (`action` "start" or "resume"); never raises for a run's failure:
     returns {"status", "error", ...} and leaves the traceback in run_dir/error.log."""
+    from dfl.checkpoint import CheckpointError
     from dfl.runner import DivergenceError, run
 
     run_dir = Path(run_dir)
@@ -232,6 +259,11 @@ def execute_run(config: Config, run_dir: Path, action: str) -> dict[str, Any]:
         result = run(config, out=run_dir, overwrite=action == "start", resume=action == "resume")
     except DivergenceError as exc:
         return {"status": "diverged", "error": str(exc), "seconds": time.perf_counter() - tic}
+    except CheckpointError as exc:  # not restarted: that would throw away rounds the user may want back
+        atomic_write_bytes(run_dir / ERROR_LOG, traceback.format_exc().encode())
+        return {"status": "failed", "seconds": time.perf_counter() - tic,
+                "error": f"CheckpointError: checkpoint {exc.path} is unreadable ({exc.reason}); the sweep does not "
+                         f"restart this run: delete {run_dir} and run the sweep again to start it over"}
     except Exception as exc:  # a failed run is recorded; the sweep goes on
         run_dir.mkdir(parents=True, exist_ok=True)
         atomic_write_bytes(run_dir / ERROR_LOG, traceback.format_exc().encode())
@@ -269,9 +301,16 @@ def run_sweep(
             summary = _read_json(out / entry["dir"] / "summary.json")
             entry.update(status=summary["status"], error=summary.get("error"), **_metrics(summary))
         entries.append(entry)
+    if out.is_dir():
+        remove_stale_temporaries(out, ("sweep.toml", "sweep.json"))  # left by a sweep killed mid-write
     atomic_write_bytes(out / "sweep.toml", sweep.to_toml().encode())
     _write_entries(out, entries)
+    with _signals_interrupt():
+        _run_todo(sweep, planned, actions, entries, out, parallel, say)
+    return entries
 
+
+def _run_todo(sweep, planned, actions, entries, out: Path, parallel: int, say) -> None:
     todo = [i for i, a in enumerate(actions) if a != "skip"]
     say(f"sweep {sweep.name}: {len(planned)} runs in {out} ({len(planned) - len(todo)} done, {len(todo)} to run"
         + (f", {min(parallel, len(todo))} at a time)" if todo and parallel > 1 else ")"))
@@ -289,7 +328,64 @@ def run_sweep(
                 raise
             say(_one_line(entries[i]))
             _write_entries(out, entries)
-    return entries
+
+
+@contextlib.contextmanager
+def _signals_interrupt():
+    """Within: SIGINT, SIGTERM and SIGHUP raise `SweepInterrupted` (once; later signals are ignored while the
+    workers are being stopped). Only in the main thread (elsewhere signal handlers cannot be set)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    received: list[int] = []
+
+    def handler(signum, frame):
+        if received:  # already stopping the workers: let that finish
+            return
+        received.append(signum)
+        raise SweepInterrupted(signum)
+
+    previous = {s: signal.signal(s, handler) for s in STOP_SIGNALS}
+    try:
+        yield
+    finally:
+        for s, h in previous.items():
+            signal.signal(s, h if h is not None else signal.SIG_DFL)
+
+
+def _die_with_parent():
+    """A `preexec_fn` that makes the child get SIGTERM when this process dies (Linux `PR_SET_PDEATHSIG`, which
+    survives exec); None where that is not available."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl  # looked up here: nothing but the call after fork
+    except (OSError, AttributeError):  # pragma: no cover
+        return None
+    parent = os.getpid()
+
+    def preexec() -> None:
+        prctl(1, int(signal.SIGTERM), 0, 0, 0)  # 1 = PR_SET_PDEATHSIG
+        if os.getppid() != parent:  # the sweep died before the call above: nobody would stop this worker
+            os._exit(1)
+
+    return preexec
+
+
+def _stop_workers(procs: list[subprocess.Popen], grace: float = STOP_GRACE_SECONDS) -> None:
+    """SIGTERM every worker still running, wait up to `grace` seconds in all, then SIGKILL the rest; reaps all."""
+    for proc in procs:
+        if proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                proc.terminate()
+    deadline = time.monotonic() + grace
+    for proc in procs:
+        try:
+            proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                proc.kill()
+            proc.wait()
 
 
 def _run_parallel(planned, actions, entries, todo, out: Path, parallel: int, say) -> None:
@@ -298,6 +394,7 @@ def _run_parallel(planned, actions, entries, todo, out: Path, parallel: int, say
     threads = max(1, _cpu_count() // parallel)
     env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
     queue, running, count = list(todo), {}, 0
+    preexec = _die_with_parent()
     try:
         while queue or running:
             while queue and len(running) < parallel:
@@ -309,7 +406,8 @@ def _run_parallel(planned, actions, entries, todo, out: Path, parallel: int, say
                        "action": actions[i], "threads": threads}
                 stdout, stderr = tempfile.TemporaryFile(), tempfile.TemporaryFile()
                 proc = subprocess.Popen([sys.executable, "-c", WORKER, json.dumps(job)], stdout=stdout,
-                                        stderr=stderr, stdin=subprocess.DEVNULL, env=env)
+                                        stderr=stderr, stdin=subprocess.DEVNULL, env=env,
+                                        preexec_fn=preexec)
                 running[proc] = (i, stdout, stderr, time.perf_counter())
                 say(f"[{count}/{len(todo)}] {'resume' if actions[i] == 'resume' else 'start'} {planned[i].name}")
             done = [proc for proc in running if proc.poll() is not None]
@@ -322,11 +420,14 @@ def _run_parallel(planned, actions, entries, todo, out: Path, parallel: int, say
                 entries[i].setdefault("seconds", time.perf_counter() - tic)
                 say(_one_line(entries[i]))
                 _write_entries(out, entries)
-    except BaseException:
-        for proc, (i, *_rest) in running.items():
-            proc.terminate()
-            proc.wait()
-            entries[i].update(status="interrupted")
+    except BaseException as exc:  # a signal (SweepInterrupted), Ctrl-C, or a bug here: no worker outlives the sweep
+        _stop_workers(list(running))
+        for i, stdout, stderr, _tic in running.values():
+            stdout.close()
+            stderr.close()
+            entries[i].update(status="interrupted", error=None)
+        if isinstance(exc, SweepInterrupted):
+            exc.stopped = len(running)
         _write_entries(out, entries)
         raise
 

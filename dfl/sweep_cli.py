@@ -12,7 +12,16 @@ from typing import Any
 
 from dfl.config import ConfigError
 from dfl.run_cli import key_value
-from dfl.sweep import CONFIG_FIELDS, Sweep, SweepError, format_status, inspect_run, load_sweep, run_sweep
+from dfl.sweep import (
+    CONFIG_FIELDS,
+    Sweep,
+    SweepError,
+    SweepInterrupted,
+    format_status,
+    inspect_run,
+    load_sweep,
+    run_sweep,
+)
 
 SPEC_EXAMPLE = """\
 example sweep.toml:
@@ -56,7 +65,8 @@ def add_parser(subparsers) -> None:
         "sweep", help="run every combination of a sweep file ([base] + [vary]) into one sweep directory",
         description="Run the cartesian product of the [vary] lists, each combination into DIR/runs/<name>/. "
         "Running the same command again skips finished runs, resumes interrupted ones from their checkpoint "
-        "and retries failed ones; a failed run does not stop the others (exit status 1 if any failed).",
+        "and retries failed ones; a failed run does not stop the others (exit status 1 if any failed). "
+        "SIGINT/SIGTERM/SIGHUP stop every worker (exit status 130/143/129); the next run resumes them.",
         epilog=SPEC_EXAMPLE, formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("spec", help="sweep TOML file")
@@ -263,6 +273,13 @@ def _execute(command: str, sweep: Sweep, args: argparse.Namespace, out, spectral
         entries = run_sweep(sweep, out, parallel=args.parallel)
     except (SweepError, ConfigError) as exc:
         return _error(command, exc)
+    except SweepInterrupted as exc:  # the workers are stopped; their checkpoints stay
+        stopped = f"stopped {exc.stopped} running run(s); " if exc.stopped else ""
+        print(f"dfl {command}: {exc}: {stopped}run the same command again to resume the sweep", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:  # raised by a handler other than the sweep's (e.g. the run's own)
+        print(f"dfl {command}: interrupted; run the same command again to resume the sweep", file=sys.stderr)
+        return 130
     print(format_status(entries))
     status = 1 if any(e["status"] == "failed" for e in entries) else 0
     if args.no_report:

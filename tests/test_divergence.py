@@ -1,0 +1,53 @@
+"""A run that blows up without NaN is marked diverged (loss rule), keeps its last good checkpoint and metrics."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import torch
+
+import dfl
+from dfl.runner import DIVERGENCE_LOSS_FACTOR, DIVERGENCE_PATIENCE, DivergenceError
+
+
+def _config(**changes):
+    base = dict(clients=4, rounds=8, eval_every=1, model="logreg", lr=0.05, lr_decay=1.0, local_steps=2,
+                batch_size=8, progress=False, train_eval_samples=0, device="cpu", algorithm="dfedavg",
+                dataset_options={"num_samples": 400})
+    return dfl.Config(**{**base, **changes})
+
+
+def test_finite_blow_up_is_diverged_with_the_last_good_checkpoint(tmp_path, monkeypatch):
+    # the loss is fine for two rounds, then explodes (lr × 10^4) while staying finite
+    import dfl.algorithms.base as base
+
+    lr = base.Context.lr
+    monkeypatch.setattr(base.Context, "lr", lambda self, t: lr(self, t) * (1 if t < 2 else 1e4))
+    out = tmp_path / "run"
+    with pytest.raises(DivergenceError, match=r"training diverged by round 5: the mean local training loss was "
+                                              r"above 23 \(10 × ln 10"):
+        dfl.run(_config(), out=out)
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["status"] == "diverged" and "above 23" in summary["error"]
+    history = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [h["round"] for h in history] == [1, 2, 3, 4, 5]  # metrics so far, the bad ones included
+    bound = DIVERGENCE_LOSS_FACTOR * math.log(10)
+    assert all(math.isfinite(h["train_loss"]) for h in history)
+    assert [h["train_loss"] > bound for h in history] == [False, False] + [True] * DIVERGENCE_PATIENCE
+    assert torch.load(out / "checkpoint.pt", weights_only=False)["round"] == 2  # the last good state
+
+
+def test_a_bad_final_evaluation_is_diverged_too(monkeypatch):
+    import dfl.algorithms.base as base
+
+    lr = base.Context.lr
+    monkeypatch.setattr(base.Context, "lr", lambda self, t: lr(self, t) * (1 if t < 3 else 1e4))
+    with pytest.raises(DivergenceError, match="at the last 1 evaluation"):
+        dfl.run(_config(rounds=4))
+
+
+def test_an_ordinary_run_is_completed():
+    result = dfl.run(_config(rounds=3))
+    assert result.summary["status"] == "completed"
