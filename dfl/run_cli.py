@@ -8,7 +8,9 @@ from __future__ import annotations
 import argparse
 import ast
 import os
+import signal
 import sys
+import threading
 import warnings
 from dataclasses import fields
 from pathlib import Path
@@ -101,10 +103,23 @@ def resume_args(args: argparse.Namespace) -> argparse.Namespace:
     return argparse.Namespace(**{**vars(args), "config_file": str(run_dir / "config.toml"), "out": str(run_dir)})
 
 
+def _raise_interrupted(signum, frame):
+    from dfl.runner import RunInterrupted
+
+    raise RunInterrupted(signum)
+
+
 def main(args: argparse.Namespace) -> int:
     from dfl.results import RunDirectoryExists, format_summary
     from dfl.runner import DivergenceError, run
 
+    # SIGTERM (kill, torchrun, schedulers) and SIGHUP (a closed terminal) stop the run like Ctrl-C does: it
+    # records status "interrupted", keeps its metrics and last checkpoint, and exits 128 + the signal number
+    previous = {}
+    if threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGTERM, signal.SIGHUP):
+            previous[sig] = signal.signal(sig, _raise_interrupted)
+    out = None
     try:
         resume = getattr(args, "resume", None)
         if resume is not None:
@@ -121,6 +136,19 @@ def main(args: argparse.Namespace) -> int:
     except DivergenceError as exc:
         print(f"dfl run: error: {exc} (metrics so far are in the run directory)", file=sys.stderr)
         return 1
+    except KeyboardInterrupt as exc:
+        signum = getattr(exc, "signum", signal.SIGINT)
+        where = f"; metrics so far and the last checkpoint are in {out}, continue with: dfl run --resume {out}" if (
+            out is not None and out.exists()) else ""
+        print(f"dfl run: interrupted by {signal.Signals(signum).name}{where}", file=sys.stderr)
+        return 128 + int(signum)
+    except OSError as exc:  # a read-only or full disk, --out naming a file, an unreadable data root, ...
+        path = exc.filename if exc.filename is not None else out
+        print(f"dfl run: error: {path}: {exc.strerror or exc}", file=sys.stderr)
+        return 2
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
     if int(os.environ.get("RANK", "0")) == 0:  # under torchrun only rank 0 reports
         print(format_summary(result.summary))
     return 0

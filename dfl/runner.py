@@ -7,6 +7,9 @@ the papers' pseudo-code; metrics after round t describe the models after that ro
 from __future__ import annotations
 
 import math
+import os
+import signal
+import socket
 import time
 import warnings
 from dataclasses import dataclass, field
@@ -27,6 +30,14 @@ from dfl.evaluate import client_accuracies, consensus_distance, evaluate_row, no
 from dfl.gossip import Gossip
 from dfl.local import LocalTrainer
 from dfl.results import RunDirectory
+
+
+class RunInterrupted(KeyboardInterrupt):
+    """A signal asked the run to stop (`dfl run` raises it on SIGTERM and SIGHUP; Ctrl-C is KeyboardInterrupt)."""
+
+    def __init__(self, signum: int):
+        self.signum = signum
+        super().__init__(f"interrupted by {signal.Signals(signum).name}")
 
 
 class DivergenceError(RuntimeError):
@@ -219,6 +230,10 @@ def _run(config: Config, data, out, overwrite: bool, comm, resume: bool) -> Resu
         "rounds": config.rounds,
         "rounds_completed": start,
         "status": "running",
+        # while running: which process on which machine, so `dfl report` / `dfl sweep` can tell a run whose
+        # process is gone (SIGKILL, a crash) from one still going
+        "pid": os.getpid(),
+        "host": socket.gethostname(),
         "out_dir": str(run_dir.path) if run_dir else None,
     }
     if saved is not None:
@@ -300,6 +315,9 @@ def _run(config: Config, data, out, overwrite: bool, comm, resume: bool) -> Resu
         summary["status"] = "completed"
     except DivergenceError as exc:
         summary.update(status="diverged", error=str(exc))
+        raise
+    except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM/SIGHUP turned into `RunInterrupted` by `dfl run`
+        summary.update(status="interrupted", error=str(exc) or "KeyboardInterrupt")
         raise
     except BaseException as exc:
         summary.update(status="failed", error=f"{type(exc).__name__}: {exc}")
