@@ -1,0 +1,44 @@
+"""The README's "Bad input" table is true: each command exits as stated with the stated message."""
+
+from __future__ import annotations
+
+import re
+import shlex
+from pathlib import Path
+
+import pytest
+
+from dfl.cli import main
+
+README = Path(__file__).resolve().parents[1] / "README.md"
+
+
+def table_rows() -> list[tuple[str, list[str], int]]:
+    text = README.read_text()
+    section = text.split("## Bad input: what happens", 1)[1].split("\n## ", 1)[0]
+    rows = []
+    for line in section.splitlines():
+        match = re.match(r"\| `(dfl [^`]+)` \| (.+) \|$", line)
+        if match:
+            command, outcome = match.groups()
+            messages = [m.replace("…", "").strip() for m in re.findall(r"`([^`]+)`", outcome)]
+            code = int(re.search(r"\(exit (\d+)\)", outcome).group(1))
+            rows.append((command, messages, code))
+    return rows
+
+
+def test_the_table_is_not_empty():
+    assert len(table_rows()) >= 10
+
+
+@pytest.mark.parametrize("command,messages,code", table_rows(), ids=[r[0] for r in table_rows()])
+def test_bad_input_row(command, messages, code, capsys, tmp_path):
+    argv = shlex.split(command)[1:]
+    if argv[0] == "run":
+        argv += ["--rounds", "1", "--out", str(tmp_path / "run"), "--no-progress"]
+    assert main(argv) == code
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1, err
+    for message in messages:
+        assert message in err
+    assert not (tmp_path / "run").exists()
