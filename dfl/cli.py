@@ -1,32 +1,75 @@
-"""The `dfl` console script: one subcommand per capability."""
+"""The `dfl` console script: one subcommand per capability.
+
+Parsing stays fast: only the invoked subcommand's module is imported to build its parser (`dfl --help` and a
+mistyped command import none), and those modules import torch and the engine only when a command runs."""
 
 from __future__ import annotations
 
 import argparse
+import difflib
 import importlib
 import sys
 
-# Each module defines `add_parser(subparsers)` and registers its subcommand(s).
-COMMAND_MODULES = ("dfl.run_cli", "dfl.topology_cli", "dfl.sweep_cli", "dfl.report_cli", "dfl.landscape_cli")
+# subcommand -> (module defining `add_parser(subparsers)`, which registers it, and its one-line help). The help
+# is repeated here so `dfl --help` lists every command without importing any; a test keeps both in sync.
+COMMANDS: dict[str, tuple[str, str]] = {
+    "run": ("dfl.run_cli", "run one experiment (default: DFedSAM-MGS, ring, 16 clients, MNIST-1D, Dirichlet 0.3)"),
+    "topology": ("dfl.topology_cli", "spectral analysis of communication topologies"),
+    "sweep": ("dfl.sweep_cli", "run every combination of a sweep file ([base] + [vary]) into one sweep directory"),
+    "compare-topologies": ("dfl.sweep_cli", "the DFedSAM paper's topology study: 4 topologies x 5 decentralized "
+                                            "algorithms (MNIST-1D, minutes)"),
+    "spectral-study": ("dfl.sweep_cli", "one algorithm across topologies x gossip steps Q (x client counts): "
+                                        "accuracy vs spectral gap"),
+    "report": ("dfl.report_cli", "tables and plots of a run directory or of all runs under a directory (e.g. a sweep)"),
+    "landscape": ("dfl.landscape_cli", "2-D loss landscape and top Hessian eigenvalue of a run's final averaged model"),
+}
+COMMAND_MODULES = tuple(dict.fromkeys(module for module, _ in COMMANDS.values()))
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The `dfl` parser. `command=None`: every subcommand in full; a command name: that command's module in full
+    and the others as one-line entries (enough for `dfl --help` and for choosing a command); any other string:
+    only the one-line entries."""
     parser = argparse.ArgumentParser(
-        prog="dfl", description="Decentralized federated learning simulator (DFedSAM, DFedSAM-MGS and baselines)."
+        prog="dfl", description="Decentralized federated learning simulator (DFedSAM, DFedSAM-MGS and baselines). "
+        "`dfl` alone runs the default experiment; `dfl COMMAND --help` describes a command's options.",
     )
     sub = parser.add_subparsers(dest="command")
-    for name in COMMAND_MODULES:
-        importlib.import_module(name).add_parser(sub)
+    wanted = COMMANDS[command][0] if command in COMMANDS else None
+    for module in COMMAND_MODULES:
+        if command is None or module == wanted:
+            importlib.import_module(module).add_parser(sub)
+        else:
+            for name, (owner, help_text) in COMMANDS.items():
+                if owner == module:
+                    sub.add_parser(name, help=help_text, add_help=False)
+    parser.set_defaults(subparsers=sub.choices)
     return parser
+
+
+def _unrecognized(parser: argparse.ArgumentParser, command: str | None, extra: list[str]) -> None:
+    """Exit 2 with the command's own usage, naming the unknown arguments and the closest options."""
+    target = parser._defaults["subparsers"].get(command, parser) if command else parser
+    known = [s for action in target._actions for s in action.option_strings if s.startswith("--")]
+    hints = []
+    for arg in extra:
+        if arg.startswith("--"):
+            close = difflib.get_close_matches(arg.split("=", 1)[0], known, n=2, cutoff=0.75)
+            if close:
+                hints.append(f"{arg}: did you mean {' or '.join(close)}?")
+    target.error(f"unrecognized arguments: {' '.join(extra)}" + "".join(f"\n  {h}" for h in hints))
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
-    parser = build_parser()
     if not argv:
         argv = ["run"]  # `dfl` alone runs the default experiment
-    args = parser.parse_args(argv)
-    if args.command is None:
+    command = argv[0] if argv[0] in COMMANDS else None
+    parser = build_parser(command or "")
+    args, extra = parser.parse_known_args(argv)
+    if extra:
+        _unrecognized(parser, command, extra)
+    if getattr(args, "handler", None) is None:
         parser.print_help()
         return 2
     return int(args.handler(args) or 0)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 import sys
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -25,6 +26,17 @@ import tomli_w
 # passes run under torch.autocast(bfloat16); parameters, updates, gossip and evaluation stay fp32. tf32: fp32
 # tensors with TF32 matmuls and convolutions (CUDA only; ~1e-3 relative error per product).
 PRECISIONS = ("fp32", "bf16", "tf32")
+
+
+# `name` becomes a directory (runs/<name> by default) and a sweep run's name: letters, digits and . _ - = , only
+# (`dfl.sweep.run_name` builds names such as "algorithm=dfedsam,seed=0"), not starting with "." (no "." / ".."
+# path tricks, no hidden directories), at most MAX_NAME characters (directory names stop at 255 bytes).
+NAME_ALLOWED = 'letters, digits and "._-=,"'
+NAME_RE = re.compile(r"[A-Za-z0-9_=,-][A-Za-z0-9._=,-]*")
+MAX_NAME = 200
+# Seeds reach torch.manual_seed (< 2^64), numpy SeedSequence (any), the sampler's 64-bit hash and config.toml,
+# whose integers are signed 64-bit: the largest seed that is valid everywhere is 2^63 - 1.
+MAX_SEED = 2**63 - 1
 
 
 class ConfigError(ValueError):
@@ -153,7 +165,10 @@ class Config:
         _number("dist_timeout", self.dist_timeout, minimum=0.0, strict=True)
         if self.sam is not None:
             _choice("sam", self.sam, ("sam", "asam"))
+        _name(self.name)
         _integer("seed", self.seed, minimum=0)
+        if self.seed > MAX_SEED:
+            raise ConfigError(f"seed must be an integer in [0, 2^63 - 1] (0 .. {MAX_SEED}), got {self.seed}")
         _integer("rounds", self.rounds, minimum=1)
         _integer("clients", self.clients, minimum=1)
         _integer("batch_size", self.batch_size, minimum=0)
@@ -241,9 +256,86 @@ class Config:
         return "epochs", self.local_epochs if self.local_epochs is not None else 1
 
 
+# One line per Config field: the `dfl run --FIELD` help text (the CLI appends the default). A test checks that
+# every field has one, and that the lists of names here match the registries (which import torch).
+FIELD_HELP: dict[str, str] = {
+    "name": f"run name; the run directory is runs/<name> unless --out is given ({NAME_ALLOWED}; "
+            f"not starting with '.'; at most {MAX_NAME} characters)",
+    "seed": "seed of every random draw (model init, partition, sampling, random topologies); 0 .. 2^63 - 1",
+    "rounds": "communication rounds to run",
+    "algorithm": "dpsgd, dfedavg, dfedavgm, dfedsam, dfedsam-mgs (decentralized) or fedavg, fedsam, mofedsam, "
+                 "fedcm, scaffold, fedavgsm, fedavglm, fedavglm-z, fedavgslm, fedavgslm-z, domo, domo-s, mimelite, "
+                 "feddyn, fedgloss (centralized)",
+    "rho": "SAM perturbation radius (unset = the algorithm's default)",
+    "sam": "SAM variant: sam or asam (unset = the algorithm's default)",
+    "asam_eta": "ASAM eta (unset = the algorithm's default)",
+    "momentum": "local momentum in [0, 1) (unset = the algorithm's default)",
+    "gossip_steps": "gossip steps Q per round, >= 1 (unset = the algorithm's default)",
+    "participation": "centralized: fraction of clients per round, in (0, 1] (unset = 1, all)",
+    "participation_mode": "centralized: uniform (round(f*N) without replacement) or bernoulli (each w.p. f)",
+    "aggregation": "centralized server weights: uniform (1/|S_t|) or size (n_i / sum of n_j)",
+    "server_lr": "centralized server learning rate > 0 (1 = plain averaging)",
+    "server_momentum": "server momentum in [0, 1) (FedAvgSM/SLM, DOMO, MimeLite)",
+    "fedcm_alpha": "FedCM/MoFedSAM weight of the local gradient, in [0, 1] (1 = FedAvg/FedSAM)",
+    "domo_alpha": "DOMO/DOMO-S fusion coefficient >= 0 (0 = FedAvgSLM-Z)",
+    "feddyn_alpha": "FedDyn regularisation alpha > 0",
+    "fedgloss_beta": "FedGLoSS beta > 0 (ADMM penalty 1/beta)",
+    "server_rho": "FedGLoSS server SAM radius >= 0 (the client radius is --rho)",
+    "rho_ramp_rounds": "FedGLoSS rounds of the linear rho ramp; 0 or 1 = no ramp",
+    "topology": "communication graph: ring, grid, exponential, full, star, hypercube, random-regular, erdos-renyi, "
+                "one-peer-exponential, random-k or custom",
+    "weights": "mixing-weight scheme: metropolis, uniform, max-degree, lazy or fastest (unset = metropolis)",
+    "topology_options": "topology options, e.g. degree=4, p=0.3, k=2, shape=(4,4), periodic=True, path=edges.txt",
+    "clients": "number of clients, >= 1",
+    "dataset": "mnist1d, digits, synthetic, cifar10, cifar100, mnist or fashion-mnist",
+    "data_root": "directory of a file-backed dataset (cifar10, cifar100, mnist, fashion-mnist)",
+    "dataset_options": "dataset options, e.g. num_samples=4000 seed=42 test_fraction=0.2",
+    "partition": "how the train set is split among clients: iid, dirichlet, dirichlet-class, shards, similarity "
+                 "or natural",
+    "alpha": "Dirichlet concentration > 0 (dirichlet partitions only; unset = 0.3)",
+    "partition_options": "partition options, e.g. shards_per_client=2",
+    "model": "logreg, mlp, cnn1d, cnn, resnet18, resnet20 or vgg11",
+    "model_options": "model options, e.g. hidden=128",
+    "lr": "local learning rate > 0",
+    "lr_decay": "learning-rate decay per round: lr_t = lr * lr_decay^t",
+    "weight_decay": "L2 weight decay >= 0",
+    "clip_grad_norm": "per-client gradient-norm clip; 0 = off",
+    "batch_size": "minibatch size per local step, at most a client's data (0 = full batch)",
+    "local_epochs": "local epochs per round (set this or --local-steps; unset = 1 epoch)",
+    "local_steps": "local steps per round (instead of --local-epochs)",
+    "client_chunk": "clients per vectorised call: auto (measured), 0 = all at once, or N",
+    "compile": "torch.compile the per-client gradient (faster rounds after ~10 s of compiling)",
+    "precision": "fp32, bf16 (local forward/backward under bf16 autocast) or tf32 (TF32 matmuls on CUDA)",
+    "eval_every": "rounds between evaluations, >= 1",
+    "eval_batch_size": "batch size of evaluation, >= 1",
+    "train_eval_samples": "training samples for the averaged model's train loss/accuracy",
+    "client_eval_samples": "test samples for each client's accuracy (a fixed seeded subset); 0 = all",
+    "checkpoint_every": "rounds between checkpoints; 0 = at every evaluation",
+    "hessian_every": "rounds between top-Hessian-eigenvalue measurements; 0 = off",
+    "hessian_samples": "training samples the Hessian is taken on, >= 1",
+    "hessian_iters": "power-iteration steps per Hessian measurement, >= 1",
+    "device": "auto, cpu, cuda or cuda:N",
+    "progress": "show a progress line per round",
+    "backend": "torchrun backend: auto (nccl with CUDA, else gloo), nccl or gloo",
+    "gossip_mode": "torchrun gossip: p2p (neighbours only) or allgather (whole stack, then W^Q locally)",
+    "dist_timeout": "torchrun: seconds before a collective waiting on a dead rank fails, > 0",
+}
+
+
 def _choice(name: str, value: Any, allowed: tuple[str, ...]) -> None:
     if value not in allowed:
         raise ConfigError(f"{name} must be one of {', '.join(allowed)}; got {value!r}")
+
+
+def _name(value: Any) -> None:
+    if not isinstance(value, str) or not value:
+        raise ConfigError(f"name must be a non-empty string of {NAME_ALLOWED}, got {value!r}")
+    if len(value) > MAX_NAME:
+        raise ConfigError(f"name must be at most {MAX_NAME} characters, got {len(value)}")
+    if NAME_RE.fullmatch(value) is None:
+        start = " and must not start with '.'" if value.startswith(".") else ""
+        raise ConfigError(f"name may contain only {NAME_ALLOWED}{start} (it names the run directory; use --out "
+                          f"for another location), got {value!r}")
 
 
 def _boolean(name: str, value: Any) -> None:

@@ -11,8 +11,10 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import torch
+if TYPE_CHECKING:
+    import torch
 
 SPLITS = ("train", "test")
 
@@ -102,6 +104,8 @@ def landscape(args: argparse.Namespace):
 
 
 def _final_params(run_dir: Path) -> tuple[torch.Tensor, list[str] | None, str]:
+    import torch
+
     for name in ("params.pt", "checkpoint.pt"):
         path = run_dir / name
         if path.is_file():
@@ -117,6 +121,8 @@ def _final_params(run_dir: Path) -> tuple[torch.Tensor, list[str] | None, str]:
 
 
 def _model_and_samples(config, args, dim: int, names: list[str] | None):
+    import torch
+
     from dfl.clients import ParamLayout
     from dfl.models import build_model
     from dfl.runner import build_data, resolve_device

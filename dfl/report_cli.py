@@ -6,8 +6,6 @@ import argparse
 import sys
 from pathlib import Path
 
-from dfl.report import ReportError, check_target, write_report, write_spectral_report
-
 
 def add_parser(subparsers) -> None:
     p = subparsers.add_parser(
@@ -31,6 +29,8 @@ def add_parser(subparsers) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
+    from dfl.report import ReportError, check_target, write_report, write_spectral_report  # torch, matplotlib
+
     try:
         if args.target is not None:
             check_target(args.target)

@@ -15,7 +15,7 @@ import warnings
 from dataclasses import fields
 from pathlib import Path
 
-from dfl.config import Config, ConfigError
+from dfl.config import FIELD_HELP, Config, ConfigError
 
 
 def add_parser(subparsers) -> None:
@@ -23,6 +23,8 @@ def add_parser(subparsers) -> None:
         "run",
         help="run one experiment (default: DFedSAM-MGS, ring, 16 clients, MNIST-1D, Dirichlet 0.3)",
         description="Run one experiment. Values come from the defaults, then CONFIG.toml, then flags.",
+        usage="%(prog)s [CONFIG.toml] [--out DIR] [--overwrite] [--FIELD VALUE ...]\n"
+              "       %(prog)s --resume DIR [--FIELD VALUE ...]",
         argument_default=argparse.SUPPRESS,
     )
     parser.add_argument("config_file", nargs="?", help="TOML file of Config fields")
@@ -38,15 +40,14 @@ def add_parser(subparsers) -> None:
         flag = "--" + f.name.replace("_", "-")
         kind = str(f.type)
         default = getattr(defaults, f.name)
+        text = FIELD_HELP[f.name] + ("" if default in (None, {}) else f" (default {default})")
         if kind == "bool":
-            parser.add_argument(flag, dest=f.name, action=argparse.BooleanOptionalAction, help=f"default {default}")
+            parser.add_argument(flag, dest=f.name, action=argparse.BooleanOptionalAction, help=text)
         elif kind.startswith("dict"):
-            parser.add_argument(
-                flag, dest=f.name, nargs="+", metavar="KEY=VALUE", type=key_value,
-                help="one or more key=value pairs",
-            )
+            parser.add_argument(flag, dest=f.name, nargs="+", metavar="KEY=VALUE", type=key_value,
+                                help=text + "; one or more key=value pairs, values as Python literals")
         else:
-            parser.add_argument(flag, dest=f.name, type=_scalar_type(kind), help=f"default {default}")
+            parser.add_argument(flag, dest=f.name, type=_scalar_type(kind), help=text)
     parser.set_defaults(handler=main)
 
 
@@ -134,12 +135,16 @@ def main(args: argparse.Namespace) -> int:
         print(f"dfl run: error: {exc}", file=sys.stderr)
         return 2
     except DivergenceError as exc:
-        print(f"dfl run: error: {exc} (metrics so far are in the run directory)", file=sys.stderr)
+        from dfl.report.runs import has_metrics
+
+        where = (f"the metrics so far are in {out}" if out is not None and has_metrics(out)
+                 else "it diverged before its first evaluation: no metrics were recorded")
+        print(f"dfl run: error: {exc} ({where})", file=sys.stderr)
         return 1
     except KeyboardInterrupt as exc:
         signum = getattr(exc, "signum", signal.SIGINT)
-        where = f"; metrics so far and the last checkpoint are in {out}, continue with: dfl run --resume {out}" if (
-            out is not None and out.exists()) else ""
+        where = f"; the run so far is in {out}, continue with: dfl run --resume {out}" if (
+            out is not None and (out / "checkpoint.pt").exists()) else "; no checkpoint was written yet"
         print(f"dfl run: interrupted by {signal.Signals(signum).name}{where}", file=sys.stderr)
         return 128 + int(signum)
     except OSError as exc:  # a read-only or full disk, --out naming a file, an unreadable data root, ...

@@ -303,7 +303,7 @@ def _run(config: Config, data, out, overwrite: bool, comm, resume: bool) -> Resu
                         f"training diverged by round {t + 1}: the mean local training loss was above "
                         f"{loss_bound:.3g} ({DIVERGENCE_LOSS_FACTOR:g} × ln {data.num_classes}, the loss of a uniform "
                         f"guess) at the last {above_bound} evaluation(s) (latest {train_loss:.4g}); the last good "
-                        "checkpoint is kept; try a smaller lr, a smaller rho, or clip_grad_norm"
+                        "checkpoint, if any, is kept; try a smaller lr, a smaller rho, or clip_grad_norm"
                     )
             every = config.checkpoint_every or config.eval_every
             if out is not None and above_bound == 0 and ((t + 1) % every == 0 or t + 1 == config.rounds):

@@ -8,10 +8,15 @@ the cartesian product, in the order the keys appear, the first key varying slowe
     sweep.json        {"runs": [{"name", "dir", "overrides", "status", "error", ...}]}, rewritten after each run
     runs/<name>/      ordinary run directories
 
-Running a sweep again is idempotent: a completed (or diverged) run is skipped, a run with a checkpoint is
-resumed from it (`dfl.run(..., resume=True)`), any other run is started over. A run that fails is recorded and
-the others go on; a run whose checkpoint is unreadable (truncated, corrupt) is reported failed on every rerun,
-never restarted silently: delete its directory to start it over.
+Running a sweep again is idempotent: a completed run is skipped (resumed if `rounds` grew), a run with a
+checkpoint is resumed from it (`dfl.run(..., resume=True)`), any other run is started over. A diverged run is
+skipped even when `rounds` grew: resuming its last good checkpoint would diverge again, deterministically;
+`retry_diverged=True` (`dfl sweep --retry-diverged`) starts it over from scratch instead. A run whose summary
+says "running" is left alone while its process is alive (or on another host, where it cannot be checked); one
+whose process on this host is gone (SIGKILL, crash: `dfl.report.runs.effective_status` "stopped") is treated
+like an interrupted run. A run that fails is recorded and the others go on; a run whose checkpoint is unreadable
+(truncated, corrupt) is reported failed on every rerun, never restarted silently: delete its directory to start
+it over. `plan_run` says what will be done to each run and why (`dfl sweep --dry-run` prints it).
 
 While a sweep runs, SIGINT, SIGTERM and SIGHUP stop it: the worker processes get SIGTERM (SIGKILL after
 `STOP_GRACE_SECONDS`), sweep.json marks their runs "interrupted", and `SweepInterrupted` is raised (the CLI exits
@@ -217,15 +222,37 @@ def _validated(name: str, values: dict[str, Any]) -> Config:
 
 
 # ---------------------------------------------------------------------------------------------- running
-def inspect_run(run_dir: Path, config: Config) -> str:
-    """What running `config` into `run_dir` needs now: "skip" (completed or diverged), "resume" (a checkpoint
-    whose config matches up to the resumable fields), or "start" (nothing usable there: start over).
+@dataclass(frozen=True)
+class RunPlan:
+    """What a sweep does with one run: `action` "skip", "resume" or "start" (start over: overwrites), and
+    `note`, a sentence saying why when that is not obvious (None for a fresh start or a plain skip)."""
+
+    action: str
+    note: str | None = None
+
+
+def inspect_run(run_dir: Path, config: Config, *, retry_diverged: bool = False) -> str:
+    """The action of `plan_run`: "skip", "resume" or "start"."""
+    return plan_run(run_dir, config, retry_diverged=retry_diverged).action
+
+
+def plan_run(run_dir: Path, config: Config, *, retry_diverged: bool = False) -> RunPlan:
+    """What running `config` into `run_dir` needs now, and why:
+
+    - "skip": completed (with `config.rounds` rounds); diverged (whatever `rounds` is now, unless
+      `retry_diverged`); or running in a live process (this host) or on another host (cannot be checked);
+    - "resume": a checkpoint whose config matches up to the resumable fields (interrupted, stopped: its process
+      is gone, failed, or completed with fewer rounds than now);
+    - "start": nothing usable there, or a diverged run with `retry_diverged` (started over from scratch, not
+      resumed: its checkpoint is the last good state, and resuming it would diverge again deterministically).
+
     A run directory made from a different config is an error (results must not mix)."""
     from dfl.checkpoint import FILENAME, changed_fields
+    from dfl.report.runs import effective_status, has_metrics, run_process
 
     stored_path = run_dir / "config.toml"
     if not stored_path.is_file():
-        return "start"
+        return RunPlan("start")
     try:
         stored = Config.from_toml(stored_path)
     except ConfigError as exc:
@@ -236,14 +263,47 @@ def inspect_run(run_dir: Path, config: Config) -> str:
         raise SweepError(f"run {config.name}: {run_dir} holds a run with a different config: {shown}; use a new "
                          "--out for the changed sweep (or delete that run directory)")
     summary = _read_json(run_dir / "summary.json")
-    status = summary.get("status")
-    if status == "completed" and summary.get("rounds_completed") == config.rounds:
-        return "skip"
-    if status == "diverged" and summary.get("rounds") == config.rounds:  # it would diverge again
-        return "skip"
-    if (run_dir / FILENAME).is_file():
-        return "resume"
-    return "start"
+    status = effective_status(summary)
+    done = summary.get("rounds_completed")
+    checkpoint = (run_dir / FILENAME).is_file()
+    if status == "completed" and done == config.rounds:
+        return RunPlan("skip")
+    if status == "diverged":
+        when = f" with {done} of {summary.get('rounds', '?')} rounds completed" if isinstance(done, int) else ""
+        if not has_metrics(run_dir):
+            when += ", before its first evaluation (no metrics recorded)"
+        if retry_diverged:
+            return RunPlan("start", f"diverged{when}; --retry-diverged: started over from scratch (not resumed: "
+                                    "its last good checkpoint would diverge again)")
+        grew = summary.get("rounds")
+        grew = f"; rounds is now {config.rounds} (was {grew}), but" if isinstance(grew, int) and \
+            grew != config.rounds else ";"
+        return RunPlan("skip", f"diverged{when}{grew} it is kept as it is (resuming would diverge again); "
+                               "--retry-diverged starts it over from scratch")
+    if status == "running":
+        process, pid, host = run_process(summary), summary.get("pid"), summary.get("host")
+        if process == "alive":
+            return RunPlan("skip", f"still running (process {pid} on this host); left alone")
+        if process == "elsewhere":
+            return RunPlan("skip", f"running on host {host} (process {pid}) as its summary.json says, which cannot "
+                                   f"be checked from here; left alone: if that process is gone, run the sweep on "
+                                   f"{host} to resume it, or delete {run_dir} to start it over")
+    if status in ("stopped", "interrupted", "running", "failed") or (status == "completed" and checkpoint):
+        what = {
+            "stopped": f"its process {summary.get('pid')} is gone (killed or crashed)",
+            "interrupted": "interrupted",
+            "running": "its summary says running but records no process (a run from an older version)",
+            "failed": "failed",
+            "completed": f"completed with {done} rounds, now {config.rounds}",
+        }[status]
+        if status != "completed" and isinstance(done, int):
+            what += f" after round {done}" if done > 0 else " before its first round"
+        if checkpoint:
+            return RunPlan("resume", f"{what}; resumed from its checkpoint")
+        return RunPlan("start", f"{what}; no checkpoint: started over")
+    if checkpoint:
+        return RunPlan("resume")
+    return RunPlan("start")
 
 
 def execute_run(config: Config, run_dir: Path, action: str) -> dict[str, Any]:
@@ -258,7 +318,13 @@ def execute_run(config: Config, run_dir: Path, action: str) -> dict[str, Any]:
     try:
         result = run(config, out=run_dir, overwrite=action == "start", resume=action == "resume")
     except DivergenceError as exc:
-        return {"status": "diverged", "error": str(exc), "seconds": time.perf_counter() - tic}
+        from dfl.report.runs import has_metrics
+
+        outcome = {"status": "diverged", "error": str(exc), "seconds": time.perf_counter() - tic,
+                   **_metrics(_read_json(run_dir / "summary.json"))}
+        if not has_metrics(run_dir):
+            outcome["note"] = "diverged before its first evaluation: no metrics recorded"
+        return outcome
     except CheckpointError as exc:  # not restarted: that would throw away rounds the user may want back
         atomic_write_bytes(run_dir / ERROR_LOG, traceback.format_exc().encode())
         return {"status": "failed", "seconds": time.perf_counter() - tic,
@@ -278,28 +344,39 @@ def run_sweep(
     parallel: int | None = None,
     *,
     log: Callable[[str], None] | None = print,
+    retry_diverged: bool = False,
 ) -> list[dict[str, Any]]:
     """Run every combination of `sweep` into `out/runs/<name>/` and return the sweep.json run entries.
 
-    Each entry: name, dir ("runs/<name>"), overrides, status ("completed", "diverged", "failed", or
-    "interrupted"), error (None or "Type: message"), action ("skipped", "resumed", "started"), plus
+    Each entry: name, dir ("runs/<name>"), overrides, status ("completed", "diverged", "failed",
+    "interrupted", or for a skipped run whatever its summary says, e.g. "running"), error (None or
+    "Type: message"), action ("skipped", "resumed", "started"), note (why, when `plan_run` gives a reason), plus
     rounds_completed, test_acc and seconds when known. `parallel` (default: the spec's) > 1 runs that many
-    worker processes, each with cpu_count // parallel torch threads and no progress bar."""
+    worker processes, each with cpu_count // parallel torch threads and no progress bar. `retry_diverged`
+    starts diverged runs over from scratch (by default they are skipped, even when `rounds` grew)."""
     out = Path(out)
     parallel = sweep.parallel if parallel is None else parallel
     if isinstance(parallel, bool) or not isinstance(parallel, int) or parallel < 1:
         raise SweepError(f"parallel must be an integer >= 1, got {parallel!r}")
     planned = sweep.plan()
-    actions = [inspect_run(out / "runs" / p.name, p.config) for p in planned]  # all checked before any runs
+    plans = [plan_run(out / "runs" / p.name, p.config, retry_diverged=retry_diverged)
+             for p in planned]  # all checked before any runs
+    actions = [plan.action for plan in plans]
     say = log or (lambda text: None)
 
     entries = []
-    for p, action in zip(planned, actions):
+    for p, plan in zip(planned, plans):
         entry = {"name": p.name, "dir": f"runs/{p.name}", "overrides": p.overrides, "status": "pending",
-                 "error": None, "action": {"skip": "skipped", "resume": "resumed", "start": "started"}[action]}
-        if action == "skip":
+                 "error": None, "action": {"skip": "skipped", "resume": "resumed", "start": "started"}[plan.action]}
+        if plan.note:
+            entry["note"] = plan.note
+        if plan.action == "skip":
+            from dfl.report.runs import effective_status
+
             summary = _read_json(out / entry["dir"] / "summary.json")
-            entry.update(status=summary["status"], error=summary.get("error"), **_metrics(summary))
+            entry.update(status=effective_status(summary), error=summary.get("error"), **_metrics(summary))
+            if plan.note:
+                say(f"skip {p.name}: {plan.note}")
         entries.append(entry)
     if out.is_dir():
         remove_stale_temporaries(out, ("sweep.toml", "sweep.json"))  # left by a sweep killed mid-write
@@ -319,7 +396,7 @@ def _run_todo(sweep, planned, actions, entries, out: Path, parallel: int, say) -
     else:
         for count, i in enumerate(todo, 1):
             p = planned[i]
-            say(f"[{count}/{len(todo)}] {'resume' if actions[i] == 'resume' else 'start'} {p.name}")
+            say(_start_line(count, len(todo), entries[i], actions[i]))
             try:
                 entries[i].update(execute_run(p.config, out / entries[i]["dir"], actions[i]))
             except BaseException:  # Ctrl-C: leave an honest sweep.json behind
@@ -409,7 +486,7 @@ def _run_parallel(planned, actions, entries, todo, out: Path, parallel: int, say
                                         stderr=stderr, stdin=subprocess.DEVNULL, env=env,
                                         preexec_fn=preexec)
                 running[proc] = (i, stdout, stderr, time.perf_counter())
-                say(f"[{count}/{len(todo)}] {'resume' if actions[i] == 'resume' else 'start'} {planned[i].name}")
+                say(_start_line(count, len(todo), entries[i], actions[i]))
             done = [proc for proc in running if proc.poll() is not None]
             if not done:
                 time.sleep(0.05)
@@ -492,6 +569,11 @@ def _cpu_count() -> int:
         return os.cpu_count() or 1
 
 
+def _start_line(count: int, total: int, entry: dict[str, Any], action: str) -> str:
+    text = f"[{count}/{total}] {'resume' if action == 'resume' else 'start'} {entry['name']}"
+    return text + (f" ({entry['note']})" if entry.get("note") else "")
+
+
 def _one_line(entry: dict[str, Any]) -> str:
     acc = entry.get("test_acc")
     text = f"      {entry['status']:<9} {entry['name']}"
@@ -501,6 +583,8 @@ def _one_line(entry: dict[str, Any]) -> str:
         text += f"  ({entry['seconds']:.1f} s)"
     if entry.get("error"):
         text += f"  {entry['error'].splitlines()[0][:200]}"
+    if entry.get("status") == "diverged" and entry.get("note"):
+        text += f" ({entry['note']})"
     return text
 
 
@@ -520,6 +604,7 @@ def format_status(entries: list[dict[str, Any]]) -> str:
     for e in entries:
         for key in (e["status"], e["action"]):
             counts[key] = counts.get(key, 0) + 1
-    order = ("completed", "diverged", "failed", "interrupted", "skipped", "resumed", "started")
+    order = ("completed", "diverged", "failed", "interrupted", "running", "stopped", "skipped", "resumed",
+             "started")
     lines.append(f"{len(entries)} runs: " + ", ".join(f"{counts[k]} {k}" for k in order if counts.get(k)))
     return "\n".join(lines)

@@ -18,8 +18,8 @@ from dfl.sweep import (
     SweepError,
     SweepInterrupted,
     format_status,
-    inspect_run,
     load_sweep,
+    plan_run,
     run_sweep,
 )
 
@@ -64,8 +64,9 @@ def add_parser(subparsers) -> None:
     p = subparsers.add_parser(
         "sweep", help="run every combination of a sweep file ([base] + [vary]) into one sweep directory",
         description="Run the cartesian product of the [vary] lists, each combination into DIR/runs/<name>/. "
-        "Running the same command again skips finished runs, resumes interrupted ones from their checkpoint "
-        "and retries failed ones; a failed run does not stop the others (exit status 1 if any failed). "
+        "Running the same command again skips finished runs, resumes interrupted ones (and runs whose process "
+        "is gone) from their checkpoint, retries failed ones and keeps diverged ones (--retry-diverged starts "
+        "them over); a failed run does not stop the others (exit status 1 if any failed). "
         "SIGINT/SIGTERM/SIGHUP stop every worker (exit status 130/143/129); the next run resumes them.",
         epilog=SPEC_EXAMPLE, formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -117,7 +118,11 @@ def _common(p: argparse.ArgumentParser, out_help: str) -> None:
     p.add_argument("--out", help=out_help)
     p.add_argument("--parallel", type=int, default=None, metavar="N",
                    help="run N runs at once in worker processes (default: [sweep] parallel, else 1)")
-    p.add_argument("--dry-run", action="store_true", help="list the runs and what each would do, run nothing")
+    p.add_argument("--dry-run", action="store_true", help="list the runs and what each would do (and why), run "
+                   "nothing")
+    p.add_argument("--retry-diverged", action="store_true",
+                   help="start diverged runs over from scratch (by default they are kept and skipped, even when "
+                   "rounds grew; they are not resumed: their last good checkpoint would diverge again)")
     p.add_argument("--no-report", action="store_true", help="do not write OUT/report/ at the end")
 
 
@@ -265,12 +270,13 @@ def _execute(command: str, sweep: Sweep, args: argparse.Namespace, out, spectral
     try:
         if args.dry_run:
             planned = sweep.plan()
-            actions = [inspect_run(out / "runs" / p.name, p.config) for p in planned]
+            retry = getattr(args, "retry_diverged", False)
+            plans = [plan_run(out / "runs" / p.name, p.config, retry_diverged=retry) for p in planned]
             print(f"{len(planned)} runs into {out}/runs/:")
-            for p, action in zip(planned, actions):
-                print(f"  {action:<6} {p.name}")
+            for p, plan in zip(planned, plans):
+                print(f"  {plan.action:<6} {p.name}" + (f"  ({plan.note})" if plan.note else ""))
             return 0
-        entries = run_sweep(sweep, out, parallel=args.parallel)
+        entries = run_sweep(sweep, out, parallel=args.parallel, retry_diverged=getattr(args, "retry_diverged", False))
     except (SweepError, ConfigError) as exc:
         return _error(command, exc)
     except SweepInterrupted as exc:  # the workers are stopped; their checkpoints stay

@@ -20,8 +20,8 @@ SMALL = ["--clients", "4", "--model", "logreg", "--local-steps", "1", "--batch-s
 
 
 def _start(out: Path, rounds: int) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "dfl.cli", "run", *SMALL, "--rounds", str(rounds), "--out", str(out)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    command = [sys.executable, "-m", "dfl.cli", "run", *SMALL, "--rounds", str(rounds), "--out", str(out)]
+    return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
 def _wait_for_checkpoint(out: Path, proc: subprocess.Popen, timeout: float = 120.0) -> None:

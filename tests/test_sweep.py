@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import json
 import os
+import socket
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -155,12 +158,14 @@ def test_interrupted_run_is_resumed_and_equals_an_uninterrupted_one(tmp_path):
     out = tmp_path / "sweep"
     (name, config), (other, _) = sweep.runs()
     run_dir = out / "runs" / name
-    # what a run killed after its round-2 checkpoint leaves: config.toml of the full run, status "running",
-    # a checkpoint at round 2, and a metrics line written after the checkpoint
+    # what a run killed after its round-2 checkpoint leaves: config.toml of the full run, status "running"
+    # with the pid of a process that is gone, a checkpoint at round 2, and a metrics line written after it
     dfl.run(config.replace(rounds=2), out=run_dir)
     (run_dir / "config.toml").write_text(config.to_toml())
     summary = json.loads((run_dir / "summary.json").read_text())
-    (run_dir / "summary.json").write_text(json.dumps({**summary, "status": "running", "rounds": 4}))
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    (run_dir / "summary.json").write_text(json.dumps({**summary, "status": "running", "rounds": 4,
+                                                      "pid": int(gone.stdout), "host": socket.gethostname()}))
     with (run_dir / "metrics.jsonl").open("a") as fh:
         fh.write(json.dumps({"round": 3, "test_acc": 0.0}) + "\n")
 
@@ -211,6 +216,7 @@ def test_diverged_run_is_recorded_and_kept(tmp_path):
     assert "diverged in round" in entries[1]["error"]
     entries = run_sweep(sweep, out, log=None)
     assert [e["action"] for e in entries] == ["skipped", "skipped"]  # it would diverge again
+    assert "--retry-diverged" in entries[1]["note"]
 
 
 def test_parallel_equals_sequential_and_reports_failures(tmp_path, capsys):

@@ -1,11 +1,13 @@
 """Run directories on disk: finding them (a sweep's runs first, in its order) and reading each into a
-`RunRecord` whose unreadable parts are listed as problems, never raised.
+`RunRecord` whose unreadable parts are listed as problems, never raised; and what a summary's status means
+now (`effective_status`): a run whose summary says "running" but whose process is gone is "stopped".
 """
 
 from __future__ import annotations
 
 import json
 import os
+import socket
 import sys
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -40,7 +42,8 @@ class RunRecord:
 
     @property
     def status(self) -> str:
-        return str(self.summary.get("status", "unknown"))
+        """`effective_status` of the summary: "stopped" for a "running" run whose process is gone."""
+        return effective_status(self.summary)
 
     @property
     def seed(self) -> Any:
@@ -49,6 +52,67 @@ class RunRecord:
     @property
     def final(self) -> dict[str, Any] | None:
         return self.metrics[-1] if self.metrics else None
+
+
+# ---------------------------------------------------------------------------------------------- status
+def pid_alive(pid: int) -> bool:
+    """Whether process `pid` exists on this host (a zombie counts as gone: it has stopped running)."""
+    if isinstance(pid, bool) or not isinstance(pid, int) or pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # it exists, owned by another user
+        return True
+    except (OverflowError, OSError):
+        return False
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return True  # no /proc (macOS) or it just exited: kill() said it existed
+    return state not in ("Z", "X")
+
+
+def run_process(summary: dict[str, Any]) -> str | None:
+    """For a summary whose status is "running": where its process is. "alive" (this host, the pid exists),
+    "gone" (this host, no such process: killed or crashed), "elsewhere" (recorded on another host: cannot be
+    checked from here) or "unknown" (no pid/host recorded: a run from before they were). None for any other
+    status."""
+    if summary.get("status") != "running":
+        return None
+    pid, host = summary.get("pid"), summary.get("host")
+    if not isinstance(pid, int) or isinstance(pid, bool) or not isinstance(host, str) or not host:
+        return "unknown"
+    if host != socket.gethostname():
+        return "elsewhere"
+    return "alive" if pid_alive(pid) else "gone"
+
+
+def effective_status(summary: dict[str, Any]) -> str:
+    """The summary's status, except that "running" becomes "stopped" when the run's process was on this host
+    and is gone (SIGKILL, out-of-memory kill, crash, power loss). A "running" run on another host, or one
+    without a recorded pid/host, stays "running": it cannot be checked."""
+    status = str(summary.get("status", "unknown"))
+    if status == "running" and run_process(summary) == "gone":
+        return "stopped"
+    return status
+
+
+def has_metrics(run_dir: str | Path) -> bool:
+    """Whether run_dir/metrics.jsonl holds at least one record (a run that failed or diverged before its first
+    evaluation has none)."""
+    try:
+        text = (Path(run_dir) / "metrics.jsonl").read_text()
+    except (OSError, UnicodeDecodeError):
+        return False
+    for line in text.splitlines():
+        try:
+            if isinstance(json.loads(line), dict):
+                return True
+        except ValueError:
+            continue
+    return False
 
 
 def is_run_dir(path: Path) -> bool:
@@ -116,6 +180,12 @@ def load_run(path: str | Path, root: str | Path | None = None) -> RunRecord:
             problems.append(f"metrics.jsonl unreadable ({exc})")
     if not metrics:
         problems.append("no metrics")
+    if effective_status(summary) == "stopped":
+        resumable = (path / "checkpoint.pt").is_file()
+        after = "resumable from its checkpoint (`dfl run --resume`, or the sweep)" if resumable else \
+            "no checkpoint: start it again"
+        problems.insert(0, f"process {summary.get('pid')} is gone (killed or crashed) after round "
+                           f"{summary.get('rounds_completed', '?')}; {after}")
     return RunRecord(path=path, name=name, config=config, summary=summary, metrics=metrics, problems=problems)
 
 

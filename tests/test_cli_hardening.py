@@ -1,0 +1,145 @@
+"""Issue 13, defects 9 and 10: safe run names and seed bounds; a light, fast and described CLI parser."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from dataclasses import fields
+
+import pytest
+
+from dfl.cli import COMMANDS, build_parser, main
+from dfl.config import FIELD_HELP, MAX_NAME, MAX_SEED, Config, ConfigError
+
+
+# ---------------------------------------------------------------------------------------------- defect 9
+@pytest.mark.parametrize("name", ["../../x", "..", ".", "", "a/b", "/abs", ".hidden", "a b", "x\n", "é", "a" * 201,
+                                  "runs\\x"])
+def test_unsafe_names_are_rejected(name):
+    with pytest.raises(ConfigError, match="name"):
+        Config(name=name).validate()
+
+
+@pytest.mark.parametrize("name", ["default", "my-run_1.2", "algorithm=dfedsam,seed=0", "a" * MAX_NAME, "-x", "x."])
+def test_safe_names_pass(name):
+    Config(name=name).validate()
+
+
+def test_name_error_names_the_allowed_characters():
+    with pytest.raises(ConfigError, match=r'letters, digits and "\._-=,"'):
+        Config(name="../../x").validate()
+
+
+def test_non_string_name_is_rejected():
+    with pytest.raises(ConfigError, match="name must be a non-empty string"):
+        Config(name=3).validate()
+
+
+@pytest.mark.parametrize("seed", [2**63, 2**64, 2**64 + 5])
+def test_seed_above_the_bound_is_a_clear_error(seed):
+    with pytest.raises(ConfigError, match=r"seed must be an integer in \[0, 2\^63 - 1\]"):
+        Config(seed=seed).validate()
+
+
+def test_largest_seed_passes_and_survives_toml():
+    config = Config(seed=MAX_SEED).validate()
+    import tomllib
+
+    assert tomllib.loads(config.to_toml())["seed"] == MAX_SEED
+
+
+def test_cli_rejects_path_name_before_writing(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "runs").mkdir()
+    assert main(["run", "--name", "../../escaped", "--rounds", "1"]) == 2
+    assert "name may contain only" in capsys.readouterr().err
+    assert not (tmp_path.parent.parent / "escaped").exists()
+    assert list((tmp_path / "runs").iterdir()) == []
+
+
+def test_sweep_run_names_are_valid_config_names():
+    from dfl.sweep import run_name
+
+    name = run_name({"algorithm": "dfedsam-mgs", "topology_options": {"shape": (4, 4)}, "lr": 0.05, "seed": 3})
+    Config(name=name).validate()
+
+
+# ---------------------------------------------------------------------------------------------- defect 10
+def test_every_config_field_has_help():
+    names = [f.name for f in fields(Config)]
+    assert sorted(FIELD_HELP) == sorted(names)
+    assert all(isinstance(FIELD_HELP[n], str) and FIELD_HELP[n].strip() for n in names)
+
+
+def test_every_run_option_is_described():
+    run = build_parser("run")._defaults["subparsers"]["run"]
+    for action in run._actions:
+        assert action.help and action.help.strip(), action.option_strings or action.dest
+        assert not action.help.startswith("default "), action.option_strings
+
+
+@pytest.mark.parametrize("field_name, registry", [
+    ("algorithm", ("dfl.algorithms", "ALGORITHMS")), ("dataset", ("dfl.data", "DATASETS")),
+    ("partition", ("dfl.data", "PARTITIONS")), ("model", ("dfl.models", "MODELS")),
+    ("topology", ("topologies", "NAMES")), ("weights", ("topologies", "SCHEMES")),
+])
+def test_help_lists_every_registered_name(field_name, registry):
+    import importlib
+    import re
+
+    names = getattr(importlib.import_module(registry[0]), registry[1])
+    words = set(re.findall(r"[a-z0-9-]+", FIELD_HELP[field_name]))
+    assert set(names) <= words, set(names) - words
+
+
+def test_command_table_matches_the_modules():
+    full = build_parser()._defaults["subparsers"]
+    assert list(full) == list(COMMANDS)
+    sub_action = next(a for a in build_parser()._actions if a.dest == "command")
+    helps = {choice.dest: choice.help for choice in sub_action._choices_actions}
+    assert helps == {name: help_text for name, (_, help_text) in COMMANDS.items()}
+
+
+# `dfl topology` takes its choices (topology names, weight schemes) from the `topologies` package, which imports
+# networkx and scipy (~0.4 s); every other parser imports neither
+@pytest.mark.parametrize("command, heavy", [
+    *((command, ("torch", "matplotlib", "networkx", "dfl.runner")) for command in ("", "run", "report", "landscape")),
+    ("topology", ("torch", "matplotlib", "dfl.runner")),
+])
+def test_building_the_parser_imports_no_heavy_module(command, heavy):
+    code = (f"import sys, dfl.cli as c; c.build_parser({command!r}); "
+            f"print(sorted(m for m in {heavy!r} if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
+
+
+@pytest.mark.parametrize("argv", [["run", "--no-such-option"], ["--help"], ["run", "--help"], ["nosuch"]])
+def test_argument_errors_and_help_do_not_import_torch(argv):
+    code = ("import sys, dfl.cli as c\n"
+            f"try:\n    c.main({argv!r})\nexcept SystemExit:\n    pass\n"
+            "print('torch' in sys.modules, file=sys.stderr)")
+    err = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).stderr
+    assert err.strip().endswith("False"), err
+
+
+def test_unknown_option_names_the_command_and_suggests(capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["run", "--roudns", "3", "--out", "x"])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert "dfl run: error: unrecognized arguments: --roudns" in err
+    assert "did you mean --rounds" in err
+
+
+def test_top_level_help_lists_every_command(capsys):
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    out = capsys.readouterr().out
+    for name, (_, help_text) in COMMANDS.items():
+        assert name in out and help_text.split()[0] in out
+
+
+def test_import_dfl_is_light_but_engine_still_reachable():
+    code = "import sys, dfl; light = 'torch' not in sys.modules; print(light, callable(dfl.run), dfl.Result.__name__)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.split() == ["True", "True", "Result"]
