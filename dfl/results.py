@@ -13,8 +13,6 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-import torch
-
 
 class RunDirectoryExists(FileExistsError):
     pass
@@ -49,6 +47,8 @@ def atomic_torch_save(path: Path, obj: Any) -> None:
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
     os.close(fd)
     try:
+        import torch  # here, not at the top: `dfl sweep` argument errors should not wait for torch
+
         torch.save(obj, tmp)
         os.chmod(tmp, _FILE_MODE)  # mkstemp makes 0600 files; run directories are meant to be shared
         os.replace(tmp, path)
@@ -62,9 +62,7 @@ def to_json(obj: Any) -> str:
 
 
 def _jsonable(value: Any):
-    if isinstance(value, torch.Tensor):
-        return value.tolist()
-    if hasattr(value, "tolist"):  # numpy
+    if hasattr(value, "tolist"):  # torch tensors and numpy arrays
         return value.tolist()
     if isinstance(value, Path):
         return str(value)

@@ -52,14 +52,13 @@ else:  # pragma: no cover
 
 import tomli_w
 
-from dfl.config import Config, ConfigError
+from dfl.config import MAX_NAME, NAME_RE, Config, ConfigError
 from dfl.results import atomic_write_bytes, remove_stale_temporaries, to_json
 
 TABLES = ("sweep", "base", "vary")
 SWEEP_KEYS = ("name", "parallel")
 CONFIG_FIELDS = tuple(f.name for f in fields(Config))
-NAME_CHARS = re.compile(r"[^A-Za-z0-9._=,-]")
-MAX_NAME = 200  # run names become directory names (255 bytes on most filesystems)
+NAME_CHARS = re.compile(r"[^A-Za-z0-9._=,-]")  # replaced by "_" in the run names built from settings
 ERROR_LOG = "error.log"
 STOP_SIGNALS = tuple(getattr(signal, n) for n in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, n))
 STOP_GRACE_SECONDS = 10.0  # SIGTERM'd workers that have not exited by then get SIGKILL
@@ -115,9 +114,9 @@ class Sweep:
         if bad:
             raise SweepError(f"{where}: unknown key(s) {', '.join(bad)} in [sweep]; allowed: {', '.join(SWEEP_KEYS)}")
         name = meta.get("name", "sweep")
-        if not isinstance(name, str) or not name or NAME_CHARS.sub("", name) != name:
-            raise SweepError(f"{where}: [sweep] name must be a non-empty string of letters, digits and ._=,- ; "
-                             f"got {name!r}")
+        if not isinstance(name, str) or len(name) > MAX_NAME or not NAME_RE.fullmatch(name):
+            raise SweepError(f"{where}: [sweep] name must be 1-{MAX_NAME} letters, digits and ._=,- not starting "
+                             f"with '.'; got {name!r}")
         parallel = meta.get("parallel", 1)
         if isinstance(parallel, bool) or not isinstance(parallel, int) or parallel < 1:
             raise SweepError(f"{where}: [sweep] parallel must be an integer >= 1, got {parallel!r}")

@@ -212,3 +212,13 @@ def test_diverged_run_skipped_then_retried_from_scratch(tmp_path, capsys):
     assert [(e["action"], e["status"]) for e in retried] == [("skipped", "completed"), ("started", "diverged")]
     summary = json.loads((diverged_dir / "summary.json").read_text())
     assert summary["rounds"] == 5 and "resumed_from_round" not in summary  # started over, not resumed
+
+
+@pytest.mark.parametrize("name", ["..", ".hidden", "a/b", ""])
+def test_sweep_name_cannot_escape_or_hide(tmp_path, name):
+    from dfl.sweep import SweepError, load_sweep
+
+    spec = tmp_path / "s.toml"
+    spec.write_text(f'[sweep]\nname = "{name}"\n[base]\nrounds = 1\n[vary]\nseed = [0, 1]\n')
+    with pytest.raises(SweepError, match="not starting with '.'"):
+        load_sweep(spec)
