@@ -107,8 +107,8 @@ class RunDirectory:
             remove_stale_temporaries(self.path)  # a directory holding only those counts as empty
         if self.path.exists() and any(self.path.iterdir()) and not overwrite:
             raise RunDirectoryExists(
-                f"run directory {self.path} already exists and is not empty; choose another --out or pass "
-                "--overwrite to replace it"
+                f"run directory {self.path} already exists and is not empty; choose another --out, pass "
+                f"--overwrite to replace it, or continue it with: dfl run --resume {self.path}"
             )
         self.path.mkdir(parents=True, exist_ok=True)
         if overwrite:

@@ -312,6 +312,10 @@ def _run(config: Config, data, out, overwrite: bool, comm, resume: bool) -> Resu
                 _checkpoint(run_dir, algorithm, comm, t, history, counters, config, layout)
             if progress is not None:
                 progress.update(1)
+        # params.pt before the summary says "completed": a kill in between leaves a run that is not marked done
+        params = comm.gather_rows(algorithm.X).detach().cpu()
+        if run_dir:
+            run_dir.save("params.pt", {"params": params, "param_names": list(layout.names)})
         summary["status"] = "completed"
     except DivergenceError as exc:
         summary.update(status="diverged", error=str(exc))
@@ -330,10 +334,7 @@ def _run(config: Config, data, out, overwrite: bool, comm, resume: bool) -> Resu
         if run_dir:
             run_dir.write_json("summary.json", summary)
 
-    params = comm.gather_rows(algorithm.X).detach().cpu()
     initial = comm.gather_rows(X0).detach().cpu()
-    if run_dir:
-        run_dir.save("params.pt", {"params": params, "param_names": list(layout.names)})
     return Result(
         config=config,
         history=history,

@@ -237,7 +237,8 @@ def test_sigkill_at_a_write_or_between_rounds_then_resume_equals_an_uninterrupte
         assert any(name.startswith(f".{last['file']}.") for name in left), left
         if last["file"] == "params.pt":
             assert not (run / "params.pt").exists()
-            assert json.loads((run / "summary.json").read_text())["status"] == "completed"
+            # params.pt is written before the summary says "completed": the run is not marked done
+            assert json.loads((run / "summary.json").read_text())["status"] == "running"
         if last["file"] == "summary.json":  # the final summary's temporary, cut in half; the first one is whole
             assert json.loads((run / "summary.json").read_text())["status"] == "running"
 
