@@ -30,7 +30,8 @@ from dfl.config import Config, ConfigError
 FORMAT = 1
 FILENAME = "checkpoint.pt"
 # Fields that may differ on resume. The first do not touch the trajectory (`rounds` may grow, to extend a
-# run); the execution fields give the same run up to float rounding, as a different number of processes does.
+# run, except under lr_schedule = cosine, which anneals over `rounds`); the execution fields give the same
+# run up to float rounding, as a different number of processes does.
 EXACT_FIELDS = ("rounds", "progress", "checkpoint_every", "dist_timeout", "data_root")
 EXECUTION_FIELDS = ("device", "backend", "gossip_mode", "client_chunk", "compile", "eval_batch_size")
 RESUMABLE_FIELDS = EXACT_FIELDS + EXECUTION_FIELDS
@@ -117,7 +118,8 @@ def _first_line(exc: BaseException) -> str:
 
 
 def check_config(checkpoint: dict[str, Any], config: Config, run_dir) -> None:
-    """The config must equal the checkpoint's except for RESUMABLE_FIELDS, and `rounds` may not shrink."""
+    """The config must equal the checkpoint's except for RESUMABLE_FIELDS, and `rounds` may not shrink (nor
+    change at all with lr_schedule = cosine, whose learning rates depend on `rounds`)."""
     stored = checkpoint["config"]
     differ = changed_fields(stored, config)
     unknown = sorted(set(stored) - {f.name for f in fields(Config)})
@@ -134,6 +136,13 @@ def check_config(checkpoint: dict[str, Any], config: Config, run_dir) -> None:
         raise ConfigError(
             f"cannot resume {run_dir}: rounds = {config.rounds} but the checkpoint is after round {done}; "
             f"rounds must be >= {done} (a run can be extended, not shortened)"
+        )
+    started = stored.get("rounds", config.rounds)
+    if config.lr_schedule == "cosine" and config.rounds != started:
+        raise ConfigError(
+            f"cannot resume {run_dir} with rounds = {config.rounds}: lr_schedule = cosine anneals over the "
+            f"run's rounds = {started}, so changing rounds would change the learning rate of every later round; "
+            f"resume with rounds = {started}, or start a new run"
         )
 
 

@@ -26,6 +26,10 @@ import tomli_w
 # passes run under torch.autocast(bfloat16); parameters, updates, gossip and evaluation stay fp32. tf32: fp32
 # tensors with TF32 matmuls and convolutions (CUDA only; ~1e-3 relative error per product).
 PRECISIONS = ("fp32", "bf16", "tf32")
+# Learning-rate schedules (`dfl.algorithms.base.Context.lr` has the formulas) and the options each one reads:
+# an option set to a non-default value for a schedule that does not read it is an error, never ignored.
+LR_SCHEDULES = ("exponential", "cosine", "step")
+LR_SCHEDULE_OPTIONS = {"lr_decay": "exponential", "lr_min": "cosine", "lr_milestones": "step", "lr_step_factor": "step"}
 
 
 # `name` becomes a directory (runs/<name> by default) and a sweep run's name: letters, digits and . _ - = , only
@@ -85,7 +89,12 @@ class Config:
     model_options: dict[str, Any] = field(default_factory=dict)
     # local training
     lr: float = 0.1
-    lr_decay: float = 0.998  # per round: lr_t = lr * lr_decay**t
+    lr_schedule: str = "exponential"  # "exponential" (lr * lr_decay**t), "cosine" (to lr_min) or "step"
+    lr_decay: float = 0.998  # exponential: per round, lr_t = lr * lr_decay**t
+    lr_min: float = 0.0  # cosine: the floor it anneals to over the run, in [0, lr)
+    lr_milestones: list[int] = field(default_factory=list)  # step: rounds (after warmup) at which lr *= factor
+    lr_step_factor: float = 0.1  # step: the factor in (0, 1] applied at each milestone
+    warmup_rounds: int = 0  # any schedule: linear warmup lr * (t + 1) / W over the first W rounds; 0 = off
     weight_decay: float = 0.0
     clip_grad_norm: float = 0.0  # per client; 0 = off
     batch_size: int = 32  # 0 = full-batch gradient descent
@@ -202,6 +211,7 @@ class Config:
             _integer("local_steps", self.local_steps, minimum=1)
         _number("lr", self.lr, minimum=0.0, strict=True)
         _number("lr_decay", self.lr_decay, minimum=0.0, strict=True)
+        self._validate_lr_schedule()
         _number("weight_decay", self.weight_decay, minimum=0.0)
         _number("clip_grad_norm", self.clip_grad_norm, minimum=0.0)
         for name in ("rho", "asam_eta"):
@@ -248,6 +258,43 @@ class Config:
         if self.rho_ramp_rounds is not None:
             _integer("rho_ramp_rounds", self.rho_ramp_rounds, minimum=0)
 
+    def _validate_lr_schedule(self) -> None:
+        _choice("lr_schedule", self.lr_schedule, LR_SCHEDULES)
+        _number("lr_min", self.lr_min, minimum=0.0)
+        _number("lr_step_factor", self.lr_step_factor, minimum=0.0, strict=True)
+        if self.lr_step_factor > 1:
+            raise ConfigError(f"lr_step_factor must be in (0, 1], got {self.lr_step_factor}")
+        milestones = self.lr_milestones
+        if not isinstance(milestones, (list, tuple)) or any(
+                isinstance(m, bool) or not isinstance(m, int) for m in milestones):
+            raise ConfigError(f"lr_milestones must be a list of integers (rounds), got {milestones!r}")
+        _integer("warmup_rounds", self.warmup_rounds, minimum=0)
+        if self.warmup_rounds >= self.rounds:
+            raise ConfigError(f"warmup_rounds must be < rounds = {self.rounds} (the schedule runs on the rounds "
+                              f"after the warmup), got {self.warmup_rounds}")
+        defaults = {f.name: f.default for f in fields(Config) if f.name in LR_SCHEDULE_OPTIONS}
+        for name, schedule in LR_SCHEDULE_OPTIONS.items():
+            value = getattr(self, name)
+            unset = not value if name == "lr_milestones" else value == defaults[name]
+            if schedule != self.lr_schedule and not unset:
+                default = "[]" if name == "lr_milestones" else defaults[name]
+                raise ConfigError(f"{name} = {value!r} applies only to lr_schedule = {schedule}, but lr_schedule = "
+                                  f"{self.lr_schedule}; remove it (or set it to its default {default})")
+        if self.lr_schedule == "cosine" and self.lr_min >= self.lr:
+            raise ConfigError(f"lr_min must be in [0, lr) = [0, {self.lr}) for lr_schedule = cosine, got {self.lr_min}")
+        if self.lr_schedule == "step":
+            if not milestones:
+                raise ConfigError("lr_schedule = step needs lr_milestones, e.g. [100, 150] (rounds after the warmup "
+                                  "at which lr is multiplied by lr_step_factor)")
+            span = self.rounds - self.warmup_rounds
+            for before, m in zip([0, *milestones], milestones):
+                if m <= before:
+                    raise ConfigError(f"lr_milestones must be strictly increasing positive integers, got "
+                                      f"{list(milestones)}")
+                if m >= span:
+                    raise ConfigError(f"lr_milestones must be < rounds - warmup_rounds = {span} (milestones count "
+                                      f"the rounds after the warmup; a later one would never apply), got {m}")
+
     @property
     def epochs_or_steps(self) -> tuple[str, int]:
         """("epochs", E) or ("steps", K): the local work per round."""
@@ -285,7 +332,8 @@ FIELD_HELP: dict[str, str] = {
     "topology": "communication graph: ring, grid, exponential, full, star, hypercube, random-regular, erdos-renyi, "
                 "one-peer-exponential, random-k or custom",
     "weights": "mixing-weight scheme: metropolis, uniform, max-degree, lazy or fastest (unset = metropolis)",
-    "topology_options": "topology options, e.g. degree=4, p=0.3, k=2, shape=(4,4), periodic=True, path=edges.txt",
+    "topology_options": "topology options, e.g. degree=4, p=0.3, k=2, shape=(4,4), periodic=True, "
+                        "matrix=W.npy (or .csv, .mtx), edges=graph.edgelist",
     "clients": "number of clients, >= 1",
     "dataset": "mnist1d, digits, synthetic, cifar10, cifar100, mnist or fashion-mnist",
     "data_root": "directory of a file-backed dataset (cifar10, cifar100, mnist, fashion-mnist)",
@@ -297,7 +345,13 @@ FIELD_HELP: dict[str, str] = {
     "model": "logreg, mlp, cnn1d, cnn, resnet18, resnet20 or vgg11",
     "model_options": "model options, e.g. hidden=128",
     "lr": "local learning rate > 0",
-    "lr_decay": "learning-rate decay per round: lr_t = lr * lr_decay^t",
+    "lr_schedule": "learning-rate schedule: exponential (lr * lr_decay^t), cosine (to --lr-min over the run) or "
+                   "step (x --lr-step-factor at each of --lr-milestones)",
+    "lr_decay": "exponential schedule: decay per round, lr_t = lr * lr_decay^t",
+    "lr_min": "cosine schedule: the learning rate it anneals to, in [0, lr)",
+    "lr_milestones": "step schedule: rounds after the warmup at which lr is multiplied by --lr-step-factor",
+    "lr_step_factor": "step schedule: factor in (0, 1] applied at each milestone",
+    "warmup_rounds": "rounds of linear warmup lr * (t + 1) / W before the schedule, in [0, rounds); 0 = off",
     "weight_decay": "L2 weight decay >= 0",
     "clip_grad_norm": "per-client gradient-norm clip; 0 = off",
     "batch_size": "minibatch size per local step, at most a client's data (0 = full batch)",

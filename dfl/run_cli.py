@@ -40,12 +40,14 @@ def add_parser(subparsers) -> None:
         flag = "--" + f.name.replace("_", "-")
         kind = str(f.type)
         default = getattr(defaults, f.name)
-        text = FIELD_HELP[f.name] + ("" if default in (None, {}) else f" (default {default})")
+        text = FIELD_HELP[f.name] + ("" if default in (None, {}, []) else f" (default {default})")
         if kind == "bool":
             parser.add_argument(flag, dest=f.name, action=argparse.BooleanOptionalAction, help=text)
         elif kind.startswith("dict"):
             parser.add_argument(flag, dest=f.name, nargs="+", metavar="KEY=VALUE", type=key_value,
                                 help=text + "; one or more key=value pairs, values as Python literals")
+        elif kind.startswith("list["):  # e.g. lr_milestones: --lr-milestones 100 150 (no values = empty list)
+            parser.add_argument(flag, dest=f.name, nargs="*", metavar="N", type=_scalar_type(kind[5:-1]), help=text)
         else:
             parser.add_argument(flag, dest=f.name, type=_scalar_type(kind), help=text)
     parser.set_defaults(handler=main)

@@ -1,6 +1,7 @@
 """`dfl topology`: spectral analysis of communication topologies, as a table, JSON, or a plot.
 
     dfl topology ring --clients 64 --gossip-steps 4
+    dfl topology show custom --matrix W.npy          # your own W (.npy, .csv, .mtx), or --edges graph.edgelist
     dfl topology compare --clients 16 32 64 --topologies ring grid exponential full --plot gap.png
 """
 
@@ -18,7 +19,7 @@ from topologies.weights import LAZY_BASES, SCHEMES
 
 DEFAULT_COMPARE = ("ring", "grid", "exponential", "full")
 # CLI flag -> build() option; a row gets only the options its topology accepts in `compare` mode
-OPTION_FLAGS = ("degree", "p", "k", "seed", "shape", "periodic", "symmetric", "path")
+OPTION_FLAGS = ("degree", "p", "k", "seed", "shape", "periodic", "symmetric", "path", "edges", "matrix")
 COLUMNS = (
     ("topology", "topology"), ("n", "n"), ("weights", "weights"), ("degree", "degree min/mean/max"),
     ("lambda", "lambda"), ("spectral_gap", "gap"), ("gossip_lambda", "lambda^Q"), ("phi", "Phi"),
@@ -34,8 +35,10 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                     "Phi term, the effective number of neighbours and the consensus steps of a topology, or "
                     "of several with 'compare'. Undefined values print as '-' (JSON null); infinite ones "
                     "as inf (JSON \"inf\").")
-    p.add_argument("topology", choices=(*NAMES, "compare"), metavar="TOPOLOGY",
-                   help=f"one of {', '.join(NAMES)}, or 'compare' (with --topologies)")
+    p.add_argument("topology", choices=(*NAMES, "compare", "show"), metavar="TOPOLOGY",
+                   help=f"one of {', '.join(NAMES)}, or 'compare' (with --topologies); 'show NAME' is the "
+                        "same as NAME")
+    p.add_argument("name", nargs="?", choices=NAMES, metavar="NAME", help="the topology after 'show'")
     p.add_argument("--clients", type=int, nargs="+", metavar="N", help="number(s) of clients n")
     p.add_argument("--topologies", nargs="+", metavar="NAME", help="topologies for 'compare' "
                    f"(default: {' '.join(DEFAULT_COMPARE)})")
@@ -52,8 +55,12 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--k", type=int, help="random-k peers per node and step")
     p.add_argument("--shape", type=int, nargs=2, metavar=("ROWS", "COLS"), help="grid shape")
     p.add_argument("--periodic", action="store_true", default=None, help="grid: wrap around (torus)")
-    p.add_argument("--symmetric", action="store_true", default=None, help="exponential: undirected variant")
+    p.add_argument("--symmetric", action="store_true", default=None,
+                   help="exponential: undirected variant; custom --matrix: require W = W^T")
     p.add_argument("--path", help="custom: edge-list file, one 'u v' per line")
+    p.add_argument("--edges", metavar="FILE", help="custom: edge-list file (networkx format), same as --path")
+    p.add_argument("--matrix", metavar="FILE",
+                   help="custom: the gossip matrix W itself, a .npy, .csv or .mtx (Matrix Market) file")
     p.add_argument("--json", action="store_true", help="print JSON (a list of rows) instead of a table")
     p.add_argument("--plot", metavar="FILE.png", help="draw the spectral gap against n per topology")
     p.set_defaults(handler=run)
@@ -62,7 +69,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 def _accepted_options(name: str) -> tuple[str, ...]:
     if name == "custom":
-        return ("path",)
+        return ("path", "edges", "matrix", "symmetric")
     return (STATIC.get(name) or TIME_VARYING[name])[1]
 
 
@@ -162,6 +169,13 @@ def plot_gaps(rows: list[dict], path: str) -> None:
 
 
 def _check_args(args: argparse.Namespace) -> None:
+    if args.topology == "show":
+        if args.name is None:
+            raise ValueError(f"'dfl topology show' needs a topology name: one of {', '.join(NAMES)}")
+        args.topology, args.name = args.name, None
+    elif args.name is not None:
+        raise ValueError(f"unexpected argument {args.name!r} after {args.topology!r} (did you mean "
+                         f"'dfl topology show {args.name}'?)")
     spectral.check_steps(args.gossip_steps)
     spectral.check_gamma(args.gamma)
     spectral.check_eps(args.eps)
@@ -173,7 +187,8 @@ def _check_args(args: argparse.Namespace) -> None:
             raise ValueError(f"--topologies: unknown {', '.join(bad)}; allowed: {allowed}")
     elif args.topologies:
         raise ValueError("--topologies only applies to 'dfl topology compare'")
-    if args.clients is None and not (args.topology == "custom" and args.path):
+    from_file = args.path or args.edges or args.matrix
+    if args.clients is None and not (args.topology == "custom" and from_file):
         raise ValueError("--clients is required (one or more numbers of clients)")
     if args.clients is not None and any(n < 1 for n in args.clients):
         raise ValueError(f"--clients must be integers >= 1, got {' '.join(map(str, args.clients))}")

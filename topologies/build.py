@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import scipy.sparse as sp
 
 from topologies import graphs
 from topologies.schedules import OnePeerExponential, RandomK
 from topologies.topology import Topology
+from topologies.validation import check_connected, check_stochastic
 from topologies.weights import SCHEMES, check_scheme, sparse_weights
 
 STATIC = {
@@ -25,6 +28,7 @@ TIME_VARYING = {
     "random-k": (RandomK, ("k", "seed")),
 }
 CUSTOM_SOURCES = ("graph", "path", "matrix")
+EDGES_ALIAS = "edges"  # the issue's name for path= (an edge-list file)
 NAMES = (*STATIC, *TIME_VARYING, "custom")
 # random-k step graphs are irregular (uniform is not doubly stochastic there) and change every step
 # (an optimisation per step would dominate the run), so only the closed-form schemes are offered
@@ -33,7 +37,7 @@ RANDOM_K_SCHEMES = ("metropolis", "max-degree", "lazy")
 
 def _option_names(name: str) -> tuple[str, ...]:
     if name == "custom":
-        return CUSTOM_SOURCES
+        return (*CUSTOM_SOURCES, EDGES_ALIAS, "symmetric")
     return (STATIC.get(name) or TIME_VARYING[name])[1]
 
 
@@ -57,8 +61,10 @@ def build(name: str, n: int | None, weights: str | None = None, **options) -> To
     name: one of NAMES. n: number of clients (for `custom`, None takes it from the graph, file or matrix).
     weights: one of metropolis (the default), uniform, max-degree, lazy (option base= picks the scheme under
     it, default metropolis), fastest; see `topologies.weights` for which apply to directed graphs.
-    `custom` takes exactly one of graph= (networkx graph), path= (edge-list file) or matrix= (the W itself,
-    dense or scipy sparse; then weights must be left unset). Topology options: grid shape=(r, c) (default
+    `custom` takes exactly one of graph= (networkx graph), path= or its alias edges= (edge-list file, weighted
+    by the scheme) or matrix= (the W itself: dense or scipy sparse, or the path of a .npy, .csv or .mtx file,
+    relative to the current directory; then weights must be left unset, and symmetric=True also requires
+    W = W^T). Topology options: grid shape=(r, c) (default
     near-square; a prime n > 3 needs it), periodic=; exponential symmetric=; random-regular degree=, seed=;
     erdos-renyi p=, seed=; random-k k=, seed=.
     """
@@ -100,32 +106,48 @@ def build(name: str, n: int | None, weights: str | None = None, **options) -> To
 
 
 def _build_custom(n: int | None, weights: str | None, base: str | None, options: dict) -> Topology:
-    given = [key for key in CUSTOM_SOURCES if options.get(key) is not None]
+    given = [key for key in (*CUSTOM_SOURCES, EDGES_ALIAS) if options.get(key) is not None]
     if len(given) != 1:
         raise ValueError(f"custom needs exactly one of the options {', '.join(CUSTOM_SOURCES)}; "
-                         f"got {', '.join(given) or 'none'}")
+                         f"got {', '.join(given) or 'none'} ({EDGES_ALIAS}= is another name for path=)")
     source = given[0]
+    symmetric = options.get("symmetric")
+    if symmetric is not None and (source != "matrix" or not isinstance(symmetric, bool)):
+        raise ValueError("custom option symmetric= is True or False, and applies to matrix= only "
+                         "(a graph's weights are symmetric when the graph is undirected)")
     if source == "matrix":
-        if weights is not None or base is not None:
-            raise ValueError("custom with matrix= uses the matrix as W: leave weights (and base) unset")
-        given = options["matrix"]
-        if sp.issparse(given):
-            W = sp.csr_array(given, dtype=np.float64)
-        else:
-            try:
-                W = np.array(given, dtype=np.float64)
-            except (TypeError, ValueError):
-                raise ValueError("matrix must be a square [n, n] array of numbers") from None
-        if W.ndim != 2 or W.shape[0] != W.shape[1] or W.shape[0] < 1:
-            raise ValueError(f"matrix must be a square [n, n] array with n >= 1, got shape {W.shape}")
-        if n is not None and graphs.check_n(n) != W.shape[0]:
-            raise ValueError(f"n = {n} does not match the matrix of shape {W.shape}")
-        return Topology("custom", W=W, weights="given", symmetric=False)
+        return _custom_matrix(n, weights, base, options["matrix"], bool(symmetric))
     if source == "graph":
         G = graphs.from_networkx(options["graph"], n)
     else:
-        G = graphs.from_edge_list(options["path"], n)
+        G = graphs.from_edge_list(options[source], n, option=source)
     scheme = weights or "metropolis"
     W = sparse_weights(*graphs.adjacency_of(G), scheme, base, "custom graph")
     return Topology("custom", graph=G, W=W, weights=_scheme_label(scheme, base),
                     symmetric=not G.is_directed())
+
+
+def _custom_matrix(n: int | None, weights: str | None, base: str | None, given: object,
+                   symmetric: bool) -> Topology:
+    if weights is not None or base is not None:
+        raise ValueError("custom with matrix= uses the matrix as W: leave weights (and base) unset")
+    label = "matrix"
+    if isinstance(given, (str, Path)):
+        label = str(given)
+        W = graphs.load_matrix(given)
+    elif sp.issparse(given):
+        W = sp.csr_array(given, dtype=np.float64)
+    else:
+        try:
+            W = np.array(given, dtype=np.float64)
+        except (TypeError, ValueError):
+            raise ValueError("matrix must be a square [n, n] array of numbers") from None
+    if W.ndim != 2 or W.shape[0] != W.shape[1] or W.shape[0] < 1:
+        raise ValueError(f"matrix must be a square [n, n] array with n >= 1, got shape {W.shape}")
+    if n is not None and graphs.check_n(n) != W.shape[0]:
+        raise ValueError(f"n = {n} does not match the {label} of shape {W.shape}")
+    if label != "matrix":
+        # the checks the Topology repeats (O(nnz)), here so the message names the file
+        W = check_stochastic(W, symmetric, label)
+        check_connected(W, label)
+    return Topology("custom", W=W, weights="given", symmetric=symmetric)

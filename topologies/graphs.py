@@ -324,21 +324,27 @@ def from_networkx(graph: nx.Graph, n: int | None = None) -> nx.Graph:
     return _with_nodes(len(nodes), edges, directed=graph.is_directed())
 
 
-def from_edge_list(path: str | Path, n: int | None = None) -> nx.Graph:
+def from_edge_list(path: str | Path, n: int | None = None, option: str = "path") -> nx.Graph:
     """Undirected graph from a text file with one edge `u v` per line (integers in 0..n-1).
 
-    Blank lines and `#` comments are ignored; n defaults to the largest node + 1.
+    Blank lines and `#` comments are ignored, and so is anything after the two node ids (the edge data that
+    `networkx.write_edgelist` writes, e.g. `0 1 {}` or a weight: the weights come from the scheme). n defaults
+    to the largest node + 1. `option` names the option in error messages (path or edges).
     """
     path = Path(path)
     if not path.is_file():
-        raise ValueError(f"path: edge-list file {str(path)!r} does not exist")
+        raise ValueError(f"{option}: edge-list file {str(path)!r} does not exist")
+    try:
+        text = path.read_text()
+    except (OSError, UnicodeDecodeError) as err:
+        raise ValueError(f"{option}: edge-list file {str(path)!r} could not be read: {err}") from None
     edges = []
-    for lineno, line in enumerate(path.read_text().splitlines(), start=1):
-        fields = line.split("#", 1)[0].split()
+    for lineno, line in enumerate(text.splitlines(), start=1):
+        fields = line.split("#", 1)[0].split(maxsplit=2)
         if not fields:
             continue
         try:
-            u, v = (int(f) for f in fields)
+            u, v = (int(f) for f in fields[:2])
         except ValueError:
             raise ValueError(f"{path}:{lineno}: expected two integer node ids 'u v', got {line.strip()!r}") \
                 from None
@@ -352,6 +358,49 @@ def from_edge_list(path: str | Path, n: int | None = None) -> nx.Graph:
     if biggest >= n:
         raise ValueError(f"{path}: node id {biggest} is out of range for n = {n} (ids must be 0..n-1)")
     return _with_nodes(n, edges)
+
+
+MATRIX_FORMATS = (".npy", ".csv", ".mtx")
+
+
+def load_matrix(path: str | Path) -> np.ndarray | sp.csr_array:
+    """A gossip matrix W from a file: `.npy` (numpy), `.csv` (comma-separated rows) or `.mtx` (Matrix Market).
+
+    `.npy` and `.csv` give a dense float64 array, `.mtx` a sparse float64 CSR array (it stays sparse, so
+    100,000 clients load in a fraction of a second). The file must hold a square [n, n] matrix of numbers;
+    every failure (missing, unreadable, wrong extension, not square) is a one-line ValueError naming the file.
+    Entries are not checked here: `topologies.validation` does that.
+    """
+    name = str(path)
+    path = Path(path)
+    suffix = path.suffix.lower()
+    if suffix not in MATRIX_FORMATS:
+        raise ValueError(f"matrix file {name!r}: unsupported extension {path.suffix or '(none)'!r}; "
+                         f"use one of {', '.join(MATRIX_FORMATS)}")
+    if not path.is_file():
+        raise ValueError(f"matrix file {name!r} does not exist")
+    try:
+        if suffix == ".npy":
+            W = np.load(path, allow_pickle=False)
+        elif suffix == ".csv":
+            W = np.loadtxt(path, delimiter=",", dtype=np.float64, ndmin=2)
+        else:
+            import scipy.io
+
+            W = scipy.io.mmread(path)
+    except Exception as err:  # noqa: BLE001 - any parser failure is reported as one line naming the file
+        detail = " ".join(str(err).split()) or type(err).__name__
+        raise ValueError(f"matrix file {name!r} could not be read as {suffix}: {detail}") from None
+    if sp.issparse(W):
+        W = sp.csr_array(W)
+    else:
+        W = np.asarray(W)
+    if W.ndim != 2 or W.shape[0] != W.shape[1] or W.shape[0] < 1:
+        shape = " × ".join(map(str, W.shape)) or "a scalar"
+        raise ValueError(f"matrix in {name} must be square, got {shape}")
+    if W.dtype.kind not in "biuf":
+        raise ValueError(f"matrix in {name} must hold real numbers, got dtype {W.dtype}")
+    return W.astype(np.float64)
 
 
 def support(W: object) -> nx.Graph:

@@ -2,7 +2,9 @@
 
 Dense arrays and scipy sparse matrices get the same checks and the same messages; the work is O(nnz) on the
 sparse form (a dense input is converted), so matrices on 100,000 clients validate in milliseconds. Positions
-in messages are the first offending entry in row-major order, as `np.argmin` / `np.argmax` would report.
+in messages are the first offending entry in row-major order, as `np.argmin` / `np.argmax` would report;
+messages give the amount (a row's sum and how far it is from 1, the two sides of an asymmetry and their
+difference) and start with `label` (the file name for a matrix read from a file).
 """
 
 from __future__ import annotations
@@ -46,21 +48,23 @@ def check_stochastic(W: object, symmetric: bool, label: str = "W") -> np.ndarray
     bad = np.nonzero(~np.isfinite(S.data))[0]
     if len(bad):
         i, j = _position(S, bad[0])
-        raise ValueError(f"{label} has a non-finite entry: {label}[{i}, {j}] = {S.data[bad[0]]}")
+        raise ValueError(f"{label} has a non-finite entry at [{i}, {j}]: W[{i}, {j}] = {S.data[bad[0]]}")
     if S.nnz and S.data.min() < -TOL:
         i, j = _position(S, int(np.argmin(S.data)))
-        raise ValueError(f"{label} is not nonnegative: {label}[{i}, {j}] = {S[i, j]:.6g}")
+        raise ValueError(f"{label} is not nonnegative: W[{i}, {j}] = {S[i, j]:.6g}")
     for axis, kind, what in ((1, "row", "row-stochastic"), (0, "column", "column-stochastic")):
         sums = np.asarray(S.sum(axis=axis)).ravel()
         bad = np.nonzero(np.abs(sums - 1.0) > TOL)[0]
         if len(bad):
-            raise ValueError(f"{label} is not {what}: {kind} {bad[0]} sums to {sums[bad[0]]:.6g}")
+            total = sums[bad[0]]
+            raise ValueError(f"{label} is not {what}: {kind} {bad[0]} sums to {total:.6g} "
+                             f"(off by {total - 1.0:+.3g})")
     if symmetric:
         diff = abs(S - S.T)
         if diff.nnz and diff.max() > TOL:
-            i, j, _ = _first_max(diff)
-            raise ValueError(f"{label} is not symmetric: {label}[{i}, {j}] = {S[i, j]:.6g} but "
-                             f"{label}[{j}, {i}] = {S[j, i]:.6g}")
+            i, j, gap = _first_max(diff)
+            raise ValueError(f"{label} is not symmetric: W[{i}, {j}] = {S[i, j]:.6g} but "
+                             f"W[{j}, {i}] = {S[j, i]:.6g} (difference {gap:.3g})")
     return W if dense else S
 
 

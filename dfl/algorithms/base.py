@@ -6,6 +6,7 @@ per-client state; `round(t)` performs one communication round and returns its st
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -13,6 +14,22 @@ import numpy as np
 import torch
 
 from dfl.local import LocalRule
+
+
+def scheduled_lr(config: Any, t: int) -> float:
+    """η_t of `config`'s learning-rate schedule at round t: see `Context.lr`."""
+    eta0, warmup = config.lr, config.warmup_rounds
+    if t < warmup:
+        return eta0 * (t + 1) / warmup
+    s = t - warmup
+    if config.lr_schedule == "exponential":
+        return eta0 * config.lr_decay**s
+    if config.lr_schedule == "cosine":
+        floor = config.lr_min
+        return floor + (eta0 - floor) * (1 + math.cos(math.pi * s / (config.rounds - warmup))) / 2
+    if config.lr_schedule == "step":
+        return eta0 * config.lr_step_factor ** sum(1 for m in config.lr_milestones if m <= s)
+    raise ValueError(f"unknown lr_schedule {config.lr_schedule!r}")
 
 
 @dataclass
@@ -24,8 +41,19 @@ class Context:
     comm: Any  # a communicator (dfl.comm)
 
     def lr(self, t: int) -> float:
-        """η_t = η_0 · γ^t (per-round decay)."""
-        return self.config.lr * self.config.lr_decay**t
+        """The learning rate η_t of round t = 0, …, T−1 (T = `config.rounds`, η_0 = `config.lr`).
+
+        Warmup (W = `warmup_rounds`): for t < W, η_t = η_0 (t + 1)/W, a linear ramp up to η_0. From round W
+        on, the schedule proper runs on s = t − W over S = T − W rounds (with W = 0: s = t, S = T):
+        - exponential (γ = `lr_decay`): η_t = η_0 γ^s;
+        - cosine (η_min = `lr_min`): η_t = η_min + (η_0 − η_min)(1 + cos(π s/S))/2, which starts at η_0 and
+          would reach η_min at s = S, just after the last round. It depends on T, so a cosine run cannot be
+          extended on resume (`dfl.checkpoint.check_config`);
+        - step (milestones m_1 < m_2 < … = `lr_milestones`, counted in s; factor = `lr_step_factor`):
+          η_t = η_0 · factor^(number of milestones m_i ≤ s).
+        With the defaults (exponential, W = 0) this is η_0 γ^t, computed exactly as before the schedules.
+        """
+        return scheduled_lr(self.config, t)
 
     def rule(self, **overrides: Any) -> LocalRule:
         """The local rule from the config and this algorithm's hyperparameters."""
