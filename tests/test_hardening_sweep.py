@@ -113,8 +113,7 @@ def test_signal_stops_every_worker_and_the_next_sweep_resumes(tmp_path, signame,
         return
     # the runs kept their checkpoints: the next sweep (asking for a few rounds more than were done) resumes both
     # and completes them
-    done_rounds = [json.loads((out / e["dir"] / "summary.json").read_text())["rounds_completed"]
-                   for e in read_entries(out)]
+    done_rounds = [ckpt.load(out / e["dir"])["round"] for e in read_entries(out)]  # summary.json lags
     rounds = max(done_rounds) + 3
     done = subprocess.run(
         [sys.executable, "-m", "dfl.cli", "sweep", str(spec), "--out", str(out), "--parallel", "2", "--no-report",
