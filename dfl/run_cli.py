@@ -106,22 +106,16 @@ def resume_args(args: argparse.Namespace) -> argparse.Namespace:
     return argparse.Namespace(**{**vars(args), "config_file": str(run_dir / "config.toml"), "out": str(run_dir)})
 
 
-def _raise_interrupted(signum, frame):
-    from dfl.runner import RunInterrupted
-
-    raise RunInterrupted(signum)
-
-
 def main(args: argparse.Namespace) -> int:
     from dfl.results import RunDirectoryExists, format_summary
-    from dfl.runner import DivergenceError, run
+    from dfl.runner import DivergenceError, raise_on_signal, run
 
     # SIGTERM (kill, torchrun, schedulers) and SIGHUP (a closed terminal) stop the run like Ctrl-C does: it
     # records status "interrupted", keeps its metrics and last checkpoint, and exits 128 + the signal number
     previous = {}
     if threading.current_thread() is threading.main_thread():
         for sig in (signal.SIGTERM, signal.SIGHUP):
-            previous[sig] = signal.signal(sig, _raise_interrupted)
+            previous[sig] = signal.signal(sig, raise_on_signal)
     out = None
     try:
         resume = getattr(args, "resume", None)

@@ -40,6 +40,12 @@ class RunInterrupted(KeyboardInterrupt):
         super().__init__(f"interrupted by {signal.Signals(signum).name}")
 
 
+def raise_on_signal(signum, frame) -> None:
+    """A signal handler (SIGTERM, SIGHUP): stop the run as `RunInterrupted`, so it records status "interrupted"
+    with its last completed round and keeps its metrics and last checkpoint."""
+    raise RunInterrupted(signum)
+
+
 class DivergenceError(RuntimeError):
     """The run diverged (NaN/inf, or the loss rule below); the message names the round and what happened."""
 

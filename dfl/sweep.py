@@ -515,9 +515,17 @@ WORKER = "import sys; from dfl.sweep import _worker_main; sys.exit(_worker_main(
 def _worker_main(job_json: str) -> int:
     import torch
 
+    from dfl.runner import raise_on_signal
+
+    # the sweep stops its workers with SIGTERM (and so does the kernel when the sweep dies): the run then records
+    # status "interrupted" with its last completed round instead of dying mid-summary
+    signal.signal(signal.SIGTERM, raise_on_signal)
     job = json.loads(job_json)
     torch.set_num_threads(int(job["threads"]))
-    outcome = execute_run(Config.from_dict(job["config"]), Path(job["out"]), job["action"])
+    try:
+        outcome = execute_run(Config.from_dict(job["config"]), Path(job["out"]), job["action"])
+    except KeyboardInterrupt as exc:
+        return 128 + int(getattr(exc, "signum", signal.SIGINT))
     print("\n" + json.dumps(outcome, allow_nan=True), flush=True)
     return 0
 

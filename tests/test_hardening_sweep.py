@@ -109,6 +109,10 @@ def test_signal_stops_every_worker_and_the_next_sweep_resumes(tmp_path, signame,
     assert lines == [f"dfl sweep: interrupted by {signame}: stopped 2 running run(s); run the same command again "
                      "to resume the sweep"], err
     assert [e["status"] for e in read_entries(out)] == ["interrupted", "interrupted"]
+    # the workers stopped cleanly: their own summaries say so, with the rounds they completed
+    summaries = [json.loads((out / e["dir"] / "summary.json").read_text()) for e in read_entries(out)]
+    assert [s["status"] for s in summaries] == ["interrupted", "interrupted"]
+    assert all(s["rounds_completed"] >= 1 for s in summaries)
     if signame != "SIGTERM":
         return
     # the runs kept their checkpoints: the next sweep (asking for a few rounds more than were done) resumes both
