@@ -25,6 +25,8 @@ import numpy as np
 import scipy.sparse as sp
 import torch
 
+from topologies import spectral
+
 # Dense wins when m² ≤ DENSE_FACTOR · Σ_steps (nnz + m): a dense matmul does 2m² flops per column of X and
 # runs near the matmul peak, a sparse step moves (nnz + m) rows per column and is bound by memory bandwidth;
 # on CPUs and GPUs alike a flop is ~10-20× cheaper than a byte of traffic. Measured on the 2-core CPU with
@@ -48,23 +50,9 @@ def use_dense(m: int, nnz_per_step: list[int], time_varying: bool) -> bool:
 
 
 def circulant_offsets(W: sp.csr_array) -> list[tuple[int, float]] | None:
-    """[(k, c_k)] when W is circulant (W[i, (i+k) mod m] = c_k for every i), else None. O(nnz log nnz/m)."""
-    m = W.shape[0]
-    W = sp.csr_array(W)
-    W.sum_duplicates()
-    counts = np.diff(W.indptr)
-    if m == 0 or W.nnz == 0 or counts.min() != counts.max():
-        return None
-    r = int(counts[0])
-    rows = np.repeat(np.arange(m), r)
-    offsets = ((W.indices - rows) % m).reshape(m, r)
-    order = np.argsort(offsets, axis=1, kind="stable")
-    offsets = np.take_along_axis(offsets, order, axis=1)
-    values = np.take_along_axis(W.data.reshape(m, r), order, axis=1)
-    if not (np.array_equal(offsets, np.broadcast_to(offsets[0], offsets.shape))
-            and np.array_equal(values, np.broadcast_to(values[0], values.shape))):
-        return None
-    return [(int(k), float(c)) for k, c in zip(offsets[0], values[0])]
+    """[(k, c_k)] when W is exactly circulant (W[i, (i+k) mod m] = c_k for every i), else None."""
+    found = spectral.circulant_offsets(W, atol=0.0)  # exact: the shifts must apply W itself
+    return None if found is None else [(int(k), float(c)) for k, c in zip(*found)]
 
 
 # On CPU a circulant step runs row block by row block, each block's output small enough to stay in cache
@@ -143,10 +131,6 @@ class Gossip:
             return 0
         return step if period is None else step % period
 
-    def sparse(self, step: int) -> sp.csr_array:
-        """W_step as a float64 scipy CSR matrix (row = receiver)."""
-        return self.topology.sparse(step)
-
     def _cached(self, key: tuple, build):
         if key not in self._cache:
             self._cache[key] = build()
@@ -157,7 +141,7 @@ class Gossip:
 
     def step_operator(self, step: int) -> SparseStep:
         return self._cached(("step", self.step_key(step)),
-                            lambda: SparseStep(self.sparse(step), self.dtype, self.device))
+                            lambda: SparseStep(self.topology.sparse(step), self.dtype, self.device))
 
     # ------------------------------------------------------------------ dense product (small m)
     def product(self, first_step: int, steps: int) -> np.ndarray:
@@ -175,11 +159,10 @@ class Gossip:
         return self._cached(key, lambda: self._tensor(self.product(first_step, steps)))
 
     def dense_is_cheaper(self, first_step: int, steps: int) -> bool:
-        m = self.topology.n
-        if m > DENSE_MAX_CLIENTS:
+        if self.topology.n > DENSE_MAX_CLIENTS:  # before building step operators only to count their nonzeros
             return False
         nnz = [self.step_operator(s).nnz for s in range(first_step, first_step + steps)]
-        return use_dense(m, nnz, self.topology.is_time_varying)
+        return use_dense(self.topology.n, nnz, self.topology.is_time_varying)
 
     # ------------------------------------------------------------------ mixing
     def mix(self, X: torch.Tensor, first_step: int, steps: int) -> torch.Tensor:
@@ -202,7 +185,7 @@ class Gossip:
         """What a multi-process communicator gets per step: the dense matrix for small m, else scipy CSR."""
         if self.topology.n <= DENSE_MAX_CLIENTS:
             return self.topology.matrix(step)
-        return self.sparse(step)
+        return self.topology.sparse(step)
 
     def sends(self, first_step: int, steps: int) -> np.ndarray:
         """Models each client sends over these steps: Σ_s out-degree of client j in W_s (self excluded)."""

@@ -110,12 +110,9 @@ def check_steps(Q: object) -> int:
 
 # --- circulant matrices -------------------------------------------------------------------------------------
 
-def circulant_row(W: object) -> np.ndarray | None:
-    """First row c of a circulant W (W[i, j] = c[(j - i) mod n], row i = row 0 rolled by i), else None.
-
-    Read off the sparse structure in O(nnz log k): every row must hold the same k offsets (j - i) mod n with
-    the same values (to CIRCULANT_ATOL).
-    """
+def circulant_offsets(W: object, atol: float = CIRCULANT_ATOL) -> tuple[np.ndarray, np.ndarray] | None:
+    """(k, c_k) with the offsets k sorted, when W[i, (i + k) mod n] = c_k for every row i (values to `atol`),
+    else None: row i is row 0 rolled by i. Read off the sparse structure in O(nnz log k)."""
     W = as_csr(W)
     n = W.shape[0]
     counts = np.diff(W.indptr)
@@ -129,10 +126,18 @@ def circulant_row(W: object) -> np.ndarray | None:
     values = np.take_along_axis(W.data.reshape(n, k), order, axis=1)
     if not np.array_equal(offsets, np.broadcast_to(offsets[0], offsets.shape)):
         return None
-    if np.abs(values - values[0]).max() > CIRCULANT_ATOL:
+    if np.abs(values - values[0]).max() > atol:
         return None
-    c = np.zeros(n)
-    c[offsets[0]] = values[0]
+    return offsets[0], values[0]
+
+
+def circulant_row(W: object) -> np.ndarray | None:
+    """First row c of a circulant W (W[i, j] = c[(j - i) mod n]; values to CIRCULANT_ATOL), else None."""
+    found = circulant_offsets(W)
+    if found is None:
+        return None
+    c = np.zeros(as_csr(W).shape[0])
+    c[found[0]] = found[1]
     return c
 
 
