@@ -254,6 +254,9 @@ def _run(config: Config, data, out, overwrite: bool, comm, resume: bool) -> Resu
 
     eval_x, eval_y = data.test_x, data.test_y
     train_sub = _train_subset(data, config)
+    # each client's accuracy: on `client_eval_samples` fixed test samples (0 = all), drawn once here
+    client_test = (eval_x, eval_y) if not 0 < config.client_eval_samples < eval_x.shape[0] else _seeded_subset(
+        eval_x, eval_y, config.client_eval_samples, config.seed)
     hessian_sub = _train_subset(data, config, config.hessian_samples) if config.hessian_every else None
     round_seconds: list[float] = []
     loss_bound = DIVERGENCE_LOSS_FACTOR * math.log(max(data.num_classes, 2))
@@ -280,8 +283,8 @@ def _run(config: Config, data, out, overwrite: bool, comm, resume: bool) -> Resu
             )
             if (t + 1) % config.eval_every == 0 or t + 1 == config.rounds or measure_hessian:
                 mean = comm.mean_rows(algorithm.X)
-                record = _evaluate(model, layout, algorithm.X, mean, comm, eval_x, eval_y, train_sub, config,
-                                   trainer.chunk)
+                record = _evaluate(model, layout, algorithm.X, mean, comm, eval_x, eval_y, train_sub, client_test,
+                                   config, trainer.chunk)
                 if measure_hessian:
                     record["hessian_top_eig"] = _hessian(model, layout, mean, hessian_sub, config)
                 train_loss = _mean_train_loss(stats, comm)
@@ -360,15 +363,18 @@ def _lambda(topology, steps: int) -> float:
 
 def _train_subset(data, config: Config, samples: int | None = None):
     """A fixed (seeded) subset of the pooled training data: `train_eval_samples` or `samples` of them."""
-    n = data.train_x.shape[0]
-    k = min(config.train_eval_samples if samples is None else samples, n)
-    if k == 0:
-        return None
-    idx = torch.randperm(n, generator=torch.Generator().manual_seed(config.seed))[:k].to(data.train_x.device)
-    return data.train_x[idx], data.train_y[idx]
+    k = config.train_eval_samples if samples is None else samples
+    return _seeded_subset(data.train_x, data.train_y, k, config.seed) if k else None
 
 
-def _evaluate(model, layout, X, mean, comm, x, y, train_sub, config, chunk: int) -> dict[str, Any]:
+def _seeded_subset(x: torch.Tensor, y: torch.Tensor, k: int, seed: int):
+    """The first min(k, n) samples of a permutation drawn from `seed`: the same subset on every process."""
+    n = x.shape[0]
+    idx = torch.randperm(n, generator=torch.Generator().manual_seed(seed))[: min(k, n)].to(x.device)
+    return x[idx], y[idx]
+
+
+def _evaluate(model, layout, X, mean, comm, x, y, train_sub, client_test, config, chunk: int) -> dict[str, Any]:
     """Metrics of the averaged model `mean` (= comm.mean_rows(X)) and of every client row of X."""
     test_acc, test_loss = evaluate_row(model, layout, mean, x, y, config.eval_batch_size)
     record: dict[str, Any] = {"test_acc": test_acc, "test_loss": test_loss}
@@ -376,11 +382,7 @@ def _evaluate(model, layout, X, mean, comm, x, y, train_sub, config, chunk: int)
         record["train_acc"], record["train_eval_loss"] = evaluate_row(
             model, layout, mean, *train_sub, config.eval_batch_size
         )
-    if config.client_eval_samples and config.client_eval_samples < x.shape[0]:  # same subset on every process
-        idx = torch.randperm(x.shape[0], generator=torch.Generator().manual_seed(config.seed))
-        idx = idx[: config.client_eval_samples].to(x.device)
-        x, y = x[idx], y[idx]
-    accs = comm.gather_rows(client_accuracies(model, layout, X, x, y, config.eval_batch_size, chunk))
+    accs = comm.gather_rows(client_accuracies(model, layout, X, *client_test, config.eval_batch_size, chunk))
     accs = accs.double()
     record.update(
         client_acc_mean=float(accs.mean()),
