@@ -1,0 +1,146 @@
+"""`Registry`: the one plug-in shape for algorithms, models, datasets, topologies and loggers.
+
+A registry is a name → object table (a class or a factory), filled three ways:
+
+    ALGORITHMS = Registry("algorithm", group="dfl.algorithms")
+
+    @ALGORITHMS.register("my-algo")          # 1. in Python, by decorating
+    class MyAlgo(Algorithm): ...
+
+    ALGORITHMS.register("other", OtherAlgo)  # 2. by a call
+
+    # 3. by an installed package, in its pyproject.toml (loaded the first time a name is looked up):
+    #    [project.entry-points."dfl.algorithms"]
+    #    my-algo = "my_package.algo:MyAlgo"
+
+`get(name)` returns the object or raises ValueError naming the kind and listing the choices; `names()` lists
+them in registration order (built-ins first), which is what `dfl list`, the config validation and the CLI read.
+A name registered twice (by different objects) is an error naming both, unless `replace=True`.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterator
+from importlib import metadata
+from typing import Any, Generic, TypeVar
+
+T = TypeVar("T")
+
+
+class RegistryError(ValueError):
+    """A registration clash or a plug-in that cannot be loaded (the message names the name and the source)."""
+
+
+def _origin(obj: Any) -> str:
+    """Where obj was defined, as "module.qualname" (for error messages)."""
+    module = getattr(obj, "__module__", None) or type(obj).__module__
+    name = getattr(obj, "__qualname__", None) or getattr(obj, "__name__", None) or type(obj).__qualname__
+    return f"{module}.{name}"
+
+
+class Registry(Generic[T]):
+    """A name → object table with a `register` decorator and an entry-point group for installed packages."""
+
+    def __init__(self, kind: str, group: str | None = None):
+        self.kind = kind  # singular noun for messages: "algorithm", "model", ...
+        self.group = group  # entry-point group, e.g. "dfl.algorithms" (None: no plug-ins)
+        self._table: dict[str, T] = {}
+        self._sources: dict[str, str] = {}  # name -> where it came from (module, or entry point's distribution)
+        self._plugins_loaded = group is None
+        self._plugin_errors: dict[str, str] = {}  # entry-point name -> why it failed to load
+
+    # ---------------------------------------------------------------------------------------------- filling
+    def register(self, name: str, obj: T | None = None, *, replace: bool = False) -> Any:
+        """Register `obj` under `name`; without `obj`, return a decorator that registers what it decorates."""
+        if not isinstance(name, str) or not name.strip() or name != name.strip():
+            raise RegistryError(f"{self.kind} name must be a non-empty string without surrounding spaces; "
+                                f"got {name!r}")
+        if obj is None:
+            def decorator(target: T) -> T:
+                self._add(name, target, replace, _origin(target))
+                return target
+
+            return decorator
+        self._add(name, obj, replace, _origin(obj))
+        return obj
+
+    def _add(self, name: str, obj: T, replace: bool, source: str) -> None:
+        current = self._table.get(name)
+        if current is not None and current is not obj and not replace:
+            raise RegistryError(
+                f"{self.kind} {name!r} is registered twice: by {self._sources[name]} and by {source}; "
+                f"choose another name, or pass replace=True to override it on purpose"
+            )
+        self._table[name] = obj
+        self._sources[name] = source
+
+    def unregister(self, name: str) -> None:
+        """Remove `name` (tests and notebooks that register temporary entries)."""
+        self._table.pop(name, None)
+        self._sources.pop(name, None)
+
+    def _load_plugins(self) -> None:
+        """Register every entry point of `group` once: an entry point's object is registered under its name.
+        One that fails to import is remembered, and named in the error if someone asks for it."""
+        if self._plugins_loaded:
+            return
+        self._plugins_loaded = True
+        for ep in metadata.entry_points(group=self.group):
+            if ep.name in self._table:
+                continue  # a built-in or an explicit registration wins over a same-named plug-in
+            dist = getattr(getattr(ep, "dist", None), "name", None) or "an installed package"
+            try:
+                obj = ep.load()
+            except Exception as exc:  # a broken plug-in must not break the built-ins
+                self._plugin_errors[ep.name] = (
+                    f"{self.kind} {ep.name!r} from {dist} (entry point {ep.value!r} in group {self.group!r}) "
+                    f"could not be loaded: {type(exc).__name__}: {exc}"
+                )
+                continue
+            if ep.name not in self._table:  # importing it may have registered it already (a decorator)
+                self._add(ep.name, obj, False, f"{dist} (entry point {ep.value})")
+
+    # ---------------------------------------------------------------------------------------------- reading
+    def names(self) -> tuple[str, ...]:
+        self._load_plugins()
+        return tuple(self._table)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self.names()
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.names())
+
+    def __len__(self) -> int:
+        return len(self.names())
+
+    def items(self) -> list[tuple[str, T]]:
+        self._load_plugins()
+        return list(self._table.items())
+
+    def source(self, name: str) -> str:
+        """Where `name` was registered from (a module.qualname, or a distribution's entry point)."""
+        self.get(name)
+        return self._sources[name]
+
+    def get(self, name: str, field: str | None = None) -> T:
+        """The object registered as `name`; a ValueError naming `field` (default: the kind) and the choices
+        otherwise, with a close match suggested."""
+        self._load_plugins()
+        if name in self._table:
+            return self._table[name]
+        if name in self._plugin_errors:
+            raise RegistryError(self._plugin_errors[name])
+        field = field or self.kind
+        choices = ", ".join(self._table)
+        close = difflib.get_close_matches(str(name), list(self._table), n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise ValueError(f"{field} must be one of {choices}; got {name!r}{hint}")
+
+    def __getitem__(self, name: str) -> T:
+        return self.get(name)
+
+    def __repr__(self) -> str:
+        return f"Registry({self.kind!r}, group={self.group!r}, names={list(self._table)})"
+
