@@ -12,6 +12,7 @@ import signal
 import socket
 import time
 import warnings
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -155,205 +156,277 @@ def run(
 
 
 def _run(config: Config, data, out, overwrite: bool, comm, resume: bool) -> Result:
-    from dfl.models import build_model
+    """The phases of a run, in order: set-up, the round loop (train, evaluate when due, checkpoint when due),
+    finish. `Experiment.record` is where every evaluated round's metrics go out (metrics.jsonl, progress)."""
+    exp = Experiment(config, data, out, overwrite, comm, resume)
+    with exp.status():
+        for t in range(exp.start, config.rounds):
+            stats = exp.train_round(t)
+            if exp.evaluation_due(t):
+                exp.record(exp.evaluate(t, stats))
+            if exp.checkpoint_due(t):
+                exp.checkpoint(t)
+        exp.save_params()
+    return exp.result()
 
-    saved = None
-    if resume:  # before any work: a missing checkpoint or a changed config fails fast, on every rank alike
-        saved = ckpt.load(out)
-        ckpt.check_config(saved, config, out)
-    hp, ignored = resolve_hyperparameters(config)
-    device = getattr(comm, "device", None) or resolve_device(config.device)
-    if device.type == "cpu":
-        memory.keep_freed_memory()  # reuse freed heap instead of zero-filled fresh mappings every round
-    tf32 = config.precision == "tf32"  # off otherwise: exact-averaging needs true fp32
-    if tf32 and device.type != "cuda":
-        raise ConfigError(f"precision = tf32 needs a CUDA device (the run is on {device}); use fp32 or bf16")
-    torch.backends.cuda.matmul.allow_tf32 = tf32
-    torch.backends.cudnn.allow_tf32 = tf32
 
-    if data is None:
-        data = build_data(config)
-    elif data.num_clients != config.clients:
-        raise ConfigError(f"clients = {config.clients} but the given data has {data.num_clients} clients")
-    m = data.num_clients
-    if comm.num_clients != m:
-        raise ConfigError(f"the communicator hosts {comm.num_clients} clients but the data has {m}")
-    data = data.to(device)
-    centralized = getattr(algorithm_class(config.algorithm), "centralized", False)
-    if centralized and (config.topology not in ("ring", "full") or config.topology_options):  # ring: the default
-        warnings.warn(f"{config.algorithm} is centralized (complete topology); ignoring topology", stacklevel=2)
-        ignored = [*ignored, "topology"]
-    topology = build_topology(config, m)
+class Experiment:
+    """One run between its phases: `__init__` is the set-up (data, topology, model, client stack, trainer,
+    gossip, algorithm, resume, run directory), then `train_round`, `evaluate`, `record`, `checkpoint` per
+    round, and `save_params` + `result` at the end; `status()` marks summary.json with how the run ended."""
 
-    torch.manual_seed(config.seed)
-    model = build_model(config.model, tuple(data.input_shape), data.num_classes, **config.model_options)
-    model = model.to(device)
-    layout = ParamLayout.of(model)
-    X0 = initial_stack(model, m, device)[comm.client_ids]
+    def __init__(self, config: Config, data, out, overwrite: bool, comm, resume: bool):
+        from dfl.models import build_model
 
-    trainer = LocalTrainer(model, layout, data, comm.client_ids, config)
-    trainer.plan_chunk(X0)  # before any training: a run that cannot fit one client stops here, with the estimate
-    gossip = Gossip(topology, comm, X0.dtype, device)
-    ctx = Context(config=config, hp=hp, trainer=trainer, gossip=gossip, comm=comm)
-    algorithm = algorithm_class(config.algorithm)(ctx, X0.clone())
+        saved = None
+        if resume:  # before any work: a missing checkpoint or a changed config fails fast, on every rank alike
+            saved = ckpt.load(out)
+            ckpt.check_config(saved, config, out)
+        hp, ignored = resolve_hyperparameters(config)
+        device = getattr(comm, "device", None) or resolve_device(config.device)
+        if device.type == "cpu":
+            memory.keep_freed_memory()  # reuse freed heap instead of zero-filled fresh mappings every round
+        tf32 = config.precision == "tf32"  # off otherwise: exact-averaging needs true fp32
+        if tf32 and device.type != "cuda":
+            raise ConfigError(f"precision = tf32 needs a CUDA device (the run is on {device}); use fp32 or bf16")
+        torch.backends.cuda.matmul.allow_tf32 = tf32
+        torch.backends.cudnn.allow_tf32 = tf32
 
-    history: list[dict[str, Any]] = []
-    bytes_total, start, wall_before = 0, 0, 0.0
-    if saved is not None:
-        ckpt.restore(saved, algorithm, comm, layout)
-        start, history = saved["round"], list(saved["history"])
-        if not comm.is_main:  # as in an uninterrupted run, per-client accuracies live on the main process
-            history = [{k: v for k, v in h.items() if k != "client_acc"} for h in history]
-        counters = saved["counters"]
-        bytes_total, wall_before = counters["bytes_sent_total"], counters["wall_seconds"]
-        comm.bytes_moved = counters["bytes_moved"]
+        if data is None:
+            data = build_data(config)
+        elif data.num_clients != config.clients:
+            raise ConfigError(f"clients = {config.clients} but the given data has {data.num_clients} clients")
+        m = data.num_clients
+        if comm.num_clients != m:
+            raise ConfigError(f"the communicator hosts {comm.num_clients} clients but the data has {m}")
+        data = data.to(device)
+        centralized = getattr(algorithm_class(config.algorithm), "centralized", False)
+        if centralized and (config.topology not in ("ring", "full") or config.topology_options):  # ring: default
+            warnings.warn(f"{config.algorithm} is centralized (complete topology); ignoring topology", stacklevel=3)
+            ignored = [*ignored, "topology"]
+        topology = build_topology(config, m)
 
-    run_dir = None
-    if out is not None and comm.is_main:
-        run_dir = RunDirectory(out, overwrite=overwrite, resume=resume)
-    model_bytes = layout.dim * X0.element_size()
-    lam = _lambda(topology, 1)
-    summary: dict[str, Any] = {
-        "name": config.name,
-        "algorithm": config.algorithm,
-        "hyperparameters": hp,
-        "ignored_options": ignored,
-        "topology": topology.name,
-        "weights": topology.weights,
-        "lambda": lam,
-        "spectral_gap": 1 - lam,
-        "gossip_steps": hp.get("gossip_steps", 1),
-        "lambda_Q": _lambda(topology, hp.get("gossip_steps", 1)),
-        "clients": m,
-        "processes": comm.world_size,
-        "dataset": data.name,
-        "model": config.model,
-        "num_params": layout.dim,
-        "device": str(device),
-        "client_chunk": trainer.chunk,
-        "malloc": "heap kept (dfl.memory.keep_freed_memory)" if memory.heap_kept() else "system",
-        "memory_estimate": trainer.memory_estimate,
-        "rounds": config.rounds,
-        "rounds_completed": start,
-        "status": "running",
-        # while running: which process on which machine, so `dfl report` / `dfl sweep` can tell a run whose
-        # process is gone (SIGKILL, a crash) from one still going
-        "pid": os.getpid(),
-        "host": socket.gethostname(),
-        "out_dir": str(run_dir.path) if run_dir else None,
-    }
-    if saved is not None:
-        summary["resumed_from_round"] = start
-    if run_dir:
-        run_dir.write_config(config.to_toml())
-        run_dir.write_json("partition.json", data.partition_info())
+        torch.manual_seed(config.seed)
+        model = build_model(config.model, tuple(data.input_shape), data.num_classes, **config.model_options)
+        model = model.to(device)
+        layout = ParamLayout.of(model)
+        X0 = initial_stack(model, m, device)[comm.client_ids]
+
+        trainer = LocalTrainer(model, layout, data, comm.client_ids, config)
+        trainer.plan_chunk(X0)  # before any training: a run that cannot fit one client stops here, with the estimate
+        gossip = Gossip(topology, comm, X0.dtype, device)
+        self.ctx = Context(config=config, hp=hp, trainer=trainer, gossip=gossip, comm=comm)
+        self.algorithm = algorithm_class(config.algorithm)(self.ctx, X0.clone())
+        self.config, self.comm, self.data, self.device = config, comm, data, device
+        self.model, self.layout, self.X0, self.trainer = model, layout, X0, trainer
+
+        self.history: list[dict[str, Any]] = []
+        self.bytes_total, self.start, self.wall_before = 0, 0, 0.0
         if saved is not None:
-            run_dir.write_metrics(history)  # drops records a killed run wrote after its last checkpoint
-            run_dir.remove("params.pt")  # written again when the run finishes
-        run_dir.write_json("summary.json", summary)
+            ckpt.restore(saved, self.algorithm, comm, layout)
+            self.start, self.history = saved["round"], list(saved["history"])
+            if not comm.is_main:  # as in an uninterrupted run, per-client accuracies live on the main process
+                self.history = [{k: v for k, v in h.items() if k != "client_acc"} for h in self.history]
+            counters = saved["counters"]
+            self.bytes_total, self.wall_before = counters["bytes_sent_total"], counters["wall_seconds"]
+            comm.bytes_moved = counters["bytes_moved"]
 
-    eval_x, eval_y = data.test_x, data.test_y
-    train_sub = _train_subset(data, config)
-    # each client's accuracy: on `client_eval_samples` fixed test samples (0 = all), drawn once here
-    client_test = (eval_x, eval_y) if not 0 < config.client_eval_samples < eval_x.shape[0] else _seeded_subset(
-        eval_x, eval_y, config.client_eval_samples, config.seed)
-    hessian_sub = _train_subset(data, config, config.hessian_samples) if config.hessian_every else None
-    round_seconds: list[float] = []
-    loss_bound = DIVERGENCE_LOSS_FACTOR * math.log(max(data.num_classes, 2))
-    above_bound = 0  # consecutive evaluations with the training loss above loss_bound
-    progress = _progress(config, comm, start)
-    started = time.perf_counter()
-    if saved is not None:
-        ckpt.set_rng_state(saved["rng"])
-    try:
-        for t in range(start, config.rounds):
-            tic = time.perf_counter()
-            moved_before = comm.bytes_moved
-            stats = algorithm.round(t)
-            moved_round = comm.bytes_moved - moved_before  # this round's traffic between processes
-            _check_finite(algorithm.X, stats.train_loss, t, comm)
-            if device.type == "cuda":
-                torch.cuda.synchronize()
-            round_seconds.append(time.perf_counter() - tic)
-            bytes_round = int(stats.models_sent.sum()) * model_bytes
-            bytes_total += bytes_round
-            summary["rounds_completed"] = t + 1
-            measure_hessian = config.hessian_every > 0 and (
-                (t + 1) % config.hessian_every == 0 or t + 1 == config.rounds
+        self.run_dir = None
+        if out is not None and comm.is_main:
+            self.run_dir = RunDirectory(out, overwrite=overwrite, resume=resume)
+        self.out = out
+        self.model_bytes = layout.dim * X0.element_size()
+        self.summary = self._initial_summary(hp, ignored, topology)
+        if saved is not None:
+            self.summary["resumed_from_round"] = self.start
+        if self.run_dir:
+            self.run_dir.write_config(config.to_toml())
+            self.run_dir.write_json("partition.json", data.partition_info())
+            if saved is not None:
+                self.run_dir.write_metrics(self.history)  # drops records a killed run wrote after its checkpoint
+                self.run_dir.remove("params.pt")  # written again when the run finishes
+            self.run_dir.write_json("summary.json", self.summary)
+
+        self.eval_x, self.eval_y = data.test_x, data.test_y
+        self.train_sub = _train_subset(data, config)
+        # each client's accuracy: on `client_eval_samples` fixed test samples (0 = all), drawn once here
+        self.client_test = (
+            (self.eval_x, self.eval_y) if not 0 < config.client_eval_samples < self.eval_x.shape[0]
+            else _seeded_subset(self.eval_x, self.eval_y, config.client_eval_samples, config.seed)
+        )
+        self.hessian_sub = _train_subset(data, config, config.hessian_samples) if config.hessian_every else None
+        self.round_seconds: list[float] = []
+        self.loss_bound = DIVERGENCE_LOSS_FACTOR * math.log(max(data.num_classes, 2))
+        self.above_bound = 0  # consecutive evaluations with the training loss above loss_bound
+        self.progress = _progress(config, comm, self.start)
+        self.started = time.perf_counter()
+        self.params: torch.Tensor | None = None
+        self._last_round = (0, 0)  # (bytes sent, bytes moved between processes) of the latest round
+        if saved is not None:
+            ckpt.set_rng_state(saved["rng"])
+
+    def _initial_summary(self, hp: dict, ignored: list[str], topology) -> dict[str, Any]:
+        config, comm, run_dir = self.config, self.comm, self.run_dir
+        lam = _lambda(topology, 1)
+        return {
+            "name": config.name,
+            "algorithm": config.algorithm,
+            "hyperparameters": hp,
+            "ignored_options": ignored,
+            "topology": topology.name,
+            "weights": topology.weights,
+            "lambda": lam,
+            "spectral_gap": 1 - lam,
+            "gossip_steps": hp.get("gossip_steps", 1),
+            "lambda_Q": _lambda(topology, hp.get("gossip_steps", 1)),
+            "clients": self.data.num_clients,
+            "processes": comm.world_size,
+            "dataset": self.data.name,
+            "model": config.model,
+            "num_params": self.layout.dim,
+            "device": str(self.device),
+            "client_chunk": self.trainer.chunk,
+            "malloc": "heap kept (dfl.memory.keep_freed_memory)" if memory.heap_kept() else "system",
+            "memory_estimate": self.trainer.memory_estimate,
+            "rounds": config.rounds,
+            "rounds_completed": self.start,
+            "status": "running",
+            # while running: which process on which machine, so `dfl report` / `dfl sweep` can tell a run whose
+            # process is gone (SIGKILL, a crash) from one still going
+            "pid": os.getpid(),
+            "host": socket.gethostname(),
+            "out_dir": str(run_dir.path) if run_dir else None,
+        }
+
+    # ------------------------------------------------------------------------------------------ round loop
+    def train_round(self, t: int):
+        """Round t of the algorithm (local steps, then gossip), checked for NaN/inf on every client."""
+        tic = time.perf_counter()
+        moved_before = self.comm.bytes_moved
+        stats = self.algorithm.round(t)
+        moved_round = self.comm.bytes_moved - moved_before  # this round's traffic between processes
+        _check_finite(self.algorithm.X, stats.train_loss, t, self.comm)
+        if self.device.type == "cuda":
+            torch.cuda.synchronize()
+        self.round_seconds.append(time.perf_counter() - tic)
+        bytes_round = int(stats.models_sent.sum()) * self.model_bytes
+        self.bytes_total += bytes_round
+        self._last_round = (bytes_round, moved_round)
+        self.summary["rounds_completed"] = t + 1
+        if self.progress is not None:
+            self.progress.update(1)
+        return stats
+
+    def hessian_due(self, t: int) -> bool:
+        every = self.config.hessian_every
+        return every > 0 and ((t + 1) % every == 0 or t + 1 == self.config.rounds)
+
+    def evaluation_due(self, t: int) -> bool:
+        config = self.config
+        return (t + 1) % config.eval_every == 0 or t + 1 == config.rounds or self.hessian_due(t)
+
+    def evaluate(self, t: int, stats) -> dict[str, Any]:
+        """The metrics record of round t (a collective: every process calls it)."""
+        config, comm, X = self.config, self.comm, self.algorithm.X
+        mean = comm.mean_rows(X)
+        metrics = _evaluate(self.model, self.layout, X, mean, comm, self.eval_x, self.eval_y, self.train_sub,
+                            self.client_test, config, self.trainer.chunk)
+        if self.hessian_due(t):
+            metrics["hessian_top_eig"] = _hessian(self.model, self.layout, mean, self.hessian_sub, config)
+        bytes_round, moved_round = self._last_round
+        record = {
+            "round": t + 1,
+            **metrics,
+            "train_loss": _mean_train_loss(stats, comm),
+            "bytes_sent": bytes_round,
+            "bytes_sent_total": self.bytes_total,
+            "bytes_per_client": bytes_round / self.data.num_clients,
+            "bytes_moved_round": moved_round,
+            "bytes_moved": comm.bytes_moved,
+            "lr": self.ctx.lr(t),
+            "seconds_per_round": float(np.mean(self.round_seconds)),
+        }
+        self.round_seconds = []
+        return record
+
+    def record(self, record: dict[str, Any]) -> None:
+        """Where an evaluated round's metrics go: the history, metrics.jsonl, the progress bar; then the
+        divergence rule (DIVERGENCE_LOSS_FACTOR) on its training loss."""
+        self.history.append(record)
+        if self.run_dir:
+            self.run_dir.append_metrics(record)
+        if self.progress is not None:
+            self.progress.set_postfix(acc=f"{record['test_acc']:.3f}", refresh=False)
+        train_loss, n = record["train_loss"], record["round"]
+        self.above_bound = self.above_bound + 1 if train_loss > self.loss_bound else 0
+        if self.above_bound >= DIVERGENCE_PATIENCE or (self.above_bound and n == self.config.rounds):
+            raise DivergenceError(
+                f"training diverged by round {n}: the mean local training loss was above "
+                f"{self.loss_bound:.3g} ({DIVERGENCE_LOSS_FACTOR:g} × ln {self.data.num_classes}, the loss of a "
+                f"uniform guess) at the last {self.above_bound} evaluation(s) (latest {train_loss:.4g}); the last "
+                "good checkpoint, if any, is kept; try a smaller lr, a smaller rho, or clip_grad_norm"
             )
-            if (t + 1) % config.eval_every == 0 or t + 1 == config.rounds or measure_hessian:
-                mean = comm.mean_rows(algorithm.X)
-                record = _evaluate(model, layout, algorithm.X, mean, comm, eval_x, eval_y, train_sub, client_test,
-                                   config, trainer.chunk)
-                if measure_hessian:
-                    record["hessian_top_eig"] = _hessian(model, layout, mean, hessian_sub, config)
-                train_loss = _mean_train_loss(stats, comm)
-                record = {
-                    "round": t + 1,
-                    **record,
-                    "train_loss": train_loss,
-                    "bytes_sent": bytes_round,
-                    "bytes_sent_total": bytes_total,
-                    "bytes_per_client": bytes_round / m,
-                    "bytes_moved_round": moved_round,
-                    "bytes_moved": comm.bytes_moved,
-                    "lr": ctx.lr(t),
-                    "seconds_per_round": float(np.mean(round_seconds)),
-                }
-                round_seconds = []
-                history.append(record)
-                if run_dir:
-                    run_dir.append_metrics(record)
-                if progress is not None:
-                    progress.set_postfix(acc=f"{record['test_acc']:.3f}", refresh=False)
-                above_bound = above_bound + 1 if train_loss > loss_bound else 0
-                if above_bound >= DIVERGENCE_PATIENCE or (above_bound and t + 1 == config.rounds):
-                    raise DivergenceError(
-                        f"training diverged by round {t + 1}: the mean local training loss was above "
-                        f"{loss_bound:.3g} ({DIVERGENCE_LOSS_FACTOR:g} × ln {data.num_classes}, the loss of a uniform "
-                        f"guess) at the last {above_bound} evaluation(s) (latest {train_loss:.4g}); the last good "
-                        "checkpoint, if any, is kept; try a smaller lr, a smaller rho, or clip_grad_norm"
-                    )
-            every = config.checkpoint_every or config.eval_every
-            if out is not None and above_bound == 0 and ((t + 1) % every == 0 or t + 1 == config.rounds):
-                counters = {"bytes_sent_total": bytes_total,
-                            "wall_seconds": wall_before + time.perf_counter() - started}
-                _checkpoint(run_dir, algorithm, comm, t, history, counters, config, layout)
-            if progress is not None:
-                progress.update(1)
-        # params.pt before the summary says "completed": a kill in between leaves a run that is not marked done
-        params = comm.gather_rows(algorithm.X).detach().cpu()
-        if run_dir:
-            run_dir.save("params.pt", {"params": params, "param_names": list(layout.names)})
-        summary["status"] = "completed"
-    except DivergenceError as exc:
-        summary.update(status="diverged", error=str(exc))
-        raise
-    except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM/SIGHUP turned into `RunInterrupted` by `dfl run`
-        summary.update(status="interrupted", error=str(exc) or "KeyboardInterrupt")
-        raise
-    except BaseException as exc:
-        summary.update(status="failed", error=f"{type(exc).__name__}: {exc}")
-        raise
-    finally:
-        if progress is not None:
-            progress.close()
-        summary["wall_seconds"] = wall_before + time.perf_counter() - started
-        summary.update(_final_metrics(history))
-        if run_dir:
-            run_dir.write_json("summary.json", summary)
 
-    initial = comm.gather_rows(X0).detach().cpu()
-    return Result(
-        config=config,
-        history=history,
-        params=params,
-        initial_params=initial,
-        param_names=list(layout.names),
-        summary=summary,
-        layout=layout,
-        out_dir=run_dir.path if run_dir else None,
-    )
+    def checkpoint_due(self, t: int) -> bool:
+        """At every `checkpoint_every` rounds (default: every evaluation) and at the end, with a run directory,
+        and never while the training loss is above the divergence bound (the one on disk stays the last good)."""
+        every = self.config.checkpoint_every or self.config.eval_every
+        return self.out is not None and self.above_bound == 0 and (
+            (t + 1) % every == 0 or t + 1 == self.config.rounds)
+
+    def checkpoint(self, t: int) -> None:
+        """The state after round t (`dfl.checkpoint`): a collective, every rank calls it (the per-client rows
+        are gathered); rank 0 writes it atomically."""
+        counters = {"bytes_sent_total": self.bytes_total, "bytes_moved": self.comm.bytes_moved,
+                    "wall_seconds": self.wall_before + time.perf_counter() - self.started}
+        state = ckpt.gather(self.algorithm, self.comm, t + 1, self.history, counters, self.config, self.layout)
+        if self.run_dir is not None:
+            self.run_dir.save(ckpt.FILENAME, state)
+
+    # ---------------------------------------------------------------------------------------------- finish
+    def save_params(self) -> None:
+        """params.pt, then status "completed": a kill in between leaves a run that is not marked done."""
+        self.params = self.comm.gather_rows(self.algorithm.X).detach().cpu()
+        if self.run_dir:
+            self.run_dir.save("params.pt", {"params": self.params, "param_names": list(self.layout.names)})
+        self.summary["status"] = "completed"
+
+    @contextmanager
+    def status(self):
+        """Marks the summary with how the run ended (completed by `save_params`; diverged, interrupted or failed
+        here, with the error) and writes summary.json with the final metrics, whatever happened."""
+        summary = self.summary
+        try:
+            yield
+        except DivergenceError as exc:
+            summary.update(status="diverged", error=str(exc))
+            raise
+        except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM/SIGHUP turned into `RunInterrupted` by `dfl run`
+            summary.update(status="interrupted", error=str(exc) or "KeyboardInterrupt")
+            raise
+        except BaseException as exc:
+            summary.update(status="failed", error=f"{type(exc).__name__}: {exc}")
+            raise
+        finally:
+            if self.progress is not None:
+                self.progress.close()
+            summary["wall_seconds"] = self.wall_before + time.perf_counter() - self.started
+            summary.update(_final_metrics(self.history))
+            if self.run_dir:
+                self.run_dir.write_json("summary.json", summary)
+
+    def result(self) -> Result:
+        initial = self.comm.gather_rows(self.X0).detach().cpu()
+        return Result(
+            config=self.config,
+            history=self.history,
+            params=self.params,
+            initial_params=initial,
+            param_names=list(self.layout.names),
+            summary=self.summary,
+            layout=self.layout,
+            out_dir=self.run_dir.path if self.run_dir else None,
+        )
 
 
 def _lambda(topology, steps: int) -> float:
@@ -424,14 +497,6 @@ def _check_finite(X: torch.Tensor, train_loss: torch.Tensor, t: int, comm) -> No
             f"training diverged in round {t + 1}: NaN/inf loss or parameters on {count} client(s) ({where}); "
             "try a smaller lr, a smaller rho, or clip_grad_norm"
         )
-
-
-def _checkpoint(run_dir: RunDirectory | None, algorithm, comm, t: int, history, counters, config, layout) -> None:
-    """The state after round t (`dfl.checkpoint`): a collective, every rank calls it (the per-client rows
-    are gathered); rank 0 writes it atomically."""
-    state = ckpt.gather(algorithm, comm, t + 1, history, counters, config, layout)
-    if run_dir is not None:
-        run_dir.save(ckpt.FILENAME, state)
 
 
 def _final_metrics(history: list[dict[str, Any]]) -> dict[str, Any]:
