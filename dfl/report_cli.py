@@ -36,7 +36,7 @@ def main(args: argparse.Namespace) -> int:
             check_target(args.target)
         files = write_report(args.path, args.out, rows=args.rows, cols=args.cols, target_acc=args.target)
         if args.spectral:
-            files.update(write_spectral_report(args.path, args.out))
+            files.update(write_spectral_report(args.path, args.out, target_acc=args.target))
     except ReportError as exc:
         print(f"dfl report: error: {exc}", file=sys.stderr)
         return 2
