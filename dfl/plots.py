@@ -56,17 +56,71 @@ def _save(fig: Figure, path: Path) -> Path:
     return path
 
 
-def _color(i: int) -> str:
-    return f"C{i % 10}"
+# tab10, then tab20's lighter variants of the same hues: 20 distinguishable colours
+PALETTE = tuple(f"C{i}" for i in range(10)) + (
+    "#aec7e8", "#ffbb78", "#98df8a", "#ff9896", "#c5b0d5", "#c49c94", "#f7b6d2", "#c7c7c7", "#dbdb8d", "#9edae5")
+
+
+def palette(names: list[str], order: tuple[str, ...] = ()) -> dict[str, str]:
+    """name -> colour. A name in `order` (e.g. every algorithm, in registry order) always gets the colour of its
+    position there, so one algorithm has one colour in every figure; other names take the unused colours in turn."""
+    colors = {n: PALETTE[order.index(n) % len(PALETTE)] for n in names if n in order}
+    free = [c for c in PALETTE if c not in colors.values()] or list(PALETTE)
+    for i, n in enumerate(n for n in names if n not in colors):
+        colors[n] = free[i % len(free)]
+    return colors
+
+
+LABEL_OFFSETS = ((5, 5), (5, -13), (-5, 5), (-5, -13), (8, -4), (-8, -4), (0, 12), (0, -20), (14, 14), (-14, 14),
+                 (14, -22), (-14, -22))  # points; tried in order until a label covers no marker and no other label
+
+
+def _place_labels(fig: Figure, ax, points: list[tuple[float, float, str, str]]) -> None:
+    """Annotate each (x, y, text, colour) next to its marker, at the first offset in LABEL_OFFSETS whose text box
+    overlaps no marker and no label already placed (the least-overlapping one if none is free)."""
+    fig.canvas.draw()  # settles the constrained layout, so display coordinates are final
+    renderer = fig.canvas.get_renderer()
+    pad = 4.0 * fig.dpi / 72  # a marker's half-size in pixels
+    markers = []
+    for x, y, _, _ in points:
+        px, py = ax.transData.transform((x, y))
+        markers.append((px - pad, py - pad, px + pad, py + pad))
+    placed: list[tuple[float, float, float, float]] = []
+
+    def overlap(a, b) -> float:
+        w = min(a[2], b[2]) - max(a[0], b[0])
+        h = min(a[3], b[3]) - max(a[1], b[1])
+        return w * h if w > 0 and h > 0 else 0.0
+
+    for x, y, text, color in points:
+        best = None
+        for dx, dy in LABEL_OFFSETS:
+            note = ax.annotate(text, (x, y), textcoords="offset points", xytext=(dx, dy), fontsize=7, color=color,
+                               ha="left" if dx >= 0 else "right")
+            box = note.get_window_extent(renderer)
+            box = (box.x0, box.y0, box.x1, box.y1)
+            axes_box = ax.get_window_extent(renderer)
+            outside = box[0] < axes_box.x0 or box[2] > axes_box.x1 or box[1] < axes_box.y0 or box[3] > axes_box.y1
+            cost = sum(overlap(box, m) for m in markers) + sum(overlap(box, q) for q in placed) + 1e6 * outside
+            if best is None or cost < best[0]:
+                if best is not None:
+                    best[1].remove()
+                best = (cost, note, box)
+            else:
+                note.remove()
+            if cost == 0:
+                break
+        placed.append(best[2])
 
 
 def curves(panels: dict[str, dict[str, Curve]], path: str | Path, *, ylabel: str, title: str,
-           logy: bool = False, xlabel: str = "round") -> Path:
+           logy: bool = False, xlabel: str = "communication round", order: tuple[str, ...] = ()) -> Path:
     """One panel per key of `panels` (e.g. a topology), one line per curve (e.g. an algorithm, same colour in
-    every panel), mean with a ± std band. `logy`: log y axis, nonpositive values hidden; a panel with no
-    positive value stays linear (the title says so)."""
+    every panel and, through `order`, in every figure: see `palette`), mean with a ± std band over seeds.
+    `logy`: log y axis, nonpositive values hidden; a panel with no positive value stays linear (the title says
+    so). The legend sits below the panels, outside them."""
     names = list(dict.fromkeys(n for p in panels.values() for n in p))
-    colors = {n: _color(i) for i, n in enumerate(names)}
+    colors = palette(names, order)
     ncols = min(len(panels), MAX_COLUMNS) or 1
     nrows = max(1, math.ceil(len(panels) / ncols))
     fig = _figure(4.2 * ncols, 3.2 * nrows + 0.6)
@@ -103,17 +157,19 @@ def curves(panels: dict[str, dict[str, Curve]], path: str | Path, *, ylabel: str
 
 
 def gap_scatter(series: list[Series], path: str | Path, *, ylabel: str, title: str, logy: bool = False,
-                xlabel: str = r"spectral gap $1 - \lambda^Q$") -> Path:
-    """Points (x, y ± yerr) per series, each point annotated with its text, on a log x axis; each series'
-    trend drawn over its x range and named in the legend."""
-    fig = _figure(7.0, 4.8)
+                xlabel: str = r"spectral gap $1 - \lambda^Q$ (dimensionless)", order: tuple[str, ...] = ()) -> Path:
+    """Points (x, y ± yerr over seeds) per series, each point annotated with its text where the label covers no
+    marker and no other label (`_place_labels`), on a log x axis; each series' trend drawn over its x range and
+    named in the legend, which sits below the axes, outside them. Colours: `palette(labels, order)`."""
+    fig = _figure(7.0, 4.8 + 0.22 * len(series))
     ax = fig.subplots()
-    for i, s in enumerate(series):
-        color = _color(i)
+    colors = palette([s.label for s in series], order)
+    labels = []
+    for s in series:
+        color = colors[s.label]
         xs, ys, errs = [p.x for p in s.points], [p.y for p in s.points], [p.yerr for p in s.points]
         ax.errorbar(xs, ys, yerr=errs, fmt="o", color=color, capsize=3, label=s.label)
-        for p in s.points:
-            ax.annotate(p.text, (p.x, p.y), textcoords="offset points", xytext=(4, 4), fontsize=8)
+        labels += [(p.x, p.y, p.text, color) for p in s.points]
         if s.trend is not None and xs:
             lo, hi = min(xs), max(xs)
             grid = [lo * (hi / lo) ** (k / 49) for k in range(50)]
@@ -127,7 +183,11 @@ def gap_scatter(series: list[Series], path: str | Path, *, ylabel: str, title: s
     ax.set_ylabel(ylabel)
     ax.set_title(title + " (error bars: std over seeds)", fontsize=11)
     ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=7, loc="best")
+    handles, names = ax.get_legend_handles_labels()
+    if handles:
+        fig.legend(handles, names, loc="outside lower center", ncol=1 if len(names) > 4 else 2, fontsize=7,
+                   frameon=False)
+    _place_labels(fig, ax, labels)
     return _save(fig, path)
 
 

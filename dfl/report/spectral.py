@@ -10,7 +10,7 @@ from pathlib import Path
 
 from dfl import plots
 from dfl.config import Config
-from dfl.report.layout import _order, _sort_key, format_value
+from dfl.report.layout import _order, _registry_order, _sort_key, format_value
 from dfl.report.metrics import _number
 from dfl.report.runs import missing_sweep_runs
 from dfl.report.settings import CONFIG_FIELDS, Setting, _canon, check_target, default_target, varying_fields
@@ -161,15 +161,18 @@ def write_spectral_report(path: str | Path, out: str | Path | None = None,
         rt_series, rt_fits = _gap_series(settings, "rounds_to_target", point_label, log_y=True)
         files["spectral_accuracy.png"] = plots.gap_scatter(acc_series, plot_dir / "spectral_accuracy.png",
                                                            ylabel="final test accuracy (%)",
-                                                           title="Final accuracy vs spectral gap")
+                                                           title="Final accuracy vs spectral gap",
+                                                      order=_registry_order("algorithm"))
         if cd_series:
             files["spectral_consensus.png"] = plots.gap_scatter(cd_series, plot_dir / "spectral_consensus.png",
                                                                 ylabel="final consensus distance", logy=True,
-                                                                title="Consensus distance vs spectral gap")
+                                                                title="Consensus distance vs spectral gap",
+                                                                order=_registry_order("algorithm"))
         if rt_series:
             files["spectral_rounds.png"] = plots.gap_scatter(rt_series, plot_dir / "spectral_rounds.png",
                                                              ylabel=f"rounds to {target_text} test accuracy",
-                                                             logy=True, title="Rounds to target vs spectral gap")
+                                                             logy=True, title="Rounds to target vs spectral gap",
+                                                             order=_registry_order("algorithm"))
         md.append("## Trends (least squares over the setting means, within a client count)\n\nFinal accuracy (%) "
                   "at the round budget:\n\n" + ("\n".join(acc_fits) or "- none")
                   + f"\n\nRounds to {target_text} (ln y; a slope of −1 is rounds ∝ 1/(1 − λ^Q)):\n\n"

@@ -9,7 +9,7 @@ from typing import Any
 
 from dfl import plots
 from dfl.report.curves import _client_groups, _panels
-from dfl.report.layout import Layout, _field_list, label, make_layout
+from dfl.report.layout import Layout, _field_list, _registry_order, label, make_layout
 from dfl.report.metrics import METRICS, OPTIONAL_METRICS
 from dfl.report.runs import REPORT_DIR, ReportError, RunRecord, load_runs, missing_sweep_runs
 from dfl.report.settings import (
@@ -116,15 +116,18 @@ def write_report(path: str | Path, out: str | Path | None = None, *, rows: str |
 
     plot_dir = out_dir / "plots"
     files["accuracy.png"] = plots.curves(_panels(layout, "test_acc", 100.0), plot_dir / "accuracy.png",
-                                         ylabel="test accuracy (%)", title="Test accuracy of the averaged model")
+                                         ylabel="test accuracy (%)", title="Test accuracy of the averaged model",
+                                         order=_registry_order("algorithm"))
     files["consensus.png"] = plots.curves(_panels(layout, "consensus_distance"), plot_dir / "consensus.png",
-                                          ylabel="consensus distance", title="Consensus distance", logy=True)
+                                          ylabel="consensus distance", title="Consensus distance", logy=True,
+                                          order=_registry_order("algorithm"))
     if _distinct_gaps(settings) >= 2:
         series, fits = _gap_series(settings, "test_acc", lambda s: label(s.values, _gap_label_fields(settings)),
                                    scale=100.0)
         files["spectral_gap.png"] = plots.gap_scatter(series, plot_dir / "spectral_gap.png",
                                                       ylabel="final test accuracy (%)",
-                                                      title="Final accuracy vs spectral gap")
+                                                      title="Final accuracy vs spectral gap",
+                                                      order=_registry_order("algorithm"))
         md.append("## Final accuracy vs spectral gap 1 − λ^Q\n\nLeast-squares trend of the mean final accuracy "
                   "(%) on ln(1 − λ^Q):\n\n" + ("\n".join(fits) or "- no series with 2 distinct gaps") + "\n")
     else:

@@ -1,0 +1,430 @@
+"""A pre-registered reproduction of the DFedSAM paper's claims (Shi et al., ICML 2023; our copy:
+../shared/papers/dfedsam-poster.txt, Tables 1-2 and the flatness figure).
+
+The claims, written down before running (each is marked holds / fails / inconclusive by the rule below):
+  (a) accuracy ring < grid < exponential < full, for every decentralized algorithm (Table 2);
+  (b) DFedSAM-MGS > DFedSAM > DFedAvgM > DFedAvg > D-PSGD, on every topology (Tables 1-2);
+  (c) the gain of MGS over DFedSAM is largest on the sparsest topology (ring);
+  (d) SAM gives a smaller top Hessian eigenvalue of the averaged model than no SAM (DFedSAM vs DFedAvgM);
+  (e) SAM and MGS reduce the consensus distance (DFedSAM < DFedAvgM, DFedSAM-MGS < DFedSAM);
+  (f) more heterogeneity (Dirichlet 0.3 vs IID) hurts decentralized FL more than centralized FL
+      (DFedAvg vs FedAvg and DFedSAM vs FedSAM, Table 1).
+
+Matched comparisons. DFedAvgM, DFedSAM and DFedSAM-MGS all run local momentum 0.9 (dfl's defaults: the paper's
+Algorithm 1 carries a heavy-ball term, y^{t,-1} = y^{t,0}, and the DisPFL-derived code runs SGD momentum 0.9);
+DFedAvg and D-PSGD are plain SGD by definition, so DFedAvgM > DFedAvg is the momentum comparison itself. D-PSGD
+is compared twice: at equal communication (one SGD step and one gossip per round, the paper's D-PSGD: same rounds
+and bytes as DFedAvg) in the main table, and at equal local computation (K SGD steps, each followed by a gossip:
+K times DFedAvg's bytes) in its own row. Claim (f) compares plain-SGD algorithms (FedAvg vs DFedAvg, FedSAM vs
+DFedSAM with momentum 0) on the ring.
+
+ρ is chosen before the main runs by a search (`--rhos`) for DFedSAM on the ring, scored by the averaged model's
+accuracy on a validation split (10% of each client's training data, `local_test_fraction`, metric
+`global_acc_mean`), never on the test set; the main runs use the chosen ρ for every SAM algorithm.
+
+Statistics. Every cell has `--seeds` seeds (same seed = same data split and initialisation, so comparisons are
+paired across seeds); cells in a close comparison get `--close-seeds` in total. A comparison "A > B" uses the
+per-seed differences d = A − B: **holds** if mean(d) > 0 and the one-sided paired t-test gives p < 0.05,
+**fails** if mean(d) < 0 with p < 0.05 for the opposite direction, **inconclusive** otherwise. A claim made of
+several comparisons holds if all hold, fails if any fails, and is inconclusive otherwise. A comparison is
+"close" if it is inconclusive with the first seeds. Convergence: a run counts as converged if its test accuracy
+changed by at most 1 percentage point over the last 20% of rounds; the report gives the fraction per part.
+Missing, failed or diverged runs are listed and never averaged in; a claim without its runs is "not run".
+
+One command; rerunning resumes (each part is a `dfl sweep` under OUT/):
+
+    python benchmarks/reproduce_dfedsam.py --out runs/reproduce-dfedsam --parallel 2
+    python benchmarks/reproduce_dfedsam.py --quick --out /tmp/quick     # a tiny version (no accuracy meaning)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import platform
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+TOPOLOGIES = ("ring", "grid", "exponential", "full")  # sparse to dense
+DECENTRALIZED = ("dpsgd", "dfedavg", "dfedavgm", "dfedsam", "dfedsam-mgs")  # claim (b), weakest first
+HETERO_PAIRS = (("dfedavg", "fedavg"), ("dfedsam", "fedsam"))  # claim (f): (decentralized, centralized)
+ALPHA = 0.3
+P_LEVEL = 0.05
+FLAT_POINTS = 0.01  # convergence: |Δ test accuracy| over the last 20% of rounds
+
+
+@dataclass
+class Regime:
+    clients: int
+    samples: int  # mnist1d num_samples
+    model: str
+    model_options: dict
+    rounds: int
+    eval_every: int
+    seeds: int
+    close_seeds: int
+    rhos: tuple[float, ...]
+    topologies: tuple[str, ...]
+
+    def base(self) -> dict:
+        return {"dataset": "mnist1d", "dataset_options": {"num_samples": self.samples}, "clients": self.clients,
+                "partition": "dirichlet", "alpha": ALPHA, "model": self.model, "model_options": self.model_options,
+                "rounds": self.rounds, "eval_every": self.eval_every, "local_epochs": 1, "batch_size": 32,
+                "lr": 0.1, "lr_decay": 0.998, "progress": False}
+
+
+FULL = Regime(clients=32, samples=20000, model="cnn1d", model_options={}, rounds=100, eval_every=5, seeds=3,
+              close_seeds=5, rhos=(0.01, 0.02, 0.05, 0.1, 0.2), topologies=TOPOLOGIES)
+QUICK = Regime(clients=8, samples=1200, model="mlp", model_options={"hidden": [32]}, rounds=4, eval_every=2,
+               seeds=2, close_seeds=2, rhos=(0.01, 0.05), topologies=("ring", "full"))
+
+
+# ------------------------------------------------------------------------------------------------ running
+def run_part(out: Path, name: str, base: dict, vary: dict, parallel: int) -> None:
+    from dfl.sweep import Sweep, run_sweep
+
+    sweep = Sweep(base=base, vary=vary, name=name, parallel=parallel)
+    print(f"\n== part {name}: {math.prod(len(v) for v in vary.values())} runs")
+    run_sweep(sweep, out / name, parallel=parallel)
+
+
+def load(out: Path, part: str) -> list:
+    """Run records of one part (dfl.report.runs.load_runs), with its extra seeds from close-seeds/PART-*; none if
+    the part was not run."""
+    from dfl.report.runs import load_runs
+
+    runs = load_runs(out / part) if (out / part).is_dir() else []
+    for extra in sorted((out / "close-seeds").glob(f"{part}--*")):
+        runs += load_runs(extra)
+    return runs
+
+
+def choose_rho(out: Path, regime: Regime, parallel: int) -> tuple[float, list[str]]:
+    """ρ with the best mean validation accuracy (global_acc_mean on the local validation splits) of DFedSAM on
+    the ring over 2 seeds; returns it with the search table's lines."""
+    base = {**regime.base(), "algorithm": "dfedsam", "topology": "ring", "local_test_fraction": 0.1}
+    run_part(out, "rho-search", base, {"rho": list(regime.rhos), "seed": [0, 1]}, parallel)
+    scores: dict[float, list[float]] = {}
+    for r in load(out, "rho-search"):
+        value = (r.final or {}).get("global_acc_mean")
+        if r.status == "completed" and isinstance(value, (int, float)):
+            scores.setdefault(r.config["rho"], []).append(value)
+    if not scores:
+        raise SystemExit("rho search: no completed run with a validation accuracy (global_acc_mean); see "
+                         f"{out / 'rho-search'}")
+    lines = ["| ρ | validation accuracy (%) | runs |", "|---|---|---|"]
+    for rho in sorted(scores):
+        v = scores[rho]
+        lines.append(f"| {rho:g} | {100 * sum(v) / len(v):.2f} | {len(v)} |")
+    best = max(scores, key=lambda k: (sum(scores[k]) / len(scores[k]), -k))
+    return best, lines
+
+
+# ------------------------------------------------------------------------------------------------ analysis
+def cell_values(runs: list, metric: str, **match) -> dict[int, float]:
+    """seed -> final `metric` of the completed runs whose config matches `match` (other runs left out)."""
+    values = {}
+    for r in runs:
+        if all(r.config.get(k) == v for k, v in match.items()) and r.status == "completed":
+            if metric == "hessian_top_eig":
+                found = [m[metric] for m in r.metrics if isinstance(m.get(metric), (int, float))]
+                value = found[-1] if found else None
+            else:
+                value = (r.final or {}).get(metric)
+            if isinstance(value, (int, float)) and math.isfinite(value):
+                values[int(r.config["seed"])] = float(value)
+    return values
+
+
+@dataclass
+class Comparison:
+    label: str  # "A > B"
+    diffs: list[float]  # per seed, oriented so that the claim says > 0
+    p: float | None  # one-sided paired t-test p-value for mean(d) > 0
+    p_opposite: float | None
+
+    @property
+    def verdict(self) -> str:
+        if len(self.diffs) < 2:
+            return "not run"
+        mean = sum(self.diffs) / len(self.diffs)
+        if mean > 0 and self.p is not None and self.p < P_LEVEL:
+            return "holds"
+        if mean < 0 and self.p_opposite is not None and self.p_opposite < P_LEVEL:
+            return "fails"
+        return "inconclusive"
+
+    def row(self, scale: float = 100.0, unit: str = " pts") -> str:
+        if not self.diffs:
+            return f"| {self.label} | — | — | 0 | not run |"
+        mean = sum(self.diffs) / len(self.diffs)
+        sd = (math.sqrt(sum((d - mean) ** 2 for d in self.diffs) / (len(self.diffs) - 1))
+              if len(self.diffs) > 1 else float("nan"))
+        p = "—" if self.p is None else f"{self.p:.3g}"
+        return (f"| {self.label} | {scale * mean:+.2f} ± {scale * sd:.2f}{unit} | {p} | {len(self.diffs)} | "
+                f"**{self.verdict}** |")
+
+
+def compare(label: str, a: dict[int, float], b: dict[int, float]) -> Comparison:
+    """The claim a > b on the seeds both have: paired one-sided t-tests both ways."""
+    from scipy import stats
+
+    seeds = sorted(set(a) & set(b))
+    diffs = [a[s] - b[s] for s in seeds]
+    if len(diffs) < 2:
+        return Comparison(label, diffs, None, None)
+    if all(d == diffs[0] for d in diffs):  # no spread: the t statistic is undefined
+        return Comparison(label, diffs, 0.0 if diffs[0] > 0 else 1.0, 0.0 if diffs[0] < 0 else 1.0)
+    test = stats.ttest_1samp(diffs, 0.0)
+    half = float(test.pvalue) / 2
+    mean = sum(diffs) / len(diffs)
+    return Comparison(label, diffs, half if mean > 0 else 1 - half, half if mean < 0 else 1 - half)
+
+
+def claim_verdict(comparisons: list[Comparison]) -> str:
+    verdicts = [c.verdict for c in comparisons]
+    if not verdicts or all(v == "not run" for v in verdicts):
+        return "not run"
+    if "fails" in verdicts:
+        return "fails"
+    if all(v == "holds" for v in verdicts):
+        return "holds"
+    return "inconclusive" + (" (some comparisons not run)" if "not run" in verdicts else "")
+
+
+def claims(out: Path, regime: Regime) -> list[tuple[str, str, list[Comparison], str]]:
+    """(claim id, statement, comparisons, what the numbers are) for (a)-(f)."""
+    main, comm = load(out, "main"), load(out, "dpsgd-equal-comm")
+    topos = regime.topologies
+
+    def acc(runs, **match):
+        return cell_values(runs, "test_acc", **match)
+
+    def main_acc(algorithm, topology):  # D-PSGD of the main table: equal communication
+        if algorithm == "dpsgd":
+            return acc(comm, topology=topology)
+        return acc(main, algorithm=algorithm, topology=topology)
+
+    out_claims = []
+    comps = [compare(f"{a} on {t2} > on {t1}", main_acc(a, t2), main_acc(a, t1))
+             for a in DECENTRALIZED for t1, t2 in zip(topos, topos[1:])]
+    out_claims.append(("a", "accuracy ring < grid < exponential < full, every algorithm", comps,
+                       "test accuracy difference"))
+    order = DECENTRALIZED
+    comps = [compare(f"{hi} > {lo} on {t}", main_acc(hi, t), main_acc(lo, t))
+             for t in topos for lo, hi in zip(order, order[1:])]
+    out_claims.append(("b", "DFedSAM-MGS > DFedSAM > DFedAvgM > DFedAvg > D-PSGD (equal communication), every "
+                       "topology", comps, "test accuracy difference"))
+
+    def gain(t):
+        mgs, sam = main_acc("dfedsam-mgs", t), main_acc("dfedsam", t)
+        return {s: mgs[s] - sam[s] for s in set(mgs) & set(sam)}
+
+    comps = [compare(f"MGS gain on {topos[0]} > on {t}", gain(topos[0]), gain(t)) for t in topos[1:]]
+    out_claims.append(("c", f"the MGS gain over DFedSAM is largest on the sparsest topology ({topos[0]})", comps,
+                       "difference of gains"))
+
+    def hess(a, t):
+        return cell_values(main, "hessian_top_eig", algorithm=a, topology=t)
+
+    comps = [compare(f"λ_max(H) dfedavgm > dfedsam on {t}", hess("dfedavgm", t), hess("dfedsam", t)) for t in topos]
+    out_claims.append(("d", "SAM gives a smaller top Hessian eigenvalue than no SAM (DFedSAM vs DFedAvgM)", comps,
+                       "top Hessian eigenvalue difference"))
+
+    def cons(a, t):
+        return cell_values(main, "consensus_distance", algorithm=a, topology=t)
+
+    comps = [compare(f"consensus {hi} > {lo} on {t}", cons(hi, t), cons(lo, t))
+             for t in topos if t != "full" for hi, lo in (("dfedavgm", "dfedsam"), ("dfedsam", "dfedsam-mgs"))]
+    out_claims.append(("e", "SAM and MGS reduce the consensus distance (full averaging excluded: it is 0)", comps,
+                       "consensus distance difference"))
+
+    hetero_iid, hetero_dir = load(out, "hetero-iid"), load(out, "hetero-dirichlet")
+    comps = []
+    for dec, cen in HETERO_PAIRS:
+        def drop(a):
+            iid, skew = acc(hetero_iid, algorithm=a), acc(hetero_dir, algorithm=a)
+            return {s: iid[s] - skew[s] for s in set(iid) & set(skew)}
+
+        comps.append(compare(f"drop IID→Dir({ALPHA}) {dec} > {cen}", drop(dec), drop(cen)))
+    out_claims.append(("f", f"heterogeneity (Dirichlet {ALPHA} vs IID) hurts DFL more than CFL", comps,
+                       "difference of accuracy drops"))
+    return out_claims
+
+
+def close_cells(out: Path, regime: Regime) -> set[tuple[str, str]]:
+    """(algorithm, topology) cells of the main table that take part in an inconclusive accuracy comparison."""
+    cells = set()
+    for cid, _, comps, _ in claims(out, regime):
+        if cid not in ("a", "b", "c"):
+            continue
+        for c in comps:
+            if c.verdict == "inconclusive":
+                words = c.label.replace("MGS gain", "dfedsam-mgs dfedsam").split()
+                algos = [w for w in words if w in DECENTRALIZED]
+                topo = [w for w in words if w in regime.topologies]
+                cells.update((a, t) for a in algos for t in topo)
+    return cells
+
+
+def convergence(runs: list) -> tuple[int, int]:
+    """(converged, completed): test accuracy within FLAT_POINTS over the last 20% of rounds."""
+    flat = total = 0
+    for r in runs:
+        if r.status != "completed" or len(r.metrics) < 2:
+            continue
+        total += 1
+        last = r.metrics[-1]
+        cut = 0.8 * last["round"]
+        earlier = [m for m in r.metrics if m["round"] <= cut] or r.metrics[:1]
+        if abs(last["test_acc"] - earlier[-1]["test_acc"]) <= FLAT_POINTS:
+            flat += 1
+    return flat, total
+
+
+def cell_table(out: Path, regime: Regime) -> list[str]:
+    main, comm = load(out, "main"), load(out, "dpsgd-equal-comm")
+    lines = ["| algorithm (momentum) | " + " | ".join(regime.topologies) + " |",
+             "|---|" + "---|" * len(regime.topologies)]
+    rows = [("dpsgd (equal communication: 1 step, 1 gossip / round; 0)", comm, {}),
+            ("dpsgd (equal computation: K steps, K gossips / round; 0)", main, {"algorithm": "dpsgd"}),
+            ("dfedavg (0)", main, {"algorithm": "dfedavg"}), ("dfedavgm (0.9)", main, {"algorithm": "dfedavgm"}),
+            ("dfedsam (0.9)", main, {"algorithm": "dfedsam"}), ("dfedsam-mgs (0.9, Q = 4)", main,
+                                                                 {"algorithm": "dfedsam-mgs"})]
+    for name, runs, match in rows:
+        cells = []
+        for t in regime.topologies:
+            v = list(cell_values(runs, "test_acc", topology=t, **match).values())
+            if not v:
+                cells.append("not run")
+                continue
+            mean = sum(v) / len(v)
+            sd = math.sqrt(sum((x - mean) ** 2 for x in v) / (len(v) - 1)) if len(v) > 1 else float("nan")
+            cells.append(f"{100 * mean:.2f} ± {100 * sd:.2f} (n={len(v)})")
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def not_completed(out: Path) -> list[str]:
+    lines = []
+    for part in ("rho-search", "main", "dpsgd-equal-comm", "hetero-iid", "hetero-dirichlet"):
+        for r in load(out, part):
+            if r.status != "completed":
+                lines.append(f"- {part}/{r.name}: {r.status} {r.summary.get('error') or ''}".rstrip())
+    return lines
+
+
+def plot_claims(out: Path, study: list) -> list[Path]:
+    """One figure per claim: the per-seed differences of each comparison (0 = no effect), mean ± std."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    paths = []
+    for cid, statement, comps, what in study:
+        fig = Figure(figsize=(7.5, 0.9 + 0.35 * max(len(comps), 1)), dpi=110, layout="constrained")
+        FigureCanvasAgg(fig)
+        ax = fig.subplots()
+        for i, c in enumerate(comps):
+            color = {"holds": "C2", "fails": "C3"}.get(c.verdict, "C7")
+            ax.scatter(c.diffs, [i] * len(c.diffs), color=color, s=14, alpha=0.7)
+            if c.diffs:
+                mean = sum(c.diffs) / len(c.diffs)
+                ax.plot([mean], [i], "|", color=color, markersize=14, markeredgewidth=2)
+        ax.axvline(0.0, color="black", linewidth=0.8)
+        ax.set_yticks(range(len(comps)), [f"{c.label} [{c.verdict}]" for c in comps], fontsize=7)
+        ax.invert_yaxis()
+        ax.set_xlabel(f"{what} per seed (claim says > 0)")
+        ax.set_title(f"({cid}) {statement}", fontsize=9)
+        ax.grid(True, axis="x", alpha=0.3)
+        path = out / "plots" / f"claim_{cid}.png"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fig.savefig(path, format="png")
+        paths.append(path)
+    return paths
+
+
+def report(out: Path, regime: Regime, rho: float, rho_lines: list[str], seconds: float) -> str:
+    study = claims(out, regime)
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                            cwd=Path(__file__).parent).stdout.strip() or "unknown"
+    md = [f"# DFedSAM claims, reproduced ({time.strftime('%Y-%m-%d')}, commit {commit}, {platform.machine()} "
+          f"{platform.processor() or ''} {sys.platform}, {seconds / 60:.0f} min this invocation)\n",
+          f"Regime: MNIST-1D ({regime.samples} samples), {regime.clients} clients, Dirichlet {ALPHA}, "
+          f"{regime.model}, {regime.rounds} rounds, 1 local epoch, batch 32, lr 0.1 × 0.998^t, ρ = {rho:g} "
+          f"(searched), Q = 4 for MGS, {regime.seeds} seeds (up to {regime.close_seeds} in close cells). Test "
+          "accuracy of the averaged model after the last round, mean ± std over seeds.\n",
+          "## Test accuracy (%)\n", *cell_table(out, regime), "",
+          "## ρ search (DFedSAM, ring, validation split = 10% of each client's data)\n", *rho_lines, "",
+          "## Claims\n", "| claim | verdict |", "|---|---|"]
+    md += [f"| ({cid}) {statement} | **{claim_verdict(comps)}** |" for cid, statement, comps, _ in study]
+    for cid, statement, comps, what in study:
+        scale, unit = (100.0, " pts") if "accuracy" in what or "drop" in what or "gain" in what else (1.0, "")
+        md += [f"\n### ({cid}) {statement}: {claim_verdict(comps)}\n", f"Per comparison: mean ± std of the per-seed "
+               f"{what}, one-sided paired t-test p-value.\n", "| comparison | difference | p | seeds | verdict |",
+               "|---|---|---|---|---|", *(c.row(scale, unit) for c in comps)]
+    md.append("\n## Convergence (test accuracy within 1 point over the last 20% of rounds)\n")
+    for part in ("main", "dpsgd-equal-comm", "hetero-iid", "hetero-dirichlet"):
+        flat, total = convergence(load(out, part))
+        md.append(f"- {part}: {flat} of {total} completed runs flat")
+    missing = not_completed(out)
+    md.append("\n## Runs not completed\n\n" + ("\n".join(missing) if missing else "none"))
+    figures = plot_claims(out, study)
+    md.append("\n## Figures\n\n" + "\n".join(f"- {p.relative_to(out)}" for p in figures))
+    text = "\n".join(md) + "\n"
+    (out / "study.md").write_text(text)
+    (out / "claims.json").write_text(json.dumps(
+        {cid: {"statement": s, "verdict": claim_verdict(c), "comparisons": [
+            {"label": x.label, "diffs": x.diffs, "p": x.p, "verdict": x.verdict} for x in c]}
+         for cid, s, c, _ in study}, indent=1))
+    return text
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--out", default="runs/reproduce-dfedsam", help="study directory (rerunning resumes)")
+    p.add_argument("--parallel", type=int, default=1, help="runs at a time")
+    p.add_argument("--quick", action="store_true", help="a tiny version for CI (8 clients, 4 rounds, 2 seeds)")
+    p.add_argument("--rounds", type=int, help="override the regime's rounds")
+    p.add_argument("--seeds", type=int, help="override the regime's seeds per cell")
+    args = p.parse_args()
+    regime = QUICK if args.quick else FULL
+    if args.rounds:
+        regime.rounds = args.rounds
+    if args.seeds:
+        regime.seeds = max(args.seeds, 2)
+        regime.close_seeds = max(regime.close_seeds, regime.seeds)
+    out = Path(args.out)
+    tic = time.perf_counter()
+    seeds = list(range(regime.seeds))
+    rho, rho_lines = choose_rho(out, regime, args.parallel)
+    print(f"\nchosen rho = {rho:g}")
+    base = {**regime.base(), "rho": rho, "hessian_every": regime.rounds}
+    run_part(out, "main", base, {"algorithm": list(DECENTRALIZED), "topology": list(regime.topologies),
+                                 "seed": seeds}, args.parallel)
+    equal_comm = {**{k: v for k, v in regime.base().items() if k != "local_epochs"}, "algorithm": "dpsgd",
+                  "local_steps": 1}
+    run_part(out, "dpsgd-equal-comm", equal_comm, {"topology": list(regime.topologies), "seed": seeds},
+             args.parallel)
+    hetero = {**regime.base(), "topology": "ring", "rho": rho, "momentum": 0.0}
+    algos = [a for pair in HETERO_PAIRS for a in pair]
+    run_part(out, "hetero-dirichlet", hetero, {"algorithm": algos, "seed": seeds}, args.parallel)
+    iid = {k: v for k, v in hetero.items() if k != "alpha"}
+    run_part(out, "hetero-iid", {**iid, "partition": "iid"}, {"algorithm": algos, "seed": seeds}, args.parallel)
+    extra = list(range(regime.seeds, regime.close_seeds))
+    close = sorted(close_cells(out, regime)) if extra else []
+    if close:
+        print(f"\nclose cells, {len(extra)} more seeds: {close}")
+        for a, t in close:  # D-PSGD's main-table cell is the equal-communication one
+            part, cell = ("dpsgd-equal-comm", equal_comm) if a == "dpsgd" else ("main", {**base, "algorithm": a})
+            run_part(out / "close-seeds", f"{part}--{a}-{t}", {**cell, "topology": t}, {"seed": extra},
+                     args.parallel)
+    print("\n" + report(out, regime, rho, rho_lines, time.perf_counter() - tic))
+    print(f"written: {out / 'study.md'}, {out / 'claims.json'}, {out / 'plots'}/")
+
+
+if __name__ == "__main__":
+    main()
