@@ -22,6 +22,8 @@ else:  # pragma: no cover
 
 import tomli_w
 
+from dfl.registry import Registry
+
 # fp32: true fp32 everywhere (TF32 off: exact-averaging tests need it). bf16: the clients' forward and backward
 # passes run under torch.autocast(bfloat16); parameters, updates, gossip and evaluation stay fp32. tf32: fp32
 # tensors with TF32 matmuls and convolutions (CUDA only; ~1e-3 relative error per product).
@@ -158,7 +160,7 @@ class Config:
         from dfl.algorithms import ALGORITHMS
         from dfl.data import DATASETS, PARTITIONS
         from dfl.models import MODELS
-        from topologies import NAMES as TOPOLOGIES
+        from dfl.topologies import TOPOLOGIES
         from topologies import SCHEMES as WEIGHTS
 
         _choice("algorithm", self.algorithm, ALGORITHMS)
@@ -330,16 +332,18 @@ FIELD_HELP: dict[str, str] = {
     "server_rho": "FedGLoSS server SAM radius >= 0 (the client radius is --rho)",
     "rho_ramp_rounds": "FedGLoSS rounds of the linear rho ramp; 0 or 1 = no ramp",
     "topology": "communication graph: ring, grid, exponential, full, star, hypercube, random-regular, erdos-renyi, "
-                "one-peer-exponential, random-k or custom",
+                "one-peer-exponential, random-k, custom, or a registered one (dfl list topologies)",
     "weights": "mixing-weight scheme: metropolis, uniform, max-degree, lazy or fastest (unset = metropolis)",
     "topology_options": "topology options, e.g. degree=4, p=0.3, k=2, shape=(4,4), periodic=True, "
                         "matrix=W.npy (or .csv, .mtx), edges=graph.edgelist",
     "clients": "number of clients, >= 1",
-    "dataset": "mnist1d, digits, synthetic, cifar10, cifar100, mnist or fashion-mnist",
-    "data_root": "directory of a file-backed dataset (cifar10, cifar100, mnist, fashion-mnist)",
+    "dataset": "mnist1d, digits, synthetic, cifar10, cifar100, mnist, fashion-mnist, or a registered one (dfl list "
+               "datasets)",
+    "data_root": "directory of a file-backed dataset (cifar10, cifar100, mnist, fashion-mnist, registered ones "
+                 "that take root)",
     "dataset_options": "dataset options, e.g. num_samples=4000 seed=42 test_fraction=0.2",
-    "partition": "how the train set is split among clients: iid, dirichlet, dirichlet-class, shards, similarity "
-                 "or natural",
+    "partition": "how the train set is split among clients: iid, dirichlet, dirichlet-class, shards, similarity, "
+                 "natural, or a registered one (dfl list partitions)",
     "alpha": "Dirichlet concentration > 0 (dirichlet partitions only; unset = 0.3)",
     "partition_options": "partition options, e.g. shards_per_client=2",
     "model": "logreg, mlp, cnn1d, cnn, resnet18, resnet20 or vgg11",
@@ -376,9 +380,16 @@ FIELD_HELP: dict[str, str] = {
 }
 
 
-def _choice(name: str, value: Any, allowed: tuple[str, ...]) -> None:
-    if value not in allowed:
-        raise ConfigError(f"{name} must be one of {', '.join(allowed)}; got {value!r}")
+def _choice(name: str, value: Any, allowed: tuple[str, ...] | Registry) -> None:
+    """value must be one of `allowed`: a tuple, or a Registry (its names, registered ones included)."""
+    if isinstance(value, str) and value in allowed:
+        return
+    if isinstance(allowed, Registry) and isinstance(value, str):
+        try:  # a plug-in that failed to load says why; else the choices, with a close match suggested
+            allowed.get(value, field=name)
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
+    raise ConfigError(f"{name} must be one of {', '.join(allowed)}; got {value!r}")
 
 
 def _name(value: Any) -> None:

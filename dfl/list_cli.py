@@ -1,10 +1,12 @@
 """`dfl list [CATEGORY]`: every algorithm, topology, model, dataset, partition and weight scheme, with a one-line
 description and its options with their defaults.
 
-Everything is read from the registries when the command runs (`add_parser` imports none of them, so argument
-errors stay fast): ALGORITHMS and each class's `hyperparameters`, topologies' NAMES and builders, MODELS and
-`model_options`, DATASETS and `dataset_options`, PARTITIONS and `partition_options`, and the weight SCHEMES.
-Descriptions are the first line of the matching docstring (the class, builder or loader, else its module)."""
+Every category but the weight schemes is a registry (a `dfl.registry.Registry`, or a name -> object mapping),
+read the same way by `registry_entries`: a choice's description is the first paragraph of its object's own
+docstring (else its module's), and its options are the defaults the object declares (a mapping attribute
+`options`, or an algorithm's `hyperparameters`), else its keyword-only parameters ("required" for one without a
+default). Registered plug-ins are listed like the built-ins. Everything is read when the command runs
+(`add_parser` imports none of the registries, so argument errors stay fast)."""
 
 from __future__ import annotations
 
@@ -17,12 +19,14 @@ import os
 import re
 import sys
 import textwrap
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
+
+from dfl import signatures
 
 CATEGORIES = ("algorithms", "topologies", "models", "datasets", "partitions", "weights")
 WIDTH = 120  # options lines wrap here (descriptions are one line each)
-REQUIRED = "required"  # the default shown for an option that has none
+REQUIRED = signatures.REQUIRED  # the default shown for an option that has none
 
 
 def add_parser(subparsers) -> None:
@@ -81,57 +85,49 @@ def _bullet(module_doc: str | None, key: str) -> str:
     return ""
 
 
-def _default(value: Any) -> Any:
-    return REQUIRED if value is inspect.Parameter.empty else value
+# ------------------------------------------------------------------------------------------------ registries
+DECLARED_OPTIONS = ("options", "hyperparameters")  # attributes holding an object's declared option defaults
 
 
-def _signature_options(fn: Callable, names: tuple[str, ...] | None = None) -> dict[str, Any]:
-    """Keyword options of fn with their defaults: `names` (in that order) or every keyword-only parameter."""
-    try:
-        params = inspect.signature(fn).parameters
-    except (TypeError, ValueError):
-        return dict.fromkeys(names or (), REQUIRED)
-    if names is None:
-        return {k: _default(p.default) for k, p in params.items() if p.kind is inspect.Parameter.KEYWORD_ONLY}
-    return {k: _default(params[k].default) if k in params else REQUIRED for k in names}
+def description(name: str, obj: Any) -> str:
+    """The first paragraph of obj's own docstring, else of its module's."""
+    return _own_doc(obj) or _module_doc(obj)
+
+
+def options_of(obj: Any) -> dict[str, Any]:
+    """obj's declared option defaults (a mapping attribute in DECLARED_OPTIONS), else its keyword-only parameters."""
+    for attribute in DECLARED_OPTIONS:
+        declared = getattr(obj, attribute, None)
+        if isinstance(declared, Mapping):
+            return dict(declared)
+    return signatures.options(obj)
+
+
+def registry_entries(registry: Any, extra: tuple[str, Callable[[str, Any], Any]] | None = None,
+                     describe: Callable[[str, Any], str] = description) -> list[dict]:
+    """One entry per registered name, in registration order: name, description, the `extra` column (its key and
+    a function of name and object) if any, options. `registry`: anything with `items()` (name -> object)."""
+    entries = []
+    for name, obj in registry.items():
+        entry = {"name": name, "description": describe(name, obj)}
+        if extra is not None:
+            entry[extra[0]] = extra[1](name, obj)
+        entry["options"] = options_of(obj)
+        entries.append(entry)
+    return entries
 
 
 # ------------------------------------------------------------------------------------------------ categories
 def _algorithms() -> list[dict]:
-    registry = importlib.import_module("dfl.algorithms")
+    from dfl.algorithms import REGISTRY  # name -> class
 
-    centralized = getattr(registry, "CENTRALIZED", ())
-    entries = []
-    for name in registry.ALGORITHMS:
-        cls = registry.algorithm_class(name)
-        entries.append({
-            "name": name,
-            "description": _own_doc(cls) or _module_doc(cls),
-            "centralized": bool(getattr(cls, "centralized", cls in centralized)),
-            "options": dict(getattr(cls, "hyperparameters", {}) or {}),
-        })
-    return entries
+    return registry_entries(REGISTRY, ("centralized", lambda name, cls: bool(getattr(cls, "centralized", False))))
 
 
 def _topologies() -> list[dict]:
-    registry = importlib.import_module("topologies.build")
+    from dfl.topologies import TOPOLOGIES
 
-    entries = []
-    for name in registry.NAMES:
-        source = registry.STATIC.get(name) or registry.TIME_VARYING.get(name)
-        if source is not None:
-            fn, option_names = source
-            description = _own_doc(fn)
-            target = fn.__init__ if isinstance(fn, type) else fn
-            options = _signature_options(target, tuple(option_names))
-            kind = "time-varying" if name in registry.TIME_VARYING else "static"
-        else:  # `custom`: described in build()'s docstring; exactly one of its sources is given
-            sentences = re.split(r"(?<=\.)\s+", _paragraph((registry.build.__doc__ or "").replace("\n\n", " ")))
-            description = next((s for s in sentences if s.startswith(f"`{name}`")), "")
-            options = dict.fromkeys(getattr(registry, "CUSTOM_SOURCES", ()), None)
-            kind = "custom"
-        entries.append({"name": name, "description": description, "kind": kind, "options": options})
-    return entries
+    return registry_entries(TOPOLOGIES, ("kind", lambda name, obj: getattr(obj, "kind", "registered")))
 
 
 def _model_target(builder: Callable, name: str) -> Any:
@@ -146,64 +142,34 @@ def _model_target(builder: Callable, name: str) -> Any:
     return (named or found or [None])[0]
 
 
-def _models() -> list[dict]:
-    registry = importlib.import_module("dfl.models.registry")
+def _model_description(name: str, builder: Any) -> str:
+    """The builder's docstring, else that of the model class it builds (or its bullet in the module docstring)."""
+    description = _own_doc(builder)
+    target = _model_target(builder, name)
+    if target is not None and not description:
+        module = sys.modules.get(target.__module__)
+        description = (_own_doc(target) or _bullet(getattr(module, "__doc__", None), target.__name__)
+                       or _module_doc(target))
+    return description
 
-    builders = getattr(registry, "_BUILDERS", {})
-    entries = []
-    for name in registry.MODELS:
-        builder = builders.get(name)
-        target = _model_target(builder, name) if builder is not None else None
-        description = _own_doc(builder) if builder is not None else ""
-        if target is not None and not description:
-            module = sys.modules.get(target.__module__)
-            description = (_own_doc(target) or _bullet(getattr(module, "__doc__", None), target.__name__)
-                           or _module_doc(target))
-        entries.append({"name": name, "description": description, "options": registry.model_options(name)})
-    return entries
+
+def _models() -> list[dict]:
+    from dfl.models.registry import _BUILDERS  # name -> builder
+
+    return registry_entries(_BUILDERS, describe=_model_description)
 
 
 def _datasets() -> list[dict]:
-    registry = importlib.import_module("dfl.data.dataset")
+    from dfl.data import DATASETS, needs_root
 
-    entries = []
-    for name in registry.DATASETS:
-        loader = registry._loader(name)
-        entries.append({
-            "name": name,
-            "description": _own_doc(loader) or _module_doc(loader),
-            "source": "embedded" if name in registry.EMBEDDED else "local files (data_root)",
-            "options": registry.dataset_options(name),
-        })
-    return entries
-
-
-def _partition_descriptions(module_doc: str | None, names: tuple[str, ...], options: dict) -> dict[str, str]:
-    """Descriptions from the partitioners' module docstring table: `name  options  description` rows."""
-    lines = inspect.cleandoc(module_doc or "").splitlines()
-    found = {}
-    for i, line in enumerate(lines):
-        head = line.strip().split(" ", 1)
-        if head[0] not in names or head[0] in found or len(head) < 2:
-            continue
-        chunks = re.split(r"\s{3,}", head[1].strip())
-        if len(chunks) > 1 or not options[head[0]]:
-            text = chunks[-1]
-        else:  # `name  a=1, b=2 description` with one space before the description: drop the options
-            text = re.sub(r"^(\w+=[^,\s]+,?\s*)+", "", chunks[0])
-        if not text and i + 1 < len(lines):
-            text = lines[i + 1].strip()
-        found[head[0]] = text
-    return found
+    return registry_entries(DATASETS, ("source", lambda name, _: "local files (data_root)" if needs_root(name)
+                                       else "embedded"))
 
 
 def _partitions() -> list[dict]:
-    registry = importlib.import_module("dfl.data.partitioners")
+    from dfl.data import PARTITIONS
 
-    options = {name: registry.partition_options(name) for name in registry.PARTITIONS}
-    described = _partition_descriptions(registry.__doc__, registry.PARTITIONS, options)
-    return [{"name": name, "description": described.get(name, ""), "options": options[name]}
-            for name in registry.PARTITIONS]
+    return registry_entries(PARTITIONS)
 
 
 def _weights() -> list[dict]:

@@ -23,6 +23,7 @@ import torch
 import topologies
 from dfl import checkpoint as ckpt
 from dfl import memory
+from dfl import topologies as topology_registry
 from dfl.algorithms import Context, algorithm_class, resolve_hyperparameters
 from dfl.clients import ParamLayout, initial_stack
 from dfl.config import Config, ConfigError
@@ -82,14 +83,14 @@ def resolve_device(name: str) -> torch.device:
 
 def build_topology(config: Config, n: int):
     """The topology a run mixes with: the complete graph for a centralized algorithm (the configured graph
-    plays no part), else the configured topology on n clients."""
+    plays no part), else the configured topology on n clients (a built-in or a registered one)."""
     if getattr(algorithm_class(config.algorithm), "centralized", False):
         return topologies.build("full", n)
     options = dict(config.topology_options)
-    if config.topology in ("random-regular", "erdos-renyi", "random-k"):
-        options.setdefault("seed", config.seed)
     try:
-        return topologies.build(config.topology, n, weights=config.weights, **options)
+        if "seed" in topology_registry.topology_options(config.topology):  # random graphs follow the run's seed
+            options.setdefault("seed", config.seed)
+        return topology_registry.build(config.topology, n, config.weights, **options)
     except ValueError as exc:
         raise ConfigError(f"topology: {exc}") from exc
 

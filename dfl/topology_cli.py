@@ -3,6 +3,7 @@
     dfl topology ring --clients 64 --gossip-steps 4
     dfl topology show custom --matrix W.npy          # your own W (.npy, .csv, .mtx), or --edges graph.edgelist
     dfl topology compare --clients 16 32 64 --topologies ring grid exponential full --plot gap.png
+    dfl topology show two-cliques --clients 16 --options bridges=2   # a registered topology (dfl.topologies)
 """
 
 from __future__ import annotations
@@ -13,8 +14,10 @@ import math
 import sys
 
 import topologies
+from dfl import topologies as topology_registry
+from dfl.run_cli import key_value
+from dfl.topologies import TOPOLOGIES, topology_options
 from topologies import spectral
-from topologies.build import NAMES, STATIC, TIME_VARYING
 from topologies.weights import LAZY_BASES, SCHEMES
 
 DEFAULT_COMPARE = ("ring", "grid", "exponential", "full")
@@ -35,10 +38,11 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                     "Phi term, the effective number of neighbours and the consensus steps of a topology, or "
                     "of several with 'compare'. Undefined values print as '-' (JSON null); infinite ones "
                     "as inf (JSON \"inf\").")
-    p.add_argument("topology", choices=(*NAMES, "compare", "show"), metavar="TOPOLOGY",
-                   help=f"one of {', '.join(NAMES)}, or 'compare' (with --topologies); 'show NAME' is the "
+    names = tuple(TOPOLOGIES)  # the built-ins, then registered ones (dfl.topologies)
+    p.add_argument("topology", choices=(*names, "compare", "show"), metavar="TOPOLOGY",
+                   help=f"one of {', '.join(names)}, or 'compare' (with --topologies); 'show NAME' is the "
                         "same as NAME")
-    p.add_argument("name", nargs="?", choices=NAMES, metavar="NAME", help="the topology after 'show'")
+    p.add_argument("name", nargs="?", choices=names, metavar="NAME", help="the topology after 'show'")
     p.add_argument("--clients", type=int, nargs="+", metavar="N", help="number(s) of clients n")
     p.add_argument("--topologies", nargs="+", metavar="NAME", help="topologies for 'compare' "
                    f"(default: {' '.join(DEFAULT_COMPARE)})")
@@ -61,24 +65,25 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--edges", metavar="FILE", help="custom: edge-list file (networkx format), same as --path")
     p.add_argument("--matrix", metavar="FILE",
                    help="custom: the gossip matrix W itself, a .npy, .csv or .mtx (Matrix Market) file")
+    p.add_argument("--options", nargs="+", metavar="KEY=VALUE", type=key_value, default=[],
+                   help="topology options as key=value (Python literals), e.g. those of a registered topology; "
+                        "the flags above are the built-ins' options")
     p.add_argument("--json", action="store_true", help="print JSON (a list of rows) instead of a table")
     p.add_argument("--plot", metavar="FILE.png", help="draw the spectral gap against n per topology")
     p.set_defaults(handler=run)
     return p
 
 
-def _accepted_options(name: str) -> tuple[str, ...]:
-    if name == "custom":
-        return ("path", "edges", "matrix", "symmetric")
-    return (STATIC.get(name) or TIME_VARYING[name])[1]
-
-
 def _options(args: argparse.Namespace, name: str, compare: bool) -> dict:
     given = {flag: getattr(args, flag) for flag in OPTION_FLAGS if getattr(args, flag) is not None}
+    for key, value in args.options:
+        if key in given:
+            raise ValueError(f"option {key} is given twice (--{key.replace('_', '-')} and --options {key}=...)")
+        given[key] = value
     if args.base is not None:
         given["base"] = args.base
     if compare:  # one flag set serves several topologies: each takes what it understands
-        given = {k: v for k, v in given.items() if k in _accepted_options(name) or k == "base"}
+        given = {k: v for k, v in given.items() if k in topology_options(name) or k == "base"}
     if "shape" in given:
         given["shape"] = tuple(given["shape"])
     return given
@@ -93,7 +98,7 @@ def _try(fn, *args):
 
 def analyse(name: str, n: int | None, args: argparse.Namespace, compare: bool) -> dict:
     """One row of the table: the spectral summary of topology `name` on n clients."""
-    topo = topologies.build(name, n, args.weights, **_options(args, name, compare))
+    topo = topology_registry.build(name, n, args.weights, **_options(args, name, compare))
     deg = topo.degrees()
     lam = _try(topo.second_eigenvalue)
     return {
@@ -171,7 +176,7 @@ def plot_gaps(rows: list[dict], path: str) -> None:
 def _check_args(args: argparse.Namespace) -> None:
     if args.topology == "show":
         if args.name is None:
-            raise ValueError(f"'dfl topology show' needs a topology name: one of {', '.join(NAMES)}")
+            raise ValueError(f"'dfl topology show' needs a topology name: one of {', '.join(TOPOLOGIES)}")
         args.topology, args.name = args.name, None
     elif args.name is not None:
         raise ValueError(f"unexpected argument {args.name!r} after {args.topology!r} (did you mean "
@@ -181,9 +186,9 @@ def _check_args(args: argparse.Namespace) -> None:
     spectral.check_eps(args.eps)
     if args.topology == "compare":
         names = args.topologies or list(DEFAULT_COMPARE)
-        bad = [t for t in names if t not in NAMES or t == "custom"]
+        bad = [t for t in names if t not in TOPOLOGIES or t == "custom"]
         if bad:
-            allowed = ", ".join(t for t in NAMES if t != "custom")
+            allowed = ", ".join(t for t in TOPOLOGIES if t != "custom")
             raise ValueError(f"--topologies: unknown {', '.join(bad)}; allowed: {allowed}")
     elif args.topologies:
         raise ValueError("--topologies only applies to 'dfl topology compare'")

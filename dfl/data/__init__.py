@@ -1,16 +1,24 @@
-"""Datasets (embedded, local files, in-memory arrays), partitioners, and the `FederatedData` container."""
+"""Datasets (embedded, local files, in-memory arrays), partitioners, and the `FederatedData` container.
+
+Both datasets and partitions are registries (`dfl.registry.Registry`): `@dfl.data.register("name")` adds a
+dataset loader, `@dfl.data.register_partition("name")` a partition method (entry-point groups `dfl.datasets`
+and `dfl.partitions`).
+
+Import graph, one direction: types, checks, files <- the loaders <- dataset (the dataset registry);
+dirichlet <- partitioners; dataset, partitioners <- federated.
+"""
 
 from __future__ import annotations
 
 from dfl.data.augment import crop_flip, random_crop_flip
-from dfl.data.dataset import DATASETS, EMBEDDED, LOCAL, Dataset, dataset_options, load_dataset
+from dfl.data.dataset import DATASETS, dataset_options, load_dataset, needs_root, register
 from dfl.data.federated import FederatedData
 from dfl.data.partitioners import PARTITIONS, label_histograms, partition, partition_options
+from dfl.data.partitioners import register as register_partition
+from dfl.data.types import Dataset
 
 __all__ = [
     "DATASETS",
-    "EMBEDDED",
-    "LOCAL",
     "PARTITIONS",
     "Dataset",
     "FederatedData",
@@ -18,7 +26,10 @@ __all__ = [
     "dataset_options",
     "label_histograms",
     "load_dataset",
+    "needs_root",
     "partition",
     "partition_options",
     "random_crop_flip",
+    "register",
+    "register_partition",
 ]

@@ -16,8 +16,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from dfl.data.dataset import Dataset
 from dfl.data.files import find_dir
+from dfl.data.types import Dataset
 
 CIFAR10_MEAN, CIFAR10_STD = (0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616)
 CIFAR100_MEAN, CIFAR100_STD = (0.5071, 0.4865, 0.4409), (0.2673, 0.2564, 0.2762)

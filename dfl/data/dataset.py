@@ -1,110 +1,84 @@
-"""`Dataset` and `load_dataset(name, root=None, **options)`: one name table for every dataset.
+"""The dataset registry and `load_dataset(name, root=None, **options)`.
 
-Embedded datasets (`mnist1d`, `digits`, `synthetic`) are generated or read from installed packages;
-the others are read from a local directory in their official formats. Nothing is ever downloaded.
+A dataset is a loader registered under a name (`DATASETS`, entry-point group `dfl.datasets`), of one of two
+shapes, told apart by its signature:
+
+    f(*, option=default, ...) -> Dataset          embedded: generated, or read from an installed package
+    f(root, *, option=default, ...) -> Dataset    local: read from the directory `root` (config field data_root)
+
+Its keyword-only parameters are its options. Built in: `mnist1d`, `digits`, `synthetic` (embedded) and
+`cifar10`, `cifar100`, `mnist`, `fashion-mnist` (local, in their official formats). Nothing is ever
+downloaded. Register your own with `@dfl.data.register("name")`.
 """
 
 from __future__ import annotations
 
-import inspect
+import dataclasses
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
-import torch
+from dfl import signatures
+from dfl.data.cifar import load_cifar10, load_cifar100
+from dfl.data.digits import load_digits
+from dfl.data.idx import load_fashion_mnist, load_mnist
+from dfl.data.mnist1d import load_mnist1d
+from dfl.data.synthetic import load_synthetic
+from dfl.data.types import Dataset
+from dfl.registry import Registry
+
+DATASETS: Registry[Callable[..., Dataset]] = Registry("dataset", group="dfl.datasets")
+USAGE = "f(*, option=default, ...) -> Dataset, or f(root, *, option=default, ...) -> Dataset to read data_root"
 
 
-@dataclass
-class Dataset:
-    """A train/test pair as tensors: x float32 [N, *input_shape], y int64 [N].
-
-    `natural_split` is set only for naturally federated datasets (synthetic): one int64 index array per
-    client into the train set, used by the `natural` partition.
-    """
-
-    name: str
-    train_x: torch.Tensor
-    train_y: torch.Tensor
-    test_x: torch.Tensor
-    test_y: torch.Tensor
-    num_classes: int
-    input_shape: tuple[int, ...]
-    augment: str | None = None
-    natural_split: list[np.ndarray] | None = None
-    options: dict[str, Any] = field(default_factory=dict)
+def _check(name: str, loader: Any) -> int:
+    """The number of positional inputs of `loader`: 0 (embedded) or 1 (root: local)."""
+    return signatures.check("dataset", name, loader, (0, 1), USAGE)
 
 
-def _embedded() -> dict[str, Callable[..., Dataset]]:
-    from dfl.data.digits import load_digits
-    from dfl.data.mnist1d import load_mnist1d
-    from dfl.data.synthetic import load_synthetic
-
-    return {"mnist1d": load_mnist1d, "digits": load_digits, "synthetic": load_synthetic}
-
-
-def _local() -> dict[str, Callable[..., Dataset]]:
-    from dfl.data.cifar import load_cifar10, load_cifar100
-    from dfl.data.idx import load_fashion_mnist, load_mnist
-
-    return {"cifar10": load_cifar10, "cifar100": load_cifar100, "mnist": load_mnist,
-            "fashion-mnist": load_fashion_mnist}
+def register(name: str, loader: Callable[..., Dataset] | None = None, *, replace: bool = False) -> Any:
+    """Register `loader` as dataset `name` (a decorator without `loader`). Its signature is checked here:
+    f(*, option=default, ...) for an embedded dataset, f(root, *, ...) for one read from data_root."""
+    if loader is None:
+        return lambda target: register(name, target, replace=replace)
+    _check(name, loader)
+    return DATASETS.register(name, loader, replace=replace)
 
 
-EMBEDDED = ("mnist1d", "digits", "synthetic")
-LOCAL = ("cifar10", "cifar100", "mnist", "fashion-mnist")
-DATASETS = EMBEDDED + LOCAL
+for _name, _loader in (("mnist1d", load_mnist1d), ("digits", load_digits), ("synthetic", load_synthetic),
+                       ("cifar10", load_cifar10), ("cifar100", load_cifar100), ("mnist", load_mnist),
+                       ("fashion-mnist", load_fashion_mnist)):
+    register(_name, _loader)
+del _name, _loader
+
+
+def needs_root(name: str) -> bool:
+    """Whether dataset `name` is read from a local directory (its loader takes `root`)."""
+    return _check(name, DATASETS.get(name)) == 1
 
 
 def dataset_options(name: str) -> dict[str, Any]:
-    """The options `name` accepts, with their defaults."""
-    loader = _loader(name)
-    params = inspect.signature(loader).parameters
-    return {k: p.default for k, p in params.items() if p.kind is inspect.Parameter.KEYWORD_ONLY}
-
-
-def _loader(name: str) -> Callable[..., Dataset]:
-    if name not in DATASETS:
-        raise ValueError(f"dataset must be one of {', '.join(DATASETS)}; got {name!r}")
-    return {**_embedded(), **_local()}[name]
+    """The options `name` accepts, with their defaults ("required" for one without a default)."""
+    fn = DATASETS.get(name)
+    _check(name, fn)  # entry points are not checked at registration
+    return signatures.options(fn)
 
 
 def load_dataset(name: str, root: str | None = None, **options: Any) -> Dataset:
     """Load dataset `name`. Embedded datasets ignore `root`; local ones read their files from it."""
-    loader = _loader(name)
-    allowed = dataset_options(name)
-    unknown = sorted(set(options) - set(allowed))
-    if unknown:
-        listed = ", ".join(f"{k}={v!r}" for k, v in allowed.items()) or "none"
-        raise ValueError(f"unknown option(s) {', '.join(unknown)} for dataset {name!r}; allowed options: {listed}")
-    if name in LOCAL:
+    fn = DATASETS.get(name)
+    takes_root = _check(name, fn) == 1  # entry points are not checked at registration
+    signatures.resolve("dataset", name, fn, options)  # unknown or missing options: an error naming the allowed ones
+    if takes_root:
         if root is None:
             raise ValueError(
                 f"dataset {name!r} is read from a local directory: pass root (config field data_root); "
                 "nothing is downloaded"
             )
-        return loader(root, **options)
-    return loader(**options)
-
-
-# ---------------------------------------------------------------------------- option checks shared by loaders
-def check_int(field_name: str, value: Any, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
-        raise ValueError(f"{field_name} must be an int >= {minimum}, got {value!r}")
-    return int(value)
-
-
-def check_float(field_name: str, value: Any, low: float, high: float | None = None, *, open_low: bool = True,
-                open_high: bool = True) -> float:
-    ok = isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool)
-    if ok:
-        v = float(value)
-        ok = np.isfinite(v) and (v > low if open_low else v >= low)
-        if ok and high is not None:
-            ok = v < high if open_high else v <= high
-    if not ok:
-        lo = "(" if open_low else "["
-        hi = ")" if open_high else "]"
-        raise ValueError(f"{field_name} must be a number in {lo}{low}, {'inf' if high is None else high}{hi}, "
-                         f"got {value!r}")
-    return float(value)
+        ds = fn(root, **options)
+    else:
+        ds = fn(**options)
+    if not isinstance(ds, Dataset):
+        raise ValueError(f"dataset {name!r}: its loader {DATASETS.source(name)} returned {type(ds).__name__}, "
+                         "not a dfl.data.Dataset")
+    # the run records the name it was asked for, whatever the loader called its data
+    return ds if ds.name == name else dataclasses.replace(ds, name=name)

@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from dfl.data.dataset import Dataset, check_float, check_int
+from dfl.data.checks import check_float, check_int
+from dfl.data.types import Dataset
 
 
 def load_digits(*, test_fraction: float = 0.2, seed: int = 0) -> Dataset:

@@ -15,8 +15,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from dfl.data.dataset import Dataset
 from dfl.data.files import find_dir, find_file
+from dfl.data.types import Dataset
 
 FILES = ("train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte")
 IMAGES_MAGIC, LABELS_MAGIC = 0x00000803, 0x00000801

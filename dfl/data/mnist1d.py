@@ -13,7 +13,8 @@ from functools import lru_cache
 import numpy as np
 import torch
 
-from dfl.data.dataset import Dataset, check_float, check_int
+from dfl.data.checks import check_float, check_int
+from dfl.data.types import Dataset
 
 
 @lru_cache(maxsize=4)

@@ -8,7 +8,15 @@ Methods and their options (defaults):
     shards           classes_per_client=2 label-sorted shards, k per client (McMahan et al.)
     similarity       similarity (required, s in [0, 1])   SCAFFOLD's s% iid + (1-s)% label-sorted split
     natural          split (required)     a dataset's own per-client split (synthetic only)
-Every method returns one sorted int64 index array per client; every client gets at least one sample.
+
+Each method is a function registered in `PARTITIONS` (entry-point group `dfl.partitions`; add your own with
+`@dfl.data.register_partition("name")`):
+
+    f(labels, num_clients, rng, *, option=default, ...) -> one index array per client
+
+labels: int64 [N]; rng: a numpy Generator seeded by `seed`; keyword-only parameters are the options. `partition`
+checks the options and what comes back: every method returns one sorted int64 index array per client, in
+[0, N), and every client gets at least one sample.
 """
 
 from __future__ import annotations
@@ -17,19 +25,17 @@ from typing import Any
 
 import numpy as np
 
+from dfl import signatures
 from dfl.data.dirichlet import _listed, dirichlet_balanced, dirichlet_per_class
+from dfl.registry import Registry
 
-REQUIRED = object()
-_OPTIONS: dict[str, dict[str, Any]] = {
-    "iid": {},
-    "dirichlet": {"alpha": 0.3, "sigma": 0.0},
-    "dirichlet-class": {"alpha": 0.3, "min_size": 10, "max_retries": 10, "self_balancing": False},
-    "shards": {"classes_per_client": 2},
-    "similarity": {"similarity": REQUIRED},
-    "natural": {"split": REQUIRED},
+PARTITIONS: Registry = Registry("partition", group="dfl.partitions")
+USAGE = "f(labels, num_clients, rng, *, option=default, ...) -> one index array per client"
+_REQUIRED_HINTS = {  # how to give a built-in's required option
+    "similarity": "similarity=s with s in [0, 1]",
+    "split": "split=<one index array per client>; only datasets with a natural client split (synthetic) provide one",
 }
-PARTITIONS = tuple(_OPTIONS)
-_HINTS = {
+_HINTS = {  # what to change when a client is left empty
     "dirichlet": "raise alpha or use fewer clients",
     "dirichlet-class": "raise alpha or min_size, or use fewer clients",
     "shards": "use fewer clients or fewer classes_per_client",
@@ -39,32 +45,23 @@ _HINTS = {
 }
 
 
+def register(name: str, fn: Any = None, *, replace: bool = False) -> Any:
+    """Register partition method `fn` as `name` (a decorator without `fn`); its signature is checked here."""
+    if fn is None:
+        return lambda target: register(name, target, replace=replace)
+    signatures.check("partition", name, fn, (3,), USAGE)
+    return PARTITIONS.register(name, fn, replace=replace)
+
+
+def _method(name: str) -> Any:
+    fn = PARTITIONS.get(name)
+    signatures.check("partition", name, fn, (3,), USAGE)  # entry points are not checked at registration
+    return fn
+
+
 def partition_options(method: str) -> dict[str, Any]:
     """The options `method` accepts with their defaults (required ones map to the string "required")."""
-    _check_method(method)
-    return {k: ("required" if v is REQUIRED else v) for k, v in _OPTIONS[method].items()}
-
-
-def _check_method(method: str) -> None:
-    if method not in _OPTIONS:
-        raise ValueError(f"partition must be one of {', '.join(PARTITIONS)}; got {method!r}")
-
-
-def _resolve(method: str, options: dict[str, Any]) -> dict[str, Any]:
-    _check_method(method)
-    allowed = _OPTIONS[method]
-    unknown = sorted(set(options) - set(allowed))
-    if unknown:
-        listed = ", ".join(f"{k}={'required' if v is REQUIRED else repr(v)}" for k, v in allowed.items()) or "none"
-        raise ValueError(f"unknown option(s) {', '.join(unknown)} for partition {method!r}; allowed options: {listed}")
-    resolved = {**allowed, **options}
-    missing = [k for k, v in resolved.items() if v is REQUIRED]
-    if missing:
-        what = {"similarity": "similarity=s with s in [0, 1]",
-                "split": "split=<one index array per client>; only datasets with a natural client split "
-                         "(synthetic) provide one"}
-        raise ValueError(f"partition {method!r} needs option {what[missing[0]]}")
-    return resolved
+    return signatures.options(_method(method))
 
 
 def _number(name: str, value: Any, *, low: float, high: float | None = None, low_open: bool = True) -> float:
@@ -98,54 +95,91 @@ def as_labels(labels: Any) -> np.ndarray:
 def partition(labels: Any, num_clients: int, method: str, *, seed: int, **options: Any) -> list[np.ndarray]:
     """Split indices 0..N-1 of `labels` among `num_clients` clients by `method` (see the module docstring)."""
     labels = as_labels(labels)
-    opts = _resolve(method, options)
+    fn = _method(method)
+    opts = signatures.resolve("partition", method, fn, options, _REQUIRED_HINTS)
     num_clients = _integer("num_clients", num_clients, 1)
     seed = _integer("seed", seed, 0)
     n = labels.shape[0]
     if num_clients > n:
         raise ValueError(f"num_clients={num_clients} exceeds the {n} training samples; use at most {n} clients")
-    rng = np.random.default_rng(seed)
-    if method == "iid":
-        parts = [np.sort(p) for p in np.array_split(rng.permutation(n), num_clients)]
-    elif method == "dirichlet":
-        alpha = _number("alpha", opts["alpha"], low=0.0)
-        sigma = _number("sigma", opts["sigma"], low=0.0, low_open=False)
-        parts = dirichlet_balanced(labels, num_clients, alpha, sigma, rng)
-    elif method == "dirichlet-class":
-        alpha = _number("alpha", opts["alpha"], low=0.0)
-        min_size = _integer("min_size", opts["min_size"], 1)
-        max_retries = _integer("max_retries", opts["max_retries"], 0)
-        if not isinstance(opts["self_balancing"], (bool, np.bool_)):
-            raise ValueError(f"self_balancing must be true or false, got {opts['self_balancing']!r}")
-        if min_size * num_clients > n:
-            raise ValueError(f"min_size={min_size} x num_clients={num_clients} exceeds the {n} training samples; "
-                             "lower min_size or use fewer clients")
-        parts = dirichlet_per_class(labels, num_clients, alpha, min_size, max_retries, bool(opts["self_balancing"]),
-                                    rng)
-    elif method == "shards":
-        parts = shards(labels, num_clients, _integer("classes_per_client", opts["classes_per_client"], 1), rng)
-    elif method == "similarity":
-        parts = similarity(labels, num_clients, _number("similarity", opts["similarity"], low=0.0, high=1.0,
-                                                        low_open=False), rng)
-    else:
-        parts = natural(opts["split"], num_clients, n)
-    _check_nonempty(parts, method)
-    return parts
+    parts = fn(labels, num_clients, np.random.default_rng(seed), **opts)
+    return _checked(parts, method, num_clients, n)
 
 
-def _check_nonempty(parts: list[np.ndarray], method: str) -> None:
-    empty = np.flatnonzero(np.array([p.size for p in parts]) == 0)
+def _checked(parts: Any, method: str, num_clients: int, n: int) -> list[np.ndarray]:
+    """What a method returned, as sorted int64 arrays: one per client, indices in [0, n), none empty."""
+    if not isinstance(parts, (list, tuple)) or len(parts) != num_clients:
+        got = f"{len(parts)} arrays" if isinstance(parts, (list, tuple)) else type(parts).__name__
+        raise ValueError(f"partition {method!r} must return a list of {num_clients} index arrays (one per "
+                         f"client), got {got}")
+    out = []
+    for i, p in enumerate(parts):
+        arr = np.asarray(p.detach().cpu().numpy() if hasattr(p, "detach") else p)
+        if arr.ndim != 1 or (arr.size and arr.dtype.kind not in "iu"):
+            raise ValueError(f"partition {method!r} gave client {i} indices of dtype {arr.dtype} and shape "
+                             f"{list(arr.shape)}; each client needs a 1-D integer array")
+        out.append(np.sort(arr.astype(np.int64, copy=False)))
+    sizes = np.array([p.size for p in out])
+    flat = np.concatenate(out)
+    outside = np.flatnonzero((flat < 0) | (flat >= n))
+    if outside.size:
+        client = int(np.searchsorted(np.cumsum(sizes), outside[0], side="right"))
+        raise ValueError(f"partition {method!r} gave client {client} index {int(flat[outside[0]])}, outside the "
+                         f"train set's [0, {n - 1}]")
+    empty = np.flatnonzero(sizes == 0)
     if empty.size:
         raise ValueError(f"partition {method!r} leaves client(s) {_listed(empty)} with 0 samples; every client needs "
-                         f"at least 1: {_HINTS[method]}")
+                         f"at least 1: {_HINTS.get(method, 'change the partition or use fewer clients')}")
+    return out
 
 
-def shards(labels: np.ndarray, num_clients: int, k: int, rng: np.random.Generator) -> list[np.ndarray]:
-    """McMahan et al.'s pathological split: sort by label (random order within a class), cut into m*k shards,
+# ------------------------------------------------------------------------------------------------ the methods
+@register("iid")
+def iid(labels: np.ndarray, num_clients: int, rng: np.random.Generator) -> list[np.ndarray]:
+    """Random permutation cut into near-equal parts."""
+    return np.array_split(rng.permutation(labels.shape[0]), num_clients)
+
+
+@register("dirichlet")
+def dirichlet(labels: np.ndarray, num_clients: int, rng: np.random.Generator, *, alpha: float = 0.3,
+              sigma: float = 0.0) -> list[np.ndarray]:
+    """Label skew, balanced sizes (ALGORITHMS.md §2.1); sigma > 0: lognormal sizes.
+
+    Client priors q_i ~ Dir(alpha), each client filled by drawing classes from q_i (`dirichlet_balanced`)."""
+    alpha = _number("alpha", alpha, low=0.0)
+    sigma = _number("sigma", sigma, low=0.0, low_open=False)
+    return dirichlet_balanced(labels, num_clients, alpha, sigma, rng)
+
+
+@register("dirichlet-class")
+def dirichlet_class(labels: np.ndarray, num_clients: int, rng: np.random.Generator, *, alpha: float = 0.3,
+                    min_size: int = 10, max_retries: int = 10, self_balancing: bool = False) -> list[np.ndarray]:
+    """Per-class Dir(alpha) over clients (Flower's DirichletPartitioner).
+
+    Redrawn (at most max_retries times) until every client holds min_size samples (`dirichlet_per_class`)."""
+    alpha = _number("alpha", alpha, low=0.0)
+    min_size = _integer("min_size", min_size, 1)
+    max_retries = _integer("max_retries", max_retries, 0)
+    if not isinstance(self_balancing, (bool, np.bool_)):
+        raise ValueError(f"self_balancing must be true or false, got {self_balancing!r}")
+    n = labels.shape[0]
+    if min_size * num_clients > n:
+        raise ValueError(f"min_size={min_size} x num_clients={num_clients} exceeds the {n} training samples; "
+                         "lower min_size or use fewer clients")
+    return dirichlet_per_class(labels, num_clients, alpha, min_size, max_retries, bool(self_balancing), rng)
+
+
+@register("shards")
+def shards(labels: np.ndarray, num_clients: int, rng: np.random.Generator, *,
+           classes_per_client: int = 2) -> list[np.ndarray]:
+    """Label-sorted shards, classes_per_client (k) per client (McMahan et al.).
+
+    McMahan et al.'s pathological split: sort by label (random order within a class), cut into m*k shards,
     give each client k random shards. Shards are cut inside classes (class c gets shards in proportion to
     its size, at least one each, greedily giving the next shard to the class with the largest shards), so
     a client holds at most k labels and k = 1 is exactly one label per client. When m*k is smaller than the
     number of classes, the sorted array is cut into m*k equal contiguous pieces instead."""
+    k = _integer("classes_per_client", classes_per_client, 1)
     n = labels.shape[0]
     total = num_clients * k
     if total > n:
@@ -164,26 +198,35 @@ def shards(labels: np.ndarray, num_clients: int, k: int, rng: np.random.Generato
         for block, s in zip(np.split(ordered, np.cumsum(counts)[:-1]), per_class):
             pieces.extend(np.array_split(block, s))
     assignment = rng.permutation(total).reshape(num_clients, k)
-    return [np.sort(np.concatenate([pieces[s] for s in row])) for row in assignment]
+    return [np.concatenate([pieces[s] for s in row]) for row in assignment]
 
 
-def similarity(labels: np.ndarray, num_clients: int, s: float, rng: np.random.Generator) -> list[np.ndarray]:
-    """SCAFFOLD's split (ALGORITHMS.md §2.2): a random floor(s N) subset is dealt evenly at random, the rest is
+@register("similarity")
+def similarity(labels: np.ndarray, num_clients: int, rng: np.random.Generator, *,
+               similarity: float) -> list[np.ndarray]:
+    """SCAFFOLD's split: a fraction s = similarity of the data dealt iid, the rest label-sorted.
+
+    ALGORITHMS.md §2.2: a random floor(s N) subset is dealt evenly at random, the rest is
     sorted by label and cut into m contiguous chunks; client i gets iid chunk i and sorted chunk i. The iid
     chunks are dealt in reverse order, so the clients that miss a remainder sample of one part get one of
     the other: no client is empty when N >= m."""
+    s = _number("similarity", similarity, low=0.0, high=1.0, low_open=False)
     n = labels.shape[0]
     perm = rng.permutation(n)
     n_iid = int(np.floor(s * n))
-    iid, rest = perm[:n_iid], perm[n_iid:]
+    dealt, rest = perm[:n_iid], perm[n_iid:]
     sorted_rest = rest[np.argsort(labels[rest], kind="stable")]
-    iid_chunks = np.array_split(iid, num_clients)[::-1]
+    iid_chunks = np.array_split(dealt, num_clients)[::-1]
     sorted_chunks = np.array_split(sorted_rest, num_clients)
-    return [np.sort(np.concatenate([a, b])) for a, b in zip(iid_chunks, sorted_chunks)]
+    return [np.concatenate([a, b]) for a, b in zip(iid_chunks, sorted_chunks)]
 
 
-def natural(split: Any, num_clients: int, n: int) -> list[np.ndarray]:
-    """A dataset's own split, checked: `num_clients` disjoint index arrays into 0..n-1."""
+@register("natural")
+def natural(labels: np.ndarray, num_clients: int, rng: np.random.Generator, *, split: Any) -> list[np.ndarray]:
+    """A dataset's own per-client split (synthetic only).
+
+    Checked: `num_clients` disjoint index arrays into the train set."""
+    n = labels.shape[0]
     if isinstance(split, (str, bytes)) or not hasattr(split, "__len__"):
         raise ValueError("split must be a list with one index array per client")
     if len(split) != num_clients:
@@ -195,7 +238,7 @@ def natural(split: Any, num_clients: int, n: int) -> list[np.ndarray]:
         raise ValueError(f"split holds index {int(flat.max())} but the train set has {n} samples")
     if np.unique(flat).size != flat.size:
         raise ValueError("split must give every sample to at most one client (found an index twice)")
-    return [np.sort(p) for p in parts]
+    return parts
 
 
 def label_histograms(labels: Any, parts: list[Any], num_classes: int | None = None) -> np.ndarray:

@@ -15,7 +15,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from dfl.data.dataset import Dataset, check_float, check_int
+from dfl.data.checks import check_float, check_int
+from dfl.data.types import Dataset
 
 DIM, CLASSES = 60, 10
 

@@ -1,0 +1,139 @@
+"""The topology registry: every name the config field `topology` takes, `topologies.build`'s built-ins first.
+
+`TOPOLOGIES` (entry-point group `dfl.topologies`) maps a name to a factory. Register your own network as
+
+    @dfl.topologies.register("two-cliques")
+    def two_cliques(n, *, bridges=1):          # n clients; keyword-only parameters are its options
+        ...
+        return W
+
+returning one of
+    - the gossip matrix W ([n, n] numpy array or scipy sparse), used as it is: it must be doubly stochastic
+      (finite, nonnegative, rows and columns summing to 1), connected and contracting, checked like a
+      `topology = "custom"` matrix file (`topologies.validation`: errors name the row or column and by how
+      much); the config's `weights` must be left unset;
+    - a networkx graph on n nodes, weighted by the config's `weights` scheme (default metropolis), as
+      `custom` weighs a graph;
+    - a `topologies.Topology` (e.g. time-varying), used as it is (`weights` unset).
+A factory with a keyword-only `seed` option gets the run's seed unless the config sets one.
+
+The `topologies` package knows nothing of dfl: this module adapts it, registering each built-in as a
+`BuiltinTopology` that calls `topologies.build(name, n, weights, **options)`.
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any
+
+import networkx as nx
+import numpy as np
+import scipy.sparse as sp
+
+import topologies
+from dfl import signatures
+from dfl.registry import Registry
+from topologies import graphs
+from topologies.build import CUSTOM_SOURCES, EDGES_ALIAS, STATIC, TIME_VARYING
+from topologies.validation import check_connected, check_stochastic
+
+TOPOLOGIES: Registry = Registry("topology", group="dfl.topologies")
+USAGE = "f(n, *, option=default, ...) returning a gossip matrix W [n, n], a networkx graph or a topologies.Topology"
+
+
+class BuiltinTopology:
+    """A topology of the `topologies` package, built by `topologies.build(name, n, weights, **options)`."""
+
+    def __init__(self, name: str):
+        self.name = name
+        if name in STATIC or name in TIME_VARYING:
+            builder, option_names = STATIC.get(name) or TIME_VARYING[name]
+            self.kind = "static" if name in STATIC else "time-varying"
+            self.__doc__ = builder.__doc__  # `dfl list` shows its first paragraph
+            params = inspect.signature(builder.__init__ if isinstance(builder, type) else builder).parameters
+            self.options = {k: params[k].default if k in params else signatures.REQUIRED for k in option_names}
+        else:  # custom: exactly one of its sources is given
+            self.kind = "custom"
+            self.__doc__ = ("Your own network: graph=, an edge list (path= or edges=), or W itself (matrix=).\n\n"
+                            "A networkx graph or an edge-list file is weighted by the scheme; the matrix is an "
+                            "array or a .npy, .csv or .mtx file (symmetric=True also requires W = W^T).")
+            self.options = dict.fromkeys((*CUSTOM_SOURCES, EDGES_ALIAS, "symmetric"))
+
+    def __call__(self, n: int | None, weights: str | None = None, **options: Any) -> topologies.Topology:
+        return topologies.build(self.name, n, weights, **options)
+
+    def __repr__(self) -> str:
+        return f"BuiltinTopology({self.name!r})"
+
+
+for _name in topologies.NAMES:
+    TOPOLOGIES.register(_name, BuiltinTopology(_name))
+del _name
+
+
+def _check(name: str, factory: Any) -> None:
+    signatures.check("topology", name, factory, (1,), USAGE)
+
+
+def register(name: str, factory: Any = None, *, replace: bool = False) -> Any:
+    """Register `factory(n, *, option=default, ...)` as topology `name` (a decorator without `factory`); its
+    signature is checked here, what it returns when a run builds it."""
+    if factory is None:
+        return lambda target: register(name, target, replace=replace)
+    _check(name, factory)
+    return TOPOLOGIES.register(name, factory, replace=replace)
+
+
+def topology_options(name: str) -> dict[str, Any]:
+    """The options topology `name` accepts, with their defaults ("required" for one without a default)."""
+    factory = TOPOLOGIES.get(name)
+    if isinstance(factory, BuiltinTopology):
+        return dict(factory.options)
+    _check(name, factory)
+    return signatures.options(factory)
+
+
+def build(name: str, n: int | None, weights: str | None = None, **options: Any) -> topologies.Topology:
+    """The validated topology `name` on n clients: a built-in from `topologies.build`, or a registered factory's
+    result adopted as described in the module docstring. Errors are ValueErrors naming the topology."""
+    factory = TOPOLOGIES.get(name)
+    if isinstance(factory, BuiltinTopology):
+        return factory(n, weights, **options)
+    _check(name, factory)
+    signatures.resolve("topology", name, factory, options)
+    n = graphs.check_n(n)
+    made = factory(n, **options)
+    if isinstance(made, nx.Graph):
+        try:
+            topo = topologies.build("custom", n, weights, graph=made)
+        except ValueError as exc:
+            raise ValueError(f"the graph of {name!r}: {exc}") from None
+        topo.name = name
+        return topo
+    if weights is not None:
+        raise ValueError(f"weights = {weights!r} does not apply to {name!r}: it gives its own gossip matrix "
+                         "(leave weights unset)")
+    if isinstance(made, topologies.Topology):
+        if made.n != n:
+            raise ValueError(f"{name!r} built a topology on {made.n} clients for n = {n}")
+        made.name = name
+        return made
+    return _from_matrix(name, made, n)
+
+
+def _from_matrix(name: str, made: Any, n: int) -> topologies.Topology:
+    label = f"the matrix of {name!r}"
+    try:
+        W = sp.csr_array(made, dtype=np.float64) if sp.issparse(made) else np.array(made, dtype=np.float64)
+    except (TypeError, ValueError):
+        W = None
+    if W is None or W.ndim != 2:
+        raise ValueError(f"{name!r} returned {type(made).__name__}; a topology factory returns a gossip matrix "
+                         "W ([n, n] array or scipy sparse), a networkx graph or a topologies.Topology")
+    if W.shape != (n, n):
+        raise ValueError(f"{label} must be [n, n] = [{n}, {n}], got shape {list(W.shape)}")
+    W = check_stochastic(W, False, label)  # located errors: the row or column, and by how much
+    check_connected(W, label)
+    S = W if sp.issparse(W) else sp.csr_array(W)
+    symmetric = (S != S.T).nnz == 0  # exactly: then the spectral code may use the symmetric solvers
+    return topologies.Topology(name, W=W, weights="given", symmetric=symmetric)
