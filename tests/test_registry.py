@@ -32,7 +32,8 @@ def test_same_name_twice_is_an_error_naming_both_unless_replace():
     reg = Registry("algorithm")
     reg.register("x", int)
     reg.register("x", int)  # the same object again: harmless (a module imported twice)
-    with pytest.raises(RegistryError, match=r"algorithm 'x' is registered twice: by builtins.int and by builtins.float"):
+    clash = r"algorithm 'x' is registered twice: by builtins.int and by builtins.float"
+    with pytest.raises(RegistryError, match=clash):
         reg.register("x", float)
     reg.register("x", float, replace=True)
     assert reg.get("x") is float
