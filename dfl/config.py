@@ -110,6 +110,9 @@ class Config:
     eval_batch_size: int = 1024
     train_eval_samples: int = 2000  # training samples for the averaged model's train accuracy/loss
     client_eval_samples: int = 0  # test samples (a fixed seeded subset) for each client's accuracy; 0 = all
+    # personalized evaluation: each client holds out this fraction of its data (stratified by label) as its local
+    # test set, and trains on the rest; adds personal_acc_* and global_acc_* (dfl.data.local_test). 0 = off
+    local_test_fraction: float = 0.0
     checkpoint_every: int = 0  # rounds; 0 = at every evaluation
     hessian_every: int = 0  # rounds between top-Hessian-eigenvalue measurements of the averaged model; 0 = off
     hessian_samples: int = 1000  # training samples (a fixed subset) the Hessian is taken on
@@ -198,6 +201,9 @@ class Config:
         _integer("eval_batch_size", self.eval_batch_size, minimum=1)
         _integer("train_eval_samples", self.train_eval_samples, minimum=0)
         _integer("client_eval_samples", self.client_eval_samples, minimum=0)
+        _number("local_test_fraction", self.local_test_fraction, minimum=0.0)
+        if self.local_test_fraction >= 1:
+            raise ConfigError(f"local_test_fraction must be in [0, 1) (0 = off), got {self.local_test_fraction}")
         _integer("checkpoint_every", self.checkpoint_every, minimum=0)
         _integer("hessian_every", self.hessian_every, minimum=0)
         _integer("hessian_samples", self.hessian_samples, minimum=1)
@@ -368,6 +374,8 @@ FIELD_HELP: dict[str, str] = {
     "eval_batch_size": "batch size of evaluation, >= 1",
     "train_eval_samples": "training samples for the averaged model's train loss/accuracy",
     "client_eval_samples": "test samples for each client's accuracy (a fixed seeded subset); 0 = all",
+    "local_test_fraction": "fraction in [0, 1) of each client's data held out (stratified by label) as its local "
+                           "test set for personal_acc / global_acc; 0 = off",
     "checkpoint_every": "rounds between checkpoints; 0 = at every evaluation",
     "hessian_every": "rounds between top-Hessian-eigenvalue measurements; 0 = off",
     "hessian_samples": "training samples the Hessian is taken on, >= 1",

@@ -1,4 +1,5 @@
-"""Metrics of the client stack: averaged-model accuracy/loss, per-client accuracy, consensus distance."""
+"""Metrics of the client stack: averaged-model accuracy/loss, per-client accuracy (on the shared test set, and
+personal/global accuracy on each client's local test set), consensus distance."""
 
 from __future__ import annotations
 
@@ -27,13 +28,57 @@ def client_accuracies(model, layout, X, x, y, batch_size: int, client_chunk: int
     forward = vmap(lambda row, xb: functional_call(model, layout.views(row), (xb,)), in_dims=(0, None))
     chunk = client_chunk or X.shape[0]
     correct = torch.zeros(X.shape[0], device=X.device)
-    # keep chunk × batch roughly constant so memory does not grow with the number of clients
-    batch = max(1, batch_size // max(1, min(chunk, X.shape[0]) // 4 or 1))
+    batch = _per_client_batch(batch_size, chunk, X.shape[0])
     for c in range(0, X.shape[0], chunk):
         for s in range(0, x.shape[0], batch):
             logits = forward(X[c : c + chunk], x[s : s + batch])
             correct[c : c + chunk] += (logits.argmax(dim=2) == y[s : s + batch]).sum(dim=1)
     return correct / max(x.shape[0], 1)
+
+
+def _per_client_batch(batch_size: int, chunk: int, m: int) -> int:
+    """Samples per client per vmapped call: chunk × batch stays about 4 × batch_size, so memory does not grow
+    with the number of clients."""
+    return max(1, batch_size // max(1, min(chunk, m) // 4 or 1))
+
+
+@torch.no_grad()
+def local_accuracies(model, layout, X, mean, x, y, local, batch_size: int, client_chunk: int):
+    """(personal [m], global [m]): accuracy of each row x_i of X, and of the averaged model `mean`, on client i's
+    own local test set. `local` = (index, offsets, sizes): client i's test samples are rows
+    index[offsets[i] : offsets[i] + sizes[i]] of (x, y), all on X's device, sizes >= 1.
+
+    Personal: vmapped over the clients of each chunk, one block of `b` sample positions at a time; as in the
+    training schedules, a block holds only the clients that still have samples at those positions (a masked,
+    padded block when their sizes differ), so skewed sizes cost what their samples cost. Global: one model, so
+    every client's test samples are concatenated and evaluated in batches of `batch_size`, then counted per client.
+    """
+    index, offsets, sizes = local
+    m = X.shape[0]
+    forward = vmap(lambda row, xb: functional_call(model, layout.views(row), (xb,)))
+    chunk = client_chunk or m
+    b = _per_client_batch(batch_size, chunk, m)
+    personal = torch.zeros(m, dtype=torch.long, device=X.device)
+    span = torch.arange(b, device=X.device)
+    for c in range(0, m, chunk):
+        rows = torch.arange(c, min(c + chunk, m), device=X.device)
+        for s in range(0, int(sizes[rows].max()), b):
+            if s:  # the clients with samples left at positions s.. (all of them in the first block)
+                rows = rows[sizes[rows] > s]
+            valid = s + span < sizes[rows, None]
+            where = offsets[rows, None] + torch.where(valid, s + span, 0)  # padding reads the client's first sample
+            samples = index[where]
+            stack = X[c : c + rows.numel()] if rows.numel() == min(chunk, m - c) else X[rows]  # all: a view
+            hits = (forward(stack, x[samples]).argmax(dim=2) == y[samples]) & valid
+            personal[rows] += hits.sum(dim=1)
+    owner = torch.repeat_interleave(torch.arange(m, device=X.device), sizes)
+    global_ = torch.zeros(m, dtype=torch.long, device=X.device)
+    params = layout.views(mean)
+    for s in range(0, index.shape[0], batch_size):
+        samples = index[s : s + batch_size]
+        hits = functional_call(model, params, (x[samples],)).argmax(dim=1) == y[samples]
+        global_.index_add_(0, owner[s : s + batch_size], hits.long())
+    return personal.double() / sizes, global_.double() / sizes
 
 
 ROW_BLOCK_BYTES = 64 * 2**20  # temporaries of the row-wise metrics stay this small whatever m is

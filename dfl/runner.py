@@ -28,7 +28,7 @@ from dfl.algorithms import Context, algorithm_class, resolve_hyperparameters
 from dfl.clients import ParamLayout, initial_stack
 from dfl.config import Config, ConfigError
 from dfl.distributed import communicator_from_env  # before any process group: see its torch._dynamo note
-from dfl.evaluate import client_accuracies, consensus_distance, evaluate_row, nonfinite_rows
+from dfl.evaluate import client_accuracies, consensus_distance, evaluate_row, local_accuracies, nonfinite_rows
 from dfl.gossip import Gossip
 from dfl.local import LocalTrainer
 from dfl.results import RunDirectory
@@ -197,6 +197,7 @@ class Experiment:
             data = build_data(config)
         elif data.num_clients != config.clients:
             raise ConfigError(f"clients = {config.clients} but the given data has {data.num_clients} clients")
+        data = _split_local_test(data, config)  # before the trainer: training sees only the local train parts
         m = data.num_clients
         if comm.num_clients != m:
             raise ConfigError(f"the communicator hosts {comm.num_clients} clients but the data has {m}")
@@ -255,6 +256,8 @@ class Experiment:
             (self.eval_x, self.eval_y) if not 0 < config.client_eval_samples < self.eval_x.shape[0]
             else _seeded_subset(self.eval_x, self.eval_y, config.client_eval_samples, config.seed)
         )
+        # personalized evaluation (local_test_fraction): this process's clients' local test sets
+        self.local_test = _local_test_sets(data, comm.client_ids) if data.local_test_indices is not None else None
         self.hessian_sub = _train_subset(data, config, config.hessian_samples) if config.hessian_every else None
         self.round_seconds: list[float] = []
         self.loss_bound = DIVERGENCE_LOSS_FACTOR * math.log(max(data.num_classes, 2))
@@ -331,7 +334,7 @@ class Experiment:
         config, comm, X = self.config, self.comm, self.algorithm.X
         mean = comm.mean_rows(X)
         metrics = _evaluate(self.model, self.layout, X, mean, comm, self.eval_x, self.eval_y, self.train_sub,
-                            self.client_test, config, self.trainer.chunk)
+                            self.client_test, config, self.trainer.chunk, self.local_test)
         if self.hessian_due(t):
             metrics["hessian_top_eig"] = _hessian(self.model, self.layout, mean, self.hessian_sub, config)
         bytes_round, moved_round = self._last_round
@@ -448,8 +451,42 @@ def _seeded_subset(x: torch.Tensor, y: torch.Tensor, k: int, seed: int):
     return x[idx], y[idx]
 
 
-def _evaluate(model, layout, X, mean, comm, x, y, train_sub, client_test, config, chunk: int) -> dict[str, Any]:
-    """Metrics of the averaged model `mean` (= comm.mean_rows(X)) and of every client row of X."""
+def _split_local_test(data, config: Config):
+    """`local_test_fraction` > 0: the data with each client's local test part held out (`FederatedData.
+    split_local_test`, seeded by `seed`); the run does the split, so config.toml reproduces it."""
+    if data.local_test_indices is not None:
+        raise ConfigError(f"the given data already has local test sets (local_test_fraction = "
+                          f"{data.local_test_fraction}); pass it unsplit and set local_test_fraction instead")
+    if not config.local_test_fraction:
+        return data
+    try:
+        return data.split_local_test(config.local_test_fraction, config.seed)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from exc
+
+
+def _local_test_sets(data, client_ids: list[int]):
+    """(x, y, (index, offsets, sizes)) of the given clients' local test sets, on the data's device: the pooled
+    train set, their rows of it concatenated in client order, where each client starts, how many it has (the
+    arguments of `evaluate.local_accuracies`)."""
+    parts = [data.local_test_indices[i] for i in client_ids]
+    sizes = torch.tensor([p.numel() for p in parts], dtype=torch.long)
+    device = data.train_x.device
+    local = torch.cat(parts).to(device), (torch.cumsum(sizes, 0) - sizes).to(device), sizes.to(device)
+    return data.train_x, data.train_y, local
+
+
+def _evaluate(model, layout, X, mean, comm, x, y, train_sub, client_test, config, chunk: int,
+              local_test=None) -> dict[str, Any]:
+    """Metrics of the averaged model `mean` (= comm.mean_rows(X)) and of every client row of X.
+
+    With local test sets (`local_test_fraction`), personalized evaluation as the DisPFL / DFedSAM code bases report
+    it: personal_acc = accuracy of client i's own model x_i on its own local test set, global_acc = accuracy of the
+    averaged model x̄ on client i's local test set; each summarised by mean, std (population) and min over the
+    clients, every client counting once whatever its test size (those code bases average the per-client
+    accuracies, Σ_i correct_i / n_i / m, not Σ_i correct_i / Σ_i n_i). The models are those after the round's
+    gossip, like every metric here (ALGORITHMS.md §0; DisPFL-derived code gossips first and evaluates right after
+    local training)."""
     test_acc, test_loss = evaluate_row(model, layout, mean, x, y, config.eval_batch_size)
     record: dict[str, Any] = {"test_acc": test_acc, "test_loss": test_loss}
     if train_sub is not None:
@@ -465,6 +502,12 @@ def _evaluate(model, layout, X, mean, comm, x, y, train_sub, client_test, config
         client_acc_max=float(accs.max()),
         consensus_distance=consensus_distance(X, comm),
     )
+    if local_test is not None:
+        personal, global_ = local_accuracies(model, layout, X, mean, *local_test, config.eval_batch_size, chunk)
+        for name, values in (("personal_acc", personal), ("global_acc", global_)):
+            values = comm.gather_rows(values)
+            record.update({f"{name}_mean": float(values.mean()), f"{name}_std": float(values.std(unbiased=False)),
+                           f"{name}_min": float(values.min())})
     if comm.is_main:
         record["client_acc"] = [round(a, 6) for a in accs.tolist()]
     return record

@@ -196,6 +196,31 @@ def test_world_size_does_not_change_results(tmp_path, world, single_process_resu
                 assert reference.history[-1]["bytes_moved"] == 0
 
 
+# ------------------------------------------------ personalized evaluation: each rank evaluates its own clients
+def _personal_worker(rank, world, rdzv, out_dir):
+    import dfl
+
+    _init(rank, world, rdzv)
+    try:
+        result = dfl.run(make_config("mgs-ring", local_test_fraction=0.3, client_chunk=2), data=make_data())
+        torch.save(result.history, Path(out_dir) / f"personal-r{rank}.pt")
+    finally:
+        dist.destroy_process_group()
+
+
+def test_personalized_metrics_do_not_depend_on_the_world_size(tmp_path):
+    import dfl
+
+    reference = dfl.run(make_config("mgs-ring", local_test_fraction=0.3), data=make_data()).history
+    _spawn(_personal_worker, 2, str(tmp_path / "rdzv"), str(tmp_path))
+    keys = [f"{name}_{stat}" for name in ("personal_acc", "global_acc") for stat in ("mean", "std", "min")]
+    for rank in range(2):
+        history = torch.load(tmp_path / f"personal-r{rank}.pt")
+        for got, want in zip(history, reference, strict=True):
+            for key in keys:
+                assert got[key] == pytest.approx(want[key], abs=1e-6), f"rank {rank} round {want['round']} {key}"
+
+
 # ------------------------------------------ D-PSGD with local epochs: processes with fewer steps still gossip
 def _unequal_data():
     from dfl.data import FederatedData

@@ -5,6 +5,10 @@ This is what the engine consumes: schedules gather every client's minibatch from
 stay on the CPU (schedules are built there and the gathered row ids are moved to the data's device);
 `to(device)` moves the x/y tensors. `client_indices` is treated as immutable after construction (assign a new
 list, or build a new FederatedData, to change the split).
+
+`split_local_test(f, seed)` cuts every client's data into a local train part (what `client_indices` then holds,
+so training and its schedules see the reduced n_i) and a local test part (`local_test_indices`, rows of the same
+pooled train set), stratified by label (`dfl.data.local_test`), for personalized evaluation.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ import numpy as np
 import torch
 
 from dfl.data.dataset import load_dataset
+from dfl.data.local_test import check_fraction, stratified_split
 from dfl.data.partitioners import label_histograms
 from dfl.data.partitioners import partition as split_indices  # renamed: build() has arguments of these names
 from dfl.data.partitioners import partition_options as method_options
@@ -37,6 +42,10 @@ class FederatedData:
     partition_method: str | None = None
     partition_options: dict[str, Any] = field(default_factory=dict)
     dataset_options: dict[str, Any] = field(default_factory=dict)
+    # client i's local test set (rows of train_x, CPU), or None; set by split_local_test(fraction), which
+    # also records the fraction
+    local_test_indices: list[torch.Tensor] | None = None
+    local_test_fraction: float = 0.0
     # (client_indices list it was built from, flat, offsets, sizes): see flat_indices()
     _flat: tuple | None = field(default=None, init=False, repr=False, compare=False)
 
@@ -61,6 +70,18 @@ class FederatedData:
         if bad.numel():
             client = int(torch.searchsorted(offsets, bad[0], right=True)) - 1
             raise ValueError(f"client {client} has indices outside [0, {n - 1}]")
+        if self.local_test_indices is not None:
+            self.local_test_indices = [torch.as_tensor(i, dtype=torch.long).cpu().reshape(-1)
+                                       for i in self.local_test_indices]
+            if len(self.local_test_indices) != self.num_clients:
+                raise ValueError(f"local_test_indices must hold one index tensor per client ({self.num_clients}), "
+                                 f"got {len(self.local_test_indices)}")
+            flat = torch.cat(self.local_test_indices)
+            sizes = self.local_test_sizes
+            if (sizes == 0).any():
+                raise ValueError(f"client {int((sizes == 0).nonzero()[0])} has an empty local test set")
+            if ((flat < 0) | (flat >= n)).any():
+                raise ValueError(f"local_test_indices hold indices outside [0, {n - 1}]")
 
     # ------------------------------------------------------------------ views
     @property
@@ -71,6 +92,13 @@ class FederatedData:
     def sizes(self) -> torch.Tensor:
         """n_i, int64 [m]."""
         return self.flat_indices()[2].clone()
+
+    @property
+    def local_test_sizes(self) -> torch.Tensor | None:
+        """Client i's local test set size, int64 [m]; None without local test sets."""
+        if self.local_test_indices is None:
+            return None
+        return torch.tensor([i.numel() for i in self.local_test_indices], dtype=torch.long)
 
     def label_histograms(self) -> np.ndarray:
         """int64 [m, num_classes]: samples of each class per client."""
@@ -100,7 +128,15 @@ class FederatedData:
         return padded, sizes.clone()
 
     def partition_info(self) -> dict[str, Any]:
-        """JSON-serialisable description of the split, written to the run's partition.json."""
+        """JSON-serialisable description of the split, written to the run's partition.json. With local test sets,
+        `sizes` and `label_histograms` describe the local train parts, and `local_test_fraction`,
+        `local_test_sizes` and `local_test_label_histograms` the local test parts."""
+        local = {} if self.local_test_indices is None else {
+            "local_test_fraction": self.local_test_fraction,
+            "local_test_sizes": self.local_test_sizes.tolist(),
+            "local_test_label_histograms": label_histograms(self.train_y, self.local_test_indices,
+                                                            self.num_classes).tolist(),
+        }
         return _jsonable({
             "dataset": self.name,
             "dataset_options": self.dataset_options,
@@ -112,7 +148,26 @@ class FederatedData:
             "num_test": int(self.test_x.shape[0]),
             "sizes": self.sizes.tolist(),
             "label_histograms": self.label_histograms().tolist(),
+            **local,
         })
+
+    def split_local_test(self, fraction: float, seed: int) -> FederatedData:
+        """A copy whose clients keep a local train part and hold out a local test part of their data: fraction f
+        of each client's samples, stratified by label (`dfl.data.local_test` has the rounding rules: every
+        client keeps >= 1 training and gets >= 1 test sample; ValueError for a client with < 2 samples).
+        Deterministic in (the split, f, seed); the pooled arrays are shared, not copied."""
+        fraction = check_fraction(fraction)
+        if self.local_test_indices is not None:
+            raise ValueError(f"the data already has local test sets (local_test_fraction = "
+                             f"{self.local_test_fraction}); split the unsplit data once")
+        flat, _, sizes = self.flat_indices()
+        mask = torch.from_numpy(stratified_split(self.train_y.cpu().numpy(), flat.numpy(), sizes.numpy(),
+                                                 fraction, seed))
+        owner = torch.repeat_interleave(torch.arange(self.num_clients), sizes)
+        test_sizes = torch.bincount(owner[mask], minlength=self.num_clients)
+        return replace(self, client_indices=list(torch.split(flat[~mask], (sizes - test_sizes).tolist())),
+                       local_test_indices=list(torch.split(flat[mask], test_sizes.tolist())),
+                       local_test_fraction=fraction)
 
     def to(self, device: str | torch.device) -> FederatedData:
         """A copy whose x/y tensors live on `device` (client indices stay on the CPU)."""

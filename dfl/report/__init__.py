@@ -16,7 +16,8 @@ averaged model, best test accuracy over the evaluated rounds, the generalization
 (train_acc is measured on a fixed training subset), the consensus distance (1/m)Σ‖x_i − x̄‖², total bytes
 sent, and the rounds to reach a target accuracy: the first evaluated round with test_acc ≥ target. The
 default target is 0.9 × the lowest mean final accuracy over the settings, so that every setting reaches it
-and the column compares speed on a common bar.
+and the column compares speed on a common bar. Runs with local test sets (`local_test_fraction`) add the
+personalized and global accuracy (means over clients) as tables, and their mean/std/min to the CSV files.
 
 Runs that are not completed (running or interrupted, failed, diverged) are aggregated with the others,
 their cells marked "†" and the runs listed under "Runs not completed"; a run without metrics is listed and
