@@ -318,27 +318,35 @@ def not_completed(out: Path) -> list[str]:
     return lines
 
 
+def _scale(what: str) -> tuple[float, str]:
+    """Accuracy differences in percentage points, other quantities as they are."""
+    return (100.0, " (percentage points)") if any(w in what for w in ("accuracy", "drop", "gain")) else (1.0, "")
+
+
 def plot_claims(out: Path, study: list) -> list[Path]:
     """One figure per claim: the per-seed differences of each comparison (0 = no effect), mean ± std."""
+    import textwrap
+
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
     paths = []
     for cid, statement, comps, what in study:
-        fig = Figure(figsize=(7.5, 0.9 + 0.35 * max(len(comps), 1)), dpi=110, layout="constrained")
+        scale, unit = _scale(what)
+        fig = Figure(figsize=(7.5, 1.3 + 0.35 * max(len(comps), 1)), dpi=110, layout="constrained")
         FigureCanvasAgg(fig)
         ax = fig.subplots()
         for i, c in enumerate(comps):
             color = {"holds": "C2", "fails": "C3"}.get(c.verdict, "C7")
-            ax.scatter(c.diffs, [i] * len(c.diffs), color=color, s=14, alpha=0.7)
+            ax.scatter([scale * d for d in c.diffs], [i] * len(c.diffs), color=color, s=14, alpha=0.7)
             if c.diffs:
-                mean = sum(c.diffs) / len(c.diffs)
+                mean = scale * sum(c.diffs) / len(c.diffs)
                 ax.plot([mean], [i], "|", color=color, markersize=14, markeredgewidth=2)
         ax.axvline(0.0, color="black", linewidth=0.8)
         ax.set_yticks(range(len(comps)), [f"{c.label} [{c.verdict}]" for c in comps], fontsize=7)
         ax.invert_yaxis()
-        ax.set_xlabel(f"{what} per seed (claim says > 0)")
-        ax.set_title(f"({cid}) {statement}", fontsize=9)
+        ax.set_xlabel(f"{what} per seed{unit or ''} (dots: seeds, bar: mean; the claim says > 0)", fontsize=8)
+        ax.set_title(textwrap.fill(f"({cid}) {statement}", 80), fontsize=9)
         ax.grid(True, axis="x", alpha=0.3)
         path = out / "plots" / f"claim_{cid}.png"
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -362,10 +370,10 @@ def report(out: Path, regime: Regime, rho: float, rho_lines: list[str], seconds:
           "## Claims\n", "| claim | verdict |", "|---|---|"]
     md += [f"| ({cid}) {statement} | **{claim_verdict(comps)}** |" for cid, statement, comps, _ in study]
     for cid, statement, comps, what in study:
-        scale, unit = (100.0, " pts") if "accuracy" in what or "drop" in what or "gain" in what else (1.0, "")
+        scale, unit = _scale(what)
         md += [f"\n### ({cid}) {statement}: {claim_verdict(comps)}\n", f"Per comparison: mean ± std of the per-seed "
                f"{what}, one-sided paired t-test p-value.\n", "| comparison | difference | p | seeds | verdict |",
-               "|---|---|---|---|---|", *(c.row(scale, unit) for c in comps)]
+               "|---|---|---|---|---|", *(c.row(scale, " pts" if unit else "") for c in comps)]
     md.append("\n## Convergence (test accuracy within 1 point over the last 20% of rounds)\n")
     for part in ("main", "dpsgd-equal-comm", "hetero-iid", "hetero-dirichlet"):
         flat, total = convergence(load(out, part))

@@ -41,3 +41,32 @@ def test_scale_benchmark_toy_size():
     rows = re.findall(r"^(logreg|mlp)\s+(\d+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)%", out, re.M)
     assert [(r[0], r[1]) for r in rows] == [("logreg", "40"), ("mlp", "12")]
     assert all(float(r[3]) >= 0 and 0 <= float(r[6]) <= 100 for r in rows)
+
+
+def _study():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("reproduce_dfedsam", ROOT / "benchmarks" / "reproduce_dfedsam.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_study_verdicts_follow_the_paired_test():
+    """The study's rule: holds (mean > 0, one-sided paired p < 0.05), fails (the same the other way),
+    inconclusive otherwise, not run with < 2 paired seeds; a claim fails if any comparison fails."""
+    study = _study()
+    base = {0: 0.80, 1: 0.82, 2: 0.79, 3: 0.81}
+    better = study.compare("a > b", {s: v + 0.03 + 0.001 * s for s, v in base.items()}, base)
+    worse = study.compare("a > b", {s: v - 0.03 - 0.001 * s for s, v in base.items()}, base)
+    noisy = study.compare("a > b", {0: 0.85, 1: 0.78, 2: 0.80, 3: 0.80}, base)
+    unpaired = study.compare("a > b", {5: 0.9, 6: 0.9}, base)  # no seed in common
+    assert (better.verdict, worse.verdict, noisy.verdict, unpaired.verdict) == (
+        "holds", "fails", "inconclusive", "not run")
+    assert better.p < 0.05 < better.p_opposite
+    assert study.claim_verdict([better, noisy]) == "inconclusive"
+    assert study.claim_verdict([better, worse]) == "fails"
+    assert study.claim_verdict([better, better]) == "holds"
+    assert study.claim_verdict([unpaired]) == "not run"
+    assert "**holds**" in better.row()
