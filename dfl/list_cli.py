@@ -2,7 +2,8 @@
 description and its options with their defaults.
 
 Everything is read from the registries when the command runs (`add_parser` imports none of them, so argument
-errors stay fast): ALGORITHMS and each class's `hyperparameters`, topologies' NAMES and builders, MODELS and
+errors stay fast): the ALGORITHMS registry (built-ins, then algorithms registered in Python or by installed
+packages) and each class's `hyperparameters`, topologies' NAMES and builders, MODELS and
 `model_options`, DATASETS and `dataset_options`, PARTITIONS and `partition_options`, and the weight SCHEMES.
 Descriptions are the first line of the matching docstring (the class, builder or loader, else its module)."""
 
@@ -104,12 +105,17 @@ def _algorithms() -> list[dict]:
     entries = []
     for name in registry.ALGORITHMS:
         cls = registry.algorithm_class(name)
-        entries.append({
+        entry = {
             "name": name,
             "description": _own_doc(cls) or _module_doc(cls),
             "centralized": bool(getattr(cls, "centralized", cls in centralized)),
             "options": dict(getattr(cls, "hyperparameters", {}) or {}),
-        })
+        }
+        own = list(registry.option_defaults(cls))  # set with --algorithm-options, not with a flag of their own
+        if own:
+            entry["algorithm_options"] = own
+            entry["note"] = f"--algorithm-options: {', '.join(own)}"
+        entries.append(entry)
     return entries
 
 
@@ -242,6 +248,8 @@ def _options_line(entry: dict) -> str:
     text = ", ".join(f"{k}={_value(v)}" for k, v in options.items())
     for key, choices in (entry.get("choices") or {}).items():
         text += f" ({key}: {' | '.join(choices)})"
+    if entry.get("note"):
+        text += f" ({entry['note']})"
     return "options: " + text
 
 
