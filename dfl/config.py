@@ -3,6 +3,8 @@
 Algorithm hyperparameters (`rho`, `momentum`, `gossip_steps`, ...) default to `None`, meaning "the
 algorithm's own default". A value set explicitly for an algorithm that does not use it is reported as
 ignored (warning + `summary.json`), never silently dropped: see `dfl.algorithms.resolve_hyperparameters`.
+An algorithm's own options (registered algorithms: `dfl.algorithms.base`) go in `algorithm_options`, checked
+against the defaults it declares.
 """
 
 from __future__ import annotations

@@ -228,7 +228,8 @@ def apply_overrides(base: dict[str, Any], overrides: dict[str, Any]) -> dict[str
     for key, value in overrides.items():
         if is_table_key(key):
             head, sub = key.split(".", 1)
-            values[head] = {**(values.get(head) or {}), sub: value}
+            table = values.get(head) or {}  # not a table: left for Config validation to name
+            values[head] = {**table, sub: value} if isinstance(table, dict) else table
         else:
             values[key] = value
     return values
