@@ -6,6 +6,7 @@ from dfl.config import Config, ConfigError  # noqa: E402
 
 __all__ = ["Config", "ConfigError", "DivergenceError", "Result", "run"]
 _ENGINE = ("DivergenceError", "Result", "run")  # from dfl.runner, which imports torch: loaded on first use
+_SUBPACKAGES = ("algorithms",)  # `dfl.algorithms.register(...)` after a plain `import dfl` (imports torch)
 
 
 def __getattr__(name: str):
@@ -14,4 +15,8 @@ def __getattr__(name: str):
         from dfl import runner
 
         return getattr(runner, name)
+    if name in _SUBPACKAGES:
+        import importlib
+
+        return importlib.import_module(f"dfl.{name}")
     raise AttributeError(f"module 'dfl' has no attribute {name!r}")

@@ -3,6 +3,8 @@
 Algorithm hyperparameters (`rho`, `momentum`, `gossip_steps`, ...) default to `None`, meaning "the
 algorithm's own default". A value set explicitly for an algorithm that does not use it is reported as
 ignored (warning + `summary.json`), never silently dropped: see `dfl.algorithms.resolve_hyperparameters`.
+An algorithm's own options (registered algorithms: `dfl.algorithms.base`) go in `algorithm_options`, checked
+against the defaults it declares.
 """
 
 from __future__ import annotations
@@ -74,6 +76,8 @@ class Config:
     fedgloss_beta: float | None = None  # FedGLoSS β > 0 (ADMM penalty 1/β)
     server_rho: float | None = None  # FedGLoSS server SAM radius ρ >= 0 (the client radius is `rho`)
     rho_ramp_rounds: int | None = None  # FedGLoSS T_s: rounds of the linear ρ ramp; 0 or 1 = no ramp
+    # the algorithm's own options (its `hyperparameters` that are not Config fields), checked against its defaults
+    algorithm_options: dict[str, Any] = field(default_factory=dict)
     # topology
     topology: str = "ring"
     weights: str | None = None  # None = metropolis (for `custom` with a matrix: that matrix)
@@ -166,7 +170,7 @@ class Config:
         from dfl.topologies import TOPOLOGIES
         from topologies import SCHEMES as WEIGHTS
 
-        _choice("algorithm", self.algorithm, ALGORITHMS)
+        _registered("algorithm", self.algorithm, ALGORITHMS)
         _choice("topology", self.topology, TOPOLOGIES)
         if self.weights is not None:
             _choice("weights", self.weights, WEIGHTS)
@@ -234,7 +238,20 @@ class Config:
         for name in ("topology_options", "dataset_options", "partition_options", "model_options"):
             if not isinstance(getattr(self, name), dict):
                 raise ConfigError(f"{name} must be a table of key = value, got {getattr(self, name)!r}")
+        self._validate_algorithm_options()
         return self
+
+    def _validate_algorithm_options(self) -> None:
+        """`algorithm_options` fit the algorithm's declared defaults, and its `check_hyperparameters` accepts
+        the resolved values (after every field is checked, so it sees valid Config fields)."""
+        from dfl.algorithms import resolve_hyperparameters
+
+        if not isinstance(self.algorithm_options, dict):
+            raise ConfigError(f"algorithm_options must be a table of key = value, got {self.algorithm_options!r}")
+        try:
+            resolve_hyperparameters(self, warn=False)
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from exc
 
     def _validate_centralized(self) -> None:
         from dfl.algorithms import algorithm_class
@@ -320,7 +337,7 @@ FIELD_HELP: dict[str, str] = {
     "rounds": "communication rounds to run",
     "algorithm": "dpsgd, dfedavg, dfedavgm, dfedsam, dfedsam-mgs (decentralized) or fedavg, fedsam, mofedsam, "
                  "fedcm, scaffold, fedavgsm, fedavglm, fedavglm-z, fedavgslm, fedavgslm-z, domo, domo-s, mimelite, "
-                 "feddyn, fedgloss (centralized)",
+                 "feddyn, fedgloss (centralized), or a registered one (dfl list algorithms)",
     "rho": "SAM perturbation radius (unset = the algorithm's default)",
     "sam": "SAM variant: sam or asam (unset = the algorithm's default)",
     "asam_eta": "ASAM eta (unset = the algorithm's default)",
@@ -337,6 +354,8 @@ FIELD_HELP: dict[str, str] = {
     "fedgloss_beta": "FedGLoSS beta > 0 (ADMM penalty 1/beta)",
     "server_rho": "FedGLoSS server SAM radius >= 0 (the client radius is --rho)",
     "rho_ramp_rounds": "FedGLoSS rounds of the linear rho ramp; 0 or 1 = no ramp",
+    "algorithm_options": "the algorithm's own options (`dfl list algorithms`), e.g. clip=0.5 (registered "
+                         "algorithms; built-ins take theirs as fields)",
     "topology": "communication graph: ring, grid, exponential, full, star, hypercube, random-regular, erdos-renyi, "
                 "one-peer-exponential, random-k, custom, or a registered one (dfl list topologies)",
     "weights": "mixing-weight scheme: metropolis, uniform, max-degree, lazy or fastest (unset = metropolis)",
@@ -398,6 +417,14 @@ def _choice(name: str, value: Any, allowed: tuple[str, ...] | Registry) -> None:
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
     raise ConfigError(f"{name} must be one of {', '.join(allowed)}; got {value!r}")
+
+
+def _registered(name: str, value: Any, registry) -> None:
+    """`value` is a name in `registry` (a `dfl.registry.Registry`: built-in, registered in Python, or plug-in)."""
+    try:
+        registry.get(value, field=name)
+    except ValueError as exc:  # "algorithm must be one of ...; got ..." (or why a plug-in failed to load)
+        raise ConfigError(str(exc)) from exc
 
 
 def _name(value: Any) -> None:

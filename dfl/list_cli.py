@@ -119,9 +119,15 @@ def registry_entries(registry: Any, extra: tuple[str, Callable[[str, Any], Any]]
 
 # ------------------------------------------------------------------------------------------------ categories
 def _algorithms() -> list[dict]:
-    from dfl.algorithms import REGISTRY  # name -> class
+    from dfl.algorithms import ALGORITHMS, option_defaults  # the registry: name -> class
 
-    return registry_entries(REGISTRY, ("centralized", lambda name, cls: bool(getattr(cls, "centralized", False))))
+    entries = registry_entries(ALGORITHMS, ("centralized", lambda name, cls: bool(getattr(cls, "centralized", 0))))
+    for entry in entries:
+        own = list(option_defaults(ALGORITHMS.get(entry["name"])))  # set by --algorithm-options, no flag of their own
+        if own:
+            entry["algorithm_options"] = own
+            entry["note"] = f"--algorithm-options: {', '.join(own)}"
+    return entries
 
 
 def _topologies() -> list[dict]:
@@ -208,6 +214,8 @@ def _options_line(entry: dict) -> str:
     text = ", ".join(f"{k}={_value(v)}" for k, v in options.items())
     for key, choices in (entry.get("choices") or {}).items():
         text += f" ({key}: {' | '.join(choices)})"
+    if entry.get("note"):
+        text += f" ({entry['note']})"
     return "options: " + text
 
 

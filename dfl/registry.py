@@ -15,13 +15,14 @@ A registry is a name → object table (a class or a factory), filled three ways:
 
 `get(name)` returns the object or raises ValueError naming the kind and listing the choices; `names()` lists
 them in registration order (built-ins first), which is what `dfl list`, the config validation and the CLI read.
-A name registered twice (by different objects) is an error naming both, unless `replace=True`.
+A name registered twice (by different objects) is an error naming both, unless `replace=True`. A `check(name,
+obj)` given to the registry vets every entry before it is added, by any of the three routes (raise to refuse it).
 """
 
 from __future__ import annotations
 
 import difflib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from importlib import metadata
 from typing import Any, Generic, TypeVar
 
@@ -42,9 +43,10 @@ def _origin(obj: Any) -> str:
 class Registry(Generic[T]):
     """A name → object table with a `register` decorator and an entry-point group for installed packages."""
 
-    def __init__(self, kind: str, group: str | None = None):
+    def __init__(self, kind: str, group: str | None = None, check: Callable[[str, T], None] | None = None):
         self.kind = kind  # singular noun for messages: "algorithm", "model", ...
         self.group = group  # entry-point group, e.g. "dfl.algorithms" (None: no plug-ins)
+        self.check = check  # check(name, obj) raises when obj cannot be registered as name
         self._table: dict[str, T] = {}
         self._sources: dict[str, str] = {}  # name -> where it came from (module, or entry point's distribution)
         self._plugins_loaded = group is None
@@ -72,6 +74,8 @@ class Registry(Generic[T]):
                 f"{self.kind} {name!r} is registered twice: by {self._sources[name]} and by {source}; "
                 f"choose another name, or pass replace=True to override it on purpose"
             )
+        if self.check is not None:
+            self.check(name, obj)
         self._table[name] = obj
         self._sources[name] = source
 
@@ -92,14 +96,13 @@ class Registry(Generic[T]):
             dist = getattr(getattr(ep, "dist", None), "name", None) or "an installed package"
             try:
                 obj = ep.load()
-            except Exception as exc:  # a broken plug-in must not break the built-ins
+                if ep.name not in self._table:  # importing it may have registered it already (a decorator)
+                    self._add(ep.name, obj, False, f"{dist} (entry point {ep.value})")
+            except Exception as exc:  # a broken plug-in (or one `check` refuses) must not break the built-ins
                 self._plugin_errors[ep.name] = (
                     f"{self.kind} {ep.name!r} from {dist} (entry point {ep.value!r} in group {self.group!r}) "
                     f"could not be loaded: {type(exc).__name__}: {exc}"
                 )
-                continue
-            if ep.name not in self._table:  # importing it may have registered it already (a decorator)
-                self._add(ep.name, obj, False, f"{dist} (entry point {ep.value})")
 
     # ---------------------------------------------------------------------------------------------- reading
     def names(self) -> tuple[str, ...]:

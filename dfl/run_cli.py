@@ -64,14 +64,15 @@ def _scalar_type(kind: str):
 
 
 def key_value(text: str, form: str = "KEY=VALUE") -> tuple[str, object]:
-    """`key=value` → (key with - as _, the value as a Python literal, or the raw text for a bare word)."""
+    """`key=value` → (key with - as _, the value as a Python literal, true/false as in TOML, or the raw text for
+    another bare word)."""
     if "=" not in text:
         raise argparse.ArgumentTypeError(f"expected {form}, got {text!r}")
     key, raw = text.split("=", 1)
     try:
         value = ast.literal_eval(raw)
     except (ValueError, SyntaxError):
-        value = raw  # a bare word is a string
+        value = {"true": True, "false": False}.get(raw, raw)  # a bare word is a string
     return key.strip().replace("-", "_"), value
 
 

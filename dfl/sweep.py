@@ -2,7 +2,9 @@
 
 A sweep file has `[base]` (Config fields shared by every run), `[vary]` (field -> list of values; the runs are
 the cartesian product, in the order the keys appear, the first key varying slowest) and an optional
-`[sweep]` table (`name`, `parallel`). The sweep directory holds
+`[sweep]` table (`name`, `parallel`). A key of a table-valued field may be varied on its own with a dotted key,
+`algorithm_options.clip = [0.5, 1.0]` (or `model_options.hidden`, ...): each run gets the base table with that
+key set. The sweep directory holds
 
     sweep.toml        the spec that was run (normalised; `dfl sweep SWEEP/sweep.toml --out SWEEP` resumes it)
     sweep.json        {"runs": [{"name", "dir", "overrides", "status", "error", ...}]}, rewritten after each run
@@ -58,6 +60,7 @@ from dfl.results import atomic_write_bytes, remove_stale_temporaries, to_json
 TABLES = ("sweep", "base", "vary")
 SWEEP_KEYS = ("name", "parallel")
 CONFIG_FIELDS = tuple(f.name for f in fields(Config))
+TABLE_FIELDS = tuple(f.name for f in fields(Config) if str(f.type).startswith("dict"))  # dotted keys vary these
 NAME_CHARS = re.compile(r"[^A-Za-z0-9._=,-]")  # replaced by "_" in the run names built from settings
 ERROR_LOG = "error.log"
 STOP_SIGNALS = tuple(getattr(signal, n) for n in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, n))
@@ -120,11 +123,13 @@ class Sweep:
         parallel = meta.get("parallel", 1)
         if isinstance(parallel, bool) or not isinstance(parallel, int) or parallel < 1:
             raise SweepError(f"{where}: [sweep] parallel must be an integer >= 1, got {parallel!r}")
+        base, vary = _nest_dotted(base, where), _flatten_tables(vary)
         for table, values in (("base", base), ("vary", vary)):
-            unknown = [k for k in values if k not in CONFIG_FIELDS]
+            unknown = [k for k in values if k not in CONFIG_FIELDS and not is_table_key(k)]
             if unknown:
                 raise SweepError(f"{where}: unknown Config field(s) {', '.join(unknown)} in [{table}]; known "
-                                 f"fields: {', '.join(CONFIG_FIELDS)}")
+                                 f"fields: {', '.join(CONFIG_FIELDS)} (and FIELD.KEY for the tables "
+                                 f"{', '.join(TABLE_FIELDS)})")
             if "name" in values:
                 raise SweepError(f"{where}: 'name' cannot be set in [{table}]: each run is named after its varied "
                                  "fields; name the sweep with [sweep] name = \"...\"")
@@ -135,6 +140,12 @@ class Sweep:
             if not values:
                 raise SweepError(f"{where}: [vary] {key} is an empty list; give at least one value")
         both = [k for k in vary if k in base]
+        for key in filter(is_table_key, vary):  # algorithm_options.clip vs algorithm_options = {clip = 1}
+            head, sub = key.split(".", 1)
+            if head in vary:
+                raise SweepError(f"{where}: [vary] has both {head} and {key}; vary the whole table or its keys")
+            if isinstance(base.get(head), dict) and sub in base[head]:
+                both.append(key)
         if both:
             raise SweepError(f"{where}: field(s) {', '.join(both)} in both [base] and [vary]; keep each in one")
         return cls(base=base, vary=vary, name=name, parallel=parallel)
@@ -158,7 +169,8 @@ class Sweep:
                 raise SweepError(f"runs {seen[name]} and {overrides} get the same name {name!r}; make the [vary] "
                                  "values distinct")
             seen[name] = overrides
-            planned.append(PlannedRun(name, overrides, _validated(name, {**self.base, **overrides, "name": name})))
+            values = {**apply_overrides(self.base, overrides), "name": name}
+            planned.append(PlannedRun(name, overrides, _validated(name, values)))
         return planned
 
     def runs(self) -> list[tuple[str, Config]]:
@@ -178,6 +190,49 @@ def load_sweep(path: str | Path) -> Sweep:
     sweep = Sweep.from_dict(spec, where=f"sweep file {path}")
     sweep.plan()  # fail fast on a typo in any combination
     return sweep
+
+
+def is_table_key(key: str) -> bool:
+    """`field.key` for a table-valued Config field (e.g. `algorithm_options.clip`)."""
+    head, dot, sub = key.partition(".")
+    return bool(dot) and head in TABLE_FIELDS and bool(sub)
+
+
+def _nest_dotted(base: dict[str, Any], where: str) -> dict[str, Any]:
+    """A quoted dotted key in [base] ("algorithm_options.clip" = 0.5) becomes a key of its table."""
+    out = {k: v for k, v in base.items() if not is_table_key(k)}
+    for key in [k for k in base if is_table_key(k)]:
+        head, sub = key.split(".", 1)
+        table = out.setdefault(head, {})
+        if not isinstance(table, dict) or sub in table:
+            raise SweepError(f"{where}: [base] {key} clashes with [base] {head} = {table!r}; set it once")
+        out[head] = {**table, sub: base[key]}
+    return out
+
+
+def _flatten_tables(vary: dict[str, Any]) -> dict[str, Any]:
+    """TOML's unquoted `algorithm_options.clip = [...]` in [vary] arrives as a table of lists: one dotted key per
+    entry. (A whole table varied as a value is a list of tables, and stays as it is.)"""
+    out: dict[str, Any] = {}
+    for key, values in vary.items():
+        if key in TABLE_FIELDS and isinstance(values, dict):
+            out.update({f"{key}.{sub}": v for sub, v in values.items()})
+        else:
+            out[key] = values
+    return out
+
+
+def apply_overrides(base: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
+    """The Config values of one run: `base` with the varied fields set (a dotted key sets one key of a table)."""
+    values = dict(base)
+    for key, value in overrides.items():
+        if is_table_key(key):
+            head, sub = key.split(".", 1)
+            table = values.get(head) or {}  # not a table: left for Config validation to name
+            values[head] = {**table, sub: value} if isinstance(table, dict) else table
+        else:
+            values[key] = value
+    return values
 
 
 def run_name(overrides: dict[str, Any]) -> str:

@@ -17,7 +17,9 @@ from dfl.sweep import (
     Sweep,
     SweepError,
     SweepInterrupted,
+    apply_overrides,
     format_status,
+    is_table_key,
     load_sweep,
     plan_run,
     run_sweep,
@@ -130,7 +132,8 @@ def _study_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--rounds", type=int, help="rounds per run (default 100; --full 500)")
     p.add_argument("--seeds", type=int, default=1, help="seeds 0..N-1 per setting (default 1)")
     p.add_argument("--set", dest="overrides", action="append", default=[], type=_assignment, metavar="FIELD=VALUE",
-                   help="override a base Config field, e.g. --set lr=0.05 --set topology_options={'periodic':True}")
+                   help="override a base Config field, e.g. --set lr=0.05 --set topology_options={'periodic':True} "
+                   "--set algorithm_options.clip=0.5")
 
 
 def _names(text: str) -> list[str]:
@@ -149,7 +152,7 @@ def _ints(text: str) -> list[int]:
 
 def _assignment(text: str) -> tuple[str, Any]:
     key, value = key_value(text, form="FIELD=VALUE")
-    if key not in CONFIG_FIELDS:
+    if key not in CONFIG_FIELDS and not is_table_key(key):  # FIELD.KEY sets one key of a table field
         raise argparse.ArgumentTypeError(f"unknown Config field {key!r}; known fields: {', '.join(CONFIG_FIELDS)}")
     return key, value
 
@@ -217,7 +220,7 @@ def _preset(name: str, base: dict[str, Any], vary: dict[str, list[Any]], rounds,
             raise SweepError(f"--set {key}: {key} is varied by this command; use its own flag")
         if key == "name":
             raise SweepError("--set name: runs are named after their varied fields")
-        base[key] = value
+        base = apply_overrides(base, {key: value})
     return Sweep.from_dict({"sweep": {"name": name}, "base": base, "vary": vary})
 
 
@@ -233,7 +236,7 @@ def sweep_main(args: argparse.Namespace) -> int:
             if clash:
                 raise SweepError(f"--set {', '.join(clash)}: varied in [vary]; edit the sweep file instead")
             spec = sweep.to_dict()
-            spec["base"] = {**spec.get("base", {}), **overrides}
+            spec["base"] = apply_overrides(spec.get("base", {}), overrides)
             sweep = Sweep.from_dict(spec, where=str(args.spec))
             sweep.plan()  # validate every combination with the overrides before anything runs
     except (SweepError, ConfigError) as exc:

@@ -74,3 +74,18 @@ def test_entry_points_are_loaded_once_and_a_broken_one_is_named(monkeypatch):
         reg.get("broken")
     reg.names()
     assert calls == ["dfl.models"]
+
+
+def test_check_vets_every_route_and_a_refused_plug_in_is_named(monkeypatch):
+    def only_types(name, obj):
+        if not isinstance(obj, type):
+            raise TypeError(f"{name} must be a class")
+
+    monkeypatch.setattr(metadata, "entry_points", lambda group: [_EP("plug", "pkg.mod:thing", obj=len)])
+    reg = Registry("algorithm", group="dfl.algorithms", check=only_types)
+    reg.register("ok", int)
+    with pytest.raises(TypeError, match="bad must be a class"):
+        reg.register("bad", len)
+    assert reg.names() == ("ok",)
+    with pytest.raises(RegistryError, match=r"algorithm 'plug' from plugin-dist .* TypeError: plug must be a class"):
+        reg.get("plug")

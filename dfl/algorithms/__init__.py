@@ -1,4 +1,14 @@
-"""Algorithm registry: name -> class, and hyperparameter resolution against a Config."""
+"""Algorithms: the registry (name -> class) and hyperparameter resolution against a Config.
+
+Adding one (the interface is documented in `dfl.algorithms.base`):
+
+    @dfl.algorithms.register("my-algo")         # in Python; or, from an installed package's pyproject.toml:
+    class MyAlgo(Algorithm): ...                # [project.entry-points."dfl.algorithms"]
+                                                # my-algo = "my_package.algo:MyAlgo"
+
+A registered name works everywhere a built-in does: `dfl.run(Config(algorithm="my-algo"))`, `dfl run
+--algorithm my-algo` (an entry point, as the CLI is a new process), TOML configs, sweeps and `dfl list algorithms`.
+"""
 
 from __future__ import annotations
 
@@ -15,37 +25,41 @@ from dfl.algorithms.feddyn import FedDyn
 from dfl.algorithms.fedgloss import FedGLoSS
 from dfl.algorithms.mimelite import MimeLite
 from dfl.algorithms.momentum import FedAvgLM, FedAvgLMZ, FedAvgSLM, FedAvgSLMZ
+from dfl.algorithms.registration import HYPERPARAMETERS, check_algorithm, option_defaults, resolve_options
 from dfl.algorithms.scaffold import Scaffold
+from dfl.algorithms.server import ServerAlgorithm
+from dfl.local import LocalResult, LocalRule
+from dfl.registry import Registry
 
-REGISTRY: dict[str, type[Algorithm]] = {
-    cls.name: cls for cls in (DPSGD, DFedAvg, DFedAvgM, DFedSAM, DFedSAMMGS)
-}
+ALGORITHMS: Registry[type[Algorithm]] = Registry("algorithm", group="dfl.algorithms", check=check_algorithm)
+register = ALGORITHMS.register  # @register("name") class ...: or register("name", cls)
+
+DECENTRALIZED: tuple[type[Algorithm], ...] = (DPSGD, DFedAvg, DFedAvgM, DFedSAM, DFedSAMMGS)
 # Centralized FL: the complete-topology case, aggregation over sampled clients (dfl.algorithms.server).
 CENTRALIZED: tuple[type[Algorithm], ...] = (
     FedAvg, FedSAM, MoFedSAM, FedCM, Scaffold, FedAvgSM, FedAvgLM, FedAvgLMZ, FedAvgSLM, FedAvgSLMZ,
     DOMO, DOMOS, MimeLite, FedDyn, FedGLoSS,
 )
-REGISTRY.update({cls.name: cls for cls in CENTRALIZED})
-ALGORITHMS = tuple(REGISTRY)
-# Config fields that only some algorithms read.
-HYPERPARAMETERS = ("rho", "sam", "asam_eta", "momentum", "gossip_steps")
-HYPERPARAMETERS += (  # centralized algorithms
-    "participation", "participation_mode", "aggregation", "server_lr", "server_momentum", "fedcm_alpha",
-    "domo_alpha", "feddyn_alpha", "fedgloss_beta", "server_rho", "rho_ramp_rounds",
-)
+for _cls in DECENTRALIZED + CENTRALIZED:
+    register(_cls.name, _cls)
+del _cls
 
-__all__ = ["ALGORITHMS", "Algorithm", "Context", "RoundStats", "algorithm_class", "resolve_hyperparameters"]
+__all__ = [
+    "ALGORITHMS", "HYPERPARAMETERS", "Algorithm", "Context", "LocalResult", "LocalRule", "RoundStats",
+    "ServerAlgorithm", "algorithm_class", "option_defaults", "register", "resolve_hyperparameters",
+]
 
 
 def algorithm_class(name: str) -> type[Algorithm]:
-    if name not in REGISTRY:
-        raise ValueError(f"algorithm must be one of {', '.join(ALGORITHMS)}; got {name!r}")
-    return REGISTRY[name]
+    """The class registered as `name` (ValueError listing the registered names otherwise)."""
+    return ALGORITHMS.get(name)
 
 
 def resolve_hyperparameters(config, warn: bool = True) -> tuple[dict, list[str]]:
-    """The algorithm's hyperparameters (its defaults overridden by set Config fields) and the names
-    of Config fields that were set but do not apply to it (warned about, never silently dropped)."""
+    """The algorithm's hyperparameters (its defaults, overridden by set Config fields and by
+    `config.algorithm_options`) and the names of Config fields that were set but do not apply to it (warned
+    about, never silently dropped). ValueError for an algorithm option that is unknown or of the wrong type,
+    or for values the algorithm's `check_hyperparameters` refuses."""
     cls = algorithm_class(config.algorithm)
     hp = dict(cls.hyperparameters)
     ignored = []
@@ -57,6 +71,8 @@ def resolve_hyperparameters(config, warn: bool = True) -> tuple[dict, list[str]]
             hp[name] = value
         else:
             ignored.append(name)
+    hp.update(resolve_options(config.algorithm, cls, config.algorithm_options))
+    cls.check_hyperparameters(hp)
     if "asam_eta" in hp and hp.get("sam") != "asam" and config.asam_eta is not None:
         ignored.append("asam_eta")
     if ignored and warn:
@@ -66,3 +82,4 @@ def resolve_hyperparameters(config, warn: bool = True) -> tuple[dict, list[str]]
             stacklevel=2,
         )
     return hp, ignored
+

@@ -1,7 +1,71 @@
-"""What every algorithm gets (`Context`) and gives (`Algorithm.round`).
+"""The public interface of an algorithm: what a round gets (`Context`, the client stack X) and gives (`RoundStats`).
 
-An algorithm owns the client stack X (`[m_local, d]`, rows = this process's clients) and any
-per-client state; `round(t)` performs one communication round and returns its statistics.
+Writing one needs only this module (and, for a centralized one, `dfl.algorithms.server.ServerAlgorithm`):
+
+    import numpy as np
+    import dfl
+    from dfl.algorithms import Algorithm, RoundStats
+
+    @dfl.algorithms.register("periodic-dfedavg")
+    class PeriodicDFedAvg(Algorithm):
+        # the docstring's first line is what `dfl list algorithms` shows
+        hyperparameters = {"momentum": 0.0, "period": 2}  # `momentum`: a Config field; `period`: an option
+
+        def round(self, t: int) -> RoundStats:
+            ctx = self.ctx
+            local = ctx.trainer.train(self.X, t, ctx.lr(t), ctx.rule())   # Y = K local steps from X
+            self.X, sent = local.Y, np.zeros(ctx.comm.num_clients, dtype=np.int64)
+            if (t + 1) % ctx.hp["period"] == 0:                            # gossip every `period` rounds
+                self.X, sent = ctx.gossip.mix(local.Y, t, 1), ctx.gossip.sends(t, 1)   # X ← W_t Y
+            return RoundStats(train_loss=local.loss, models_sent=sent)
+
+    dfl.run(dfl.Config(algorithm="periodic-dfedavg", algorithm_options={"period": 4}, rounds=8))
+
+The runner builds the algorithm once, `cls(ctx, X0)`, then calls `round(t)` for t = 0 … rounds − 1 (from the
+checkpoint's round on resume) and evaluates `self.X` after the rounds it chooses.
+
+What a round has
+- `self.X`: the client stack, a `[m_local, d]` tensor; row r holds the flat parameters of client
+  `ctx.comm.client_ids[r]` (a single process hosts every client: m_local = m). `round` replaces it with the
+  stack after the round (the runner reads `self.X`; do not rely on in-place changes alone).
+- `ctx.trainer` (`dfl.local.LocalTrainer`): `train(X, t, lr, rule, momentum=None, transform=None, rows=None)`
+  runs the round's K local steps of every client (or only the local rows `rows`) from X, vectorized, and
+  returns `LocalResult(Y, momentum, loss, steps)`: Y `[m_local, d]`, the final heavy-ball buffers (None when
+  rule.momentum = 0; pass them back as `momentum=` to keep them across rounds), each client's mean loss and
+  step count. `transform(g, y, rows) -> g` corrects each step's direction (SCAFFOLD-style). Lower level:
+  `schedule(t)` (the round's minibatches) and `gradient(Xb, batch)` (per-client gradients and losses).
+- `ctx.rule(**overrides)`: the `LocalRule` (rho, sam, asam_eta, momentum from the hyperparameters;
+  weight_decay, clip_grad_norm from the config) — override any field, e.g. `ctx.rule(rho=0, momentum=0.9)`.
+- `ctx.lr(t)`: the learning rate η_t of round t under the config's schedule (decay, cosine, step, warmup).
+- `ctx.gossip` (`dfl.gossip.Gossip`): `mix(Y, s, Q)` applies gossip steps s … s+Q−1, W_{s+Q−1} ⋯ W_s Y, to any
+  `[m_local, ...]` stack (models, buffers, ...); `sends(s, Q)` is the `[m]` count of vectors each client sends
+  in those steps. Use global step numbers (round t with Q steps: s = tQ) so time-varying graphs advance.
+- `ctx.comm`: `client_ids`, `num_clients` (m), `mean_rows(X)` (x̄ over all clients of all processes),
+  `sum(tensor)` (over processes), `gather_rows(X)`; the same calls work in a torchrun world of any size.
+- `ctx.hp`: the resolved hyperparameters (below); `ctx.config`: the whole `dfl.Config` (read-only).
+- Centralized algorithms subclass `dfl.algorithms.server.ServerAlgorithm`: the global model `self.x`,
+  `participants(t)` (the sampled clients and weights), `aggregate(V, w)`, `pseudo_gradient`, `broadcast(x)`,
+  `stats(loss, part)` and `skipped()`; the run then uses the complete graph.
+
+What a round returns: `RoundStats(train_loss, models_sent, trained=None)` — the `[m_local]` mean local
+losses, the `[m]` numpy count of model-sized vectors each client sent (the runner multiplies by the model's
+bytes), and optionally the `[m_local]` bool mask of clients that trained.
+
+Hyperparameters. `hyperparameters` declares every hyperparameter the algorithm reads, with its default.
+A key that is an algorithm Config field (`rho`, `sam`, `asam_eta`, `momentum`, `gossip_steps`, the server
+fields: `dfl.algorithms.HYPERPARAMETERS`) is set by that field (`--rho 0.05`); any other key is an algorithm
+option, set by `Config.algorithm_options` (`--algorithm-options clip=0.5`, TOML `[algorithm_options]`,
+sweeps `algorithm_options.clip = [...]`), type-checked against its default. Both arrive in `ctx.hp`, and
+`summary.json` records them under `hyperparameters`.
+
+Checkpoints. `state()` returns every tensor beyond X that later rounds depend on; `load_state(state)` puts
+them back (the default sets attributes of the same names). Entries named in `client_state` have one row
+per local client and are gathered/sliced by client id, so a run resumes with any number of processes.
+
+Registration (`dfl.algorithms.register(name)`, or the entry-point group `dfl.algorithms` of an installed
+package) checks the class: a subclass of `Algorithm` defining `round`, `hyperparameters` a dict of
+identifier keys (a Config field that is not an algorithm hyperparameter cannot be one), `client_state` a
+tuple of names; it sets `name` to the registered name.
 """
 
 from __future__ import annotations
@@ -34,11 +98,13 @@ def scheduled_lr(config: Any, t: int) -> float:
 
 @dataclass
 class Context:
-    config: Any  # dfl.Config
-    hp: dict[str, Any]  # resolved hyperparameters of this algorithm
-    trainer: Any  # dfl.local.LocalTrainer
-    gossip: Any  # dfl.gossip.Gossip
-    comm: Any  # a communicator (dfl.comm)
+    """Everything a round may use besides the client stack; built by the runner, shared by every round."""
+
+    config: Any  # dfl.Config (read-only)
+    hp: dict[str, Any]  # resolved hyperparameters: `hyperparameters` ← Config fields ← algorithm_options
+    trainer: Any  # dfl.local.LocalTrainer: the round's local steps, vectorized over clients
+    gossip: Any  # dfl.gossip.Gossip: X ← W_s X, and how many vectors each client sends
+    comm: Any  # a communicator (dfl.comm): client ids, sums and means over every process
 
     def lr(self, t: int) -> float:
         """The learning rate η_t of round t = 0, …, T−1 (T = `config.rounds`, η_0 = `config.lr`).
@@ -71,14 +137,19 @@ class Context:
 
 @dataclass
 class RoundStats:
+    """What `Algorithm.round` returns."""
+
     train_loss: torch.Tensor  # [m_local] mean local minibatch loss per client
     models_sent: np.ndarray  # [m] models each client sent this round (all clients)
     trained: torch.Tensor | None = None  # [m_local] bool: clients that trained this round (None = all)
 
 
 class Algorithm:
-    name: ClassVar[str]
-    # Config fields this algorithm reads, with its defaults (None in the Config = use these).
+    """Base class of every algorithm: override `round(t)`; `state`/`load_state` when it keeps state (module doc)."""
+
+    name: ClassVar[str]  # the registered name (set by registration when the class does not declare it)
+    # Hyperparameters this algorithm reads, with their defaults: Config fields (None in the Config = use these)
+    # and algorithm options (`Config.algorithm_options`); see the module docstring.
     hyperparameters: ClassVar[dict[str, Any]] = {}
     # The `state()` entries that are per-client: tensors whose rows are this process's clients. A checkpoint
     # gathers them into all m rows (`comm.gather_rows`) and a resume slices out `comm.client_ids` again.
@@ -89,7 +160,13 @@ class Algorithm:
         self.ctx = ctx
         self.X = X
 
+    @classmethod
+    def check_hyperparameters(cls, hp: dict[str, Any]) -> None:
+        """Raise ValueError, naming the hyperparameter, for values this algorithm cannot run with (a range, a
+        combination). Called with the resolved hyperparameters when the config is validated, before training."""
+
     def round(self, t: int) -> RoundStats:
+        """Communication round t (0-based): update `self.X` (and any state) and return the round's statistics."""
         raise NotImplementedError
 
     def state(self) -> dict[str, torch.Tensor]:

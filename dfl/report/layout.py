@@ -44,11 +44,11 @@ def _registry_order(name: str) -> tuple[str, ...]:
     if name == "algorithm":
         from dfl.algorithms import ALGORITHMS
 
-        return ALGORITHMS
+        return tuple(ALGORITHMS.names())
     if name == "partition":
         from dfl.data import PARTITIONS
 
-        return PARTITIONS
+        return tuple(PARTITIONS)
     return ()
 
 

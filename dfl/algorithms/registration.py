@@ -1,0 +1,106 @@
+"""What registering an algorithm checks, and its options (`Config.algorithm_options`) checked against its defaults.
+
+An algorithm declares every hyperparameter it reads in `hyperparameters` (name → default). The names in
+`HYPERPARAMETERS` are Config fields shared by several algorithms (`--rho`, `--momentum`, ...); every other name
+is an *algorithm option*, set through `Config.algorithm_options` and checked here: an unknown key is an error
+naming the algorithm and its options, and a value must have its default's type (an int is accepted for a
+float default; a None default accepts anything). An algorithm may refine this with a `check_hyperparameters`
+classmethod (ranges, combinations), which sees the resolved values and raises ValueError.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import fields
+from typing import Any
+
+from dfl.algorithms.base import Algorithm
+from dfl.config import Config
+
+# Config fields that only some algorithms read (None in the Config = the algorithm's default).
+HYPERPARAMETERS = ("rho", "sam", "asam_eta", "momentum", "gossip_steps")
+HYPERPARAMETERS += (  # centralized algorithms
+    "participation", "participation_mode", "aggregation", "server_lr", "server_momentum", "fedcm_alpha",
+    "domo_alpha", "feddyn_alpha", "fedgloss_beta", "server_rho", "rho_ramp_rounds",
+)
+_CONFIG_FIELDS = frozenset(f.name for f in fields(Config))
+
+
+def check_algorithm(name: str, cls: Any) -> None:
+    """Refuse a class that cannot run as an algorithm (one line naming it and what is wrong); set `cls.name`."""
+    where = f"algorithm {name!r} ({getattr(cls, '__module__', '?')}.{getattr(cls, '__qualname__', cls)!s})"
+    if not isinstance(cls, type) or not issubclass(cls, Algorithm):
+        raise TypeError(f"{where} must be a subclass of dfl.algorithms.Algorithm, got {cls!r}")
+    if cls.round is Algorithm.round:
+        raise TypeError(f"{where} must define round(self, t) -> RoundStats")
+    hp = cls.hyperparameters
+    if not isinstance(hp, dict):
+        raise TypeError(f"{where}: hyperparameters must be a dict of name -> default, got {hp!r}")
+    for key in hp:
+        if not isinstance(key, str) or not key.isidentifier():
+            raise TypeError(f"{where}: hyperparameter names must be identifiers (they are TOML keys and "
+                            f"--algorithm-options keys), got {key!r}")
+        if key in _CONFIG_FIELDS and key not in HYPERPARAMETERS:
+            raise TypeError(f"{where}: hyperparameter {key!r} is a Config field that algorithms do not own "
+                            f"(read it from ctx.config.{key}); rename the option")
+    if not isinstance(cls.client_state, tuple) or not all(isinstance(k, str) for k in cls.client_state):
+        raise TypeError(f"{where}: client_state must be a tuple of state() keys, got {cls.client_state!r}")
+    declared = cls.__dict__.get("name")
+    if declared is not None and declared != name:
+        raise TypeError(f"{where} declares name = {declared!r} but is registered as {name!r}; use one name")
+    cls.name = name
+
+
+def option_defaults(cls: type[Algorithm]) -> dict[str, Any]:
+    """The algorithm options of `cls` (its hyperparameters that are not Config fields) with their defaults."""
+    return {k: v for k, v in cls.hyperparameters.items() if k not in HYPERPARAMETERS}
+
+
+def resolve_options(algorithm: str, cls: type[Algorithm], options: dict[str, Any]) -> dict[str, Any]:
+    """`options` checked against the defaults of `cls` (ValueError naming the key and the allowed keys)."""
+    if not isinstance(options, dict):
+        raise ValueError(f"algorithm_options must be a table of key = value, got {options!r}")
+    defaults = option_defaults(cls)
+    allowed = ", ".join(f"{k} (default {v!r})" for k, v in defaults.items())
+    resolved = {}
+    for key, value in options.items():
+        if key in HYPERPARAMETERS:
+            raise ValueError(f"algorithm_options.{key}: {key} is a Config field; set it as {key} = {value!r} "
+                             f"(--{key.replace('_', '-')}), not in algorithm_options")
+        if key not in defaults:
+            takes = f"its options are {allowed}" if defaults else "it takes no algorithm_options"
+            raise ValueError(f"algorithm_options: unknown key {key!r} for algorithm {algorithm!r}; {takes}")
+        resolved[key] = _typed(f"algorithm_options.{key}", value, defaults[key])
+    return resolved
+
+
+def _typed(where: str, value: Any, default: Any) -> Any:
+    """value, if it has the type of `default` (an int converted for a float default); ValueError otherwise."""
+    def wrong(kind: str) -> ValueError:
+        return ValueError(f"{where} must be {kind} (its default is {default!r}), got {value!r}")
+
+    if default is None:
+        return value
+    if isinstance(default, bool):
+        if not isinstance(value, bool):
+            raise wrong("true or false")
+        return value
+    if isinstance(default, int):
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise wrong("an integer")
+        return value
+    if isinstance(default, float):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            raise wrong("a finite number")
+        return float(value)
+    if isinstance(default, str):
+        if not isinstance(value, str):
+            raise wrong("a string")
+        return value
+    if isinstance(default, (list, tuple)):
+        if not isinstance(value, (list, tuple)):
+            raise wrong("a list")
+        return type(default)(value)
+    if isinstance(default, dict) and not isinstance(value, dict):
+        raise wrong("a table")
+    return value
