@@ -1,4 +1,7 @@
-"""Metrics of the client stack: averaged-model accuracy/loss, per-client accuracy, consensus distance."""
+"""Metrics of the client stack: averaged-model accuracy/loss, per-client accuracy, consensus distance.
+
+Models are evaluated in eval mode (`dfl.models.eval_mode`: dropout off), and left in the mode they were in.
+"""
 
 from __future__ import annotations
 
@@ -6,17 +9,20 @@ import torch
 import torch.nn.functional as F
 from torch.func import functional_call, vmap
 
+from dfl.models.modes import eval_mode
+
 
 @torch.no_grad()
 def evaluate_row(model, layout, row: torch.Tensor, x: torch.Tensor, y: torch.Tensor, batch_size: int):
     """(accuracy, mean cross-entropy) of one parameter row on (x, y)."""
     params = layout.views(row)
     correct, loss = 0.0, 0.0
-    for s in range(0, x.shape[0], batch_size):
-        logits = functional_call(model, params, (x[s : s + batch_size],))
-        target = y[s : s + batch_size]
-        loss += F.cross_entropy(logits, target, reduction="sum").item()
-        correct += (logits.argmax(dim=1) == target).sum().item()
+    with eval_mode(model):
+        for s in range(0, x.shape[0], batch_size):
+            logits = functional_call(model, params, (x[s : s + batch_size],))
+            target = y[s : s + batch_size]
+            loss += F.cross_entropy(logits, target, reduction="sum").item()
+            correct += (logits.argmax(dim=1) == target).sum().item()
     n = max(x.shape[0], 1)
     return correct / n, loss / n
 
@@ -29,10 +35,11 @@ def client_accuracies(model, layout, X, x, y, batch_size: int, client_chunk: int
     correct = torch.zeros(X.shape[0], device=X.device)
     # keep chunk × batch roughly constant so memory does not grow with the number of clients
     batch = max(1, batch_size // max(1, min(chunk, X.shape[0]) // 4 or 1))
-    for c in range(0, X.shape[0], chunk):
-        for s in range(0, x.shape[0], batch):
-            logits = forward(X[c : c + chunk], x[s : s + batch])
-            correct[c : c + chunk] += (logits.argmax(dim=2) == y[s : s + batch]).sum(dim=1)
+    with eval_mode(model):
+        for c in range(0, X.shape[0], chunk):
+            for s in range(0, x.shape[0], batch):
+                logits = forward(X[c : c + chunk], x[s : s + batch])
+                correct[c : c + chunk] += (logits.argmax(dim=2) == y[s : s + batch]).sum(dim=1)
     return correct / max(x.shape[0], 1)
 
 

@@ -149,17 +149,17 @@ def _model_target(builder: Callable, name: str) -> Any:
 def _models() -> list[dict]:
     registry = importlib.import_module("dfl.models.registry")
 
-    builders = getattr(registry, "_BUILDERS", {})
     entries = []
-    for name in registry.MODELS:
-        builder = builders.get(name)
-        target = _model_target(builder, name) if builder is not None else None
-        description = _own_doc(builder) if builder is not None else ""
+    for name, builder in registry.MODELS.items():  # built-ins, then registered and installed (entry point) models
+        target = _model_target(builder, name)
+        description = _own_doc(builder)
         if target is not None and not description:
             module = sys.modules.get(target.__module__)
             description = (_own_doc(target) or _bullet(getattr(module, "__doc__", None), target.__name__)
                            or _module_doc(target))
-        entries.append({"name": name, "description": description, "options": registry.model_options(name)})
+        options = {k: _default(v) for k, v in registry.model_options(name).items()}
+        entries.append({"name": name, "description": description or f"from {registry.MODELS.source(name)}",
+                        "options": options})
     return entries
 
 
