@@ -91,7 +91,7 @@ class Config:
     alpha: float | None = None  # Dirichlet concentration; dirichlet partitions default to 0.3
     partition_options: dict[str, Any] = field(default_factory=dict)
     # model
-    model: str = "cnn1d"
+    model: str = "cnn1d"  # a registered name or "package.module:factory" (dfl.models.custom)
     model_options: dict[str, Any] = field(default_factory=dict)
     # local training
     lr: float = 0.1
@@ -166,7 +166,7 @@ class Config:
         """Check every field; raise `ConfigError` naming the field and the allowed values."""
         from dfl.algorithms import ALGORITHMS
         from dfl.data import DATASETS, PARTITIONS
-        from dfl.models import MODELS
+        from dfl.models import MODELS, check_spec
         from dfl.topologies import TOPOLOGIES
         from topologies import SCHEMES as WEIGHTS
 
@@ -176,7 +176,10 @@ class Config:
             _choice("weights", self.weights, WEIGHTS)
         _choice("dataset", self.dataset, DATASETS)
         _choice("partition", self.partition, PARTITIONS)
-        _choice("model", self.model, MODELS)
+        try:  # a registered name, or "package.module:factory" (imported now, so a typo fails at once)
+            check_spec(self.model, MODELS)
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from exc
         _choice("device", self.device.split(":")[0], ("auto", "cpu", "cuda"))
         _choice("backend", self.backend, ("auto", "nccl", "gloo"))
         _choice("gossip_mode", self.gossip_mode, ("p2p", "allgather"))
@@ -371,8 +374,9 @@ FIELD_HELP: dict[str, str] = {
                  "natural, or a registered one (dfl list partitions)",
     "alpha": "Dirichlet concentration > 0 (dirichlet partitions only; unset = 0.3)",
     "partition_options": "partition options, e.g. shards_per_client=2",
-    "model": "logreg, mlp, cnn1d, cnn, resnet18, resnet20 or vgg11",
-    "model_options": "model options, e.g. hidden=128",
+    "model": "logreg, mlp, cnn1d, cnn, resnet18, resnet20, vgg11, or your own factory as package.module:factory "
+             "(importable from the working directory; README, Your own model)",
+    "model_options": "model options, e.g. hidden=128 (a factory's keyword-only parameters)",
     "lr": "local learning rate > 0",
     "lr_schedule": "learning-rate schedule: exponential (lr * lr_decay^t), cosine (to --lr-min over the run) or "
                    "step (x --lr-step-factor at each of --lr-milestones)",

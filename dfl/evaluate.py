@@ -1,5 +1,8 @@
 """Metrics of the client stack: averaged-model accuracy/loss, per-client accuracy (on the shared test set, and
-personal/global accuracy on each client's local test set), consensus distance."""
+personal/global accuracy on each client's local test set), consensus distance.
+
+Models are evaluated in eval mode (`dfl.models.eval_mode`: dropout off), and left in the mode they were in.
+"""
 
 from __future__ import annotations
 
@@ -7,17 +10,20 @@ import torch
 import torch.nn.functional as F
 from torch.func import functional_call, vmap
 
+from dfl.models.modes import eval_mode
+
 
 @torch.no_grad()
 def evaluate_row(model, layout, row: torch.Tensor, x: torch.Tensor, y: torch.Tensor, batch_size: int):
     """(accuracy, mean cross-entropy) of one parameter row on (x, y)."""
     params = layout.views(row)
     correct, loss = 0.0, 0.0
-    for s in range(0, x.shape[0], batch_size):
-        logits = functional_call(model, params, (x[s : s + batch_size],))
-        target = y[s : s + batch_size]
-        loss += F.cross_entropy(logits, target, reduction="sum").item()
-        correct += (logits.argmax(dim=1) == target).sum().item()
+    with eval_mode(model):
+        for s in range(0, x.shape[0], batch_size):
+            logits = functional_call(model, params, (x[s : s + batch_size],))
+            target = y[s : s + batch_size]
+            loss += F.cross_entropy(logits, target, reduction="sum").item()
+            correct += (logits.argmax(dim=1) == target).sum().item()
     n = max(x.shape[0], 1)
     return correct / n, loss / n
 
@@ -29,10 +35,11 @@ def client_accuracies(model, layout, X, x, y, batch_size: int, client_chunk: int
     chunk = client_chunk or X.shape[0]
     correct = torch.zeros(X.shape[0], device=X.device)
     batch = _per_client_batch(batch_size, chunk, X.shape[0])
-    for c in range(0, X.shape[0], chunk):
-        for s in range(0, x.shape[0], batch):
-            logits = forward(X[c : c + chunk], x[s : s + batch])
-            correct[c : c + chunk] += (logits.argmax(dim=2) == y[s : s + batch]).sum(dim=1)
+    with eval_mode(model):
+        for c in range(0, X.shape[0], chunk):
+            for s in range(0, x.shape[0], batch):
+                logits = forward(X[c : c + chunk], x[s : s + batch])
+                correct[c : c + chunk] += (logits.argmax(dim=2) == y[s : s + batch]).sum(dim=1)
     return correct / max(x.shape[0], 1)
 
 
@@ -53,6 +60,11 @@ def local_accuracies(model, layout, X, mean, x, y, local, batch_size: int, clien
     padded block when their sizes differ), so skewed sizes cost what their samples cost. Global: one model, so
     every client's test samples are concatenated and evaluated in batches of `batch_size`, then counted per client.
     """
+    with eval_mode(model):
+        return _local_accuracies(model, layout, X, mean, x, y, local, batch_size, client_chunk)
+
+
+def _local_accuracies(model, layout, X, mean, x, y, local, batch_size: int, client_chunk: int):
     index, offsets, sizes = local
     m = X.shape[0]
     forward = vmap(lambda row, xb: functional_call(model, layout.views(row), (xb,)))
@@ -79,6 +91,7 @@ def local_accuracies(model, layout, X, mean, x, y, local, batch_size: int, clien
         hits = functional_call(model, params, (x[samples],)).argmax(dim=1) == y[samples]
         global_.index_add_(0, owner[s : s + batch_size], hits.long())
     return personal.double() / sizes, global_.double() / sizes
+
 
 
 ROW_BLOCK_BYTES = 64 * 2**20  # temporaries of the row-wise metrics stay this small whatever m is

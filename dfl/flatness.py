@@ -4,7 +4,8 @@ DFedSAM (Shi et al., 2023, "Measuring on the flatness of loss landscape") and Fe
 report the largest eigenvalue of the training-loss Hessian of the averaged model: the smaller it is,
 the flatter the minimum. We compute it matrix-free by power iteration on Hessian-vector products,
     H v = ∂/∂t ∇f(x + t v) |_{t=0}       (forward-over-reverse: `jvp` of `grad`),
-and plot f around x along two filter-normalised random directions (Li et al., NeurIPS 2018).
+and plot f around x along two filter-normalised random directions (Li et al., NeurIPS 2018). Both evaluate the
+model in eval mode (`dfl.models.eval_mode`: dropout off), so f is a deterministic function of the parameters.
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ from collections.abc import Callable
 import torch
 import torch.nn.functional as F
 from torch.func import functional_call, grad, jvp, vmap
+
+from dfl.models.modes import eval_mode
 
 
 def top_eigenvalue(
@@ -63,7 +66,8 @@ def model_hvp(model, layout, params: torch.Tensor, x: torch.Tensor, y: torch.Ten
     chunks = [(x[s : s + batch_size], y[s : s + batch_size]) for s in range(0, n, batch_size)]
 
     def hvp(v):
-        return sum(loss_hvp(chunk_loss(xc, yc), params)(v) for xc, yc in chunks)
+        with eval_mode(model):
+            return sum(loss_hvp(chunk_loss(xc, yc), params)(v) for xc, yc in chunks)
 
     return hvp
 
@@ -107,13 +111,14 @@ def grid_losses(model, layout, rows: torch.Tensor, x: torch.Tensor, y: torch.Ten
     batch = max(1, batch_size // max(1, chunk // 4))
     loss = torch.zeros(rows.shape[0], dtype=torch.float64, device=rows.device)
     correct = torch.zeros(rows.shape[0], dtype=torch.float64, device=rows.device)
-    for c in range(0, rows.shape[0], chunk):
-        for s in range(0, x.shape[0], batch):
-            logits = forward(rows[c : c + chunk], x[s : s + batch])  # [p, b, classes]
-            target = y[s : s + batch]
-            ce = F.cross_entropy(logits.flatten(0, 1), target.repeat(logits.shape[0]), reduction="none")
-            loss[c : c + chunk] += ce.view(logits.shape[0], -1).sum(dim=1).double()
-            correct[c : c + chunk] += (logits.argmax(dim=2) == target).sum(dim=1).double()
+    with eval_mode(model):
+        for c in range(0, rows.shape[0], chunk):
+            for s in range(0, x.shape[0], batch):
+                logits = forward(rows[c : c + chunk], x[s : s + batch])  # [p, b, classes]
+                target = y[s : s + batch]
+                ce = F.cross_entropy(logits.flatten(0, 1), target.repeat(logits.shape[0]), reduction="none")
+                loss[c : c + chunk] += ce.view(logits.shape[0], -1).sum(dim=1).double()
+                correct[c : c + chunk] += (logits.argmax(dim=2) == target).sum(dim=1).double()
     n = max(x.shape[0], 1)
     return loss / n, correct / n
 

@@ -159,10 +159,14 @@ def _model_description(name: str, builder: Any) -> str:
     return description
 
 
-def _models() -> list[dict]:
-    from dfl.models.registry import _BUILDERS  # name -> builder
 
-    return registry_entries(_BUILDERS, describe=_model_description)
+def _models() -> list[dict]:
+    from dfl.models import MODELS  # the registry: built-ins, then registered and installed (entry point) models
+
+    def describe(name: str, builder: Any) -> str:
+        return _model_description(name, builder) or f"from {MODELS.source(name)}"
+
+    return registry_entries(MODELS, describe=describe)
 
 
 def _datasets() -> list[dict]:

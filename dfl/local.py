@@ -24,6 +24,7 @@ import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch.func import functional_call, grad_and_value, vmap
@@ -81,7 +82,9 @@ class LocalTrainer:
             losses = F.cross_entropy(logits.float(), y, reduction="none")  # the loss itself in fp32
             return (losses * w).sum() / w.sum()
 
-        self._grad = self._eager_grad = vmap(grad_and_value(loss))
+        # randomness="different": a model's random ops (dropout) draw independently for every client; models
+        # without any (all built-ins) compute exactly what they would without it
+        self._grad = self._eager_grad = vmap(grad_and_value(loss), randomness="different")
         if config.compile:
             if device_type == "cpu":
                 require_cpp_compiler()
@@ -92,6 +95,7 @@ class LocalTrainer:
     def schedule(self, round_index: int, rows: torch.Tensor | None = None) -> RoundSchedule:
         """Round `round_index`'s batches for the local clients (or only the local rows `rows`)."""
         ids = self.client_ids if rows is None else [self.client_ids[r] for r in rows.tolist()]
+        torch.manual_seed(dropout_seed(self.seed, round_index, ids[0] if ids else 0))
         return RoundSchedule(self.data, ids, round_index, self.seed, self.batch_size, self.mode, self.amount)
 
     # ---------------------------------------------------------------- clients per vectorized call
@@ -205,6 +209,14 @@ class LocalTrainer:
         steps = torch.zeros(X.shape[0], dtype=torch.long, device=X.device)
         steps[index] = schedule.steps_per_client.to(X.device)
         return LocalResult(Y=Y, momentum=buf, loss=loss_sum / steps.clamp_min(1), steps=steps)
+
+
+def dropout_seed(seed: int, round_index: int, first_client: int) -> int:
+    """The seed of torch's global generator for a round's local training, from which dropout (vmap randomness
+    "different") draws: a function of (seed, round, the block's first client id), so draws are reproducible, the
+    same after a resume, and different on every process. They do depend on how clients are grouped into
+    vectorized calls (client_chunk) and on the device."""
+    return int(np.random.SeedSequence([seed, round_index, first_client, 0xD80]).generate_state(1, np.uint64)[0])
 
 
 def require_cpp_compiler() -> None:

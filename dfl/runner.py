@@ -121,8 +121,15 @@ def run(
     overwrite: bool = False,
     comm=None,
     resume: bool = False,
+    model=None,
 ) -> Result:
     """Run one experiment. With `out`, write the run directory (see DESIGN.md) there.
+
+    `model` (optional) replaces `config.model`: an `nn.Module` (a copy is trained; its parameters are every
+    client's start) or a factory f(input_shape, num_classes, **model_options) -> nn.Module (called after
+    torch.manual_seed(config.seed), like the built-ins). The config records it (`dfl.models.spec_of`): as
+    "module:factory" when that imports back to the factory, else as "module.Name (instance)"/"(factory)", which
+    runs (and resumes) only with the object passed again.
 
     `resume=True` continues the run in `out` from its `checkpoint.pt` (`dfl.checkpoint`): the config must
     equal the checkpoint's except for `dfl.checkpoint.RESUMABLE_FIELDS` (e.g. more `rounds` extend a
@@ -134,6 +141,10 @@ def run(
     block of clients and leaves the group at the end or on error (`dfl.distributed`); a failure on one
     rank makes the others stop with a `PeerFailure` naming it. A given `comm` is used as is, not closed.
     """
+    if model is not None:
+        from dfl.models import spec_of
+
+        config = (config or Config()).replace(model=spec_of(model))
     config = (config or Config()).validate()
     if resume and out is None:
         raise ValueError("resume=True needs out= (the run directory holding checkpoint.pt)")
@@ -144,7 +155,7 @@ def run(
     if own:
         comm = communicator_from_env(config, config.clients)
     try:
-        return _run(config, data, out, overwrite, comm, resume)
+        return _run(config, data, out, overwrite, comm, resume, model)
     except BaseException as exc:
         peer = getattr(comm, "peer_failure", lambda e: None)(exc)
         if peer is not None:
@@ -156,10 +167,10 @@ def run(
             comm.close()
 
 
-def _run(config: Config, data, out, overwrite: bool, comm, resume: bool) -> Result:
+def _run(config: Config, data, out, overwrite: bool, comm, resume: bool, given_model=None) -> Result:
     """The phases of a run, in order: set-up, the round loop (train, evaluate when due, checkpoint when due),
     finish. `Experiment.record` is where every evaluated round's metrics go out (metrics.jsonl, progress)."""
-    exp = Experiment(config, data, out, overwrite, comm, resume)
+    exp = Experiment(config, data, out, overwrite, comm, resume, given_model)
     with exp.status():
         for t in range(exp.start, config.rounds):
             stats = exp.train_round(t)
@@ -176,8 +187,8 @@ class Experiment:
     gossip, algorithm, resume, run directory), then `train_round`, `evaluate`, `record`, `checkpoint` per
     round, and `save_params` + `result` at the end; `status()` marks summary.json with how the run ended."""
 
-    def __init__(self, config: Config, data, out, overwrite: bool, comm, resume: bool):
-        from dfl.models import build_model
+    def __init__(self, config: Config, data, out, overwrite: bool, comm, resume: bool, given_model=None):
+        from dfl.models import model_for_run
 
         saved = None
         if resume:  # before any work: a missing checkpoint or a changed config fails fast, on every rank alike
@@ -208,9 +219,9 @@ class Experiment:
             ignored = [*ignored, "topology"]
         topology = build_topology(config, m)
 
-        torch.manual_seed(config.seed)
-        model = build_model(config.model, tuple(data.input_shape), data.num_classes, **config.model_options)
-        model = model.to(device)
+        # seeded, built (or the given one copied), on device, in train mode, and checked: fails here, not in a round
+        model = model_for_run(config.model, config.model_options, tuple(data.input_shape), data.num_classes,
+                              config.seed, device, (data.train_x[:2], data.train_y[:2]), given_model)
         layout = ParamLayout.of(model)
         X0 = initial_stack(model, m, device)[comm.client_ids]
 

@@ -50,7 +50,7 @@ def _close(a, b, tol=1e-5):
 
 
 def test_model_names():
-    assert MODELS == ("logreg", "mlp", "cnn1d", "cnn", "resnet18", "resnet20", "vgg11")
+    assert MODELS.names() == ("logreg", "mlp", "cnn1d", "cnn", "resnet18", "resnet20", "vgg11")
 
 
 @pytest.mark.parametrize("name,shape,k,opts", CASES)
@@ -178,7 +178,7 @@ def test_cnn_variants():
 
 
 @pytest.mark.parametrize("call,match", [
-    (lambda: build_model("resnet50", (3, 32, 32), 10), r"model must be one of \('logreg'"),
+    (lambda: build_model("resnet50", (3, 32, 32), 10), r"model must be one of logreg, mlp"),
     (lambda: build_model("mlp", (40,), 10, width=3), r"option\(s\) \['width'\].*allowed: \['hidden'\]"),
     (lambda: build_model("logreg", (40,), 10, conv_impl="unfold"), r"unknown option.*allowed: none"),
     (lambda: build_model("cnn1d", (1, 40), 10, conv_impl="fft"), r"conv_impl must be one of \('auto'"),

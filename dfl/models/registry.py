@@ -1,9 +1,13 @@
-"""`build_model(name, input_shape, num_classes, **options)`: the model zoo behind one name table.
+"""`build_model(spec, input_shape, num_classes, **options)`: the model zoo behind one name table, `MODELS`.
 
-Every builder takes (input_shape, num_classes) plus keyword-only options; those keyword names are the
-only options a model accepts. Models are plain `nn.Module`s on CPU in float32, with parameters only
-(no buffers, no randomness in forward), so `torch.func.functional_call` + `vmap` over a leading client
-dimension of the parameters is exact. Initialization draws from torch's global RNG: seed it first.
+`MODELS` is a `dfl.registry.Registry("model", group="dfl.models")`: the built-ins below, factories registered
+with `@dfl.models.register("name")`, and those of installed packages (entry points in group `dfl.models`).
+A spec is a registered name or your own factory, "package.module:factory" (`dfl.models.custom`).
+
+Every factory takes (input_shape, num_classes) plus keyword-only options; those keyword names are the only
+options a model accepts (`model_options`). The built-in models are plain `nn.Module`s on CPU in float32, with
+parameters only (no buffers, no randomness in forward), so `torch.func.functional_call` + `vmap` over a leading
+client dimension of the parameters is exact. Initialization draws from torch's global RNG: seed it first.
 """
 
 from __future__ import annotations
@@ -14,11 +18,13 @@ from collections.abc import Callable
 from torch import nn
 
 from dfl.models.cnn import CNN, CNN1d
+from dfl.models.custom import ModelError, check_signature, factory_of
 from dfl.models.layers import check_conv_impl
 from dfl.models.resnet import resnet18, resnet20
 from dfl.models.shapes import as_shape, image_shape, sequence_shape
 from dfl.models.simple import MLP, LogReg
 from dfl.models.vgg import VGG
+from dfl.registry import Registry
 
 CNN_VARIANTS = ("auto", "mcmahan", "cifar")
 
@@ -70,34 +76,79 @@ def _vgg11(input_shape, num_classes, *, conv_impl="auto"):
     return VGG(c, num_classes, check_conv_impl(conv_impl))
 
 
-_BUILDERS: dict[str, Callable[..., nn.Module]] = {
-    "logreg": _logreg,
-    "mlp": _mlp,
-    "cnn1d": _cnn1d,
-    "cnn": _cnn,
-    "resnet18": _resnet(18),
-    "resnet20": _resnet(20),
-    "vgg11": _vgg11,
-}
-MODELS: tuple[str, ...] = tuple(_BUILDERS)
+Factory = Callable[..., nn.Module]  # f(input_shape, num_classes, *, option=default, ...) -> nn.Module
+
+MODELS: Registry[Factory] = Registry("model", group="dfl.models")
+for _name, _factory in (("logreg", _logreg), ("mlp", _mlp), ("cnn1d", _cnn1d), ("cnn", _cnn),
+                        ("resnet18", _resnet(18)), ("resnet20", _resnet(20)), ("vgg11", _vgg11)):
+    MODELS.register(_name, _factory)
 
 
-def model_options(name: str) -> dict[str, object]:
-    """The options `name` accepts, with their defaults."""
-    if name not in _BUILDERS:
-        raise ValueError(f"model must be one of {MODELS}, got {name!r}")
-    params = inspect.signature(_BUILDERS[name]).parameters.values()
+def register(name: str, factory: Factory | None = None, *, replace: bool = False):
+    """Register a model factory under `name` (`@dfl.models.register("my-cnn")` on the factory, or a call).
+
+    The factory is called as `factory(input_shape, num_classes, **model_options)` after
+    `torch.manual_seed(config.seed)` and returns an `nn.Module`; its keyword-only parameters are the options
+    (`model_options`) the model accepts. A name already registered by another object is an error naming both."""
+    if isinstance(name, str) and (":" in name or name.endswith(")")):
+        raise ModelError(f"model name {name!r} may not contain ':' or end with ')' (those spell "
+                         "'package.module:factory' and recorded Python objects)")
+
+    def add(target: Factory) -> Factory:
+        check_signature(target, repr(name))
+        return MODELS.register(name, target, replace=replace)
+
+    return add if factory is None else add(factory)
+
+
+def resolve(spec: str) -> Factory:
+    """The factory of a registered name or of "package.module:factory" (imported; `dfl.models.custom`)."""
+    if spec in MODELS:
+        return MODELS.get(spec)
+    return factory_of(spec, MODELS.names())
+
+
+def model_options(spec: str) -> dict[str, object]:
+    """The options `spec` accepts, with their defaults (keyword-only parameters of its factory)."""
+    params = _parameters(resolve(spec))
     return {p.name: p.default for p in params if p.kind is inspect.Parameter.KEYWORD_ONLY}
 
 
-def build_model(name: str, input_shape, num_classes: int, **options) -> nn.Module:
-    """A freshly initialized model `name` for inputs of shape `input_shape` (no batch axis)."""
-    allowed = model_options(name)
-    unknown = sorted(set(options) - set(allowed))
-    if unknown:
-        allowed_names = sorted(allowed) or "none"
-        raise ValueError(f"unknown option(s) {unknown} for model {name!r}; allowed: {allowed_names}")
+def _parameters(factory: Factory) -> list[inspect.Parameter]:
+    try:
+        return list(inspect.signature(factory).parameters.values())
+    except (TypeError, ValueError):  # no signature (a builtin): any option goes to the call
+        return [inspect.Parameter("options", inspect.Parameter.VAR_KEYWORD)]
+
+
+def build_model(spec: str, input_shape, num_classes: int, **options) -> nn.Module:
+    """A freshly initialized model `spec` for inputs of shape `input_shape` (no batch axis)."""
+    factory = resolve(spec)
+    return call_factory(factory, spec, input_shape, num_classes, options, registered=spec in MODELS)
+
+
+def call_factory(factory: Factory, spec: str, input_shape, num_classes: int, options: dict,
+                 registered: bool = False) -> nn.Module:
+    """factory(input_shape, num_classes, **options), checked: known options, an `nn.Module` back. Errors of a
+    built-in's own checks (ValueError) pass as they are; anything else names the spec and the call."""
+    params = _parameters(factory)
+    if not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params):
+        allowed = [p.name for p in params if p.kind is inspect.Parameter.KEYWORD_ONLY]
+        unknown = sorted(set(options) - set(allowed))
+        if unknown:
+            raise ModelError(f"unknown option(s) {unknown} for model {spec!r}; allowed: {sorted(allowed) or 'none'}")
     shape = as_shape(input_shape)
     if isinstance(num_classes, bool) or not isinstance(num_classes, int) or num_classes < 2:
         raise ValueError(f"num_classes must be an int >= 2, got {num_classes!r}")
-    return _BUILDERS[name](shape, num_classes, **options)
+    check_signature(factory, repr(spec), options)
+    try:
+        model = factory(shape, num_classes, **options)
+    except Exception as exc:
+        if registered and isinstance(exc, ValueError):
+            raise  # a registered model's own check (e.g. "'cnn1d' expects a 1-D signal") says it all
+        text = next((line for line in str(exc).splitlines() if line.strip()), "")
+        call = ", ".join([repr(shape), repr(num_classes), *(f"{k}={v!r}" for k, v in options.items())])
+        raise ModelError(f"model {spec!r} failed when called as f({call}): {type(exc).__name__}: {text}") from exc
+    if not isinstance(model, nn.Module):
+        raise ModelError(f"model {spec!r} must return an nn.Module; its factory returned {type(model).__name__}")
+    return model
