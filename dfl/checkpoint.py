@@ -30,9 +30,11 @@ from dfl.config import Config, ConfigError
 FORMAT = 1
 FILENAME = "checkpoint.pt"
 # Fields that may differ on resume. The first do not touch the trajectory (`rounds` may grow, to extend a
-# run, except under lr_schedule = cosine, which anneals over `rounds`); the execution fields give the same
-# run up to float rounding, as a different number of processes does.
-EXACT_FIELDS = ("rounds", "progress", "checkpoint_every", "dist_timeout", "data_root")
+# run, except under lr_schedule = cosine, which anneals over `rounds`; the hooks' fields only watch it, or say
+# where it ends, as `rounds` does); the execution fields give the same run up to float rounding, as a
+# different number of processes does.
+EXACT_FIELDS = ("rounds", "progress", "checkpoint_every", "dist_timeout", "data_root", "loggers", "target_accuracy",
+                "stop_at_target")
 EXECUTION_FIELDS = ("device", "backend", "gossip_mode", "client_chunk", "compile", "eval_batch_size")
 RESUMABLE_FIELDS = EXACT_FIELDS + EXECUTION_FIELDS
 

@@ -123,6 +123,10 @@ class Config:
     hessian_iters: int = 20  # power-iteration steps (Hessian-vector products) per measurement
     device: str = "auto"
     progress: bool = True
+    # live metrics and early stopping (`dfl.hooks`, `dfl.loggers`)
+    loggers: list[str] = field(default_factory=list)  # names in dfl.loggers.LOGGERS: "tensorboard", "wandb", ...
+    target_accuracy: float | None = None  # test_acc in (0, 1]: summary.json records rounds_to_target
+    stop_at_target: bool = False  # stop (status "stopped") after the first evaluation reaching target_accuracy
     # multi-process (torchrun); a plain `dfl run` is a world of one
     backend: str = "auto"  # "auto" (nccl with CUDA, else gloo), "nccl" or "gloo"
     gossip_mode: str = "p2p"  # "p2p" (neighbours only) or "allgather" (whole stack, then W^Q locally)
@@ -204,6 +208,7 @@ class Config:
         _boolean("compile", self.compile)
         _choice("precision", self.precision, PRECISIONS)
         _boolean("progress", self.progress)
+        self._validate_hooks()
         _integer("eval_every", self.eval_every, minimum=1)
         _integer("eval_batch_size", self.eval_batch_size, minimum=1)
         _integer("train_eval_samples", self.train_eval_samples, minimum=0)
@@ -285,6 +290,29 @@ class Config:
                     raise ConfigError(f"{name} must be in [0, {upper}, got {value}")
         if self.rho_ramp_rounds is not None:
             _integer("rho_ramp_rounds", self.rho_ramp_rounds, minimum=0)
+
+    def _validate_hooks(self) -> None:
+        from dfl.loggers import LOGGERS
+
+        names = self.loggers
+        if not isinstance(names, (list, tuple)) or not all(isinstance(n, str) for n in names):
+            raise ConfigError(f"loggers must be a list of logger names ({', '.join(LOGGERS.names())}), got {names!r}")
+        for name in names:
+            try:
+                LOGGERS.get(name, field="loggers")  # "loggers must be one of ...; got ... (did you mean ...?)"
+            except ValueError as exc:
+                raise ConfigError(str(exc)) from exc
+        if len(set(names)) < len(names):
+            raise ConfigError(f"loggers names a logger twice: {list(names)}")
+        if self.target_accuracy is not None:
+            _number("target_accuracy", self.target_accuracy, minimum=0.0, strict=True)
+            if self.target_accuracy > 1:
+                raise ConfigError(f"target_accuracy must be in (0, 1] (a test accuracy fraction, e.g. 0.8 for 80%), "
+                                  f"got {self.target_accuracy}")
+        _boolean("stop_at_target", self.stop_at_target)
+        if self.stop_at_target and self.target_accuracy is None:
+            raise ConfigError("stop_at_target = true needs target_accuracy (the test accuracy in (0, 1] to stop at, "
+                              "e.g. --target-accuracy 0.8)")
 
     def _validate_lr_schedule(self) -> None:
         _choice("lr_schedule", self.lr_schedule, LR_SCHEDULES)
@@ -405,6 +433,11 @@ FIELD_HELP: dict[str, str] = {
     "hessian_iters": "power-iteration steps per Hessian measurement, >= 1",
     "device": "auto, cpu, cuda or cuda:N",
     "progress": "show a progress line per round",
+    "loggers": "live metrics: tensorboard (event files in RUN/tensorboard/) and/or wandb (Weights & Biases, if "
+               "installed); --log NAME, repeated or comma-separated; --log '' for none",
+    "target_accuracy": "test accuracy in (0, 1]: summary.json records rounds_to_target, the first evaluated round "
+                       "reaching it",
+    "stop_at_target": "stop the run (status stopped) at the first evaluation reaching --target-accuracy",
     "backend": "torchrun backend: auto (nccl with CUDA, else gloo), nccl or gloo",
     "gossip_mode": "torchrun gossip: p2p (neighbours only) or allgather (whole stack, then W^Q locally)",
     "dist_timeout": "torchrun: seconds before a collective waiting on a dead rank fails, > 0",

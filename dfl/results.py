@@ -183,6 +183,12 @@ def format_summary(summary: dict[str, Any]) -> str:
         else:
             text = fmt.format(value)
         lines.append(f"  {label:<{width}}  {text}")
+    if summary.get("target_accuracy") is not None:
+        reached = summary.get("rounds_to_target")
+        lines.append(f"  {'rounds to ' + format(summary['target_accuracy'], '.2%'):<{width}}  "
+                     + (str(reached) if reached is not None else "not reached"))
+    if summary.get("stopped_by"):
+        lines.append(f"  stopped by {summary['stopped_by']}")
     if summary.get("ignored_options"):
         lines.append(f"  ignored options: {', '.join(summary['ignored_options'])}")
     if summary.get("out_dir"):

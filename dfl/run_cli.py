@@ -41,7 +41,9 @@ def add_parser(subparsers) -> None:
         kind = str(f.type)
         default = getattr(defaults, f.name)
         text = FIELD_HELP[f.name] + ("" if default in (None, {}, []) else f" (default {default})")
-        if kind == "bool":
+        if f.name == "loggers":  # --log tensorboard --log wandb, or --log tensorboard,wandb
+            parser.add_argument("--log", flag, dest=f.name, action=_AppendNames, metavar="NAME", help=text)
+        elif kind == "bool":
             parser.add_argument(flag, dest=f.name, action=argparse.BooleanOptionalAction, help=text)
         elif kind.startswith("dict"):
             parser.add_argument(flag, dest=f.name, nargs="+", metavar="KEY=VALUE", type=key_value,
@@ -51,6 +53,15 @@ def add_parser(subparsers) -> None:
         else:
             parser.add_argument(flag, dest=f.name, type=_scalar_type(kind), help=text)
     parser.set_defaults(handler=main)
+
+
+class _AppendNames(argparse.Action):
+    """Each use adds its comma-separated names to the flag's list, which replaces the config file's list (an
+    empty value adds none: `--log ''` turns the file's loggers off)."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        names = list(getattr(namespace, self.dest, None) or [])
+        setattr(namespace, self.dest, names + [n.strip() for n in values.split(",") if n.strip()])
 
 
 def _scalar_type(kind: str):

@@ -30,6 +30,7 @@ from dfl.config import Config, ConfigError
 from dfl.distributed import communicator_from_env  # before any process group: see its torch._dynamo note
 from dfl.evaluate import client_accuracies, consensus_distance, evaluate_row, local_accuracies, nonfinite_rows
 from dfl.gossip import Gossip
+from dfl.hooks import Hooks, RunInfo
 from dfl.local import LocalTrainer
 from dfl.results import RunDirectory
 
@@ -122,6 +123,7 @@ def run(
     comm=None,
     resume: bool = False,
     model=None,
+    callbacks=None,
 ) -> Result:
     """Run one experiment. With `out`, write the run directory (see DESIGN.md) there.
 
@@ -140,6 +142,9 @@ def run(
     Under torchrun (WORLD_SIZE > 1) every process calls this: it joins the process group, hosts its
     block of clients and leaves the group at the end or on error (`dfl.distributed`); a failure on one
     rank makes the others stop with a `PeerFailure` naming it. A given `comm` is used as is, not closed.
+
+    `callbacks` are objects with `on_round_end(round, metrics)` (`dfl.hooks`), called after every evaluated
+    round on the main process; True stops the run after that round (checkpointed; status "stopped").
     """
     if model is not None:
         from dfl.models import spec_of
@@ -155,7 +160,7 @@ def run(
     if own:
         comm = communicator_from_env(config, config.clients)
     try:
-        return _run(config, data, out, overwrite, comm, resume, model)
+        return _run(config, data, out, overwrite, comm, resume, model, callbacks)
     except BaseException as exc:
         peer = getattr(comm, "peer_failure", lambda e: None)(exc)
         if peer is not None:
@@ -167,12 +172,15 @@ def run(
             comm.close()
 
 
-def _run(config: Config, data, out, overwrite: bool, comm, resume: bool, given_model=None) -> Result:
+def _run(config: Config, data, out, overwrite: bool, comm, resume: bool, given_model=None, callbacks=None) -> Result:
     """The phases of a run, in order: set-up, the round loop (train, evaluate when due, checkpoint when due),
-    finish. `Experiment.record` is where every evaluated round's metrics go out (metrics.jsonl, progress)."""
-    exp = Experiment(config, data, out, overwrite, comm, resume, given_model)
+    finish. `Experiment.record` is where every evaluated round's metrics go out (metrics.jsonl, progress,
+    loggers, callbacks); a stop they ask for ends the loop after that round's checkpoint."""
+    exp = Experiment(config, data, out, overwrite, comm, resume, given_model, callbacks)
     with exp.status():
         for t in range(exp.start, config.rounds):
+            if exp.hooks.stopped:
+                break
             stats = exp.train_round(t)
             if exp.evaluation_due(t):
                 exp.record(exp.evaluate(t, stats))
@@ -187,13 +195,15 @@ class Experiment:
     gossip, algorithm, resume, run directory), then `train_round`, `evaluate`, `record`, `checkpoint` per
     round, and `save_params` + `result` at the end; `status()` marks summary.json with how the run ended."""
 
-    def __init__(self, config: Config, data, out, overwrite: bool, comm, resume: bool, given_model=None):
+    def __init__(self, config: Config, data, out, overwrite: bool, comm, resume: bool, given_model=None,
+                 callbacks=None):
         from dfl.models import model_for_run
 
         saved = None
         if resume:  # before any work: a missing checkpoint or a changed config fails fast, on every rank alike
             saved = ckpt.load(out)
             ckpt.check_config(saved, config, out)
+        self.hooks = Hooks(config, callbacks, comm, out)  # loggers' packages and callbacks checked before any work
         hp, ignored = resolve_hyperparameters(config)
         device = getattr(comm, "device", None) or resolve_device(config.device)
         if device.type == "cpu":
@@ -243,6 +253,7 @@ class Experiment:
             counters = saved["counters"]
             self.bytes_total, self.wall_before = counters["bytes_sent_total"], counters["wall_seconds"]
             comm.bytes_moved = counters["bytes_moved"]
+            self.hooks.resume(self.history)
 
         self.run_dir = None
         if out is not None and comm.is_main:
@@ -252,6 +263,8 @@ class Experiment:
         self.summary = self._initial_summary(hp, ignored, topology)
         if saved is not None:
             self.summary["resumed_from_round"] = self.start
+        self.summary.update(self.hooks.summary_fields())
+        self.hp = hp
         if self.run_dir:
             self.run_dir.write_config(config.to_toml())
             self.run_dir.write_json("partition.json", data.partition_info())
@@ -372,6 +385,8 @@ class Experiment:
             self.run_dir.append_metrics(record)
         if self.progress is not None:
             self.progress.set_postfix(acc=f"{record['test_acc']:.3f}", refresh=False)
+        self.hooks.round_end(record, self.device)  # loggers, target accuracy, callbacks; a stop agreed by all
+        self.summary.update(self.hooks.summary_fields())
         train_loss, n = record["train_loss"], record["round"]
         self.above_bound = self.above_bound + 1 if train_loss > self.loss_bound else 0
         if self.above_bound >= DIVERGENCE_PATIENCE or (self.above_bound and n == self.config.rounds):
@@ -387,7 +402,7 @@ class Experiment:
         and never while the training loss is above the divergence bound (the one on disk stays the last good)."""
         every = self.config.checkpoint_every or self.config.eval_every
         return self.out is not None and self.above_bound == 0 and (
-            (t + 1) % every == 0 or t + 1 == self.config.rounds)
+            (t + 1) % every == 0 or t + 1 == self.config.rounds or self.hooks.stopped)
 
     def checkpoint(self, t: int) -> None:
         """The state after round t (`dfl.checkpoint`): a collective, every rank calls it (the per-client rows
@@ -408,11 +423,16 @@ class Experiment:
 
     @contextmanager
     def status(self):
-        """Marks the summary with how the run ended (completed by `save_params`; diverged, interrupted or failed
-        here, with the error) and writes summary.json with the final metrics, whatever happened."""
+        """Marks the summary with how the run ended (completed by `save_params`, stopped when a callback or the
+        target asked; diverged, interrupted or failed here, with the error) and writes summary.json with the
+        final metrics, whatever happened. The hooks (`dfl.hooks`) start here and finish last."""
         summary = self.summary
         try:
+            self.hooks.start(RunInfo(self.config, self.hp, self.run_dir.path if self.run_dir else None,
+                                     self.start, list(self.history), dict(summary)))
             yield
+            if self.hooks.stopped:
+                summary.update(status="stopped", **self.hooks.summary_fields())
         except DivergenceError as exc:
             summary.update(status="diverged", error=str(exc))
             raise
@@ -429,6 +449,7 @@ class Experiment:
             summary.update(_final_metrics(self.history))
             if self.run_dir:
                 self.run_dir.write_json("summary.json", summary)
+            self.hooks.finish(summary)
 
     def result(self) -> Result:
         initial = self.comm.gather_rows(self.X0).detach().cpu()

@@ -15,7 +15,7 @@ checkpoint is resumed from it (`dfl.run(..., resume=True)`), any other run is st
 skipped even when `rounds` grew: resuming its last good checkpoint would diverge again, deterministically;
 `retry_diverged=True` (`dfl sweep --retry-diverged`) starts it over from scratch instead. A run whose summary
 says "running" is left alone while its process is alive (or on another host, where it cannot be checked); one
-whose process on this host is gone (SIGKILL, crash: `dfl.report.runs.effective_status` "stopped") is treated
+whose process on this host is gone (SIGKILL, crash: `dfl.report.runs.effective_status` "killed") is treated
 like an interrupted run. A run that fails is recorded and the others go on; a run whose checkpoint is unreadable
 (truncated, corrupt) is reported failed on every rerun, never restarted silently: delete its directory to start
 it over. `plan_run` says what will be done to each run and why (`dfl sweep --dry-run` prints it).
@@ -293,9 +293,11 @@ def inspect_run(run_dir: Path, config: Config, *, retry_diverged: bool = False) 
 def plan_run(run_dir: Path, config: Config, *, retry_diverged: bool = False) -> RunPlan:
     """What running `config` into `run_dir` needs now, and why:
 
-    - "skip": completed (with `config.rounds` rounds); diverged (whatever `rounds` is now, unless
-      `retry_diverged`); or running in a live process (this host) or on another host (cannot be checked);
-    - "resume": a checkpoint whose config matches up to the resumable fields (interrupted, stopped: its process
+    - "skip": completed (with `config.rounds` rounds); stopped early by a callback or its target accuracy (a
+      finished run, whatever `rounds` is now: `dfl run --resume` continues one on purpose); diverged (whatever
+      `rounds` is now, unless `retry_diverged`); or running in a live process (this host) or on another host
+      (cannot be checked);
+    - "resume": a checkpoint whose config matches up to the resumable fields (interrupted, killed: its process
       is gone, failed, or completed with fewer rounds than now);
     - "start": nothing usable there, or a diverged run with `retry_diverged` (started over from scratch, not
       resumed: its checkpoint is the last good state, and resuming it would diverge again deterministically).
@@ -322,6 +324,10 @@ def plan_run(run_dir: Path, config: Config, *, retry_diverged: bool = False) -> 
     checkpoint = (run_dir / FILENAME).is_file()
     if status == "completed" and done == config.rounds:
         return RunPlan("skip")
+    if status == "stopped":
+        by = summary.get("stopped_by") or "a callback or its target accuracy"
+        return RunPlan("skip", f"stopped early after round {done} by {by}; a stopped run is finished and left as "
+                               f"it is (dfl run --resume {run_dir} --no-stop-at-target continues it)")
     if status == "diverged":
         when = f" with {done} of {summary.get('rounds', '?')} rounds completed" if isinstance(done, int) else ""
         if not has_metrics(run_dir):
@@ -342,9 +348,9 @@ def plan_run(run_dir: Path, config: Config, *, retry_diverged: bool = False) -> 
             return RunPlan("skip", f"running on host {host} (process {pid}) as its summary.json says, which cannot "
                                    f"be checked from here; left alone: if that process is gone, run the sweep on "
                                    f"{host} to resume it, or delete {run_dir} to start it over")
-    if status in ("stopped", "interrupted", "running", "failed") or (status == "completed" and checkpoint):
+    if status in ("killed", "interrupted", "running", "failed") or (status == "completed" and checkpoint):
         what = {
-            "stopped": f"its process {summary.get('pid')} is gone (killed or crashed)",
+            "killed": f"its process {summary.get('pid')} is gone (killed or crashed)",
             "interrupted": "interrupted",
             "running": "its summary says running but records no process (a run from an older version)",
             "failed": "failed",
@@ -388,8 +394,8 @@ def execute_run(config: Config, run_dir: Path, action: str) -> dict[str, Any]:
         run_dir.mkdir(parents=True, exist_ok=True)
         atomic_write_bytes(run_dir / ERROR_LOG, traceback.format_exc().encode())
         return {"status": "failed", "error": f"{type(exc).__name__}: {exc}", "seconds": time.perf_counter() - tic}
-    return {"status": "completed", "error": None, "seconds": time.perf_counter() - tic,
-            **_metrics(result.summary)}
+    return {"status": result.summary.get("status", "completed"), "error": None,  # or "stopped" (stop_at_target)
+            "seconds": time.perf_counter() - tic, **_metrics(result.summary)}
 
 
 def run_sweep(
@@ -402,7 +408,7 @@ def run_sweep(
 ) -> list[dict[str, Any]]:
     """Run every combination of `sweep` into `out/runs/<name>/` and return the sweep.json run entries.
 
-    Each entry: name, dir ("runs/<name>"), overrides, status ("completed", "diverged", "failed",
+    Each entry: name, dir ("runs/<name>"), overrides, status ("completed", "stopped", "diverged", "failed",
     "interrupted", or for a skipped run whatever its summary says, e.g. "running"), error (None or
     "Type: message"), action ("skipped", "resumed", "started"), note (why, when `plan_run` gives a reason), plus
     rounds_completed, test_acc and seconds when known. `parallel` (default: the spec's) > 1 runs that many
@@ -666,7 +672,7 @@ def format_status(entries: list[dict[str, Any]]) -> str:
     for e in entries:
         for key in (e["status"], e["action"]):
             counts[key] = counts.get(key, 0) + 1
-    order = ("completed", "diverged", "failed", "interrupted", "running", "stopped", "skipped", "resumed",
-             "started")
+    order = ("completed", "stopped", "diverged", "failed", "interrupted", "running", "killed", "skipped",
+             "resumed", "started")
     lines.append(f"{len(entries)} runs: " + ", ".join(f"{counts[k]} {k}" for k in order if counts.get(k)))
     return "\n".join(lines)

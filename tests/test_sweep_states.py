@@ -1,7 +1,7 @@
 """Hardening (issue 13, defects 4 and 11): what `dfl report` and `dfl sweep` make of a run directory's state.
 
 A summary.json that says "running" is checked against its process (pid and host, written by the runner): gone
-on this host -> "stopped" (resumed like an interrupted run), alive or on another host -> still "running" (left
+on this host -> "killed" (resumed like an interrupted run), alive or on another host -> still "running" (left
 alone). A diverged run stays diverged when `rounds` grows unless `--retry-diverged`, which starts it over
 from scratch; messages about runs without metrics do not claim any."""
 
@@ -58,7 +58,7 @@ def write_run_dir(path: Path, config: Config, summary: dict, *, checkpoint: bool
 # ---------------------------------------------------------------------------------------------- status
 def test_effective_status(dead_pid, monkeypatch):
     me = os.getpid()
-    assert effective_status({"status": "running", "pid": dead_pid, "host": HOST}) == "stopped"
+    assert effective_status({"status": "running", "pid": dead_pid, "host": HOST}) == "killed"
     assert run_process({"status": "running", "pid": dead_pid, "host": HOST}) == "gone"
     assert effective_status({"status": "running", "pid": me, "host": HOST}) == "running"
     assert run_process({"status": "running", "pid": me, "host": HOST}) == "alive"
@@ -105,7 +105,7 @@ def test_run_record_status_and_report(tmp_path, dead_pid):
     write_run_dir(root / "nockpt", config.replace(seed=3), {"status": "running", "pid": dead_pid, "host": HOST},
                   metrics=2)
     killed = load_run(root / "killed", root)
-    assert killed.status == "stopped"
+    assert killed.status == "killed"
     assert "gone (killed or crashed) after round 2; resumable from its checkpoint" in killed.problems[0]
     assert load_run(root / "live", root).status == "running"
     assert load_run(root / "remote", root).status == "running"
@@ -114,8 +114,8 @@ def test_run_record_status_and_report(tmp_path, dead_pid):
     md = write_report(root)["report.md"].read_text()
     section = md.split("## Runs not completed", 1)[1]
     rows = {line.split("|")[1].strip(): line for line in section.splitlines() if line.startswith("| ")}
-    assert "stopped" in rows["killed"] and "killed or crashed" in rows["killed"]
-    assert "stopped" not in rows["live"] and "stopped" not in rows["remote"]
+    assert "| killed |" in rows["killed"] and "killed or crashed" in rows["killed"]
+    assert "killed" not in rows["live"] and "killed" not in rows["remote"]
     assert "†" in md  # the settings holding them are marked not completed
 
 
@@ -130,7 +130,7 @@ def plan(tmp_path: Path, summary: dict, *, checkpoint: bool = False, metrics: in
 
 
 @pytest.mark.parametrize("checkpoint, action", [(True, "resume"), (False, "start")])
-def test_stopped_run_is_resumed_or_restarted(tmp_path, dead_pid, checkpoint, action):
+def test_killed_run_is_resumed_or_restarted(tmp_path, dead_pid, checkpoint, action):
     p = plan(tmp_path, {"status": "running", "pid": dead_pid, "host": HOST}, checkpoint=checkpoint)
     assert p.action == action
     assert f"its process {dead_pid} is gone (killed or crashed) after round 2" in p.note

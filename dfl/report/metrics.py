@@ -53,6 +53,13 @@ def rounds_to_target(metrics: list[dict[str, Any]], target: float | None) -> int
     return None
 
 
+def run_target(run: RunRecord, target: float | None, own_targets: bool) -> float | None:
+    """The target accuracy of one run: its own `target_accuracy` (config) with `own_targets` when it has one,
+    else the report's `target`."""
+    own = run.config.get("target_accuracy")
+    return own if own_targets and _number(own) is not None else target
+
+
 def run_metrics(run: RunRecord, target: float | None) -> dict[str, float | None]:
     """The final-record metrics of one run; None where the run has no such value."""
     last = run.final or {}

@@ -1,6 +1,8 @@
 """Run directories on disk: finding them (a sweep's runs first, in its order) and reading each into a
 `RunRecord` whose unreadable parts are listed as problems, never raised; and what a summary's status means
-now (`effective_status`): a run whose summary says "running" but whose process is gone is "stopped".
+now (`effective_status`): a run whose summary says "running" but whose process is gone is "killed".
+A run that ended as it should is `FINISHED`: "completed", or "stopped" early by a callback or its target
+accuracy (`dfl.hooks`).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from dfl.config import Config
 from dfl.results import read_metrics
 
 REPORT_DIR = "report"
+FINISHED = ("completed", "stopped")  # stopped: ended early on purpose (a callback, stop_at_target); not resumed
 
 
 class ReportError(ValueError):
@@ -42,8 +45,12 @@ class RunRecord:
 
     @property
     def status(self) -> str:
-        """`effective_status` of the summary: "stopped" for a "running" run whose process is gone."""
+        """`effective_status` of the summary: "killed" for a "running" run whose process is gone."""
         return effective_status(self.summary)
+
+    @property
+    def finished(self) -> bool:
+        return self.status in FINISHED
 
     @property
     def seed(self) -> Any:
@@ -90,12 +97,12 @@ def run_process(summary: dict[str, Any]) -> str | None:
 
 
 def effective_status(summary: dict[str, Any]) -> str:
-    """The summary's status, except that "running" becomes "stopped" when the run's process was on this host
+    """The summary's status, except that "running" becomes "killed" when the run's process was on this host
     and is gone (SIGKILL, out-of-memory kill, crash, power loss). A "running" run on another host, or one
     without a recorded pid/host, stays "running": it cannot be checked."""
     status = str(summary.get("status", "unknown"))
     if status == "running" and run_process(summary) == "gone":
-        return "stopped"
+        return "killed"
     return status
 
 
@@ -180,7 +187,7 @@ def load_run(path: str | Path, root: str | Path | None = None) -> RunRecord:
             problems.append(f"metrics.jsonl unreadable ({exc})")
     if not metrics:
         problems.append("no metrics")
-    if effective_status(summary) == "stopped":
+    if effective_status(summary) == "killed":
         resumable = (path / "checkpoint.pt").is_file()
         after = "resumable from its checkpoint (`dfl run --resume`, or the sweep)" if resumable else \
             "no checkpoint: start it again"

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from dfl.config import Config
-from dfl.report.metrics import CSV_METRICS, _number, run_metrics
+from dfl.report.metrics import CSV_METRICS, _number, run_metrics, run_target
 from dfl.report.runs import ReportError, RunRecord
 
 CONFIG_FIELDS = tuple(f.name for f in fields(Config))
@@ -20,7 +20,7 @@ CONFIG_FIELDS = tuple(f.name for f in fields(Config))
 NOT_SETTING_FIELDS = (
     "name", "seed", "progress", "device", "backend", "gossip_mode", "client_chunk", "compile", "eval_batch_size",
     "dist_timeout", "data_root", "checkpoint_every", "eval_every", "train_eval_samples", "client_eval_samples",
-    "hessian_every", "hessian_samples", "hessian_iters",
+    "hessian_every", "hessian_samples", "hessian_iters", "loggers", "target_accuracy",
 )
 SETTING_FIELDS = tuple(f for f in CONFIG_FIELDS if f not in NOT_SETTING_FIELDS)
 DEFAULT_TARGET_FRACTION = 0.9
@@ -58,10 +58,11 @@ class Setting:
 
     @property
     def completed(self) -> bool:
-        return all(r.status == "completed" for r in self.runs)
+        """Every run finished: completed, or stopped early on purpose (a callback, stop_at_target)."""
+        return all(r.finished for r in self.runs)
 
-    def aggregate(self, target: float | None) -> None:
-        self.per_run = [run_metrics(r, target) for r in self.runs]
+    def aggregate(self, target: float | None, own_targets: bool = False) -> None:
+        self.per_run = [run_metrics(r, run_target(r, target, own_targets)) for r in self.runs]
         self.stats = {k: Stat.of(m[k] for m in self.per_run) for k in CSV_METRICS}
 
 

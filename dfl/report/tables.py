@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from dfl.report.layout import Layout, format_value
-from dfl.report.metrics import CSV_METRICS, run_metrics
+from dfl.report.metrics import CSV_METRICS, run_metrics, run_target
 from dfl.report.runs import RunRecord
 from dfl.report.settings import Setting, Stat
 from dfl.results import human_bytes
@@ -102,8 +102,10 @@ def _status_counts(runs: list[RunRecord]) -> str:
     return ";".join(f"{k}:{v}" for k, v in counts.items())
 
 
-def write_settings_csv(path: Path, layout: Layout, settings: list[Setting], target: float | None) -> Path:
-    """One row per setting: its label, the layout fields, n, statuses, target, then <metric>_mean/_std/_n."""
+def write_settings_csv(path: Path, layout: Layout, settings: list[Setting], target: float | None,
+                       own_targets: bool = False) -> Path:
+    """One row per setting: its label, the layout fields, n, statuses, target (its runs' targets, ";"-joined
+    when they differ), then <metric>_mean/_std/_n."""
     names = [*layout.rows, *layout.cols]
     header = ["setting", *names, "runs", "seeds", "status", "target_acc"]
     for m in CSV_METRICS:
@@ -115,8 +117,10 @@ def write_settings_csv(path: Path, layout: Layout, settings: list[Setting], targ
             if s is None:
                 continue
             seeds = ";".join(str(r.seed) for r in s.runs)
+            targets = list(dict.fromkeys(run_target(r, target, own_targets) for r in s.runs))
             row = [f"{layout.row_label(rk)} | {layout.col_label(ck)}", *(s.values[n] for n in names),
-                   len(s.runs), seeds, _status_counts(s.runs), target]
+                   len(s.runs), seeds, _status_counts(s.runs),
+                   targets[0] if len(targets) == 1 else ";".join(map(str, targets))]
             for m in CSV_METRICS:
                 st = s.stats[m]
                 row += [st.mean, st.std, st.n]
@@ -124,14 +128,17 @@ def write_settings_csv(path: Path, layout: Layout, settings: list[Setting], targ
     return _write_csv(path, header, rows)
 
 
-def write_runs_csv(path: Path, runs: list[RunRecord], target: float | None, fields_: list[str]) -> Path:
-    """One row per run, in discovery order: its directory, the layout fields, seed, status, final metrics."""
+def write_runs_csv(path: Path, runs: list[RunRecord], target: float | None, fields_: list[str],
+                   own_targets: bool = False) -> Path:
+    """One row per run, in discovery order: its directory, the layout fields, seed, status, its target, final
+    metrics."""
     header = ["run", *fields_, "seed", "status", "rounds_completed", "rounds", "target_acc", *CSV_METRICS,
               "problems", "error"]
     rows = []
     for r in runs:
-        m = run_metrics(r, target)
+        own = run_target(r, target, own_targets)
+        m = run_metrics(r, own)
         rows.append([r.name, *(r.config.get(f) for f in fields_), r.seed, r.status,
-                     r.summary.get("rounds_completed"), r.summary.get("rounds"), target,
+                     r.summary.get("rounds_completed"), r.summary.get("rounds"), own,
                      *(m[k] for k in CSV_METRICS), "; ".join(r.problems), r.summary.get("error")])
     return _write_csv(path, header, rows)

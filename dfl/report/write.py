@@ -48,7 +48,7 @@ def _prepare(path: str | Path, out: str | Path | None) -> tuple[Path, Path, list
 def _not_completed_section(runs: list[RunRecord], missing: list[dict[str, Any]]) -> str:
     body = []
     for r in runs:
-        if r.status != "completed" or not r.metrics:
+        if not r.finished or not r.metrics:
             done = f"{r.summary.get('rounds_completed', '?')}/{r.summary.get('rounds', '?')}"
             note = "; ".join([*(p for p in r.problems), *([str(r.summary["error"])] if r.summary.get("error") else [])])
             status = "running or interrupted" if r.status == "running" else r.status
@@ -77,11 +77,9 @@ def write_report(path: str | Path, out: str | Path | None = None, *, rows: str |
     path, out_dir, runs, settings = _prepare(path, out)
     files: dict[str, Path] = {}
     missing = missing_sweep_runs(path, runs)
-    target = target_acc if target_acc is not None else default_target(settings)
-    target_note = "" if target_acc is not None else \
-        f" (default: {DEFAULT_TARGET_FRACTION} × the lowest mean final accuracy)"
+    target, own_targets, target_heading = _targets(settings, target_acc)
     for s in settings:
-        s.aggregate(target)
+        s.aggregate(target, own_targets)
 
     md = [f"# Report: {path}\n"]
     if not settings:
@@ -106,9 +104,9 @@ def write_report(path: str | Path, out: str | Path | None = None, *, rows: str |
         if metric in OPTIONAL_METRICS and not any(s.stats[metric].n for s in settings):
             continue
         if metric == "rounds_to_target":
-            if target is None:
+            if target_heading is None:
                 continue
-            heading = f"Rounds to reach {100 * target:.2f}% test accuracy{target_note}; (k/n): k of n seeds reached it"
+            heading = f"Rounds to reach {target_heading}; (k/n): k of n seeds reached it"
         md.append(f"## {heading}\n\n{metric_table(layout, metric, kind)}\n")
     if len(n_seeds) > 1:
         md.append(f"## Seeds per setting\n\n{_seed_table(layout)}\n")
@@ -143,10 +141,32 @@ def write_report(path: str | Path, out: str | Path | None = None, *, rows: str |
 
     files["report.md"] = out_dir / "report.md"
     files["report.md"].write_text("\n".join(part for part in md if part))
-    files["settings.csv"] = write_settings_csv(out_dir / "settings.csv", layout, settings, target)
+    files["settings.csv"] = write_settings_csv(out_dir / "settings.csv", layout, settings, target, own_targets)
     files["runs.csv"] = write_runs_csv(out_dir / "runs.csv", _table_order(layout, runs), target,
-                                       [*layout.rows, *layout.cols])
+                                       [*layout.rows, *layout.cols], own_targets)
     return dict(sorted(files.items(), key=lambda kv: kv[0].endswith(".png")))
+
+
+def _targets(settings: list[Setting], target_acc: float | None) -> tuple[float | None, bool, str | None]:
+    """The rounds-to-target rule: (report target, whether runs use their own `target_accuracy`, the table's
+    heading; None when there is no target). `--target` wins; else the runs' target_accuracy (config), each
+    run its own; runs without one (or when none has one) use 0.9 × the lowest mean final accuracy."""
+    if target_acc is not None:
+        return target_acc, False, f"{100 * target_acc:.2f}% test accuracy"
+    default = default_target(settings)
+    runs = [r for s in settings for r in s.runs]
+    own = sorted({r.config["target_accuracy"] for r in runs if r.config.get("target_accuracy") is not None})
+    rule = f"{DEFAULT_TARGET_FRACTION} × the lowest mean final accuracy"
+    if not own:
+        return default, False, None if default is None else f"{100 * default:.2f}% test accuracy (default: {rule})"
+    shown = ", ".join(f"{100 * t:.2f}%" for t in own)
+    everyone = all(r.config.get("target_accuracy") is not None for r in runs)
+    if len(own) == 1 and everyone:
+        return default, True, f"{shown} test accuracy (the runs' target_accuracy)"
+    text = f"each run's target_accuracy ({shown})"
+    if not everyone:
+        text += "; runs without one: " + (f"{100 * default:.2f}% ({rule})" if default is not None else "none")
+    return default, True, text
 
 
 def _table_order(layout: Layout, runs: list[RunRecord]) -> list[RunRecord]:

@@ -1,0 +1,184 @@
+"""Hooks: what a run tells the outside while it goes, and who may stop it early.
+
+Three kinds of listeners, all driven from `dfl.runner.Experiment.record` (every evaluated round, right after
+its record is written to metrics.jsonl) and run on the main process only (rank 0 under torchrun):
+
+- loggers (`config.loggers`, `dfl.loggers`): TensorBoard, Weights & Biases, or a registered one;
+- callbacks (`dfl.run(config, callbacks=[...])`): objects with `on_round_end(round, metrics) -> bool | None`;
+  True stops the run after this round (checkpointed), with status "stopped". Optional `on_run_start(info)`
+  (before the first round of this session) and `on_run_end(summary)` (however the run ends);
+- the target accuracy (`config.target_accuracy`): `rounds_to_target`, the first evaluated round whose test_acc
+  >= target, goes into summary.json (None until reached); with `stop_at_target` the run stops there.
+
+A stop is agreed on by every process: rank 0 decides, and one all-reduce of a single number carries the
+decision (0 go on, 1 the target, 2 + i callback i), so every rank leaves the loop after the same round.
+"""
+
+from __future__ import annotations
+
+import copy
+import warnings
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+import torch
+
+from dfl import loggers as loggers_
+from dfl.config import Config
+
+FINISHED = ("completed", "stopped")  # statuses of a run that ended as it should: a listener's error is raised
+
+
+@dataclass(frozen=True)
+class RunInfo:
+    """What loggers' `start` and callbacks' `on_run_start` get: the run as it starts (or resumes)."""
+
+    config: Config
+    hyperparameters: dict[str, Any]  # the algorithm's, its defaults overridden by the config
+    out_dir: Path | None  # the run directory (None: dfl.run without out=)
+    start_round: int = 0  # rounds already done: a resumed run's checkpoint round, 0 for a fresh run
+    history: list[dict[str, Any]] = field(default_factory=list)  # the metrics records so far (resumed runs)
+    summary: dict[str, Any] = field(default_factory=dict)  # summary.json as the run starts
+
+
+class Callback(Protocol):
+    """`on_round_end(round, metrics)` is required; `on_run_start(info)` and `on_run_end(summary)` optional."""
+
+    def on_round_end(self, round: int, metrics: dict[str, Any]) -> bool | None: ...
+
+
+def check_callbacks(callbacks: Sequence[Any] | None) -> list[Any]:
+    """The callbacks as a list; a TypeError naming the one without a callable `on_round_end`."""
+    if callbacks is None:
+        return []
+    if isinstance(callbacks, (str, bytes)) or not isinstance(callbacks, Sequence):
+        raise TypeError(f"callbacks must be a list of objects with on_round_end(round, metrics), got "
+                        f"{type(callbacks).__name__}")
+    for i, cb in enumerate(callbacks):
+        if isinstance(cb, type) or not callable(getattr(cb, "on_round_end", None)):
+            raise TypeError(f"callbacks[{i}] ({_label(cb)}) has no on_round_end(round, metrics) method: a callback "
+                            "is an object with on_round_end returning True to stop the run, or False/None")
+    return list(callbacks)
+
+
+def _label(obj: Any) -> str:
+    return type(obj).__name__ if not isinstance(obj, type) else f"the class {obj.__name__}, not an instance"
+
+
+class Hooks:
+    """The listeners of one run (built at set-up, before any training, on every process: a missing logger
+    package or a bad callback fails on every rank alike; only rank 0 calls them)."""
+
+    def __init__(self, config: Config, callbacks: Sequence[Any] | None, comm, out_dir: str | Path | None):
+        self.callbacks = check_callbacks(callbacks)
+        loggers = loggers_.build(list(config.loggers), out_dir)
+        self.comm, self.main = comm, comm.is_main
+        self.loggers = loggers if self.main else []
+        self.target, self.stop_at_target = config.target_accuracy, config.stop_at_target
+        self.rounds_to_target: int | None = None
+        self.stopped_by: str | None = None  # why the run stops (set on every rank once agreed)
+        self.stopped_at: int | None = None  # the round it stops after
+        self._started: list[Any] = []  # loggers whose start ran (only those get finish)
+        self._callbacks_started = False
+
+    # ------------------------------------------------------------------------------------------ start
+    def resume(self, history: list[dict[str, Any]]) -> None:
+        """A resumed run keeps rounds_to_target from its history; one that already stopped at the target
+        (stop_at_target still set) is finished: it trains no further round."""
+        for record in history:
+            self._reach(record)
+        if self.stop_at_target and self.rounds_to_target is not None and history:
+            self.stopped_by = self._target_reason(self.rounds_to_target)
+            self.stopped_at = history[-1]["round"]
+
+    def summary_fields(self) -> dict[str, Any]:
+        """The summary.json entries: target_accuracy and rounds_to_target (None: not reached) when there is a
+        target; stopped_by (why) and stopped_at_round once the run is to stop early."""
+        fields: dict[str, Any] = {}
+        if self.target is not None:
+            fields.update(target_accuracy=self.target, rounds_to_target=self.rounds_to_target)
+        if self.stopped:
+            fields.update(stopped_by=self.stopped_by, stopped_at_round=self.stopped_at)
+        return fields
+
+    def start(self, info: RunInfo) -> None:
+        if not self.main:
+            return
+        for logger in self.loggers:
+            logger.start(info)
+            self._started.append(logger)
+        self._callbacks_started = True
+        for cb in self.callbacks:
+            if callable(getattr(cb, "on_run_start", None)):
+                cb.on_run_start(info)
+
+    # ------------------------------------------------------------------------------------------ rounds
+    def round_end(self, record: dict[str, Any], device: torch.device) -> None:
+        """After round `record["round"]` was evaluated and written: log it, check the target, ask the callbacks;
+        then agree with every process on stopping (a collective: every process calls it)."""
+        n = record["round"]
+        reached = self._reach(record)
+        code = 0
+        if self.main:
+            for logger in self.loggers:
+                logger.log(n, record)
+            if reached and self.stop_at_target:
+                code = 1
+            for i, cb in enumerate(self.callbacks):  # every callback sees every round, even after one said stop
+                answer = cb.on_round_end(n, copy.deepcopy(record))
+                if answer is not None and not isinstance(answer, (bool, np.bool_)):
+                    raise TypeError(f"callbacks[{i}] ({_label(cb)}).on_round_end returned {answer!r}; return True "
+                                    "to stop the run, False or None to go on")
+                if answer and code == 0:
+                    code = 2 + i
+        code = int(self.comm.sum(torch.tensor([float(code)], dtype=torch.float64, device=device)).item())
+        if code:
+            self.stopped_at = n
+            self.stopped_by = self._target_reason(n) if code == 1 else \
+                f"callbacks[{code - 2}] ({self._callback_name(code - 2)}) at round {n}"
+
+    def _reach(self, record: dict[str, Any]) -> bool:
+        """Whether this record is the first to reach the target (recording rounds_to_target)."""
+        acc = record.get("test_acc")
+        if self.target is None or self.rounds_to_target is not None or not isinstance(acc, (int, float)):
+            return False
+        if acc >= self.target:  # NaN compares False
+            self.rounds_to_target = record["round"]
+            return True
+        return False
+
+    def _target_reason(self, n: int) -> str:
+        return f"target_accuracy (test_acc >= {self.target} at round {n}; stop_at_target)"
+
+    def _callback_name(self, i: int) -> str:
+        return _label(self.callbacks[i]) if i < len(self.callbacks) else "a callback of rank 0"
+
+    @property
+    def stopped(self) -> bool:
+        return self.stopped_by is not None
+
+    # ------------------------------------------------------------------------------------------ finish
+    def finish(self, summary: dict[str, Any]) -> None:
+        """Loggers' `finish(status, summary)` and callbacks' `on_run_end(summary)`, each once, however the run
+        ended. Their errors are raised after all were called when the run itself ended well; when it failed,
+        they are warnings, so that they never hide the run's own error."""
+        status = str(summary.get("status"))
+        calls = [(logger, lambda lg=logger: lg.finish(status, summary)) for logger in self._started]
+        if self._callbacks_started:
+            calls += [(cb, lambda cb=cb: cb.on_run_end(summary)) for cb in self.callbacks
+                      if callable(getattr(cb, "on_run_end", None))]
+        self._started, self._callbacks_started = [], False
+        errors = []
+        for listener, call in calls:
+            try:
+                call()
+            except Exception as exc:
+                errors.append(exc)
+                if status not in FINISHED:
+                    warnings.warn(f"{_label(listener)} failed at the end of the run: {type(exc).__name__}: {exc}",
+                                  stacklevel=2)
+        if errors and status in FINISHED:
+            raise errors[0]

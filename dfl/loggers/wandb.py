@@ -1,0 +1,48 @@
+"""`loggers = ["wandb"]`: Weights & Biases, when the `wandb` package is installed (`pip install wandb`).
+
+One W&B run per session of a dfl run: project `$WANDB_PROJECT` (default "dfl"), named after the config's
+`name`, with the config's fields and the algorithm's resolved hyperparameters as its config; every numeric
+metric of each evaluated round is logged with step = the round (the per-client list `client_acc` is not:
+its mean, std, min and max are). W&B's own settings apply, e.g. `WANDB_MODE=offline` writes the run locally
+(no network, no account; `wandb sync` uploads it later). With a run directory, W&B's files go under it
+(`RUN/wandb/`). A resumed run starts a new W&B run holding the rounds so far (from the history) and the new.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING, Any
+
+from dfl.loggers import Logger, numeric, require
+
+if TYPE_CHECKING:
+    from dfl.hooks import RunInfo
+
+FINISHED = ("completed", "stopped")  # W&B exit code 0; any other status is a failed W&B run
+
+
+class WandbLogger(Logger):
+    def __init__(self):
+        self.wandb = require("wandb", "wandb", "pip install wandb")
+        self.run = None
+
+    def start(self, info: RunInfo) -> None:
+        config = {**{k: v for k, v in info.config.to_dict().items() if v is not None}, **info.hyperparameters}
+        self.run = self.wandb.init(
+            project=os.environ.get("WANDB_PROJECT", "dfl"),
+            name=info.config.name,
+            config=config,
+            dir=str(info.out_dir) if info.out_dir is not None else None,
+        )
+        for record in info.history:
+            self.log(record["round"], record)
+
+    def log(self, round: int, metrics: dict[str, Any]) -> None:
+        self.run.log(numeric(metrics), step=round)
+
+    def finish(self, status: str, summary: dict[str, Any]) -> None:
+        if self.run is None:
+            return
+        self.run.summary.update({"status": status, **{k: summary[k] for k in (
+            "rounds_completed", "best_test_acc", "rounds_to_target", "stopped_by", "error") if k in summary}})
+        self.run.finish(exit_code=0 if status in FINISHED else 1)
