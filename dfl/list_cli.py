@@ -1,5 +1,5 @@
-"""`dfl list [CATEGORY]`: every algorithm, topology, model, dataset, partition and weight scheme, with a one-line
-description and its options with their defaults.
+"""`dfl list [CATEGORY]`: every algorithm, topology, model, dataset, partition, weight scheme and logger, with a
+one-line description and its options with their defaults.
 
 Every category but the weight schemes is a registry (a `dfl.registry.Registry`, or a name -> object mapping),
 read the same way by `registry_entries`: a choice's description is the first paragraph of its object's own
@@ -24,7 +24,7 @@ from typing import Any
 
 from dfl import signatures
 
-CATEGORIES = ("algorithms", "topologies", "models", "datasets", "partitions", "weights")
+CATEGORIES = ("algorithms", "topologies", "models", "datasets", "partitions", "weights", "loggers")
 WIDTH = 120  # options lines wrap here (descriptions are one line each)
 REQUIRED = signatures.REQUIRED  # the default shown for an option that has none
 
@@ -32,7 +32,7 @@ REQUIRED = signatures.REQUIRED  # the default shown for an option that has none
 def add_parser(subparsers) -> None:
     p = subparsers.add_parser(
         "list",
-        help="every algorithm, topology, model, dataset, partition and weight scheme, with options and defaults",
+        help="every algorithm, topology, model, dataset, partition, weight scheme and logger, with options",
         description="List the choices of one category (or, without CATEGORY, the names and one-line descriptions "
         f"of every category): {', '.join(CATEGORIES)}. With a category, each choice's options are shown with "
         "their defaults (algorithms: hyperparameters).",
@@ -197,9 +197,15 @@ def _weights() -> list[dict]:
     return entries
 
 
+def _loggers() -> list[dict]:
+    from dfl.loggers import LOGGERS
+
+    return registry_entries(LOGGERS)
+
+
 LISTERS: dict[str, Callable[[], list[dict]]] = {
     "algorithms": _algorithms, "topologies": _topologies, "models": _models,
-    "datasets": _datasets, "partitions": _partitions, "weights": _weights,
+    "datasets": _datasets, "partitions": _partitions, "weights": _weights, "loggers": _loggers,
 }
 EXTRA_COLUMN = {"algorithms": "centralized", "topologies": "kind", "datasets": "source"}
 

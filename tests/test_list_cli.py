@@ -13,6 +13,7 @@ from dfl.algorithms import ALGORITHMS, algorithm_class
 from dfl.cli import main
 from dfl.data import DATASETS, PARTITIONS, dataset_options, partition_options
 from dfl.list_cli import CATEGORIES
+from dfl.loggers import LOGGERS
 from dfl.models.registry import MODELS, model_options
 
 REGISTRIES = {
@@ -22,6 +23,7 @@ REGISTRIES = {
     "datasets": DATASETS,
     "partitions": PARTITIONS,
     "weights": topologies.SCHEMES,
+    "loggers": LOGGERS,
 }
 
 
