@@ -22,6 +22,7 @@ obj)` given to the registry vets every entry before it is added, by any of the t
 from __future__ import annotations
 
 import difflib
+import warnings
 from collections.abc import Callable, Iterator
 from importlib import metadata
 from typing import Any, Generic, TypeVar
@@ -91,9 +92,12 @@ class Registry(Generic[T]):
             return
         self._plugins_loaded = True
         for ep in metadata.entry_points(group=self.group):
-            if ep.name in self._table:
-                continue  # a built-in or an explicit registration wins over a same-named plug-in
             dist = getattr(getattr(ep, "dist", None), "name", None) or "an installed package"
+            if ep.name in self._table:  # a built-in or an explicit registration wins over a same-named plug-in
+                if self._sources[ep.name] != ep.value.replace(":", "."):  # not the same object registered twice
+                    warnings.warn(f"{self.kind} {ep.name!r} from {dist} (entry point {ep.value!r}) is ignored: the "
+                                  f"name is taken by {self._sources[ep.name]}; rename the entry point", stacklevel=3)
+                continue
             try:
                 obj = ep.load()
                 if ep.name not in self._table:  # importing it may have registered it already (a decorator)
