@@ -17,12 +17,16 @@ METRICS = (  # key, Markdown heading, cell format (see tables.format_stat)
     ("consensus_distance", "Final consensus distance (1/m)Σ‖x_i − x̄‖²", "sci"),
     ("bytes_sent_total", "Total bytes sent (all clients)", "bytes"),
     ("hessian_top_eig", "Top Hessian eigenvalue of the averaged model (last measurement; `hessian_every`)", "sci"),
+    ("links_up", "Links up (%, last evaluated round; `link_failure`, `offline`)", "pct"),
+    ("sim_time", "Simulated time (s; stragglers, `round_deadline`)", "sci"),
 )
-OPTIONAL_METRICS = {"hessian_top_eig"}  # a table only when some run measured it
+# a table only when some run measured it (dfl.network's metrics exist only when a fault model is on)
+OPTIONAL_METRICS = {"hessian_top_eig", "links_up", "sim_time"}
 CSV_METRICS = (
     "test_acc", "best_test_acc", "rounds_to_target", "train_acc", "gen_gap", "test_loss", "train_loss",
     "client_acc_mean", "client_acc_std", "client_acc_min", "client_acc_max", "consensus_distance",
     "bytes_sent_total", "final_round", "lambda", "lambda_Q", "gossip_steps", "hessian_top_eig",
+    "links_up", "spectral_gap_realised", "steps_done_mean", "sim_time",  # unreliable networks (dfl.network)
 )
 
 
@@ -50,6 +54,7 @@ def run_metrics(run: RunRecord, target: float | None) -> dict[str, float | None]
     out = {k: _number(last.get(k)) for k in (
         "test_acc", "train_acc", "test_loss", "train_loss", "client_acc_mean", "client_acc_std",
         "client_acc_min", "client_acc_max", "consensus_distance", "bytes_sent_total",
+        "links_up", "spectral_gap_realised", "steps_done_mean", "sim_time",
     )}
     out["final_round"] = _number(last.get("round"))
     measured = [h for h in (_number(m.get("hessian_top_eig")) for m in run.metrics) if h is not None]
