@@ -82,6 +82,12 @@ class Config:
     topology: str = "ring"
     weights: str | None = None  # None = metropolis (for `custom` with a matrix: that matrix)
     topology_options: dict[str, Any] = field(default_factory=dict)
+    # unreliable network (dfl.network): drawn from the seed per gossip step (links, clients) and per round (stragglers)
+    link_failure: float = 0.0  # probability that a link is down in a gossip step, in [0, 1); 0 = reliable links
+    offline: float = 0.0  # probability that a client is offline in a gossip step (no send, no receive), in [0, 1)
+    stragglers: float = 0.0  # probability that a client is slow in a round, in [0, 1]
+    straggler_slowdown: float = 4.0  # simulated seconds per local step of a slow client (1 for the others), >= 1
+    round_deadline: float = 0.0  # simulated seconds per round: a client sends after the steps it finished; 0 = none
     # clients and data
     clients: int = 16
     dataset: str = "mnist1d"
@@ -247,6 +253,9 @@ class Config:
             if not isinstance(getattr(self, name), dict):
                 raise ConfigError(f"{name} must be a table of key = value, got {getattr(self, name)!r}")
         self._validate_algorithm_options()
+        from dfl.network import check_config as check_network
+
+        check_network(self)  # link_failure, offline, stragglers, straggler_slowdown, round_deadline
         return self
 
     def _validate_algorithm_options(self) -> None:
@@ -392,6 +401,13 @@ FIELD_HELP: dict[str, str] = {
     "weights": "mixing-weight scheme: metropolis, uniform, max-degree, lazy or fastest (unset = metropolis)",
     "topology_options": "topology options, e.g. degree=4, p=0.3, k=2, shape=(4,4), periodic=True, "
                         "matrix=W.npy (or .csv, .mtx), edges=graph.edgelist",
+    "link_failure": "probability in [0, 1) that a link is down in a gossip step (decentralized algorithms, undirected "
+                    "topologies; the weights are recomputed on the surviving links)",
+    "offline": "probability in [0, 1) that a client is offline in a gossip step: it neither sends nor receives",
+    "stragglers": "probability in [0, 1] that a client is slow in a round (--straggler-slowdown times slower)",
+    "straggler_slowdown": "simulated seconds per local step of a slow client (1 for the others), >= 1",
+    "round_deadline": "simulated seconds per round: a client sends after the local steps it finished by then; "
+                      "0 = no deadline",
     "clients": "number of clients, >= 1",
     "dataset": "mnist1d, digits, synthetic, cifar10, cifar100, mnist, fashion-mnist, or a registered one (dfl list "
                "datasets)",

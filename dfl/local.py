@@ -72,6 +72,9 @@ class LocalTrainer:
         self.chunk: int | None = None if config.client_chunk == "auto" else (config.client_chunk or max(
             1, len(self.client_ids)))
         self.memory_estimate: dict | None = None
+        # optional (round, client ids) -> max local steps per client, e.g. stragglers stopped by a deadline
+        # (`dfl.network.Stragglers.cap`); None = every client takes all its steps
+        self.step_cap: Callable[[int, list[int]], object] | None = None
         self.weight_mask = layout.mask(lambda name: "weight" in name).to(data.train_x.device)
 
         device_type, bf16 = data.train_x.device.type, config.precision == "bf16"
@@ -96,7 +99,8 @@ class LocalTrainer:
         """Round `round_index`'s batches for the local clients (or only the local rows `rows`)."""
         ids = self.client_ids if rows is None else [self.client_ids[r] for r in rows.tolist()]
         torch.manual_seed(dropout_seed(self.seed, round_index, ids[0] if ids else 0))
-        return RoundSchedule(self.data, ids, round_index, self.seed, self.batch_size, self.mode, self.amount)
+        cap = None if self.step_cap is None else self.step_cap(round_index, ids)
+        return RoundSchedule(self.data, ids, round_index, self.seed, self.batch_size, self.mode, self.amount, cap)
 
     # ---------------------------------------------------------------- clients per vectorized call
     def plan_chunk(self, X: torch.Tensor) -> int:

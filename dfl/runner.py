@@ -29,9 +29,9 @@ from dfl.clients import ParamLayout, initial_stack
 from dfl.config import Config, ConfigError
 from dfl.distributed import communicator_from_env  # before any process group: see its torch._dynamo note
 from dfl.evaluate import client_accuracies, consensus_distance, evaluate_row, local_accuracies, nonfinite_rows
-from dfl.gossip import Gossip
 from dfl.hooks import Hooks, RunInfo
 from dfl.local import LocalTrainer
+from dfl.network import Network
 from dfl.results import RunDirectory
 
 
@@ -228,6 +228,7 @@ class Experiment:
             warnings.warn(f"{config.algorithm} is centralized (complete topology); ignoring topology", stacklevel=3)
             ignored = [*ignored, "topology"]
         topology = build_topology(config, m)
+        network = Network(config, topology, data, hp)  # link failures, offline clients, stragglers (dfl.network)
 
         # seeded, built (or the given one copied), on device, in train mode, and checked: fails here, not in a round
         model = model_for_run(config.model, config.model_options, tuple(data.input_shape), data.num_classes,
@@ -237,11 +238,13 @@ class Experiment:
 
         trainer = LocalTrainer(model, layout, data, comm.client_ids, config)
         trainer.plan_chunk(X0)  # before any training: a run that cannot fit one client stops here, with the estimate
-        gossip = Gossip(topology, comm, X0.dtype, device)
+        trainer.step_cap = network.step_cap  # stragglers stopped by the round deadline (None: no deadline)
+        gossip = network.gossip(comm, X0.dtype, device)
         self.ctx = Context(config=config, hp=hp, trainer=trainer, gossip=gossip, comm=comm)
         self.algorithm = algorithm_class(config.algorithm)(self.ctx, X0.clone())
         self.config, self.comm, self.data, self.device = config, comm, data, device
         self.model, self.layout, self.X0, self.trainer = model, layout, X0, trainer
+        self.network = network
 
         self.history: list[dict[str, Any]] = []
         self.bytes_total, self.start, self.wall_before = 0, 0, 0.0
@@ -373,6 +376,7 @@ class Experiment:
             "bytes_moved": comm.bytes_moved,
             "lr": self.ctx.lr(t),
             "seconds_per_round": float(np.mean(self.round_seconds)),
+            **self.network.metrics(t, len(self.round_seconds)),  # links_up, steps_done, sim_time, ... when on
         }
         self.round_seconds = []
         return record

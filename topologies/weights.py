@@ -155,6 +155,36 @@ def sparse_weights(A: sp.csr_array, directed: bool, scheme: str = "metropolis", 
     return sparse_fastest(A, directed)
 
 
+def drop_links(W: sp.csr_array, keep: np.ndarray, scheme: str | None = None, base: str | None = None,
+               name: str = "graph") -> sp.csr_array:
+    """The gossip matrix of W's undirected graph without the links whose stored entries have keep = False.
+
+    W: canonical CSR with a symmetric pattern; keep: bool per stored entry of W (CSR order), equal for (i, j) and
+    (j, i); diagonal entries are kept whatever keep says. O(nnz).
+    - scheme given (see SCHEMES; `base` under 'lazy'): that scheme on the surviving graph, e.g. metropolis
+      recomputed from the surviving degrees: symmetric and doubly stochastic; a client without links gets w_ii = 1.
+    - scheme None: the surviving entries keep their weight and a dropped w_ij moves onto w_ii (w'_ii = w_ii +
+      sum of dropped w_ij): a symmetric doubly stochastic W stays so. Keeping all links returns W's values.
+    """
+    n = W.shape[0]
+    rows = _rows(W)
+    alive = np.asarray(keep, dtype=bool) | (rows == W.indices)
+    off = alive & (rows != W.indices)
+    if scheme is not None:  # the surviving receive adjacency, built directly as canonical CSR (W's order kept)
+        indptr = np.concatenate([[0], np.cumsum(np.bincount(rows[off], minlength=n))]).astype(np.int64)
+        A = sp.csr_array((np.ones(int(off.sum())), W.indices[off].astype(np.int64), indptr), shape=(n, n))
+        return sparse_weights(A, False, scheme, base, name)
+    lost = np.bincount(rows[~alive], weights=W.data[~alive], minlength=n)
+    diag = W.diagonal() + lost
+    idx = np.arange(n, dtype=np.int64)
+    out = sp.csr_array((np.concatenate([W.data[off], diag]),
+                        (np.concatenate([rows[off], idx]), np.concatenate([W.indices[off].astype(np.int64), idx]))),
+                       shape=(n, n))
+    out.sum_duplicates()
+    out.eliminate_zeros()
+    return out
+
+
 # --- the same schemes on a networkx graph, dense ------------------------------------------------------------
 
 def receive_adjacency(G: nx.Graph) -> np.ndarray:

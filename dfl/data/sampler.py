@@ -93,6 +93,20 @@ def slot_words(count: int) -> np.ndarray:
     return _mix(np.arange(count, dtype=np.uint64) ^ _SLOT)
 
 
+def batch_width(all_sizes: np.ndarray, batch_size: int) -> int:
+    """B = min(batch_size, max_j n_j) over all N clients of the data (full batch, batch_size = 0: max_j n_j), so
+    widths and augmentation positions never depend on the subset; a batch wider than n_i is one pass over n_i."""
+    widest = max(int(all_sizes.max()), 1) if len(all_sizes) else 1
+    return min(batch_size, widest) if batch_size > 0 else widest
+
+
+def local_step_counts(n: np.ndarray, B: int, mode: str, amount: int) -> np.ndarray:
+    """K_i per client of n_i samples: amount · ceil(n_i / B) in epoch mode, amount in step mode (int64)."""
+    if mode == "epochs":
+        return amount * -(-np.asarray(n, dtype=np.int64) // B)
+    return np.full(len(n), amount, dtype=np.int64)
+
+
 @dataclass
 class Batch:
     rows: torch.Tensor  # local row ids of the clients that take this step, [a]
@@ -111,6 +125,7 @@ class RoundSchedule:
     Client row r (client id client_ids[r]) takes `steps_per_client[r]` steps; at flat position q = k * B + b
     (step k, batch slot b) it reads epoch e = q // L_r, slot s = q % L_r of its epoch layout (L_r =
     ceil(n_r / B) * B; s >= n_r is padding), i.e. entry start_r + e * stride_r + s of the kept row ids.
+    `max_steps` (per row) caps the steps: a capped client takes the first steps of its uncapped schedule.
     """
 
     def __init__(
@@ -122,6 +137,7 @@ class RoundSchedule:
         batch_size: int,
         mode: str,
         amount: int,
+        max_steps: np.ndarray | None = None,
     ):
         if mode not in ("epochs", "steps"):
             raise ValueError(f"mode must be 'epochs' or 'steps', got {mode!r}")
@@ -133,12 +149,11 @@ class RoundSchedule:
         m = len(ids)
         n = all_sizes.numpy()[ids]
         shuffle = batch_size > 0
-        # batch width: at most the largest client of the whole data (all N clients, not only these, so widths and
-        # augmentation positions never depend on the subset); a batch wider than n_i is one pass over all n_i
-        widest = max(int(all_sizes.max()), 1) if len(all_sizes) else 1
-        self.batch_size = B = min(batch_size, widest) if shuffle else widest
+        self.batch_size = B = batch_width(all_sizes.numpy(), batch_size)
         per_epoch = -(-n // B)
-        k = amount * per_epoch if mode == "epochs" else np.full(m, amount, dtype=np.int64)
+        k = local_step_counts(n, B, mode, amount)
+        if max_steps is not None:  # a per-client cap (stragglers stopped by a deadline): a prefix of the batches
+            k = np.minimum(k, np.asarray(max_steps, dtype=np.int64))
         epochs = -(-k // per_epoch)
         L = per_epoch * B
         # samples kept per client: whole epochs, then the used prefix of the last one

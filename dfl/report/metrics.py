@@ -21,17 +21,21 @@ METRICS = (  # key, Markdown heading, cell format (see tables.format_stat)
                           "clients (%; `local_test_fraction`)", "pct"),
     ("global_acc_mean", "Final global accuracy: the averaged model on each client's local test set, mean over "
                         "clients (%; `local_test_fraction`)", "pct"),
+    ("links_up", "Links up (%, last evaluated round; `link_failure`, `offline`)", "pct"),
+    ("sim_time", "Simulated time (s; stragglers, `round_deadline`)", "sci"),
 )
-# a table only when some run measured it
-OPTIONAL_METRICS = {"hessian_top_eig", "personal_acc_mean", "global_acc_mean"}
+# a table only when some run measured it (dfl.network's metrics exist only when a fault model is on)
+OPTIONAL_METRICS = {"hessian_top_eig", "personal_acc_mean", "global_acc_mean", "links_up", "sim_time"}
 # personalized evaluation (`local_test_fraction`): mean, std and min over clients
 LOCAL_TEST_METRICS = ("personal_acc_mean", "personal_acc_std", "personal_acc_min",
                       "global_acc_mean", "global_acc_std", "global_acc_min")
+# unreliable networks (dfl.network)
+NETWORK_METRICS = ("links_up", "spectral_gap_realised", "steps_done_mean", "sim_time")
 CSV_METRICS = (
     "test_acc", "best_test_acc", "rounds_to_target", "train_acc", "gen_gap", "test_loss", "train_loss",
     "client_acc_mean", "client_acc_std", "client_acc_min", "client_acc_max", "consensus_distance",
     "bytes_sent_total", "final_round", "lambda", "lambda_Q", "gossip_steps", "hessian_top_eig",
-    *LOCAL_TEST_METRICS,
+    *LOCAL_TEST_METRICS, *NETWORK_METRICS,
 )
 
 
@@ -66,6 +70,7 @@ def run_metrics(run: RunRecord, target: float | None) -> dict[str, float | None]
     out = {k: _number(last.get(k)) for k in (
         "test_acc", "train_acc", "test_loss", "train_loss", "client_acc_mean", "client_acc_std",
         "client_acc_min", "client_acc_max", "consensus_distance", "bytes_sent_total", *LOCAL_TEST_METRICS,
+        *NETWORK_METRICS,
     )}
     out["final_round"] = _number(last.get("round"))
     measured = [h for h in (_number(m.get("hessian_top_eig")) for m in run.metrics) if h is not None]

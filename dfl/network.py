@@ -1,0 +1,385 @@
+"""Unreliable networks: link failures, offline clients and stragglers, drawn per gossip step and per round.
+
+Every draw is a counter-based hash (`dfl.data.sampler`'s splitmix64 chain) of (seed, step or round, stream, client
+or link), read as u uniform in [0, 1) from its top 53 bits. So the network of gossip step s is a pure function of
+(seed, s): identical on every process whatever the world size, the order in which steps are drawn, or a resume.
+
+Link failures and offline clients (decentralized algorithms; per gossip step s; `RealisedTopology`):
+- the undirected link {i, j} of W_s is down when u(seed, s, LINK, min(i, j), max(i, j)) < p (p = `link_failure`),
+  independently per link and step; client i is offline when u(seed, s, OFFLINE, i) < q (q = `offline`): all its
+  links are down, so it neither sends nor receives, and it keeps its model (its row and column of W'_s are e_i);
+- the realised W'_s is the run's weight scheme on the surviving graph (`topologies.weights.drop_links`):
+  metropolis and max-degree (and lazy over them) recomputed from the surviving degrees, so W'_s is symmetric and
+  doubly stochastic. A custom matrix= keeps the weights of its surviving links and moves a failed link's weight
+  onto the self-weights of both ends (w'_ii = w_ii + w_ij, w'_jj = w_jj + w_ji): still symmetric, doubly stochastic;
+- refused with a ConfigError (`check_config`, `Network`): directed graphs and non-symmetric matrices (a failed
+  directed link breaks the in/out balance that keeps a directed W doubly stochastic), weights uniform (doubly
+  stochastic on regular graphs only) and fastest (an optimisation per graph, i.e. per step), `full` above
+  topologies.FULL_SPARSE_LIMIT clients (n²/2 links to draw per step), and the centralized algorithms (they do not
+  gossip: clients missing from rounds are participation with participation_mode = bernoulli);
+- p = q = 0 gossips over the topology itself: the fault-free code path, bit for bit.
+
+Stragglers (every algorithm; per round t; `Stragglers`):
+- client i is slow in round t when u(seed, t, STRAGGLER, i) < f (f = `stragglers`); a local step takes 1 simulated
+  second, c = `straggler_slowdown` seconds on a slow client;
+- with a deadline D = `round_deadline` > 0 a client stops after the steps it has finished by then and sends what it
+  has: K'_i = min(K_i, floor(D / c_i)) (`LocalTrainer.step_cap`); D >= c is required, so every client takes a step;
+- the round takes min(D, max_i K_i c_i) simulated seconds over the clients that train (max_i K_i c_i without a
+  deadline). Only computation takes time in this model: messages arrive instantly.
+
+Metrics (`Network.metrics`, in each evaluated round's record; only for the parts that are on):
+- links_up: the fraction of the links of W_s that are up (both ends online, link not failed), mean over the round's
+  gossip steps; spectral_gap_realised and spectral_gap_realised_worst: the mean and the minimum over the round's
+  steps of 1 − ‖W'_s − J‖₂ (0 when the surviving graph is disconnected, which is detected first; exact dense
+  eigenvalues up to SPECTRAL_METRIC_LIMIT clients, not recorded above that);
+- steps_done_mean and steps_done_min over the clients that trained in the round; sim_time_round (that round's
+  simulated seconds) and sim_time (all rounds so far, for accuracy-versus-time plots).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import scipy.sparse as sp
+from scipy.sparse.csgraph import connected_components
+
+import topologies
+from dfl.config import ConfigError
+from dfl.data.sampler import absorb, batch_width, client_keys, local_step_counts
+from topologies import spectral
+from topologies.schedules import _check_step
+from topologies.weights import drop_links
+
+# hash streams: the sampler uses 0 (data order) and 1 (augmentation); these spell LINK, OFFL, SLOW
+STREAM_LINK, STREAM_OFFLINE, STREAM_STRAGGLER = 0x4C494E4B, 0x4F46464C, 0x534C4F57
+_PEER = np.uint64(0xC2B2AE3D27D4EB4F)  # the kind of word absorbed for a link's second end
+SPECTRAL_METRIC_LIMIT = 256  # clients: one dense eigendecomposition per gossip step of an evaluated round
+_CACHE_STEPS = 64  # realised step matrices kept (a round's steps are used by the mix, then by the byte count) ...
+_CACHE_NNZ = 1 << 22  # ... and at most this many stored entries in all (~50 MB), one matrix at least
+_DENSE_CACHE = 8
+NETWORK_FIELDS = ("link_failure", "offline")  # the per-gossip-step faults
+
+
+def uniform(h: np.ndarray) -> np.ndarray:
+    """u in [0, 1) from the top 53 bits of uint64 hashes: P(u < p) = p to 2^-53."""
+    return (h >> np.uint64(11)).astype(np.float64) * 2.0**-53
+
+
+# ----------------------------------------------------------------------------------------- configuration
+def _probability(config, name: str, closed: bool) -> float:
+    value = getattr(config, name)
+    upper = "1]" if closed else "1)"
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
+            or value < 0 or value > 1 or (value == 1 and not closed):
+        raise ConfigError(f"{name} must be a probability in [0, {upper}, got {value!r}")
+    return float(value)
+
+
+def _seconds(config, name: str, minimum: float) -> float:
+    value = getattr(config, name)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < minimum:
+        raise ConfigError(f"{name} must be a finite number >= {minimum:g}, got {value!r}")
+    return float(value)
+
+
+def faults_field(config) -> str | None:
+    """The first of link_failure / offline that is on (> 0), or None: the field a refusal names."""
+    return next((name for name in NETWORK_FIELDS if getattr(config, name)), None)
+
+
+def check_config(config) -> None:
+    """The network fields of a Config (`Config.validate`): ranges, and where link faults cannot apply (the
+    checks that need the built topology, e.g. a custom directed graph, are in `Network`)."""
+    from dfl.algorithms import algorithm_class
+
+    for name in NETWORK_FIELDS:
+        _probability(config, name, closed=False)
+    fraction = _probability(config, "stragglers", closed=True)
+    slowdown = _seconds(config, "straggler_slowdown", 1.0)
+    deadline = _seconds(config, "round_deadline", 0.0)
+    slowest = slowdown if fraction > 0 else 1.0
+    if 0 < deadline < slowest:
+        raise ConfigError(f"round_deadline = {deadline:g} is shorter than one local step of the slowest client "
+                          f"({slowest:g} simulated seconds{', straggler_slowdown' if fraction > 0 else ''}): every "
+                          f"client must finish a step by the deadline; use 0 (no deadline) or >= {slowest:g}")
+    name = faults_field(config)
+    if name is None:
+        return
+    value = getattr(config, name)
+    if getattr(algorithm_class(config.algorithm), "centralized", False):
+        raise ConfigError(f"{name} = {value} applies to gossip, not to the centralized {config.algorithm!r}, which "
+                          "aggregates at a server every round; for clients that miss rounds use participation "
+                          "with participation_mode = bernoulli")
+    directed = config.topology == "one-peer-exponential" or (
+        config.topology == "exponential" and not config.topology_options.get("symmetric", False))
+    if directed:
+        hint = " (or topology_options symmetric = true)" if config.topology == "exponential" else ""
+        raise ConfigError(f"{name} = {value} needs an undirected topology, but {config.topology} is directed: a "
+                          "failed directed link breaks the in/out balance that keeps W doubly stochastic; use ring, "
+                          f"grid, exponential with symmetric = true, random-regular, ...{hint}")
+    scheme, base = config.weights or "metropolis", config.topology_options.get("base")
+    if "uniform" in (scheme, base) or "fastest" in (scheme, base):
+        bad = "uniform" if "uniform" in (scheme, base) else "fastest"
+        why = ("is doubly stochastic on regular graphs only, and failures make the graph irregular" if bad == "uniform"
+               else "optimises W for one graph, and every gossip step has another")
+        raise ConfigError(f"weights: {name} = {value} reweights the surviving links of each gossip step with the "
+                          f"weight scheme, but {bad} {why}; use metropolis (the default), max-degree or lazy")
+    if config.topology == "full" and isinstance(config.clients, int) and config.clients > topologies.FULL_SPARSE_LIMIT:
+        raise ConfigError(f"{name} = {value} on full draws all n(n-1)/2 links per gossip step: at most "
+                          f"topologies.FULL_SPARSE_LIMIT = {topologies.FULL_SPARSE_LIMIT} clients, got "
+                          f"clients = {config.clients}; use a sparse topology (e.g. random-regular)")
+
+
+# ----------------------------------------------------------------------------------- link failures, offline
+@dataclass(frozen=True)
+class LinkFaults:
+    """Which links are up at gossip step s: a pure function of (seed, s) (module docstring)."""
+
+    seed: int
+    link_failure: float = 0.0
+    offline: float = 0.0
+
+    def online(self, step: int, clients: np.ndarray) -> np.ndarray:
+        """bool per client id: online at gossip step `step`."""
+        clients = np.asarray(clients, dtype=np.int64)
+        if self.offline == 0:
+            return np.ones(len(clients), dtype=bool)
+        return uniform(client_keys(self.seed, clients, step, STREAM_OFFLINE)) >= self.offline
+
+    def link_up(self, step: int, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+        """bool per link {lo, hi} (lo <= hi): not failed at `step` (whether its ends are online is separate)."""
+        if self.link_failure == 0:
+            return np.ones(len(lo), dtype=bool)
+        h = absorb(client_keys(self.seed, lo, step, STREAM_LINK), np.asarray(hi, dtype=np.int64).astype(np.uint64),
+                   _PEER)
+        return uniform(h) >= self.link_failure
+
+    def keep(self, step: int, W: sp.csr_array) -> np.ndarray:
+        """bool per stored entry of W: its link is up at `step` (the same for (i, j) and (j, i))."""
+        n = W.shape[0]
+        rows = np.repeat(np.arange(n, dtype=np.int64), np.diff(W.indptr))
+        cols = W.indices.astype(np.int64)
+        keep = self.link_up(step, np.minimum(rows, cols), np.maximum(rows, cols))
+        if self.offline:
+            on = self.online(step, np.arange(n))
+            keep &= on[rows] & on[cols]
+        return keep
+
+
+@dataclass(frozen=True)
+class Realised:
+    W: sp.csr_array  # W'_s, canonical float64 CSR
+    links: int  # undirected links of the topology's W_s (self-loops not counted)
+    up: int  # of them, up at this step
+
+    @property
+    def links_up(self) -> float:
+        return self.up / self.links if self.links else 1.0
+
+
+class RealisedTopology:
+    """The topology as the unreliable network realises it: W'_s per gossip step (module docstring).
+
+    The part of `topologies.Topology` that `dfl.gossip.Gossip` and the communicators use (n, sparse, matrix,
+    out_degrees, is_time_varying, period, averaging): every step has its own matrix, never the averaging fast path,
+    so gossip takes the CSR path (or the dense product for small m, or the neighbour exchange across processes).
+    `sparse(step)` also notes the step as gossiped over, for the round's metrics (`take_used`)."""
+
+    is_time_varying = True
+    period = None  # every step is drawn afresh
+    averaging = None
+    symmetric = True
+
+    def __init__(self, topology, faults: LinkFaults, scheme: str | None, base: str | None = None):
+        self.topology, self.faults, self.scheme, self.base = topology, faults, scheme, base
+        self.n, self.name, self.weights = topology.n, topology.name, topology.weights
+        self._cache: OrderedDict[int, Realised] = OrderedDict()
+        self._dense: OrderedDict[int, np.ndarray] = OrderedDict()
+        self._used: dict[int, tuple[int, int]] = {}  # step -> (links, up) of the steps gossiped over
+
+    def __repr__(self) -> str:
+        return f"RealisedTopology({self.topology!r}, {self.faults})"
+
+    def realise(self, step: int) -> Realised:
+        """W'_s and its link counts (cached; a pure function of (seed, step))."""
+        step = _check_step(step)
+        hit = self._cache.get(step)
+        if hit is not None:
+            self._cache.move_to_end(step)
+            return hit
+        W = self.topology.sparse(step)
+        keep = self.faults.keep(step, W)
+        offdiag = np.repeat(np.arange(self.n), np.diff(W.indptr)) != W.indices
+        hit = Realised(W=drop_links(W, keep, self.scheme, self.base, self.name),
+                       links=int(offdiag.sum()) // 2, up=int((keep & offdiag).sum()) // 2)
+        self._cache[step] = hit
+        nnz = sum(r.W.nnz for r in self._cache.values())
+        while len(self._cache) > 1 and (len(self._cache) > _CACHE_STEPS or nnz > _CACHE_NNZ):
+            _, old = self._cache.popitem(last=False)
+            nnz -= old.W.nnz
+        return hit
+
+    def sparse(self, step: int = 0) -> sp.csr_array:
+        """W'_s as canonical float64 CSR (row = receiver); do not modify it."""
+        realised = self.realise(step)
+        self._used[int(step)] = (realised.links, realised.up)
+        return realised.W
+
+    def matrix(self, step: int = 0) -> np.ndarray:
+        """W'_s dense (read-only); refused above topologies.DENSE_LIMIT clients, as Topology.matrix is."""
+        if self.n > topologies.DENSE_LIMIT:
+            raise ValueError(f"{self.name} has n = {self.n} clients, above topologies.DENSE_LIMIT = "
+                             f"{topologies.DENSE_LIMIT}: use sparse(step)")
+        D = self._dense.get(step)
+        if D is None:
+            D = self.sparse(step).toarray()
+            D.flags.writeable = False
+            self._dense[step] = D
+            if len(self._dense) > _DENSE_CACHE:
+                self._dense.popitem(last=False)
+        else:
+            self.sparse(step)  # noted as used
+        return D
+
+    def out_degrees(self, step: int = 0) -> np.ndarray:
+        """Clients each client sends to at `step` over the surviving links (0 for an offline client)."""
+        W = self.sparse(step)
+        return np.bincount(W.indices, minlength=self.n).astype(np.int64) - (W.diagonal() != 0)
+
+    def take_used(self) -> list[int]:
+        """The steps gossiped over since the last call, in order (and forget them)."""
+        steps = sorted(self._used)
+        self._used = {}
+        return steps
+
+
+def realised_gap(W: sp.csr_array) -> float:
+    """1 − ‖W − J‖₂ of a symmetric doubly stochastic W: 0 when its graph is disconnected (eigenvalue 1 twice)."""
+    components, _ = connected_components(W, directed=False)
+    if components > 1:
+        return 0.0
+    return 1.0 - spectral.second_eigenvalue(W)
+
+
+# --------------------------------------------------------------------------------------------- stragglers
+class Stragglers:
+    """Slow clients per round and the steps a round deadline leaves them (module docstring).
+
+    `steps` are K_i of all N clients (what they take without a deadline); `participants(t)` the [N] mask of the
+    clients that train in round t (None: all)."""
+
+    def __init__(self, seed: int, fraction: float, slowdown: float, deadline: float, steps: np.ndarray,
+                 participants=None):
+        self.seed, self.fraction, self.slowdown, self.deadline = seed, fraction, slowdown, deadline
+        self.steps = np.asarray(steps, dtype=np.int64)
+        self.participants = participants
+        self._elapsed = (-1, 0.0)  # (round, simulated seconds of rounds 0..round)
+
+    def step_seconds(self, t: int, clients) -> np.ndarray:
+        """Simulated seconds per local step of each client in round t: 1, or the slowdown on a slow client."""
+        clients = np.asarray(clients, dtype=np.int64)
+        if self.fraction == 0:
+            return np.ones(len(clients))
+        slow = uniform(client_keys(self.seed, clients, t, STREAM_STRAGGLER)) < self.fraction
+        return np.where(slow, self.slowdown, 1.0)
+
+    def cap(self, t: int, clients) -> np.ndarray:
+        """Steps each client finishes by the deadline in round t: floor(D / c_i) (`LocalTrainer.step_cap`)."""
+        return np.floor(np.minimum(self.deadline / self.step_seconds(t, clients), 2.0**62)).astype(np.int64)
+
+    def round(self, t: int) -> tuple[np.ndarray, np.ndarray, float]:
+        """(steps done [N], trained [N] bool, simulated seconds) of round t."""
+        clients = np.arange(len(self.steps))
+        c = self.step_seconds(t, clients)
+        done = self.steps if self.deadline == 0 else np.minimum(self.steps, self.cap(t, clients))
+        trained = np.ones(len(clients), dtype=bool) if self.participants is None else self.participants(t)
+        finish = self.steps[trained] * c[trained]
+        seconds = float(finish.max()) if len(finish) else 0.0
+        return done, trained, min(seconds, self.deadline) if self.deadline else seconds
+
+    def elapsed(self, t: int) -> float:
+        """Simulated seconds of rounds 0..t (summed once per round; a resumed run adds up its past rounds again)."""
+        done, total = self._elapsed
+        if t < done:
+            done, total = -1, 0.0
+        for r in range(done + 1, t + 1):
+            total += self.round(r)[2]
+        self._elapsed = (t, total)
+        return total
+
+
+# ------------------------------------------------------------------------------------------------ the run's
+class Network:
+    """The network a run trains over: `topology` to gossip on (the topology itself, or its `RealisedTopology`
+    with link faults), `step_cap` for the local trainer (stragglers with a deadline), `metrics` per evaluation."""
+
+    def __init__(self, config, topology, data, hp: dict[str, Any] | None = None):
+        from dfl.algorithms import algorithm_class
+        from dfl.algorithms.server import sample_participants
+
+        check_config(config)
+        hp = hp or {}
+        self.topology = topology
+        self.realised: RealisedTopology | None = None
+        name = faults_field(config)
+        if name is not None:
+            W0 = topology.sparse(0)
+            if not (topology.symmetric or (not topology.is_time_varying and spectral.is_symmetric(W0))):
+                raise ConfigError(f"{name} = {getattr(config, name)} needs an undirected topology (a symmetric W), "
+                                  f"but this {topology.name} is directed: a failed directed link breaks the in/out "
+                                  "balance that keeps W doubly stochastic")
+            scheme = None if topology.weights == "given" else (config.weights or "metropolis")
+            base = config.topology_options.get("base") if scheme == "lazy" else None
+            faults = LinkFaults(config.seed, float(config.link_failure), float(config.offline))
+            self.realised = self.topology = RealisedTopology(topology, faults, scheme, base)
+        self.stragglers: Stragglers | None = None
+        if config.stragglers > 0 or config.round_deadline > 0:
+            sizes = data.sizes.numpy()
+            mode, amount = config.epochs_or_steps
+            steps = local_step_counts(sizes, batch_width(sizes, config.batch_size), mode, amount)
+            participants = None
+            if getattr(algorithm_class(config.algorithm), "centralized", False):
+                def participants(t: int) -> np.ndarray:
+                    return sample_participants(config.seed, t, len(sizes), hp.get("participation", 1.0),
+                                               hp.get("participation_mode", "uniform"))
+            self.stragglers = Stragglers(config.seed, float(config.stragglers), float(config.straggler_slowdown),
+                                         float(config.round_deadline), steps, participants)
+
+    @property
+    def step_cap(self):
+        """(round, client ids) -> max local steps, for `LocalTrainer.step_cap`; None without a deadline."""
+        s = self.stragglers
+        return s.cap if s is not None and s.deadline > 0 else None
+
+    def gossip(self, comm, dtype, device):
+        """The run's gossip over this network: the one place it is built (a compressor would wrap it here)."""
+        from dfl.gossip import Gossip
+
+        return Gossip(self.topology, comm, dtype, device)
+
+    def metrics(self, t: int, rounds: int) -> dict[str, Any]:
+        """The network's part of round t's record (module docstring); `rounds` = rounds since the previous
+        evaluation, whose gossip steps are split evenly (every round of a run has the same number of steps)."""
+        out: dict[str, Any] = {}
+        if self.realised is not None:
+            used = self.realised.take_used()
+            per_round = len(used) // rounds if rounds > 0 and len(used) % rounds == 0 else len(used)
+            last = [self.realised.realise(s) for s in used[len(used) - per_round:]]  # the evaluated round's steps
+            if last:
+                out["links_up"] = float(np.mean([r.links_up for r in last]))
+                if self.realised.n <= SPECTRAL_METRIC_LIMIT:
+                    gaps = [realised_gap(r.W) for r in last]
+                    out["spectral_gap_realised"] = float(np.mean(gaps))
+                    out["spectral_gap_realised_worst"] = float(np.min(gaps))
+        if self.stragglers is not None:
+            done, trained, seconds = self.stragglers.round(t)
+            steps = done[trained]
+            out["steps_done_mean"] = float(steps.mean()) if len(steps) else float("nan")
+            out["steps_done_min"] = int(steps.min()) if len(steps) else float("nan")
+            out["sim_time_round"] = seconds
+            out["sim_time"] = self.stragglers.elapsed(t)
+        return out
