@@ -21,8 +21,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "spectral-study": ("dfl.sweep_cli", "one algorithm across topologies x gossip steps Q (x client counts): "
                                         "accuracy vs spectral gap"),
     "report": ("dfl.report_cli", "tables and plots of a run directory or of all runs under a directory (e.g. a sweep)"),
-    "list": ("dfl.list_cli", "every algorithm, topology, model, dataset, partition and weight scheme, with options "
-                             "and defaults"),
+    "list": ("dfl.list_cli", "every algorithm, topology, model, dataset, partition, weight scheme and logger, with "
+                             "options"),
     "landscape": ("dfl.landscape_cli", "2-D loss landscape and top Hessian eigenvalue of a run's final averaged model"),
 }
 COMMAND_MODULES = tuple(dict.fromkeys(module for module, _ in COMMANDS.values()))
