@@ -298,6 +298,7 @@ def _run(config: Config, data, out, overwrite: bool, comm, resume: bool) -> Resu
                     "bytes_moved_round": moved_round,
                     "bytes_moved": comm.bytes_moved,
                     "lr": ctx.lr(t),
+                    **({"rho": ctx.rho(t)} if "rho" in hp else {}),  # SAM algorithms: ρ_t (the client radius)
                     "seconds_per_round": float(np.mean(round_seconds)),
                 }
                 round_seconds = []

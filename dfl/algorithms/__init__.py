@@ -28,10 +28,10 @@ CENTRALIZED: tuple[type[Algorithm], ...] = (
 REGISTRY.update({cls.name: cls for cls in CENTRALIZED})
 ALGORITHMS = tuple(REGISTRY)
 # Config fields that only some algorithms read.
-HYPERPARAMETERS = ("rho", "sam", "asam_eta", "momentum", "gossip_steps")
+HYPERPARAMETERS = ("rho", "rho_schedule", "rho_ramp_rounds", "sam", "asam_eta", "momentum", "gossip_steps")
 HYPERPARAMETERS += (  # centralized algorithms
     "participation", "participation_mode", "aggregation", "server_lr", "server_momentum", "fedcm_alpha",
-    "domo_alpha", "feddyn_alpha", "fedgloss_beta", "server_rho", "rho_ramp_rounds",
+    "domo_alpha", "feddyn_alpha", "fedgloss_beta", "server_rho",
 )
 
 __all__ = ["ALGORITHMS", "Algorithm", "Context", "RoundStats", "algorithm_class", "resolve_hyperparameters"]

@@ -13,6 +13,7 @@ from typing import Any, ClassVar
 import numpy as np
 import torch
 
+from dfl.adam import AdamState
 from dfl.local import LocalRule
 
 
@@ -30,6 +31,22 @@ def scheduled_lr(config: Any, t: int) -> float:
     if config.lr_schedule == "step":
         return eta0 * config.lr_step_factor ** sum(1 for m in config.lr_milestones if m <= s)
     raise ValueError(f"unknown lr_schedule {config.lr_schedule!r}")
+
+
+ADAPTIVE = ("sgd", "adam", "adamw")  # `Algorithm.local_optimizers` of algorithms that accept Adam/AdamW
+RHO_START = 0.001  # ρ_0 of the linear ramp (FedGLoSS's official code), capped at the final ρ
+# The ρ-schedule hyperparameters of every SAM algorithm (those with a `rho`); FedGLoSS's default is "linear".
+RHO_SCHEDULE_DEFAULTS = {"rho_schedule": "constant", "rho_ramp_rounds": 0}
+
+
+def scheduled_rho(hp: dict[str, Any], t: int, final: float) -> float:
+    """ρ_t for a SAM radius whose final value is `final` (hp: an algorithm's resolved hyperparameters):
+    see `Context.rho`."""
+    ramp = hp.get("rho_ramp_rounds", 0)
+    if hp.get("rho_schedule", "constant") == "constant" or ramp <= 1:
+        return final
+    start = min(RHO_START, final)
+    return start + (final - start) * min(t / ramp, 1.0)
 
 
 @dataclass
@@ -55,15 +72,31 @@ class Context:
         """
         return scheduled_lr(self.config, t)
 
-    def rule(self, **overrides: Any) -> LocalRule:
-        """The local rule from the config and this algorithm's hyperparameters."""
+    def rho(self, t: int, final: float | None = None) -> float:
+        """The SAM radius ρ_t of round t (`final` = the radius it schedules, default the algorithm's `rho`).
+
+        - constant (`rho_schedule`, the default of every SAM algorithm but FedGLoSS): ρ_t = ρ;
+        - linear (FedGLoSS's default; T_s = `rho_ramp_rounds`): ρ_t = ρ_0 + (ρ − ρ_0)·min(t/T_s, 1), a ramp
+          from ρ_0 = min(0.001, ρ) at t = 0 up to ρ at t = T_s, then constant (FedGLoSS, Caldarola et al. 2025,
+          whose official code starts at 0.001). T_s ≤ 1 is constant. The ramp does not depend on `rounds`,
+          so a run with it can be extended on resume.
+        Algorithms without a `rho` get 0.
+        """
+        return scheduled_rho(self.hp, t, self.hp.get("rho", 0.0) if final is None else final)
+
+    def rule(self, t: int, **overrides: Any) -> LocalRule:
+        """The local rule of round t from the config and this algorithm's hyperparameters (ρ = `rho(t)`)."""
+        config = self.config
         values = dict(
-            rho=self.hp.get("rho", 0.0),
+            rho=self.rho(t),
             sam=self.hp.get("sam", "sam"),
             asam_eta=self.hp.get("asam_eta", 0.2),
             momentum=self.hp.get("momentum", 0.0),
-            weight_decay=self.config.weight_decay,
-            clip_grad_norm=self.config.clip_grad_norm,
+            weight_decay=config.weight_decay,
+            clip_grad_norm=config.clip_grad_norm,
+            optimizer=config.local_optimizer,
+            adam_betas=tuple(config.adam_betas),
+            adam_eps=config.adam_eps,
         )
         values.update(overrides)
         return LocalRule(**values)
@@ -84,10 +117,21 @@ class Algorithm:
     # gathers them into all m rows (`comm.gather_rows`) and a resume slices out `comm.client_ids` again.
     # Every other entry is replicated server/global state, identical on every process (rank 0's is saved).
     client_state: ClassVar[tuple[str, ...]] = ()
+    # Local optimizers (`local_optimizer`) the update rule is defined for. Adam/AdamW fit algorithms that use local
+    # training only through its result y_K; not those whose rule is written in SGD steps (SCAFFOLD's (x − y)/(Kη),
+    # FedCM's blended direction, local momentum buffers, FedDyn/FedGLoSS penalties, MimeLite, DOMO).
+    local_optimizers: ClassVar[tuple[str, ...]] = ("sgd",)
 
     def __init__(self, ctx: Context, X: torch.Tensor):
         self.ctx = ctx
         self.X = X
+        # local_optimizer_state = "keep": every client's Adam moments persist across rounds, as per-client state;
+        # the algorithm passes them to `trainer.train(..., adam=self.optimizer_state)`. None: fresh every round.
+        self.optimizer_state: AdamState | None = None
+        config = ctx.config
+        if config.local_optimizer != "sgd" and config.local_optimizer_state == "keep":
+            self.optimizer_state = AdamState.zeros(X)
+            self.client_state = (*type(self).client_state, *AdamState.KEYS)
 
     def round(self, t: int) -> RoundStats:
         raise NotImplementedError
@@ -95,17 +139,19 @@ class Algorithm:
     def state(self) -> dict[str, torch.Tensor]:
         """Everything beyond X that the next rounds depend on, for checkpoints: the per-client entries
         named in `client_state` ([m_local, ...] rows) and replicated server state."""
-        return {}
+        return {} if self.optimizer_state is None else self.optimizer_state.as_dict()
 
     def load_state(self, state: dict[str, torch.Tensor]) -> None:
         """Set attributes from `state` (e.g. a checkpoint's, rows already sliced to this process's clients).
         A tensor replacing a tensor attribute must have its shape; it takes the attribute's device and dtype."""
         for key, value in state.items():
-            current = getattr(self, key, None)
+            adam = key in AdamState.KEYS and self.optimizer_state is not None  # "adam_step" -> optimizer_state.step
+            owner, name = (self.optimizer_state, key.removeprefix("adam_")) if adam else (self, key)
+            current = getattr(owner, name, None)
             if torch.is_tensor(current) and torch.is_tensor(value):
                 if value.shape != current.shape:
                     raise ValueError(
                         f"{self.name} state {key!r}: expected shape {tuple(current.shape)}, got {tuple(value.shape)}"
                     )
                 value = value.to(device=current.device, dtype=current.dtype)
-            setattr(self, key, value)
+            setattr(owner, name, value)
