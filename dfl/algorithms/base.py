@@ -14,6 +14,7 @@ import numpy as np
 import torch
 
 from dfl.adam import AdamState
+from dfl.config import LOCAL_OPTIMIZERS
 from dfl.local import LocalRule
 
 
@@ -33,7 +34,7 @@ def scheduled_lr(config: Any, t: int) -> float:
     raise ValueError(f"unknown lr_schedule {config.lr_schedule!r}")
 
 
-ADAPTIVE = ("sgd", "adam", "adamw")  # `Algorithm.local_optimizers` of algorithms that accept Adam/AdamW
+ADAPTIVE = LOCAL_OPTIMIZERS  # `Algorithm.local_optimizers` of algorithms that accept Adam/AdamW too
 RHO_START = 0.001  # ρ_0 of the linear ramp (FedGLoSS's official code), capped at the final ρ
 # The ρ-schedule hyperparameters of every SAM algorithm (those with a `rho`); FedGLoSS's default is "linear".
 RHO_SCHEDULE_DEFAULTS = {"rho_schedule": "constant", "rho_ramp_rounds": 0}

@@ -5,8 +5,9 @@ One SGD step per communication, with the gradient taken at the pre-mixing iterat
 A round is the usual amount of local work (local_epochs or local_steps), i.e. K such iterations, so
 it gossips K times. Clients that have finished their epoch(s) still gossip, with zero gradient.
 K is the largest step count of all clients of all processes, so every process gossips equally often.
-With local_optimizer = adam/adamw, γ G(X^k) becomes each client's Adam/AdamW step at X^k (DADAM-style), with
-moments fresh every round (K iterations) or kept across rounds (`local_optimizer_state`).
+With local_optimizer = adam/adamw, γ G(X^k) becomes each client's Adam/AdamW step at X^k (`dfl.adam`, from the
+gradient at the pre-mixing iterate), its moments fresh every round of K iterations or kept across rounds
+(`local_optimizer_state`).
 """
 
 from __future__ import annotations
