@@ -34,6 +34,12 @@ PRECISIONS = ("fp32", "bf16", "tf32")
 # an option set to a non-default value for a schedule that does not read it is an error, never ignored.
 LR_SCHEDULES = ("exponential", "cosine", "step")
 LR_SCHEDULE_OPTIONS = {"lr_decay": "exponential", "lr_min": "cosine", "lr_milestones": "step", "lr_step_factor": "step"}
+# SAM radius schedules (`dfl.algorithms.base.Context.rho`): "linear" ramps up over `rho_ramp_rounds`.
+RHO_SCHEDULES = ("constant", "linear")
+# Local optimizers (`dfl.local`, `dfl.adam`) and what happens to Adam's moments between rounds.
+LOCAL_OPTIMIZERS = ("sgd", "adam", "adamw")
+LOCAL_OPTIMIZER_STATES = ("reset", "keep")
+ADAM_DEFAULTS = {"adam_betas": [0.9, 0.999], "adam_eps": 1e-8, "local_optimizer_state": "reset"}
 
 
 # `name` becomes a directory (runs/<name> by default) and a sweep run's name: letters, digits and . _ - = , only
@@ -75,7 +81,10 @@ class Config:
     feddyn_alpha: float | None = None  # FedDyn regularisation α > 0
     fedgloss_beta: float | None = None  # FedGLoSS β > 0 (ADMM penalty 1/β)
     server_rho: float | None = None  # FedGLoSS server SAM radius ρ >= 0 (the client radius is `rho`)
-    rho_ramp_rounds: int | None = None  # FedGLoSS T_s: rounds of the linear ρ ramp; 0 or 1 = no ramp
+    # SAM radius schedule of every SAM algorithm (rho; FedGLoSS: also server_rho): "constant" or "linear" (None =
+    # the algorithm's default: linear for FedGLoSS, constant for the others)
+    rho_schedule: str | None = None
+    rho_ramp_rounds: int | None = None  # linear: T_s, rounds of the ramp from min(0.001, ρ) up to ρ; 0 or 1 = no ramp
     # the algorithm's own options (its `hyperparameters` that are not Config fields), checked against its defaults
     algorithm_options: dict[str, Any] = field(default_factory=dict)
     # topology
@@ -107,8 +116,12 @@ class Config:
     lr_milestones: list[int] = field(default_factory=list)  # step: rounds (after warmup) at which lr *= factor
     lr_step_factor: float = 0.1  # step: the factor in (0, 1] applied at each milestone
     warmup_rounds: int = 0  # any schedule: linear warmup lr * (t + 1) / W over the first W rounds; 0 = off
-    weight_decay: float = 0.0
+    weight_decay: float = 0.0  # sgd, adam: L2 added to the gradient; adamw: decoupled decay y ← y − lr·λ·y
     clip_grad_norm: float = 0.0  # per client; 0 = off
+    local_optimizer: str = "sgd"  # "sgd" (with `momentum`), "adam" or "adamw" (torch semantics, `dfl.adam`)
+    adam_betas: list[float] = field(default_factory=lambda: list(ADAM_DEFAULTS["adam_betas"]))  # (β1, β2) in [0, 1)
+    adam_eps: float = 1e-8  # ε > 0 added to √v̂
+    local_optimizer_state: str = "reset"  # Adam's moments: "reset" (fresh every round) or "keep" (per client)
     batch_size: int = 32  # 0 = full-batch gradient descent
     local_epochs: int | None = None  # exactly one of local_epochs / local_steps; default 1 epoch
     local_steps: int | None = None
@@ -240,6 +253,8 @@ class Config:
         self._validate_lr_schedule()
         _number("weight_decay", self.weight_decay, minimum=0.0)
         _number("clip_grad_norm", self.clip_grad_norm, minimum=0.0)
+        self._validate_rho_schedule()
+        self._validate_local_optimizer()
         for name in ("rho", "asam_eta"):
             if getattr(self, name) is not None:
                 _number(name, getattr(self, name), minimum=0.0)
@@ -297,8 +312,52 @@ class Config:
                 _number(name, value, minimum=0.0)
                 if value > 1 or (value == 1 and upper == "1)"):
                     raise ConfigError(f"{name} must be in [0, {upper}, got {value}")
+
+    def _validate_rho_schedule(self) -> None:
+        from dfl.algorithms import resolve_hyperparameters
+
+        if self.rho_schedule is not None:
+            _choice("rho_schedule", self.rho_schedule, RHO_SCHEDULES)
         if self.rho_ramp_rounds is not None:
             _integer("rho_ramp_rounds", self.rho_ramp_rounds, minimum=0)
+        hp, _ = resolve_hyperparameters(self, warn=False)
+        if "rho_schedule" not in hp:  # not a SAM algorithm: both are reported as ignored options
+            return
+        if hp["rho_schedule"] == "constant" and self.rho_ramp_rounds not in (None, 0):
+            raise ConfigError(f"rho_ramp_rounds = {self.rho_ramp_rounds} applies only to rho_schedule = linear, but "
+                              f"{self.algorithm}'s rho_schedule is constant; set rho_schedule = \"linear\" or "
+                              "remove it")
+        if self.rho_schedule == "linear" and hp["rho_ramp_rounds"] <= 1:
+            raise ConfigError(f"rho_schedule = linear needs rho_ramp_rounds >= 2 (the rounds of the ramp up to rho), "
+                              f"got {hp['rho_ramp_rounds']}")
+
+    def _validate_local_optimizer(self) -> None:
+        from dfl.algorithms import REGISTRY, algorithm_class, resolve_hyperparameters
+
+        _choice("local_optimizer", self.local_optimizer, LOCAL_OPTIMIZERS)
+        _choice("local_optimizer_state", self.local_optimizer_state, LOCAL_OPTIMIZER_STATES)
+        betas = self.adam_betas
+        if not isinstance(betas, (list, tuple)) or len(betas) != 2 or any(
+                isinstance(b, bool) or not isinstance(b, (int, float)) or not 0 <= b < 1 for b in betas):
+            raise ConfigError(f"adam_betas must be two numbers (beta1, beta2) in [0, 1), got {betas!r}")
+        _number("adam_eps", self.adam_eps, minimum=0.0, strict=True)
+        if self.local_optimizer == "sgd":
+            for name, default in ADAM_DEFAULTS.items():
+                value = getattr(self, name)
+                if (list(value) if name == "adam_betas" else value) != default:
+                    raise ConfigError(f"{name} = {value!r} applies only to local_optimizer = adam or adamw, but "
+                                      f"local_optimizer = sgd; remove it (or set it to its default {default!r})")
+            return
+        cls = algorithm_class(self.algorithm)
+        if self.local_optimizer not in cls.local_optimizers:
+            able = [name for name, c in REGISTRY.items() if self.local_optimizer in c.local_optimizers]
+            raise ConfigError(f"local_optimizer = {self.local_optimizer} is not defined for {self.algorithm}, whose "
+                              f"update rule is written in SGD steps; use local_optimizer = sgd, or one of "
+                              f"{', '.join(able)}")
+        momentum = resolve_hyperparameters(self, warn=False)[0].get("momentum", 0.0)  # if the algorithm reads it
+        if momentum > 0:
+            raise ConfigError(f"momentum = {momentum} is SGD's heavy ball; local_optimizer = {self.local_optimizer} "
+                              "has its own first moment (adam_betas[0]): set momentum = 0")
 
     def _validate_hooks(self) -> None:
         from dfl.loggers import LOGGERS
@@ -393,7 +452,10 @@ FIELD_HELP: dict[str, str] = {
     "feddyn_alpha": "FedDyn regularisation alpha > 0",
     "fedgloss_beta": "FedGLoSS beta > 0 (ADMM penalty 1/beta)",
     "server_rho": "FedGLoSS server SAM radius >= 0 (the client radius is --rho)",
-    "rho_ramp_rounds": "FedGLoSS rounds of the linear rho ramp; 0 or 1 = no ramp",
+    "rho_schedule": "SAM radius schedule: constant or linear (ramp from min(0.001, rho) up to rho over "
+                    "--rho-ramp-rounds; FedGLoSS: both radii) (unset = the algorithm's: linear for fedgloss, else "
+                    "constant)",
+    "rho_ramp_rounds": "linear rho schedule: rounds of the ramp, >= 2 (unset = the algorithm's: 0 = no ramp)",
     "algorithm_options": "the algorithm's own options (`dfl list algorithms`), e.g. clip=0.5 (registered "
                          "algorithms; built-ins take theirs as fields)",
     "topology": "communication graph: ring, grid, exponential, full, star, hypercube, random-regular, erdos-renyi, "
@@ -429,8 +491,13 @@ FIELD_HELP: dict[str, str] = {
     "lr_milestones": "step schedule: rounds after the warmup at which lr is multiplied by --lr-step-factor",
     "lr_step_factor": "step schedule: factor in (0, 1] applied at each milestone",
     "warmup_rounds": "rounds of linear warmup lr * (t + 1) / W before the schedule, in [0, rounds); 0 = off",
-    "weight_decay": "L2 weight decay >= 0",
+    "weight_decay": "weight decay >= 0: L2 added to the gradient (sgd, adam) or decoupled (adamw)",
     "clip_grad_norm": "per-client gradient-norm clip; 0 = off",
+    "local_optimizer": "local optimizer: sgd (with --momentum), adam or adamw (torch semantics; dpsgd, dfedavg, "
+                       "dfedsam, dfedsam-mgs, fedavg, fedsam, fedavgsm)",
+    "adam_betas": "adam/adamw: beta1 beta2, each in [0, 1)",
+    "adam_eps": "adam/adamw: epsilon > 0 added to the root of the second moment",
+    "local_optimizer_state": "adam/adamw moments: reset (fresh every round) or keep (per client, across rounds)",
     "batch_size": "minibatch size per local step, at most a client's data (0 = full batch)",
     "local_epochs": "local epochs per round (set this or --local-steps; unset = 1 epoch)",
     "local_steps": "local steps per round (instead of --local-epochs)",

@@ -1,4 +1,4 @@
-"""Vectorized local training: per-client gradients, SAM/ASAM, clipping, weight decay and momentum.
+"""Vectorized local training: per-client gradients, SAM/ASAM, clipping, weight decay, momentum or Adam.
 
 All rules act row by row on the `[m, d]` stack: norms, clipping and SAM perturbations are per client,
 never across the stack. One `vmap(grad)` call computes the minibatch gradients of a chunk of clients
@@ -14,6 +14,8 @@ One local step for client i with minibatch ξ (ALGORITHMS.md §1, torch.optim.SG
     g  ← g · min(1, c/‖g‖)                        per-client clipping (c = clip_grad_norm)
     g  ← g + λ y                                  weight decay
     b  ← μ b + g;   y ← y − η b                   heavy-ball momentum (μ = 0: SGD)
+With `optimizer = "adam"` / `"adamw"` the last two lines are torch's Adam/AdamW step instead (`dfl.adam`): the
+SAM ascent still uses the plain gradient g₀, and Adam's moments are fed the gradient at the perturbed point.
 """
 
 from __future__ import annotations
@@ -30,7 +32,9 @@ import torch.nn.functional as F
 from torch.func import functional_call, grad_and_value, vmap
 
 from dfl import memory
+from dfl.adam import AdamState
 from dfl.clients import ParamLayout
+from dfl.config import LOCAL_OPTIMIZERS
 from dfl.data.sampler import Batch, RoundSchedule
 
 SAM_EPS = 1e-12
@@ -45,8 +49,18 @@ class LocalRule:
     sam: str = "sam"  # "sam" or "asam"
     asam_eta: float = 0.2
     momentum: float = 0.0
-    weight_decay: float = 0.0
+    weight_decay: float = 0.0  # SGD and Adam: L2 added to the gradient; AdamW: decoupled decay
     clip_grad_norm: float = 0.0  # 0 = off
+    optimizer: str = "sgd"  # "sgd" (with `momentum`), "adam" or "adamw"
+    adam_betas: tuple[float, float] = (0.9, 0.999)
+    adam_eps: float = 1e-8
+
+    def __post_init__(self):
+        if self.optimizer not in LOCAL_OPTIMIZERS:
+            raise ValueError(f"optimizer must be one of {', '.join(LOCAL_OPTIMIZERS)}; got {self.optimizer!r}")
+        if self.optimizer != "sgd" and self.momentum > 0:
+            raise ValueError(f"momentum = {self.momentum} is SGD's heavy ball; {self.optimizer} has its own first "
+                             "moment (adam_betas[0])")
 
 
 @dataclass
@@ -55,6 +69,7 @@ class LocalResult:
     momentum: torch.Tensor | None  # [m, d] final momentum buffers (None when μ = 0)
     loss: torch.Tensor  # [m] mean minibatch loss of each client over its steps
     steps: torch.Tensor  # [m] steps each client took
+    adam: AdamState | None = None  # the clients' Adam state after the round (optimizer "adam"/"adamw")
 
 
 class LocalTrainer:
@@ -171,10 +186,12 @@ class LocalTrainer:
         momentum: torch.Tensor | None = None,
         transform: Transform | None = None,
         rows: torch.Tensor | None = None,
+        adam: AdamState | None = None,
     ) -> LocalResult:
         """K local steps of `rule` from X (not modified). `momentum` (kept across rounds by some
-        algorithms) starts at 0 when None. With `rows` (local row ids, e.g. the sampled clients of a
-        round) only those clients train; the other rows, buffers and losses are left as they are / 0."""
+        algorithms) starts at 0 when None. `adam` (Adam/AdamW rules) is the clients' kept state, updated in
+        place; None = fresh moments this round. With `rows` (local row ids, e.g. the sampled clients of a
+        round) only those clients train; the other rows, buffers, Adam state and losses are left as they are / 0."""
         if self.chunk is None:
             self.plan_chunk(X)
         schedule = self.schedule(round_index, rows)
@@ -184,6 +201,8 @@ class LocalTrainer:
         buf = None
         if rule.momentum > 0:
             buf = torch.zeros_like(X) if momentum is None else momentum.clone()
+        if rule.optimizer != "sgd" and adam is None:
+            adam = AdamState.zeros(X)
         loss_sum = torch.zeros(X.shape[0], device=X.device, dtype=X.dtype)
         for k in range(schedule.steps):
             batch = schedule.batch(k)
@@ -201,7 +220,7 @@ class LocalTrainer:
                 if transform is not None:
                     g = transform(g, Yb, rows_k)
                 b = None if buf is None else (buf[s:e] if contiguous else buf[rows_k])
-                step = descent_direction(g, Yb, rule, b)
+                step = descent_direction(g, Yb, rule, b, adam, slice(s, e) if contiguous else rows_k)
                 if contiguous:
                     if b is not None:
                         b.copy_(step)
@@ -212,7 +231,7 @@ class LocalTrainer:
                     Y[rows_k] = Yb - lr * step
         steps = torch.zeros(X.shape[0], dtype=torch.long, device=X.device)
         steps[index] = schedule.steps_per_client.to(X.device)
-        return LocalResult(Y=Y, momentum=buf, loss=loss_sum / steps.clamp_min(1), steps=steps)
+        return LocalResult(Y=Y, momentum=buf, loss=loss_sum / steps.clamp_min(1), steps=steps, adam=adam)
 
 
 def dropout_seed(seed: int, round_index: int, first_client: int) -> int:
@@ -231,11 +250,15 @@ def require_cpp_compiler() -> None:
                          "install one or set compile = false")
 
 
-def descent_direction(g: torch.Tensor, y: torch.Tensor, rule: LocalRule, buf: torch.Tensor | None):
-    """Clip per row, add weight decay, apply heavy-ball momentum: returns b (the step is y − η b)."""
+def descent_direction(g: torch.Tensor, y: torch.Tensor, rule: LocalRule, buf: torch.Tensor | None,
+                      adam: AdamState | None = None, rows: slice | torch.Tensor | None = None):
+    """Clip per row, then SGD: add weight decay, apply heavy-ball momentum, return b; or Adam/AdamW: the step
+    of `adam`'s clients `rows` (updated). The step is y − η·(the returned direction)."""
     if rule.clip_grad_norm > 0:
         norm = g.norm(dim=1, keepdim=True)
         g = g * (rule.clip_grad_norm / (norm + 1e-6)).clamp(max=1.0)
+    if rule.optimizer != "sgd":
+        return adam.direction(g, y, rule, rows)
     if rule.weight_decay > 0:
         g = g + rule.weight_decay * y
     if buf is not None:

@@ -375,6 +375,7 @@ class Experiment:
             "bytes_moved_round": moved_round,
             "bytes_moved": comm.bytes_moved,
             "lr": self.ctx.lr(t),
+            **({"rho": self.ctx.rho(t)} if "rho" in self.ctx.hp else {}),  # SAM algorithms: ρ_t (the client radius)
             "seconds_per_round": float(np.mean(self.round_seconds)),
             **self.network.metrics(t, len(self.round_seconds)),  # links_up, steps_done, sim_time, ... when on
         }

@@ -142,7 +142,7 @@ def test_domo_upload_is_the_pseudo_gradient_from_the_fused_start(device, slack):
     alg.round(1)
     m, x, lr, alpha, K = alg.m.clone(), alg.x.clone(), 0.2, 0.7, 3
     start = x - alpha * lr * K * m
-    Y = alg.ctx.trainer.train(start.expand_as(alg.X).clone(), 2, lr, alg.ctx.rule()).Y
+    Y = alg.ctx.trainer.train(start.expand_as(alg.X).clone(), 2, lr, alg.ctx.rule(2)).Y
     d = ((start - Y) / (lr * K)).mean(0)
     alg.round(2)
     torch.testing.assert_close(alg.m, 0.9 * m + d, atol=1e-6 * slack, rtol=1e-5)
@@ -212,17 +212,18 @@ def test_fedavglm_averages_the_buffer_and_z_variant_resets_it(device):
     assert not torch.allclose(lm.params, lmz.params, atol=1e-5)
     alg, *_ = build(config(algorithm="fedavglm", **kw))
     alg.round(0)
-    Y = alg.ctx.trainer.train(alg.X, 1, 0.2, alg.ctx.rule(), momentum=alg.u.expand_as(alg.X)).Y
+    Y = alg.ctx.trainer.train(alg.X, 1, 0.2, alg.ctx.rule(1), momentum=alg.u.expand_as(alg.X)).Y
     alg.round(1)
     torch.testing.assert_close(alg.x, Y.mean(0))
 
 
 def test_fedgloss_rho_ramp_is_linear_then_constant():
     alg, *_ = build(config(algorithm="fedgloss", rho_ramp_rounds=10, server_rho=0.101))
-    assert alg.radius(0.101, 0) == pytest.approx(0.001)
-    assert alg.radius(0.101, 5) == pytest.approx(0.051)
-    assert alg.radius(0.101, 10) == alg.radius(0.101, 50) == pytest.approx(0.101)
-    assert alg.radius(0.0, 3) == 0.0
+    rho = alg.ctx.rho  # (t, final radius): FedGLoSS's ramp is the shared ρ schedule (default "linear")
+    assert rho(0, 0.101) == pytest.approx(0.001)
+    assert rho(5, 0.101) == pytest.approx(0.051)
+    assert rho(10, 0.101) == rho(50, 0.101) == pytest.approx(0.101)
+    assert rho(3, 0.0) == 0.0
 
 
 # ------------------------------------------------------------------------------------- participation
@@ -258,7 +259,7 @@ def test_partial_participation_equals_fedavg_of_the_sampled_clients(device):
     cfg = config(participation=0.5, rounds=1, local_steps=2, device=device)
     result = run(cfg)
     alg, *_ = build(cfg.replace(participation=None))
-    Y = alg.ctx.trainer.train(alg.X, 0, 0.2, alg.ctx.rule()).Y.cpu()
+    Y = alg.ctx.trainer.train(alg.X, 0, 0.2, alg.ctx.rule(0)).Y.cpu()
     part = torch.as_tensor(sample_participants(0, 0, M, 0.5, "uniform"))
     torch.testing.assert_close(result.params[0], Y[part].mean(0))
 

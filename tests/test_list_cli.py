@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 
@@ -80,8 +81,8 @@ def test_algorithm_hyperparameters_and_kind_in_json(capsys):
 
 def test_text_shows_hyperparameter_defaults(capsys):
     _, out, _ = _run(capsys, "algorithms")
-    block = out.split("\n  dfedsam-mgs ", 1)[1].split("\n  ", 2)
-    options = " ".join(block[:2])
+    block = re.split(r"\n  \S", out.split("\n  dfedsam-mgs ", 1)[1], maxsplit=1)[0]  # up to the next entry
+    options = " ".join(block.split())
     for key, value in algorithm_class("dfedsam-mgs").hyperparameters.items():
         assert f"{key}={value!r}" in options
 

@@ -33,13 +33,27 @@ def make_model():
     return nn.Sequential(nn.Linear(6, 5), nn.Tanh(), nn.Linear(5, 3))
 
 
-def sequential_reference(model, layout, data, schedule, X0, lr, rule):
-    """A plain loop: per-client nn.Module, torch.optim.SGD, SAM as in davda54/sam (perturb, restore, step)."""
+def torch_optimizer(params, lr, rule):
+    """torch.optim.SGD, Adam or AdamW with the rule's hyperparameters (`weight_decay` passed explicitly: AdamW's
+    own default is 0.01)."""
+    if rule.optimizer == "sgd":
+        return torch.optim.SGD(params, lr=lr, momentum=rule.momentum, weight_decay=rule.weight_decay)
+    cls = torch.optim.Adam if rule.optimizer == "adam" else torch.optim.AdamW
+    return cls(params, lr=lr, betas=rule.adam_betas, eps=rule.adam_eps, weight_decay=rule.weight_decay)
+
+
+def sequential_reference(model, layout, data, schedule, X0, lr, rule, kept=None):
+    """A plain loop: per-client nn.Module, torch.optim.SGD/Adam/AdamW, SAM as in davda54/sam (perturb, restore,
+    step). `kept` (client -> optimizer state_dict) carries each client's optimizer state across calls (rounds)."""
     rows = []
     for i in range(X0.shape[0]):
         net = copy.deepcopy(model)
         layout.load_into(net, X0[i])
-        opt = torch.optim.SGD(net.parameters(), lr=lr, momentum=rule.momentum, weight_decay=rule.weight_decay)
+        opt = torch_optimizer(net.parameters(), lr, rule)
+        if kept is not None and i in kept:
+            opt.load_state_dict(kept[i])
+            for group in opt.param_groups:
+                group["lr"] = lr  # the state dict also restores the previous round's lr
         B = schedule.batch_size
         for k in range(int(schedule.steps_per_client[i])):
             idx = schedule.index[i, k * B : (k + 1) * B]
@@ -70,6 +84,8 @@ def sequential_reference(model, layout, data, schedule, X0, lr, rule):
             if rule.clip_grad_norm > 0:
                 torch.nn.utils.clip_grad_norm_(net.parameters(), rule.clip_grad_norm)
             opt.step()
+        if kept is not None:
+            kept[i] = copy.deepcopy(opt.state_dict())
         rows.append(layout.flatten(net))
     return torch.stack(rows)
 
@@ -80,6 +96,11 @@ RULES = {
     "sam": LocalRule(rho=0.05),
     "asam": LocalRule(rho=0.5, sam="asam", asam_eta=0.2),
     "sam+momentum+wd+clip": LocalRule(rho=0.05, momentum=0.9, weight_decay=1e-3, clip_grad_norm=0.5),
+    "adam": LocalRule(optimizer="adam"),
+    "adam+wd+sam+clip": LocalRule(optimizer="adam", adam_betas=(0.8, 0.99), adam_eps=1e-6, weight_decay=1e-2,
+                                  rho=0.05, clip_grad_norm=0.5),
+    "adamw+wd": LocalRule(optimizer="adamw", weight_decay=0.05),
+    "adamw+asam": LocalRule(optimizer="adamw", weight_decay=1e-2, rho=0.5, sam="asam"),
 }
 
 

@@ -34,7 +34,7 @@ class ReDFedAvg(Algorithm):
 
     def round(self, t: int) -> RoundStats:
         ctx = self.ctx
-        local = ctx.trainer.train(self.X, t, ctx.lr(t), ctx.rule())
+        local = ctx.trainer.train(self.X, t, ctx.lr(t), ctx.rule(t))
         self.X = ctx.gossip.mix(local.Y, t, 1)
         return RoundStats(train_loss=local.loss, models_sent=ctx.gossip.sends(t, 1))
 
@@ -56,7 +56,7 @@ class Periodic(Algorithm):
 
     def round(self, t: int) -> RoundStats:
         ctx = self.ctx
-        local = ctx.trainer.train(self.X, t, ctx.lr(t), ctx.rule())
+        local = ctx.trainer.train(self.X, t, ctx.lr(t), ctx.rule(t))
         self.X, sent = local.Y, np.zeros(ctx.comm.num_clients, dtype=np.int64)
         if (t + 1) % ctx.hp["period"] == 0:
             self.X, sent = ctx.gossip.mix(local.Y, t, 1), ctx.gossip.sends(t, 1)

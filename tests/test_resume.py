@@ -29,6 +29,9 @@ CASES = {
     "dfedsam-mgs": dict(algorithm="dfedsam-mgs", topology="ring", gossip_steps=2),
     "scaffold-half": dict(algorithm="scaffold", participation=0.5),
     "dpsgd-one-peer": dict(algorithm="dpsgd", topology="one-peer-exponential"),
+    # per-client Adam moments and [m] step counts, gathered and sliced like c_i
+    "fedavg-half-adam-keep": dict(algorithm="fedavg", participation=0.5, local_optimizer="adam",
+                                  local_optimizer_state="keep", lr=0.01),
 }
 
 
@@ -290,7 +293,7 @@ def _resume_worker(rank, world, rdzv, root):
                             timeout=timedelta(seconds=60))
     try:
         data = make_data()
-        for case in ("scaffold-half", "dpsgd-one-peer"):
+        for case in ("scaffold-half", "dpsgd-one-peer", "fedavg-half-adam-keep"):
             config = make_config(6, **CASES[case])
             out = Path(root) / f"{case}-two"  # interrupted and resumed with two processes
             dfl.run(config.replace(rounds=3), data=data, out=out)
@@ -309,7 +312,7 @@ def test_multi_process_resume_equals_a_single_process_uninterrupted_run(tmp_path
     world = 2
     data = make_data()
     references = {}
-    for case in ("scaffold-half", "dpsgd-one-peer"):
+    for case in ("scaffold-half", "dpsgd-one-peer", "fedavg-half-adam-keep"):
         config = make_config(6, **CASES[case])
         references[case] = dfl.run(config, data=data, out=tmp_path / f"{case}-ref")
         dfl.run(config.replace(rounds=3), data=data, out=tmp_path / f"{case}-one")
@@ -337,3 +340,7 @@ def test_multi_process_resume_equals_a_single_process_uninterrupted_run(tmp_path
     assert got["client_state"]["ci"].shape[0] == CLIENTS and got["params"].shape[0] == CLIENTS
     torch.testing.assert_close(got["client_state"]["ci"], want["client_state"]["ci"], atol=1e-4, rtol=0)
     assert int((want["client_state"]["ci"].abs().sum(dim=1) > 0).sum()) >= CLIENTS // 2  # sampled clients' c_i
+    got = torch.load(tmp_path / "fedavg-half-adam-keep-two" / "checkpoint.pt")["client_state"]
+    want = torch.load(tmp_path / "fedavg-half-adam-keep-ref" / "checkpoint.pt")["client_state"]
+    assert torch.equal(got["adam_step"], want["adam_step"]) and int(want["adam_step"].max()) > 2  # kept over rounds
+    torch.testing.assert_close(got["adam_exp_avg_sq"], want["adam_exp_avg_sq"], atol=1e-6, rtol=1e-4)

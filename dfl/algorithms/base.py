@@ -13,7 +13,7 @@ Writing one needs only this module (and, for a centralized one, `dfl.algorithms.
 
         def round(self, t: int) -> RoundStats:
             ctx = self.ctx
-            local = ctx.trainer.train(self.X, t, ctx.lr(t), ctx.rule())   # Y = K local steps from X
+            local = ctx.trainer.train(self.X, t, ctx.lr(t), ctx.rule(t))   # Y = K local steps from X
             self.X, sent = local.Y, np.zeros(ctx.comm.num_clients, dtype=np.int64)
             if (t + 1) % ctx.hp["period"] == 0:                            # gossip every `period` rounds
                 self.X, sent = ctx.gossip.mix(local.Y, t, 1), ctx.gossip.sends(t, 1)   # X ← W_t Y
@@ -34,8 +34,9 @@ What a round has
   rule.momentum = 0; pass them back as `momentum=` to keep them across rounds), each client's mean loss and
   step count. `transform(g, y, rows) -> g` corrects each step's direction (SCAFFOLD-style). Lower level:
   `schedule(t)` (the round's minibatches) and `gradient(Xb, batch)` (per-client gradients and losses).
-- `ctx.rule(**overrides)`: the `LocalRule` (rho, sam, asam_eta, momentum from the hyperparameters;
-  weight_decay, clip_grad_norm from the config) — override any field, e.g. `ctx.rule(rho=0, momentum=0.9)`.
+- `ctx.rule(t, **overrides)`: round t's `LocalRule` (ρ_t = `ctx.rho(t)` from `rho` and `rho_schedule`; sam,
+  asam_eta, momentum from the hyperparameters; weight_decay, clip_grad_norm and the local optimizer from the
+  config) — override any field, e.g. `ctx.rule(t, rho=0, momentum=0.9)`.
 - `ctx.lr(t)`: the learning rate η_t of round t under the config's schedule (decay, cosine, step, warmup).
 - `ctx.gossip` (`dfl.gossip.Gossip`): `mix(Y, s, Q)` applies gossip steps s … s+Q−1, W_{s+Q−1} ⋯ W_s Y, to any
   `[m_local, ...]` stack (models, buffers, ...); `sends(s, Q)` is the `[m]` count of vectors each client sends
@@ -77,6 +78,8 @@ from typing import Any, ClassVar
 import numpy as np
 import torch
 
+from dfl.adam import AdamState
+from dfl.config import LOCAL_OPTIMIZERS
 from dfl.local import LocalRule
 
 
@@ -94,6 +97,22 @@ def scheduled_lr(config: Any, t: int) -> float:
     if config.lr_schedule == "step":
         return eta0 * config.lr_step_factor ** sum(1 for m in config.lr_milestones if m <= s)
     raise ValueError(f"unknown lr_schedule {config.lr_schedule!r}")
+
+
+ADAPTIVE = LOCAL_OPTIMIZERS  # `Algorithm.local_optimizers` of algorithms that accept Adam/AdamW too
+RHO_START = 0.001  # ρ_0 of the linear ramp (FedGLoSS's official code), capped at the final ρ
+# The ρ-schedule hyperparameters of every SAM algorithm (those with a `rho`); FedGLoSS's default is "linear".
+RHO_SCHEDULE_DEFAULTS = {"rho_schedule": "constant", "rho_ramp_rounds": 0}
+
+
+def scheduled_rho(hp: dict[str, Any], t: int, final: float) -> float:
+    """ρ_t for a SAM radius whose final value is `final` (hp: an algorithm's resolved hyperparameters):
+    see `Context.rho`."""
+    ramp = hp.get("rho_ramp_rounds", 0)
+    if hp.get("rho_schedule", "constant") == "constant" or ramp <= 1:
+        return final
+    start = min(RHO_START, final)
+    return start + (final - start) * min(t / ramp, 1.0)
 
 
 @dataclass
@@ -121,15 +140,31 @@ class Context:
         """
         return scheduled_lr(self.config, t)
 
-    def rule(self, **overrides: Any) -> LocalRule:
-        """The local rule from the config and this algorithm's hyperparameters."""
+    def rho(self, t: int, final: float | None = None) -> float:
+        """The SAM radius ρ_t of round t (`final` = the radius it schedules, default the algorithm's `rho`).
+
+        - constant (`rho_schedule`, the default of every SAM algorithm but FedGLoSS): ρ_t = ρ;
+        - linear (FedGLoSS's default; T_s = `rho_ramp_rounds`): ρ_t = ρ_0 + (ρ − ρ_0)·min(t/T_s, 1), a ramp
+          from ρ_0 = min(0.001, ρ) at t = 0 up to ρ at t = T_s, then constant (FedGLoSS, Caldarola et al. 2025,
+          whose official code starts at 0.001). T_s ≤ 1 is constant. The ramp does not depend on `rounds`,
+          so a run with it can be extended on resume.
+        Algorithms without a `rho` get 0.
+        """
+        return scheduled_rho(self.hp, t, self.hp.get("rho", 0.0) if final is None else final)
+
+    def rule(self, t: int, **overrides: Any) -> LocalRule:
+        """The local rule of round t from the config and this algorithm's hyperparameters (ρ = `rho(t)`)."""
+        config = self.config
         values = dict(
-            rho=self.hp.get("rho", 0.0),
+            rho=self.rho(t),
             sam=self.hp.get("sam", "sam"),
             asam_eta=self.hp.get("asam_eta", 0.2),
             momentum=self.hp.get("momentum", 0.0),
-            weight_decay=self.config.weight_decay,
-            clip_grad_norm=self.config.clip_grad_norm,
+            weight_decay=config.weight_decay,
+            clip_grad_norm=config.clip_grad_norm,
+            optimizer=config.local_optimizer,
+            adam_betas=tuple(config.adam_betas),
+            adam_eps=config.adam_eps,
         )
         values.update(overrides)
         return LocalRule(**values)
@@ -155,10 +190,21 @@ class Algorithm:
     # gathers them into all m rows (`comm.gather_rows`) and a resume slices out `comm.client_ids` again.
     # Every other entry is replicated server/global state, identical on every process (rank 0's is saved).
     client_state: ClassVar[tuple[str, ...]] = ()
+    # Local optimizers (`local_optimizer`) the update rule is defined for. Adam/AdamW fit algorithms that use local
+    # training only through its result y_K; not those whose rule is written in SGD steps (SCAFFOLD's (x − y)/(Kη),
+    # FedCM's blended direction, local momentum buffers, FedDyn/FedGLoSS penalties, MimeLite, DOMO).
+    local_optimizers: ClassVar[tuple[str, ...]] = ("sgd",)
 
     def __init__(self, ctx: Context, X: torch.Tensor):
         self.ctx = ctx
         self.X = X
+        # local_optimizer_state = "keep": every client's Adam moments persist across rounds, as per-client state;
+        # the algorithm passes them to `trainer.train(..., adam=self.optimizer_state)`. None: fresh every round.
+        self.optimizer_state: AdamState | None = None
+        config = ctx.config
+        if config.local_optimizer != "sgd" and config.local_optimizer_state == "keep":
+            self.optimizer_state = AdamState.zeros(X)
+            self.client_state = (*type(self).client_state, *AdamState.KEYS)
 
     @classmethod
     def check_hyperparameters(cls, hp: dict[str, Any]) -> None:
@@ -172,17 +218,19 @@ class Algorithm:
     def state(self) -> dict[str, torch.Tensor]:
         """Everything beyond X that the next rounds depend on, for checkpoints: the per-client entries
         named in `client_state` ([m_local, ...] rows) and replicated server state."""
-        return {}
+        return {} if self.optimizer_state is None else self.optimizer_state.as_dict()
 
     def load_state(self, state: dict[str, torch.Tensor]) -> None:
         """Set attributes from `state` (e.g. a checkpoint's, rows already sliced to this process's clients).
         A tensor replacing a tensor attribute must have its shape; it takes the attribute's device and dtype."""
         for key, value in state.items():
-            current = getattr(self, key, None)
+            adam = key in AdamState.KEYS and self.optimizer_state is not None  # "adam_step" -> optimizer_state.step
+            owner, name = (self.optimizer_state, key.removeprefix("adam_")) if adam else (self, key)
+            current = getattr(owner, name, None)
             if torch.is_tensor(current) and torch.is_tensor(value):
                 if value.shape != current.shape:
                     raise ValueError(
                         f"{self.name} state {key!r}: expected shape {tuple(current.shape)}, got {tuple(value.shape)}"
                     )
                 value = value.to(device=current.device, dtype=current.dtype)
-            setattr(self, key, value)
+            setattr(owner, name, value)

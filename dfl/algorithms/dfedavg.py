@@ -10,16 +10,17 @@ is computed here (the buffer is reset to 0 at the start of each round).
 
 from __future__ import annotations
 
-from dfl.algorithms.base import Algorithm, RoundStats
+from dfl.algorithms.base import ADAPTIVE, Algorithm, RoundStats
 
 
 class DFedAvg(Algorithm):
     name = "dfedavg"
     hyperparameters: dict = {}
+    local_optimizers = ADAPTIVE
 
     def round(self, t: int) -> RoundStats:
         ctx = self.ctx
-        local = ctx.trainer.train(self.X, t, ctx.lr(t), ctx.rule())  # y^K, momentum reset each round
+        local = ctx.trainer.train(self.X, t, ctx.lr(t), ctx.rule(t), adam=self.optimizer_state)  # y^K
         self.X = ctx.gossip.mix(local.Y, t, 1)  # x^{t+1} = W Y^K
         return RoundStats(train_loss=local.loss, models_sent=ctx.gossip.sends(t, 1))
 
@@ -27,3 +28,4 @@ class DFedAvg(Algorithm):
 class DFedAvgM(DFedAvg):
     name = "dfedavgm"
     hyperparameters = {"momentum": 0.9}
+    local_optimizers = ("sgd",)  # heavy-ball SGD by definition; Adam has its own momentum: use dfedavg

@@ -11,21 +11,22 @@ tQ … tQ+Q−1, so time-varying topologies draw a fresh matrix for every step.
 
 from __future__ import annotations
 
-from dfl.algorithms.base import Algorithm, RoundStats
+from dfl.algorithms.base import ADAPTIVE, RHO_SCHEDULE_DEFAULTS, Algorithm, RoundStats
 
-SAM_DEFAULTS = {"rho": 0.01, "sam": "sam", "asam_eta": 0.2, "momentum": 0.0}
+SAM_DEFAULTS = {"rho": 0.01, **RHO_SCHEDULE_DEFAULTS, "sam": "sam", "asam_eta": 0.2, "momentum": 0.0}
 
 
 class DFedSAMMGS(Algorithm):
     name = "dfedsam-mgs"
     hyperparameters = {**SAM_DEFAULTS, "gossip_steps": 4}
+    local_optimizers = ADAPTIVE
 
     def gossip_steps(self) -> int:
         return self.ctx.hp.get("gossip_steps", 1)
 
     def round(self, t: int) -> RoundStats:
         ctx, Q = self.ctx, self.gossip_steps()
-        local = ctx.trainer.train(self.X, t, ctx.lr(t), ctx.rule())  # Y^K by local SAM
+        local = ctx.trainer.train(self.X, t, ctx.lr(t), ctx.rule(t), adam=self.optimizer_state)  # Y^K by local SAM
         self.X = ctx.gossip.mix(local.Y, t * Q, Q)  # X^{t+1} = W^Q Y^K
         return RoundStats(train_loss=local.loss, models_sent=ctx.gossip.sends(t * Q, Q))
 

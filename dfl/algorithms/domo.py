@@ -54,7 +54,7 @@ class DOMO(ServerAlgorithm):
         K = torch.zeros(self.X.shape[0], dtype=self.X.dtype, device=self.X.device)
         K[part.rows] = trainer.schedule(t, part.rows).steps_per_client.to(K)
         start = self.X - (alpha * lr) * K[:, None] * self.m
-        local = trainer.train(start, t, lr, self.ctx.rule(), rows=part.rows)
+        local = trainer.train(start, t, lr, self.ctx.rule(t), rows=part.rows)
         return local.Y, local.loss, local.steps
 
     def state(self):
@@ -66,7 +66,7 @@ class DOMOS(DOMO):
 
     def local(self, t: int, part, lr: float, alpha: float):
         """DOMO-S: y ← y − η (u + α m_t) with u ← μ u + g (clipping and decay on g, as in `LocalTrainer`)."""
-        trainer, rule = self.ctx.trainer, self.ctx.rule()
+        trainer, rule = self.ctx.trainer, self.ctx.rule(t)
         schedule = trainer.schedule(t, part.rows)
         Y = self.X.clone()
         u = torch.zeros_like(Y)

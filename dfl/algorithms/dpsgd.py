@@ -5,6 +5,9 @@ One SGD step per communication, with the gradient taken at the pre-mixing iterat
 A round is the usual amount of local work (local_epochs or local_steps), i.e. K such iterations, so
 it gossips K times. Clients that have finished their epoch(s) still gossip, with zero gradient.
 K is the largest step count of all clients of all processes, so every process gossips equally often.
+With local_optimizer = adam/adamw, γ G(X^k) becomes each client's Adam/AdamW step at X^k (`dfl.adam`, from the
+gradient at the pre-mixing iterate), its moments fresh every round of K iterations or kept across rounds
+(`local_optimizer_state`).
 """
 
 from __future__ import annotations
@@ -14,20 +17,25 @@ import math
 import numpy as np
 import torch
 
-from dfl.algorithms.base import Algorithm, RoundStats
+from dfl.adam import AdamState
+from dfl.algorithms.base import ADAPTIVE, Algorithm, RoundStats
 from dfl.local import descent_direction
 
 
 class DPSGD(Algorithm):
     name = "dpsgd"
     hyperparameters: dict = {}
+    local_optimizers = ADAPTIVE
 
     def __init__(self, ctx, X):
         super().__init__(ctx, X)
         self.gossip_step = 0  # global gossip-step counter (time-varying topologies advance per step)
 
     def round(self, t: int) -> RoundStats:
-        ctx, lr, rule = self.ctx, self.ctx.lr(t), self.ctx.rule()
+        ctx, lr, rule = self.ctx, self.ctx.lr(t), self.ctx.rule(t)
+        adam = self.optimizer_state
+        if rule.optimizer != "sgd" and adam is None:
+            adam = AdamState.zeros(self.X)  # reset: fresh moments every round
         schedule = ctx.trainer.schedule(t)
         loss_sum = torch.zeros(self.X.shape[0], device=self.X.device, dtype=self.X.dtype)
         sent = np.zeros(ctx.gossip.topology.n, dtype=np.int64)
@@ -38,7 +46,7 @@ class DPSGD(Algorithm):
                 Xb = self.X[batch.rows]
                 g, loss = ctx.trainer.gradient(Xb, batch)  # G(X^k), before mixing
                 loss_sum[batch.rows] += loss
-                step[batch.rows] = descent_direction(g, Xb, rule, None)
+                step[batch.rows] = descent_direction(g, Xb, rule, None, adam, batch.rows)
             self.X = ctx.gossip.mix(self.X, self.gossip_step, 1) - lr * step  # W X^k − γ G(X^k)
             sent += ctx.gossip.sends(self.gossip_step, 1)
             self.gossip_step += 1
@@ -46,10 +54,12 @@ class DPSGD(Algorithm):
         return RoundStats(train_loss=loss_sum / steps, models_sent=sent)
 
     def state(self):
-        return {"gossip_step": torch.tensor(self.gossip_step)}
+        return {**super().state(), "gossip_step": torch.tensor(self.gossip_step)}
 
     def load_state(self, state):
-        self.gossip_step = int(state["gossip_step"])
+        state = dict(state)
+        self.gossip_step = int(state.pop("gossip_step"))
+        super().load_state(state)
 
 
 def iterations_per_round(trainer) -> int:

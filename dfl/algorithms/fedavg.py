@@ -12,18 +12,20 @@ from __future__ import annotations
 
 import torch
 
-from dfl.algorithms.base import RoundStats
+from dfl.algorithms.base import ADAPTIVE, RHO_SCHEDULE_DEFAULTS, RoundStats
 from dfl.algorithms.server import SERVER_DEFAULTS, ServerAlgorithm
 
 
 class FedAvg(ServerAlgorithm):
     name = "fedavg"
     hyperparameters = {**SERVER_DEFAULTS, "server_lr": 1.0}
+    local_optimizers = ADAPTIVE  # subclasses whose rule is written in SGD steps set ("sgd",)
 
     def local(self, t: int, part):
-        """K local steps from x_t for the participants (the local rule from the hyperparameters)."""
+        """K local steps from x_t for the participants (the local rule from the hyperparameters; kept Adam state
+        of non-participants stays as it is)."""
         ctx = self.ctx
-        return ctx.trainer.train(self.X, t, ctx.lr(t), ctx.rule(), rows=part.rows)
+        return ctx.trainer.train(self.X, t, ctx.lr(t), ctx.rule(t), rows=part.rows, adam=self.optimizer_state)
 
     def round(self, t: int) -> RoundStats:
         part = self.participants(t)
@@ -43,7 +45,7 @@ class FedSAM(FedAvg):
     Default ρ = 0.1 (FL-Simulator, Caldarola's SAM runs); Caldarola's ASAM runs use ρ = 0.7, η_a = 0.2."""
 
     name = "fedsam"
-    hyperparameters = {**FedAvg.hyperparameters, "rho": 0.1, "sam": "sam", "asam_eta": 0.2}
+    hyperparameters = {**FedAvg.hyperparameters, "rho": 0.1, **RHO_SCHEDULE_DEFAULTS, "sam": "sam", "asam_eta": 0.2}
 
 
 class FedAvgSM(FedAvg):

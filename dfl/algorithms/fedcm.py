@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import torch
 
-from dfl.algorithms.base import RoundStats
+from dfl.algorithms.base import RHO_SCHEDULE_DEFAULTS, RoundStats
 from dfl.algorithms.fedavg import FedAvg
 
 
@@ -23,6 +23,7 @@ class FedCM(FedAvg):
     name = "fedcm"
     hyperparameters = {**FedAvg.hyperparameters, "fedcm_alpha": 0.1}
     downlink = 2  # x_t and Δ_t
+    local_optimizers = ("sgd",)  # Δ_t is normalized by η K: SGD steps
 
     def __init__(self, ctx, X):
         super().__init__(ctx, X)
@@ -37,7 +38,7 @@ class FedCM(FedAvg):
         def blend(g, y, rows):  # v = α g + (1 − α) Δ_t
             return alpha * g + (1 - alpha) * self.delta
 
-        local = ctx.trainer.train(self.X, t, lr, ctx.rule(), transform=blend, rows=part.rows)
+        local = ctx.trainer.train(self.X, t, lr, ctx.rule(t), transform=blend, rows=part.rows)
         self.delta, _ = self.pseudo_gradient(local.Y, local.steps, lr, part)  # Δ_{t+1}
         self.server_step(self.aggregate(local.Y - self.x, part.weights))
         return self.stats(local.loss, part)
@@ -48,4 +49,4 @@ class FedCM(FedAvg):
 
 class MoFedSAM(FedCM):
     name = "mofedsam"
-    hyperparameters = {**FedCM.hyperparameters, "rho": 0.1, "sam": "sam", "asam_eta": 0.2}
+    hyperparameters = {**FedCM.hyperparameters, "rho": 0.1, **RHO_SCHEDULE_DEFAULTS, "sam": "sam", "asam_eta": 0.2}

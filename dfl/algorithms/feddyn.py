@@ -37,7 +37,7 @@ class FedDyn(ServerAlgorithm):
         def dyn(g, y, rows):  # ∇f_i(θ) + α(θ − x_t) + α h_i
             return g + alpha * (y - self.x + self.h[rows])
 
-        local = ctx.trainer.train(self.X, t, ctx.lr(t), ctx.rule(), transform=dyn, rows=r)
+        local = ctx.trainer.train(self.X, t, ctx.lr(t), ctx.rule(t), transform=dyn, rows=r)
         self.h[r] += local.Y[r] - self.x
         average = self.x + self.aggregate(local.Y - self.x, part.weights)  # Σ_S p_i θ_i
         self.broadcast(average + ctx.comm.mean_rows(self.h))  # + mean_all h_j

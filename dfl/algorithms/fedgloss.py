@@ -13,9 +13,11 @@ Round t (ρ_t, ρ_{l,t} from the ramp below):
          Δ̃ = Σ_S p_k (w̃ − w_k)                      (pseudo-gradient at the perturbed point)
          w ← w − η_g Δ̃ − β σ                         (descent from the unperturbed w)
          Δ̃_prev ← Δ̃
-ρ ramp (T_s = rho_ramp_rounds > 1): ρ_t = ρ_0 + (ρ − ρ_0)·min(t/T_s, 1) for both radii, ρ_0 = min(0.001, ρ),
-the intended linear ramp (the official server ramp reuses the client's value, a bug not reproduced).
-T_s ≤ 1: constant radii. ρ = ρ_l = 0 gives FedDyn with α = 1/β (σ_k = −α h_k, β σ = −mean_all h_j).
+ρ ramp: FedGLoSS's rho_schedule defaults to "linear" (`Context.rho`, shared with every SAM algorithm): with
+T_s = rho_ramp_rounds > 1, ρ_t = ρ_0 + (ρ − ρ_0)·min(t/T_s, 1) for both radii, ρ_0 = min(0.001, ρ), the
+intended linear ramp (the official server ramp reuses the client's value, a bug not reproduced).
+T_s ≤ 1 or rho_schedule = "constant": constant radii.
+ρ = ρ_l = 0 gives FedDyn with α = 1/β (σ_k = −α h_k, β σ = −mean_all h_j).
 Defaults (CIFAR-10 CNN): ρ = ρ_l = 0.15, β = 10, η_g = 1; the paper ramps over T_s = 2000 of 10⁴ rounds,
 here the default is no ramp (T_s = 0).
 """
@@ -27,14 +29,12 @@ import torch
 from dfl.algorithms.base import RoundStats
 from dfl.algorithms.server import SERVER_DEFAULTS, ServerAlgorithm
 
-RHO_START = 0.001  # ρ_0 of the ramp
-
 
 class FedGLoSS(ServerAlgorithm):
     name = "fedgloss"
     hyperparameters = {
         **SERVER_DEFAULTS, "server_lr": 1.0, "rho": 0.15, "sam": "sam", "asam_eta": 0.2,
-        "server_rho": 0.15, "fedgloss_beta": 10.0, "rho_ramp_rounds": 0,
+        "server_rho": 0.15, "fedgloss_beta": 10.0, "rho_schedule": "linear", "rho_ramp_rounds": 0,
     }
     client_state = ("sigma_k",)  # per-client σ_k; σ and Δ̃_prev are server state
 
@@ -44,14 +44,6 @@ class FedGLoSS(ServerAlgorithm):
         self.delta_prev = torch.zeros_like(self.x)  # Δ̃_prev
         self.sigma_k = torch.zeros_like(self.X)  # client σ_k (rows = local clients)
 
-    def radius(self, final: float, t: int) -> float:
-        """ρ_t: the linear ramp from ρ_0 to `final` over rho_ramp_rounds rounds, then constant."""
-        ramp = self.hp["rho_ramp_rounds"]
-        if ramp <= 1:
-            return final
-        start = min(RHO_START, final)
-        return start + (final - start) * min(t / ramp, 1.0)
-
     def round(self, t: int) -> RoundStats:
         part = self.participants(t)
         if part.count == 0:
@@ -59,7 +51,7 @@ class FedGLoSS(ServerAlgorithm):
         ctx, beta, r = self.ctx, self.hp["fedgloss_beta"], part.rows
         # 1. server ascent along the previous pseudo-gradient
         norm = float(self.delta_prev.norm())
-        rho = self.radius(self.hp["server_rho"], t)
+        rho = ctx.rho(t, self.hp["server_rho"])
         w_tilde = self.x + rho * self.delta_prev / norm if norm > 0 and rho > 0 else self.x
         start = w_tilde.expand_as(self.X).clone()
 
@@ -67,8 +59,7 @@ class FedGLoSS(ServerAlgorithm):
         def regularise(g, y, rows):  # g − σ_k + (w_k − w̃)/β
             return g - self.sigma_k[rows] + (y - w_tilde) / beta
 
-        rule = ctx.rule(rho=self.radius(self.hp["rho"], t))
-        local = ctx.trainer.train(start, t, ctx.lr(t), rule, transform=regularise, rows=r)
+        local = ctx.trainer.train(start, t, ctx.lr(t), ctx.rule(t), transform=regularise, rows=r)  # ρ_l = ctx.rho(t)
         self.sigma_k[r] -= (local.Y[r] - w_tilde) / beta
 
         # 3. server

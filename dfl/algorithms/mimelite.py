@@ -26,6 +26,7 @@ class MimeLite(FedAvg):
     name = "mimelite"
     hyperparameters = {**FedAvg.hyperparameters, "server_momentum": 0.9}
     uplink = downlink = 2
+    local_optimizers = ("sgd",)  # the server momentum replaces local optimizer state
 
     def __init__(self, ctx, X):
         super().__init__(ctx, X)
@@ -41,7 +42,7 @@ class MimeLite(FedAvg):
         def mime(g, y, rows):  # (1 − β) g + β m
             return (1 - beta) * g + beta * self.m
 
-        local = ctx.trainer.train(self.X, t, ctx.lr(t), ctx.rule(), transform=mime, rows=part.rows)
+        local = ctx.trainer.train(self.X, t, ctx.lr(t), ctx.rule(t), transform=mime, rows=part.rows)
         self.m = (1 - beta) * self.aggregate(c, part.weights[part.rows]) + beta * self.m
         self.server_step(self.aggregate(local.Y - self.x, part.weights))
         return self.stats(local.loss, part)

@@ -21,6 +21,7 @@ class FedAvgLM(FedAvg):
     name = "fedavglm"
     hyperparameters = {**FedAvg.hyperparameters, "momentum": 0.9}
     reset = False  # -Z variants start every round from u = 0
+    local_optimizers = ("sgd",)  # local heavy-ball momentum by definition
 
     def __init__(self, ctx, X):
         super().__init__(ctx, X)
@@ -31,7 +32,7 @@ class FedAvgLM(FedAvg):
     def local(self, t: int, part):
         ctx = self.ctx
         start = None if self.reset else self.u.expand_as(self.X)
-        local = ctx.trainer.train(self.X, t, ctx.lr(t), ctx.rule(), momentum=start, rows=part.rows)
+        local = ctx.trainer.train(self.X, t, ctx.lr(t), ctx.rule(t), momentum=start, rows=part.rows)
         if not self.reset and local.momentum is not None:
             self.u = self.aggregate(local.momentum, part.weights)  # u_{t+1} = Σ_S p_i u_{i,K}
         return local

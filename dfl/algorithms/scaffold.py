@@ -24,6 +24,7 @@ class Scaffold(FedAvg):
     name = "scaffold"
     uplink = downlink = 2
     client_state = ("ci",)  # c_i per client; x and c are server state
+    local_optimizers = ("sgd",)  # option II's c_i⁺ is (x − y_K)/(K η): SGD steps
 
     def __init__(self, ctx, X):
         super().__init__(ctx, X)
@@ -39,7 +40,7 @@ class Scaffold(FedAvg):
         def correct(g, y, rows):  # g_i(y) − c_i + c
             return g - self.ci[rows] + self.c
 
-        local = ctx.trainer.train(self.X, t, lr, ctx.rule(), transform=correct, rows=r)
+        local = ctx.trainer.train(self.X, t, lr, ctx.rule(t), transform=correct, rows=r)
         K = local.steps[r].to(self.x.dtype).clamp_min(1)[:, None]
         ci_new = self.ci[r] - self.c + (self.x - local.Y[r]) / (K * lr)  # option II
         self.c = self.c + self.aggregate(ci_new - self.ci[r], self.share[r])  # c += Σ_S q_i Δc_i

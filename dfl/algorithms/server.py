@@ -134,4 +134,4 @@ class ServerAlgorithm(Algorithm):
         )
 
     def state(self) -> dict[str, torch.Tensor]:
-        return {"x": self.x}
+        return {**super().state(), "x": self.x}

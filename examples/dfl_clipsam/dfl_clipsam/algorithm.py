@@ -42,7 +42,7 @@ class ClipSAM(Algorithm):
     def round(self, t: int) -> RoundStats:
         ctx, hp = self.ctx, self.ctx.hp
         Q, C = hp["gossip_steps"], hp["clip"]
-        local = ctx.trainer.train(self.X, t, ctx.lr(t), ctx.rule())  # (1) y^K by local SAM
+        local = ctx.trainer.train(self.X, t, ctx.lr(t), ctx.rule(t))  # (1) y^K by local SAM
         v = local.Y - self.X + self.residual  # (2)
         delta = v * (C / v.norm(dim=1, keepdim=True).clamp_min(1e-12)).clamp(max=1.0) if C > 0 else v  # (3)
         self.residual = v - delta if hp["error_feedback"] else torch.zeros_like(v)  # (4)
