@@ -253,8 +253,6 @@ class Config:
         self._validate_lr_schedule()
         _number("weight_decay", self.weight_decay, minimum=0.0)
         _number("clip_grad_norm", self.clip_grad_norm, minimum=0.0)
-        self._validate_rho_schedule()
-        self._validate_local_optimizer()
         for name in ("rho", "asam_eta"):
             if getattr(self, name) is not None:
                 _number(name, getattr(self, name), minimum=0.0)
@@ -268,6 +266,8 @@ class Config:
             if not isinstance(getattr(self, name), dict):
                 raise ConfigError(f"{name} must be a table of key = value, got {getattr(self, name)!r}")
         self._validate_algorithm_options()
+        self._validate_rho_schedule()  # these two read the resolved hyperparameters: after algorithm_options
+        self._validate_local_optimizer()
         from dfl.network import check_config as check_network
 
         check_network(self)  # link_failure, offline, stragglers, straggler_slowdown, round_deadline
@@ -332,7 +332,7 @@ class Config:
                               f"got {hp['rho_ramp_rounds']}")
 
     def _validate_local_optimizer(self) -> None:
-        from dfl.algorithms import REGISTRY, algorithm_class, resolve_hyperparameters
+        from dfl.algorithms import ALGORITHMS, algorithm_class
 
         _choice("local_optimizer", self.local_optimizer, LOCAL_OPTIMIZERS)
         _choice("local_optimizer_state", self.local_optimizer_state, LOCAL_OPTIMIZER_STATES)
@@ -350,14 +350,15 @@ class Config:
             return
         cls = algorithm_class(self.algorithm)
         if self.local_optimizer not in cls.local_optimizers:
-            able = [name for name, c in REGISTRY.items() if self.local_optimizer in c.local_optimizers]
+            able = [name for name, c in ALGORITHMS.items()
+                    if self.local_optimizer in getattr(c, "local_optimizers", ("sgd",))]
             raise ConfigError(f"local_optimizer = {self.local_optimizer} is not defined for {self.algorithm}, whose "
                               f"update rule is written in SGD steps; use local_optimizer = sgd, or one of "
                               f"{', '.join(able)}")
-        momentum = resolve_hyperparameters(self, warn=False)[0].get("momentum", 0.0)  # if the algorithm reads it
-        if momentum > 0:
-            raise ConfigError(f"momentum = {momentum} is SGD's heavy ball; local_optimizer = {self.local_optimizer} "
-                              "has its own first moment (adam_betas[0]): set momentum = 0")
+        # an algorithm's default momentum is SGD's and does not apply to Adam (`Context.rule`); a set one is an error
+        if self.momentum is not None and self.momentum > 0:
+            raise ConfigError(f"momentum = {self.momentum} is SGD's heavy ball; local_optimizer = "
+                              f"{self.local_optimizer} has its own first moment (adam_betas[0]): remove momentum")
 
     def _validate_hooks(self) -> None:
         from dfl.loggers import LOGGERS

@@ -11,7 +11,7 @@ import torch
 import dfl
 import topologies
 from dfl.adam import AdamState
-from dfl.algorithms import REGISTRY, algorithm_class
+from dfl.algorithms import ALGORITHMS, algorithm_class
 from dfl.cli import build_parser
 from dfl.clients import ParamLayout, initial_stack
 from dfl.config import Config, ConfigError
@@ -126,8 +126,8 @@ def test_dfedsam_adam_keep_threads_the_state_through_rounds(device):
 
 
 def test_exactly_the_adaptive_algorithms_accept_adam_and_keep_changes_them():
-    assert {name for name, cls in REGISTRY.items() if "adam" in cls.local_optimizers} == ADAPTIVE
-    assert all(cls.local_optimizers in (("sgd",), ("sgd", "adam", "adamw")) for cls in REGISTRY.values())
+    assert {name for name, cls in ALGORITHMS.items() if "adam" in cls.local_optimizers} == ADAPTIVE
+    assert all(cls.local_optimizers in (("sgd",), ("sgd", "adam", "adamw")) for _, cls in ALGORITHMS.items())
     data = small_data()
     for name in sorted(ADAPTIVE):
         centralized = getattr(algorithm_class(name), "centralized", False)

@@ -159,7 +159,8 @@ class Context:
             rho=self.rho(t),
             sam=self.hp.get("sam", "sam"),
             asam_eta=self.hp.get("asam_eta", 0.2),
-            momentum=self.hp.get("momentum", 0.0),
+            # the heavy ball is SGD's: with Adam/AdamW the algorithm's default momentum does not apply
+            momentum=self.hp.get("momentum", 0.0) if config.local_optimizer == "sgd" else 0.0,
             weight_decay=config.weight_decay,
             clip_grad_norm=config.clip_grad_norm,
             optimizer=config.local_optimizer,

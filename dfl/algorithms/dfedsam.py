@@ -5,8 +5,15 @@ Round t, client i:
     y^{k+1} = y^k − η SAMGRAD(f_i, y^k, ξ, ρ),  k = 0..K−1        (local SAM, Alg. 1 lines 4–7)
     z^{(0)} = y^K;  z_i^{(q+1)} = Σ_l w_il z_l^{(q)},  q = 0..Q−1    (multiple gossip steps, lines 8–10)
     x_i^{t+1} = z_i^{(Q)},  i.e. X^{t+1} = W^Q Y^K
-Q = 1 is DFedSAM; ρ = 0 with Q = 1 is DFedAvg. Gossip steps of round t are the global steps
+Q = 1 is DFedSAM; ρ = 0 with Q = 1 (and momentum 0) is DFedAvg. Gossip steps of round t are the global steps
 tQ … tQ+Q−1, so time-varying topologies draw a fresh matrix for every step.
+
+Local momentum (default 0.9, as DFedAvgM's): the local step is SAMGRAD fed to heavy-ball SGD, re-started each
+round, b ← μ b + g̃; y ← y − η b. Decided for issue 16 from two sources: Algorithm 1 of the paper (our copy, the
+poster) initialises "y^{t,−1}(i) = y^{t,0}(i)", which only matters for a heavy-ball term θ(y^k − y^{k−1}) — the
+DFedAvgM update the algorithm is built on (ALGORITHMS.md §3.2) — and the DisPFL-derived code of this lineage runs
+the local SGD with momentum 0.9. ALGORITHMS.md §3.3 writes the plain-SGD form; `momentum = 0` gives it. With
+matched momentum, DFedSAM vs DFedAvgM measures SAM, not momentum.
 """
 
 from __future__ import annotations
