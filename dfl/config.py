@@ -332,7 +332,7 @@ class Config:
                               f"got {hp['rho_ramp_rounds']}")
 
     def _validate_local_optimizer(self) -> None:
-        from dfl.algorithms import REGISTRY, algorithm_class, resolve_hyperparameters
+        from dfl.algorithms import ALGORITHMS, algorithm_class, resolve_hyperparameters
 
         _choice("local_optimizer", self.local_optimizer, LOCAL_OPTIMIZERS)
         _choice("local_optimizer_state", self.local_optimizer_state, LOCAL_OPTIMIZER_STATES)
@@ -350,7 +350,7 @@ class Config:
             return
         cls = algorithm_class(self.algorithm)
         if self.local_optimizer not in cls.local_optimizers:
-            able = [name for name, c in REGISTRY.items() if self.local_optimizer in c.local_optimizers]
+            able = [name for name, c in ALGORITHMS.items() if self.local_optimizer in c.local_optimizers]
             raise ConfigError(f"local_optimizer = {self.local_optimizer} is not defined for {self.algorithm}, whose "
                               f"update rule is written in SGD steps; use local_optimizer = sgd, or one of "
                               f"{', '.join(able)}")
