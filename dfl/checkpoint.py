@@ -4,6 +4,8 @@
 - `round` t (rounds completed) and `params`, the client stack X with all m rows (gathered from every process);
 - the algorithm's per-client state (`Algorithm.client_state`, all m rows, gathered) and its replicated
   server state (identical on every process; rank 0's copy);
+- the gossip's per-client state, when it has one (`gossip_state`: compressed gossip's public copies x̂, all m
+  rows, gathered; `dfl.choco`);
 - the loop counters (bytes sent so far, bytes moved between processes, wall seconds) and the metrics history;
 - the global RNG states (torch, CUDA, numpy, python; rank 0's, restored on every rank), the config and the
   parameter names.
@@ -67,6 +69,9 @@ def gather(algorithm, comm, round_done: int, history, counters: dict[str, Any], 
         raise RuntimeError(f"{algorithm.name}.client_state names {unknown}, which state() does not return")
     params = comm.gather_rows(algorithm.X).detach().cpu()
     client = {k: comm.gather_rows(state[k]).detach().cpu() for k in algorithm.client_state}
+    gossip = _gossip_state(algorithm)
+    if gossip is not None:
+        gossip = {k: comm.gather_rows(v).detach().cpu() for k, v in gossip.items()}
     if not comm.is_main:
         return None
     server = {k: _cpu(v) for k, v in state.items() if k not in algorithm.client_state}
@@ -76,6 +81,7 @@ def gather(algorithm, comm, round_done: int, history, counters: dict[str, Any], 
         "params": params,
         "client_state": client,
         "server_state": server,
+        **({} if gossip is None else {"gossip_state": gossip}),
         "history": history,
         # read after the gathers above: an uninterrupted run's later counts include them
         "counters": {**counters, "bytes_moved": comm.bytes_moved},
@@ -175,6 +181,14 @@ def restore(checkpoint: dict[str, Any], algorithm, comm, layout) -> None:
         raise ValueError(f"the checkpoint lacks the per-client state {missing} of {algorithm.name}")
     state = {k: v[rows] for k, v in checkpoint["client_state"].items()}
     algorithm.load_state({**checkpoint["server_state"], **state})
+    if _gossip_state(algorithm) is not None:  # compressed gossip: its public copies, this process's rows
+        algorithm.ctx.gossip.load_client_state({k: v[rows] for k, v in checkpoint.get("gossip_state", {}).items()})
+
+
+def _gossip_state(algorithm) -> dict[str, torch.Tensor] | None:
+    """The per-client state rows of the algorithm's gossip (None when it keeps none, as exact gossip)."""
+    gossip = getattr(getattr(algorithm, "ctx", None), "gossip", None)
+    return gossip.client_state() if hasattr(gossip, "client_state") else None
 
 
 def rng_state() -> dict[str, Any]:

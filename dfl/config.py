@@ -97,6 +97,10 @@ class Config:
     stragglers: float = 0.0  # probability that a client is slow in a round, in [0, 1]
     straggler_slowdown: float = 4.0  # simulated seconds per local step of a slow client (1 for the others), >= 1
     round_deadline: float = 0.0  # simulated seconds per round: a client sends after the steps it finished; 0 = none
+    # compressed gossip (dfl.choco, dfl.compression): CHOCO-GOSSIP with error feedback, decentralized algorithms
+    compressor: str = "none"  # "none" (exact gossip), "top-k", "random-k" or "qsgd"
+    compression: float | None = None  # top-k/random-k: fraction kept in (0, 1] (unset 0.1); qsgd: bits in [2, 16] (8)
+    consensus_lr: float | None = None  # CHOCO's consensus step size gamma in (0, 1] (unset = ω of the compressor)
     # clients and data
     clients: int = 16
     dataset: str = "mnist1d"
@@ -271,6 +275,9 @@ class Config:
         from dfl.network import check_config as check_network
 
         check_network(self)  # link_failure, offline, stragglers, straggler_slowdown, round_deadline
+        from dfl.choco import check_config as check_compression
+
+        check_compression(self)  # compressor, compression, consensus_lr
         return self
 
     def _validate_algorithm_options(self) -> None:
@@ -471,6 +478,12 @@ FIELD_HELP: dict[str, str] = {
     "straggler_slowdown": "simulated seconds per local step of a slow client (1 for the others), >= 1",
     "round_deadline": "simulated seconds per round: a client sends after the local steps it finished by then; "
                       "0 = no deadline",
+    "compressor": "compressed gossip (CHOCO-GOSSIP with error feedback, decentralized algorithms, static topologies):"
+                  " none (exact gossip), top-k, random-k or qsgd",
+    "compression": "top-k, random-k: fraction of coordinates kept, in (0, 1] (unset = 0.1); qsgd: bits per "
+                   "coordinate, sign included, an integer in [2, 16] (unset = 8)",
+    "consensus_lr": "CHOCO consensus step size gamma in (0, 1] (compressed gossip; unset = the compressor's omega: "
+                    "the fraction kept for top-k and random-k, 1/tau for qsgd)",
     "clients": "number of clients, >= 1",
     "dataset": "mnist1d, digits, synthetic, cifar10, cifar100, mnist, fashion-mnist, or a registered one (dfl list "
                "datasets)",

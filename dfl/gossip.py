@@ -194,5 +194,9 @@ class Gossip:
             out += self._cached(("sends", self.step_key(s)), lambda s=s: self.topology.out_degrees(s))
         return out
 
+    def message_bytes(self, dim: int, itemsize: int) -> int:
+        """Bytes of one message: a model-sized vector (a compressed gossip, `dfl.choco`, sends less)."""
+        return dim * itemsize
+
     def _tensor(self, M: np.ndarray) -> torch.Tensor:
         return torch.tensor(np.asarray(M), dtype=self.dtype, device=self.device)

@@ -315,7 +315,8 @@ class Stragglers:
 # ------------------------------------------------------------------------------------------------ the run's
 class Network:
     """The network a run trains over: `topology` to gossip on (the topology itself, or its `RealisedTopology`
-    with link faults), `step_cap` for the local trainer (stragglers with a deadline), `metrics` per evaluation."""
+    with link faults), `gossip` over it (compressed with a compressor, `dfl.choco`), `step_cap` for the local
+    trainer (stragglers with a deadline), `metrics` per evaluation."""
 
     def __init__(self, config, topology, data, hp: dict[str, Any] | None = None):
         from dfl.algorithms import algorithm_class
@@ -336,6 +337,13 @@ class Network:
             base = config.topology_options.get("base") if scheme == "lazy" else None
             faults = LinkFaults(config.seed, float(config.link_failure), float(config.offline))
             self.realised = self.topology = RealisedTopology(topology, faults, scheme, base)
+        self.compressor, self.consensus_lr, self.seed = None, None, config.seed  # compressed gossip (dfl.choco)
+        if config.compressor != "none":
+            from dfl import choco, compression
+
+            choco.check_topology(config.compressor, topology.name, topology.is_time_varying)
+            self.compressor = compression.build(config.compressor, config.compression)
+            self.consensus_lr = config.consensus_lr  # None: ω of the compressor (dfl.choco)
         self.stragglers: Stragglers | None = None
         if config.stragglers > 0 or config.round_deadline > 0:
             sizes = data.sizes.numpy()
@@ -355,11 +363,19 @@ class Network:
         s = self.stragglers
         return s.cap if s is not None and s.deadline > 0 else None
 
-    def gossip(self, comm, dtype, device):
-        """The run's gossip over this network: the one place it is built (a compressor would wrap it here)."""
+    def gossip(self, comm, dtype, device, start=None):
+        """The run's gossip over this network: the one place it is built. With a compressor, CHOCO-GOSSIP
+        (`dfl.choco`) wraps it, its public copies starting at `start` (the local rows of X_0)."""
+        from dfl.choco import ChocoGossip
         from dfl.gossip import Gossip
 
-        return Gossip(self.topology, comm, dtype, device)
+        gossip = Gossip(self.topology, comm, dtype, device)
+        if self.compressor is None:
+            return gossip
+        faults = base = None
+        if self.realised is not None:
+            faults, base = self.realised.faults, Gossip(self.realised.topology, comm, dtype, device)
+        return ChocoGossip(gossip, self.compressor, self.consensus_lr, self.seed, start, faults, base)
 
     def metrics(self, t: int, rounds: int) -> dict[str, Any]:
         """The network's part of round t's record (module docstring); `rounds` = rounds since the previous

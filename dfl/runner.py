@@ -239,7 +239,7 @@ class Experiment:
         trainer = LocalTrainer(model, layout, data, comm.client_ids, config)
         trainer.plan_chunk(X0)  # before any training: a run that cannot fit one client stops here, with the estimate
         trainer.step_cap = network.step_cap  # stragglers stopped by the round deadline (None: no deadline)
-        gossip = network.gossip(comm, X0.dtype, device)
+        gossip = network.gossip(comm, X0.dtype, device, start=X0)  # compressed gossip: x̂ starts at X_0
         self.ctx = Context(config=config, hp=hp, trainer=trainer, gossip=gossip, comm=comm)
         self.algorithm = algorithm_class(config.algorithm)(self.ctx, X0.clone())
         self.config, self.comm, self.data, self.device = config, comm, data, device
@@ -262,11 +262,12 @@ class Experiment:
         if out is not None and comm.is_main:
             self.run_dir = RunDirectory(out, overwrite=overwrite, resume=resume)
         self.out = out
-        self.model_bytes = layout.dim * X0.element_size()
+        self.message_bytes = gossip.message_bytes(layout.dim, X0.element_size())  # a model, or compressed
         self.summary = self._initial_summary(hp, ignored, topology)
         if saved is not None:
             self.summary["resumed_from_round"] = self.start
         self.summary.update(self.hooks.summary_fields())
+        self.summary.update(getattr(gossip, "describe", dict)())  # compressed gossip: compressor, ω, γ
         self.hp = hp
         if self.run_dir:
             self.run_dir.write_config(config.to_toml())
@@ -340,7 +341,7 @@ class Experiment:
         if self.device.type == "cuda":
             torch.cuda.synchronize()
         self.round_seconds.append(time.perf_counter() - tic)
-        bytes_round = int(stats.models_sent.sum()) * self.model_bytes
+        bytes_round = int(stats.models_sent.sum()) * self.message_bytes
         self.bytes_total += bytes_round
         self._last_round = (bytes_round, moved_round)
         self.summary["rounds_completed"] = t + 1

@@ -49,8 +49,9 @@ What a round has
   `stats(loss, part)` and `skipped()`; the run then uses the complete graph.
 
 What a round returns: `RoundStats(train_loss, models_sent, trained=None)` — the `[m_local]` mean local
-losses, the `[m]` numpy count of model-sized vectors each client sent (the runner multiplies by the model's
-bytes), and optionally the `[m_local]` bool mask of clients that trained.
+losses, the `[m]` numpy count of model-sized vectors each client sent (the runner multiplies by the bytes of
+one message, `ctx.gossip.message_bytes`: a model, or its compressed form under compressed gossip, whose
+`sends` counts the compressed messages), and optionally the `[m_local]` bool mask of clients that trained.
 
 Hyperparameters. `hyperparameters` declares every hyperparameter the algorithm reads, with its default.
 A key that is an algorithm Config field (`rho`, `sam`, `asam_eta`, `momentum`, `gossip_steps`, the server
