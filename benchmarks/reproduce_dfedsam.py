@@ -398,6 +398,7 @@ def main() -> None:
     p.add_argument("--quick", action="store_true", help="a tiny version for CI (8 clients, 4 rounds, 2 seeds)")
     p.add_argument("--rounds", type=int, help="override the regime's rounds")
     p.add_argument("--seeds", type=int, help="override the regime's seeds per cell")
+    p.add_argument("--close-seeds", type=int, help="seeds of close cells (default 5; = --seeds: none extra)")
     args = p.parse_args()
     regime = QUICK if args.quick else FULL
     if args.rounds:
@@ -405,6 +406,8 @@ def main() -> None:
     if args.seeds:
         regime.seeds = max(args.seeds, 2)
         regime.close_seeds = max(regime.close_seeds, regime.seeds)
+    if args.close_seeds:
+        regime.close_seeds = max(args.close_seeds, regime.seeds)
     out = Path(args.out)
     tic = time.perf_counter()
     seeds = list(range(regime.seeds))
