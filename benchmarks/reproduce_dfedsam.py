@@ -397,12 +397,15 @@ def main() -> None:
     p.add_argument("--parallel", type=int, default=1, help="runs at a time")
     p.add_argument("--quick", action="store_true", help="a tiny version for CI (8 clients, 4 rounds, 2 seeds)")
     p.add_argument("--rounds", type=int, help="override the regime's rounds")
+    p.add_argument("--samples", type=int, help="override the regime's MNIST-1D num_samples")
     p.add_argument("--seeds", type=int, help="override the regime's seeds per cell")
     p.add_argument("--close-seeds", type=int, help="seeds of close cells (default 5; = --seeds: none extra)")
     args = p.parse_args()
     regime = QUICK if args.quick else FULL
     if args.rounds:
         regime.rounds = args.rounds
+    if args.samples:
+        regime.samples = args.samples
     if args.seeds:
         regime.seeds = max(args.seeds, 2)
         regime.close_seeds = max(regime.close_seeds, regime.seeds)
