@@ -103,11 +103,12 @@ def load(out: Path, part: str) -> list:
     return runs
 
 
-def choose_rho(out: Path, regime: Regime, parallel: int) -> tuple[float, list[str]]:
+def choose_rho(out: Path, regime: Regime, parallel: int, run: bool = True) -> tuple[float, list[str]]:
     """ρ with the best mean validation accuracy (global_acc_mean on the local validation splits) of DFedSAM on
     the ring over 2 seeds; returns it with the search table's lines."""
     base = {**regime.base(), "algorithm": "dfedsam", "topology": "ring", "local_test_fraction": 0.1}
-    run_part(out, "rho-search", base, {"rho": list(regime.rhos), "seed": [0, 1]}, parallel)
+    if run:
+        run_part(out, "rho-search", base, {"rho": list(regime.rhos), "seed": [0, 1]}, parallel)
     scores: dict[float, list[float]] = {}
     for r in load(out, "rho-search"):
         value = (r.final or {}).get("global_acc_mean")
@@ -398,6 +399,8 @@ def main() -> None:
     p.add_argument("--quick", action="store_true", help="a tiny version for CI (8 clients, 4 rounds, 2 seeds)")
     p.add_argument("--rounds", type=int, help="override the regime's rounds")
     p.add_argument("--samples", type=int, help="override the regime's MNIST-1D num_samples")
+    p.add_argument("--report-only", action="store_true",
+                   help="run nothing more: write the report from the runs on disk (missing ones: 'not run')")
     p.add_argument("--seeds", type=int, help="override the regime's seeds per cell")
     p.add_argument("--close-seeds", type=int, help="seeds of close cells (default 5; = --seeds: none extra)")
     args = p.parse_args()
@@ -414,15 +417,18 @@ def main() -> None:
     out = Path(args.out)
     tic = time.perf_counter()
     seeds = list(range(regime.seeds))
-    rho, rho_lines = choose_rho(out, regime, args.parallel)
+    rho, rho_lines = choose_rho(out, regime, args.parallel, run=not args.report_only)
     print(f"\nchosen rho = {rho:g}")
     base = {**regime.base(), "rho": rho, "hessian_every": regime.rounds}
-    run_part(out, "main", base, {"algorithm": list(DECENTRALIZED), "topology": list(regime.topologies),
-                                 "seed": seeds}, args.parallel)
     equal_comm = {**{k: v for k, v in regime.base().items() if k != "local_epochs"}, "algorithm": "dpsgd",
                   "local_steps": 1}
+    if args.report_only:
+        print("\n" + report(out, regime, rho, rho_lines, time.perf_counter() - tic))
+        return
     run_part(out, "dpsgd-equal-comm", equal_comm, {"topology": list(regime.topologies), "seed": seeds},
-             args.parallel)
+             args.parallel)  # cheap: first
+    run_part(out, "main", base, {"algorithm": list(DECENTRALIZED), "topology": list(regime.topologies),
+                                 "seed": seeds}, args.parallel)
     hetero = {**regime.base(), "topology": "ring", "rho": rho, "momentum": 0.0}
     algos = [a for pair in HETERO_PAIRS for a in pair]
     run_part(out, "hetero-dirichlet", hetero, {"algorithm": algos, "seed": seeds}, args.parallel)
