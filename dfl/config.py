@@ -97,6 +97,12 @@ class Config:
     stragglers: float = 0.0  # probability that a client is slow in a round, in [0, 1]
     straggler_slowdown: float = 4.0  # simulated seconds per local step of a slow client (1 for the others), >= 1
     round_deadline: float = 0.0  # simulated seconds per round: a client sends after the steps it finished; 0 = none
+    # asynchronous gossip in simulated time (dfl.asynchronous, dfl.async_events); 1 local step = 1 simulated second
+    mode: str = "sync"  # "sync" (rounds in lock-step) or "async" (every client on its own clock, AD-PSGD style)
+    link_latency: float = 0.1  # async: simulated seconds a message travels on a link, after it is sent
+    link_bandwidth: float = 1e6  # async: bytes per simulated second of a client's uplink, one message at a time; 0 = ∞
+    max_staleness: int = -1  # async: a client mixes neighbour models at most this many updates behind its own
+    #                          (it waits for them otherwise); -1 = unbounded, never wait
     # clients and data
     clients: int = 16
     dataset: str = "mnist1d"
@@ -271,6 +277,9 @@ class Config:
         from dfl.network import check_config as check_network
 
         check_network(self)  # link_failure, offline, stragglers, straggler_slowdown, round_deadline
+        from dfl.asynchronous import check_config as check_async
+
+        check_async(self)  # mode, link_latency, link_bandwidth, max_staleness
         return self
 
     def _validate_algorithm_options(self) -> None:
@@ -332,7 +341,7 @@ class Config:
                               f"got {hp['rho_ramp_rounds']}")
 
     def _validate_local_optimizer(self) -> None:
-        from dfl.algorithms import REGISTRY, algorithm_class, resolve_hyperparameters
+        from dfl.algorithms import ALGORITHMS, algorithm_class
 
         _choice("local_optimizer", self.local_optimizer, LOCAL_OPTIMIZERS)
         _choice("local_optimizer_state", self.local_optimizer_state, LOCAL_OPTIMIZER_STATES)
@@ -350,14 +359,15 @@ class Config:
             return
         cls = algorithm_class(self.algorithm)
         if self.local_optimizer not in cls.local_optimizers:
-            able = [name for name, c in REGISTRY.items() if self.local_optimizer in c.local_optimizers]
+            able = [name for name, c in ALGORITHMS.items()
+                    if self.local_optimizer in getattr(c, "local_optimizers", ("sgd",))]
             raise ConfigError(f"local_optimizer = {self.local_optimizer} is not defined for {self.algorithm}, whose "
                               f"update rule is written in SGD steps; use local_optimizer = sgd, or one of "
                               f"{', '.join(able)}")
-        momentum = resolve_hyperparameters(self, warn=False)[0].get("momentum", 0.0)  # if the algorithm reads it
-        if momentum > 0:
-            raise ConfigError(f"momentum = {momentum} is SGD's heavy ball; local_optimizer = {self.local_optimizer} "
-                              "has its own first moment (adam_betas[0]): set momentum = 0")
+        # an algorithm's default momentum is SGD's and does not apply to Adam (`Context.rule`); a set one is an error
+        if self.momentum is not None and self.momentum > 0:
+            raise ConfigError(f"momentum = {self.momentum} is SGD's heavy ball; local_optimizer = "
+                              f"{self.local_optimizer} has its own first moment (adam_betas[0]): remove momentum")
 
     def _validate_hooks(self) -> None:
         from dfl.loggers import LOGGERS
@@ -470,6 +480,13 @@ FIELD_HELP: dict[str, str] = {
     "straggler_slowdown": "simulated seconds per local step of a slow client (1 for the others), >= 1",
     "round_deadline": "simulated seconds per round: a client sends after the local steps it finished by then; "
                       "0 = no deadline",
+    "mode": "sync (rounds in lock-step) or async (every client on its own simulated clock, mixing the neighbour "
+            "models that have arrived: AD-PSGD style; dpsgd, dfedavg, dfedavgm, dfedsam)",
+    "link_latency": "async: simulated seconds a message travels on a link (1 local step = 1 s), >= 0",
+    "link_bandwidth": "async: bytes per simulated second of a client's uplink, which sends one message at a time; "
+                      "0 = unlimited",
+    "max_staleness": "async: a client mixes neighbour models at most this many updates behind its own, waiting "
+                     "otherwise; -1 = unbounded",
     "clients": "number of clients, >= 1",
     "dataset": "mnist1d, digits, synthetic, cifar10, cifar100, mnist, fashion-mnist, or a registered one (dfl list "
                "datasets)",

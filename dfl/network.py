@@ -337,7 +337,7 @@ class Network:
             faults = LinkFaults(config.seed, float(config.link_failure), float(config.offline))
             self.realised = self.topology = RealisedTopology(topology, faults, scheme, base)
         self.stragglers: Stragglers | None = None
-        if config.stragglers > 0 or config.round_deadline > 0:
+        if config.mode == "sync" and (config.stragglers > 0 or config.round_deadline > 0):  # async: its own clocks
             sizes = data.sizes.numpy()
             mode, amount = config.epochs_or_steps
             steps = local_step_counts(sizes, batch_width(sizes, config.batch_size), mode, amount)
