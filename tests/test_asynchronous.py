@@ -283,7 +283,7 @@ def test_async_runs_are_reproducible_and_resume_exactly(tmp_path):
 
     data = make_data()
     for algorithm in ("dfedsam", "dpsgd"):
-        config = make_config(algorithm=algorithm, rounds=5, **ASYNC)
+        config = make_config(algorithm=algorithm, rounds=4, **ASYNC)
         full = dfl.run(config, data=data, out=tmp_path / f"{algorithm}-full")
         again = dfl.run(config, data=data)
         torch.testing.assert_close(again.params, full.params, atol=0, rtol=0)
@@ -295,16 +295,15 @@ def test_async_runs_are_reproducible_and_resume_exactly(tmp_path):
         assert max(h["staleness_max"] for h in history) == 1  # max_staleness, reached
         assert any(h["updates_max"] > h["updates_min"] for h in history)  # fast clients did more updates
         assert all(b["sim_time"] > a["sim_time"] for a, b in zip(history, history[1:]))
-    other = dfl.run(make_config(rounds=5, seed=2, **ASYNC), data=data)
-    assert other.history[-1]["sim_time"] != dfl.run(make_config(rounds=5, **ASYNC), data=data).history[-1]["sim_time"]
+    other = dfl.run(make_config(algorithm="dpsgd", rounds=4, seed=2, **ASYNC), data=data)  # other speeds
+    assert [h["sim_time"] for h in other.history] != [h["sim_time"] for h in full.history]
 
 
 def test_report_plots_accuracy_against_simulated_time_and_bytes(tmp_path):
     from dfl.report import write_report
 
     data = make_data()
-    for topology in ("ring", "full"):
-        dfl.run(make_config(topology=topology, rounds=2, **ASYNC), data=data, out=tmp_path / "runs" / topology)
+    dfl.run(make_config(rounds=2, **ASYNC), data=data, out=tmp_path / "runs" / "async")
     dfl.run(make_config(mode="sync", rounds=2), data=data, out=tmp_path / "runs" / "sync")  # no sim_time: left out
     files = write_report(tmp_path / "runs", rows="topology", cols="mode")
     for name in ("accuracy_time.png", "accuracy_bytes.png"):
