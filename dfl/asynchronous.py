@@ -399,7 +399,6 @@ class AsyncGossip(Algorithm):
                                   self._step if self.kind == "step" else None, updates)
         self.client_state = ("async_messages", "async_versions")
         self._loaded = None
-        self._round = 0
 
     # the runner reads and replaces X; the engine owns it
     @property
@@ -420,7 +419,6 @@ class AsyncGossip(Algorithm):
         if self._loaded is not None:
             engine.load_messages(*self._loaded)
             self._loaded = None
-        self._round = t
         loss, count, sent = engine.round(t)
         return RoundStats(train_loss=loss / count.clamp_min(1), models_sent=sent, trained=count > 0)
 
