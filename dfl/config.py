@@ -101,6 +101,12 @@ class Config:
     compressor: str = "none"  # "none" (exact gossip), "top-k", "random-k" or "qsgd"
     compression: float | None = None  # top-k/random-k: fraction kept in (0, 1] (unset 0.1); qsgd: bits in [2, 16] (8)
     consensus_lr: float | None = None  # CHOCO's consensus step size gamma in (0, 1] (unset = ω of the compressor)
+    # asynchronous gossip in simulated time (dfl.asynchronous, dfl.async_events); 1 local step = 1 simulated second
+    mode: str = "sync"  # "sync" (rounds in lock-step) or "async" (every client on its own clock, AD-PSGD style)
+    link_latency: float = 0.1  # async: simulated seconds a message travels on a link, after it is sent
+    link_bandwidth: float = 1e6  # async: bytes per simulated second of a client's uplink, one message at a time; 0 = ∞
+    max_staleness: int = -1  # async: a client mixes neighbour models at most this many updates behind its own
+    #                          (it waits for them otherwise); -1 = unbounded, never wait
     # clients and data
     clients: int = 16
     dataset: str = "mnist1d"
@@ -278,6 +284,12 @@ class Config:
         from dfl.choco import check_config as check_compression
 
         check_compression(self)  # compressor, compression, consensus_lr
+        from dfl.asynchronous import check_config as check_async
+
+        check_async(self)  # mode, link_latency, link_bandwidth, max_staleness
+        if self.mode == "async" and self.compressor != "none":
+            raise ConfigError(f"compressor = {self.compressor} is not modelled in mode = async (CHOCO's public "
+                              "copies need every neighbour to see every message in order); use mode = sync")
         return self
 
     def _validate_algorithm_options(self) -> None:
@@ -484,6 +496,13 @@ FIELD_HELP: dict[str, str] = {
                    "coordinate, sign included, an integer in [2, 16] (unset = 8)",
     "consensus_lr": "CHOCO consensus step size gamma in (0, 1] (compressed gossip; unset = the compressor's omega: "
                     "the fraction kept for top-k and random-k, 1/tau for qsgd)",
+    "mode": "sync (rounds in lock-step) or async (every client on its own simulated clock, mixing the neighbour "
+            "models that have arrived: AD-PSGD style; dpsgd, dfedavg, dfedavgm, dfedsam)",
+    "link_latency": "async: simulated seconds a message travels on a link (1 local step = 1 s), >= 0",
+    "link_bandwidth": "async: bytes per simulated second of a client's uplink, which sends one message at a time; "
+                      "0 = unlimited",
+    "max_staleness": "async: a client mixes neighbour models at most this many updates behind its own, waiting "
+                     "otherwise; -1 = unbounded",
     "clients": "number of clients, >= 1",
     "dataset": "mnist1d, digits, synthetic, cifar10, cifar100, mnist, fashion-mnist, or a registered one (dfl list "
                "datasets)",

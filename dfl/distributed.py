@@ -238,6 +238,17 @@ class DistributedCommunicator:
         self.bytes_moved += plan.rows_sent() * self._row_bytes(X)
         return A @ torch.cat([X, out.to(X.device)])
 
+    def exchange_rows(self, X: torch.Tensor, send: list[torch.Tensor], recv_counts: list[int],
+                      total_rows: int) -> torch.Tensor:
+        """Rows X[send[r]] to every rank r (empty to itself) and, concatenated by source rank, the recv_counts[q]
+        rows each rank q sends here: one all_to_all_single, for plans every rank knows (`dfl.asynchronous`).
+        `total_rows` = rows sent by all ranks together (counted in `bytes_moved`)."""
+        inp = self._wire(X[torch.cat(send).to(X.device)])
+        out = inp.new_empty((sum(recv_counts), *X.shape[1:]))
+        dist.all_to_all_single(out, inp, recv_counts, [len(s) for s in send])
+        self.bytes_moved += total_rows * self._row_bytes(X)
+        return out.to(X.device)
+
     def _step_operator(self, matrices, X):
         (W,) = matrices
         if _is_mean(W):

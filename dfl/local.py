@@ -110,10 +110,12 @@ class LocalTrainer:
             # chunk, clients that finished their epochs) recompiles once with a symbolic client dimension.
             self._grad = torch.compile(self._grad, dynamic=None)
 
-    def schedule(self, round_index: int, rows: torch.Tensor | None = None) -> RoundSchedule:
-        """Round `round_index`'s batches for the local clients (or only the local rows `rows`)."""
+    def schedule(self, round_index: int | np.ndarray, rows: torch.Tensor | None = None) -> RoundSchedule:
+        """Round `round_index`'s batches for the local clients (or only the local rows `rows`). An array gives
+        every client its own round (the asynchronous mode, `dfl.asynchronous`: each client at its own update)."""
         ids = self.client_ids if rows is None else [self.client_ids[r] for r in rows.tolist()]
-        torch.manual_seed(dropout_seed(self.seed, round_index, ids[0] if ids else 0))
+        first = round_index if np.ndim(round_index) == 0 else int(np.min(round_index))
+        torch.manual_seed(dropout_seed(self.seed, first, ids[0] if ids else 0))
         cap = None if self.step_cap is None else self.step_cap(round_index, ids)
         return RoundSchedule(self.data, ids, round_index, self.seed, self.batch_size, self.mode, self.amount, cap)
 
@@ -180,7 +182,7 @@ class LocalTrainer:
     def train(
         self,
         X: torch.Tensor,
-        round_index: int,
+        round_index: int | np.ndarray,
         lr: float,
         rule: LocalRule,
         momentum: torch.Tensor | None = None,

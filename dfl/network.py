@@ -345,7 +345,7 @@ class Network:
             self.compressor = compression.build(config.compressor, config.compression)
             self.consensus_lr = config.consensus_lr  # None: ω of the compressor (dfl.choco)
         self.stragglers: Stragglers | None = None
-        if config.stragglers > 0 or config.round_deadline > 0:
+        if config.mode == "sync" and (config.stragglers > 0 or config.round_deadline > 0):  # async: its own clocks
             sizes = data.sizes.numpy()
             mode, amount = config.epochs_or_steps
             steps = local_step_counts(sizes, batch_width(sizes, config.batch_size), mode, amount)

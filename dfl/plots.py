@@ -114,11 +114,12 @@ def _place_labels(fig: Figure, ax, points: list[tuple[float, float, str, str]]) 
 
 
 def curves(panels: dict[str, dict[str, Curve]], path: str | Path, *, ylabel: str, title: str,
-           logy: bool = False, xlabel: str = "communication round", order: tuple[str, ...] = ()) -> Path:
+           logy: bool = False, xlabel: str = "communication round", order: tuple[str, ...] = (),
+           integer_x: bool = True) -> Path:
     """One panel per key of `panels` (e.g. a topology), one line per curve (e.g. an algorithm, same colour in
     every panel and, through `order`, in every figure: see `palette`), mean with a ± std band over seeds.
     `logy`: log y axis, nonpositive values hidden; a panel with no positive value stays linear (the title says
-    so). The legend sits below the panels, outside them."""
+    so). The legend sits below the panels, outside them. `integer_x`: integer ticks (rounds)."""
     names = list(dict.fromkeys(n for p in panels.values() for n in p))
     colors = palette(names, order)
     ncols = min(len(panels), MAX_COLUMNS) or 1
@@ -138,7 +139,7 @@ def curves(panels: dict[str, dict[str, Curve]], path: str | Path, *, ylabel: str
             ax.set_yscale("log", nonpositive="mask")
         ax.set_title(panel if not (logy and not positive) else f"{panel} (all zero: linear axis)", fontsize=10)
         ax.set_xlabel(xlabel)
-        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.xaxis.set_major_locator(MaxNLocator(integer=integer_x))
         ax.grid(True, alpha=0.3)
     for ax in axes[:, 0]:
         ax.set_ylabel(ylabel)

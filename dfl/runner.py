@@ -241,7 +241,12 @@ class Experiment:
         trainer.step_cap = network.step_cap  # stragglers stopped by the round deadline (None: no deadline)
         gossip = network.gossip(comm, X0.dtype, device, start=X0)  # compressed gossip: x̂ starts at X_0
         self.ctx = Context(config=config, hp=hp, trainer=trainer, gossip=gossip, comm=comm)
-        self.algorithm = algorithm_class(config.algorithm)(self.ctx, X0.clone())
+        if config.mode == "async":  # every client on its own clock (dfl.asynchronous)
+            from dfl.asynchronous import AsyncGossip
+
+            self.algorithm = AsyncGossip(self.ctx, X0.clone(), topology)
+        else:
+            self.algorithm = algorithm_class(config.algorithm)(self.ctx, X0.clone())
         self.config, self.comm, self.data, self.device = config, comm, data, device
         self.model, self.layout, self.X0, self.trainer = model, layout, X0, trainer
         self.network = network
@@ -379,6 +384,7 @@ class Experiment:
             **({"rho": self.ctx.rho(t)} if "rho" in self.ctx.hp else {}),  # SAM algorithms: ρ_t (the client radius)
             "seconds_per_round": float(np.mean(self.round_seconds)),
             **self.network.metrics(t, len(self.round_seconds)),  # links_up, steps_done, sim_time, ... when on
+            **(self.algorithm.metrics() if config.mode == "async" else {}),  # sim_time, staleness, ...
         }
         self.round_seconds = []
         return record

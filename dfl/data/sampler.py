@@ -204,6 +204,29 @@ class RoundSchedule:
             x = apply_crop_flip(x, self._augment_params(cpu_rows.numpy(), k * B, (k + 1) * B).to(x.device))
         return Batch(rows=rows, x=x, y=self.data.train_y[idx], weight=valid.to(self.data.train_x.dtype))
 
+    def batch_at(self, steps) -> Batch:
+        """Step steps[r] of every schedule row r at once (each below the row's step count): row r's batch is row r of
+        `batch(steps[r])`. The asynchronous mode takes one step per client, each client at its own step."""
+        B = self.batch_size
+        steps = np.asarray(steps, dtype=np.int64)
+        if steps.shape != (len(self.client_ids),) or (steps < 0).any() or \
+                (steps >= self.steps_per_client.numpy()).any():
+            raise ValueError(f"steps must give every row a step below its step count {self.steps_per_client.tolist()}"
+                             f", got {steps.tolist()}")
+        k = torch.from_numpy(steps).to(self._rows.device)
+        epoch = k // self._per_epoch
+        j = (k - epoch * self._per_epoch) * B
+        count = (self._n - j).clamp_max(B)
+        ar = torch.arange(B, device=k.device)
+        where = (self._start + epoch * self._stride + j)[:, None] + torch.minimum(ar, count[:, None] - 1)
+        idx = self._rows[where].long()
+        x = self.data.train_x[idx]
+        if self._aug_keys is not None:
+            q = (steps[:, None] * B + np.arange(B)).astype(np.uint64)
+            x = apply_crop_flip(x, _crop_flip_params(_mix(self._aug_keys[:, None] ^ _mix(q ^ _SLOT))).to(x.device))
+        return Batch(rows=torch.arange(len(steps), device=k.device), x=x, y=self.data.train_y[idx],
+                     weight=(ar < count[:, None]).to(self.data.train_x.dtype))
+
     def _gather(self, q: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(train row ids long [m, W], valid bool [m, W]) of flat positions q [W] of every schedule row."""
         L = (self._per_epoch * self.batch_size)[:, None]
@@ -218,12 +241,7 @@ class RoundSchedule:
 
     def _augment_params(self, rows: np.ndarray, q0: int, q1: int) -> torch.Tensor:
         """long [a, q1 - q0, 3] = (dy, dx, flip) of flat positions q0..q1-1 of schedule rows `rows`."""
-        h = _mix(self._aug_keys[rows, None] ^ slot_words(q1)[None, q0:])
-        span = 2 * CROP_PADDING + 1  # 24-bit fields mod 9: bias 2^-24
-        dy = (h >> _S40) % _U(span)
-        dx = ((h >> _S16) & _U(0xFFFFFF)) % _U(span)
-        flip = (h >> _S15) & _U(1)
-        return torch.from_numpy(np.stack([dy, dx, flip], axis=-1).astype(np.int64))
+        return _crop_flip_params(_mix(self._aug_keys[rows, None] ^ slot_words(q1)[None, q0:]))
 
     # ---------------------------------------------------------------- whole-round grids (lazy)
     @cached_property
@@ -250,6 +268,15 @@ class RoundSchedule:
     @cached_property
     def _grid(self) -> tuple[torch.Tensor, torch.Tensor]:
         return self._gather(torch.arange(self.steps * self.batch_size, device=self._rows.device))
+
+
+def _crop_flip_params(h: np.ndarray) -> torch.Tensor:
+    """long [..., 3] = (dy, dx, flip) from the hashes h of sample positions."""
+    span = 2 * CROP_PADDING + 1  # 24-bit fields mod 9: bias 2^-24
+    dy = (h >> _S40) % _U(span)
+    dx = ((h >> _S16) & _U(0xFFFFFF)) % _U(span)
+    flip = (h >> _S15) & _U(1)
+    return torch.from_numpy(np.stack([dy, dx, flip], axis=-1).astype(np.int64))
 
 
 def _groups(work: np.ndarray):

@@ -26,16 +26,37 @@ def _curve(setting: Setting, key: str) -> plots.Curve:
     return plots.Curve(xs, means, stds)
 
 
-def _panels(layout: Layout, key: str, scale: float = 1.0) -> dict[str, dict[str, plots.Curve]]:
-    """One panel per column, one curve per row."""
+def _curve_over(setting: Setting, key: str, over: str) -> plots.Curve:
+    """`key` against the metric `over` (e.g. sim_time, bytes_sent_total): at every evaluated round, the seeds' mean
+    of `over` and the mean ± std of `key` over the seeds that recorded both."""
+    by_round: dict[int, list[tuple[float, float]]] = {}
+    for run in setting.runs:
+        for rec in run.metrics:
+            x, y = _number(rec.get(over)), _number(rec.get(key))
+            if x is not None and y is not None:
+                by_round.setdefault(int(rec["round"]), []).append((x, y))
+    xs, means, stds = [], [], []
+    for rnd in sorted(by_round):
+        st = Stat.of(y for _, y in by_round[rnd])
+        xs.append(Stat.of(x for x, _ in by_round[rnd]).mean)
+        means.append(st.mean)
+        stds.append(st.std or 0.0)
+    return plots.Curve(xs, means, stds)
+
+
+def _panels(layout: Layout, key: str, scale: float = 1.0, over: str | None = None,
+            over_scale: float = 1.0) -> dict[str, dict[str, plots.Curve]]:
+    """One panel per column, one curve per row: `key` against the round, or against the metric `over`."""
     panels = {}
     for ck in layout.col_keys:
         curves = {}
         for rk in layout.row_keys:
             s = layout.cells.get((rk, ck))
             if s is not None:
-                c = _curve(s, key)
-                curves[layout.row_label(rk)] = plots.Curve(c.x, [scale * v for v in c.mean], [scale * v for v in c.std])
+                c = _curve(s, key) if over is None else _curve_over(s, key, over)
+                if c.x:
+                    curves[layout.row_label(rk)] = plots.Curve([over_scale * x for x in c.x],
+                                                               [scale * v for v in c.mean], [scale * v for v in c.std])
         panels[layout.col_label(ck)] = curves
     return panels
 

@@ -119,6 +119,15 @@ def write_report(path: str | Path, out: str | Path | None = None, *, rows: str |
     files["consensus.png"] = plots.curves(_panels(layout, "consensus_distance"), plot_dir / "consensus.png",
                                           ylabel="consensus distance", title="Consensus distance", logy=True,
                                           order=_registry_order("algorithm"))
+    # accuracy against what the runs spent: simulated seconds (mode = async, stragglers) and bytes sent
+    for name, over, scale, xlabel, what in (
+            ("accuracy_time.png", "sim_time", 1.0, "simulated time (s; 1 local step = 1 s)", "simulated time"),
+            ("accuracy_bytes.png", "bytes_sent_total", 2.0**-20, "bytes sent by all clients (MiB)", "bytes sent")):
+        panels = _panels(layout, "test_acc", 100.0, over=over, over_scale=scale)
+        if any(panels.values()):
+            files[name] = plots.curves(panels, plot_dir / name, ylabel="test accuracy (%)", xlabel=xlabel,
+                                       title=f"Test accuracy vs {what}", order=_registry_order("algorithm"),
+                                       integer_x=False)
     if _distinct_gaps(settings) >= 2:
         series, fits = _gap_series(settings, "test_acc", lambda s: label(s.values, _gap_label_fields(settings)),
                                    scale=100.0)

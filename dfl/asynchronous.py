@@ -1,0 +1,461 @@
+"""Asynchronous gossip in simulated time (`mode = "async"`), in the style of AD-PSGD (Lian et al., ICML 2018).
+
+Every client runs on its own clock (`dfl.async_events`: compute time per local step from the straggler model, a
+serialized uplink of `link_bandwidth` bytes per simulated second, `link_latency` per message) and, at the end of
+each of its updates, mixes its model with the newest model of each in-neighbour that has arrived:
+- dfedavg, dfedavgm, dfedsam (and dfedsam-mgs with gossip_steps = 1): update k of client i trains the K_i local
+  steps of its local round k from x_i (data order, SAM, momentum as in the synchronous round k), sends y_i^k,
+  then x_i ← w_ii y_i^k + Σ_j w_ij y_j^{v_ij};
+- dpsgd (AD-PSGD): update k is one SGD step, step k mod K_i of local round k // K_i: the gradient is taken at the
+  model x_i^k it sends, then x_i ← w_ii x_i^k + Σ_j w_ij x_j^{v_ij} − η g_i(x_i^k).
+v_ij is the version of client j's model that has arrived at i (version −1 is x⁰), at most `max_staleness` updates
+behind i's own (`dfl.async_events`). W is the run's static topology, row i = the weights client i mixes with.
+
+Rounds. One round of the runner is U updates in event order: U = m for the local-steps family (as many updates
+as a synchronous round has), U = Σ_i K_i for dpsgd (as many SGD steps as a synchronous round has). The learning
+rate and ρ of round r apply to the updates in it. Evaluation and checkpoints happen between rounds, as in the
+synchronous mode. `sim_time` is the simulated time of the round's last update (`sim_time_round`: since the
+previous round); `staleness_mean`/`staleness_max` are k − v_ij over the round's mixes and links (negative when
+the neighbour is ahead); `updates_min`/`updates_max` count each client's updates in the round.
+
+With equal speeds (stragglers = 0), max_staleness = 0 and zero latency and transmission time, every client's
+update k ends at the same instant and mixes its neighbours' version k: the synchronous X^{k+1} = W Y^k of
+dfedavg/dfedsam (and D-PSGD's X^{k+1} = W X^k − η G(X^k)), round for round (tests/test_asynchronous.py).
+
+Vectorization. The events of a round are cut into waves by their data dependencies only: a local phase depends
+on its client's previous mix; a mix on its own local phase and on the local phases of the versions it mixes.
+A wave runs the local phases of its updates (one vectorized `LocalTrainer.train` over clients at different
+updates: each client's data order is a function of its own local round), then their mixes (one sparse product).
+Any cut that respects the dependencies computes the same numbers, so the waves follow the dependency depth:
+one wave per round when clocks tick together, a few when they drift, whatever the latency.
+
+Messages live on the sender's process in a pool of rows (version v of client j), freed when every client that
+mixes with j has mixed a newer version. Every process computes the same events; before each wave's mixes,
+processes exchange exactly the message rows the other processes' mixes need (`exchange_rows`), and every mix
+sums its terms in the same order, so results do not depend on the world size.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from collections import defaultdict
+from dataclasses import fields
+
+import numpy as np
+import scipy.sparse as sp
+import torch
+
+from dfl.algorithms.base import Algorithm, RoundStats
+from dfl.async_events import ComputeTimes, EventSchedule, Local, Mix
+from dfl.comm import even_blocks
+from dfl.config import ConfigError
+from dfl.data.sampler import batch_width, local_step_counts
+from dfl.gossip import csr_tensor
+from dfl.local import descent_direction
+
+MODES = ("sync", "async")
+# The algorithms the asynchronous mode runs, and the form of their update: "local" = K local steps, then one mix
+# of the trained models; "step" = one SGD step whose gradient is taken at the model sent (AD-PSGD).
+ASYNC_ALGORITHMS = {"dpsgd": "step", "dfedavg": "local", "dfedavgm": "local", "dfedsam": "local",
+                    "dfedsam-mgs": "local"}
+ASYNC_FIELDS = ("link_latency", "link_bandwidth", "max_staleness")  # fields that apply only to mode = async
+EMPTY = -2  # checkpoint: an unused message slot (version −1 is x⁰)
+
+
+# ----------------------------------------------------------------------------------------- configuration
+def check_config(config) -> None:
+    """`mode` and the asynchronous fields of a Config (`Config.validate`): ranges, and what async cannot run."""
+    from dfl.algorithms import algorithm_class
+    from topologies.build import TIME_VARYING
+
+    if config.mode not in MODES:
+        raise ConfigError(f"mode must be one of {', '.join(MODES)}; got {config.mode!r}")
+    for name in ("link_latency", "link_bandwidth"):
+        value = getattr(config, name)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+            raise ConfigError(f"{name} must be a finite number >= 0{' (0 = unlimited)' if 'band' in name else ''}, "
+                              f"got {value!r}")
+    staleness = config.max_staleness
+    if isinstance(staleness, bool) or not isinstance(staleness, int) or staleness < -1:
+        raise ConfigError(f"max_staleness must be an integer >= 0, or -1 for unbounded, got {staleness!r}")
+    if config.mode == "sync":
+        defaults = {f.name: f.default for f in fields(config) if f.name in ASYNC_FIELDS}
+        for name, default in defaults.items():
+            if getattr(config, name) != default:
+                raise ConfigError(f"{name} = {getattr(config, name)!r} applies only to mode = async (the "
+                                  f"synchronous rounds' sim_time counts computation only); set mode = \"async\" "
+                                  f"or remove it (default {default!r})")
+        return
+    algorithm = config.algorithm
+    if getattr(algorithm_class(algorithm), "centralized", False):
+        raise ConfigError(f"mode = async applies to gossip, not to the centralized {algorithm!r}, which waits for "
+                          f"its clients at a server every round; use one of {', '.join(ASYNC_ALGORITHMS)}")
+    if algorithm not in ASYNC_ALGORITHMS:
+        raise ConfigError(f"algorithm: mode = async runs {', '.join(ASYNC_ALGORITHMS)}, not {algorithm!r} (an "
+                          "asynchronous update needs the algorithm's rule for one client at a time)")
+    if algorithm == "dfedsam-mgs" and (config.gossip_steps or 4) != 1:
+        raise ConfigError(f"gossip_steps = {config.gossip_steps or 4} (dfedsam-mgs): mode = async mixes once per "
+                          "update, with the neighbour models that have arrived; set gossip_steps = 1, or use "
+                          "algorithm = dfedsam")
+    for name in ("link_failure", "offline", "round_deadline"):
+        if getattr(config, name):
+            what = "rounds to cut short" if name == "round_deadline" else "lost messages"
+            raise ConfigError(f"{name} = {getattr(config, name)} applies to mode = sync: the asynchronous mode has "
+                              f"no {what} (a slow link is link_latency / link_bandwidth); set it to 0")
+    if config.local_optimizer != "sgd":
+        raise ConfigError(f"local_optimizer = {config.local_optimizer} is not supported with mode = async, which "
+                          "updates one client at a time with SGD steps; use local_optimizer = sgd")
+    if config.topology in TIME_VARYING:
+        raise ConfigError(f"topology: mode = async needs a static topology, but {config.topology} changes every "
+                          "gossip step (an asynchronous client has no global step); use e.g. ring, exponential, "
+                          "random-regular")
+
+
+def transmit_seconds(model_bytes: int, bandwidth: float) -> float:
+    """Simulated seconds one message occupies its sender's uplink: model_bytes / bandwidth (0 = unlimited)."""
+    return model_bytes / bandwidth if bandwidth > 0 else 0.0
+
+
+# ------------------------------------------------------------------------------------------------- engine
+class AsyncEngine:
+    """The asynchronous mode on a block of clients, independent of models and data (module docstring).
+
+    `local(rows, versions, r)` runs the local phases of the local rows `rows` (their updates `versions`, in round
+    r) from X and returns (messages [n, d], losses [n] or None); `step(rows, versions, r)` (dpsgd) returns
+    (η·direction [n, d], losses [n]) at X[rows]; `None` for the local-steps family."""
+
+    def __init__(self, W: sp.csr_array, schedule: EventSchedule, X: torch.Tensor, comm, local, step,
+                 updates_per_round: int):
+        W = sp.csr_array(W, dtype=np.float64)
+        W.eliminate_zeros()
+        W.sort_indices()
+        self.W, self.schedule, self.X, self.comm = W, schedule, X, comm
+        self.local, self.step, self.updates = local, step, int(updates_per_round)
+        m = W.shape[0]
+        self.m = m
+        blocks = even_blocks(m, comm.world_size)
+        self.starts = np.array([b.start for b in blocks], dtype=np.int64)
+        self.rank, self.world = comm.rank, comm.world_size
+        self.first = blocks[self.rank].start
+        # per client: (weights, sources) of its mix: own weight first (if any), then in-neighbours in CSR order
+        self.diag = W.diagonal()
+        rows = np.repeat(np.arange(m), np.diff(W.indptr))
+        self.edge_sender = W.indices.astype(np.int64)
+        self.edge_is_self = rows == self.edge_sender
+        self.edge_weight = W.data
+        # message versions each consumer (an entry of W) mixed last: what it may still need is that one or newer
+        self.floor = np.full(W.nnz, -1, dtype=np.int64)
+        self.latest = np.full(m, -1, dtype=np.int64)  # newest version each client has sent
+        self.low = np.full(m, -1, dtype=np.int64)  # oldest version still needed, per sender
+        # the message pool of this process's clients: (client, version) -> row of `pool`
+        d = X.shape[1]
+        self.pool = X.new_empty((max(2 * X.shape[0], 1), d))
+        self.pool[: X.shape[0]] = X
+        self.slot = {(self.first + r, -1): r for r in range(X.shape[0])}
+        self.free = list(range(self.pool.shape[0] - 1, X.shape[0] - 1, -1))
+        self.rounds_done = 0
+        self.waves = 0  # waves run so far (benchmarks/asynchronous.py: events per vectorized call)
+        self.last_time = 0.0
+        self.round_metrics: dict[str, float] = {}
+        self.trace: list[Mix] | None = None  # tests: set to [] to record every mix
+
+    # ---------------------------------------------------------------------------------------- one round
+    def round(self, r: int) -> tuple[torch.Tensor, torch.Tensor, np.ndarray]:
+        """Round r: its U updates. Returns (loss sum [m_local], updates with a loss [m_local], models sent [m])."""
+        events = self.schedule.advance(self.updates)
+        n_local = self.X.shape[0]
+        loss = torch.zeros(n_local, dtype=self.X.dtype, device=self.X.device)
+        count = torch.zeros(n_local, dtype=torch.long, device=self.X.device)
+        for locals_, mixes in self._waves(events):
+            self._run_locals(locals_, r, loss, count)
+            self._run_mixes(mixes, r, loss, count)
+            self.waves += 1
+        sent = self._account(events)
+        self._collect_garbage()
+        self.rounds_done = r + 1
+        return loss, count, sent
+
+    def replay(self, rounds: int) -> None:
+        """Advance the clocks and the message bookkeeping through `rounds` rounds without training (a resume:
+        the models and messages come from the checkpoint)."""
+        while self.rounds_done < rounds:
+            self._account(self.schedule.advance(self.updates))
+            self.rounds_done += 1
+
+    def _account(self, events) -> np.ndarray:
+        """The bookkeeping of a round's events: versions sent and mixed, round metrics; returns models sent [m]."""
+        sent = np.zeros(self.m, dtype=np.int64)
+        staleness, updates = [], np.zeros(self.m, dtype=np.int64)
+        indptr = self.W.indptr
+        for ev in events:
+            if isinstance(ev, Local):
+                self.latest[ev.client] = ev.version
+                sent[ev.client] += self.schedule.out_degree[ev.client]
+                continue
+            i, lo, hi = ev.client, indptr[ev.client], indptr[ev.client + 1]
+            own = self.edge_is_self[lo:hi]
+            self.floor[lo:hi][own] = ev.version
+            self.floor[lo:hi][~own] = ev.versions
+            staleness.append(ev.version - ev.versions)
+            updates[i] += 1
+            if self.trace is not None:
+                self.trace.append(ev)
+        consumers = np.full(self.m, np.iinfo(np.int64).max)
+        np.minimum.at(consumers, self.edge_sender, self.floor)
+        self.low = np.minimum(consumers, self.latest)
+        stale = np.concatenate(staleness) if staleness else np.zeros(0, dtype=np.int64)
+        time = self.schedule.time
+        self.round_metrics = {
+            "sim_time": time, "sim_time_round": time - self.last_time,
+            "staleness_mean": float(stale.mean()) if len(stale) else 0.0,
+            "staleness_max": int(stale.max()) if len(stale) else 0,
+            "updates_min": int(updates.min()), "updates_max": int(updates.max()),
+        }
+        self.last_time = time
+        return sent
+
+    def _waves(self, events) -> list[tuple[list[Local], list[Mix]]]:
+        """The round's events cut into waves by dependency depth (module docstring)."""
+        local_level: dict[tuple[int, int], int] = {}
+        mix_level: dict[int, int] = {}
+        waves: dict[int, tuple[list, list]] = defaultdict(lambda: ([], []))
+        for ev in events:
+            if isinstance(ev, Local):
+                level = mix_level[ev.client] + 1 if ev.client in mix_level else 0
+                local_level[(ev.client, ev.version)] = level
+                waves[level][0].append(ev)
+            else:
+                level = local_level.get((ev.client, ev.version), 0)
+                for j, v in zip(self.schedule.in_neighbours[ev.client].tolist(), ev.versions.tolist()):
+                    level = max(level, local_level.get((j, v), 0))
+                mix_level[ev.client] = level
+                waves[level][1].append(ev)
+        return [waves[level] for level in sorted(waves)]
+
+    # ----------------------------------------------------------------------------------------- a wave
+    def _hosted(self, events) -> list:
+        lo, hi = self.first, self.first + self.X.shape[0]
+        return [ev for ev in events if lo <= ev.client < hi]
+
+    def _run_locals(self, events, r: int, loss: torch.Tensor, count: torch.Tensor) -> None:
+        """The local phases of a wave (this process's clients): their messages go to the pool."""
+        mine = self._hosted(events)
+        if not mine:
+            return
+        rows = torch.tensor([ev.client - self.first for ev in mine], dtype=torch.long, device=self.X.device)
+        versions = np.array([ev.version for ev in mine], dtype=np.int64)
+        messages, losses = self.local(rows, versions, r)
+        self._store([(ev.client, ev.version) for ev in mine], messages)
+        if losses is not None:
+            loss.index_add_(0, rows, losses.to(loss.dtype))
+            count.index_add_(0, rows, torch.ones_like(rows))
+
+    def _run_mixes(self, events, r: int, loss: torch.Tensor, count: torch.Tensor) -> None:
+        """The mixes of a wave: the message rows they need (exchanged between processes), one sparse product."""
+        if not events:
+            return
+        keys_of = [self._terms(ev) for ev in events]
+        received = self._exchange(events, keys_of) if self.world > 1 else {}
+        mine = self._hosted(events)
+        if not mine:
+            return
+        lo = self.first
+        terms = [keys_of[n] for n, ev in enumerate(events) if ev.client - lo in range(self.X.shape[0])]
+        keys = sorted({key for t in terms for key, _ in t})  # one order on every world size: same sums
+        column = {key: c for c, key in enumerate(keys)}
+        # (advanced indexing: index_select was 5x slower on CPU for a few hundred rows of 50,000 floats)
+        if not received:
+            source = self.pool[torch.tensor([self.slot[key] for key in keys], device=self.X.device)]
+        else:
+            source = self.X.new_empty((len(keys), self.X.shape[1]))
+            local_cols = [c for c, key in enumerate(keys) if key in self.slot]
+            if local_cols:
+                slots = torch.tensor([self.slot[keys[c]] for c in local_cols], device=self.X.device)
+                source[torch.tensor(local_cols, device=self.X.device)] = self.pool[slots]
+            for key, row in received.items():
+                source[column[key]] = row
+        indptr = np.cumsum([0] + [len(t) for t in terms])
+        indices = np.array([column[key] for t in terms for key, _ in t], dtype=np.int64)
+        data = np.array([w for t in terms for _, w in t], dtype=np.float64)
+        A = sp.csr_array((data, indices, indptr), shape=(len(terms), len(keys)))
+        mixed = torch.sparse.mm(csr_tensor(A, self.X.dtype, self.X.device), source)
+        rows = torch.tensor([ev.client - lo for ev in mine], dtype=torch.long, device=self.X.device)
+        if self.step is not None:  # dpsgd: the SGD step at the model sent, x_i^k = X[i]
+            delta, losses = self.step(rows, np.array([ev.version for ev in mine], dtype=np.int64), r)
+            mixed = mixed - delta
+            loss.index_add_(0, rows, losses.to(loss.dtype))
+            count.index_add_(0, rows, torch.ones_like(rows))
+        self.X[rows] = mixed
+
+    def _terms(self, ev: Mix) -> list[tuple[tuple[int, int], float]]:
+        """(message key, weight) of a mix, in CSR order: own version for the diagonal, else the arrived one."""
+        lo, hi = self.W.indptr[ev.client], self.W.indptr[ev.client + 1]
+        versions = iter(ev.versions.tolist())
+        out = []
+        for j, w, own in zip(self.edge_sender[lo:hi].tolist(), self.edge_weight[lo:hi].tolist(),
+                             self.edge_is_self[lo:hi].tolist()):
+            out.append(((j, ev.version if own else next(versions)), w))
+        return out
+
+    def _owner(self, client: int) -> int:
+        return int(np.searchsorted(self.starts, client, side="right")) - 1
+
+    def _exchange(self, events, keys_of) -> dict[tuple[int, int], torch.Tensor]:
+        """The message rows this process's mixes need from other processes (a collective: every rank calls it
+        with the same events). Returns key -> row."""
+        need = [[set() for _ in range(self.world)] for _ in range(self.world)]  # need[q][r]: q sends to r
+        for ev, terms in zip(events, keys_of):
+            r = self._owner(ev.client)
+            for key, _ in terms:
+                q = self._owner(key[0])
+                if q != r:
+                    need[q][r].add(key)
+        plan = [[sorted(need[q][r]) for r in range(self.world)] for q in range(self.world)]
+        total = sum(len(keys) for row in plan for keys in row)
+        if total == 0:
+            return {}
+        send = [torch.tensor([self.slot[key] for key in plan[self.rank][r]], dtype=torch.long,
+                             device=self.X.device) for r in range(self.world)]
+        recv_counts = [len(plan[q][self.rank]) for q in range(self.world)]
+        rows = self.comm.exchange_rows(self.pool, send, recv_counts, total)
+        keys = [key for q in range(self.world) for key in plan[q][self.rank]]
+        return dict(zip(keys, rows))
+
+    # ------------------------------------------------------------------------------------- message pool
+    def _store(self, keys: list[tuple[int, int]], rows: torch.Tensor) -> None:
+        while len(self.free) < len(keys):
+            old = self.pool.shape[0]
+            self.pool = torch.cat([self.pool, self.pool.new_empty((max(old, len(keys)), self.pool.shape[1]))])
+            self.free.extend(range(self.pool.shape[0] - 1, old - 1, -1))
+        slots = [self.free.pop() for _ in keys]
+        self.slot.update(zip(keys, slots))
+        self.pool[torch.tensor(slots, dtype=torch.long, device=self.pool.device)] = rows
+
+    def _collect_garbage(self) -> None:
+        """Free the messages no client can mix any more (older than what every consumer mixed last)."""
+        dead = [key for key in self.slot if key[1] < self.low[key[0]]]
+        for key in dead:
+            self.free.append(self.slot.pop(key))
+
+    def messages(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """The pool as per-client rows for a checkpoint: ([m_local, S, d] models, [m_local, S] versions, EMPTY
+        where unused); S is the same on every process (the most versions any client keeps)."""
+        S = int((self.latest - self.low).max()) + 1
+        n, d = self.X.shape
+        models = self.X.new_zeros((n, S, d))
+        versions = torch.full((n, S), EMPTY, dtype=torch.long)
+        for (client, version), slot in self.slot.items():
+            r, s = client - self.first, version - int(self.low[client])
+            models[r, s] = self.pool[slot]
+            versions[r, s] = version
+        return models, versions
+
+    def load_messages(self, models: torch.Tensor, versions: torch.Tensor) -> None:
+        """Put a checkpoint's messages back (after `replay` to its round)."""
+        n, S, d = models.shape
+        self.pool = self.X.new_empty((max(2 * n * S, 1), d))
+        self.slot, self.free = {}, list(range(self.pool.shape[0] - 1, -1, -1))
+        keys, rows = [], []
+        for r in range(n):
+            for s in range(S):
+                v = int(versions[r, s])
+                if v != EMPTY:
+                    keys.append((self.first + r, v))
+                    rows.append(models[r, s])
+        if keys:
+            self._store(keys, torch.stack(rows).to(self.pool))
+        expected = {(c, v) for c in range(self.first, self.first + n) for v in range(self.low[c], self.latest[c] + 1)}
+        if set(keys) != expected:
+            raise ValueError("the checkpoint's asynchronous messages do not match the replayed events")
+
+
+# ---------------------------------------------------------------------------------------- the algorithm
+class AsyncGossip(Algorithm):
+    """`mode = "async"`: the configured algorithm's update run asynchronously (module docstring)."""
+
+    def __init__(self, ctx, X: torch.Tensor, topology):
+        super().__init__(ctx, X)
+        config = ctx.config
+        self.name = config.algorithm
+        self.kind = ASYNC_ALGORITHMS[config.algorithm]
+        if topology.is_time_varying:
+            raise ConfigError(f"topology: mode = async needs a static topology, but {topology.name} is "
+                              "time-varying (an asynchronous client has no global gossip step)")
+        trainer = ctx.trainer
+        sizes = trainer.data.sizes.numpy()
+        steps = local_step_counts(sizes, batch_width(sizes, config.batch_size), *config.epochs_or_steps)
+        self.steps = steps  # K_i of every client
+        if self.kind == "local":
+            compute = ComputeTimes(config.seed, config.stragglers, config.straggler_slowdown, steps, 1)
+            updates = len(steps)
+        else:
+            compute = ComputeTimes(config.seed, config.stragglers, config.straggler_slowdown,
+                                   np.ones(len(steps)), steps)
+            updates = int(steps.sum())
+        transmit = transmit_seconds(X.shape[1] * X.element_size(), config.link_bandwidth)
+        schedule = EventSchedule(topology.sparse(0), compute, transmit, config.link_latency, config.max_staleness)
+        self.engine = AsyncEngine(topology.sparse(0), schedule, self.X, ctx.comm, self._local,
+                                  self._step if self.kind == "step" else None, updates)
+        self.client_state = ("async_messages", "async_versions")
+        self._loaded = None
+
+    # the runner reads and replaces X; the engine owns it
+    @property
+    def X(self) -> torch.Tensor:
+        return self.engine.X if hasattr(self, "engine") else self._X
+
+    @X.setter
+    def X(self, value: torch.Tensor) -> None:
+        if hasattr(self, "engine"):
+            self.engine.X = value
+        else:
+            self._X = value
+
+    def round(self, t: int) -> RoundStats:
+        engine = self.engine
+        if engine.rounds_done < t:  # resumed: replay the clocks, then put the checkpoint's messages back
+            engine.replay(t)
+        if self._loaded is not None:
+            engine.load_messages(*self._loaded)
+            self._loaded = None
+        loss, count, sent = engine.round(t)
+        return RoundStats(train_loss=loss / count.clamp_min(1), models_sent=sent, trained=count > 0)
+
+    def metrics(self) -> dict[str, float]:
+        """sim_time, sim_time_round, staleness_mean/max, updates_min/max of the latest round."""
+        return dict(self.engine.round_metrics)
+
+    # --------------------------------------------------------------------------------- the update rules
+    def _trainer(self, rows: torch.Tensor):
+        """The run's trainer restricted to the local rows `rows` (their own compact stack)."""
+        trainer = self.ctx.trainer
+        sub = copy.copy(trainer)
+        sub.client_ids = [trainer.client_ids[r] for r in rows.tolist()]
+        return sub
+
+    def _local(self, rows: torch.Tensor, versions: np.ndarray, r: int):
+        ctx = self.ctx
+        if self.kind == "step":  # dpsgd sends the model it takes its step at
+            return self.X[rows], None
+        local = self._trainer(rows).train(self.X[rows], versions, ctx.lr(r), ctx.rule(r))
+        return local.Y, local.loss
+
+    def _step(self, rows: torch.Tensor, versions: np.ndarray, r: int):
+        """η·direction and loss of one SGD step per client: step k mod K_i of local round k // K_i."""
+        ctx = self.ctx
+        rule, lr = ctx.rule(r), ctx.lr(r)
+        K = self.steps[np.array([ctx.trainer.client_ids[i] for i in rows.tolist()])]
+        trainer = self._trainer(rows)
+        batch = trainer.schedule(versions // K).batch_at(versions % K)  # every client at its own step
+        Xb = self.X[rows]
+        g, loss = trainer.gradient(Xb, batch)
+        return lr * descent_direction(g, Xb, rule, None), loss
+
+    # ------------------------------------------------------------------------------------- checkpoints
+    def state(self) -> dict[str, torch.Tensor]:
+        models, versions = self.engine.messages()
+        return {"async_messages": models, "async_versions": versions}
+
+    def load_state(self, state: dict[str, torch.Tensor]) -> None:
+        self._loaded = (state["async_messages"], state["async_versions"])
