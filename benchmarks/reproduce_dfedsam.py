@@ -425,15 +425,16 @@ def main() -> None:
     if args.report_only:
         print("\n" + report(out, regime, rho, rho_lines, time.perf_counter() - tic))
         return
-    run_part(out, "dpsgd-equal-comm", equal_comm, {"topology": list(regime.topologies), "seed": seeds},
+    # seed slowest: every cell gets its first seeds before any gets its last (a study stopped early stays paired)
+    run_part(out, "dpsgd-equal-comm", equal_comm, {"seed": seeds, "topology": list(regime.topologies)},
              args.parallel)  # cheap: first
-    run_part(out, "main", base, {"algorithm": list(DECENTRALIZED), "topology": list(regime.topologies),
-                                 "seed": seeds}, args.parallel)
+    run_part(out, "main", base, {"seed": seeds, "algorithm": list(DECENTRALIZED),
+                                 "topology": list(regime.topologies)}, args.parallel)
     hetero = {**regime.base(), "topology": "ring", "rho": rho, "momentum": 0.0}
     algos = [a for pair in HETERO_PAIRS for a in pair]
-    run_part(out, "hetero-dirichlet", hetero, {"algorithm": algos, "seed": seeds}, args.parallel)
+    run_part(out, "hetero-dirichlet", hetero, {"seed": seeds, "algorithm": algos}, args.parallel)
     iid = {k: v for k, v in hetero.items() if k != "alpha"}
-    run_part(out, "hetero-iid", {**iid, "partition": "iid"}, {"algorithm": algos, "seed": seeds}, args.parallel)
+    run_part(out, "hetero-iid", {**iid, "partition": "iid"}, {"seed": seeds, "algorithm": algos}, args.parallel)
     extra = list(range(regime.seeds, regime.close_seeds))
     close = sorted(close_cells(out, regime)) if extra else []
     if close:
