@@ -86,15 +86,19 @@ def test_dfedsam_mgs_round_is_local_sam_then_w_to_the_q(device):
     result = run(config, data)
     # reference: the same local SAM steps, then W^Q in float64
     trainer = reference_trainer(config, data.to(device))
-    Y = trainer.train(result.initial_params.to(device), 0, 0.1, LocalRule(rho=0.05)).Y.cpu()
+    Y = trainer.train(result.initial_params.to(device), 0, 0.1, LocalRule(rho=0.05, momentum=0.9)).Y.cpu()  # default
     W3 = np.linalg.matrix_power(topologies.build("ring", 8).W, 3)
     np.testing.assert_allclose(result.params.numpy(), W3 @ Y.double().numpy(), atol=1e-5)
 
 
 def test_dfedsam_with_rho_zero_is_dfedavg(device):
-    a = run(base_config(algorithm="dfedsam", rho=0.0, device=device))
+    a = run(base_config(algorithm="dfedsam", rho=0.0, momentum=0.0, device=device))
     b = run(base_config(algorithm="dfedavg", device=device))
     torch.testing.assert_close(a.params, b.params)
+    # with the defaults (momentum 0.9 for both, issue 16's matched momentum) it is DFedAvgM
+    c = run(base_config(algorithm="dfedsam", rho=0.0, device=device))
+    d = run(base_config(algorithm="dfedavgm", device=device))
+    torch.testing.assert_close(c.params, d.params)
 
 
 def test_dfedsam_mgs_with_one_gossip_step_is_dfedsam(device):

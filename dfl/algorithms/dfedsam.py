@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from dfl.algorithms.base import ADAPTIVE, RHO_SCHEDULE_DEFAULTS, Algorithm, RoundStats
 
-SAM_DEFAULTS = {"rho": 0.01, **RHO_SCHEDULE_DEFAULTS, "sam": "sam", "asam_eta": 0.2, "momentum": 0.0}
+SAM_DEFAULTS = {"rho": 0.01, **RHO_SCHEDULE_DEFAULTS, "sam": "sam", "asam_eta": 0.2, "momentum": 0.9}
 
 
 class DFedSAMMGS(Algorithm):

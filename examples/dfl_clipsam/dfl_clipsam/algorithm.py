@@ -13,7 +13,7 @@ compressor) keeps the cut part in e_i and adds it to the next update, so nothing
 C = 0 turns clipping off: Δ_i = y^K − x_i^t and the round is DFedSAM-MGS's (DFedSAM for Q = 1).
 
 Options (`algorithm_options`): clip = C (default 1.0; 0 = off), error_feedback (default false). The Config fields
-rho, sam, asam_eta, momentum and gossip_steps apply as for DFedSAM (ρ = 0.01, Q = 1 by default).
+rho, sam, asam_eta, momentum and gossip_steps apply as for DFedSAM (ρ = 0.01, momentum 0.9, Q = 1 by default).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from dfl.algorithms import Algorithm, RoundStats
 class ClipSAM(Algorithm):
     """DFedSAM with per-client clipping of each round's update, optionally with error feedback."""
 
-    hyperparameters = {"rho": 0.01, "sam": "sam", "asam_eta": 0.2, "momentum": 0.0, "gossip_steps": 1,
+    hyperparameters = {"rho": 0.01, "sam": "sam", "asam_eta": 0.2, "momentum": 0.9, "gossip_steps": 1,
                        "clip": 1.0, "error_feedback": False}
     client_state = ("residual",)  # e_i, one row per client: checkpoints gather it, resumes slice it
 
