@@ -5,12 +5,10 @@ exactly, does not depend on the world size, and refuses what it cannot do before
 from __future__ import annotations
 
 import math
-from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
-import torch.distributed as dist
 
 import dfl
 import topologies
@@ -20,7 +18,7 @@ from dfl.comm import LocalCommunicator
 from dfl.config import ConfigError
 from dfl.gossip import Gossip
 from dfl.network import LinkFaults, Network, RealisedTopology
-from tests.test_network import CLIENTS, make_config, make_data
+from tests.test_network import CLIENTS, assert_world_size_invariant, make_config, make_data
 
 pytestmark = pytest.mark.timeout(300)  # hang guard only (spawned process groups)
 
@@ -281,27 +279,5 @@ def test_sweeps_grid_over_the_compression_fields():
 COMPRESSED = dict(compressor="random-k", compression=0.3, link_failure=0.2, offline=0.2)
 
 
-def _compressed_worker(rank, world, rdzv, out_dir):
-    from tests.test_distributed import _init
-
-    _init(rank, world, rdzv)
-    try:
-        for mode in ("p2p", "allgather"):
-            result = dfl.run(make_config(gossip_mode=mode, **COMPRESSED), data=make_data())
-            torch.save({"params": result.params, "history": result.history}, Path(out_dir) / f"{mode}-r{rank}.pt")
-    finally:
-        dist.destroy_process_group()
-
-
 def test_compressed_gossip_does_not_depend_on_the_world_size(tmp_path):
-    from tests.test_distributed import _assert_same_history, _spawn
-
-    reference = dfl.run(make_config(**COMPRESSED), data=make_data())
-    _spawn(_compressed_worker, 2, str(tmp_path / "rdzv"), str(tmp_path))
-    for mode in ("p2p", "allgather"):
-        for rank in range(2):
-            got = torch.load(tmp_path / f"{mode}-r{rank}.pt")
-            torch.testing.assert_close(got["params"], reference.params, atol=1e-5, rtol=0, msg=f"{mode} {rank}")
-            history = got["history"] if rank == 0 else [
-                {**h, "client_acc": r["client_acc"]} for h, r in zip(got["history"], reference.history)]
-            _assert_same_history(history, reference.history, f"{mode} rank {rank}")
+    assert_world_size_invariant(tmp_path, COMPRESSED)

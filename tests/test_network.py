@@ -350,23 +350,24 @@ def test_sweeps_grid_over_the_network_fields():
 
 
 # ------------------------------------------------------------------------- world size (gloo, 2 processes)
-def _faulty_worker(rank, world, rdzv, out_dir):
+def _gossip_modes_worker(rank, world, rdzv, out_dir, overrides):
     from tests.test_distributed import _init
 
     _init(rank, world, rdzv)
     try:
         for mode in ("p2p", "allgather"):
-            result = dfl.run(make_config(gossip_mode=mode, **FAULTY), data=make_data())
+            result = dfl.run(make_config(gossip_mode=mode, **overrides), data=make_data())
             torch.save({"params": result.params, "history": result.history}, Path(out_dir) / f"{mode}-r{rank}.pt")
     finally:
         dist.destroy_process_group()
 
 
-def test_faults_do_not_depend_on_the_world_size(tmp_path):
+def assert_world_size_invariant(tmp_path, overrides: dict) -> None:
+    """A 2-process gloo run with `overrides` (p2p and allgather gossip) equals the 1-process run."""
     from tests.test_distributed import _assert_same_history, _spawn
 
-    reference = dfl.run(make_config(**FAULTY), data=make_data())
-    _spawn(_faulty_worker, 2, str(tmp_path / "rdzv"), str(tmp_path))
+    reference = dfl.run(make_config(**overrides), data=make_data())
+    _spawn(_gossip_modes_worker, 2, str(tmp_path / "rdzv"), str(tmp_path), overrides)
     for mode in ("p2p", "allgather"):
         for rank in range(2):
             got = torch.load(tmp_path / f"{mode}-r{rank}.pt")
@@ -374,3 +375,7 @@ def test_faults_do_not_depend_on_the_world_size(tmp_path):
             history = got["history"] if rank == 0 else [
                 {**h, "client_acc": r["client_acc"]} for h, r in zip(got["history"], reference.history)]
             _assert_same_history(history, reference.history, f"{mode} rank {rank}")
+
+
+def test_faults_do_not_depend_on_the_world_size(tmp_path):
+    assert_world_size_invariant(tmp_path, FAULTY)
