@@ -78,7 +78,7 @@ class Regime:
 
 
 FULL = Regime(clients=32, samples=20000, model="cnn1d", model_options={}, rounds=100, eval_every=5, seeds=3,
-              close_seeds=5, rhos=(0.01, 0.02, 0.05, 0.1, 0.2), topologies=TOPOLOGIES)
+              close_seeds=5, rhos=(0.02, 0.05, 0.1, 0.2, 0.5, 1.0), topologies=TOPOLOGIES)
 QUICK = Regime(clients=8, samples=1200, model="mlp", model_options={"hidden": [32]}, rounds=4, eval_every=2,
                seeds=2, close_seeds=2, rhos=(0.01, 0.05), topologies=("ring", "full"))
 
@@ -122,6 +122,8 @@ def choose_rho(out: Path, regime: Regime, parallel: int, run: bool = True) -> tu
         v = scores[rho]
         lines.append(f"| {rho:g} | {100 * sum(v) / len(v):.2f} | {len(v)} |")
     best = max(scores, key=lambda k: (sum(scores[k]) / len(scores[k]), -k))
+    if len(scores) > 1 and best in (min(scores), max(scores)):
+        lines.append(f"\nThe chosen ρ = {best:g} is at the edge of the searched grid: the best ρ may lie beyond it.")
     return best, lines
 
 
