@@ -94,6 +94,8 @@ class Config:
     # unreliable network (dfl.network): drawn from the seed per gossip step (links, clients) and per round (stragglers)
     link_failure: float = 0.0  # probability that a link is down in a gossip step, in [0, 1); 0 = reliable links
     offline: float = 0.0  # probability that a client is offline in a gossip step (no send, no receive), in [0, 1)
+    link_failure_burst: float = 0.0  # 0 = links fail independently per step; B = bursts (Gilbert–Elliott), mean B steps
+    offline_burst: float = 0.0  # the same for offline clients: 0 = independent per step, B = mean outage in steps
     stragglers: float = 0.0  # probability that a client is slow in a round, in [0, 1]
     straggler_slowdown: float = 4.0  # simulated seconds per local step of a slow client (1 for the others), >= 1
     round_deadline: float = 0.0  # simulated seconds per round: a client sends after the steps it finished; 0 = none
@@ -486,6 +488,10 @@ FIELD_HELP: dict[str, str] = {
     "link_failure": "probability in [0, 1) that a link is down in a gossip step (decentralized algorithms, undirected "
                     "topologies; the weights are recomputed on the surviving links)",
     "offline": "probability in [0, 1) that a client is offline in a gossip step: it neither sends nor receives",
+    "link_failure_burst": "0 = links fail independently per gossip step; B >= 1/(1 - link_failure) = failures in "
+                          "bursts (Gilbert–Elliott) of mean B steps, link_failure still the fraction of steps down",
+    "offline_burst": "0 = clients go offline independently per gossip step; B >= 1/(1 - offline) = outages of mean B "
+                     "steps (Gilbert–Elliott), offline still the fraction of steps a client is away",
     "stragglers": "probability in [0, 1] that a client is slow in a round (--straggler-slowdown times slower)",
     "straggler_slowdown": "simulated seconds per local step of a slow client (1 for the others), >= 1",
     "round_deadline": "simulated seconds per round: a client sends after the local steps it finished by then; "

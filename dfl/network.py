@@ -19,6 +19,16 @@ Link failures and offline clients (decentralized algorithms; per gossip step s; 
   gossip: clients missing from rounds are participation with participation_mode = bernoulli);
 - p = q = 0 gossips over the topology itself: the fault-free code path, bit for bit.
 
+Bursts (`link_failure_burst` = B > 0 for links, `offline_burst` for clients; `Bursts`): instead of independently per
+step, each link (client) is a Gilbert–Elliott two-state Markov chain over the gossip steps, down at step 0 with the
+stationary probability p; then a down link comes back with probability r = 1/B per step and an up link fails with
+probability f = p / (B (1 − p)). So P(down at any step) = p as in the independent model, down runs are geometric with
+mean B steps, up runs with mean B (1 − p) / p, and the down indicator's lag-k correlation is (1 − r − f)^k =
+(1 − 1/(B (1 − p)))^k: B = 1 / (1 − p) is the independent model's law (a down run's mean length there), so
+B >= 1 / (1 − p) is required and larger B means longer outages. Step s's draw of a link is u(seed, s, LINK, lo, hi)
+as above, now read as a transition, so the state at s is a pure function of (seed, s), computed forward from step 0
+(`Bursts` keeps each key's latest state: O(keys) per step for in-order steps; a resumed run replays from step 0).
+
 Stragglers (every algorithm; per round t; `Stragglers`):
 - client i is slow in round t when u(seed, t, STRAGGLER, i) < f (f = `stragglers`); a local step takes 1 simulated
   second, c = `straggler_slowdown` seconds on a slow client;
@@ -40,7 +50,7 @@ from __future__ import annotations
 
 import math
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -62,6 +72,7 @@ _CACHE_STEPS = 64  # realised step matrices kept (a round's steps are used by th
 _CACHE_NNZ = 1 << 22  # ... and at most this many stored entries in all (~50 MB), one matrix at least
 _DENSE_CACHE = 8
 NETWORK_FIELDS = ("link_failure", "offline")  # the per-gossip-step faults
+BURST_FIELDS = {"link_failure_burst": "link_failure", "offline_burst": "offline"}  # burst length -> its probability
 
 
 def uniform(h: np.ndarray) -> np.ndarray:
@@ -98,6 +109,17 @@ def check_config(config) -> None:
 
     for name in NETWORK_FIELDS:
         _probability(config, name, closed=False)
+    for name, of in BURST_FIELDS.items():
+        burst, p = getattr(config, name), getattr(config, of)
+        if isinstance(burst, bool) or not isinstance(burst, (int, float)) or not math.isfinite(burst) or burst < 0:
+            raise ConfigError(f"{name} must be 0 (independent {of} per gossip step) or a mean outage length in gossip "
+                              f"steps >= 1 / (1 - {of}), got {burst!r}")
+        if burst and not p:
+            raise ConfigError(f"{name} = {burst:g} sets the mean length of {of} bursts, but {of} = 0: set {of} > 0 "
+                              "(the fraction of steps down), or leave the burst length at 0")
+        if burst and burst < 1 / (1 - p):
+            raise ConfigError(f"{name} must be 0 (independent) or >= 1 / (1 - {of}) = {1 / (1 - p):.4g} gossip steps "
+                              f"(the mean outage of independent draws; longer = burstier), got {burst:g}")
     fraction = _probability(config, "stragglers", closed=True)
     slowdown = _seconds(config, "straggler_slowdown", 1.0)
     deadline = _seconds(config, "round_deadline", 0.0)
@@ -135,6 +157,46 @@ def check_config(config) -> None:
 
 
 # ----------------------------------------------------------------------------------- link failures, offline
+class Bursts:
+    """Gilbert–Elliott outages (module docstring): `down(step, keys)` per int64 key, a pure function of the step and
+    the draws u = `draws(step, keys)` of steps 0..step. Each key's latest (step, state) is kept, so steps asked in
+    order cost O(keys) each; a step before a key's latest replays that key from step 0."""
+
+    def __init__(self, p: float, burst: float, draws):
+        if not (0 < p < 1 and burst >= 1 / (1 - p)):
+            raise ValueError(f"Bursts needs 0 < p < 1 and burst >= 1 / (1 - p), got p = {p}, burst = {burst}")
+        self.p, self.recover, self.fail = p, 1.0 / burst, p / (burst * (1.0 - p))
+        self.draws = draws
+        self._keys = np.empty(0, dtype=np.int64)  # sorted
+        self._step = np.empty(0, dtype=np.int64)  # latest step computed per key (-1: none)
+        self._down = np.empty(0, dtype=bool)
+
+    def down(self, step: int, keys) -> np.ndarray:
+        """bool per key: down at `step`."""
+        keys = np.asarray(keys, dtype=np.int64)
+        unique, inverse = np.unique(keys, return_inverse=True)
+        new = np.setdiff1d(unique, self._keys, assume_unique=True)
+        if len(new):
+            order = np.argsort(np.concatenate([self._keys, new]), kind="stable")
+            self._keys = np.concatenate([self._keys, new])[order]
+            self._step = np.concatenate([self._step, np.full(len(new), -1, dtype=np.int64)])[order]
+            self._down = np.concatenate([self._down, np.zeros(len(new), dtype=bool)])[order]
+        pos = np.searchsorted(self._keys, unique)
+        last, state = self._step[pos], self._down[pos]
+        last[last > step] = -1  # asked for an earlier step: replay from the start
+        for t in range(int(last.min(initial=step)) + 1, step + 1):
+            todo = np.flatnonzero(last < t)
+            u = self.draws(t, unique[todo])
+            state[todo] = (u < self.p) if t == 0 else np.where(state[todo], u >= self.recover, u < self.fail)
+            last[todo] = t
+        self._step[pos], self._down[pos] = last, state
+        return state[inverse]
+
+
+def _link_key(lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    return (np.asarray(lo, dtype=np.int64) << 32) | np.asarray(hi, dtype=np.int64)
+
+
 @dataclass(frozen=True)
 class LinkFaults:
     """Which links are up at gossip step s: a pure function of (seed, s) (module docstring)."""
@@ -142,21 +204,40 @@ class LinkFaults:
     seed: int
     link_failure: float = 0.0
     offline: float = 0.0
+    link_failure_burst: float = 0.0  # 0: independent per step; B > 0: Gilbert–Elliott bursts of mean B steps
+    offline_burst: float = 0.0
+    _bursts: dict = field(default_factory=dict, init=False, repr=False, compare=False)
+
+    def __post_init__(self):
+        if self.link_failure and self.link_failure_burst:
+            self._bursts["link"] = Bursts(self.link_failure, self.link_failure_burst, self._link_draws)
+        if self.offline and self.offline_burst:
+            self._bursts["offline"] = Bursts(self.offline, self.offline_burst, self._offline_draws)
+
+    def _offline_draws(self, step: int, clients: np.ndarray) -> np.ndarray:
+        return uniform(client_keys(self.seed, clients, step, STREAM_OFFLINE))
+
+    def _link_draws(self, step: int, keys: np.ndarray) -> np.ndarray:
+        lo, hi = keys >> 32, keys & 0xFFFFFFFF
+        return uniform(absorb(client_keys(self.seed, lo, step, STREAM_LINK), hi.astype(np.uint64), _PEER))
 
     def online(self, step: int, clients: np.ndarray) -> np.ndarray:
         """bool per client id: online at gossip step `step`."""
         clients = np.asarray(clients, dtype=np.int64)
         if self.offline == 0:
             return np.ones(len(clients), dtype=bool)
-        return uniform(client_keys(self.seed, clients, step, STREAM_OFFLINE)) >= self.offline
+        if "offline" in self._bursts:
+            return ~self._bursts["offline"].down(step, clients)
+        return self._offline_draws(step, clients) >= self.offline
 
     def link_up(self, step: int, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
         """bool per link {lo, hi} (lo <= hi): not failed at `step` (whether its ends are online is separate)."""
         if self.link_failure == 0:
             return np.ones(len(lo), dtype=bool)
-        h = absorb(client_keys(self.seed, lo, step, STREAM_LINK), np.asarray(hi, dtype=np.int64).astype(np.uint64),
-                   _PEER)
-        return uniform(h) >= self.link_failure
+        keys = _link_key(lo, hi)
+        if "link" in self._bursts:
+            return ~self._bursts["link"].down(step, keys)
+        return self._link_draws(step, keys) >= self.link_failure
 
     def keep(self, step: int, W: sp.csr_array) -> np.ndarray:
         """bool per stored entry of W: its link is up at `step` (the same for (i, j) and (j, i))."""
@@ -335,7 +416,8 @@ class Network:
                                   "balance that keeps W doubly stochastic")
             scheme = None if topology.weights == "given" else (config.weights or "metropolis")
             base = config.topology_options.get("base") if scheme == "lazy" else None
-            faults = LinkFaults(config.seed, float(config.link_failure), float(config.offline))
+            faults = LinkFaults(config.seed, float(config.link_failure), float(config.offline),
+                                float(config.link_failure_burst), float(config.offline_burst))
             self.realised = self.topology = RealisedTopology(topology, faults, scheme, base)
         self.compressor, self.consensus_lr, self.seed = None, None, config.seed  # compressed gossip (dfl.choco)
         if config.compressor != "none":

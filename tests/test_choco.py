@@ -275,9 +275,11 @@ def test_sweeps_grid_over_the_compression_fields():
     assert [p.config.compression for p in sweep.plan()] == [0.01, 0.1]
 
 
-# ------------------------------------------------------------------------- world size (gloo, 2 processes)
+# ---------------------------------------------------------------------- world size (gloo, 2 and 4 processes)
 COMPRESSED = dict(compressor="random-k", compression=0.3, link_failure=0.2, offline=0.2)
 
 
-def test_compressed_gossip_does_not_depend_on_the_world_size(tmp_path):
-    assert_world_size_invariant(tmp_path, COMPRESSED)
+@pytest.mark.parametrize("world,overrides", [
+    (2, COMPRESSED), (4, dict(compressor="qsgd", compression=4, link_failure=0.2, offline=0.2, offline_burst=2.0))])
+def test_compressed_gossip_does_not_depend_on_the_world_size(tmp_path, world, overrides):
+    assert_world_size_invariant(tmp_path, overrides, world)

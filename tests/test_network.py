@@ -55,6 +55,7 @@ def make_config(**changes) -> Config:
 
 
 FAULTY = dict(link_failure=0.3, offline=0.2, stragglers=0.4, straggler_slowdown=2.0, round_deadline=2.0)
+BURSTY = dict(FAULTY, link_failure_burst=3.0, offline_burst=2.0)
 
 
 # ---------------------------------------------------------------------------------------- realised matrices
@@ -108,6 +109,48 @@ def test_link_failures_and_offline_clients_happen_at_their_rates():
     net = RealisedTopology(topologies.build("ring", n), faults, "metropolis")
     ups = [net.realise(s).links_up for s in range(steps)]
     assert abs(np.mean(ups) - (1 - p) * (1 - q) ** 2) < 0.01
+
+
+@pytest.mark.parametrize("p,burst", [(0.3, 5.0), (0.1, 20.0)])
+def test_bursty_faults_keep_their_rate_and_come_in_runs_of_the_stated_length(p, burst):
+    """Gilbert–Elliott: P(down) = p at every step, down runs geometric with mean B, lag-1 correlation of the down
+    indicator 1 − 1/(B (1 − p)); links and offline clients alike. 300 keys × 2000 steps: the run-length mean of
+    ~300 · 2000 · (1 − p) p / B runs is within a few percent (deterministic for this seed)."""
+    n, steps = 300, 2000
+    faults = LinkFaults(seed=11, link_failure=p, offline=p, link_failure_burst=burst, offline_burst=burst)
+    lo, hi = np.arange(n), np.arange(n) + n  # any int pairs name links
+    for name, draw in (("link", lambda s: ~faults.link_up(s, lo, hi)), ("offline", lambda s: ~faults.online(s, lo))):
+        down = np.array([draw(s) for s in range(steps)])
+        assert abs(down.mean() - p) < 0.1 * p, name
+        x = down.astype(float) - down.mean()
+        lag1 = (x[1:] * x[:-1]).mean() / (x * x).mean()
+        assert lag1 == pytest.approx(1 - 1 / (burst * (1 - p)), abs=0.03), name
+        edges = np.diff(np.vstack([np.zeros(n, bool), down, np.zeros(n, bool)]).astype(np.int8), axis=0)
+        starts, ends = np.nonzero(edges.T == 1), np.nonzero(edges.T == -1)
+        lengths = ends[1] - starts[1]
+        assert lengths.mean() == pytest.approx(burst, rel=0.08), name
+    independent = LinkFaults(seed=11, link_failure=p)
+    first, again = ~independent.link_up(0, lo, hi), ~independent.link_up(1, lo, hi)
+    assert (first & again).sum() < 0.6 * first.sum()  # the default stays independent: P(down twice) = p
+
+
+def test_bursty_faults_are_a_pure_function_of_seed_and_step():
+    """Asked in any order, by a fresh object (a resumed run), the state of step s is the same."""
+    def faults():
+        return LinkFaults(seed=2, link_failure=0.4, offline=0.2, link_failure_burst=4.0, offline_burst=3.0)
+    lo, hi, clients = np.arange(10), np.arange(10) + 1, np.arange(10)
+    sequential = faults()
+    links = [sequential.link_up(s, lo, hi) for s in range(60)]
+    online = [sequential.online(s, clients) for s in range(60)]
+    fresh = faults()
+    for s in (45, 3, 59, 0, 30):  # out of order: replays where it must
+        assert np.array_equal(fresh.link_up(s, lo, hi), links[s])
+        assert np.array_equal(fresh.online(s, clients), online[s])
+    subset = faults()
+    assert np.array_equal(subset.online(20, clients[[7, 2, 7]]), online[20][[7, 2, 7]])  # any subset, repeats
+    assert np.array_equal(subset.online(21, clients), online[21])  # keys seen late catch up from step 0
+    other = LinkFaults(seed=3, link_failure=0.4, link_failure_burst=4.0)
+    assert any(not np.array_equal(other.link_up(s, lo, hi), links[s]) for s in range(60))
 
 
 def test_the_realised_network_is_a_pure_function_of_seed_and_step():
@@ -275,12 +318,12 @@ def test_straggler_metrics_of_a_run_in_epoch_mode():
 
 
 # --------------------------------------------------------------------------------------------------- runs
-@pytest.mark.parametrize("algorithm", ["dfedsam-mgs", "dpsgd"])
-def test_runs_with_faults_are_reproducible_and_resume_exactly(tmp_path, algorithm):
+@pytest.mark.parametrize("algorithm,faults", [("dfedsam-mgs", FAULTY), ("dpsgd", FAULTY), ("dfedsam-mgs", BURSTY)])
+def test_runs_with_faults_are_reproducible_and_resume_exactly(tmp_path, algorithm, faults):
     from tests.test_resume import assert_same_history, interrupted
 
     data = make_data()
-    config = make_config(algorithm=algorithm, rounds=4, **FAULTY)
+    config = make_config(algorithm=algorithm, rounds=4, **faults)
     if algorithm == "dpsgd":
         config = config.replace(gossip_steps=None, topology="random-k", topology_options={"k": 2})
     full = dfl.run(config, data=data, out=tmp_path / "full")
@@ -326,6 +369,13 @@ def test_centralized_algorithms_take_stragglers_over_their_participants():
     (dict(link_failure=0.2, weights="fastest"), "but fastest optimises W for one graph"),
     (dict(link_failure=0.2, weights="lazy", topology_options={"base": "uniform"}), "but uniform is doubly"),
     (dict(link_failure=0.2, topology="full", clients=3000), "at most topologies.FULL_SPARSE_LIMIT = 2048"),
+    (dict(link_failure_burst=4.0), "link_failure_burst = 4 sets the mean length of link_failure bursts, but "
+                                   "link_failure = 0"),
+    (dict(link_failure=0.5, link_failure_burst=1.5), "link_failure_burst must be 0 (independent) or >= 1 / (1 - "
+                                                     "link_failure) = 2 gossip steps"),
+    (dict(offline=0.2, offline_burst=-1.0), "offline_burst must be 0 (independent offline per gossip step) or a "
+                                            "mean outage length"),
+    (dict(offline=0.2, offline_burst=float("inf")), "offline_burst must be 0"),
 ])
 def test_bad_network_fields_fail_validation(changes, message):
     with pytest.raises(ConfigError) as info:
@@ -349,7 +399,7 @@ def test_sweeps_grid_over_the_network_fields():
     assert len({p.name for p in planned}) == 4
 
 
-# ------------------------------------------------------------------------- world size (gloo, 2 processes)
+# ---------------------------------------------------------------------- world size (gloo, 2 and 4 processes)
 def _gossip_modes_worker(rank, world, rdzv, out_dir, overrides):
     from tests.test_distributed import _init
 
@@ -362,14 +412,14 @@ def _gossip_modes_worker(rank, world, rdzv, out_dir, overrides):
         dist.destroy_process_group()
 
 
-def assert_world_size_invariant(tmp_path, overrides: dict) -> None:
-    """A 2-process gloo run with `overrides` (p2p and allgather gossip) equals the 1-process run."""
+def assert_world_size_invariant(tmp_path, overrides: dict, world: int = 2) -> None:
+    """A `world`-process gloo run with `overrides` (p2p and allgather gossip) equals the 1-process run."""
     from tests.test_distributed import _assert_same_history, _spawn
 
     reference = dfl.run(make_config(**overrides), data=make_data())
-    _spawn(_gossip_modes_worker, 2, str(tmp_path / "rdzv"), str(tmp_path), overrides)
+    _spawn(_gossip_modes_worker, world, str(tmp_path / "rdzv"), str(tmp_path), overrides)
     for mode in ("p2p", "allgather"):
-        for rank in range(2):
+        for rank in range(world):
             got = torch.load(tmp_path / f"{mode}-r{rank}.pt")
             torch.testing.assert_close(got["params"], reference.params, atol=1e-5, rtol=0, msg=f"{mode} {rank}")
             history = got["history"] if rank == 0 else [
@@ -377,5 +427,6 @@ def assert_world_size_invariant(tmp_path, overrides: dict) -> None:
             _assert_same_history(history, reference.history, f"{mode} rank {rank}")
 
 
-def test_faults_do_not_depend_on_the_world_size(tmp_path):
-    assert_world_size_invariant(tmp_path, FAULTY)
+@pytest.mark.parametrize("world,faults", [(2, FAULTY), (4, BURSTY)])
+def test_faults_do_not_depend_on_the_world_size(tmp_path, world, faults):
+    assert_world_size_invariant(tmp_path, faults, world)
