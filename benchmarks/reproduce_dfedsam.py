@@ -25,8 +25,10 @@ accuracy on a validation split (10% of each client's training data, `local_test_
 Statistics. Every cell has `--seeds` seeds (same seed = same data split and initialisation, so comparisons are
 paired across seeds); cells in a close comparison get `--close-seeds` in total. A comparison "A > B" uses the
 per-seed differences d = A − B: **holds** if mean(d) > 0 and the one-sided paired t-test gives p < 0.05,
-**fails** if mean(d) < 0 with p < 0.05 for the opposite direction, **inconclusive** otherwise. A claim made of
-several comparisons holds if all hold, fails if any fails, and is inconclusive otherwise. A comparison is
+**fails** if mean(d) < 0 with p < 0.05 for the opposite direction, **identical** if d = 0 for every seed (the
+same computation, e.g. DFedSAM-MGS and DFedSAM on `full`, where W = J: a strict ">" is false by construction),
+**inconclusive** otherwise. A claim made of several comparisons holds if all hold, fails if any fails or is
+identical, and is inconclusive otherwise. A comparison is
 "close" if it is inconclusive with the first seeds. Convergence: a run counts as converged if its test accuracy
 changed by at most 1 percentage point over the last 20% of rounds; the report gives the fraction per part.
 Missing, failed or diverged runs are listed and never averaged in; a claim without its runs is "not run".
@@ -163,6 +165,8 @@ class Comparison:
     def verdict(self) -> str:
         if len(self.diffs) < 2:
             return "not run"
+        if all(d == 0 for d in self.diffs):  # the same numbers seed by seed: the same computation, not noise
+            return "identical"
         mean = sum(self.diffs) / len(self.diffs)
         if mean > 0 and self.p is not None and self.p < P_LEVEL:
             return "holds"
@@ -198,10 +202,12 @@ def compare(label: str, a: dict[int, float], b: dict[int, float]) -> Comparison:
 
 
 def claim_verdict(comparisons: list[Comparison]) -> str:
+    """fails if a comparison fails or is identical (a strict "A > B" is false when A and B are the same runs);
+    holds if all hold; not run if none ran; inconclusive otherwise."""
     verdicts = [c.verdict for c in comparisons]
     if not verdicts or all(v == "not run" for v in verdicts):
         return "not run"
-    if "fails" in verdicts:
+    if "fails" in verdicts or "identical" in verdicts:
         return "fails"
     if all(v == "holds" for v in verdicts):
         return "holds"
@@ -366,7 +372,7 @@ def plot_claims(out: Path, study: list) -> list[Path]:
         FigureCanvasAgg(fig)
         ax = fig.subplots()
         for i, c in enumerate(comps):
-            color = {"holds": "C2", "fails": "C3"}.get(c.verdict, "C7")
+            color = {"holds": "C2", "fails": "C3", "identical": "C3"}.get(c.verdict, "C7")
             ax.scatter([scale * d for d in c.diffs], [i] * len(c.diffs), color=color, s=14, alpha=0.7)
             if c.diffs:
                 mean = scale * sum(c.diffs) / len(c.diffs)
@@ -403,6 +409,10 @@ def report(out: Path, regime: Regime, rho: float, rho_lines: list[str], seconds:
         md += [f"\n### ({cid}) {statement}: {claim_verdict(comps)}\n", f"Per comparison: mean ± std of the per-seed "
                f"{what}, one-sided paired t-test p-value.\n", "| comparison | difference | p | seeds | verdict |",
                "|---|---|---|---|---|", *(c.row(scale, " pts" if unit else "") for c in comps)]
+        if any(c.verdict == "identical" for c in comps):
+            md.append("\n*identical*: the two cells give the same numbers for every seed, so they are the same "
+                      "computation (on `full` with Metropolis weights W = J, so W^Q = W and DFedSAM-MGS is DFedSAM): "
+                      "a strict \">\" cannot hold there, and the claim fails on it by construction, not by noise.")
     md.append("\n## Convergence (flat: test accuracy within 1 point over the last 20% of rounds)\n")
     md += convergence_lines(out)
     missing = not_completed(out)

@@ -69,4 +69,6 @@ def test_study_verdicts_follow_the_paired_test():
     assert study.claim_verdict([better, worse]) == "fails"
     assert study.claim_verdict([better, better]) == "holds"
     assert study.claim_verdict([unpaired]) == "not run"
+    same = study.compare("a > b", base, base)  # the same runs: a strict ">" is false by construction
+    assert same.verdict == "identical" and study.claim_verdict([better, same]) == "fails"
     assert "**holds**" in better.row()
