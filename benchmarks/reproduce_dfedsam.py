@@ -368,7 +368,7 @@ def plot_claims(out: Path, study: list) -> list[Path]:
     paths = []
     for cid, statement, comps, what in study:
         scale, unit = _scale(what)
-        fig = Figure(figsize=(7.5, 1.3 + 0.35 * max(len(comps), 1)), dpi=110, layout="constrained")
+        fig = Figure(figsize=(9.0, 1.8 + 0.35 * max(len(comps), 1)), dpi=110, layout="constrained")
         FigureCanvasAgg(fig)
         ax = fig.subplots()
         for i, c in enumerate(comps):
@@ -380,8 +380,10 @@ def plot_claims(out: Path, study: list) -> list[Path]:
         ax.axvline(0.0, color="black", linewidth=0.8)
         ax.set_yticks(range(len(comps)), [f"{c.label} [{c.verdict}]" for c in comps], fontsize=7)
         ax.invert_yaxis()
-        ax.set_xlabel(f"{what} per seed{unit or ''} (dots: seeds, bar: mean; the claim says > 0)", fontsize=8)
-        ax.set_title(textwrap.fill(f"({cid}) {statement}", 80), fontsize=9)
+        # figure-wide title and wrapped label: long tick labels shrink the axes, and an axes title would be clipped
+        ax.set_xlabel(textwrap.fill(f"{what} per seed{unit or ''} (dots: seeds, bar: mean; the claim says > 0)",
+                                    60), fontsize=8)
+        fig.suptitle(textwrap.fill(f"({cid}) {statement}", 90), fontsize=9)
         ax.grid(True, axis="x", alpha=0.3)
         path = out / "plots" / f"claim_{cid}.png"
         path.parent.mkdir(parents=True, exist_ok=True)
