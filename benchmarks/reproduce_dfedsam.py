@@ -105,6 +105,23 @@ def load(out: Path, part: str) -> list:
     return runs
 
 
+def run_hetero(out: Path, regime: Regime, rho: float, algorithms: list[str], parallel: int) -> None:
+    """Claim (f)'s parts: `algorithms` on the ring with plain SGD (FedAvg has no local momentum), at Dirichlet
+    ALPHA and at IID, every seed."""
+    hetero = {**regime.base(), "topology": "ring", "rho": rho, "momentum": 0.0}
+    vary = {"seed": list(range(regime.seeds)), "algorithm": algorithms}
+    run_part(out, "hetero-dirichlet", hetero, vary, parallel)
+    iid = {k: v for k, v in hetero.items() if k != "alpha"}
+    run_part(out, "hetero-iid", {**iid, "partition": "iid"}, vary, parallel)
+
+
+def accuracy_drop(out: Path, algorithm: str) -> dict[int, float]:
+    """seed -> test accuracy at IID minus at Dirichlet ALPHA (claim f), over the seeds both parts completed."""
+    iid = cell_values(load(out, "hetero-iid"), "test_acc", algorithm=algorithm)
+    skew = cell_values(load(out, "hetero-dirichlet"), "test_acc", algorithm=algorithm)
+    return {s: iid[s] - skew[s] for s in set(iid) & set(skew)}
+
+
 def choose_rho(out: Path, regime: Regime, parallel: int, run: bool = True) -> tuple[float, list[str]]:
     """ρ with the best mean validation accuracy (global_acc_mean on the local validation splits) of DFedSAM on
     the ring over 2 seeds; returns it with the search table's lines. ρ = 0 (no SAM: DFedAvgM with the same
@@ -261,14 +278,8 @@ def claims(out: Path, regime: Regime) -> list[tuple[str, str, list[Comparison], 
     out_claims.append(("e", "SAM and MGS reduce the consensus distance (full averaging excluded: it is 0)", comps,
                        "consensus distance difference"))
 
-    hetero_iid, hetero_dir = load(out, "hetero-iid"), load(out, "hetero-dirichlet")
-    comps = []
-    for dec, cen in HETERO_PAIRS:
-        def drop(a):
-            iid, skew = acc(hetero_iid, algorithm=a), acc(hetero_dir, algorithm=a)
-            return {s: iid[s] - skew[s] for s in set(iid) & set(skew)}
-
-        comps.append(compare(f"drop IID→Dir({ALPHA}) {dec} > {cen}", drop(dec), drop(cen)))
+    comps = [compare(f"drop IID→Dir({ALPHA}) {dec} > {cen}", accuracy_drop(out, dec), accuracy_drop(out, cen))
+             for dec, cen in HETERO_PAIRS]
     out_claims.append(("f", f"heterogeneity (Dirichlet {ALPHA} vs IID) hurts DFL more than CFL", comps,
                        "difference of accuracy drops"))
     return out_claims
@@ -298,10 +309,12 @@ def last_fifth_change(run) -> float | None:
     return float(last["test_acc"] - earlier[-1]["test_acc"])
 
 
-def convergence(runs: list) -> tuple[int, int]:
-    """(converged, completed): test accuracy within FLAT_POINTS over the last 20% of rounds."""
+def convergence(runs: list) -> tuple[int, int, float]:
+    """(converged, completed, mean change): converged = test accuracy within FLAT_POINTS over the last 20% of
+    rounds; the mean of that change over the completed runs (nan for none)."""
     changes = [c for c in map(last_fifth_change, runs) if c is not None]
-    return sum(abs(c) <= FLAT_POINTS for c in changes), len(changes)
+    mean = sum(changes) / len(changes) if changes else float("nan")
+    return sum(abs(c) <= FLAT_POINTS for c in changes), len(changes), mean
 
 
 def convergence_lines(out: Path) -> list[str]:
@@ -309,15 +322,13 @@ def convergence_lines(out: Path) -> list[str]:
     compares algorithms that are still climbing at their budget, not at their limit: the table says which)."""
     lines = ["| part | algorithm | flat runs | mean change over the last 20% of rounds (pts) |", "|---|---|---|---|"]
     for part in ("main", "dpsgd-equal-comm", "hetero-iid", "hetero-dirichlet"):
-        by_algorithm: dict[str, list[float]] = {}
+        by_algorithm: dict[str, list] = {}
         for r in load(out, part):
-            change = last_fifth_change(r)
-            if change is not None:
-                by_algorithm.setdefault(r.config["algorithm"], []).append(change)
-        for algorithm, changes in by_algorithm.items():
-            flat = sum(abs(c) <= FLAT_POINTS for c in changes)
-            lines.append(f"| {part} | {algorithm} | {flat} of {len(changes)} | "
-                         f"{100 * sum(changes) / len(changes):+.2f} |")
+            by_algorithm.setdefault(r.config["algorithm"], []).append(r)
+        for algorithm, runs in by_algorithm.items():
+            flat, total, mean = convergence(runs)
+            if total:
+                lines.append(f"| {part} | {algorithm} | {flat} of {total} | {100 * mean:+.2f} |")
     return lines
 
 
@@ -468,11 +479,7 @@ def main() -> None:
              args.parallel)  # cheap: first
     run_part(out, "main", base, {"seed": seeds, "algorithm": list(DECENTRALIZED),
                                  "topology": list(regime.topologies)}, args.parallel)
-    hetero = {**regime.base(), "topology": "ring", "rho": rho, "momentum": 0.0}
-    algos = [a for pair in HETERO_PAIRS for a in pair]
-    run_part(out, "hetero-dirichlet", hetero, {"seed": seeds, "algorithm": algos}, args.parallel)
-    iid = {k: v for k, v in hetero.items() if k != "alpha"}
-    run_part(out, "hetero-iid", {**iid, "partition": "iid"}, {"seed": seeds, "algorithm": algos}, args.parallel)
+    run_hetero(out, regime, rho, [a for pair in HETERO_PAIRS for a in pair], args.parallel)
     extra = list(range(regime.seeds, regime.close_seeds))
     close = sorted(close_cells(out, regime)) if extra else []
     if close:

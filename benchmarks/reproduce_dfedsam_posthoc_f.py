@@ -26,6 +26,11 @@ def study_module():
     return module
 
 
+def mean(values: dict) -> float:
+    """Mean of seed -> fraction, in percent (nan for none)."""
+    return 100 * sum(values.values()) / len(values) if values else float("nan")
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", default="runs/reproduce-dfedsam-posthoc-f", help="directory (rerunning resumes)")
@@ -35,29 +40,18 @@ def main() -> None:
     args = p.parse_args()
     study, out = study_module(), Path(args.out)
     regime = study.QUICK if args.quick else study.FULL
-    seeds, algorithms = list(range(regime.seeds)), ["dfedsam", "fedsam"]
-    hetero = {**regime.base(), "topology": "ring", "rho": args.rho, "momentum": 0.0}
-    iid = {**{k: v for k, v in hetero.items() if k != "alpha"}, "partition": "iid"}
-    study.run_part(out, "hetero-dirichlet", hetero, {"seed": seeds, "algorithm": algorithms}, args.parallel)
-    study.run_part(out, "hetero-iid", iid, {"seed": seeds, "algorithm": algorithms}, args.parallel)
-    runs = {part: study.load(out, part) for part in ("hetero-iid", "hetero-dirichlet")}
-
-    def accuracy(part, algorithm):
-        return study.cell_values(runs[part], "test_acc", algorithm=algorithm)
-
-    def mean(values: dict) -> float:
-        return 100 * sum(values.values()) / len(values) if values else float("nan")
-
+    study.run_hetero(out, regime, args.rho, ["dfedsam", "fedsam"], args.parallel)
     drops = {}
-    for a in algorithms:
-        i, d = accuracy("hetero-iid", a), accuracy("hetero-dirichlet", a)
-        drops[a] = {s: i[s] - d[s] for s in set(i) & set(d)}
-        print(f"{a}: IID {mean(i):.2f}%, Dirichlet {study.ALPHA} {mean(d):.2f}%, drop {mean(drops[a]):.2f} pts")
+    for a in ("dfedsam", "fedsam"):
+        drops[a] = study.accuracy_drop(out, a)
+        iid = study.cell_values(study.load(out, "hetero-iid"), "test_acc", algorithm=a)
+        skew = study.cell_values(study.load(out, "hetero-dirichlet"), "test_acc", algorithm=a)
+        print(f"{a}: IID {mean(iid):.2f}%, Dirichlet {study.ALPHA} {mean(skew):.2f}%, drop {mean(drops[a]):.2f} pts")
     comparison = study.compare(f"drop IID→Dir({study.ALPHA}) dfedsam > fedsam at ρ = {args.rho:g}", drops["dfedsam"],
                                drops["fedsam"])
     print("| comparison | difference | p | seeds | verdict |\n|---|---|---|---|---|\n" + comparison.row())
-    for part, part_runs in runs.items():
-        flat, total = study.convergence(part_runs)
+    for part in ("hetero-iid", "hetero-dirichlet"):
+        flat, total, _ = study.convergence(study.load(out, part))
         print(f"{part}: {flat} of {total} runs flat over the last 20% of rounds")
 
 

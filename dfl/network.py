@@ -210,16 +210,17 @@ class LinkFaults:
 
     def __post_init__(self):
         if self.link_failure and self.link_failure_burst:
-            self._bursts["link"] = Bursts(self.link_failure, self.link_failure_burst, self._link_draws)
+            self._bursts["link"] = Bursts(self.link_failure, self.link_failure_burst,
+                                          lambda step, keys: self._link_draws(step, keys >> 32, keys & 0xFFFFFFFF))
         if self.offline and self.offline_burst:
             self._bursts["offline"] = Bursts(self.offline, self.offline_burst, self._offline_draws)
 
     def _offline_draws(self, step: int, clients: np.ndarray) -> np.ndarray:
         return uniform(client_keys(self.seed, clients, step, STREAM_OFFLINE))
 
-    def _link_draws(self, step: int, keys: np.ndarray) -> np.ndarray:
-        lo, hi = keys >> 32, keys & 0xFFFFFFFF
-        return uniform(absorb(client_keys(self.seed, lo, step, STREAM_LINK), hi.astype(np.uint64), _PEER))
+    def _link_draws(self, step: int, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+        return uniform(absorb(client_keys(self.seed, lo, step, STREAM_LINK),
+                              np.asarray(hi, dtype=np.int64).astype(np.uint64), _PEER))
 
     def online(self, step: int, clients: np.ndarray) -> np.ndarray:
         """bool per client id: online at gossip step `step`."""
@@ -234,10 +235,9 @@ class LinkFaults:
         """bool per link {lo, hi} (lo <= hi): not failed at `step` (whether its ends are online is separate)."""
         if self.link_failure == 0:
             return np.ones(len(lo), dtype=bool)
-        keys = _link_key(lo, hi)
         if "link" in self._bursts:
-            return ~self._bursts["link"].down(step, keys)
-        return self._link_draws(step, keys) >= self.link_failure
+            return ~self._bursts["link"].down(step, _link_key(lo, hi))
+        return self._link_draws(step, lo, hi) >= self.link_failure
 
     def keep(self, step: int, W: sp.csr_array) -> np.ndarray:
         """bool per stored entry of W: its link is up at `step` (the same for (i, j) and (j, i))."""
