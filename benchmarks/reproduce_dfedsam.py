@@ -33,6 +33,14 @@ identical, and is inconclusive otherwise. A comparison is
 changed by at most 1 percentage point over the last 20% of rounds; the report gives the fraction per part.
 Missing, failed or diverged runs are listed and never averaged in; a claim without its runs is "not run".
 
+Convergence of plain SGD. At the main budget (`rounds`) the momentum methods are flat but the plain-SGD ones (DFedAvg,
+D-PSGD, and claim (f)'s runs, all momentum 0: lr 0.1 without momentum takes ~10x smaller steps) are still climbing.
+So every plain-SGD run is run again to `long_rounds` (3x) under OUT/long/ (same parts, names and seeds; each
+resumes its `rounds`-round run's checkpoint, which is exact: the same numbers as running it from scratch), and every
+claim gets a second verdict "at convergence": plain-SGD cells at `long_rounds`, momentum cells at `rounds`. Only
+DFedAvgM > DFedAvg (claim b) then mixes budgets, in DFedAvg's favour (3x the rounds): if it holds there, it holds a
+fortiori at equal rounds; the other comparisons stay at equal rounds.
+
 One command; rerunning resumes (each part is a `dfl sweep` under OUT/):
 
     python benchmarks/reproduce_dfedsam.py --out runs/reproduce-dfedsam --parallel 2
@@ -54,6 +62,9 @@ from pathlib import Path
 TOPOLOGIES = ("ring", "grid", "exponential", "full")  # sparse to dense
 DECENTRALIZED = ("dpsgd", "dfedavg", "dfedavgm", "dfedsam", "dfedsam-mgs")  # claim (b), weakest first
 HETERO_PAIRS = (("dfedavg", "fedavg"), ("dfedsam", "fedsam"))  # claim (f): (decentralized, centralized)
+PARTS = ("main", "dpsgd-equal-comm", "hetero-dirichlet", "hetero-iid")
+PLAIN_SGD = ("dpsgd", "dfedavg", "fedavg")  # no local momentum by definition (the others default to 0.9)
+LONG = "long"  # OUT/long/: the plain-SGD runs again with long_rounds
 ALPHA = 0.3
 P_LEVEL = 0.05
 FLAT_POINTS = 0.01  # convergence: |Δ test accuracy| over the last 20% of rounds
@@ -66,6 +77,7 @@ class Regime:
     model: str
     model_options: dict
     rounds: int
+    long_rounds: int  # the plain-SGD runs again with this many rounds (> rounds)
     eval_every: int
     seeds: int
     close_seeds: int
@@ -79,10 +91,10 @@ class Regime:
                 "lr": 0.1, "lr_decay": 0.998, "progress": False}
 
 
-FULL = Regime(clients=32, samples=20000, model="cnn1d", model_options={}, rounds=100, eval_every=5, seeds=3,
-              close_seeds=5, rhos=(0.02, 0.05, 0.1, 0.2, 0.5, 1.0), topologies=TOPOLOGIES)
-QUICK = Regime(clients=8, samples=1200, model="mlp", model_options={"hidden": [32]}, rounds=4, eval_every=2,
-               seeds=2, close_seeds=2, rhos=(0.01, 0.05), topologies=("ring", "full"))
+FULL = Regime(clients=32, samples=20000, model="cnn1d", model_options={}, rounds=100, long_rounds=300, eval_every=5,
+              seeds=3, close_seeds=5, rhos=(0.02, 0.05, 0.1, 0.2, 0.5, 1.0), topologies=TOPOLOGIES)
+QUICK = Regime(clients=8, samples=1200, model="mlp", model_options={"hidden": [32]}, rounds=4, long_rounds=6,
+               eval_every=2, seeds=2, close_seeds=2, rhos=(0.01, 0.05), topologies=("ring", "full"))
 
 
 # ------------------------------------------------------------------------------------------------ running
@@ -94,15 +106,63 @@ def run_part(out: Path, name: str, base: dict, vary: dict, parallel: int) -> Non
     run_sweep(sweep, out / name, parallel=parallel)
 
 
-def load(out: Path, part: str) -> list:
+def load(out: Path, part: str, converged: bool = False) -> list:
     """Run records of one part (dfl.report.runs.load_runs), with its extra seeds from close-seeds/PART-*; none if
-    the part was not run."""
+    the part was not run. `converged`: the plain-SGD runs from OUT/long/ (long_rounds) instead."""
     from dfl.report.runs import load_runs
 
+    if converged:
+        return [r for r in load(out, part) if not plain_sgd(r.config)] + load(out / LONG, part)
     runs = load_runs(out / part) if (out / part).is_dir() else []
     for extra in sorted((out / "close-seeds").glob(f"{part}--*")):
         runs += load_runs(extra)
     return runs
+
+
+def plain_sgd(config: dict) -> bool:
+    """A run without local momentum: D-PSGD, DFedAvg, FedAvg, or any run with momentum 0 (claim f's)."""
+    return config.get("algorithm") in PLAIN_SGD or config.get("momentum") == 0
+
+
+def study_sweeps(out: Path) -> list[str]:
+    """The study's sweeps, relative to OUT: its parts and their close-seed sweeps."""
+    found = [p for p in PARTS if (out / p / "sweep.toml").is_file()]
+    return found + [f"close-seeds/{p.name}" for p in sorted((out / "close-seeds").glob("*--*"))
+                    if (p / "sweep.toml").is_file()]
+
+
+def long_spec(base: dict, vary: dict, long_rounds: int) -> tuple[dict, dict] | None:
+    """A sweep's plain-SGD runs with `long_rounds`: (base, vary) keeping the run names and seeds; None if the sweep
+    has no plain-SGD run."""
+    algorithms = vary.get("algorithm", [base.get("algorithm")])
+    keep = [a for a in algorithms if plain_sgd({**base, "algorithm": a})]
+    if not keep:
+        return None
+    return {**base, "rounds": long_rounds}, ({**vary, "algorithm": keep} if "algorithm" in vary else dict(vary))
+
+
+def run_long(out: Path, regime: Regime, parallel: int) -> None:
+    """Every plain-SGD run of the study again with `regime.long_rounds` rounds, under OUT/long/ with the same layout.
+    Each starts from a copy of its `rounds`-round run when that completed (resuming a checkpoint is exact, so this
+    equals a run from scratch and saves a third of the work); the sweep then resumes it because `rounds` grew."""
+    import shutil
+
+    from dfl.sweep import Sweep, load_sweep, run_sweep
+
+    for part in study_sweeps(out):
+        short = load_sweep(out / part / "sweep.toml")
+        spec = long_spec(short.base, short.vary, regime.long_rounds)
+        if spec is None:
+            continue
+        sweep = Sweep(base=spec[0], vary=spec[1], name=f"{short.name}-long", parallel=parallel)
+        for planned in sweep.plan():
+            source, target = out / part / "runs" / planned.name, out / LONG / part / "runs" / planned.name
+            summary = source / "summary.json"
+            if not target.exists() and summary.is_file() and (source / "checkpoint.pt").is_file() and \
+                    json.loads(summary.read_text()).get("status") == "completed":
+                shutil.copytree(source, target)
+        print(f"\n== {LONG}/{part}: {len(sweep.plan())} plain-SGD runs to {regime.long_rounds} rounds")
+        run_sweep(sweep, out / LONG / part, parallel=parallel)
 
 
 def run_hetero(out: Path, regime: Regime, rho: float, algorithms: list[str], parallel: int) -> None:
@@ -115,10 +175,10 @@ def run_hetero(out: Path, regime: Regime, rho: float, algorithms: list[str], par
     run_part(out, "hetero-iid", {**iid, "partition": "iid"}, vary, parallel)
 
 
-def accuracy_drop(out: Path, algorithm: str) -> dict[int, float]:
+def accuracy_drop(out: Path, algorithm: str, converged: bool = False) -> dict[int, float]:
     """seed -> test accuracy at IID minus at Dirichlet ALPHA (claim f), over the seeds both parts completed."""
-    iid = cell_values(load(out, "hetero-iid"), "test_acc", algorithm=algorithm)
-    skew = cell_values(load(out, "hetero-dirichlet"), "test_acc", algorithm=algorithm)
+    iid = cell_values(load(out, "hetero-iid", converged), "test_acc", algorithm=algorithm)
+    skew = cell_values(load(out, "hetero-dirichlet", converged), "test_acc", algorithm=algorithm)
     return {s: iid[s] - skew[s] for s in set(iid) & set(skew)}
 
 
@@ -231,10 +291,14 @@ def claim_verdict(comparisons: list[Comparison]) -> str:
     return "inconclusive" + (" (some comparisons not run)" if "not run" in verdicts else "")
 
 
-def claims(out: Path, regime: Regime) -> list[tuple[str, str, list[Comparison], str]]:
-    """(claim id, statement, comparisons, what the numbers are) for (a)-(f)."""
-    main, comm = load(out, "main"), load(out, "dpsgd-equal-comm")
+def claims(out: Path, regime: Regime, converged: bool = False) -> list[tuple[str, str, list[Comparison], str]]:
+    """(claim id, statement, comparisons, what the numbers are) for (a)-(f); `converged`: plain-SGD cells at
+    long_rounds (their labels say so), the others at rounds."""
+    main, comm = load(out, "main", converged), load(out, "dpsgd-equal-comm", converged)
     topos = regime.topologies
+
+    def tag(algorithm):
+        return f"{algorithm}@{regime.long_rounds}" if converged and algorithm in PLAIN_SGD else algorithm
 
     def acc(runs, **match):
         return cell_values(runs, "test_acc", **match)
@@ -245,12 +309,12 @@ def claims(out: Path, regime: Regime) -> list[tuple[str, str, list[Comparison], 
         return acc(main, algorithm=algorithm, topology=topology)
 
     out_claims = []
-    comps = [compare(f"{a} on {t2} > on {t1}", main_acc(a, t2), main_acc(a, t1))
+    comps = [compare(f"{tag(a)} on {t2} > on {t1}", main_acc(a, t2), main_acc(a, t1))
              for a in DECENTRALIZED for t1, t2 in zip(topos, topos[1:])]
     out_claims.append(("a", "accuracy ring < grid < exponential < full, every algorithm", comps,
                        "test accuracy difference"))
     order = DECENTRALIZED
-    comps = [compare(f"{hi} > {lo} on {t}", main_acc(hi, t), main_acc(lo, t))
+    comps = [compare(f"{tag(hi)} > {tag(lo)} on {t}", main_acc(hi, t), main_acc(lo, t))
              for t in topos for lo, hi in zip(order, order[1:])]
     out_claims.append(("b", "DFedSAM-MGS > DFedSAM > DFedAvgM > DFedAvg > D-PSGD (equal communication), every "
                        "topology", comps, "test accuracy difference"))
@@ -278,8 +342,9 @@ def claims(out: Path, regime: Regime) -> list[tuple[str, str, list[Comparison], 
     out_claims.append(("e", "SAM and MGS reduce the consensus distance (full averaging excluded: it is 0)", comps,
                        "consensus distance difference"))
 
-    comps = [compare(f"drop IID→Dir({ALPHA}) {dec} > {cen}", accuracy_drop(out, dec), accuracy_drop(out, cen))
-             for dec, cen in HETERO_PAIRS]
+    rounds = f" at {regime.long_rounds} rounds" if converged else ""
+    comps = [compare(f"drop IID→Dir({ALPHA}) {dec} > {cen}{rounds}", accuracy_drop(out, dec, converged),
+                     accuracy_drop(out, cen, converged)) for dec, cen in HETERO_PAIRS]
     out_claims.append(("f", f"heterogeneity (Dirichlet {ALPHA} vs IID) hurts DFL more than CFL", comps,
                        "difference of accuracy drops"))
     return out_claims
@@ -317,23 +382,27 @@ def convergence(runs: list) -> tuple[int, int, float]:
     return sum(abs(c) <= FLAT_POINTS for c in changes), len(changes), mean
 
 
-def convergence_lines(out: Path) -> list[str]:
+def convergence_lines(out: Path, regime: Regime) -> list[str]:
     """Per part and algorithm: runs flat over the last 20% of rounds, and the mean change there (a fixed budget
     compares algorithms that are still climbing at their budget, not at their limit: the table says which)."""
-    lines = ["| part | algorithm | flat runs | mean change over the last 20% of rounds (pts) |", "|---|---|---|---|"]
-    for part in ("main", "dpsgd-equal-comm", "hetero-iid", "hetero-dirichlet"):
-        by_algorithm: dict[str, list] = {}
-        for r in load(out, part):
-            by_algorithm.setdefault(r.config["algorithm"], []).append(r)
-        for algorithm, runs in by_algorithm.items():
-            flat, total, mean = convergence(runs)
-            if total:
-                lines.append(f"| {part} | {algorithm} | {flat} of {total} | {100 * mean:+.2f} |")
+    lines = ["| part | rounds | algorithm | flat runs | mean change over the last 20% of rounds (pts) |",
+             "|---|---|---|---|---|"]
+    for root, rounds in ((out, regime.rounds), (out / LONG, regime.long_rounds)):
+        for part in PARTS:
+            by_algorithm: dict[str, list] = {}
+            for r in load(root, part):
+                by_algorithm.setdefault(r.config["algorithm"], []).append(r)
+            for algorithm, runs in by_algorithm.items():
+                flat, total, mean = convergence(runs)
+                if total:
+                    lines.append(f"| {part} | {rounds} | {algorithm} | {flat} of {total} | {100 * mean:+.2f} |")
     return lines
 
 
-def cell_table(out: Path, regime: Regime) -> list[str]:
-    main, comm = load(out, "main"), load(out, "dpsgd-equal-comm")
+def cell_table(out: Path, regime: Regime, converged: bool = False) -> list[str]:
+    """Test accuracy per algorithm and topology; `converged`: only the plain-SGD rows, at long_rounds."""
+    main, comm = load(out / LONG if converged else out, "main"), load(out / LONG if converged else out,
+                                                                      "dpsgd-equal-comm")
     lines = ["| algorithm (momentum) | " + " | ".join(regime.topologies) + " |",
              "|---|" + "---|" * len(regime.topologies)]
     rows = [("dpsgd (equal communication: 1 step, 1 gossip / round; 0)", comm, {}),
@@ -341,6 +410,8 @@ def cell_table(out: Path, regime: Regime) -> list[str]:
             ("dfedavg (0)", main, {"algorithm": "dfedavg"}), ("dfedavgm (0.9)", main, {"algorithm": "dfedavgm"}),
             ("dfedsam (0.9)", main, {"algorithm": "dfedsam"}), ("dfedsam-mgs (0.9, Q = 4)", main,
                                                                  {"algorithm": "dfedsam-mgs"})]
+    if converged:
+        rows = rows[:3]
     for name, runs, match in rows:
         cells = []
         for t in regime.topologies:
@@ -357,10 +428,11 @@ def cell_table(out: Path, regime: Regime) -> list[str]:
 
 def not_completed(out: Path) -> list[str]:
     lines = []
-    for part in ("rho-search", "main", "dpsgd-equal-comm", "hetero-iid", "hetero-dirichlet"):
-        for r in load(out, part):
-            if r.status != "completed":
-                lines.append(f"- {part}/{r.name}: {r.status} {r.summary.get('error') or ''}".rstrip())
+    for root, prefix in ((out, ""), (out / LONG, f"{LONG}/")):
+        for part in ("rho-search", *PARTS):
+            for r in load(root, part):
+                if r.status != "completed":
+                    lines.append(f"- {prefix}{part}/{r.name}: {r.status} {r.summary.get('error') or ''}".rstrip())
     return lines
 
 
@@ -369,7 +441,7 @@ def _scale(what: str) -> tuple[float, str]:
     return (100.0, " (percentage points)") if any(w in what for w in ("accuracy", "drop", "gain")) else (1.0, "")
 
 
-def plot_claims(out: Path, study: list) -> list[Path]:
+def plot_claims(out: Path, study: list, suffix: str = "") -> list[Path]:
     """One figure per claim: the per-seed differences of each comparison (0 = no effect), mean ± std."""
     import textwrap
 
@@ -396,15 +468,34 @@ def plot_claims(out: Path, study: list) -> list[Path]:
                                     60), fontsize=8)
         fig.suptitle(textwrap.fill(f"({cid}) {statement}", 90), fontsize=9)
         ax.grid(True, axis="x", alpha=0.3)
-        path = out / "plots" / f"claim_{cid}.png"
+        path = out / "plots" / f"claim_{cid}{suffix}.png"
         path.parent.mkdir(parents=True, exist_ok=True)
         fig.savefig(path, format="png")
         paths.append(path)
     return paths
 
 
+def comparison_lines(study: list, only: tuple[str, ...] | None = None, suffix: str = "") -> list[str]:
+    """Each claim's comparisons (mean ± std of the per-seed differences, p-value, verdict), as markdown."""
+    md = []
+    for cid, statement, comps, what in study:
+        if only is not None and cid not in only:
+            continue
+        scale, unit = _scale(what)
+        md += [f"\n### ({cid}) {statement}{suffix}: {claim_verdict(comps)}\n", f"Per comparison: mean ± std of the "
+               f"per-seed {what}, one-sided paired t-test p-value.\n", "| comparison | difference | p | seeds | "
+               "verdict |", "|---|---|---|---|---|", *(c.row(scale, " pts" if unit else "") for c in comps)]
+        if any(c.verdict == "identical" for c in comps):
+            md.append("\n*identical*: the two cells give the same numbers for every seed, so they are the same "
+                      "computation (on `full` with Metropolis weights W = J, so W^Q = W and DFedSAM-MGS is DFedSAM): "
+                      "a strict \">\" cannot hold there, and the claim fails on it by construction, not by noise.")
+    return md
+
+
 def report(out: Path, regime: Regime, rho: float, rho_lines: list[str], seconds: float) -> str:
     study = claims(out, regime)
+    settled = claims(out, regime, converged=True)
+    changed = ("a", "b", "f")  # the claims with a plain-SGD cell; (c)-(e) compare momentum runs only
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
                             cwd=Path(__file__).parent).stdout.strip() or "unknown"
     md = [f"# DFedSAM claims, reproduced ({time.strftime('%Y-%m-%d')}, commit {commit}, {platform.machine()} "
@@ -415,29 +506,32 @@ def report(out: Path, regime: Regime, rho: float, rho_lines: list[str], seconds:
           "accuracy of the averaged model after the last round, mean ± std over seeds.\n",
           "## Test accuracy (%)\n", *cell_table(out, regime), "",
           "## ρ search (DFedSAM, ring, validation split = 10% of each client's data)\n", *rho_lines, "",
-          "## Claims\n", "| claim | verdict |", "|---|---|"]
-    md += [f"| ({cid}) {statement} | **{claim_verdict(comps)}** |" for cid, statement, comps, _ in study]
-    for cid, statement, comps, what in study:
-        scale, unit = _scale(what)
-        md += [f"\n### ({cid}) {statement}: {claim_verdict(comps)}\n", f"Per comparison: mean ± std of the per-seed "
-               f"{what}, one-sided paired t-test p-value.\n", "| comparison | difference | p | seeds | verdict |",
-               "|---|---|---|---|---|", *(c.row(scale, " pts" if unit else "") for c in comps)]
-        if any(c.verdict == "identical" for c in comps):
-            md.append("\n*identical*: the two cells give the same numbers for every seed, so they are the same "
-                      "computation (on `full` with Metropolis weights W = J, so W^Q = W and DFedSAM-MGS is DFedSAM): "
-                      "a strict \">\" cannot hold there, and the claim fails on it by construction, not by noise.")
+          f"## Test accuracy (%) of the plain-SGD runs at {regime.long_rounds} rounds\n",
+          *cell_table(out, regime, converged=True), "",
+          "## Claims\n", f"At {regime.rounds} rounds: every cell at the same rounds. At convergence: plain-SGD cells "
+          f"(momentum 0) at {regime.long_rounds} rounds, the others at {regime.rounds} (where they are flat: see "
+          "Convergence).\n", f"| claim | at {regime.rounds} rounds | at convergence |", "|---|---|---|"]
+    md += [f"| ({cid}) {statement} | **{claim_verdict(comps)}** | **{claim_verdict(later)}** |"
+           for (cid, statement, comps, _), (_, _, later, _) in zip(study, settled)]
+    md += comparison_lines(study)
+    md.append(f"\n## At convergence: plain-SGD cells at {regime.long_rounds} rounds\n\n(c)-(e) compare momentum runs "
+              "only: the same as above.")
+    md += comparison_lines(settled, only=changed, suffix=" (at convergence)")
     md.append("\n## Convergence (flat: test accuracy within 1 point over the last 20% of rounds)\n")
-    md += convergence_lines(out)
+    md += convergence_lines(out, regime)
     missing = not_completed(out)
     md.append("\n## Runs not completed\n\n" + ("\n".join(missing) if missing else "none"))
-    figures = plot_claims(out, study)
+    figures = plot_claims(out, study) + plot_claims(out, [c for c in settled if c[0] in changed], "_converged")
     md.append("\n## Figures\n\n" + "\n".join(f"- {p.relative_to(out)}" for p in figures))
     text = "\n".join(md) + "\n"
     (out / "study.md").write_text(text)
+    def listed(comps):
+        return [{"label": x.label, "diffs": x.diffs, "p": x.p, "verdict": x.verdict} for x in comps]
+
     (out / "claims.json").write_text(json.dumps(
-        {cid: {"statement": s, "verdict": claim_verdict(c), "comparisons": [
-            {"label": x.label, "diffs": x.diffs, "p": x.p, "verdict": x.verdict} for x in c]}
-         for cid, s, c, _ in study}, indent=1))
+        {cid: {"statement": s, "verdict": claim_verdict(c), "comparisons": listed(c),
+               "verdict_at_convergence": claim_verdict(later), "comparisons_at_convergence": listed(later)}
+         for (cid, s, c, _), (_, _, later, _) in zip(study, settled)}, indent=1))
     return text
 
 
@@ -447,6 +541,7 @@ def main() -> None:
     p.add_argument("--parallel", type=int, default=1, help="runs at a time")
     p.add_argument("--quick", action="store_true", help="a tiny version for CI (8 clients, 4 rounds, 2 seeds)")
     p.add_argument("--rounds", type=int, help="override the regime's rounds")
+    p.add_argument("--long-rounds", type=int, help="rounds of the plain-SGD runs' second pass (default 3x rounds)")
     p.add_argument("--samples", type=int, help="override the regime's MNIST-1D num_samples")
     p.add_argument("--report-only", action="store_true",
                    help="run nothing more: write the report from the runs on disk (missing ones: 'not run')")
@@ -456,6 +551,11 @@ def main() -> None:
     regime = QUICK if args.quick else FULL
     if args.rounds:
         regime.rounds = args.rounds
+        regime.long_rounds = 3 * args.rounds
+    if args.long_rounds:
+        regime.long_rounds = args.long_rounds
+    if regime.long_rounds <= regime.rounds:
+        p.error(f"--long-rounds must exceed the rounds ({regime.rounds}); got {regime.long_rounds}")
     if args.samples:
         regime.samples = args.samples
     if args.seeds:
@@ -488,6 +588,7 @@ def main() -> None:
             part, cell = ("dpsgd-equal-comm", equal_comm) if a == "dpsgd" else ("main", {**base, "algorithm": a})
             run_part(out / "close-seeds", f"{part}--{a}-{t}", {**cell, "topology": t}, {"seed": extra},
                      args.parallel)
+    run_long(out, regime, args.parallel)
     print("\n" + report(out, regime, rho, rho_lines, time.perf_counter() - tic))
     print(f"written: {out / 'study.md'}, {out / 'claims.json'}, {out / 'plots'}/")
 
