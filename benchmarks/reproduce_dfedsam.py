@@ -41,6 +41,12 @@ claim gets a second verdict "at convergence": plain-SGD cells at `long_rounds`, 
 DFedAvgM > DFedAvg (claim b) then mixes budgets, in DFedAvg's favour (3x the rounds): if it holds there, it holds a
 fortiori at equal rounds; the other comparisons stay at equal rounds.
 
+Second sweep, fixed before it ran: at Dirichlet 0.3 the dense end of claim (a) (exponential vs full) is flat for the
+momentum methods. Hypothesis: a one-gossip-step consensus error only costs accuracy when local models drift apart,
+i.e. under stronger heterogeneity. Part `alpha-0.05` reruns DFedAvgM, DFedSAM and DFedSAM-MGS on the three densest
+topologies at Dirichlet SECOND_ALPHA = 0.05 (otherwise the main regime, `--seeds` seeds) and tests the same
+comparisons of claim (a) there, beside their values at 0.3.
+
 One command; rerunning resumes (each part is a `dfl sweep` under OUT/):
 
     python benchmarks/reproduce_dfedsam.py --out runs/reproduce-dfedsam --parallel 2
@@ -65,6 +71,9 @@ HETERO_PAIRS = (("dfedavg", "fedavg"), ("dfedsam", "fedsam"))  # claim (f): (dec
 PARTS = ("main", "dpsgd-equal-comm", "hetero-dirichlet", "hetero-iid")
 PLAIN_SGD = ("dpsgd", "dfedavg", "fedavg")  # no local momentum by definition (the others default to 0.9)
 LONG = "long"  # OUT/long/: the plain-SGD runs again with long_rounds
+SECOND_ALPHA = 0.05
+SECOND = f"alpha-{SECOND_ALPHA:g}"  # the second sweep's part
+SECOND_ALGORITHMS = ("dfedavgm", "dfedsam", "dfedsam-mgs")
 ALPHA = 0.3
 P_LEVEL = 0.05
 FLAT_POINTS = 0.01  # convergence: |Δ test accuracy| over the last 20% of rounds
@@ -350,6 +359,43 @@ def claims(out: Path, regime: Regime, converged: bool = False) -> list[tuple[str
     return out_claims
 
 
+def run_second(out: Path, base: dict, regime: Regime, parallel: int) -> None:
+    """The second sweep: the momentum methods on the densest topologies at Dirichlet SECOND_ALPHA."""
+    run_part(out, SECOND, {**base, "alpha": SECOND_ALPHA}, {"seed": list(range(regime.seeds)), "algorithm": list(
+        SECOND_ALGORITHMS), "topology": list(regime.topologies[-3:])}, parallel)
+
+
+def second_lines(out: Path, regime: Regime) -> list[str]:
+    """Claim (a)'s dense-end comparisons at Dirichlet ALPHA (main part) and SECOND_ALPHA (second sweep), with the
+    consensus distance per topology at SECOND_ALPHA."""
+    main, second = load(out, "main"), load(out, SECOND)
+    if not second:
+        return ["not run"]
+    topos = regime.topologies[-3:]
+    lines = [f"| comparison | Dirichlet {ALPHA} | verdict | Dirichlet {SECOND_ALPHA:g} | verdict | seeds |",
+             "|---|---|---|---|---|---|"]
+    for a in SECOND_ALGORITHMS:
+        for t1, t2 in zip(topos, topos[1:]):
+            cells = [compare("", cell_values(runs, "test_acc", algorithm=a, topology=t2),
+                             cell_values(runs, "test_acc", algorithm=a, topology=t1)) for runs in (main, second)]
+            shown = []
+            for c in cells:
+                mean = 100 * sum(c.diffs) / len(c.diffs) if c.diffs else float("nan")
+                shown += [f"{mean:+.2f} pts", f"**{c.verdict}**"]
+            lines.append(f"| {a} on {t2} > on {t1} | " + " | ".join(shown) + f" | {len(cells[1].diffs)} |")
+    lines += ["", f"Test accuracy and consensus distance at Dirichlet {SECOND_ALPHA:g} (mean over seeds):", "",
+              "| algorithm | " + " | ".join(f"{t}: accuracy (%), consensus" for t in topos) + " |",
+              "|---|" + "---|" * len(topos)]
+    for a in SECOND_ALGORITHMS:
+        row = []
+        for t in topos:
+            acc = list(cell_values(second, "test_acc", algorithm=a, topology=t).values())
+            cons = list(cell_values(second, "consensus_distance", algorithm=a, topology=t).values())
+            row.append(f"{100 * sum(acc) / len(acc):.2f}, {sum(cons) / len(cons):.3g}" if acc and cons else "not run")
+        lines.append(f"| {a} | " + " | ".join(row) + " |")
+    return lines
+
+
 def close_cells(out: Path, regime: Regime) -> set[tuple[str, str]]:
     """(algorithm, topology) cells of the main table that take part in an inconclusive accuracy comparison."""
     cells = set()
@@ -388,7 +434,7 @@ def convergence_lines(out: Path, regime: Regime) -> list[str]:
     lines = ["| part | rounds | algorithm | flat runs | mean change over the last 20% of rounds (pts) |",
              "|---|---|---|---|---|"]
     for root, rounds in ((out, regime.rounds), (out / LONG, regime.long_rounds)):
-        for part in PARTS:
+        for part in (*PARTS, SECOND) if root == out else PARTS:
             by_algorithm: dict[str, list] = {}
             for r in load(root, part):
                 by_algorithm.setdefault(r.config["algorithm"], []).append(r)
@@ -413,23 +459,36 @@ def cell_table(out: Path, regime: Regime, converged: bool = False) -> list[str]:
     if converged:
         rows = rows[:3]
     for name, runs, match in rows:
-        cells = []
-        for t in regime.topologies:
-            v = list(cell_values(runs, "test_acc", topology=t, **match).values())
-            if not v:
-                cells.append("not run")
-                continue
-            mean = sum(v) / len(v)
-            sd = math.sqrt(sum((x - mean) ** 2 for x in v) / (len(v) - 1)) if len(v) > 1 else float("nan")
-            cells.append(f"{100 * mean:.2f} ± {100 * sd:.2f} (n={len(v)})")
+        cells = [mean_std(list(cell_values(runs, "test_acc", topology=t, **match).values()))
+                 for t in regime.topologies]
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def mean_std(values: list[float]) -> str:
+    """'mean ± std (n=k)' in percent; 'not run' for no values."""
+    if not values:
+        return "not run"
+    mean = sum(values) / len(values)
+    sd = math.sqrt(sum((x - mean) ** 2 for x in values) / (len(values) - 1)) if len(values) > 1 else float("nan")
+    return f"{100 * mean:.2f} ± {100 * sd:.2f} (n={len(values)})"
+
+
+def hetero_table(out: Path, regime: Regime) -> list[str]:
+    """Claim (f)'s accuracies: each algorithm at IID and Dirichlet ALPHA, after `rounds` and `long_rounds`."""
+    lines = [f"| algorithm | IID, {regime.rounds} rounds | Dir({ALPHA}), {regime.rounds} rounds | IID, "
+             f"{regime.long_rounds} rounds | Dir({ALPHA}), {regime.long_rounds} rounds |", "|---|---|---|---|---|"]
+    for algorithm in (a for pair in HETERO_PAIRS for a in pair):
+        cells = [mean_std(list(cell_values(load(root, part), "test_acc", algorithm=algorithm).values()))
+                 for root in (out, out / LONG) for part in ("hetero-iid", "hetero-dirichlet")]
+        lines.append(f"| {algorithm} | " + " | ".join(cells) + " |")
     return lines
 
 
 def not_completed(out: Path) -> list[str]:
     lines = []
     for root, prefix in ((out, ""), (out / LONG, f"{LONG}/")):
-        for part in ("rho-search", *PARTS):
+        for part in ("rho-search", *PARTS, SECOND):
             for r in load(root, part):
                 if r.status != "completed":
                     lines.append(f"- {prefix}{part}/{r.name}: {r.status} {r.summary.get('error') or ''}".rstrip())
@@ -505,9 +564,10 @@ def report(out: Path, regime: Regime, rho: float, rho_lines: list[str], seconds:
           f"(searched), Q = 4 for MGS, {regime.seeds} seeds (up to {regime.close_seeds} in close cells). Test "
           "accuracy of the averaged model after the last round, mean ± std over seeds.\n",
           "## Test accuracy (%)\n", *cell_table(out, regime), "",
-          "## ρ search (DFedSAM, ring, validation split = 10% of each client's data)\n", *rho_lines, "",
           f"## Test accuracy (%) of the plain-SGD runs at {regime.long_rounds} rounds\n",
           *cell_table(out, regime, converged=True), "",
+          "## Claim (f)'s runs: test accuracy (%) on the ring, plain SGD\n", *hetero_table(out, regime), "",
+          "## ρ search (DFedSAM, ring, validation split = 10% of each client's data)\n", *rho_lines, "",
           "## Claims\n", f"At {regime.rounds} rounds: every cell at the same rounds. At convergence: plain-SGD cells "
           f"(momentum 0) at {regime.long_rounds} rounds, the others at {regime.rounds} (where they are flat: see "
           "Convergence).\n", f"| claim | at {regime.rounds} rounds | at convergence |", "|---|---|---|"]
@@ -517,6 +577,10 @@ def report(out: Path, regime: Regime, rho: float, rho_lines: list[str], seconds:
     md.append(f"\n## At convergence: plain-SGD cells at {regime.long_rounds} rounds\n\n(c)-(e) compare momentum runs "
               "only: the same as above.")
     md += comparison_lines(settled, only=changed, suffix=" (at convergence)")
+    md.append(f"\n## Second sweep: claim (a)'s dense end at Dirichlet {SECOND_ALPHA:g}\n\nFixed before it ran: if the "
+              "dense end is flat at 0.3 because the consensus error of a dense graph is too small to matter, stronger "
+              "heterogeneity should bring the ordering back. One-sided paired t-tests as above.\n")
+    md += second_lines(out, regime)
     md.append("\n## Convergence (flat: test accuracy within 1 point over the last 20% of rounds)\n")
     md += convergence_lines(out, regime)
     missing = not_completed(out)
@@ -589,6 +653,7 @@ def main() -> None:
             run_part(out / "close-seeds", f"{part}--{a}-{t}", {**cell, "topology": t}, {"seed": extra},
                      args.parallel)
     run_long(out, regime, args.parallel)
+    run_second(out, base, regime, args.parallel)
     print("\n" + report(out, regime, rho, rho_lines, time.perf_counter() - tic))
     print(f"written: {out / 'study.md'}, {out / 'claims.json'}, {out / 'plots'}/")
 

@@ -72,3 +72,18 @@ def test_study_verdicts_follow_the_paired_test():
     same = study.compare("a > b", base, base)  # the same runs: a strict ">" is false by construction
     assert same.verdict == "identical" and study.claim_verdict([better, same]) == "fails"
     assert "**holds**" in better.row()
+
+
+def test_study_long_pass_keeps_the_plain_sgd_runs_with_their_names_and_seeds():
+    """The convergence pass reruns exactly the momentum-0 runs (D-PSGD, DFedAvg, FedAvg, any momentum = 0 part)
+    with more rounds, keeping every other field, so each run name and seed pairs with its short run."""
+    study = _study()
+    vary = {"seed": [0, 1], "algorithm": ["dpsgd", "dfedavg", "dfedavgm", "dfedsam"], "topology": ["ring"]}
+    base, long_vary = study.long_spec({"rounds": 100, "lr": 0.1}, vary, 300)
+    assert base == {"rounds": 300, "lr": 0.1}
+    assert long_vary == {**vary, "algorithm": ["dpsgd", "dfedavg"]}
+    hetero = {"rounds": 100, "momentum": 0.0}  # claim (f): every algorithm at momentum 0
+    assert study.long_spec(hetero, {"algorithm": ["dfedsam", "fedsam"]}, 300)[1] == {"algorithm": ["dfedsam", "fedsam"]}
+    assert study.long_spec({"algorithm": "dpsgd"}, {"seed": [3]}, 300) == ({"algorithm": "dpsgd", "rounds": 300},
+                                                                            {"seed": [3]})
+    assert study.long_spec({"rounds": 100}, {"algorithm": ["dfedavgm", "dfedsam-mgs"]}, 300) is None
