@@ -120,10 +120,11 @@ class LocalTrainer:
         return RoundSchedule(self.data, ids, round_index, self.seed, self.batch_size, self.mode, self.amount, cap)
 
     # ---------------------------------------------------------------- clients per vectorized call
-    def plan_chunk(self, X: torch.Tensor) -> int:
+    def plan_chunk(self, X: torch.Tensor, extra_stacks: int = 0) -> int:
         """Measure a gradient call's memory on round 0's first batch and resolve `client_chunk` (`dfl.memory`):
         "auto" becomes the largest chunk that fits and is fast; an explicit chunk is kept (a warning says when
-        the estimate puts it above memory). Raises ConfigError with the estimate when not even one client fits."""
+        the estimate puts it above memory). Raises ConfigError with the estimate when not even one client fits.
+        extra_stacks: [m, d] stacks the run keeps beyond the planner's usual ones (`dfl.memory.choose_chunk`)."""
         m = X.shape[0]
         probe = min(4, m)
         batch = self.schedule(0, torch.arange(probe)).batch(0)
@@ -135,7 +136,8 @@ class LocalTrainer:
 
         fixed, per_client = memory.measure_footprint(call, len(rows), X.device) if len(rows) else (0, 1)
         auto, self.memory_estimate = memory.choose_chunk(
-            m, fixed, per_client, X.shape[1] * X.element_size(), memory.available_bytes(X.device), X.device)
+            m, fixed, per_client, X.shape[1] * X.element_size(), memory.available_bytes(X.device), X.device,
+            extra_stacks)
         if self.client_chunk == "auto":
             self.chunk = auto
         elif self.chunk > self.memory_estimate["memory_limit"]:

@@ -119,15 +119,17 @@ def _cgroup_free() -> int | None:
 
 
 def choose_chunk(
-    clients: int, fixed: int, per_client: int, row_bytes: int, free: int, device: torch.device
+    clients: int, fixed: int, per_client: int, row_bytes: int, free: int, device: torch.device, extra_stacks: int = 0
 ) -> tuple[int, dict]:
     """(chunk, estimate) for `clients` local clients: the largest chunk that fits and is fast (see module doc).
 
-    fixed, per_client: the gradient call's bytes (intercept, slope); row_bytes: one client's parameters (d × 4).
+    fixed, per_client: the gradient call's bytes (intercept, slope); row_bytes: one client's parameters (d × 4);
+    extra_stacks: [m, d] stacks beyond STACK_COPIES (compressed gossip keeps the public copies x̂, `dfl.choco`).
     Raises ConfigError (a ValueError naming client_chunk), with the estimate, when not even one client fits."""
     kind = "cuda" if device.type == "cuda" else "cpu"
     budget = int(free * MEMORY_FRACTION[kind])
-    stacks = STACK_COPIES * clients * row_bytes
+    copies = STACK_COPIES + extra_stacks
+    stacks = copies * clients * row_bytes
     each = per_client + STEP_TEMPORARIES * row_bytes
     estimate = {"free_bytes": free, "budget_bytes": budget, "stack_bytes": stacks, "fixed_bytes": fixed,
                 "bytes_per_client": each}
@@ -135,7 +137,7 @@ def choose_chunk(
     if room < each:
         raise ConfigError(
             f"client_chunk: not even one client fits in memory on {device}: the round needs ~{_gib(stacks)} for "
-            f"{STACK_COPIES} [m, d] stacks of {clients} clients + {_gib(fixed + each)} for one client's gradient "
+            f"{copies} [m, d] stacks of {clients} clients + {_gib(fixed + each)} for one client's gradient "
             f"call, but the budget is {_gib(budget)} ({MEMORY_FRACTION[kind]:.0%} of {_gib(free)} free); use "
             "fewer clients per process (more processes), a smaller model or a smaller batch_size"
         )

@@ -237,7 +237,9 @@ class Experiment:
         X0 = initial_stack(model, m, device)[comm.client_ids]
 
         trainer = LocalTrainer(model, layout, data, comm.client_ids, config)
-        trainer.plan_chunk(X0)  # before any training: a run that cannot fit one client stops here, with the estimate
+        # before any training: a run that cannot fit one client stops here, with the estimate; compressed gossip
+        # keeps one more [m, d] stack (the public copies x̂)
+        trainer.plan_chunk(X0, extra_stacks=int(network.compressor is not None))
         trainer.step_cap = network.step_cap  # stragglers stopped by the round deadline (None: no deadline)
         gossip = network.gossip(comm, X0.dtype, device, start=X0)  # compressed gossip: x̂ starts at X_0
         self.ctx = Context(config=config, hp=hp, trainer=trainer, gossip=gossip, comm=comm)

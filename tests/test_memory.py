@@ -60,6 +60,19 @@ def test_stacks_are_set_aside_before_chunks():
     assert chunk == min(100, room // (row + memory.STEP_TEMPORARIES * row))
 
 
+def test_compressed_gossip_sets_aside_its_public_copies():
+    """CHOCO keeps x̂ ([m, d]) beside the usual stacks: the planner counts one more, in the estimate and in a run."""
+    row = 4 * 10**6
+    _, est = memory.choose_chunk(100, fixed=0, per_client=row, row_bytes=row, free=10 * 2**30, device=CUDA,
+                                 extra_stacks=1)
+    assert est["stack_bytes"] == (memory.STACK_COPIES + 1) * 100 * row
+    with pytest.raises(ConfigError, match=rf"{memory.STACK_COPIES + 1} \[m, d\] stacks"):
+        memory.choose_chunk(10**6, fixed=0, per_client=10**6, row_bytes=10**6, free=2**30, device=CPU, extra_stacks=1)
+    plain = dfl.run(_small(rounds=1, algorithm="dfedavg")).summary["memory_estimate"]["stack_bytes"]
+    choco = dfl.run(_small(rounds=1, algorithm="dfedavg", compressor="top-k")).summary["memory_estimate"]
+    assert choco["stack_bytes"] == plain * (memory.STACK_COPIES + 1) // memory.STACK_COPIES
+
+
 def test_nothing_fits_is_an_error_with_the_estimate():
     with pytest.raises(ConfigError, match=r"client_chunk: not even one client fits.*GiB"):
         memory.choose_chunk(10**6, fixed=0, per_client=10**6, row_bytes=10**6, free=2**30, device=CPU)
