@@ -122,10 +122,27 @@ def load(out: Path, part: str, converged: bool = False) -> list:
 
     if converged:
         return [r for r in load(out, part) if not plain_sgd(r.config)] + load(out / LONG, part)
-    runs = load_runs(out / part) if (out / part).is_dir() else []
-    for extra in sorted((out / "close-seeds").glob(f"{part}--*")):
-        runs += load_runs(extra)
+    runs = []
+    for sweep in [out / part, *sorted((out / "close-seeds").glob(f"{part}--*"))]:
+        if sweep.is_dir():
+            runs += [not_extended(r, sweep) for r in load_runs(sweep)]
     return runs
+
+
+def not_extended(run, sweep: Path):
+    """The run, marked "not extended" (so never counted as completed) when it has fewer rounds than its sweep's
+    [base] rounds: in OUT/long/, a copied short run that the long pass has not resumed yet."""
+    import dataclasses
+
+    from dfl.sweep import SweepError, load_sweep
+
+    try:
+        rounds = load_sweep(sweep / "sweep.toml").base["rounds"]
+    except (OSError, KeyError, SweepError):
+        return run
+    if run.config.get("rounds") == rounds:
+        return run
+    return dataclasses.replace(run, summary={**run.summary, "status": f"not extended to {rounds} rounds"})
 
 
 def plain_sgd(config: dict) -> bool:

@@ -87,3 +87,17 @@ def test_study_long_pass_keeps_the_plain_sgd_runs_with_their_names_and_seeds():
     assert study.long_spec({"algorithm": "dpsgd"}, {"seed": [3]}, 300) == ({"algorithm": "dpsgd", "rounds": 300},
                                                                             {"seed": [3]})
     assert study.long_spec({"rounds": 100}, {"algorithm": ["dfedavgm", "dfedsam-mgs"]}, 300) is None
+
+
+def test_study_long_run_not_yet_extended_is_never_counted(tmp_path):
+    """A short run copied into OUT/long/ but not resumed yet (fewer rounds than its sweep's base) is listed as
+    not extended, never averaged in as a long-budget result."""
+    from dfl.report.runs import RunRecord
+    from dfl.sweep import Sweep
+
+    study = _study()
+    (tmp_path / "sweep.toml").write_text(Sweep(base={"rounds": 300}, vary={"seed": [0]}).to_toml())
+    copied = RunRecord(tmp_path / "runs" / "seed=0", "seed=0", {"rounds": 100}, {"status": "completed"}, [])
+    extended = RunRecord(tmp_path / "runs" / "seed=0", "seed=0", {"rounds": 300}, {"status": "completed"}, [])
+    assert study.not_extended(copied, tmp_path).status == "not extended to 300 rounds"
+    assert study.not_extended(extended, tmp_path).status == "completed"
