@@ -51,6 +51,7 @@ One command; rerunning resumes (each part is a `dfl sweep` under OUT/):
 
     python benchmarks/reproduce_dfedsam.py --out runs/reproduce-dfedsam --parallel 2
     python benchmarks/reproduce_dfedsam.py --quick --out /tmp/quick     # a tiny version (no accuracy meaning)
+    python benchmarks/reproduce_dfedsam.py --parts hetero,long --out ...  # some steps only (the rest: "not run")
 """
 
 from __future__ import annotations
@@ -74,6 +75,7 @@ LONG = "long"  # OUT/long/: the plain-SGD runs again with long_rounds
 SECOND_ALPHA = 0.05
 SECOND = f"alpha-{SECOND_ALPHA:g}"  # the second sweep's part
 SECOND_ALGORITHMS = ("dfedavgm", "dfedsam", "dfedsam-mgs")
+STEPS = ("dpsgd-equal-comm", "main", "hetero", "close-seeds", "long", "second")  # --parts, in the order they run
 ALPHA = 0.3
 P_LEVEL = 0.05
 FLAT_POINTS = 0.01  # convergence: |Δ test accuracy| over the last 20% of rounds
@@ -397,8 +399,7 @@ def second_lines(out: Path, regime: Regime) -> list[str]:
                              cell_values(runs, "test_acc", algorithm=a, topology=t1)) for runs in (main, second)]
             shown = []
             for c in cells:
-                mean = 100 * sum(c.diffs) / len(c.diffs) if c.diffs else float("nan")
-                shown += [f"{mean:+.2f} pts", f"**{c.verdict}**"]
+                shown += [f"{100 * sum(c.diffs) / len(c.diffs):+.2f} pts" if c.diffs else "—", f"**{c.verdict}**"]
             lines.append(f"| {a} on {t2} > on {t1} | " + " | ".join(shown) + f" | {len(cells[1].diffs)} |")
     lines += ["", f"Test accuracy and consensus distance at Dirichlet {SECOND_ALPHA:g} (mean over seeds):", "",
               "| algorithm | " + " | ".join(f"{t}: accuracy (%), consensus" for t in topos) + " |",
@@ -500,6 +501,25 @@ def hetero_table(out: Path, regime: Regime) -> list[str]:
                  for root in (out, out / LONG) for part in ("hetero-iid", "hetero-dirichlet")]
         lines.append(f"| {algorithm} | " + " | ".join(cells) + " |")
     return lines
+
+
+RECORD_FILES = ("sweep.toml", "sweep.json", "config.toml", "summary.json", "metrics.jsonl")
+
+
+def export_records(out: Path, target: Path) -> int:
+    """Copy the study's run records (configs, summaries, metrics, sweep files; no checkpoints or parameters) to
+    `target`, keeping the layout, so `--report-only --out TARGET` rebuilds the report from a few MB that can be
+    kept with the results. Returns the number of files copied."""
+    import shutil
+
+    copied = 0
+    for path in sorted(out.rglob("*")):
+        rel = path.relative_to(out)
+        if path.is_file() and path.name in RECORD_FILES and rel.parts[0] != "plots":
+            (target / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(path, target / rel)
+            copied += 1
+    return copied
 
 
 def not_completed(out: Path) -> list[str]:
@@ -628,7 +648,16 @@ def main() -> None:
                    help="run nothing more: write the report from the runs on disk (missing ones: 'not run')")
     p.add_argument("--seeds", type=int, help="override the regime's seeds per cell")
     p.add_argument("--close-seeds", type=int, help="seeds of close cells (default 5; = --seeds: none extra)")
+    p.add_argument("--parts", default=",".join(STEPS),
+                   help=f"comma-separated steps to run, in the study's order (default: all of {', '.join(STEPS)}); "
+                        "the ρ search always runs first; the report marks what was not run 'not run'")
+    p.add_argument("--export", metavar="DIR", help="after the report, copy the run records (no checkpoints) to DIR; "
+                   "`--report-only --out DIR` rebuilds the report from them")
     args = p.parse_args()
+    steps = [s.strip() for s in args.parts.split(",") if s.strip()]
+    unknown = sorted(set(steps) - set(STEPS))
+    if unknown or not steps:
+        p.error(f"--parts: unknown step(s) {unknown or args.parts!r}; allowed: {', '.join(STEPS)}")
     regime = QUICK if args.quick else FULL
     if args.rounds:
         regime.rounds = args.rounds
@@ -654,25 +683,38 @@ def main() -> None:
                   "local_steps": 1}
     if args.report_only:
         print("\n" + report(out, regime, rho, rho_lines, time.perf_counter() - tic))
+        export(out, args.export)
         return
     # seed slowest: every cell gets its first seeds before any gets its last (a study stopped early stays paired)
-    run_part(out, "dpsgd-equal-comm", equal_comm, {"seed": seeds, "topology": list(regime.topologies)},
-             args.parallel)  # cheap: first
-    run_part(out, "main", base, {"seed": seeds, "algorithm": list(DECENTRALIZED),
-                                 "topology": list(regime.topologies)}, args.parallel)
-    run_hetero(out, regime, rho, [a for pair in HETERO_PAIRS for a in pair], args.parallel)
+    if "dpsgd-equal-comm" in steps:  # cheap: first
+        run_part(out, "dpsgd-equal-comm", equal_comm, {"seed": seeds, "topology": list(regime.topologies)},
+                 args.parallel)
+    if "main" in steps:
+        run_part(out, "main", base, {"seed": seeds, "algorithm": list(DECENTRALIZED),
+                                     "topology": list(regime.topologies)}, args.parallel)
+    if "hetero" in steps:
+        run_hetero(out, regime, rho, [a for pair in HETERO_PAIRS for a in pair], args.parallel)
     extra = list(range(regime.seeds, regime.close_seeds))
-    close = sorted(close_cells(out, regime)) if extra else []
+    close = sorted(close_cells(out, regime)) if extra and "close-seeds" in steps else []
     if close:
         print(f"\nclose cells, {len(extra)} more seeds: {close}")
         for a, t in close:  # D-PSGD's main-table cell is the equal-communication one
             part, cell = ("dpsgd-equal-comm", equal_comm) if a == "dpsgd" else ("main", {**base, "algorithm": a})
             run_part(out / "close-seeds", f"{part}--{a}-{t}", {**cell, "topology": t}, {"seed": extra},
                      args.parallel)
-    run_long(out, regime, args.parallel)
-    run_second(out, base, regime, args.parallel)
+    if "long" in steps:
+        run_long(out, regime, args.parallel)  # the plain-SGD runs of the parts on disk
+    if "second" in steps:
+        run_second(out, base, regime, args.parallel)
     print("\n" + report(out, regime, rho, rho_lines, time.perf_counter() - tic))
     print(f"written: {out / 'study.md'}, {out / 'claims.json'}, {out / 'plots'}/")
+    export(out, args.export)
+
+
+def export(out: Path, target: str | None) -> None:
+    if target:
+        print(f"exported {export_records(out, Path(target))} record files to {target}/ (rebuild: --report-only "
+              f"--out {target})")
 
 
 if __name__ == "__main__":

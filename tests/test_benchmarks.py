@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
@@ -101,3 +102,27 @@ def test_study_long_run_not_yet_extended_is_never_counted(tmp_path):
     extended = RunRecord(tmp_path / "runs" / "seed=0", "seed=0", {"rounds": 300}, {"status": "completed"}, [])
     assert study.not_extended(copied, tmp_path).status == "not extended to 300 rounds"
     assert study.not_extended(extended, tmp_path).status == "completed"
+
+
+def test_study_runs_only_the_chosen_parts_and_rebuilds_from_exported_records(tmp_path):
+    """--parts second: the ρ search and the second sweep, the rest reported "not run"; --export copies the run
+    records without checkpoints, and --report-only on the copy gives the same verdicts."""
+    out, kept = tmp_path / "study", tmp_path / "records"
+    run_script("reproduce_dfedsam.py", "--quick", "--out", str(out), "--parts", "second", "--export", str(kept))
+    assert sorted(p.name for p in out.iterdir() if p.is_dir()) == ["alpha-0.05", "plots", "rho-search"]
+    claims = json.loads((out / "claims.json").read_text())
+    assert claims["b"]["verdict"] == "not run" and claims["f"]["verdict"] == "not run"
+    second = (out / "study.md").read_text().split("## Second sweep")[1].split("## Convergence")[0]
+    assert second.count("| dfedsam") >= 2 and "not run" not in second.split("Dirichlet 0.05 (mean")[1]
+    assert not list(kept.rglob("*.pt")) and (kept / "alpha-0.05" / "sweep.toml").is_file()
+    run_script("reproduce_dfedsam.py", "--quick", "--out", str(kept), "--report-only")
+    assert json.loads((kept / "claims.json").read_text()) == claims
+    assert (kept / "study.md").read_text().split("## Test accuracy")[1] == \
+        (out / "study.md").read_text().split("## Test accuracy")[1]
+
+
+def test_study_rejects_an_unknown_part(tmp_path):
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "reproduce_dfedsam.py"), "--quick", "--out",
+                           str(tmp_path), "--parts", "second,bogus"], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and "--parts: unknown step(s) ['bogus']; allowed: dpsgd-equal-comm" in proc.stderr
+    assert not any(tmp_path.iterdir())  # rejected before anything ran
