@@ -158,18 +158,28 @@ def set_tf32(enabled: bool) -> None:
     torch.backends.cudnn.allow_tf32 = enabled
 
 
-def matmul_peak_gflops(device, size: int, repeats: int = 10, dtype=torch.float32) -> float:
+def matmul_peak_gflops(device, size: int, repeats: int = 10, dtype=torch.float32, budget_s: float = 2.0) -> float:
     """Achieved GFLOP/s of a square matmul in `dtype` (fp32 ones follow the TF32 setting): the practical
-    compute ceiling of this device for that precision."""
-    a = torch.randn(size, size, device=device, dtype=dtype)
-    b = torch.randn(size, size, device=device, dtype=dtype)
-    a @ b
-    sync(device)
+    compute ceiling of this device for that precision. The size grows from 256 by doubling, up to `size`, while
+    one product of the next size is expected (8x the last one timed) within budget_s / repeats: a CPU without bf16
+    instructions runs bf16 ~40x slower than fp32, and 11 products of 2048 would take minutes there."""
+    n = 128
+    elapsed = 0.0
+    while n < size and 8 * elapsed <= budget_s / repeats:
+        n *= 2
+        a = torch.randn(n, n, device=device, dtype=dtype)
+        b = torch.randn(n, n, device=device, dtype=dtype)
+        a @ b  # warm-up
+        sync(device)
+        tic = time.perf_counter()
+        a @ b
+        sync(device)
+        elapsed = time.perf_counter() - tic
     tic = time.perf_counter()
     for _ in range(repeats):
         a @ b
     sync(device)
-    return 2 * size**3 * repeats / (time.perf_counter() - tic) / 1e9
+    return 2 * n**3 * repeats / (time.perf_counter() - tic) / 1e9
 
 
 def reference_round(trainer_model, client_states, loaders, steps, W, lr, rho, device, precision="fp32"):
