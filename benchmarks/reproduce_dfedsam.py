@@ -515,7 +515,7 @@ def export_records(out: Path, target: Path) -> int:
     copied = 0
     for path in sorted(out.rglob("*")):
         rel = path.relative_to(out)
-        if path.is_file() and path.name in RECORD_FILES and rel.parts[0] != "plots":
+        if path.is_file() and path.name in RECORD_FILES:
             (target / rel).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(path, target / rel)
             copied += 1

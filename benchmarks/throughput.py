@@ -163,10 +163,8 @@ def matmul_peak_gflops(device, size: int, repeats: int = 10, dtype=torch.float32
     compute ceiling of this device for that precision. The size grows from 256 by doubling, up to `size`, while
     one product of the next size is expected (8x the last one timed) within budget_s / repeats: a CPU without bf16
     instructions runs bf16 ~40x slower than fp32, and 11 products of 2048 would take minutes there."""
-    n = 128
-    elapsed = 0.0
-    while n < size and 8 * elapsed <= budget_s / repeats:
-        n *= 2
+    n = min(256, size)
+    while True:
         a = torch.randn(n, n, device=device, dtype=dtype)
         b = torch.randn(n, n, device=device, dtype=dtype)
         a @ b  # warm-up
@@ -174,7 +172,9 @@ def matmul_peak_gflops(device, size: int, repeats: int = 10, dtype=torch.float32
         tic = time.perf_counter()
         a @ b
         sync(device)
-        elapsed = time.perf_counter() - tic
+        if n >= size or 8 * (time.perf_counter() - tic) > budget_s / repeats:
+            break
+        n *= 2
     tic = time.perf_counter()
     for _ in range(repeats):
         a @ b
