@@ -1,5 +1,5 @@
-"""Cost of the asynchronous mode (`mode = "async"`, `dfl.asynchronous`) per client update, against the synchronous
-engine on the same setup: DFedAvg and D-PSGD on MNIST-1D (iid), `mlp`, a ring, one process.
+"""Cost of the asynchronous mode (`mode = "async"`, `dfl.engine.asynchronous`) per client update, against the
+synchronous engine on the same setup: DFedAvg and D-PSGD on MNIST-1D (iid), `mlp`, a ring, one process.
 
     python benchmarks/asynchronous.py                       # 128 clients, 5 local steps, 6 rounds after a warm-up
     python benchmarks/asynchronous.py --clients 256 --rounds 4
@@ -9,8 +9,8 @@ load hits all of them; the ratio to the synchronous round is the median of the p
 variant: seconds per round (median), milliseconds per client update (a DFedAvg update = one client's K local steps
 and its mix; a D-PSGD update = one step and a mix), the ratio, the waves per round (vectorized batches of events;
 1 = as batched as a synchronous round) and the share of the async rounds spent in the event clocks
-(`dfl.async_events`, pure Python). Variants: sync; async with equal speeds; async with 25% stragglers (4× slower)
-and unbounded staleness; the same with max_staleness = 1.
+(`dfl.network.async_events`, pure Python). Variants: sync; async with equal speeds; async with 25% stragglers
+(4× slower) and unbounded staleness; the same with max_staleness = 1.
 """
 
 from __future__ import annotations
@@ -40,15 +40,16 @@ VARIANTS = {
 
 def compare(args, algorithm: str) -> dict[str, dict]:
     """Every variant of `algorithm`, round by round in turn."""
-    from dfl import async_events
-    from dfl.comm import LocalCommunicator
     from dfl.config import Config
-    from dfl.runner import Experiment, build_data
+    from dfl.engine.runner import Experiment, build_data
+    from dfl.engine.validation import validate
+    from dfl.network import async_events
+    from dfl.network.comm import LocalCommunicator
 
     base = dict(algorithm=algorithm, clients=args.clients, model=args.model, topology=args.topology,
                 local_steps=args.local_steps, rounds=args.rounds + 1, progress=False, device="cpu", partition="iid")
-    data = build_data(Config(**base).validate())
-    runs = {name: Experiment(Config(**base, **changes).validate(), data, None, False, LocalCommunicator(args.clients),
+    data = build_data(validate(Config(**base)))
+    runs = {name: Experiment(validate(Config(**base, **changes)), data, None, False, LocalCommunicator(args.clients),
                              False) for name, changes in VARIANTS.items()}
     seconds = {name: [] for name in runs}
     clock = {name: 0.0 for name in runs}

@@ -4,7 +4,7 @@
     python benchmarks/gossip.py --clients 1000 --dim 50000 --worlds   # the engine target: ring, one process
     python benchmarks/gossip.py --clients 100 --dim 11200000 --worlds 2 4 8 --device cuda
 
-Single process: the engine's gossip step (`dfl.gossip.Gossip`: circulant shifts, CSR spmm, averaging or a
+Single process: the engine's gossip step (`dfl.network.gossip.Gossip`: circulant shifts, CSR spmm, averaging or a
 dense product, by its cost rule) and, for m <= 4096, a dense matmul (W as an [m, m] matrix times the [m, d]
 stack); a step must read and write the stack once, so its traffic is counted as 2·m·d·4 bytes (fp32).
 Multi-process: `DistributedCommunicator.mix_steps`
@@ -28,7 +28,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 import topologies
-from dfl.memory import keep_freed_memory
+from dfl.training.memory import keep_freed_memory
 
 
 def parse_args(argv=None):
@@ -80,10 +80,10 @@ def copy_bandwidth(device: torch.device, mib: int, repeat: int) -> float:
 
 
 def single_process(topology, m: int, d: int, device: torch.device, repeat: int):
-    """(seconds, bytes/s) of one gossip step by the engine (`dfl.gossip.Gossip`, whichever path its cost rule
+    """(seconds, bytes/s) of one gossip step by the engine (`dfl.network.gossip.Gossip`, whichever path its cost rule
     picks) and, where m allows, by a dense [m, m] matmul; traffic 2·m·d·4 B (read X, write the result)."""
-    from dfl.comm import LocalCommunicator
-    from dfl.gossip import Gossip
+    from dfl.network.comm import LocalCommunicator
+    from dfl.network.gossip import Gossip
 
     X = torch.randn(m, d, device=device)
     gossip = Gossip(topology, LocalCommunicator(m), torch.float32, device)
@@ -99,7 +99,7 @@ def single_process(topology, m: int, d: int, device: torch.device, repeat: int):
 
 
 def _worker(rank, world, port, args, device_type, queue):
-    from dfl.distributed import DistributedCommunicator
+    from dfl.engine.distributed import DistributedCommunicator
 
     torch.set_num_threads(max(1, (os.cpu_count() or 1) // world))
     backend = "nccl" if device_type == "cuda" else "gloo"

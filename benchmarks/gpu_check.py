@@ -576,7 +576,7 @@ def collectives_worker(device_name: str) -> int:
 
     use_local_paths()
     import topologies
-    from dfl.distributed import DistributedCommunicator
+    from dfl.engine.distributed import DistributedCommunicator
 
     device = torch.device(device_name)
     backend = "nccl" if device.type == "cuda" else "gloo"

@@ -110,7 +110,7 @@ QUICK = Regime(clients=8, samples=1200, model="mlp", model_options={"hidden": [3
 
 # ------------------------------------------------------------------------------------------------ running
 def run_part(out: Path, name: str, base: dict, vary: dict, parallel: int) -> None:
-    from dfl.sweep import Sweep, run_sweep
+    from dfl.workflows.sweep import Sweep, run_sweep
 
     sweep = Sweep(base=base, vary=vary, name=name, parallel=parallel)
     print(f"\n== part {name}: {math.prod(len(v) for v in vary.values())} runs")
@@ -136,7 +136,7 @@ def not_extended(run, sweep: Path):
     [base] rounds: in OUT/long/, a copied short run that the long pass has not resumed yet."""
     import dataclasses
 
-    from dfl.sweep import SweepError, load_sweep
+    from dfl.workflows.sweep import SweepError, load_sweep
 
     try:
         rounds = load_sweep(sweep / "sweep.toml").base["rounds"]
@@ -175,7 +175,7 @@ def run_long(out: Path, regime: Regime, parallel: int) -> None:
     equals a run from scratch and saves a third of the work); the sweep then resumes it because `rounds` grew."""
     import shutil
 
-    from dfl.sweep import Sweep, load_sweep, run_sweep
+    from dfl.workflows.sweep import Sweep, load_sweep, run_sweep
 
     for part in study_sweeps(out):
         short = load_sweep(out / part / "sweep.toml")

@@ -59,10 +59,10 @@ def run_one(args) -> dict:
     import torch
 
     import dfl
-    import dfl.gossip as gossip_module
-    import dfl.runner as runner
-    from dfl.gossip import Gossip
-    from dfl.local import LocalTrainer
+    import dfl.engine.runner as runner
+    import dfl.network.gossip as gossip_module
+    from dfl.network.gossip import Gossip
+    from dfl.training.local import LocalTrainer
 
     model, clients = args.one.split(":")
     clients = int(clients)
@@ -84,7 +84,7 @@ def run_one(args) -> dict:
             return out
 
     runner.LocalTrainer = TimedTrainer
-    gossip_module.Gossip = TimedGossip  # dfl.network.Network.gossip() builds the run's Gossip from this module
+    gossip_module.Gossip = TimedGossip  # dfl.network.faults.Network.gossip() builds the run's Gossip from this module
     # ~args.samples training samples per client: LogNormal with σ = 0 is exactly e^μ, plus min_samples
     base = max(2, args.samples // 2)
     options = {"num_clients": clients, "size_log_mean": math.log(args.samples - base + 1), "size_log_sigma": 0.0,

@@ -40,14 +40,14 @@ import torch.nn.functional as F
 from torch.utils.data import DataLoader, TensorDataset
 
 import topologies
-from dfl.clients import ParamLayout, initial_stack
-from dfl.comm import LocalCommunicator
 from dfl.config import PRECISIONS, Config
 from dfl.data import FederatedData
-from dfl.gossip import Gossip
-from dfl.local import LocalRule, LocalTrainer
-from dfl.memory import keep_freed_memory
 from dfl.models import build_model
+from dfl.network.comm import LocalCommunicator
+from dfl.network.gossip import Gossip
+from dfl.training.clients import ParamLayout, initial_stack
+from dfl.training.local import LocalRule, LocalTrainer
+from dfl.training.memory import keep_freed_memory
 
 
 def parse_args():

@@ -1,22 +1,34 @@
-"""dfl: a decentralized gossip simulator for decentralized federated learning."""
+"""dfl: a decentralized gossip simulator for decentralized federated learning.
+
+`import dfl` is light (no torch): `Config` and the errors load at once; `dfl.run`, `dfl.validate`, `Result`
+and every subpackage (`dfl.data`, `dfl.models`, `dfl.algorithms`, `dfl.topologies`, `dfl.loggers`,
+`dfl.report`, ...) load on first use.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+from dfl.config import Config
+from dfl.errors import ConfigError, DivergenceError
 
 __version__ = "0.1.0"
 
-from dfl.config import Config, ConfigError  # noqa: E402
+__all__ = ["Config", "ConfigError", "DivergenceError", "Result", "run", "validate"]
 
-__all__ = ["Config", "ConfigError", "DivergenceError", "Result", "run"]
-_ENGINE = ("DivergenceError", "Result", "run")  # from dfl.runner, which imports torch: loaded on first use
-_SUBPACKAGES = ("algorithms",)  # `dfl.algorithms.register(...)` after a plain `import dfl` (imports torch)
+# name -> the module that defines it; imported on first use (they import torch)
+_LAZY = {"run": "dfl.engine.runner", "Result": "dfl.engine.runner", "validate": "dfl.engine.validation"}
+SUBPACKAGES = ("algorithms", "cli", "config", "data", "engine", "errors", "loggers", "models", "network", "registry",
+               "report", "signatures", "topologies", "training", "workflows")
 
 
 def __getattr__(name: str):
-    # `import dfl` (and so the `dfl` CLI's argument parsing) stays light; `dfl.run` imports the engine
-    if name in _ENGINE:
-        from dfl import runner
-
-        return getattr(runner, name)
-    if name in _SUBPACKAGES:
-        import importlib
-
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    if name in SUBPACKAGES:
         return importlib.import_module(f"dfl.{name}")
     raise AttributeError(f"module 'dfl' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_LAZY, *SUBPACKAGES})

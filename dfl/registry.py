@@ -27,11 +27,9 @@ from collections.abc import Callable, Iterator
 from importlib import metadata
 from typing import Any, Generic, TypeVar
 
+from dfl.errors import ConfigError, RegistryError
+
 T = TypeVar("T")
-
-
-class RegistryError(ValueError):
-    """A registration clash or a plug-in that cannot be loaded (the message names the name and the source)."""
 
 
 def _origin(obj: Any) -> str:
@@ -147,6 +145,14 @@ class Registry(Generic[T]):
 
     def __getitem__(self, name: str) -> T:
         return self.get(name)
+
+    def require(self, name: Any, field: str) -> T:
+        """`get` for a config field: the object registered as `name`, or a `ConfigError` naming `field`, the
+        choices and a close match (or why a plug-in of that name failed to load)."""
+        try:
+            return self.get(name, field=field)
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
 
     def __repr__(self) -> str:
         return f"Registry({self.kind!r}, group={self.group!r}, names={list(self._table)})"

@@ -32,6 +32,7 @@ import scipy.sparse as sp
 
 import topologies
 from dfl import signatures
+from dfl.errors import ConfigError
 from dfl.registry import Registry
 from topologies import graphs
 from topologies.build import CUSTOM_SOURCES, EDGES_ALIAS, STATIC, TIME_VARYING
@@ -137,3 +138,11 @@ def _from_matrix(name: str, made: Any, n: int) -> topologies.Topology:
     S = W if sp.issparse(W) else sp.csr_array(W)
     symmetric = (S != S.T).nnz == 0  # exactly: then the spectral code may use the symmetric solvers
     return topologies.Topology(name, W=W, weights="given", symmetric=symmetric)
+
+
+def check_config(config) -> None:
+    """The topology's part of `dfl.validate`: `topology` is registered and `weights`, when set, is a scheme of
+    `topologies.SCHEMES`. Whether the graph can be built on `clients` nodes is known only when it is built."""
+    TOPOLOGIES.require(config.topology, "topology")
+    if config.weights is not None and config.weights not in topologies.SCHEMES:
+        raise ConfigError(f"weights must be one of {', '.join(topologies.SCHEMES)}; got {config.weights!r}")

@@ -10,13 +10,13 @@ import torch
 
 import dfl
 import topologies
-from dfl.clients import ParamLayout
-from dfl.comm import LocalCommunicator
 from dfl.config import Config
 from dfl.data import FederatedData
-from dfl.gossip import Gossip
-from dfl.local import LocalRule, LocalTrainer
 from dfl.models import build_model
+from dfl.network.comm import LocalCommunicator
+from dfl.network.gossip import Gossip
+from dfl.training.clients import ParamLayout
+from dfl.training.local import LocalRule, LocalTrainer
 
 
 def small_data(m=8, n=12, seed=0):

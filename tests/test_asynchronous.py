@@ -1,4 +1,4 @@
-"""Asynchronous gossip in simulated time (dfl.asynchronous, dfl.async_events): hand-computed clocks; an
+"""Asynchronous gossip in simulated time (dfl.engine.asynchronous, dfl.network.async_events): hand-computed clocks; an
 independent numpy simulation of the events and of the updates on a quadratic; the staleness bound, read off the
 mixes themselves; the synchronous schedule as the special case; reproducibility, resume and world-size
 invariance of whole runs; bad inputs."""
@@ -16,11 +16,12 @@ import torch.distributed as dist
 
 import dfl
 import topologies
-from dfl.async_events import ComputeTimes, EventSchedule, Local, Mix
-from dfl.asynchronous import AsyncEngine
-from dfl.comm import LocalCommunicator
 from dfl.config import Config, ConfigError
-from dfl.network import Stragglers
+from dfl.engine.asynchronous import AsyncEngine
+from dfl.engine.validation import validate
+from dfl.network.async_events import ComputeTimes, EventSchedule, Local, Mix
+from dfl.network.comm import LocalCommunicator
+from dfl.network.faults import Stragglers
 
 pytestmark = pytest.mark.timeout(300)  # hang guard only (spawned process groups)
 
@@ -75,7 +76,7 @@ def test_clocks_of_a_three_client_ring_by_hand():
 
 
 def reference_events(W: np.ndarray, compute, transmit: float, latency: float, staleness: int, mixes: int):
-    """The clock model of dfl.async_events written the slow way: at every event, scan every client for its next
+    """The clock model of dfl.network.async_events written the slow way: at every event, scan every client for its next
     send or mix and take the earliest (ties: sends first, then by client id)."""
     m = len(W)
     in_nb = [[j for j in range(m) if j != i and W[i, j] != 0] for i in range(m)]
@@ -329,7 +330,7 @@ def test_report_plots_accuracy_against_simulated_time_and_bytes(tmp_path):
 ])
 def test_bad_async_fields_fail_validation(changes, message):
     with pytest.raises(ConfigError) as info:
-        make_config(**changes).validate()
+        validate(make_config(**changes))
     assert message in str(info.value)
 
 
@@ -343,7 +344,7 @@ def test_an_unsupported_registered_algorithm_is_refused():
     ALGORITHMS.register("mine-async-test", Mine)
     try:
         with pytest.raises(ConfigError, match="algorithm: mode = async runs dpsgd, dfedavg"):
-            make_config(algorithm="mine-async-test").validate()
+            validate(make_config(algorithm="mine-async-test"))
     finally:
         ALGORITHMS.unregister("mine-async-test")
 

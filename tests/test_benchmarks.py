@@ -94,7 +94,7 @@ def test_study_long_run_not_yet_extended_is_never_counted(tmp_path):
     """A short run copied into OUT/long/ but not resumed yet (fewer rounds than its sweep's base) is listed as
     not extended, never averaged in as a long-budget result."""
     from dfl.report.runs import RunRecord
-    from dfl.sweep import Sweep
+    from dfl.workflows.sweep import Sweep
 
     study = _study()
     (tmp_path / "sweep.toml").write_text(Sweep(base={"rounds": 300}, vary={"seed": [0]}).to_toml())

@@ -17,12 +17,13 @@ import torch.nn.functional as F
 import dfl
 from dfl.algorithms import Context, algorithm_class, resolve_hyperparameters
 from dfl.algorithms.server import sample_participants
-from dfl.clients import ParamLayout, initial_stack
-from dfl.comm import LocalCommunicator
 from dfl.config import Config, ConfigError
-from dfl.local import LocalTrainer
+from dfl.engine.runner import resolve_device
+from dfl.engine.validation import validate
 from dfl.models import build_model
-from dfl.runner import resolve_device
+from dfl.network.comm import LocalCommunicator
+from dfl.training.clients import ParamLayout, initial_stack
+from dfl.training.local import LocalTrainer
 
 M = 6  # clients
 
@@ -58,7 +59,7 @@ def run(cfg, data=None):
 def build(cfg, data=None):
     """The runner's set-up on `cfg.device`, returning the algorithm object (to read and set its state directly),
     the model and the data (both on that device)."""
-    cfg = cfg.validate()
+    cfg = validate(cfg)
     device = resolve_device(cfg.device)
     data = (data or make_data(cfg.clients)).to(device)
     hp, _ = resolve_hyperparameters(cfg, warn=False)
@@ -343,7 +344,7 @@ def test_world_size_does_not_change_centralized_results(tmp_path, world):
 ])
 def test_config_errors(changes, match):
     with pytest.raises(ConfigError, match=match):
-        config(**changes).validate()
+        validate(config(**changes))
 
 
 def test_option_of_another_algorithm_is_warned_and_recorded():

@@ -1,6 +1,6 @@
-"""Compressed gossip (dfl.choco, dfl.compression): CHOCO-GOSSIP equals a numpy reference for every compressor, is
-exact gossip with the identity, converges at the paper's linear rate on a ring, counts bytes exactly, resumes
-exactly, does not depend on the world size, and refuses what it cannot do before training."""
+"""Compressed gossip (dfl.network.choco, dfl.network.compression): CHOCO-GOSSIP equals a numpy reference for every
+compressor, is exact gossip with the identity, converges at the paper's linear rate on a ring, counts bytes exactly,
+resumes exactly, does not depend on the world size, and refuses what it cannot do before training."""
 
 from __future__ import annotations
 
@@ -12,12 +12,13 @@ import torch
 
 import dfl
 import topologies
-from dfl import compression
-from dfl.choco import STATE_KEY, ChocoGossip
-from dfl.comm import LocalCommunicator
 from dfl.config import ConfigError
-from dfl.gossip import Gossip
-from dfl.network import LinkFaults, Network, RealisedTopology
+from dfl.engine.validation import validate
+from dfl.network import compression
+from dfl.network.choco import STATE_KEY, ChocoGossip
+from dfl.network.comm import LocalCommunicator
+from dfl.network.faults import LinkFaults, Network, RealisedTopology
+from dfl.network.gossip import Gossip
 from tests.test_network import CLIENTS, assert_world_size_invariant, make_config, make_data
 
 pytestmark = pytest.mark.timeout(300)  # hang guard only (spawned process groups)
@@ -34,7 +35,7 @@ def choco(topology, name, value, gamma, device="cpu", dtype=torch.float32, start
 
 # ------------------------------------------------------------------------------------ numpy reference
 def reference_q(name: str, value, D: np.ndarray, U: np.ndarray | None) -> np.ndarray:
-    """The compressor on one step's [m, d] float64 differences, written out (module doc of dfl.compression)."""
+    """The compressor on one step's [m, d] float64 differences, written out (module doc of dfl.network.compression)."""
     m, d = D.shape
     out = np.zeros_like(D)
     if name in ("top-k", "random-k"):
@@ -258,18 +259,18 @@ def test_gossiping_a_second_stack_at_a_step_is_refused():
 ])
 def test_bad_compression_fields_fail_validation(changes, message):
     with pytest.raises(ConfigError) as info:
-        make_config(**changes).validate()
+        validate(make_config(**changes))
     assert message in str(info.value)
 
 
 def test_a_time_varying_topology_is_refused_before_training():
-    config = make_config(compressor="top-k").validate()
+    config = validate(make_config(compressor="top-k"))
     with pytest.raises(ConfigError, match="needs a static topology"):
         Network(config, topologies.build("random-k", CLIENTS, k=2), make_data())
 
 
 def test_sweeps_grid_over_the_compression_fields():
-    from dfl.sweep import Sweep
+    from dfl.workflows.sweep import Sweep
 
     sweep = Sweep.from_dict({"base": {"rounds": 2, "compressor": "top-k"}, "vary": {"compression": [0.01, 0.1]}})
     assert [p.config.compression for p in sweep.plan()] == [0.01, 0.1]

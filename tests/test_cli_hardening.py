@@ -9,7 +9,8 @@ from dataclasses import fields
 import pytest
 
 from dfl.cli import COMMANDS, build_parser, main
-from dfl.config import FIELD_HELP, MAX_NAME, MAX_SEED, Config, ConfigError
+from dfl.config import MAX_NAME, MAX_SEED, Config, ConfigError, options
+from dfl.engine.validation import validate
 
 
 # ---------------------------------------------------------------------------------------------- defect 9
@@ -17,32 +18,32 @@ from dfl.config import FIELD_HELP, MAX_NAME, MAX_SEED, Config, ConfigError
                                   "runs\\x"])
 def test_unsafe_names_are_rejected(name):
     with pytest.raises(ConfigError, match="name"):
-        Config(name=name).validate()
+        validate(Config(name=name))
 
 
 @pytest.mark.parametrize("name", ["default", "my-run_1.2", "algorithm=dfedsam,seed=0", "a" * MAX_NAME, "-x", "x."])
 def test_safe_names_pass(name):
-    Config(name=name).validate()
+    validate(Config(name=name))
 
 
 def test_name_error_names_the_allowed_characters():
     with pytest.raises(ConfigError, match=r'letters, digits and "\._-=,"'):
-        Config(name="../../x").validate()
+        validate(Config(name="../../x"))
 
 
 def test_non_string_name_is_rejected():
     with pytest.raises(ConfigError, match="name must be a non-empty string"):
-        Config(name=3).validate()
+        validate(Config(name=3))
 
 
 @pytest.mark.parametrize("seed", [2**63, 2**64, 2**64 + 5])
 def test_seed_above_the_bound_is_a_clear_error(seed):
     with pytest.raises(ConfigError, match=r"seed must be an integer in \[0, 2\^63 - 1\]"):
-        Config(seed=seed).validate()
+        validate(Config(seed=seed))
 
 
 def test_largest_seed_passes_and_survives_toml():
-    config = Config(seed=MAX_SEED).validate()
+    config = validate(Config(seed=MAX_SEED))
     import tomllib
 
     assert tomllib.loads(config.to_toml())["seed"] == MAX_SEED
@@ -58,17 +59,24 @@ def test_cli_rejects_path_name_before_writing(tmp_path, monkeypatch, capsys):
 
 
 def test_sweep_run_names_are_valid_config_names():
-    from dfl.sweep import run_name
+    from dfl.workflows.sweep import run_name
 
     name = run_name({"algorithm": "dfedsam-mgs", "topology_options": {"shape": (4, 4)}, "lr": 0.05, "seed": 3})
-    Config(name=name).validate()
+    validate(Config(name=name))
 
 
 # ---------------------------------------------------------------------------------------------- defect 10
-def test_every_config_field_has_help():
+def test_every_config_field_has_help_and_a_flag():
     names = [f.name for f in fields(Config)]
-    assert sorted(FIELD_HELP) == sorted(names)
-    assert all(isinstance(FIELD_HELP[n], str) and FIELD_HELP[n].strip() for n in names)
+    described = {o.name: o for o in options()}
+    assert list(described) == names
+    assert all(isinstance(o.help, str) and o.help.strip() and o.section for o in described.values())
+    run = build_parser("run")._defaults["subparsers"]["run"]
+    flags = {action.dest for action in run._actions}
+    assert set(names) <= flags, set(names) - flags
+    for o in described.values():
+        if o.choices is not None:  # a fixed set: the default is one of them, the flag shows them
+            assert o.default is None or o.default in o.choices, o.name
 
 
 def test_every_run_option_is_described():
@@ -88,7 +96,7 @@ def test_help_lists_every_registered_name(field_name, registry):
     import re
 
     names = getattr(importlib.import_module(registry[0]), registry[1])
-    words = set(re.findall(r"[a-z0-9-]+", FIELD_HELP[field_name]))
+    words = set(re.findall(r"[a-z0-9-]+", {o.name: o.help for o in options()}[field_name]))
     assert set(names) <= words, set(names) - words
 
 
@@ -103,8 +111,9 @@ def test_command_table_matches_the_modules():
 # `dfl topology` takes its choices (topology names, weight schemes) from the `topologies` package, which imports
 # networkx and scipy (~0.4 s); every other parser imports neither
 @pytest.mark.parametrize("command, heavy", [
-    *((command, ("torch", "matplotlib", "networkx", "dfl.runner")) for command in ("", "run", "report", "landscape")),
-    ("topology", ("torch", "matplotlib", "dfl.runner")),
+    *((command, ("torch", "matplotlib", "networkx", "dfl.engine.runner"))
+      for command in ("", "run", "report", "landscape")),
+    ("topology", ("torch", "matplotlib", "dfl.engine.runner")),
 ])
 def test_building_the_parser_imports_no_heavy_module(command, heavy):
     code = (f"import sys, dfl.cli as c; c.build_parser({command!r}); "

@@ -9,9 +9,10 @@ import torch
 
 import dfl
 from dfl.cli import build_parser
+from dfl.cli.run import config_from_args
 from dfl.config import Config, ConfigError
-from dfl.local import require_cpp_compiler
-from dfl.run_cli import config_from_args
+from dfl.engine.validation import validate
+from dfl.training.local import require_cpp_compiler
 
 HAVE_COMPILER = any(shutil.which(c) for c in ("g++", "clang++", "c++"))
 needs_compiler = pytest.mark.skipif(not HAVE_COMPILER, reason="torch.compile on CPU needs a C++ compiler")
@@ -22,9 +23,9 @@ BASE = dict(dataset_options={"num_samples": 600}, clients=6, rounds=2, batch_siz
 
 def test_compile_is_a_boolean_flag():
     with pytest.raises(ConfigError, match="compile must be true or false, got 'yes'"):
-        Config(compile="yes").validate()
+        validate(Config(compile="yes"))
     with pytest.raises(ConfigError, match="progress must be true or false"):
-        Config(progress=1).validate()
+        validate(Config(progress=1))
     assert config_from_args(build_parser().parse_args(["run", "--compile"])).compile is True
     assert config_from_args(build_parser().parse_args(["run", "--no-compile"])).compile is False
 

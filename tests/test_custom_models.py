@@ -15,14 +15,15 @@ from torch import nn
 
 import dfl
 from dfl.cli import main
-from dfl.clients import ParamLayout, initial_stack
 from dfl.config import Config, ConfigError
 from dfl.data import FederatedData
-from dfl.evaluate import client_accuracies, evaluate_row
-from dfl.local import LocalRule, LocalTrainer
+from dfl.engine.validation import validate
 from dfl.models import MODELS, ModelError, build_model, model_options, register
 from dfl.models.simple import MLP
 from dfl.registry import RegistryError
+from dfl.training.clients import ParamLayout, initial_stack
+from dfl.training.evaluate import client_accuracies, evaluate_row
+from dfl.training.local import LocalRule, LocalTrainer
 
 TINY = dict(dataset="synthetic", clients=4, partition="iid", rounds=2, eval_every=1, local_steps=1, batch_size=8,
             train_eval_samples=50, progress=False, device="cpu", client_chunk=0, algorithm="dfedavg")
@@ -283,22 +284,22 @@ def test_bad_models_fail_at_set_up_naming_the_model(tmp_path, model, message):
 ])
 def test_bad_specs_are_config_errors(spec, message):
     with pytest.raises(ConfigError, match=message):
-        Config(model=spec).validate()
+        validate(Config(model=spec))
 
 
 def test_broken_module_and_instance_attribute_are_named(workdir):
     module = workdir("import torch\nraise RuntimeError('oops at import')\n")
     with pytest.raises(ConfigError, match=rf"cannot import module '{module}'.*RuntimeError: oops at import"):
-        Config(model=f"{module}:f").validate()
+        validate(Config(model=f"{module}:f"))
     sys.modules.pop(module, None)
     module = workdir("from torch import nn\nnet = nn.Linear(60, 10)\n")
     with pytest.raises(ConfigError, match=r"is an nn.Module instance; name a factory"):
-        Config(model=f"{module}:net").validate()
+        validate(Config(model=f"{module}:net"))
 
 
 def test_other_misuse():
     with pytest.raises(ConfigError, match=r"got a Linear \(pass an nn.Module or a factory as dfl.run"):
-        Config(model=nn.Linear(2, 2)).validate()
+        validate(Config(model=nn.Linear(2, 2)))
     with pytest.raises(ModelError, match=r"model_options \{'p': 0.1\} apply to a factory"):
         dfl.run(Config(**TINY, model_options={"p": 0.1}), model=Dropout((60,), 10))
     with pytest.raises(ModelError, match=r"unknown option\(s\) \['width'\] for model .*allowed: \['p'\]"):

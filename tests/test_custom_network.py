@@ -61,7 +61,7 @@ def test_mtx_stays_sparse(tmp_path, monkeypatch):
     path = write(tmp_path / "big.mtx", W)
     loaded = graphs.load_matrix(path)
     assert sp.issparse(loaded) and loaded.nnz == W.nnz
-    monkeypatch.setattr(topologies, "DENSE_LIMIT", 100)  # any densification on the way would be refused
+    monkeypatch.setattr(topologies.limits, "DENSE_LIMIT", 100)  # any densification on the way would be refused
     topo = topologies.build("custom", None, matrix=path)
     assert topo.n == 3000 and (topo.sparse(0) != W).nnz == 0
 
@@ -218,11 +218,10 @@ def test_toml_and_cli_reach_build_with_a_relative_path(tmp_path, monkeypatch, ri
     (tmp_path / "run.toml").write_text('topology = "custom"\n\n[topology_options]\nmatrix = "W.npy"\n')
     config = Config.from_toml(tmp_path / "run.toml")
     assert config.topology_options == {"matrix": "W.npy"}
-    from dfl import runner
-
+    from dfl.engine import runner
     np.testing.assert_allclose(runner.build_topology(config, N).W, ring_w)
 
-    from dfl.run_cli import key_value
+    from dfl.cli.run import key_value
 
     assert key_value("matrix=W.npy") == ("matrix", "W.npy")  # a bare file name stays a string
     assert key_value("matrix=data/W.npy") == ("matrix", "data/W.npy")

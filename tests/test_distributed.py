@@ -20,8 +20,8 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 import topologies
-from dfl.comm import even_blocks, exchange_plan
 from dfl.config import Config
+from dfl.network.comm import even_blocks, exchange_plan
 
 pytestmark = pytest.mark.timeout(300)  # hang guard only: a deadlock fails the test instead of blocking CI
 
@@ -95,8 +95,8 @@ def test_exchange_plan_sends_only_what_neighbours_need():
 
 # ------------------------------------------------------------------------------------- exact gossip
 def _gossip_worker(rank, world, rdzv, out):
-    from dfl.distributed import DistributedCommunicator
-    from dfl.gossip import Gossip
+    from dfl.engine.distributed import DistributedCommunicator
+    from dfl.network.gossip import Gossip
 
     _init(rank, world, rdzv)
     try:

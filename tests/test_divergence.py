@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import dfl
-from dfl.runner import DIVERGENCE_LOSS_FACTOR, DIVERGENCE_PATIENCE, DivergenceError
+from dfl.engine.runner import DIVERGENCE_LOSS_FACTOR, DIVERGENCE_PATIENCE, DivergenceError
 
 
 def _config(**changes):

@@ -3,7 +3,7 @@ the run directory is complete, and resuming gives exactly the final parameters a
 uninterrupted run. (`tests/test_resume.py` covers a SIGKILL at a random moment inside a round.)
 
 The kills are deterministic and need nothing in the library: a launcher process imports dfl once, then for
-each step forks a child that patches `os.replace` (the last step of every atomic write in `dfl.results`) or
+each step forks a child that patches `os.replace` (the last step of every atomic write in `dfl.engine.results`) or
 the algorithm's `round` from the outside, and SIGKILLs itself at the N-th write of a given file or at the
 start of round k. A kill "mid-write" first cuts the temporary file to half its size, which is what a kill
 while the bytes are being written leaves on disk; a kill "before rename" leaves the complete temporary file.
@@ -24,9 +24,9 @@ import pytest
 import torch
 
 import dfl
-from dfl import checkpoint as ckpt
 from dfl.config import Config
-from dfl.results import RUN_FILES, read_metrics
+from dfl.engine import checkpoint as ckpt
+from dfl.engine.results import RUN_FILES, read_metrics
 
 try:
     import tomllib
@@ -53,7 +53,7 @@ def make_config() -> Config:
 LAUNCHER = r"""
 import json, os, signal, sys, traceback
 import torch
-import dfl, dfl.runner  # dfl.run imports the engine lazily: once here, not in every child
+import dfl, dfl.engine.runner  # dfl.run imports the engine lazily: once here, not in every child
 from dfl.algorithms import algorithm_class
 from dfl.config import Config
 from dfl.data.mnist1d import load_mnist1d

@@ -13,17 +13,18 @@ from torch.func import functional_call
 
 import dfl
 from dfl.cli import main
-from dfl.clients import ParamLayout
 from dfl.config import Config, ConfigError
-from dfl.flatness import (
+from dfl.engine.validation import validate
+from dfl.models import build_model
+from dfl.report import write_report
+from dfl.training.clients import ParamLayout
+from dfl.training.flatness import (
     filter_normalized_direction,
     hessian_top_eigenvalue,
     loss_hvp,
     loss_landscape,
     top_eigenvalue,
 )
-from dfl.models import build_model
-from dfl.report import write_report
 
 TINY = dict(dataset="mnist1d", dataset_options={"num_samples": 400}, clients=4, model="mlp",
             model_options={"hidden": [16]}, rounds=4, eval_every=2, local_steps=2, batch_size=16, progress=False,
@@ -122,7 +123,7 @@ def test_hessian_every_records_the_metric_in_history_summary_and_report(tmp_path
     plain = dfl.run(Config(**TINY))
     assert all("hessian_top_eig" not in h for h in plain.history)
     with pytest.raises(ConfigError, match="hessian_samples"):
-        Config(hessian_samples=0).validate()
+        validate(Config(hessian_samples=0))
 
 
 def test_dfl_landscape_writes_a_plot_and_json(tmp_path, capsys):

@@ -8,8 +8,8 @@ import scipy.sparse as sp
 import torch
 
 import topologies
-from dfl.comm import LocalCommunicator, exchange_plan
-from dfl.gossip import Gossip, SparseStep, circulant_offsets, shifted_sum, use_dense
+from dfl.network.comm import LocalCommunicator, exchange_plan
+from dfl.network.gossip import Gossip, SparseStep, circulant_offsets, shifted_sum, use_dense
 
 STATIC = [
     ("ring", {}), ("grid", {}), ("grid", {"periodic": True}), ("exponential", {}), ("exponential", {"symmetric": True}),
@@ -135,7 +135,7 @@ def test_exchange_plan_is_the_same_for_sparse_and_dense():
 
 @pytest.mark.parametrize("tile_rows", [1, 3, 7])
 def test_shifted_sum_in_row_blocks(monkeypatch, tile_rows):
-    import dfl.gossip as gossip_module
+    import dfl.network.gossip as gossip_module
 
     n, d = 11, 6
     monkeypatch.setattr(gossip_module, "TILE_BYTES", tile_rows * d * 8)

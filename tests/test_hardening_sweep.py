@@ -16,10 +16,10 @@ import pytest
 import torch
 
 import dfl
-from dfl import checkpoint as ckpt
-from dfl.checkpoint import CheckpointError
 from dfl.cli import main
-from dfl.sweep import Sweep, read_entries, run_sweep
+from dfl.engine import checkpoint as ckpt
+from dfl.engine.checkpoint import CheckpointError
+from dfl.workflows.sweep import Sweep, read_entries, run_sweep
 
 pytestmark = pytest.mark.timeout(300)  # hang guard only (subprocesses)
 

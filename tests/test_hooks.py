@@ -1,4 +1,4 @@
-"""Callbacks and the target accuracy (`dfl.hooks`): a callback's stop is checkpointed, marked "stopped" and
+"""Callbacks and the target accuracy (`dfl.engine.hooks`): a callback's stop is checkpointed, marked "stopped" and
 resumable; rounds_to_target is the first evaluated round reaching the target and survives resume;
 stop_at_target stops there; `dfl report` and `dfl sweep` treat a stopped run as finished; every rank of a
 multi-process run stops after the same round; bad inputs fail before training."""
@@ -17,8 +17,9 @@ import torch.multiprocessing as mp
 
 import dfl
 from dfl.config import Config, ConfigError
+from dfl.engine.results import read_metrics
+from dfl.engine.validation import validate
 from dfl.loggers import LOGGERS, Logger
-from dfl.results import read_metrics
 
 pytestmark = pytest.mark.timeout(300)  # hang guard only (a spawned process group)
 
@@ -182,7 +183,7 @@ def test_rounds_to_target_stop_at_target_and_resume(tmp_path, reference):
 
 def test_report_and_sweep_treat_a_stopped_run_as_finished(tmp_path, reference):
     from dfl.report import write_report
-    from dfl.sweep import plan_run
+    from dfl.workflows.sweep import plan_run
 
     target = sorted({h["test_acc"] for h in reference.history})[-2]
     expected = _first_reaching(reference.history, target)
@@ -244,7 +245,7 @@ def test_the_report_target_rule():
 ])
 def test_bad_hook_fields(changes, message):
     with pytest.raises(ConfigError) as info:
-        make_config(**changes).validate()
+        validate(make_config(**changes))
     assert message in str(info.value)
 
 

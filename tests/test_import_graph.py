@@ -77,7 +77,7 @@ def test_dfl_data_has_no_import_cycle():
 def test_registries_and_signatures_import_no_cli_or_engine():
     for module in ("dfl.registry", "dfl.signatures", "dfl.topologies"):
         deps = _imports(ROOT / (module.replace(".", "/") + ".py"))
-        assert not deps & {"dfl.runner", "dfl.cli", "dfl.list_cli", "dfl.config", "torch"}, module
+        assert not deps & {"dfl.engine.runner", "dfl.cli", "dfl.cli.listing", "dfl.config", "torch"}, module
 
 
 def test_topologies_knows_nothing_of_dfl():

@@ -63,8 +63,7 @@ def test_out_naming_a_file_is_one_line(tmp_path, capsys):
 
 
 def test_disk_full_is_one_line_and_keeps_what_was_written(tmp_path, capsys, monkeypatch):
-    from dfl import results
-
+    from dfl.engine import results
     out = tmp_path / "run"
     write = results.RunDirectory.append_metrics
     calls = {"n": 0}

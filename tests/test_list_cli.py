@@ -12,8 +12,8 @@ import pytest
 import topologies
 from dfl.algorithms import ALGORITHMS, algorithm_class
 from dfl.cli import main
+from dfl.cli.listing import CATEGORIES
 from dfl.data import DATASETS, PARTITIONS, dataset_options, partition_options
-from dfl.list_cli import CATEGORIES
 from dfl.loggers import LOGGERS
 from dfl.models.registry import MODELS, model_options
 

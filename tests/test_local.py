@@ -9,10 +9,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from dfl.clients import ParamLayout, initial_stack
 from dfl.config import Config
 from dfl.data import FederatedData
-from dfl.local import LocalRule, LocalTrainer
+from dfl.training.clients import ParamLayout, initial_stack
+from dfl.training.local import LocalRule, LocalTrainer
 
 SIZES = (10, 7, 13, 5)
 

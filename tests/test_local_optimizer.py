@@ -1,5 +1,5 @@
-"""Local Adam/AdamW (`local_optimizer`, `dfl.adam`): m independent torch optimizers, reset vs keep, the algorithms
-that thread the state, checkpoint/resume, and the options' validation. (The per-round exactness of Adam/AdamW
+"""Local Adam/AdamW (`local_optimizer`, `dfl.training.adam`): m independent torch optimizers, reset vs keep, the
+algorithms that thread the state, checkpoint/resume, and the options' validation. (The per-round exactness of Adam/AdamW
 with SAM, ASAM, clipping and weight decay is in tests/test_local.py's `RULES`.)"""
 
 from __future__ import annotations
@@ -10,13 +10,14 @@ import torch
 
 import dfl
 import topologies
-from dfl.adam import AdamState
 from dfl.algorithms import ALGORITHMS, algorithm_class
 from dfl.cli import build_parser
-from dfl.clients import ParamLayout, initial_stack
+from dfl.cli.run import config_from_args
 from dfl.config import Config, ConfigError
-from dfl.local import LocalRule, LocalTrainer
-from dfl.run_cli import config_from_args
+from dfl.engine.validation import validate
+from dfl.training.adam import AdamState
+from dfl.training.clients import ParamLayout, initial_stack
+from dfl.training.local import LocalRule, LocalTrainer
 from tests.test_algorithms import base_config, reference_trainer, small_data
 from tests.test_local import SIZES, make_data, make_model, sequential_reference
 from tests.test_resume import CLIENTS, assert_same_history, interrupted, make_config
@@ -187,7 +188,7 @@ def test_keep_resumes_exactly_and_checkpoints_the_moments_per_client(tmp_path, c
 ])
 def test_bad_input_is_a_config_error_naming_the_field(changes, message):
     with pytest.raises(ConfigError, match=message):
-        Config(**changes).validate()
+        validate(Config(**changes))
 
 
 def test_local_rule_rejects_unknown_optimizer_and_momentum_with_adam():
@@ -200,9 +201,9 @@ def test_local_rule_rejects_unknown_optimizer_and_momentum_with_adam():
 def test_cli_flags_and_toml_round_trip(tmp_path):
     args = build_parser().parse_args(["run", "--algorithm", "dfedsam", "--local-optimizer", "adamw", "--adam-betas",
                                       "0.9", "0.99", "--adam-eps", "1e-7", "--local-optimizer-state", "keep"])
-    config = config_from_args(args).validate()
+    config = validate(config_from_args(args))
     assert (config.local_optimizer, config.adam_betas, config.adam_eps, config.local_optimizer_state) == (
         "adamw", [0.9, 0.99], 1e-7, "keep")
     path = tmp_path / "c.toml"
     path.write_text(config.to_toml())
-    assert Config.from_toml(path).validate() == config
+    assert validate(Config.from_toml(path)) == config

@@ -13,9 +13,9 @@ import torch
 
 import dfl
 from dfl.cli import build_parser, main
+from dfl.cli.run import config_from_args
 from dfl.config import Config, ConfigError
 from dfl.loggers import LOGGERS, Logger
-from dfl.run_cli import config_from_args
 
 
 def make_data():

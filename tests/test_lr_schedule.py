@@ -9,14 +9,15 @@ import pytest
 
 import dfl
 from dfl.algorithms.base import Context, scheduled_lr
-from dfl.checkpoint import check_config
 from dfl.cli import build_parser
+from dfl.cli.run import config_from_args
 from dfl.config import Config, ConfigError
-from dfl.run_cli import config_from_args
+from dfl.engine.checkpoint import check_config
+from dfl.engine.validation import validate
 
 
 def lrs(config: Config) -> list[float]:
-    ctx = Context(config=config.validate(), hp={}, trainer=None, gossip=None, comm=None)
+    ctx = Context(config=validate(config), hp={}, trainer=None, gossip=None, comm=None)
     return [ctx.lr(t) for t in range(config.rounds)]
 
 
@@ -72,7 +73,7 @@ def test_warmup_ramps_linearly_then_runs_the_schedule_on_t_minus_w(schedule, opt
 
 
 def test_scheduled_lr_is_context_lr():
-    config = Config(rounds=8, lr_schedule="cosine", warmup_rounds=2).validate()
+    config = validate(Config(rounds=8, lr_schedule="cosine", warmup_rounds=2))
     assert [scheduled_lr(config, t) for t in range(8)] == lrs(config)
 
 
@@ -111,21 +112,21 @@ def test_scheduled_lr_is_context_lr():
 ])
 def test_validation_errors_name_the_field(changes, message):
     with pytest.raises(ConfigError, match=message):
-        Config(rounds=10, lr=0.1, **changes).validate()
+        validate(Config(rounds=10, lr=0.1, **changes))
 
 
 def test_valid_configs_and_defaults_of_other_schedules_pass():
-    Config(rounds=10, lr_schedule="cosine", lr_decay=0.998, lr_step_factor=0.1, lr_milestones=[]).validate()
-    Config(rounds=10, lr_schedule="step", lr_milestones=(2, 9), lr_min=0.0).validate()  # a tuple is fine too
-    Config(rounds=10, warmup_rounds=9).validate()
-    Config(rounds=10, lr_schedule="cosine", lr_min=0.099, warmup_rounds=3).validate()
+    validate(Config(rounds=10, lr_schedule="cosine", lr_decay=0.998, lr_step_factor=0.1, lr_milestones=[]))
+    validate(Config(rounds=10, lr_schedule="step", lr_milestones=(2, 9), lr_min=0.0))  # a tuple is fine too
+    validate(Config(rounds=10, warmup_rounds=9))
+    validate(Config(rounds=10, lr_schedule="cosine", lr_min=0.099, warmup_rounds=3))
 
 
 def test_toml_round_trip(tmp_path):
     config = Config(rounds=20, lr_schedule="step", lr_milestones=[5, 12], lr_step_factor=0.5, warmup_rounds=2)
     path = tmp_path / "c.toml"
     path.write_text(config.to_toml())
-    assert Config.from_toml(path).validate() == config
+    assert validate(Config.from_toml(path)) == config
 
 
 # ---------------------------------------------------------------------------------- CLI flags
@@ -134,14 +135,14 @@ def test_cli_flags_parse_schedule_options(tmp_path):
         "run", "--rounds", "20", "--lr-schedule", "step", "--lr-milestones", "5", "12", "--lr-step-factor", "0.5",
         "--warmup-rounds", "3",
     ])
-    config = config_from_args(args).validate()
+    config = validate(config_from_args(args))
     assert config.lr_milestones == [5, 12] and config.lr_step_factor == 0.5 and config.warmup_rounds == 3
     # an empty --lr-milestones clears a list set by the config file
     path = tmp_path / "c.toml"
     path.write_text(Config(rounds=20, lr_schedule="step", lr_milestones=[5]).to_toml())
     args = build_parser().parse_args(["run", str(path), "--lr-schedule", "cosine", "--lr-milestones",
                                       "--lr-min", "0.001"])
-    config = config_from_args(args).validate()
+    config = validate(config_from_args(args))
     assert config.lr_milestones == [] and config.lr_schedule == "cosine" and config.lr_min == 0.001
     with pytest.raises(SystemExit):
         build_parser().parse_args(["run", "--lr-milestones", "five"])

@@ -8,10 +8,11 @@ import pytest
 import torch
 
 import dfl
-from dfl import memory
+from dfl.cli.run import add_parser, config_from_args
 from dfl.config import Config, ConfigError
 from dfl.data import FederatedData
-from dfl.run_cli import add_parser, config_from_args
+from dfl.engine.validation import validate
+from dfl.training import memory
 
 CPU = torch.device("cpu")
 CUDA = torch.device("cuda")  # only its type is read by choose_chunk
@@ -80,14 +81,14 @@ def test_nothing_fits_is_an_error_with_the_estimate():
 
 def test_config_validates_client_chunk():
     assert Config().client_chunk == "auto"
-    Config(client_chunk=0).validate()
-    Config(client_chunk=16, clients=16).validate()
+    validate(Config(client_chunk=0))
+    validate(Config(client_chunk=16, clients=16))
     with pytest.raises(ConfigError, match="client_chunk must be \"auto\""):
-        Config(client_chunk="fast").validate()
+        validate(Config(client_chunk="fast"))
     with pytest.raises(ConfigError, match="client_chunk = 17 is larger than clients = 16"):
-        Config(client_chunk=17, clients=16).validate()
+        validate(Config(client_chunk=17, clients=16))
     with pytest.raises(ConfigError, match="client_chunk must be >= 0"):
-        Config(client_chunk=-1).validate()
+        validate(Config(client_chunk=-1))
 
 
 def test_cli_accepts_auto_and_numbers():
@@ -132,7 +133,7 @@ def test_keep_freed_memory_is_glibc_only_and_can_be_declined():
     import subprocess
     import sys
 
-    code = "from dfl import memory; print(memory.keep_freed_memory(), memory.heap_kept())"
+    code = "from dfl.training import memory; print(memory.keep_freed_memory(), memory.heap_kept())"
     env = {k: v for k, v in __import__("os").environ.items() if k != "DFL_MALLOC"}
     kept = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
     declined = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,

@@ -1,4 +1,4 @@
-"""Unreliable networks (dfl.network): link failures, offline clients and stragglers are seeded pure functions of
+"""Unreliable networks (dfl.network.faults): link failures, offline clients and stragglers are seeded pure functions of
 (seed, step / round); realised matrices stay symmetric and doubly stochastic; gossip over them is exact; runs with
 faults are reproducible, resumable and world-size invariant; bad combinations fail before training."""
 
@@ -15,13 +15,14 @@ import torch.distributed as dist
 
 import dfl
 import topologies
-from dfl import gossip as gossip_module
-from dfl import network
-from dfl.comm import LocalCommunicator
 from dfl.config import Config, ConfigError
-from dfl.gossip import Gossip
-from dfl.local import LocalTrainer
-from dfl.network import LinkFaults, Network, RealisedTopology, Stragglers, realised_gap
+from dfl.engine.validation import validate
+from dfl.network import faults as network
+from dfl.network import gossip as gossip_module
+from dfl.network.comm import LocalCommunicator
+from dfl.network.faults import LinkFaults, Network, RealisedTopology, Stragglers, realised_gap
+from dfl.network.gossip import Gossip
+from dfl.training.local import LocalTrainer
 from topologies.weights import drop_links
 
 pytestmark = pytest.mark.timeout(300)  # hang guard only (spawned process groups)
@@ -272,9 +273,9 @@ def test_stragglers_are_slow_at_their_rate_and_stop_at_the_deadline():
 def test_a_straggler_trains_the_first_steps_of_its_schedule(device):
     """A client capped at k steps ends where the same client ends with local_steps = k (a prefix of its batches;
     to float rounding: a step on fewer clients updates its rows out of place)."""
-    from dfl.clients import ParamLayout, initial_stack
-    from dfl.local import LocalRule
     from dfl.models import build_model
+    from dfl.training.clients import ParamLayout, initial_stack
+    from dfl.training.local import LocalRule
 
     data = make_data().to(device)
     torch.manual_seed(0)
@@ -368,7 +369,7 @@ def test_centralized_algorithms_take_stragglers_over_their_participants():
     (dict(link_failure=0.2, weights="uniform"), "weights: link_failure = 0.2 reweights the surviving links"),
     (dict(link_failure=0.2, weights="fastest"), "but fastest optimises W for one graph"),
     (dict(link_failure=0.2, weights="lazy", topology_options={"base": "uniform"}), "but uniform is doubly"),
-    (dict(link_failure=0.2, topology="full", clients=3000), "at most topologies.FULL_SPARSE_LIMIT = 2048"),
+    (dict(link_failure=0.2, topology="full", clients=3000), "at most topologies.limits.FULL_SPARSE_LIMIT = 2048"),
     (dict(link_failure_burst=4.0), "link_failure_burst = 4 sets the mean length of link_failure bursts, but "
                                    "link_failure = 0"),
     (dict(link_failure=0.5, link_failure_burst=1.5), "link_failure_burst must be 0 (independent) or >= 1 / (1 - "
@@ -379,7 +380,7 @@ def test_centralized_algorithms_take_stragglers_over_their_participants():
 ])
 def test_bad_network_fields_fail_validation(changes, message):
     with pytest.raises(ConfigError) as info:
-        make_config(**changes).validate()
+        validate(make_config(**changes))
     assert message in str(info.value)
 
 
@@ -391,7 +392,7 @@ def test_a_directed_custom_topology_is_refused_before_training():
 
 
 def test_sweeps_grid_over_the_network_fields():
-    from dfl.sweep import Sweep
+    from dfl.workflows.sweep import Sweep
 
     sweep = Sweep.from_dict({"base": {"rounds": 2}, "vary": {"link_failure": [0.0, 0.3], "offline": [0.0, 0.1]}})
     planned = sweep.plan()

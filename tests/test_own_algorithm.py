@@ -19,8 +19,9 @@ import torch
 import dfl
 from dfl.algorithms import ALGORITHMS, Algorithm, RoundStats, register
 from dfl.config import Config, ConfigError, tomllib
+from dfl.engine.validation import validate
 from dfl.registry import RegistryError
-from dfl.sweep import Sweep, SweepError
+from dfl.workflows.sweep import Sweep, SweepError
 
 pytestmark = pytest.mark.timeout(300)  # hang guard only (pip and dfl subprocesses)
 
@@ -118,10 +119,10 @@ def test_algorithm_options_reach_ctx_hp_and_summary_and_cannot_change_on_resume(
 
 
 def test_a_registered_name_validates_and_the_choices_include_it(registered):
-    Config(algorithm="periodic").validate()
+    validate(Config(algorithm="periodic"))
     ALGORITHMS.unregister("periodic")
     with pytest.raises(ConfigError, match=r"algorithm must be one of dpsgd, .*re-dfedavg; got 'periodic'"):
-        Config(algorithm="periodic").validate()
+        validate(Config(algorithm="periodic"))
 
 
 @pytest.mark.parametrize("options, message", [
@@ -139,14 +140,14 @@ def test_a_registered_name_validates_and_the_choices_include_it(registered):
 ])
 def test_bad_algorithm_options_are_config_errors(registered, options, message):
     with pytest.raises(ConfigError, match=message):
-        Config(algorithm="periodic", algorithm_options=options).validate()
+        validate(Config(algorithm="periodic", algorithm_options=options))
 
 
 def test_built_in_algorithms_take_no_algorithm_options():
     with pytest.raises(ConfigError, match="unknown key 'clip' for algorithm 'dfedsam'; it takes no algorithm_options"):
-        Config(algorithm="dfedsam", algorithm_options={"clip": 1.0}).validate()
+        validate(Config(algorithm="dfedsam", algorithm_options={"clip": 1.0}))
     with pytest.raises(ConfigError, match="algorithm_options must be a table of key = value"):
-        Config(algorithm_options=[1]).validate()
+        validate(Config(algorithm_options=[1]))
 
 
 class _NoRound(Algorithm):

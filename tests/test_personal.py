@@ -12,15 +12,16 @@ import pytest
 import torch
 
 import dfl
-from dfl.clients import ParamLayout
-from dfl.comm import LocalCommunicator
 from dfl.config import Config, ConfigError
 from dfl.data import FederatedData
 from dfl.data.local_test import split_sizes, stratified_split
-from dfl.evaluate import evaluate_row, local_accuracies
+from dfl.engine.runner import Experiment
+from dfl.engine.validation import validate
 from dfl.models import build_model
+from dfl.network.comm import LocalCommunicator
 from dfl.report import write_report
-from dfl.runner import Experiment
+from dfl.training.clients import ParamLayout
+from dfl.training.evaluate import evaluate_row, local_accuracies
 
 CLASSES = 4
 SIZES = (2, 3, 9, 14, 25, 40)  # small clients hit the >= 1 train / >= 1 test clamps
@@ -94,7 +95,7 @@ def test_split_is_deterministic_in_the_seed():
 def test_training_sees_only_the_local_train_parts():
     data = skewed_data()
     cfg = config(local_steps=None, local_epochs=1)
-    exp = Experiment(cfg.validate(), data, None, False, LocalCommunicator(len(SIZES)), False)
+    exp = Experiment(validate(cfg), data, None, False, LocalCommunicator(len(SIZES)), False)
     split = data.split_local_test(0.3, cfg.seed)
     assert exp.trainer.data.sizes.tolist() == split.sizes.tolist()
     schedule = exp.trainer.schedule(0)
@@ -168,7 +169,7 @@ def test_without_local_tests_there_are_no_personal_metrics():
 @pytest.mark.parametrize("value", [1.0, 1.5, -0.1, float("nan"), "0.2", True])
 def test_fraction_outside_the_interval_is_rejected(value):
     with pytest.raises(ConfigError, match="local_test_fraction"):
-        config(local_test_fraction=value).validate()
+        validate(config(local_test_fraction=value))
 
 
 def test_a_client_that_would_have_no_training_data_is_an_error():

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 
-from dfl import plots
+from dfl.report import plots
 
 
 def test_palette_gives_an_algorithm_one_colour_in_every_figure():

@@ -19,8 +19,9 @@ import topologies
 from dfl.cli import main
 from dfl.config import Config, ConfigError
 from dfl.data import DATASETS, PARTITIONS, Dataset, load_dataset, partition
+from dfl.engine.runner import build_topology
+from dfl.engine.validation import validate
 from dfl.registry import RegistryError
-from dfl.runner import build_topology
 from dfl.topologies import TOPOLOGIES
 
 README = Path(__file__).resolve().parents[1] / "README.md"
@@ -232,7 +233,7 @@ def test_a_name_registered_twice_is_an_error(registered):
 ])
 def test_unknown_names_list_the_registered_choices(registered, field, value, message):
     with pytest.raises(ConfigError, match=message):
-        tiny(**{field: value}).validate()
+        validate(tiny(**{field: value}))
 
 
 def test_unknown_and_missing_options_name_the_allowed_ones(registered):
@@ -294,7 +295,7 @@ def test_entry_point_plugins_are_checked_when_used(monkeypatch):
                         if group == "dfl.datasets" else [])
     monkeypatch.setattr(DATASETS, "_plugins_loaded", False)
     try:
-        tiny(dataset="ep-blobs", partition="iid", topology="ring").validate()
+        validate(tiny(dataset="ep-blobs", partition="iid", topology="ring"))
         assert load_dataset("ep-blobs").name == "ep-blobs"
         with pytest.raises(RegistryError, match=r"dataset 'ep-bad' must be a function .*it takes 2 positional"):
             load_dataset("ep-bad")

@@ -6,11 +6,12 @@ import pytest
 import torch
 
 import dfl
-from dfl.clients import ParamLayout, initial_stack
 from dfl.config import Config, ConfigError
 from dfl.data import FederatedData
-from dfl.local import LocalTrainer
+from dfl.engine.validation import validate
 from dfl.models import build_model
+from dfl.training.clients import ParamLayout, initial_stack
+from dfl.training.local import LocalTrainer
 
 BASE = dict(dataset_options={"num_samples": 600}, clients=4, rounds=2, local_steps=2, batch_size=16,
             eval_every=1, progress=False)
@@ -51,7 +52,7 @@ def test_bf16_run_trains_close_to_fp32_with_fp32_parameters(device):
 
 def test_precision_errors():
     with pytest.raises(ConfigError, match="precision must be one of fp32, bf16, tf32; got 'fp16'"):
-        Config(precision="fp16").validate()
+        validate(Config(precision="fp16"))
     if not torch.cuda.is_available():
         with pytest.raises(ConfigError, match="precision = tf32 needs a CUDA device"):
             dfl.run(Config(**BASE, precision="tf32", device="cpu"))

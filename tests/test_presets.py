@@ -26,9 +26,10 @@ from dfl.cli import main
 from dfl.config import Config
 from dfl.data import FederatedData
 from dfl.data.partitioners import partition
+from dfl.engine.runner import build_data
+from dfl.engine.validation import validate
 from dfl.models import build_model, num_params
-from dfl.runner import build_data
-from dfl.sweep import load_sweep
+from dfl.workflows.sweep import load_sweep
 
 CONFIGS = Path(__file__).resolve().parents[1] / "launch" / "configs"
 PRESETS = sorted(CONFIGS.glob("*.toml"))
@@ -46,7 +47,7 @@ def preset_configs(path: Path) -> list[tuple[str, Config]]:
     """(run name, validated Config) of every run a preset describes."""
     if is_sweep(path):
         return load_sweep(path).runs()
-    return [(path.stem, Config.from_toml(path).validate())]
+    return [(path.stem, validate(Config.from_toml(path)))]
 
 
 ALL_RUNS = [(p, name, c) for p in PRESETS for name, c in preset_configs(p)]
@@ -163,7 +164,7 @@ def shrink(config: Config, root: Path) -> Config:
     shape, classes, _ = DATASETS[config.dataset]
     if num_params(build_model(config.model, shape, classes, **config.model_options)) > SMOKE_MAX_PARAMS:
         changes.update(model="logreg", model_options={})
-    return config.replace(**changes).validate()
+    return validate(config.replace(**changes))
 
 
 def smoke_cases():

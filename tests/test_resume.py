@@ -16,10 +16,10 @@ import torch.distributed as dist
 
 import dfl
 from dfl.algorithms import ALGORITHMS, algorithm_class
-from dfl.checkpoint import NoCheckpoint
 from dfl.cli import main
 from dfl.config import Config, ConfigError
-from dfl.results import read_metrics
+from dfl.engine.checkpoint import NoCheckpoint
+from dfl.engine.results import read_metrics
 
 pytestmark = pytest.mark.timeout(300)  # hang guard only (spawned process groups, a subprocess)
 

@@ -10,17 +10,18 @@ import torch
 
 import dfl
 from dfl.algorithms import Context, resolve_hyperparameters
-from dfl.checkpoint import check_config
 from dfl.cli import build_parser
+from dfl.cli.run import config_from_args
 from dfl.config import Config, ConfigError
-from dfl.run_cli import config_from_args
+from dfl.engine.checkpoint import check_config
+from dfl.engine.validation import validate
 from tests.test_algorithms import base_config, small_data
 
 SAM_ALGORITHMS = ("dfedsam", "dfedsam-mgs", "fedsam", "mofedsam", "fedgloss")
 
 
 def context(config: Config) -> Context:
-    hp, _ = resolve_hyperparameters(config.validate(), warn=False)
+    hp, _ = resolve_hyperparameters(validate(config), warn=False)
     return Context(config=config, hp=hp, trainer=None, gossip=None, comm=None)
 
 
@@ -87,17 +88,17 @@ def test_a_ramping_run_trains_round_t_with_rho_t_and_logs_it():
 ])
 def test_validation_errors_name_the_field(changes, message):
     with pytest.raises(ConfigError, match=message):
-        Config(**changes).validate()
+        validate(Config(**changes))
 
 
 def test_cli_flags_and_toml_round_trip(tmp_path):
     args = build_parser().parse_args(["run", "--algorithm", "fedsam", "--rho-schedule", "linear",
                                       "--rho-ramp-rounds", "20"])
-    config = config_from_args(args).validate()
+    config = validate(config_from_args(args))
     assert config.rho_schedule == "linear" and config.rho_ramp_rounds == 20
     path = tmp_path / "c.toml"
     path.write_text(config.to_toml())
-    assert Config.from_toml(path).validate() == config
+    assert validate(Config.from_toml(path)) == config
 
 
 def test_resume_may_extend_a_ramp_but_not_change_it(tmp_path):

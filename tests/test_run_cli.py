@@ -9,8 +9,8 @@ import sys
 import pytest
 
 from dfl.cli import build_parser, main
+from dfl.cli.run import config_from_args
 from dfl.config import Config, ConfigError
-from dfl.run_cli import config_from_args
 
 SMALL = [
     "--dataset-options", "num_samples=1200", "--clients", "8", "--model", "mlp", "--rounds", "2",

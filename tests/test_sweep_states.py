@@ -20,7 +20,7 @@ from dfl.cli import main
 from dfl.config import Config
 from dfl.report import write_report
 from dfl.report.runs import effective_status, has_metrics, load_run, pid_alive, run_process
-from dfl.sweep import Sweep, plan_run, read_entries, run_sweep
+from dfl.workflows.sweep import Sweep, plan_run, read_entries, run_sweep
 
 pytestmark = pytest.mark.timeout(300)  # hang guard only
 
@@ -216,7 +216,7 @@ def test_diverged_run_skipped_then_retried_from_scratch(tmp_path, capsys):
 
 @pytest.mark.parametrize("name", ["..", ".hidden", "a/b", ""])
 def test_sweep_name_cannot_escape_or_hide(tmp_path, name):
-    from dfl.sweep import SweepError, load_sweep
+    from dfl.workflows.sweep import SweepError, load_sweep
 
     spec = tmp_path / "s.toml"
     spec.write_text(f'[sweep]\nname = "{name}"\n[base]\nrounds = 1\n[vary]\nseed = [0, 1]\n')

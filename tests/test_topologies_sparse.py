@@ -202,16 +202,16 @@ def test_full_at_100k_allocates_nothing_large():
     assert values == (0.0, 0.0, 0, pytest.approx(n), [0, 1, 2], [n - 1, n - 1])
     with pytest.raises(ValueError, match="dense matrix \\(n\\^2 = 10000000000 nonzeros.*use Topology.averaging"):
         topo.sparse()
-    with pytest.raises(ValueError, match="n = 100000 clients, above topologies.DENSE_LIMIT = 20000.*sparse\\(step\\)"):
+    with pytest.raises(ValueError, match="n = 100000 clients, above limits.DENSE_LIMIT = 20000.*sparse\\(step\\)"):
         _ = topo.W
     lazy = build("full", n, weights="lazy")
     assert lazy.averaging == 0.5 and lazy.second_eigenvalue() == 0.5 and lazy.gossip_lambda(2) == 0.25
 
 
 def test_dense_matrices_refused_above_dense_limit(monkeypatch):
-    monkeypatch.setattr(topologies, "DENSE_LIMIT", 50)
+    monkeypatch.setattr(topologies.limits, "DENSE_LIMIT", 50)
     ring = build("ring", 51)
-    with pytest.raises(ValueError, match="ring has n = 51 clients, above topologies.DENSE_LIMIT = 50: .*use "
+    with pytest.raises(ValueError, match="ring has n = 51 clients, above topologies.limits.DENSE_LIMIT = 50: .*use "
                                          "sparse\\(step\\)"):
         ring.matrix(0)
     with pytest.raises(ValueError, match="DENSE_LIMIT"):
@@ -312,7 +312,7 @@ def test_one_peer_exponential_is_exact_at_2_to_17():
 
 @pytest.fixture
 def low_limit(monkeypatch):
-    monkeypatch.setattr(topologies, "DENSE_SPECTRAL_LIMIT", 100)
+    monkeypatch.setattr(topologies.limits, "DENSE_SPECTRAL_LIMIT", 100)
 
 
 def dense_values(topo, Qs=(1, 2, 5)):
@@ -328,7 +328,7 @@ def dense_values(topo, Qs=(1, 2, 5)):
     ("exponential", 150, {}), ("exponential", 129, {"symmetric": True}), ("ring", 151, {})])
 def test_circulant_large_paths_match_dense(monkeypatch, name, n, options):
     expected = dense_values(build(name, n, **options))
-    monkeypatch.setattr(topologies, "DENSE_SPECTRAL_LIMIT", 100)
+    monkeypatch.setattr(topologies.limits, "DENSE_SPECTRAL_LIMIT", 100)
     got = dense_values(build(name, n, **options))
     assert got["gossip"] == pytest.approx(expected["gossip"], abs=1e-12)
     assert got["lam"] == pytest.approx(expected["lam"], abs=1e-12)
@@ -342,7 +342,7 @@ def test_lanczos_matches_dense_eigensolver(monkeypatch, name, n, options):
     W = build(name, n, **options).sparse()
     dense = spectral.product_lambda([W], "dense")
     assert spectral.product_lambda([W], "iterative") == pytest.approx(dense, abs=1e-9)
-    monkeypatch.setattr(topologies, "DENSE_SPECTRAL_LIMIT", 100)
+    monkeypatch.setattr(topologies.limits, "DENSE_SPECTRAL_LIMIT", 100)
     topo = build(name, n, **options)
     assert topo.second_eigenvalue() == pytest.approx(dense, abs=1e-9)
     assert topo.gossip_lambda(3) == pytest.approx(dense**3, abs=1e-9)
@@ -357,7 +357,7 @@ def test_lanczos_on_products_and_nonsymmetric(monkeypatch):
     exp = build("exponential", 200).sparse()  # circulant, but the Lanczos path must agree too
     assert spectral.product_lambda([exp, exp], "iterative") == pytest.approx(
         spectral.product_lambda([exp, exp], "dense"), abs=1e-9)
-    monkeypatch.setattr(topologies, "DENSE_SPECTRAL_LIMIT", 100)
+    monkeypatch.setattr(topologies.limits, "DENSE_SPECTRAL_LIMIT", 100)
     assert build("random-k", 300, k=2, seed=1).gossip_lambda(3) == pytest.approx(expected, abs=1e-9)
     one_step_disconnected = build("random-k", 300, k=1, seed=0)
     assert one_step_disconnected.gossip_lambda(1) == 1.0  # 1-out graphs fall apart: exactly 1, no iterations
@@ -372,7 +372,7 @@ def test_lanczos_that_does_not_converge_raises():
 def test_dense_only_quantities_refuse_large_n(low_limit):
     topo = build("random-k", 150, k=2)
     with pytest.raises(ValueError, match="consensus_steps of the time-varying random-k .* "
-                                         "topologies.DENSE_SPECTRAL_LIMIT = 100"):
+                                         "topologies.limits.DENSE_SPECTRAL_LIMIT = 100"):
         topo.consensus_steps(0.1)
     with pytest.raises(ValueError, match="effective_neighbors needs dense .* n = 150 > topologies.DENSE_SPECTRAL"):
         build("star", 150).effective_neighbors(0.9)

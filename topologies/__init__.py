@@ -8,18 +8,15 @@ Sparse first: every built-in topology is built as a scipy CSR matrix (`Topology.
 clients fit in memory; dense [n, n] matrices (`Topology.matrix(step)`, `Topology.W`) are derived on demand
 and refused above `DENSE_LIMIT` clients. Spectral quantities use the exact dense eigensolvers up to
 `DENSE_SPECTRAL_LIMIT` clients and closed forms (circulant FFT) or a Lanczos iteration above. Both limits
-are read at call time, so `monkeypatch.setattr(topologies, "DENSE_SPECTRAL_LIMIT", 64)` works.
+live in `topologies.limits` and are read at call time, so `monkeypatch.setattr(topologies.limits,
+"DENSE_SPECTRAL_LIMIT", 64)` works.
 """
 
 from __future__ import annotations
 
-# defined before the submodules are imported: they look these up on the package at call time
-DENSE_LIMIT = 20_000  # largest n for which matrix(step) / W build a dense [n, n] float64 array (3.2 GB)
-DENSE_SPECTRAL_LIMIT = 2048  # largest n for the exact dense eigensolvers (O(n^3))
-FULL_SPARSE_LIMIT = 2048  # largest n for which the complete topology's sparse() stores its n^2 entries
-
-from topologies.build import NAMES, build  # noqa: E402
-from topologies.spectral import (  # noqa: E402
+from topologies import limits
+from topologies.build import NAMES, build
+from topologies.spectral import (
     consensus_steps,
     effective_neighbors,
     gossip_lambda,
@@ -27,17 +24,15 @@ from topologies.spectral import (  # noqa: E402
     second_eigenvalue,
     spectral_gap,
 )
-from topologies.topology import Topology  # noqa: E402
-from topologies.weights import SCHEMES  # noqa: E402
+from topologies.topology import Topology
+from topologies.weights import SCHEMES
 
 __all__ = [
-    "DENSE_LIMIT",
-    "DENSE_SPECTRAL_LIMIT",
-    "FULL_SPARSE_LIMIT",
-    "NAMES",
+        "NAMES",
     "SCHEMES",
     "Topology",
     "build",
+    "limits",
     "consensus_steps",
     "effective_neighbors",
     "gossip_lambda",

@@ -28,8 +28,9 @@ from dfl.algorithms.momentum import FedAvgLM, FedAvgLMZ, FedAvgSLM, FedAvgSLMZ
 from dfl.algorithms.registration import HYPERPARAMETERS, check_algorithm, option_defaults, resolve_options
 from dfl.algorithms.scaffold import Scaffold
 from dfl.algorithms.server import ServerAlgorithm
-from dfl.local import LocalResult, LocalRule
+from dfl.errors import ConfigError
 from dfl.registry import Registry
+from dfl.training.local import LocalResult, LocalRule
 
 ALGORITHMS: Registry[type[Algorithm]] = Registry("algorithm", group="dfl.algorithms", check=check_algorithm)
 register = ALGORITHMS.register  # @register("name") class ...: or register("name", cls)
@@ -46,7 +47,7 @@ del _cls
 
 __all__ = [
     "ALGORITHMS", "HYPERPARAMETERS", "Algorithm", "Context", "LocalResult", "LocalRule", "RoundStats",
-    "ServerAlgorithm", "algorithm_class", "option_defaults", "register", "resolve_hyperparameters",
+    "ServerAlgorithm", "algorithm_class", "check_config", "option_defaults", "register", "resolve_hyperparameters",
 ]
 
 
@@ -83,3 +84,35 @@ def resolve_hyperparameters(config, warn: bool = True) -> tuple[dict, list[str]]
         )
     return hp, ignored
 
+
+
+def check_config(config) -> None:
+    """The algorithm's part of `dfl.validate`: `algorithm` is registered; participation < 1 only for a
+    centralized one; `algorithm_options` fit its declared defaults and its `check_hyperparameters` accepts the
+    resolved values; the SAM radius schedule is complete; the local optimizer is one its update rule is written
+    for. Raises `ConfigError` naming the field."""
+    cls = ALGORITHMS.require(config.algorithm, "algorithm")
+    centralized = getattr(cls, "centralized", False)
+    if config.participation is not None and config.participation < 1 and not centralized:
+        raise ConfigError(
+            f"participation = {config.participation} applies only to the centralized algorithms; the "
+            f"decentralized {config.algorithm!r} trains and gossips every client each round (use 1 or unset)"
+        )
+    try:
+        hp, _ = resolve_hyperparameters(config, warn=False)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from exc
+    if "rho_schedule" in hp:  # a SAM algorithm (for the others both options are reported as ignored)
+        if hp["rho_schedule"] == "constant" and config.rho_ramp_rounds not in (None, 0):
+            raise ConfigError(f"rho_ramp_rounds = {config.rho_ramp_rounds} applies only to rho_schedule = linear, "
+                              f"but {config.algorithm}'s rho_schedule is constant; set rho_schedule = \"linear\" or "
+                              "remove it")
+        if config.rho_schedule == "linear" and hp["rho_ramp_rounds"] <= 1:
+            raise ConfigError(f"rho_schedule = linear needs rho_ramp_rounds >= 2 (the rounds of the ramp up to rho), "
+                              f"got {hp['rho_ramp_rounds']}")
+    if config.local_optimizer != "sgd" and config.local_optimizer not in cls.local_optimizers:
+        able = [name for name, c in ALGORITHMS.items()
+                if config.local_optimizer in getattr(c, "local_optimizers", ("sgd",))]
+        raise ConfigError(f"local_optimizer = {config.local_optimizer} is not defined for {config.algorithm}, whose "
+                          f"update rule is written in SGD steps; use local_optimizer = sgd, or one of "
+                          f"{', '.join(able)}")

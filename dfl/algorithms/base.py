@@ -28,7 +28,7 @@ What a round has
 - `self.X`: the client stack, a `[m_local, d]` tensor; row r holds the flat parameters of client
   `ctx.comm.client_ids[r]` (a single process hosts every client: m_local = m). `round` replaces it with the
   stack after the round (the runner reads `self.X`; do not rely on in-place changes alone).
-- `ctx.trainer` (`dfl.local.LocalTrainer`): `train(X, t, lr, rule, momentum=None, transform=None, rows=None)`
+- `ctx.trainer` (`dfl.training.local.LocalTrainer`): `train(X, t, lr, rule, momentum=None, transform=None, rows=None)`
   runs the round's K local steps of every client (or only the local rows `rows`) from X, vectorized, and
   returns `LocalResult(Y, momentum, loss, steps)`: Y `[m_local, d]`, the final heavy-ball buffers (None when
   rule.momentum = 0; pass them back as `momentum=` to keep them across rounds), each client's mean loss and
@@ -38,7 +38,7 @@ What a round has
   asam_eta, momentum from the hyperparameters; weight_decay, clip_grad_norm and the local optimizer from the
   config) — override any field, e.g. `ctx.rule(t, rho=0, momentum=0.9)`.
 - `ctx.lr(t)`: the learning rate η_t of round t under the config's schedule (decay, cosine, step, warmup).
-- `ctx.gossip` (`dfl.gossip.Gossip`): `mix(Y, s, Q)` applies gossip steps s … s+Q−1, W_{s+Q−1} ⋯ W_s Y, to any
+- `ctx.gossip` (`dfl.network.gossip.Gossip`): `mix(Y, s, Q)` applies gossip steps s … s+Q−1, W_{s+Q−1} ⋯ W_s Y, to any
   `[m_local, ...]` stack (models, buffers, ...); `sends(s, Q)` is the `[m]` count of vectors each client sends
   in those steps. Use global step numbers (round t with Q steps: s = tQ) so time-varying graphs advance.
 - `ctx.comm`: `client_ids`, `num_clients` (m), `mean_rows(X)` (x̄ over all clients of all processes),
@@ -79,9 +79,9 @@ from typing import Any, ClassVar
 import numpy as np
 import torch
 
-from dfl.adam import AdamState
 from dfl.config import LOCAL_OPTIMIZERS
-from dfl.local import LocalRule
+from dfl.training.adam import AdamState
+from dfl.training.local import LocalRule
 
 
 def scheduled_lr(config: Any, t: int) -> float:
@@ -122,9 +122,9 @@ class Context:
 
     config: Any  # dfl.Config (read-only)
     hp: dict[str, Any]  # resolved hyperparameters: `hyperparameters` ← Config fields ← algorithm_options
-    trainer: Any  # dfl.local.LocalTrainer: the round's local steps, vectorized over clients
-    gossip: Any  # dfl.gossip.Gossip: X ← W_s X, and how many vectors each client sends
-    comm: Any  # a communicator (dfl.comm): client ids, sums and means over every process
+    trainer: Any  # dfl.training.local.LocalTrainer: the round's local steps, vectorized over clients
+    gossip: Any  # dfl.network.gossip.Gossip: X ← W_s X, and how many vectors each client sends
+    comm: Any  # a communicator (dfl.network.comm): client ids, sums and means over every process
 
     def lr(self, t: int) -> float:
         """The learning rate η_t of round t = 0, …, T−1 (T = `config.rounds`, η_0 = `config.lr`).
@@ -134,7 +134,7 @@ class Context:
         - exponential (γ = `lr_decay`): η_t = η_0 γ^s;
         - cosine (η_min = `lr_min`): η_t = η_min + (η_0 − η_min)(1 + cos(π s/S))/2, which starts at η_0 and
           would reach η_min at s = S, just after the last round. It depends on T, so a cosine run cannot be
-          extended on resume (`dfl.checkpoint.check_config`);
+          extended on resume (`dfl.engine.checkpoint.check_config`);
         - step (milestones m_1 < m_2 < … = `lr_milestones`, counted in s; factor = `lr_step_factor`):
           η_t = η_0 · factor^(number of milestones m_i ≤ s).
         With the defaults (exponential, W = 0) this is η_0 γ^t, computed exactly as before the schedules.

@@ -22,7 +22,7 @@ import torch
 
 from dfl.algorithms.base import RoundStats
 from dfl.algorithms.server import SERVER_DEFAULTS, ServerAlgorithm
-from dfl.local import descent_direction
+from dfl.training.local import descent_direction
 
 
 class DOMO(ServerAlgorithm):

@@ -5,7 +5,7 @@ One SGD step per communication, with the gradient taken at the pre-mixing iterat
 A round is the usual amount of local work (local_epochs or local_steps), i.e. K such iterations, so
 it gossips K times. Clients that have finished their epoch(s) still gossip, with zero gradient.
 K is the largest step count of all clients of all processes, so every process gossips equally often.
-With local_optimizer = adam/adamw, γ G(X^k) becomes each client's Adam/AdamW step at X^k (`dfl.adam`, from the
+With local_optimizer = adam/adamw, γ G(X^k) becomes each client's Adam/AdamW step at X^k (`dfl.training.adam`, from the
 gradient at the pre-mixing iterate), its moments fresh every round of K iterations or kept across rounds
 (`local_optimizer_state`).
 """
@@ -17,9 +17,9 @@ import math
 import numpy as np
 import torch
 
-from dfl.adam import AdamState
 from dfl.algorithms.base import ADAPTIVE, Algorithm, RoundStats
-from dfl.local import descent_direction
+from dfl.training.adam import AdamState
+from dfl.training.local import descent_direction
 
 
 class DPSGD(Algorithm):

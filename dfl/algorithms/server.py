@@ -28,9 +28,8 @@ import numpy as np
 import torch
 
 from dfl.algorithms.base import Algorithm, RoundStats
+from dfl.config import AGGREGATIONS, PARTICIPATION_MODES  # noqa: F401 (re-exported)
 
-PARTICIPATION_MODES = ("uniform", "bernoulli")
-AGGREGATIONS = ("uniform", "size")
 # Hyperparameters every centralized algorithm reads, with their defaults (full participation, mean).
 SERVER_DEFAULTS = {"participation": 1.0, "participation_mode": "uniform", "aggregation": "uniform"}
 _SAMPLING_STREAM = 0x5A3D  # separates the participation stream from the per-client data streams

@@ -22,6 +22,7 @@ __all__ = [
     "PARTITIONS",
     "Dataset",
     "FederatedData",
+    "check_config",
     "crop_flip",
     "dataset_options",
     "label_histograms",
@@ -33,3 +34,10 @@ __all__ = [
     "register",
     "register_partition",
 ]
+
+
+def check_config(config) -> None:
+    """The data's part of `dfl.validate`: `dataset` and `partition` are registered. Whether a partition fits the
+    dataset and the client count is known only when the data is built (`FederatedData.build`)."""
+    DATASETS.require(config.dataset, "dataset")
+    PARTITIONS.require(config.partition, "partition")

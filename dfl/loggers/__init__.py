@@ -5,7 +5,7 @@ one registry shape of `dfl.registry` (entry-point group `dfl.loggers`: an instal
 logger is a class built with no arguments, whose constructor checks that its package is installed (else a
 `ConfigError` with the pip command, at set-up, before any training), with three methods:
 
-    start(info)               once, before the first round of this session (`dfl.hooks.RunInfo`: the config,
+    start(info)               once, before the first round of this session (`RunInfo`: the config,
                               the algorithm's hyperparameters, the run directory, the rounds and metrics so far)
     log(round, metrics)       after every evaluated round is written to metrics.jsonl (the record as written)
     finish(status, summary)   once, however the run ends (status "completed", "stopped", "diverged", ...)
@@ -16,49 +16,15 @@ into the run directory: asking for it without one (`dfl.run` without `out=`) is 
 
 from __future__ import annotations
 
-import importlib
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
 
-from dfl.config import ConfigError
+from dfl.errors import ConfigError
+from dfl.loggers.base import Logger, RunInfo, numeric, require
+from dfl.loggers.tensorboard import TensorBoardLogger
+from dfl.loggers.wandb import WandbLogger
 from dfl.registry import Registry
 
-if TYPE_CHECKING:
-    from dfl.hooks import RunInfo
-
-
-class Logger:
-    """Base class of a logger: every method does nothing (override those you need)."""
-
-    needs_out_dir = False  # True: writes under the run directory, so `out` is required
-
-    def start(self, info: RunInfo) -> None:
-        pass
-
-    def log(self, round: int, metrics: dict[str, Any]) -> None:
-        pass
-
-    def finish(self, status: str, summary: dict[str, Any]) -> None:
-        pass
-
-
 LOGGERS: Registry[type[Logger]] = Registry("logger", group="dfl.loggers")
-
-
-def require(logger: str, package: str, install: str) -> Any:
-    """Import `package` for the logger named `logger`, or raise a ConfigError naming the field and the pip
-    command (`install`)."""
-    try:
-        return importlib.import_module(package)
-    except ImportError as exc:
-        raise ConfigError(f"loggers: {logger!r} needs the {package} package, which is not installed ({exc}); "
-                          f"install it with: {install}") from exc
-
-
-def numeric(metrics: dict[str, Any]) -> dict[str, float]:
-    """The scalar metrics of a record (numbers, not bools, not `round`): what one plots against the round."""
-    return {k: float(v) for k, v in metrics.items()
-            if k != "round" and isinstance(v, (int, float)) and not isinstance(v, bool)}
 
 
 def build(names: list[str], out_dir: str | Path | None) -> list[Logger]:
@@ -76,10 +42,15 @@ def build(names: list[str], out_dir: str | Path | None) -> list[Logger]:
     return loggers
 
 
-from dfl.loggers.tensorboard import TensorBoardLogger  # noqa: E402  (they subclass Logger, defined above)
-from dfl.loggers.wandb import WandbLogger  # noqa: E402
-
 LOGGERS.register("tensorboard", TensorBoardLogger)
 LOGGERS.register("wandb", WandbLogger)
 
-__all__ = ["LOGGERS", "Logger", "TensorBoardLogger", "WandbLogger", "build", "numeric", "require"]
+__all__ = ["LOGGERS", "Logger", "RunInfo", "TensorBoardLogger", "WandbLogger", "build", "check_config", "numeric",
+           "require"]
+
+
+def check_config(config) -> None:
+    """The loggers' part of `dfl.validate`: every name in `loggers` is registered (whether its package is
+    installed is checked when the run builds it)."""
+    for name in config.loggers:
+        LOGGERS.require(name, "loggers")

@@ -15,12 +15,9 @@ checkpoint (`purge_step`), as metrics.jsonl drops them; a fresh run (`--overwrit
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from dfl.loggers import Logger, numeric, require
-
-if TYPE_CHECKING:
-    from dfl.hooks import RunInfo
+from dfl.loggers.base import Logger, RunInfo, numeric, require
 
 SUBDIR = "tensorboard"
 # Section of a metric: the first rule whose word is in its name (else "training": lr, seconds_per_round, ...)

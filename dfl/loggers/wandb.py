@@ -11,12 +11,9 @@ its mean, std, min and max are). W&B's own settings apply, e.g. `WANDB_MODE=offl
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from dfl.loggers import Logger, numeric, require
-
-if TYPE_CHECKING:
-    from dfl.hooks import RunInfo
+from dfl.loggers.base import Logger, RunInfo, numeric, require
 
 FINISHED = ("completed", "stopped")  # W&B exit code 0; any other status is a failed W&B run
 

@@ -12,6 +12,7 @@ of your own must satisfy (and why BatchNorm with running statistics is rejected)
 
 from __future__ import annotations
 
+from dfl.errors import ConfigError
 from dfl.models.check import check_model
 from dfl.models.custom import ModelError, check_spec, spec_of
 from dfl.models.layers import CONV_IMPLS
@@ -22,3 +23,12 @@ from dfl.models.setup import model_for_run
 
 __all__ = ["CONV_IMPLS", "MODELS", "ModelError", "build_model", "check_model", "check_spec", "eval_mode",
            "model_for_run", "model_options", "num_params", "param_layout", "register", "resolve", "spec_of"]
+
+
+def check_config(config) -> None:
+    """The model's part of `dfl.validate`: `model` is a registered name or an importable
+    "package.module:factory" (imported now, so a typo fails before any work)."""
+    try:
+        check_spec(config.model, MODELS)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from exc

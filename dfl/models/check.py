@@ -11,7 +11,7 @@ The engine keeps every client's parameters as one row of an `[m, d]` stack and t
 - a forward that vmap can transform and that leaves its input alone: no `.item()`/`.tolist()`, no Python
   control flow on tensor values, no in-place writes to its input (evaluation passes views of the test set) or
   to buffers, logits of shape [batch, num_classes], no randomness in eval mode.
-  Randomness in train mode (dropout) is fine: every client draws its own (`dfl.local`).
+  Randomness in train mode (dropout) is fine: every client draws its own (`dfl.training.local`).
 `check_model` runs a forward, and a two-client vmapped forward + gradient (train mode) and forward (eval mode) on
 two training samples, and turns a failure into one line naming the model, the torch error's key sentence and
 the line of the model's code that raised it.

@@ -27,13 +27,11 @@ from typing import Any
 
 from torch import nn
 
+from dfl.errors import ModelError  # noqa: F401 (re-exported)
+
 IMPORT_SPEC = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*(\.[A-Za-z_]\w*)*")
 OBJECT_SPEC = re.compile(r"\S+ \((instance|factory)\)")
 SIGNATURE = "f(input_shape, num_classes, *, option=default, ...) -> nn.Module"
-
-
-class ModelError(ValueError):
-    """A model that cannot be built or trained by the engine; the message names the model spec."""
 
 
 def is_import_spec(spec: Any) -> bool:

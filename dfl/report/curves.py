@@ -4,7 +4,7 @@ per table column, and the per-client accuracies of the final models.
 
 from __future__ import annotations
 
-from dfl import plots
+from dfl.report import plots
 from dfl.report.layout import Layout
 from dfl.report.metrics import _number
 from dfl.report.settings import Setting, Stat

@@ -24,12 +24,12 @@ METRICS = (  # key, Markdown heading, cell format (see tables.format_stat)
     ("links_up", "Links up (%, last evaluated round; `link_failure`, `offline`)", "pct"),
     ("sim_time", "Simulated time (s; stragglers, `round_deadline`, `mode = async`)", "sci"),
 )
-# a table only when some run measured it (dfl.network's metrics exist only when a fault model is on)
+# a table only when some run measured it (dfl.network.faults's metrics exist only when a fault model is on)
 OPTIONAL_METRICS = {"hessian_top_eig", "personal_acc_mean", "global_acc_mean", "links_up", "sim_time"}
 # personalized evaluation (`local_test_fraction`): mean, std and min over clients
 LOCAL_TEST_METRICS = ("personal_acc_mean", "personal_acc_std", "personal_acc_min",
                       "global_acc_mean", "global_acc_std", "global_acc_min")
-# unreliable networks (dfl.network) and asynchronous gossip (dfl.asynchronous)
+# unreliable networks (dfl.network.faults) and asynchronous gossip (dfl.engine.asynchronous)
 NETWORK_METRICS = ("links_up", "spectral_gap_realised", "steps_done_mean", "sim_time", "staleness_mean")
 CSV_METRICS = (
     "test_acc", "best_test_acc", "rounds_to_target", "train_acc", "gen_gap", "test_loss", "train_loss",

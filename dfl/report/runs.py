@@ -2,7 +2,7 @@
 `RunRecord` whose unreadable parts are listed as problems, never raised; and what a summary's status means
 now (`effective_status`): a run whose summary says "running" but whose process is gone is "killed".
 A run that ended as it should is `FINISHED`: "completed", or "stopped" early by a callback or its target
-accuracy (`dfl.hooks`).
+accuracy (`dfl.engine.hooks`).
 """
 
 from __future__ import annotations
@@ -16,20 +16,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from dfl.errors import ReportError  # noqa: F401 (re-exported)
+
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover
     import tomli as tomllib
 
 from dfl.config import Config
-from dfl.results import read_metrics
+from dfl.engine.results import read_metrics
 
 REPORT_DIR = "report"
 FINISHED = ("completed", "stopped")  # stopped: ended early on purpose (a callback, stop_at_target); not resumed
-
-
-class ReportError(ValueError):
-    """Nothing to report on, or a bad report option; the message names the argument and the allowed values."""
 
 
 @dataclass

@@ -10,11 +10,11 @@ import math
 from pathlib import Path
 from typing import Any
 
+from dfl.engine.results import human_bytes
 from dfl.report.layout import Layout, format_value
 from dfl.report.metrics import CSV_METRICS, run_metrics, run_target
 from dfl.report.runs import RunRecord
 from dfl.report.settings import Setting, Stat
-from dfl.results import human_bytes
 
 NOT_COMPLETED_MARK = "†"
 

@@ -13,7 +13,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from dfl import plots
+from dfl.report import plots
 from dfl.report.layout import label
 from dfl.report.settings import Setting, varying_fields
 

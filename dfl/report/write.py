@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from dfl import plots
+from dfl.report import plots
 from dfl.report.curves import _client_groups, _panels
 from dfl.report.layout import Layout, _field_list, _registry_order, label, make_layout
 from dfl.report.metrics import METRICS, OPTIONAL_METRICS

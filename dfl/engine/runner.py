@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import math
 import os
-import signal
 import socket
 import time
 import warnings
@@ -21,36 +20,27 @@ import numpy as np
 import torch
 
 import topologies
-from dfl import checkpoint as ckpt
-from dfl import memory
 from dfl import topologies as topology_registry
 from dfl.algorithms import Context, algorithm_class, resolve_hyperparameters
-from dfl.clients import ParamLayout, initial_stack
-from dfl.config import Config, ConfigError
-from dfl.distributed import communicator_from_env  # before any process group: see its torch._dynamo note
-from dfl.evaluate import client_accuracies, consensus_distance, evaluate_row, local_accuracies, nonfinite_rows
-from dfl.hooks import Hooks, RunInfo
-from dfl.local import LocalTrainer
-from dfl.network import Network
-from dfl.results import RunDirectory
-
-
-class RunInterrupted(KeyboardInterrupt):
-    """A signal asked the run to stop (`dfl run` raises it on SIGTERM and SIGHUP; Ctrl-C is KeyboardInterrupt)."""
-
-    def __init__(self, signum: int):
-        self.signum = signum
-        super().__init__(f"interrupted by {signal.Signals(signum).name}")
+from dfl.algorithms.server import sample_participants
+from dfl.config import Config
+from dfl.engine import checkpoint as ckpt
+from dfl.engine.distributed import communicator_from_env  # before any process group: see its torch._dynamo note
+from dfl.engine.hooks import Hooks, RunInfo
+from dfl.engine.results import RunDirectory
+from dfl.engine.validation import validate
+from dfl.errors import ConfigError, DivergenceError, RunInterrupted  # noqa: F401 (re-exported)
+from dfl.network.faults import Network
+from dfl.training import memory
+from dfl.training.clients import ParamLayout, initial_stack
+from dfl.training.evaluate import client_accuracies, consensus_distance, evaluate_row, local_accuracies, nonfinite_rows
+from dfl.training.local import LocalTrainer
 
 
 def raise_on_signal(signum, frame) -> None:
     """A signal handler (SIGTERM, SIGHUP): stop the run as `RunInterrupted`, so it records status "interrupted"
     with its last completed round and keeps its metrics and last checkpoint."""
     raise RunInterrupted(signum)
-
-
-class DivergenceError(RuntimeError):
-    """The run diverged (NaN/inf, or the loss rule below); the message names the round and what happened."""
 
 
 # A run whose mean local training loss stays above DIVERGENCE_LOSS_FACTOR × ln C (C classes; ln C is the loss
@@ -133,24 +123,24 @@ def run(
     "module:factory" when that imports back to the factory, else as "module.Name (instance)"/"(factory)", which
     runs (and resumes) only with the object passed again.
 
-    `resume=True` continues the run in `out` from its `checkpoint.pt` (`dfl.checkpoint`): the config must
-    equal the checkpoint's except for `dfl.checkpoint.RESUMABLE_FIELDS` (e.g. more `rounds` extend a
+    `resume=True` continues the run in `out` from its `checkpoint.pt` (`dfl.engine.checkpoint`): the config must
+    equal the checkpoint's except for `dfl.engine.checkpoint.RESUMABLE_FIELDS` (e.g. more `rounds` extend a
     finished run); metrics.jsonl is rewritten from the checkpoint's history and rounds after the checkpoint
     are recomputed, so the result equals an uninterrupted run's. A finished run resumed with the same
     `rounds` trains nothing and returns its result again.
 
     Under torchrun (WORLD_SIZE > 1) every process calls this: it joins the process group, hosts its
-    block of clients and leaves the group at the end or on error (`dfl.distributed`); a failure on one
+    block of clients and leaves the group at the end or on error (`dfl.engine.distributed`); a failure on one
     rank makes the others stop with a `PeerFailure` naming it. A given `comm` is used as is, not closed.
 
-    `callbacks` are objects with `on_round_end(round, metrics)` (`dfl.hooks`), called after every evaluated
+    `callbacks` are objects with `on_round_end(round, metrics)` (`dfl.engine.hooks`), called after every evaluated
     round on the main process; True stops the run after that round (checkpointed; status "stopped").
     """
     if model is not None:
         from dfl.models import spec_of
 
         config = (config or Config()).replace(model=spec_of(model))
-    config = (config or Config()).validate()
+    config = validate(config or Config())
     if resume and out is None:
         raise ValueError("resume=True needs out= (the run directory holding checkpoint.pt)")
     if resume and overwrite:
@@ -228,7 +218,12 @@ class Experiment:
             warnings.warn(f"{config.algorithm} is centralized (complete topology); ignoring topology", stacklevel=3)
             ignored = [*ignored, "topology"]
         topology = build_topology(config, m)
-        network = Network(config, topology, data, hp)  # link failures, offline clients, stragglers (dfl.network)
+        participants = None
+        if centralized:  # stragglers and the deadline apply to the clients the server samples in round t
+            def participants(t: int) -> np.ndarray:
+                return sample_participants(config.seed, t, m, hp.get("participation", 1.0),
+                                           hp.get("participation_mode", "uniform"))
+        network = Network(config, topology, data, participants)  # link failures, offline clients, stragglers
 
         # seeded, built (or the given one copied), on device, in train mode, and checked: fails here, not in a round
         model = model_for_run(config.model, config.model_options, tuple(data.input_shape), data.num_classes,
@@ -243,8 +238,8 @@ class Experiment:
         trainer.step_cap = network.step_cap  # stragglers stopped by the round deadline (None: no deadline)
         gossip = network.gossip(comm, X0.dtype, device, start=X0)  # compressed gossip: x̂ starts at X_0
         self.ctx = Context(config=config, hp=hp, trainer=trainer, gossip=gossip, comm=comm)
-        if config.mode == "async":  # every client on its own clock (dfl.asynchronous)
-            from dfl.asynchronous import AsyncGossip
+        if config.mode == "async":  # every client on its own clock (dfl.engine.asynchronous)
+            from dfl.engine.asynchronous import AsyncGossip
 
             self.algorithm = AsyncGossip(self.ctx, X0.clone(), topology)
         else:
@@ -325,7 +320,7 @@ class Experiment:
             "num_params": self.layout.dim,
             "device": str(self.device),
             "client_chunk": self.trainer.chunk,
-            "malloc": "heap kept (dfl.memory.keep_freed_memory)" if memory.heap_kept() else "system",
+            "malloc": "heap kept (dfl.training.memory.keep_freed_memory)" if memory.heap_kept() else "system",
             "memory_estimate": self.trainer.memory_estimate,
             "rounds": config.rounds,
             "rounds_completed": self.start,
@@ -419,7 +414,7 @@ class Experiment:
             (t + 1) % every == 0 or t + 1 == self.config.rounds or self.hooks.stopped)
 
     def checkpoint(self, t: int) -> None:
-        """The state after round t (`dfl.checkpoint`): a collective, every rank calls it (the per-client rows
+        """The state after round t (`dfl.engine.checkpoint`): a collective, every rank calls it (the per-client rows
         are gathered); rank 0 writes it atomically."""
         counters = {"bytes_sent_total": self.bytes_total, "bytes_moved": self.comm.bytes_moved,
                     "wall_seconds": self.wall_before + time.perf_counter() - self.started}
@@ -439,7 +434,7 @@ class Experiment:
     def status(self):
         """Marks the summary with how the run ended (completed by `save_params`, stopped when a callback or the
         target asked; diverged, interrupted or failed here, with the error) and writes summary.json with the
-        final metrics, whatever happened. The hooks (`dfl.hooks`) start here and finish last."""
+        final metrics, whatever happened. The hooks (`dfl.engine.hooks`) start here and finish last."""
         summary = self.summary
         try:
             self.hooks.start(RunInfo(self.config, self.hp, self.run_dir.path if self.run_dir else None,
@@ -560,9 +555,9 @@ def _evaluate(model, layout, X, mean, comm, x, y, train_sub, client_test, config
 
 
 def _hessian(model, layout, mean, sample, config: Config) -> float:
-    """Top Hessian eigenvalue of the averaged model's training loss (`dfl.flatness`); every process computes
+    """Top Hessian eigenvalue of the averaged model's training loss (`dfl.training.flatness`); every process computes
     it from the same mean and sample, so it is identical everywhere."""
-    from dfl.flatness import hessian_top_eigenvalue
+    from dfl.training.flatness import hessian_top_eigenvalue
 
     return hessian_top_eigenvalue(model, layout, mean, *sample, iters=config.hessian_iters,
                                   batch_size=config.eval_batch_size, seed=config.seed)

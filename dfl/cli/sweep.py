@@ -10,9 +10,9 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from dfl.config import ConfigError
-from dfl.run_cli import key_value
-from dfl.sweep import (
+from dfl.cli.run import key_value
+from dfl.errors import ConfigError
+from dfl.workflows.sweep import (
     CONFIG_FIELDS,
     Sweep,
     SweepError,

@@ -15,7 +15,7 @@ import sys
 
 import topologies
 from dfl import topologies as topology_registry
-from dfl.run_cli import key_value
+from dfl.cli.run import key_value
 from dfl.topologies import TOPOLOGIES, topology_options
 from topologies import spectral
 from topologies.weights import LAZY_BASES, SCHEMES

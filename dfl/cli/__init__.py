@@ -13,17 +13,17 @@ import sys
 # subcommand -> (module defining `add_parser(subparsers)`, which registers it, and its one-line help). The help
 # is repeated here so `dfl --help` lists every command without importing any; a test keeps both in sync.
 COMMANDS: dict[str, tuple[str, str]] = {
-    "run": ("dfl.run_cli", "run one experiment (default: DFedSAM-MGS, ring, 16 clients, MNIST-1D, Dirichlet 0.3)"),
-    "topology": ("dfl.topology_cli", "spectral analysis of communication topologies"),
-    "sweep": ("dfl.sweep_cli", "run every combination of a sweep file ([base] + [vary]) into one sweep directory"),
-    "compare-topologies": ("dfl.sweep_cli", "the DFedSAM paper's topology study: 4 topologies x 5 decentralized "
+    "run": ("dfl.cli.run", "run one experiment (default: DFedSAM-MGS, ring, 16 clients, MNIST-1D, Dirichlet 0.3)"),
+    "topology": ("dfl.cli.topology", "spectral analysis of communication topologies"),
+    "sweep": ("dfl.cli.sweep", "run every combination of a sweep file ([base] + [vary]) into one sweep directory"),
+    "compare-topologies": ("dfl.cli.sweep", "the DFedSAM paper's topology study: 4 topologies x 5 decentralized "
                                             "algorithms (MNIST-1D, minutes)"),
-    "spectral-study": ("dfl.sweep_cli", "one algorithm across topologies x gossip steps Q (x client counts): "
+    "spectral-study": ("dfl.cli.sweep", "one algorithm across topologies x gossip steps Q (x client counts): "
                                         "accuracy vs spectral gap"),
-    "report": ("dfl.report_cli", "tables and plots of a run directory or of all runs under a directory (e.g. a sweep)"),
-    "list": ("dfl.list_cli", "every algorithm, topology, model, dataset, partition, weight scheme and logger, with "
+    "report": ("dfl.cli.report", "tables and plots of a run directory or of all runs under a directory (e.g. a sweep)"),
+    "list": ("dfl.cli.listing", "every algorithm, topology, model, dataset, partition, weight scheme and logger, with "
                              "options"),
-    "landscape": ("dfl.landscape_cli", "2-D loss landscape and top Hessian eigenvalue of a run's final averaged model"),
+    "landscape": ("dfl.cli.landscape", "2-D loss landscape and top Hessian eigenvalue of a run's final averaged model"),
 }
 COMMAND_MODULES = tuple(dict.fromkeys(module for module, _ in COMMANDS.values()))
 
@@ -76,6 +76,3 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     return int(args.handler(args) or 0)
 
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,6 +1,6 @@
 """Asynchronous gossip in simulated time (`mode = "async"`), in the style of AD-PSGD (Lian et al., ICML 2018).
 
-Every client runs on its own clock (`dfl.async_events`: compute time per local step from the straggler model, a
+Every client runs on its own clock (`dfl.network.async_events`: compute time per local step from the straggler model, a
 serialized uplink of `link_bandwidth` bytes per simulated second, `link_latency` per message) and, at the end of
 each of its updates, mixes its model with the newest model of each in-neighbour that has arrived:
 - dfedavg, dfedavgm, dfedsam (and dfedsam-mgs with gossip_steps = 1): update k of client i trains the K_i local
@@ -9,7 +9,7 @@ each of its updates, mixes its model with the newest model of each in-neighbour 
 - dpsgd (AD-PSGD): update k is one SGD step, step k mod K_i of local round k // K_i: the gradient is taken at the
   model x_i^k it sends, then x_i ← w_ii x_i^k + Σ_j w_ij x_j^{v_ij} − η g_i(x_i^k).
 v_ij is the version of client j's model that has arrived at i (version −1 is x⁰), at most `max_staleness` updates
-behind i's own (`dfl.async_events`). W is the run's static topology, row i = the weights client i mixes with.
+behind i's own (`dfl.network.async_events`). W is the run's static topology, row i = the weights client i mixes with.
 
 Rounds. One round of the runner is U updates in event order: U = m for the local-steps family (as many updates
 as a synchronous round has), U = Σ_i K_i for dpsgd (as many SGD steps as a synchronous round has). The learning
@@ -47,12 +47,12 @@ import scipy.sparse as sp
 import torch
 
 from dfl.algorithms.base import Algorithm, RoundStats
-from dfl.async_events import ComputeTimes, EventSchedule, Local, Mix
-from dfl.comm import even_blocks
-from dfl.config import ConfigError
 from dfl.data.sampler import batch_width, local_step_counts
-from dfl.gossip import csr_tensor
-from dfl.local import descent_direction
+from dfl.errors import ConfigError
+from dfl.network.async_events import ComputeTimes, EventSchedule, Local, Mix
+from dfl.network.comm import even_blocks
+from dfl.network.gossip import csr_tensor
+from dfl.training.local import descent_direction
 
 MODES = ("sync", "async")
 # The algorithms the asynchronous mode runs, and the form of their update: "local" = K local steps, then one mix
@@ -64,9 +64,9 @@ EMPTY = -2  # checkpoint: an unused message slot (version −1 is x⁰)
 
 
 # ----------------------------------------------------------------------------------------- configuration
-def check_config(config) -> None:
-    """`mode` and the asynchronous fields of a Config (`Config.validate`): ranges, and what async cannot run."""
-    from dfl.algorithms import algorithm_class
+def check_config(config, centralized: bool) -> None:
+    """`mode` and the asynchronous fields of a Config (`dfl.validate`; `centralized`: the algorithm aggregates at a
+    server): ranges, and what async cannot run."""
     from topologies.build import TIME_VARYING
 
     if config.mode not in MODES:
@@ -88,7 +88,7 @@ def check_config(config) -> None:
                                   f"or remove it (default {default!r})")
         return
     algorithm = config.algorithm
-    if getattr(algorithm_class(algorithm), "centralized", False):
+    if centralized:
         raise ConfigError(f"mode = async applies to gossip, not to the centralized {algorithm!r}, which waits for "
                           f"its clients at a server every round; use one of {', '.join(ASYNC_ALGORITHMS)}")
     if algorithm not in ASYNC_ALGORITHMS:

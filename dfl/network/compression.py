@@ -1,4 +1,4 @@
-"""Compression operators Q for compressed gossip (`dfl.choco`), vectorized over the rows (clients) of a stack.
+"""Compression operators Q for compressed gossip (`dfl.network.choco`), vectorized over the rows (clients) of a stack.
 
 A compressor maps D [m, d] (row r: one client's vector, in CHOCO x_i − x̂_i) to Q(D) [m, d], row by row. CHOCO's
 condition on Q (Koloskova, Stich & Jaggi, ICML 2019, Assumption 1 [recon: from memory]) is contraction in
@@ -165,7 +165,7 @@ COMPRESSORS: Registry[type[Compressor]] = Registry("compressor")
 for _cls in (TopK, RandomK, QSGD):
     COMPRESSORS.register(_cls.name, _cls)
 del _cls
-NONE = "none"  # the exact gossip of the run's topology (`dfl.gossip.Gossip`), no compressor
+NONE = "none"  # the exact gossip of the run's topology (`dfl.network.gossip.Gossip`), no compressor
 
 
 def build(name: str, compression=None) -> Compressor:

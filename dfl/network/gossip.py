@@ -11,7 +11,7 @@ Four ways to apply Q steps W_{s+Q−1} ⋯ W_s, all equal to the float64 product
   that is cheaper, by the cost rule in `use_dense`.
 
 A multi-process communicator (one with `mix_steps`) gets the step matrices themselves, so it can exchange
-only the rows each step needs (`dfl.distributed`). Gossip step s is global: round t of an algorithm with Q
+only the rows each step needs (`dfl.engine.distributed`). Gossip step s is global: round t of an algorithm with Q
 steps per round uses steps tQ, …, tQ+Q−1, so time-varying schedules advance the same way whatever the
 algorithm.
 """
@@ -195,7 +195,7 @@ class Gossip:
         return out
 
     def message_bytes(self, dim: int, itemsize: int) -> int:
-        """Bytes of one message: a model-sized vector (a compressed gossip, `dfl.choco`, sends less)."""
+        """Bytes of one message: a model-sized vector (a compressed gossip, `dfl.network.choco`, sends less)."""
         return dim * itemsize
 
     def _tensor(self, M: np.ndarray) -> torch.Tensor:

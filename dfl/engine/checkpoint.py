@@ -5,7 +5,7 @@
 - the algorithm's per-client state (`Algorithm.client_state`, all m rows, gathered) and its replicated
   server state (identical on every process; rank 0's copy);
 - the gossip's per-client state, when it has one (`gossip_state`: compressed gossip's public copies x̂, all m
-  rows, gathered; `dfl.choco`);
+  rows, gathered; `dfl.network.choco`);
 - the loop counters (bytes sent so far, bytes moved between processes, wall seconds) and the metrics history;
 - the global RNG states (torch, CUDA, numpy, python; rank 0's, restored on every rank), the config and the
   parameter names.
@@ -27,7 +27,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from dfl.config import Config, ConfigError
+from dfl.config import Config
+from dfl.errors import CheckpointError, ConfigError, NoCheckpoint  # noqa: F401 (re-exported)
 
 FORMAT = 1
 FILENAME = "checkpoint.pt"
@@ -44,20 +45,7 @@ RESUMABLE_FIELDS = EXACT_FIELDS + EXECUTION_FIELDS
 # The keys every checkpoint of FORMAT holds (`gather`); a file without one of them cannot be resumed.
 REQUIRED_KEYS = ("round", "params", "client_state", "server_state", "history", "counters", "rng", "config",
                  "param_names")
-RESTART_HINT = "delete the run directory, or start the run again with --overwrite instead of --resume"
-
-
-class NoCheckpoint(FileNotFoundError):
-    """`--resume` on a directory without a checkpoint."""
-
-
-class CheckpointError(ValueError):
-    """`checkpoint.pt` exists but cannot be resumed (truncated, corrupt, or not a complete dfl checkpoint).
-    `path` is the file, `reason` what is wrong with it; the message is one line and says what to do."""
-
-    def __init__(self, path: str | Path, reason: str, hint: str = RESTART_HINT):
-        self.path, self.reason = Path(path), reason
-        super().__init__(f"checkpoint {self.path} is unreadable ({reason}); {hint}")
+from dfl.errors import RESTART_HINT  # noqa: E402,F401
 
 
 def gather(algorithm, comm, round_done: int, history, counters: dict[str, Any], config: Config, layout):

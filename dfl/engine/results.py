@@ -13,9 +13,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-
-class RunDirectoryExists(FileExistsError):
-    pass
+from dfl.errors import RunDirectoryExists  # noqa: F401 (re-exported)
 
 
 def _umask() -> int:
@@ -160,7 +158,7 @@ SUMMARY_ROWS = (
     ("train_loss", "train loss (local)", "{:.4f}"),
     ("consensus_distance", "consensus distance", "{:.3e}"),
     ("hessian_top_eig", "top Hessian eigenvalue", "{:.4g}"),
-    ("links_up", "links up (last round)", "{:.1%}"),  # dfl.network: only when link faults are on
+    ("links_up", "links up (last round)", "{:.1%}"),  # dfl.network.faults: only when link faults are on
     ("spectral_gap_realised", "realised spectral gap", "{:.4g}"),
     ("steps_done_mean", "local steps done (mean)", "{:.2f}"),  # ... and when stragglers are
     ("sim_time", "simulated time (s)", "{:.6g}"),

@@ -2,11 +2,11 @@
 version of each neighbour's model it mixes. A pure function of the seed and the static setting (graph, speeds,
 link costs, data sizes): every process computes the same events without communicating, and a resume replays them.
 
-Model (simulated seconds; one local step of a normal-speed client takes 1 s, as in `dfl.network`). Client i's
+Model (simulated seconds; one local step of a normal-speed client takes 1 s, as in `dfl.network.faults`). Client i's
 update k = 0, 1, 2, ... is a local phase, a send and a mix:
 - the local phase starts at s_{i,k} and takes C_{i,k} = n_i c_{i,t} seconds: n_i local steps (K_i of the round's
   local work for dfedavg/dfedsam, 1 for dpsgd), c = `straggler_slowdown` with probability `stragglers`, else 1,
-  drawn per client and local round t (t = k, or k // K_i for dpsgd) from the seed as `dfl.network.Stragglers`
+  drawn per client and local round t (t = k, or k // K_i for dpsgd) from the seed as `dfl.network.faults.Stragglers`
   does; it ends at e_{i,k} = s_{i,k} + C_{i,k};
 - at e_{i,k} the client sends version k of its model to each out-neighbour (column i of W). Its uplink carries
   one message at a time, T = model_bytes / `link_bandwidth` seconds each (0 with unlimited bandwidth), to the
@@ -35,7 +35,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from dfl.data.sampler import client_keys
-from dfl.network import STREAM_STRAGGLER, uniform  # an async client is slow in the local rounds a sync one is
+from dfl.network.faults import STREAM_STRAGGLER, uniform  # an async client is slow in the local rounds a sync one is
 
 _SEND, _MIX = 0, 1  # event kinds, in their order at equal times
 _CACHED_ROUNDS = 256  # local rounds of straggler draws kept
@@ -72,7 +72,7 @@ class ComputeTimes:
         self._slow: dict[int, np.ndarray] = {}
 
     def step_seconds(self, t: int) -> np.ndarray:
-        """[m] seconds per local step of every client in local round t (the straggler draw of `dfl.network`)."""
+        """[m] seconds per local step of every client in local round t (the straggler draw of `dfl.network.faults`)."""
         if self.fraction == 0:
             return np.ones(len(self.steps))
         c = self._slow.get(t)

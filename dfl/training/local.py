@@ -2,7 +2,7 @@
 
 All rules act row by row on the `[m, d]` stack: norms, clipping and SAM perturbations are per client,
 never across the stack. One `vmap(grad)` call computes the minibatch gradients of a chunk of clients
-(`client_chunk`, "auto" = measured by `plan_chunk`, see `dfl.memory`), differentiating per-parameter tensors
+(`client_chunk`, "auto" = measured by `plan_chunk`, see `dfl.training.memory`), differentiating per-parameter tensors
 (`ParamLayout.split`) and joining the gradients with one `cat` (optionally through `torch.compile`,
 `Config.compile`, and under bf16 autocast, `Config.precision`).
 
@@ -14,7 +14,7 @@ One local step for client i with minibatch ξ (ALGORITHMS.md §1, torch.optim.SG
     g  ← g · min(1, c/‖g‖)                        per-client clipping (c = clip_grad_norm)
     g  ← g + λ y                                  weight decay
     b  ← μ b + g;   y ← y − η b                   heavy-ball momentum (μ = 0: SGD)
-With `optimizer = "adam"` / `"adamw"` the last two lines are torch's Adam/AdamW step instead (`dfl.adam`): the
+With `optimizer = "adam"` / `"adamw"` the last two lines are torch's Adam/AdamW step instead (`dfl.training.adam`): the
 SAM ascent still uses the plain gradient g₀, and Adam's moments are fed the gradient at the perturbed point.
 """
 
@@ -31,11 +31,11 @@ import torch
 import torch.nn.functional as F
 from torch.func import functional_call, grad_and_value, vmap
 
-from dfl import memory
-from dfl.adam import AdamState
-from dfl.clients import ParamLayout
 from dfl.config import LOCAL_OPTIMIZERS
 from dfl.data.sampler import Batch, RoundSchedule
+from dfl.training import memory
+from dfl.training.adam import AdamState
+from dfl.training.clients import ParamLayout
 
 SAM_EPS = 1e-12
 
@@ -88,7 +88,7 @@ class LocalTrainer:
             1, len(self.client_ids)))
         self.memory_estimate: dict | None = None
         # optional (round, client ids) -> max local steps per client, e.g. stragglers stopped by a deadline
-        # (`dfl.network.Stragglers.cap`); None = every client takes all its steps
+        # (`dfl.network.faults.Stragglers.cap`); None = every client takes all its steps
         self.step_cap: Callable[[int, list[int]], object] | None = None
         self.weight_mask = layout.mask(lambda name: "weight" in name).to(data.train_x.device)
 
@@ -112,7 +112,7 @@ class LocalTrainer:
 
     def schedule(self, round_index: int | np.ndarray, rows: torch.Tensor | None = None) -> RoundSchedule:
         """Round `round_index`'s batches for the local clients (or only the local rows `rows`). An array gives
-        every client its own round (the asynchronous mode, `dfl.asynchronous`: each client at its own update)."""
+        every client its own round (the asynchronous mode, `dfl.engine.asynchronous`: each client at its own update)."""
         ids = self.client_ids if rows is None else [self.client_ids[r] for r in rows.tolist()]
         first = round_index if np.ndim(round_index) == 0 else int(np.min(round_index))
         torch.manual_seed(dropout_seed(self.seed, first, ids[0] if ids else 0))
@@ -121,10 +121,11 @@ class LocalTrainer:
 
     # ---------------------------------------------------------------- clients per vectorized call
     def plan_chunk(self, X: torch.Tensor, extra_stacks: int = 0) -> int:
-        """Measure a gradient call's memory on round 0's first batch and resolve `client_chunk` (`dfl.memory`):
+        """Measure a gradient call's memory on round 0's first batch and resolve `client_chunk` (`dfl.training.memory`):
         "auto" becomes the largest chunk that fits and is fast; an explicit chunk is kept (a warning says when
         the estimate puts it above memory). Raises ConfigError with the estimate when not even one client fits.
-        extra_stacks: [m, d] stacks the run keeps beyond the planner's usual ones (`dfl.memory.choose_chunk`)."""
+        extra_stacks: [m, d] stacks the run keeps beyond the planner's usual ones
+        (`dfl.training.memory.choose_chunk`)."""
         m = X.shape[0]
         probe = min(4, m)
         batch = self.schedule(0, torch.arange(probe)).batch(0)

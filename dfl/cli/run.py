@@ -1,7 +1,7 @@
 """`dfl run [CONFIG.toml] [--field value ...]`: one flag per Config field; flags override the file.
 
 `dfl run --resume DIR [--rounds N ...]` continues the run in DIR from its checkpoint, with DIR/config.toml
-as the config; flags may change the fields that are safe to change on resume (`dfl.checkpoint`)."""
+as the config; flags may change the fields that are safe to change on resume (`dfl.engine.checkpoint`)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,8 @@ import warnings
 from dataclasses import fields
 from pathlib import Path
 
-from dfl.config import FIELD_HELP, Config, ConfigError
+from dfl.config import Config, options
+from dfl.errors import ConfigError
 
 
 def add_parser(subparsers) -> None:
@@ -35,24 +36,31 @@ def add_parser(subparsers) -> None:
         help="continue the run in DIR from its checkpoint (config from DIR/config.toml; flags may change "
         "rounds, progress, checkpoint_every and execution settings)",
     )
-    defaults = Config()
-    for f in fields(Config):
-        flag = "--" + f.name.replace("_", "-")
-        kind = str(f.type)
-        default = getattr(defaults, f.name)
-        text = FIELD_HELP[f.name] + ("" if default in (None, {}, []) else f" (default {default})")
-        if f.name == "loggers":  # --log tensorboard --log wandb, or --log tensorboard,wandb
-            parser.add_argument("--log", flag, dest=f.name, action=_AppendNames, metavar="NAME", help=text)
-        elif kind == "bool":
-            parser.add_argument(flag, dest=f.name, action=argparse.BooleanOptionalAction, help=text)
-        elif kind.startswith("dict"):
-            parser.add_argument(flag, dest=f.name, nargs="+", metavar="KEY=VALUE", type=key_value,
-                                help=text + "; one or more key=value pairs, values as Python literals")
-        elif kind.startswith("list["):  # e.g. lr_milestones: --lr-milestones 100 150 (no values = empty list)
-            parser.add_argument(flag, dest=f.name, nargs="*", metavar="N", type=_scalar_type(kind[5:-1]), help=text)
-        else:
-            parser.add_argument(flag, dest=f.name, type=_scalar_type(kind), help=text)
+    add_config_flags(parser)
     parser.set_defaults(handler=main)
+
+
+def add_config_flags(parser: argparse.ArgumentParser) -> None:
+    """One flag per Config field (`dfl.config.options()`: its type, default, choices and help line), grouped by
+    the sections of the options reference."""
+    groups: dict[str, argparse._ArgumentGroup] = {}
+    for opt in options():
+        group = groups.get(opt.section) or groups.setdefault(opt.section, parser.add_argument_group(opt.section))
+        flag = "--" + opt.name.replace("_", "-")
+        text = opt.help + ("" if opt.default in (None, {}, []) else f" (default {opt.default})")
+        kind = opt.type
+        metavar = "{" + ",".join(opt.choices) + "}" if opt.choices else None
+        if opt.name == "loggers":  # --log tensorboard --log wandb, or --log tensorboard,wandb
+            group.add_argument("--log", flag, dest=opt.name, action=_AppendNames, metavar="NAME", help=text)
+        elif kind == "bool":
+            group.add_argument(flag, dest=opt.name, action=argparse.BooleanOptionalAction, help=text)
+        elif kind.startswith("dict"):
+            group.add_argument(flag, dest=opt.name, nargs="+", metavar="KEY=VALUE", type=key_value,
+                               help=text + "; one or more key=value pairs, values as Python literals")
+        elif kind.startswith("list["):  # e.g. lr_milestones: --lr-milestones 100 150 (no values = empty list)
+            group.add_argument(flag, dest=opt.name, nargs="*", metavar="N", type=_scalar_type(kind[5:-1]), help=text)
+        else:
+            group.add_argument(flag, dest=opt.name, type=_scalar_type(kind), metavar=metavar, help=text)
 
 
 class _AppendNames(argparse.Action):
@@ -100,7 +108,7 @@ def config_from_args(args: argparse.Namespace) -> Config:
 
 def resume_args(args: argparse.Namespace) -> argparse.Namespace:
     """`--resume DIR`: the config file is DIR/config.toml and the run directory DIR."""
-    from dfl.checkpoint import FILENAME, NoCheckpoint
+    from dfl.engine.checkpoint import FILENAME, NoCheckpoint
 
     run_dir = Path(args.resume)
     if getattr(args, "config_file", None):
@@ -119,8 +127,9 @@ def resume_args(args: argparse.Namespace) -> argparse.Namespace:
 
 
 def main(args: argparse.Namespace) -> int:
-    from dfl.results import RunDirectoryExists, format_summary
-    from dfl.runner import DivergenceError, raise_on_signal, run
+    from dfl.engine.results import RunDirectoryExists, format_summary
+    from dfl.engine.runner import DivergenceError, raise_on_signal, run
+    from dfl.engine.validation import validate
 
     # SIGTERM (kill, torchrun, schedulers) and SIGHUP (a closed terminal) stop the run like Ctrl-C does: it
     # records status "interrupted", keeps its metrics and last checkpoint, and exits 128 + the signal number
@@ -133,7 +142,7 @@ def main(args: argparse.Namespace) -> int:
         resume = getattr(args, "resume", None)
         if resume is not None:
             args = resume_args(args)
-        config = config_from_args(args).validate()
+        config = validate(config_from_args(args))
         out = Path(getattr(args, "out", None) or Path("runs") / config.name)
         with warnings.catch_warnings():
             warnings.simplefilter("always")

@@ -11,8 +11,8 @@ Algorithm 1 (CHOCO-GOSSIP) [recon], for every client i in parallel, x̂_i^(0) = 
     7:     x_i^(t+1) = x_i^(t) + γ Σ_j w_ij (x̂_j^(t+1) − x̂_i^(t+1))
 x̂_j is client j's public copy: every neighbour of j holds the same one (it adds the same q_j), so the simulator
 keeps one [m, d] stack X̂, and line 7 is X ← X + γ (W X̂ − X̂) (rows of W sum to 1): one ordinary gossip step of
-X̂, done by `dfl.gossip.Gossip.mix`, so the neighbour-only row exchange across processes is reused as it is.
-What the network carries is q_j (a compressed message, `dfl.compression`); error feedback is the x − x̂ that
+X̂, done by `dfl.network.gossip.Gossip.mix`, so the neighbour-only row exchange across processes is reused as it is.
+What the network carries is q_j (a compressed message, `dfl.network.compression`); error feedback is the x − x̂ that
 Q leaves out, carried to the next step's q.
 
 Algorithm 2 (CHOCO-SGD) [recon] puts a local SGD step before it: x_i^(t+½) = x_i^(t) − η_t ∇F_i(x_i^(t), ξ_i^(t)),
@@ -35,7 +35,7 @@ Choices of this implementation:
   (A gossip built without a start, as in the tests, starts from x̂^(0) = 0, as the paper.)
 - One public copy per client: an algorithm gossips one stack (the models) per gossip step; mixing a second
   stack at a step already gossiped is an error.
-- Faults (`dfl.network`): line 7 uses the realised W'_s of the step. An offline client sends nothing: q_j = 0,
+- Faults (`dfl.network.faults`): line 7 uses the realised W'_s of the step. An offline client sends nothing: q_j = 0,
   so x̂_j stays, and its row of W'_s is e_j, so x_j stays. A message q_j that cannot cross a failed link (or
   reach an offline neighbour) is delivered with the next message over that link: updates add up, so the copy of
   x̂_j a neighbour holds is exact whenever it mixes with j. Bytes count every q_j once per neighbour of the
@@ -51,17 +51,16 @@ import math
 import numpy as np
 import torch
 
-from dfl import compression as compressors
-from dfl.config import ConfigError
+from dfl.errors import ConfigError
+from dfl.network import compression as compressors
 
 TIME_VARYING = ("one-peer-exponential", "random-k")  # built-in time-varying topologies (others: `check_topology`)
 STATE_KEY = "choco_public"  # the checkpoint's name for the public copies x̂
 
 
-def check_config(config) -> None:
-    """compressor, compression and consensus_lr of a Config (`Config.validate`): ConfigError naming the field."""
-    from dfl.algorithms import algorithm_class
-
+def check_config(config, centralized: bool) -> None:
+    """compressor, compression and consensus_lr of a Config (`dfl.validate`; `centralized`: the algorithm
+    aggregates at a server): ConfigError naming the field."""
     name = config.compressor
     names = (compressors.NONE, *compressors.COMPRESSORS.names())
     if name not in names:
@@ -81,7 +80,7 @@ def check_config(config) -> None:
     if gamma is not None and (isinstance(gamma, bool) or not isinstance(gamma, (int, float))
                               or not math.isfinite(gamma) or not 0 < gamma <= 1):
         raise ConfigError(f"consensus_lr must be CHOCO's consensus step size gamma in (0, 1], got {gamma!r}")
-    if getattr(algorithm_class(config.algorithm), "centralized", False):
+    if centralized:
         raise ConfigError(f"compressor = {name} compresses gossip, but {config.algorithm!r} is centralized (it "
                           "aggregates at a server and does not gossip); use a decentralized algorithm (dpsgd, "
                           "dfedavg, dfedavgm, dfedsam, dfedsam-mgs)")
@@ -97,10 +96,11 @@ def check_topology(name: str, topology_name: str, time_varying: bool) -> None:
 
 
 class ChocoGossip:
-    """CHOCO-GOSSIP over `inner` (a `dfl.gossip.Gossip`): `mix` and `sends` as Gossip's, compressed (module doc).
+    """CHOCO-GOSSIP over `inner` (a `dfl.network.gossip.Gossip`): `mix` and `sends` as Gossip's, compressed
+    (module doc).
 
     `public` holds x̂ of this process's clients ([m_local, d], rows = `comm.client_ids`); `start` is x̂^(0) (None:
-    zeros, made at the first `mix`). With link faults, `faults` (`dfl.network.LinkFaults`) says who is online
+    zeros, made at the first `mix`). With link faults, `faults` (`dfl.network.faults.LinkFaults`) says who is online
     and `base` (a Gossip over the fault-free topology) counts the neighbours each message goes to."""
 
     def __init__(self, inner, compressor: compressors.Compressor, gamma: float, seed: int,
@@ -166,10 +166,10 @@ class ChocoGossip:
         return out
 
     def message_bytes(self, dim: int, itemsize: int) -> int:
-        """Bytes of one message q_j (`dfl.compression`)."""
+        """Bytes of one message q_j (`dfl.network.compression`)."""
         return self.compressor.message_bytes(dim, itemsize)
 
-    # ------------------------------------------------------------------ checkpoints (`dfl.checkpoint`)
+    # ------------------------------------------------------------------ checkpoints (`dfl.engine.checkpoint`)
     def client_state(self) -> dict[str, torch.Tensor]:
         """Per-client state rows ([m_local, ...]): the public copies x̂."""
         return {} if self.public is None else {STATE_KEY: self.public}

@@ -30,7 +30,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
-from dfl.config import ConfigError
+from dfl.errors import ConfigError
 
 CPU_CHUNK_BYTES = 128 * 2**20
 MEMORY_FRACTION = {"cpu": 0.5, "cuda": 0.8}  # of the memory free when the run starts
@@ -124,7 +124,7 @@ def choose_chunk(
     """(chunk, estimate) for `clients` local clients: the largest chunk that fits and is fast (see module doc).
 
     fixed, per_client: the gradient call's bytes (intercept, slope); row_bytes: one client's parameters (d × 4);
-    extra_stacks: [m, d] stacks beyond STACK_COPIES (compressed gossip keeps the public copies x̂, `dfl.choco`).
+    extra_stacks: [m, d] stacks beyond STACK_COPIES (compressed gossip keeps the public copies x̂, `dfl.network.choco`).
     Raises ConfigError (a ValueError naming client_chunk), with the estimate, when not even one client fits."""
     kind = "cuda" if device.type == "cuda" else "cpu"
     budget = int(free * MEMORY_FRACTION[kind])

@@ -47,6 +47,8 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from dfl.errors import SweepError, SweepInterrupted  # noqa: F401 (re-exported)
+
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover
@@ -54,8 +56,9 @@ else:  # pragma: no cover
 
 import tomli_w
 
-from dfl.config import MAX_NAME, NAME_RE, Config, ConfigError
-from dfl.results import atomic_write_bytes, remove_stale_temporaries, to_json
+from dfl.config import MAX_NAME, NAME_RE, Config
+from dfl.engine.results import atomic_write_bytes, remove_stale_temporaries, to_json
+from dfl.errors import ConfigError
 
 TABLES = ("sweep", "base", "vary")
 SWEEP_KEYS = ("name", "parallel")
@@ -65,24 +68,6 @@ NAME_CHARS = re.compile(r"[^A-Za-z0-9._=,-]")  # replaced by "_" in the run name
 ERROR_LOG = "error.log"
 STOP_SIGNALS = tuple(getattr(signal, n) for n in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, n))
 STOP_GRACE_SECONDS = 10.0  # SIGTERM'd workers that have not exited by then get SIGKILL
-
-
-class SweepError(ValueError):
-    """A sweep spec or sweep directory is invalid; the message names the table, field or run."""
-
-
-class SweepInterrupted(KeyboardInterrupt):
-    """The sweep got SIGINT, SIGTERM or SIGHUP; its workers have been stopped by the time this propagates out of
-    `run_sweep`. `exit_code` is 128 + the signal number (130 for SIGINT, 143 for SIGTERM, 129 for SIGHUP)."""
-
-    def __init__(self, signum: int):
-        self.signum = int(signum)
-        self.stopped = 0  # worker processes stopped (set by the parallel runner)
-        super().__init__(f"interrupted by {signal.Signals(self.signum).name}")
-
-    @property
-    def exit_code(self) -> int:
-        return 128 + self.signum
 
 
 @dataclass(frozen=True)
@@ -264,9 +249,10 @@ def _format(value: Any) -> str:
 
 def _validated(name: str, values: dict[str, Any]) -> Config:
     from dfl.algorithms import resolve_hyperparameters
+    from dfl.engine.validation import validate
 
     try:
-        config = Config.from_dict(values).validate()
+        config = validate(Config.from_dict(values))
         with warnings.catch_warnings():  # ignored options are reported when the run starts
             warnings.simplefilter("ignore")
             resolve_hyperparameters(config)
@@ -303,7 +289,7 @@ def plan_run(run_dir: Path, config: Config, *, retry_diverged: bool = False) -> 
       resumed: its checkpoint is the last good state, and resuming it would diverge again deterministically).
 
     A run directory made from a different config is an error (results must not mix)."""
-    from dfl.checkpoint import FILENAME, changed_fields
+    from dfl.engine.checkpoint import FILENAME, changed_fields
     from dfl.report.runs import effective_status, has_metrics, run_process
 
     stored_path = run_dir / "config.toml"
@@ -369,8 +355,8 @@ def plan_run(run_dir: Path, config: Config, *, retry_diverged: bool = False) -> 
 def execute_run(config: Config, run_dir: Path, action: str) -> dict[str, Any]:
     """Run one planned run in this process (`action` "start" or "resume"); never raises for a run's failure:
     returns {"status", "error", ...} and leaves the traceback in run_dir/error.log."""
-    from dfl.checkpoint import CheckpointError
-    from dfl.runner import DivergenceError, run
+    from dfl.engine.checkpoint import CheckpointError
+    from dfl.engine.runner import DivergenceError, run
 
     run_dir = Path(run_dir)
     (run_dir / ERROR_LOG).unlink(missing_ok=True)
@@ -570,13 +556,13 @@ def _run_parallel(planned, actions, entries, todo, out: Path, parallel: int, say
 
 
 # The worker: runs one job (argv[1], JSON) with `execute_run` and prints its outcome as the last stdout line.
-WORKER = "import sys; from dfl.sweep import _worker_main; sys.exit(_worker_main(sys.argv[1]))"
+WORKER = "import sys; from dfl.workflows.sweep import _worker_main; sys.exit(_worker_main(sys.argv[1]))"
 
 
 def _worker_main(job_json: str) -> int:
     import torch
 
-    from dfl.runner import raise_on_signal
+    from dfl.engine.runner import raise_on_signal
 
     # the sweep stops its workers with SIGTERM (and so does the kernel when the sweep dies): the run then records
     # status "interrupted" with its last completed round instead of dying mid-summary

@@ -1,6 +1,6 @@
 """Hooks: what a run tells the outside while it goes, and who may stop it early.
 
-Three kinds of listeners, all driven from `dfl.runner.Experiment.record` (every evaluated round, right after
+Three kinds of listeners, all driven from `dfl.engine.runner.Experiment.record` (every evaluated round, right after
 its record is written to metrics.jsonl) and run on the main process only (rank 0 under torchrun):
 
 - loggers (`config.loggers`, `dfl.loggers`): TensorBoard, Weights & Biases, or a registered one;
@@ -19,7 +19,6 @@ from __future__ import annotations
 import copy
 import warnings
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -28,20 +27,9 @@ import torch
 
 from dfl import loggers as loggers_
 from dfl.config import Config
+from dfl.loggers import RunInfo  # noqa: F401 (re-exported: callbacks' on_run_start gets one)
 
 FINISHED = ("completed", "stopped")  # statuses of a run that ended as it should: a listener's error is raised
-
-
-@dataclass(frozen=True)
-class RunInfo:
-    """What loggers' `start` and callbacks' `on_run_start` get: the run as it starts (or resumes)."""
-
-    config: Config
-    hyperparameters: dict[str, Any]  # the algorithm's, its defaults overridden by the config
-    out_dir: Path | None  # the run directory (None: dfl.run without out=)
-    start_round: int = 0  # rounds already done: a resumed run's checkpoint round, 0 for a fresh run
-    history: list[dict[str, Any]] = field(default_factory=list)  # the metrics records so far (resumed runs)
-    summary: dict[str, Any] = field(default_factory=dict)  # summary.json as the run starts
 
 
 class Callback(Protocol):

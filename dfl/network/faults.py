@@ -15,7 +15,7 @@ Link failures and offline clients (decentralized algorithms; per gossip step s; 
 - refused with a ConfigError (`check_config`, `Network`): directed graphs and non-symmetric matrices (a failed
   directed link breaks the in/out balance that keeps a directed W doubly stochastic), weights uniform (doubly
   stochastic on regular graphs only) and fastest (an optimisation per graph, i.e. per step), `full` above
-  topologies.FULL_SPARSE_LIMIT clients (n²/2 links to draw per step), and the centralized algorithms (they do not
+  topologies.limits.FULL_SPARSE_LIMIT clients (n²/2 links to draw per step), and the centralized algorithms (they do not
   gossip: clients missing from rounds are participation with participation_mode = bernoulli);
 - p = q = 0 gossips over the topology itself: the fault-free code path, bit for bit.
 
@@ -50,6 +50,7 @@ from __future__ import annotations
 
 import math
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -58,8 +59,8 @@ import scipy.sparse as sp
 from scipy.sparse.csgraph import connected_components
 
 import topologies
-from dfl.config import ConfigError
 from dfl.data.sampler import absorb, batch_width, client_keys, local_step_counts
+from dfl.errors import ConfigError
 from topologies import spectral
 from topologies.schedules import _check_step
 from topologies.weights import drop_links
@@ -102,11 +103,10 @@ def faults_field(config) -> str | None:
     return next((name for name in NETWORK_FIELDS if getattr(config, name)), None)
 
 
-def check_config(config) -> None:
-    """The network fields of a Config (`Config.validate`): ranges, and where link faults cannot apply (the
+def check_config(config, centralized: bool) -> None:
+    """The network fields of a Config (`dfl.validate`; `centralized`: the algorithm aggregates at a
+    server): ranges, and where link faults cannot apply (the
     checks that need the built topology, e.g. a custom directed graph, are in `Network`)."""
-    from dfl.algorithms import algorithm_class
-
     for name in NETWORK_FIELDS:
         _probability(config, name, closed=False)
     for name, of in BURST_FIELDS.items():
@@ -132,7 +132,7 @@ def check_config(config) -> None:
     if name is None:
         return
     value = getattr(config, name)
-    if getattr(algorithm_class(config.algorithm), "centralized", False):
+    if centralized:
         raise ConfigError(f"{name} = {value} applies to gossip, not to the centralized {config.algorithm!r}, which "
                           "aggregates at a server every round; for clients that miss rounds use participation "
                           "with participation_mode = bernoulli")
@@ -150,9 +150,10 @@ def check_config(config) -> None:
                else "optimises W for one graph, and every gossip step has another")
         raise ConfigError(f"weights: {name} = {value} reweights the surviving links of each gossip step with the "
                           f"weight scheme, but {bad} {why}; use metropolis (the default), max-degree or lazy")
-    if config.topology == "full" and isinstance(config.clients, int) and config.clients > topologies.FULL_SPARSE_LIMIT:
+    limit = topologies.limits.FULL_SPARSE_LIMIT
+    if config.topology == "full" and isinstance(config.clients, int) and config.clients > limit:
         raise ConfigError(f"{name} = {value} on full draws all n(n-1)/2 links per gossip step: at most "
-                          f"topologies.FULL_SPARSE_LIMIT = {topologies.FULL_SPARSE_LIMIT} clients, got "
+                          f"topologies.limits.FULL_SPARSE_LIMIT = {topologies.limits.FULL_SPARSE_LIMIT} clients, got "
                           f"clients = {config.clients}; use a sparse topology (e.g. random-regular)")
 
 
@@ -265,7 +266,7 @@ class Realised:
 class RealisedTopology:
     """The topology as the unreliable network realises it: W'_s per gossip step (module docstring).
 
-    The part of `topologies.Topology` that `dfl.gossip.Gossip` and the communicators use (n, sparse, matrix,
+    The part of `topologies.Topology` that `dfl.network.gossip.Gossip` and the communicators use (n, sparse, matrix,
     out_degrees, is_time_varying, period, averaging): every step has its own matrix, never the averaging fast path,
     so gossip takes the CSR path (or the dense product for small m, or the neighbour exchange across processes).
     `sparse(step)` also notes the step as gossiped over, for the round's metrics (`take_used`)."""
@@ -311,10 +312,10 @@ class RealisedTopology:
         return realised.W
 
     def matrix(self, step: int = 0) -> np.ndarray:
-        """W'_s dense (read-only); refused above topologies.DENSE_LIMIT clients, as Topology.matrix is."""
-        if self.n > topologies.DENSE_LIMIT:
-            raise ValueError(f"{self.name} has n = {self.n} clients, above topologies.DENSE_LIMIT = "
-                             f"{topologies.DENSE_LIMIT}: use sparse(step)")
+        """W'_s dense (read-only); refused above topologies.limits.DENSE_LIMIT clients, as Topology.matrix is."""
+        if self.n > topologies.limits.DENSE_LIMIT:
+            raise ValueError(f"{self.name} has n = {self.n} clients, above topologies.limits.DENSE_LIMIT = "
+                             f"{topologies.limits.DENSE_LIMIT}: use sparse(step)")
         D = self._dense.get(step)
         if D is None:
             D = self.sparse(step).toarray()
@@ -396,15 +397,13 @@ class Stragglers:
 # ------------------------------------------------------------------------------------------------ the run's
 class Network:
     """The network a run trains over: `topology` to gossip on (the topology itself, or its `RealisedTopology`
-    with link faults), `gossip` over it (compressed with a compressor, `dfl.choco`), `step_cap` for the local
+    with link faults), `gossip` over it (compressed with a compressor, `dfl.network.choco`), `step_cap` for the local
     trainer (stragglers with a deadline), `metrics` per evaluation."""
 
-    def __init__(self, config, topology, data, hp: dict[str, Any] | None = None):
-        from dfl.algorithms import algorithm_class
-        from dfl.algorithms.server import sample_participants
-
-        check_config(config)
-        hp = hp or {}
+    def __init__(self, config, topology, data, participants: Callable[[int], np.ndarray] | None = None):
+        """`participants(t)`: the [N] mask of the clients that train in round t, for an algorithm that samples
+        them (centralized partial participation); None: every client trains every round."""
+        check_config(config, centralized=participants is not None)
         self.topology = topology
         self.realised: RealisedTopology | None = None
         name = faults_field(config)
@@ -419,23 +418,18 @@ class Network:
             faults = LinkFaults(config.seed, float(config.link_failure), float(config.offline),
                                 float(config.link_failure_burst), float(config.offline_burst))
             self.realised = self.topology = RealisedTopology(topology, faults, scheme, base)
-        self.compressor, self.consensus_lr, self.seed = None, None, config.seed  # compressed gossip (dfl.choco)
+        self.compressor, self.consensus_lr, self.seed = None, None, config.seed  # compressed gossip (dfl.network.choco)
         if config.compressor != "none":
-            from dfl import choco, compression
+            from dfl.network import choco, compression
 
             choco.check_topology(config.compressor, topology.name, topology.is_time_varying)
             self.compressor = compression.build(config.compressor, config.compression)
-            self.consensus_lr = config.consensus_lr  # None: ω of the compressor (dfl.choco)
+            self.consensus_lr = config.consensus_lr  # None: ω of the compressor (dfl.network.choco)
         self.stragglers: Stragglers | None = None
         if config.mode == "sync" and (config.stragglers > 0 or config.round_deadline > 0):  # async: its own clocks
             sizes = data.sizes.numpy()
             mode, amount = config.epochs_or_steps
             steps = local_step_counts(sizes, batch_width(sizes, config.batch_size), mode, amount)
-            participants = None
-            if getattr(algorithm_class(config.algorithm), "centralized", False):
-                def participants(t: int) -> np.ndarray:
-                    return sample_participants(config.seed, t, len(sizes), hp.get("participation", 1.0),
-                                               hp.get("participation_mode", "uniform"))
             self.stragglers = Stragglers(config.seed, float(config.stragglers), float(config.straggler_slowdown),
                                          float(config.round_deadline), steps, participants)
 
@@ -447,9 +441,9 @@ class Network:
 
     def gossip(self, comm, dtype, device, start=None):
         """The run's gossip over this network: the one place it is built. With a compressor, CHOCO-GOSSIP
-        (`dfl.choco`) wraps it, its public copies starting at `start` (the local rows of X_0)."""
-        from dfl.choco import ChocoGossip
-        from dfl.gossip import Gossip
+        (`dfl.network.choco`) wraps it, its public copies starting at `start` (the local rows of X_0)."""
+        from dfl.network.choco import ChocoGossip
+        from dfl.network.gossip import Gossip
 
         gossip = Gossip(self.topology, comm, dtype, device)
         if self.compressor is None:

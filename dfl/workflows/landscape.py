@@ -1,66 +1,40 @@
-"""`dfl landscape RUN_DIR`: the loss surface around a run's final averaged model, and its top Hessian eigenvalue.
+"""The loss surface around a run's final averaged model, and its top Hessian eigenvalue (`dfl landscape`).
 
 Rebuilds the run's data and model from its `config.toml` (as `dfl run` does), averages the client rows of
 `params.pt` (or of `checkpoint.pt` for a run that has not finished), and evaluates the loss on a grid along two
-filter-normalised random directions (`dfl.flatness`). Writes `RUN_DIR/plots/landscape.png` and
+filter-normalised random directions (`dfl.training.flatness`). Writes `RUN_DIR/plots/landscape.png` and
 `RUN_DIR/landscape.json`.
 """
 
 from __future__ import annotations
 
-import argparse
-import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
+from types import SimpleNamespace
 
-if TYPE_CHECKING:
-    import torch
+import torch
+
+from dfl.config import Config
+from dfl.engine.results import atomic_write_bytes, to_json
+from dfl.engine.runner import build_data, resolve_device
+from dfl.engine.validation import validate
+from dfl.models import build_model
+from dfl.report import plots
+from dfl.training.clients import ParamLayout
+from dfl.training.flatness import hessian_top_eigenvalue, loss_landscape
 
 SPLITS = ("train", "test")
 
 
-def add_parser(subparsers) -> None:
-    p = subparsers.add_parser(
-        "landscape",
-        help="2-D loss landscape and top Hessian eigenvalue of a run's final averaged model",
-        description="Loss of the averaged model θ on θ + a·d1 + b·d2 (filter-normalised random directions d1, d2; "
-        "Li et al. 2018) over a grid, plus λ_max of the Hessian. Writes RUN_DIR/plots/landscape.png and "
-        "RUN_DIR/landscape.json.",
-    )
-    p.add_argument("run_dir", help="a run directory written by dfl run (config.toml + params.pt or checkpoint.pt)")
-    p.add_argument("--points", type=int, default=21, help="grid points per axis, >= 3 (default 21)")
-    p.add_argument("--span", type=float, default=1.0, help="the grid covers [-span, span]² (default 1)")
-    p.add_argument("--samples", type=int, default=2000, help="samples of the split to evaluate on (default 2000)")
-    p.add_argument("--split", default="train", help="train or test (default train)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the directions and the sample (default 0)")
-    p.add_argument("--hessian-iters", type=int, default=20, help="power-iteration steps; 0 = skip (default 20)")
-    p.add_argument("--device", help="cpu, cuda, cuda:N or auto (default: the run's config device), e.g. to look at "
-                   "a run trained on a GPU from a machine without one")
-    p.add_argument("--out", help="PNG path (default RUN_DIR/plots/landscape.png)")
-    p.set_defaults(handler=main)
+def landscape(run_dir: str | Path, *, points: int = 21, span: float = 1.0, samples: int = 2000, split: str = "train",
+              seed: int = 0, hessian_iters: int = 20, device: str | None = None, out: str | Path | None = None):
+    """The loss L(θ + a·d1 + b·d2) of the run's averaged model θ on a `points` × `points` grid over
+    [-span, span]², along two filter-normalised random directions d1, d2 (Li et al. 2018), and λ_max of the
+    Hessian at θ (`hessian_iters` power-iteration steps; 0 = skip). Writes the plot (`out`, default
+    RUN_DIR/plots/landscape.png) and RUN_DIR/landscape.json; returns (result, png path, json path)."""
+    args = SimpleNamespace(points=points, span=span, samples=samples, split=split, seed=seed,
+                           hessian_iters=hessian_iters, device=device, out=out)
 
-
-def main(args: argparse.Namespace) -> int:
-    try:
-        result, png, path = landscape(args)
-    except (ValueError, FileNotFoundError) as exc:
-        print(f"dfl landscape: error: {exc}", file=sys.stderr)
-        return 2
-    hessian = result["hessian_top_eig"]
-    extra = "" if hessian is None else f", top Hessian eigenvalue {hessian:.4g}"
-    print(f"loss at the averaged model {result['centre_loss']:.4f} ({args.split}, {result['samples']} samples)"
-          f"{extra}; grid {args.points}×{args.points} over ±{args.span}: loss {result['min_loss']:.4f} .. "
-          f"{result['max_loss']:.4f}\nwrote {png} and {path}")
-    return 0
-
-
-def landscape(args: argparse.Namespace):
-    from dfl import plots
-    from dfl.config import Config
-    from dfl.flatness import hessian_top_eigenvalue, loss_landscape
-    from dfl.results import atomic_write_bytes, to_json
-
-    run_dir = Path(args.run_dir)
+    run_dir = Path(run_dir)
     if args.points < 3:
         raise ValueError(f"--points must be >= 3, got {args.points}")
     if not args.span > 0:
@@ -73,11 +47,11 @@ def landscape(args: argparse.Namespace):
         raise ValueError(f"--split must be one of {', '.join(SPLITS)}; got {args.split!r}")
     if not (run_dir / "config.toml").is_file():
         raise FileNotFoundError(f"{run_dir} is not a run directory: {run_dir / 'config.toml'} does not exist")
-    config = Config.from_toml(run_dir / "config.toml").validate()
+    config = validate(Config.from_toml(run_dir / "config.toml"))
     params, names, source = _final_params(run_dir)
     if args.device is not None:
         try:
-            config = config.replace(device=args.device).validate()
+            config = validate(config.replace(device=args.device))
         except ValueError as exc:
             raise ValueError(f"--device: {exc}") from None
 
@@ -104,8 +78,6 @@ def landscape(args: argparse.Namespace):
 
 
 def _final_params(run_dir: Path) -> tuple[torch.Tensor, list[str] | None, str]:
-    import torch
-
     for name in ("params.pt", "checkpoint.pt"):
         path = run_dir / name
         if path.is_file():
@@ -121,11 +93,6 @@ def _final_params(run_dir: Path) -> tuple[torch.Tensor, list[str] | None, str]:
 
 
 def _model_and_samples(config, args, dim: int, names: list[str] | None):
-    import torch
-
-    from dfl.clients import ParamLayout
-    from dfl.models import build_model
-    from dfl.runner import build_data, resolve_device
 
     try:
         device = resolve_device(config.device)

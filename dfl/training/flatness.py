@@ -106,8 +106,8 @@ def grid_losses(model, layout, rows: torch.Tensor, x: torch.Tensor, y: torch.Ten
     """(mean cross-entropy [P], accuracy [P]) of every parameter row on (x, y), vmapped over `chunk` rows."""
     forward = vmap(lambda row, xb: functional_call(model, layout.views(row), (xb,)), in_dims=(0, None))
     chunk = max(1, min(chunk, rows.shape[0]))
-    # as in dfl.evaluate.client_accuracies: keep rows × samples per call near 4 × batch_size, so memory does not
-    # grow with the chunk (on CPU the smaller blocks were also no slower, often faster, for a cnn1d grid)
+    # as in dfl.training.evaluate.client_accuracies: keep rows × samples per call near 4 × batch_size, so memory does
+    # not grow with the chunk (on CPU the smaller blocks were also no slower, often faster, for a cnn1d grid)
     batch = max(1, batch_size // max(1, chunk // 4))
     loss = torch.zeros(rows.shape[0], dtype=torch.float64, device=rows.device)
     correct = torch.zeros(rows.shape[0], dtype=torch.float64, device=rows.device)

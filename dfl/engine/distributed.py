@@ -2,12 +2,12 @@
 communicator that moves client rows between processes.
 
 One process per GPU (NCCL) or per CPU worker (gloo). Rank r hosts the contiguous client block
-`even_blocks(m, P)[r]` (`dfl.comm`). Every method of `DistributedCommunicator` is a collective: all
+`even_blocks(m, P)[r]` (`dfl.network.comm`). Every method of `DistributedCommunicator` is a collective: all
 ranks call it, in the same order, which the engine guarantees by running the same code on every rank.
 
 Gossip (`mix_steps`), for the step matrices W_s, …, W_{s+Q−1}:
 - gossip_mode "p2p": per step, one `all_to_all_single` carries exactly the rows that other ranks need
-  (`dfl.comm.exchange_plan` of W_s; zero-size splits where two ranks share no edge), then
+  (`dfl.network.comm.exchange_plan` of W_s; zero-size splits where two ranks share no edge), then
   X_local ← W_s[local, cols] @ [X_local; received]. A step with W_s = J (the complete graph with
   uniform weights) is one all_reduce mean instead.
 - gossip_mode "allgather": one all_gather of the stack, then X_local ← (W_{s+Q−1}⋯W_s)[local, :] @ X_all,
@@ -39,9 +39,12 @@ import torch
 import torch._dynamo  # noqa: F401
 import torch.distributed as dist
 
-from dfl.comm import LocalCommunicator, even_blocks, exchange_plan
-from dfl.config import ConfigError
-from dfl.gossip import csr_tensor
+from dfl.errors import (
+    ConfigError,
+    PeerFailure,  # noqa: F401 (re-exported)
+)
+from dfl.network.comm import LocalCommunicator, even_blocks, exchange_plan
+from dfl.network.gossip import csr_tensor
 
 GOSSIP_MODES = ("p2p", "allgather")
 FAILURE_KEY = "dfl/failure"
@@ -49,10 +52,6 @@ STOPPED_KEY = "dfl/stopped"  # ranks that have read or written the failure
 STORE_GRACE_SECONDS = 10.0  # how long rank 0 keeps the store alive for the others to read the failure
 _CACHE_SIZE = 64  # exchange plans / products kept (static and periodic topologies reuse a few)
 DENSE_PRODUCT_LIMIT = 20_000  # allgather mode: largest m whose [m, m] product is formed
-
-
-class PeerFailure(RuntimeError):
-    """This process stopped because another process of the run failed."""
 
 
 def env_world_size() -> int:
@@ -241,7 +240,7 @@ class DistributedCommunicator:
     def exchange_rows(self, X: torch.Tensor, send: list[torch.Tensor], recv_counts: list[int],
                       total_rows: int) -> torch.Tensor:
         """Rows X[send[r]] to every rank r (empty to itself) and, concatenated by source rank, the recv_counts[q]
-        rows each rank q sends here: one all_to_all_single, for plans every rank knows (`dfl.asynchronous`).
+        rows each rank q sends here: one all_to_all_single, for plans every rank knows (`dfl.engine.asynchronous`).
         `total_rows` = rows sent by all ranks together (counted in `bytes_moved`)."""
         inp = self._wire(X[torch.cat(send).to(X.device)])
         out = inp.new_empty((sum(recv_counts), *X.shape[1:]))

@@ -1,0 +1,7 @@
+"""`python -m dfl.cli ...` is the `dfl` command."""
+
+import sys
+
+from dfl.cli import main
+
+sys.exit(main())

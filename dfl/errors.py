@@ -1,0 +1,83 @@
+"""Every error dfl raises on purpose, in one leaf module: any layer may import it, it imports nothing of dfl.
+
+Each message is one line that names the field, file or run at fault and what would be accepted instead."""
+
+from __future__ import annotations
+
+import signal
+from pathlib import Path
+
+__all__ = [
+    "CheckpointError", "ConfigError", "DivergenceError", "ModelError", "NoCheckpoint", "PeerFailure",
+    "RegistryError", "ReportError", "RunDirectoryExists", "RunInterrupted", "SweepError", "SweepInterrupted",
+]
+
+
+class ConfigError(ValueError):
+    """A configuration value is invalid; the message names the field and the allowed values."""
+
+
+class RegistryError(ValueError):
+    """A registration clash or a plug-in that cannot be loaded (the message names the name and the source)."""
+
+
+class ModelError(ValueError):
+    """A model that cannot be built or trained by the engine; the message names the model spec."""
+
+
+class DivergenceError(RuntimeError):
+    """The run diverged (NaN/inf, or a training loss far above a uniform guess's); the message names the round."""
+
+
+class RunInterrupted(KeyboardInterrupt):
+    """A signal asked the run to stop (`dfl run` raises it on SIGTERM and SIGHUP; Ctrl-C is KeyboardInterrupt)."""
+
+    def __init__(self, signum: int):
+        self.signum = signum
+        super().__init__(f"interrupted by {signal.Signals(signum).name}")
+
+
+class PeerFailure(RuntimeError):
+    """This process stopped because another process of the run failed."""
+
+
+class RunDirectoryExists(FileExistsError):
+    """The run directory already holds a run (use --overwrite, --resume or another --out)."""
+
+
+class NoCheckpoint(FileNotFoundError):
+    """`--resume` on a directory without a checkpoint."""
+
+
+RESTART_HINT = "delete the run directory, or start the run again with --overwrite instead of --resume"
+
+
+class CheckpointError(ValueError):
+    """`checkpoint.pt` exists but cannot be resumed (truncated, corrupt, or not a complete dfl checkpoint).
+    `path` is the file, `reason` what is wrong with it; the message is one line and says what to do."""
+
+    def __init__(self, path: str | Path, reason: str, hint: str = RESTART_HINT):
+        self.path, self.reason = Path(path), reason
+        super().__init__(f"checkpoint {self.path} is unreadable ({reason}); {hint}")
+
+
+class ReportError(ValueError):
+    """Nothing to report on, or a bad report option; the message names the argument and the allowed values."""
+
+
+class SweepError(ValueError):
+    """A sweep spec or sweep directory is invalid; the message names the table, field or run."""
+
+
+class SweepInterrupted(KeyboardInterrupt):
+    """The sweep got SIGINT, SIGTERM or SIGHUP; its workers have been stopped by the time this propagates out of
+    `run_sweep`. `exit_code` is 128 + the signal number (130 for SIGINT, 143 for SIGTERM, 129 for SIGHUP)."""
+
+    def __init__(self, signum: int):
+        self.signum = int(signum)
+        self.stopped = 0  # worker processes stopped (set by the parallel runner)
+        super().__init__(f"interrupted by {signal.Signals(self.signum).name}")
+
+    @property
+    def exit_code(self) -> int:
+        return 128 + self.signum
