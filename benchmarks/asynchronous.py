@@ -41,7 +41,8 @@ VARIANTS = {
 def compare(args, algorithm: str) -> dict[str, dict]:
     """Every variant of `algorithm`, round by round in turn."""
     from dfl.config import Config
-    from dfl.engine.runner import Experiment, build_data
+    from dfl.engine.experiment import Experiment
+    from dfl.engine.setup import build_data
     from dfl.engine.validation import validate
     from dfl.network import async_events
     from dfl.network.comm import LocalCommunicator

@@ -17,7 +17,7 @@ __version__ = "0.1.0"
 __all__ = ["Config", "ConfigError", "DivergenceError", "Result", "run", "validate"]
 
 # name -> the module that defines it; imported on first use (they import torch)
-_LAZY = {"run": "dfl.engine.runner", "Result": "dfl.engine.runner", "validate": "dfl.engine.validation"}
+_LAZY = {"run": "dfl.engine.runner", "Result": "dfl.engine.results", "validate": "dfl.engine.validation"}
 SUBPACKAGES = ("algorithms", "cli", "config", "data", "engine", "errors", "loggers", "models", "network", "registry",
                "report", "signatures", "topologies", "training", "workflows")
 

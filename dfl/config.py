@@ -300,11 +300,6 @@ class Config:
             value, allowed = getattr(self, f.name), f.metadata["choices"]
             if allowed is not None and value is not None:
                 _choice(f.name, value, allowed)
-        for name in ("algorithm", "topology", "dataset", "partition", "model", "compressor"):
-            if not isinstance(getattr(self, name), str):
-                raise ConfigError(f"{name} must be a name (a string), got {getattr(self, name)!r}")
-        if self.weights is not None and not isinstance(self.weights, str):
-            raise ConfigError(f"weights must be a weight-scheme name (a string), got {self.weights!r}")
         if not isinstance(self.device, str):
             raise ConfigError(f"device must be one of auto, cpu, cuda; got {self.device!r}")
         _choice("device", self.device.split(":")[0], ("auto", "cpu", "cuda"))

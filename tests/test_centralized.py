@@ -18,7 +18,7 @@ import dfl
 from dfl.algorithms import Context, algorithm_class, resolve_hyperparameters
 from dfl.algorithms.server import sample_participants
 from dfl.config import Config, ConfigError
-from dfl.engine.runner import resolve_device
+from dfl.engine.setup import resolve_device
 from dfl.engine.validation import validate
 from dfl.models import build_model
 from dfl.network.comm import LocalCommunicator

@@ -218,8 +218,8 @@ def test_toml_and_cli_reach_build_with_a_relative_path(tmp_path, monkeypatch, ri
     (tmp_path / "run.toml").write_text('topology = "custom"\n\n[topology_options]\nmatrix = "W.npy"\n')
     config = Config.from_toml(tmp_path / "run.toml")
     assert config.topology_options == {"matrix": "W.npy"}
-    from dfl.engine import runner
-    np.testing.assert_allclose(runner.build_topology(config, N).W, ring_w)
+    from dfl.engine import setup
+    np.testing.assert_allclose(setup.build_topology(config, N).W, ring_w)
 
     from dfl.cli.run import key_value
 

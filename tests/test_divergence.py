@@ -9,7 +9,8 @@ import pytest
 import torch
 
 import dfl
-from dfl.engine.runner import DIVERGENCE_LOSS_FACTOR, DIVERGENCE_PATIENCE, DivergenceError
+from dfl.engine.experiment import DIVERGENCE_LOSS_FACTOR, DIVERGENCE_PATIENCE
+from dfl.errors import DivergenceError
 
 
 def _config(**changes):

@@ -19,9 +19,17 @@ SMALL = ["--clients", "4", "--model", "logreg", "--local-steps", "1", "--batch-s
          "--train-eval-samples", "0", "--device", "cpu", "--no-progress", "--dataset-options", "num_samples=400"]
 
 
+def _default_sigint() -> None:
+    """In the child, before exec: SIGINT back to its default. A pytest started with SIGINT ignored (a background
+    job of a non-interactive shell) would hand that on, and Python then installs no KeyboardInterrupt handler,
+    so Ctrl-C would mean nothing to the run under test."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _start(out: Path, rounds: int) -> subprocess.Popen:
     command = [sys.executable, "-m", "dfl.cli", "run", *SMALL, "--rounds", str(rounds), "--out", str(out)]
-    return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=_default_sigint)
 
 
 def _wait_for_checkpoint(out: Path, proc: subprocess.Popen, timeout: float = 120.0) -> None:

@@ -15,7 +15,7 @@ import dfl
 from dfl.config import Config, ConfigError
 from dfl.data import FederatedData
 from dfl.data.local_test import split_sizes, stratified_split
-from dfl.engine.runner import Experiment
+from dfl.engine.experiment import Experiment
 from dfl.engine.validation import validate
 from dfl.models import build_model
 from dfl.network.comm import LocalCommunicator

@@ -19,7 +19,7 @@ import topologies
 from dfl.cli import main
 from dfl.config import Config, ConfigError
 from dfl.data import DATASETS, PARTITIONS, Dataset, load_dataset, partition
-from dfl.engine.runner import build_topology
+from dfl.engine.setup import build_topology
 from dfl.engine.validation import validate
 from dfl.registry import RegistryError
 from dfl.topologies import TOPOLOGIES

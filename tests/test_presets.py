@@ -26,7 +26,7 @@ from dfl.cli import main
 from dfl.config import Config
 from dfl.data import FederatedData
 from dfl.data.partitioners import partition
-from dfl.engine.runner import build_data
+from dfl.engine.setup import build_data
 from dfl.engine.validation import validate
 from dfl.models import build_model, num_params
 from dfl.workflows.sweep import load_sweep

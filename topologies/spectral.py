@@ -7,7 +7,7 @@
   of the product of its step matrices minus J.
 
 Matrices may be dense arrays or scipy sparse. Three ways to get a norm, chosen by `product_lambda`:
-- dense (n <= limits.DENSE_SPECTRAL_LIMIT): exact LAPACK eigen/singular values, as for any small W;
+- dense (n <= topologies.limits.DENSE_SPECTRAL_LIMIT): exact LAPACK eigen/singular values, as for any small W;
 - circulant (W[i, j] = c[(j - i) mod n], e.g. ring, exponential, one-peer exponential steps): W = F^* diag(fft(c)) F
   is normal and all circulants share the Fourier basis, so the eigenvalues of a product of circulants are the
   products of the FFTs of their first rows, and ||P - J||_2 = max_{m != 0} |prod_t fft(c_t)[m]|: O(n log n);
@@ -36,7 +36,7 @@ METHODS = ("auto", "dense", "circulant", "iterative")
 
 
 def dense_spectral_limit() -> int:
-    """Largest n handled by the exact dense solvers (`limits.DENSE_SPECTRAL_LIMIT`, read at call time)."""
+    """Largest n handled by the exact dense solvers (`topologies.limits.DENSE_SPECTRAL_LIMIT`, read at call time)."""
     return limits.DENSE_SPECTRAL_LIMIT
 
 
@@ -310,7 +310,7 @@ def product_lambda(mats: Sequence[object], method: str = "auto") -> float:
     """||M_{k-1} ... M_1 M_0 - J||_2 (mats in application order: M_0 acts first).
 
     method: 'dense' (exact, O(n^3)), 'circulant' (FFT; ValueError unless every M is circulant), 'iterative'
-    (Lanczos), or 'auto': dense for n <= limits.DENSE_SPECTRAL_LIMIT, else circulant when every M is,
+    (Lanczos), or 'auto': dense for n <= topologies.limits.DENSE_SPECTRAL_LIMIT, else circulant when every M is,
     else iterative.
     """
     if method not in METHODS:
@@ -338,7 +338,7 @@ def product_lambda(mats: Sequence[object], method: str = "auto") -> float:
 def second_eigenvalue(W: object) -> float:
     """lambda = ||W - J||_2 (max |eigenvalue| of W other than the eigenvalue 1, for symmetric W).
 
-    Dense or sparse W; exact for n <= limits.DENSE_SPECTRAL_LIMIT, FFT or Lanczos above (`product_lambda`).
+    Dense or sparse W; exact for n <= topologies.limits.DENSE_SPECTRAL_LIMIT, FFT or Lanczos above (`product_lambda`).
     """
     return product_lambda([_square(W)])
 
@@ -426,7 +426,7 @@ def _periodic_covariances(Ws: list[np.ndarray], gamma: float) -> list[np.ndarray
 
 def _too_large(what: str, n: int) -> ValueError:
     return ValueError(f"{what} needs dense O(n^3) math for a non-circulant W and n = {n} > "
-                      f"limits.DENSE_SPECTRAL_LIMIT = {dense_spectral_limit()} (closed forms exist only for "
+                      f"topologies.limits.DENSE_SPECTRAL_LIMIT = {dense_spectral_limit()} (closed forms exist only for "
                       "circulant matrices and the complete graph)")
 
 
@@ -445,7 +445,7 @@ def effective_neighbors(W: object, gamma: float = 0.951) -> float:
     covariance solves S = gamma W S W^T + W W^T (`scipy.linalg.solve_discrete_lyapunov`). A list of matrices
     is a periodic schedule W_0, W_1, ... applied in turn; Var_i is then averaged over the period's phases.
     gamma -> 0 gives n / ||W||_F^2; gamma -> 1 gives n for every connected W. Dense or sparse matrices; above
-    limits.DENSE_SPECTRAL_LIMIT only circulant matrices (per Fourier mode) are supported.
+    topologies.limits.DENSE_SPECTRAL_LIMIT only circulant matrices (per Fourier mode) are supported.
     """
     gamma = check_gamma(gamma)
     if isinstance(W, Sequence) and not isinstance(W, np.ndarray) and len(W) > 0 \

@@ -2,7 +2,7 @@
 
 Convention: x_i <- sum_l W[i, l] x_l (row = receiver). Matrices are stored sparse (canonical float64 CSR,
 `sparse(step)`); dense [n, n] arrays (`matrix(step)`, `W`) are made from them on demand, up to
-limits.DENSE_LIMIT clients. The complete topology is not stored at all: its W = a I + (1 - a) J is
+topologies.limits.DENSE_LIMIT clients. The complete topology is not stored at all: its W = a I + (1 - a) J is
 described by `averaging` = a.
 """
 
@@ -80,8 +80,8 @@ class Topology:
 
     `sparse(step)` is W_t as canonical float64 CSR (cached: static always, periodic per step mod period,
     random-k in a small LRU); callers must not modify it. `matrix(step)` / `W` are dense copies, refused above
-    limits.DENSE_LIMIT clients. Exact averaging topologies (`full`) pass `averaging` = a instead of W:
-    W = a I + (1 - a) J is then never stored (sparse() refuses above limits.FULL_SPARSE_LIMIT).
+    topologies.limits.DENSE_LIMIT clients. Exact averaging topologies (`full`) pass `averaging` = a instead of W:
+    W = a I + (1 - a) J is then never stored (sparse() refuses above topologies.limits.FULL_SPARSE_LIMIT).
     `graph` may be a networkx graph or a zero-argument function building it on first use (default: the
     support of W); neighbours and degrees come from the graph when one was given, else from W's sparse
     structure. Time-varying topologies take `step_matrix(step)` -> W_t (dense or sparse), or the older pair
@@ -178,7 +178,7 @@ class Topology:
         """W_t of gossip step `step` as canonical float64 CSR (row = receiver); do not modify it.
 
         Static topologies return the same matrix for every step. `full` (see `averaging`) is dense: refused
-        above limits.FULL_SPARSE_LIMIT clients.
+        above topologies.limits.FULL_SPARSE_LIMIT clients.
         """
         step = _check_step(step)
         if self._schedule is None:
@@ -188,8 +188,8 @@ class Topology:
                 limit = limits.FULL_SPARSE_LIMIT
                 if self.n > limit:
                     raise ValueError(f"{self.name} on n = {self.n} clients is a dense matrix (n^2 = {self.n**2} "
-                                     f"nonzeros; sparse() stops at limits.FULL_SPARSE_LIMIT = {limit}): its W "
-                                     f"is a I + (1 - a) J with a = averaging = {self._averaging}, so use "
+                                     f"nonzeros; sparse() stops at topologies.limits.FULL_SPARSE_LIMIT = {limit}): "
+                                     f"its W is a I + (1 - a) J with a = averaging = {self._averaging}, so use "
                                      "Topology.averaging (x_i <- a x_i + (1 - a) mean(x)) instead")
                 self._static = sp.csr_array(averaging_matrix(self._averaging, self.n))
             return self._static
@@ -204,9 +204,9 @@ class Topology:
     def _check_dense(self) -> None:
         limit = limits.DENSE_LIMIT
         if self.n > limit:
-            raise ValueError(f"{self.name} has n = {self.n} clients, above limits.DENSE_LIMIT = {limit}: a dense "
-                             f"[n, n] float64 matrix would take {8 * self.n**2 / 2**30:.1f} GiB; use sparse(step) "
-                             "(scipy CSR) instead")
+            raise ValueError(f"{self.name} has n = {self.n} clients, above topologies.limits.DENSE_LIMIT = "
+                             f"{limit}: a dense [n, n] float64 matrix would take {8 * self.n**2 / 2**30:.1f} GiB; use "
+                             "sparse(step) (scipy CSR) instead")
 
     @property
     def W(self) -> np.ndarray:
@@ -218,7 +218,7 @@ class Topology:
     def matrix(self, step: int = 0) -> np.ndarray:
         """W_t of gossip step `step`, dense float64 (read-only); equals W for a static topology.
 
-        Refused above limits.DENSE_LIMIT clients: use sparse(step).
+        Refused above topologies.limits.DENSE_LIMIT clients: use sparse(step).
         """
         step = _check_step(step)
         self._check_dense()
@@ -347,7 +347,7 @@ class Topology:
     def effective_neighbors(self, gamma: float = 0.951) -> float:
         """n_W(gamma) of Vogels et al. 2022; a periodic schedule is solved over one period.
 
-        Dense math up to limits.DENSE_SPECTRAL_LIMIT clients; above it closed forms for `full` and for
+        Dense math up to topologies.limits.DENSE_SPECTRAL_LIMIT clients; above it closed forms for `full` and for
         circulant (periodic) topologies, and a ValueError otherwise.
         """
         if self.period is None:
@@ -369,7 +369,7 @@ class Topology:
 
         Static: ceil(ln(1/eps)/ln(1/lambda)). Time-varying: the first T with ||W_{T-1}...W_0 - J||_2 <= eps
         (the norm never grows, since each ||W_t - J||_2 <= 1); inf if not reached within 100000 steps. Above
-        limits.DENSE_SPECTRAL_LIMIT clients only circulant periodic schedules (one-peer exponential) have
+        topologies.limits.DENSE_SPECTRAL_LIMIT clients only circulant periodic schedules (one-peer exponential) have
         it (exactly, per Fourier mode); other time-varying topologies raise ValueError.
         """
         if not self.is_time_varying:
@@ -379,7 +379,7 @@ class Topology:
             spectra = self._circulant_spectra(self.period or 1)
             if spectra is None:
                 raise ValueError(f"consensus_steps of the time-varying {self.name} multiplies dense [n, n] step "
-                                 f"matrices, refused for n = {self.n} > limits.DENSE_SPECTRAL_LIMIT = "
+                                 f"matrices, refused for n = {self.n} > topologies.limits.DENSE_SPECTRAL_LIMIT = "
                                  f"{spectral.dense_spectral_limit()} (only circulant periodic schedules have a "
                                  "closed form); use gossip_lambda(Q) for given Q instead")
             return spectral.circulant_consensus_steps(spectra, eps, MAX_CONSENSUS_STEPS)

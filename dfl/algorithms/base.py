@@ -217,6 +217,10 @@ class Algorithm:
         """Communication round t (0-based): update `self.X` (and any state) and return the round's statistics."""
         raise NotImplementedError
 
+    def metrics(self) -> dict[str, float]:
+        """Metrics of the algorithm's own that every evaluated round's record adds (none by default)."""
+        return {}
+
     def state(self) -> dict[str, torch.Tensor]:
         """Everything beyond X that the next rounds depend on, for checkpoints: the per-client entries
         named in `client_state` ([m_local, ...] rows) and replicated server state."""

@@ -1,7 +1,8 @@
-"""The `dfl` console script: one subcommand per capability.
+"""The `dfl` console script: one thin module per command (parse, call the library, print).
 
 Parsing stays fast: only the invoked subcommand's module is imported to build its parser (`dfl --help` and a
-mistyped command import none), and those modules import torch and the engine only when a command runs."""
+mistyped command import none), and those modules reach torch only through the library, when a command runs
+(an import-linter contract forbids `dfl.cli` to import torch itself). Nothing outside `dfl.cli` imports it."""
 
 from __future__ import annotations
 
@@ -21,8 +22,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "spectral-study": ("dfl.cli.sweep", "one algorithm across topologies x gossip steps Q (x client counts): "
                                         "accuracy vs spectral gap"),
     "report": ("dfl.cli.report", "tables and plots of a run directory or of all runs under a directory (e.g. a sweep)"),
-    "list": ("dfl.cli.listing", "every algorithm, topology, model, dataset, partition, weight scheme and logger, with "
-                             "options"),
+    "list": ("dfl.cli.listing", "every algorithm, topology, model, dataset, partition, weight scheme and logger, "
+                                "with options"),
     "landscape": ("dfl.cli.landscape", "2-D loss landscape and top Hessian eigenvalue of a run's final averaged model"),
 }
 COMMAND_MODULES = tuple(dict.fromkeys(module for module, _ in COMMANDS.values()))

@@ -1,6 +1,6 @@
 """Hooks: what a run tells the outside while it goes, and who may stop it early.
 
-Three kinds of listeners, all driven from `dfl.engine.runner.Experiment.record` (every evaluated round, right after
+Three kinds of listeners, all driven from `dfl.engine.experiment.Experiment.record` (every evaluated round, right after
 its record is written to metrics.jsonl) and run on the main process only (rank 0 under torchrun):
 
 - loggers (`config.loggers`, `dfl.loggers`): TensorBoard, Weights & Biases, or a registered one;

@@ -10,10 +10,15 @@ import json
 import math
 import os
 import tempfile
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import torch
+
+from dfl.config import Config
 from dfl.errors import RunDirectoryExists  # noqa: F401 (re-exported)
+from dfl.training.clients import ParamLayout
 
 
 def _umask() -> int:
@@ -204,3 +209,19 @@ def human_bytes(n: float) -> str:
             return f"{n:.1f} {unit}" if unit != "B" else f"{int(n)} B"
         n /= 1024
     return str(n)
+
+
+@dataclass
+class Result:
+    """What `dfl.run` returns: the config it ran, the metrics of every evaluated round, the final and initial
+    client parameters ([m, d], rows by client id) with their layout, summary.json and the run directory."""
+
+    config: Config
+    history: list[dict[str, Any]]  # one dict per evaluated round
+    params: torch.Tensor  # [m, d] final client parameters (CPU), rows by client id
+    initial_params: torch.Tensor  # [m, d]
+    param_names: list[str]  # flat layout: names in order (see `layout` for shapes and offsets)
+    summary: dict[str, Any]
+    layout: ParamLayout | None = None
+    out_dir: Path | None = None
+    extras: dict[str, Any] = field(default_factory=dict)

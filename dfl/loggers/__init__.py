@@ -25,6 +25,7 @@ from dfl.loggers.wandb import WandbLogger
 from dfl.registry import Registry
 
 LOGGERS: Registry[type[Logger]] = Registry("logger", group="dfl.loggers")
+register = LOGGERS.register  # @dfl.loggers.register("name") class MyLogger(Logger): ...
 
 
 def build(names: list[str], out_dir: str | Path | None) -> list[Logger]:
@@ -46,7 +47,7 @@ LOGGERS.register("tensorboard", TensorBoardLogger)
 LOGGERS.register("wandb", WandbLogger)
 
 __all__ = ["LOGGERS", "Logger", "RunInfo", "TensorBoardLogger", "WandbLogger", "build", "check_config", "numeric",
-           "require"]
+           "register", "require"]
 
 
 def check_config(config) -> None:

@@ -34,14 +34,14 @@ class SpectralRow:
 
 def spectral_quantities(setting: Setting, cache: dict[str, tuple] | None = None) -> SpectralRow:
     """λ, 1 − λ^Q, Φ(λ, m, Q) and n_W(0.951) of a setting: the topology is rebuilt from the first run's config
-    (`dfl.engine.runner.build_topology`); Q and m are the run's resolved `gossip_steps` and `clients` (summary.json).
+    (`dfl.engine.setup.build_topology`); Q and m are the run's resolved `gossip_steps` and `clients` (summary.json).
 
     λ = `Topology.second_eigenvalue()` (‖W − J‖₂; a periodic schedule's per-step rate), falling back to
     summary.json `lambda` when the topology cannot be rebuilt; 1 − λ^Q = 1 − summary.json `lambda_Q`, the
     contraction of a round's Q gossip steps (= λ^Q for a static symmetric W), averaged over the seeds. Φ and n_W
     are None ("—") where undefined (random-k has no period). A random graph drawn per seed (random-regular,
     erdos-renyi) is rebuilt for the first run's seed."""
-    from dfl.engine.runner import build_topology
+    from dfl.engine.setup import build_topology
 
     cache = {} if cache is None else cache
     run = setting.runs[0]

@@ -1,0 +1,6 @@
+"""Many runs and what is made from them: sweeps over a grid (`sweep`) and the loss landscape of a finished run
+(`landscape`). Reports and plots are `dfl.report`."""
+
+from dfl.lazy import submodules
+
+__getattr__ = submodules(__name__)

@@ -15,7 +15,7 @@ import torch
 
 from dfl.config import Config
 from dfl.engine.results import atomic_write_bytes, to_json
-from dfl.engine.runner import build_data, resolve_device
+from dfl.engine.setup import build_data, resolve_device
 from dfl.engine.validation import validate
 from dfl.models import build_model
 from dfl.report import plots

@@ -1,0 +1,420 @@
+"""`Experiment`: one run between its phases. The set-up (data, topology, model, client stack, trainer, network,
+algorithm, resume, run directory) is `__init__`; then per round `train_round`, `evaluate`, `record`,
+`checkpoint`; at the end `save_params` and `result`. `dfl.engine.runner` drives it.
+
+Convention (ALGORITHMS.md §0 ordering caveat): each round is "local training, then gossip", as in the papers'
+pseudo-code; metrics after round t describe the models after that round's gossip.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import socket
+import time
+import warnings
+from contextlib import contextmanager
+from typing import Any
+
+import numpy as np
+import torch
+
+from dfl.algorithms import Context, algorithm_class, resolve_hyperparameters
+from dfl.algorithms.server import sample_participants
+from dfl.config import Config
+from dfl.engine import checkpoint as ckpt
+from dfl.engine.hooks import Hooks, RunInfo
+from dfl.engine.results import Result, RunDirectory
+from dfl.engine.setup import (
+    build_data,
+    build_topology,
+    gossip_lambda,
+    local_test_sets,
+    make_algorithm,
+    resolve_device,
+    seeded_subset,
+    split_local_test,
+    train_subset,
+)
+from dfl.errors import ConfigError, DivergenceError
+from dfl.network.faults import Network
+from dfl.training import memory
+from dfl.training.clients import ParamLayout, initial_stack
+from dfl.training.evaluate import client_accuracies, consensus_distance, evaluate_row, local_accuracies, nonfinite_rows
+from dfl.training.local import LocalTrainer
+
+# A run whose mean local training loss stays above DIVERGENCE_LOSS_FACTOR × ln C (C classes; ln C is the loss
+# of a uniform guess) at DIVERGENCE_PATIENCE evaluations in a row has diverged, NaN or not (a loss of 14,738
+# with 10% accuracy was reported "completed" before). While the loss is above the bound no checkpoint is
+# written, so the one on disk is the last good state.
+DIVERGENCE_LOSS_FACTOR = 10.0
+
+DIVERGENCE_PATIENCE = 3
+
+class Experiment:
+    """One run between its phases: `__init__` is the set-up (data, topology, model, client stack, trainer,
+    gossip, algorithm, resume, run directory), then `train_round`, `evaluate`, `record`, `checkpoint` per
+    round, and `save_params` + `result` at the end; `status()` marks summary.json with how the run ended."""
+
+    def __init__(self, config: Config, data, out, overwrite: bool, comm, resume: bool, given_model=None,
+                 callbacks=None):
+        from dfl.models import model_for_run
+
+        saved = None
+        if resume:  # before any work: a missing checkpoint or a changed config fails fast, on every rank alike
+            saved = ckpt.load(out)
+            ckpt.check_config(saved, config, out)
+        self.hooks = Hooks(config, callbacks, comm, out)  # loggers' packages and callbacks checked before any work
+        hp, ignored = resolve_hyperparameters(config)
+        device = getattr(comm, "device", None) or resolve_device(config.device)
+        if device.type == "cpu":
+            memory.keep_freed_memory()  # reuse freed heap instead of zero-filled fresh mappings every round
+        tf32 = config.precision == "tf32"  # off otherwise: exact-averaging needs true fp32
+        if tf32 and device.type != "cuda":
+            raise ConfigError(f"precision = tf32 needs a CUDA device (the run is on {device}); use fp32 or bf16")
+        torch.backends.cuda.matmul.allow_tf32 = tf32
+        torch.backends.cudnn.allow_tf32 = tf32
+
+        if data is None:
+            data = build_data(config)
+        elif data.num_clients != config.clients:
+            raise ConfigError(f"clients = {config.clients} but the given data has {data.num_clients} clients")
+        data = split_local_test(data, config)  # before the trainer: training sees only the local train parts
+        m = data.num_clients
+        if comm.num_clients != m:
+            raise ConfigError(f"the communicator hosts {comm.num_clients} clients but the data has {m}")
+        data = data.to(device)
+        centralized = getattr(algorithm_class(config.algorithm), "centralized", False)
+        if centralized and (config.topology not in ("ring", "full") or config.topology_options):  # ring: default
+            warnings.warn(f"{config.algorithm} is centralized (complete topology); ignoring topology", stacklevel=3)
+            ignored = [*ignored, "topology"]
+        topology = build_topology(config, m)
+        participants = None
+        if centralized:  # stragglers and the deadline apply to the clients the server samples in round t
+            def participants(t: int) -> np.ndarray:
+                return sample_participants(config.seed, t, m, hp.get("participation", 1.0),
+                                           hp.get("participation_mode", "uniform"))
+        network = Network(config, topology, data, participants)  # link failures, offline clients, stragglers
+
+        # seeded, built (or the given one copied), on device, in train mode, and checked: fails here, not in a round
+        model = model_for_run(config.model, config.model_options, tuple(data.input_shape), data.num_classes,
+                              config.seed, device, (data.train_x[:2], data.train_y[:2]), given_model)
+        layout = ParamLayout.of(model)
+        X0 = initial_stack(model, m, device)[comm.client_ids]
+
+        trainer = LocalTrainer(model, layout, data, comm.client_ids, config)
+        # before any training: a run that cannot fit one client stops here, with the estimate; compressed gossip
+        # keeps one more [m, d] stack (the public copies x̂)
+        trainer.plan_chunk(X0, extra_stacks=int(network.compressor is not None))
+        trainer.step_cap = network.step_cap  # stragglers stopped by the round deadline (None: no deadline)
+        gossip = network.gossip(comm, X0.dtype, device, start=X0)  # compressed gossip: x̂ starts at X_0
+        self.ctx = Context(config=config, hp=hp, trainer=trainer, gossip=gossip, comm=comm)
+        self.algorithm = make_algorithm(config, self.ctx, X0, topology)  # rounds in lock-step, or async clocks
+        self.config, self.comm, self.data, self.device = config, comm, data, device
+        self.model, self.layout, self.X0, self.trainer = model, layout, X0, trainer
+        self.network = network
+
+        self.history: list[dict[str, Any]] = []
+        self.bytes_total, self.start, self.wall_before = 0, 0, 0.0
+        if saved is not None:
+            ckpt.restore(saved, self.algorithm, comm, layout)
+            self.start, self.history = saved["round"], list(saved["history"])
+            if not comm.is_main:  # as in an uninterrupted run, per-client accuracies live on the main process
+                self.history = [{k: v for k, v in h.items() if k != "client_acc"} for h in self.history]
+            counters = saved["counters"]
+            self.bytes_total, self.wall_before = counters["bytes_sent_total"], counters["wall_seconds"]
+            comm.bytes_moved = counters["bytes_moved"]
+            self.hooks.resume(self.history)
+
+        self.run_dir = None
+        if out is not None and comm.is_main:
+            self.run_dir = RunDirectory(out, overwrite=overwrite, resume=resume)
+        self.out = out
+        self.message_bytes = gossip.message_bytes(layout.dim, X0.element_size())  # a model, or compressed
+        self.summary = self._initial_summary(hp, ignored, topology)
+        if saved is not None:
+            self.summary["resumed_from_round"] = self.start
+        self.summary.update(self.hooks.summary_fields())
+        self.summary.update(getattr(gossip, "describe", dict)())  # compressed gossip: compressor, ω, γ
+        self.hp = hp
+        if self.run_dir:
+            self.run_dir.write_config(config.to_toml())
+            self.run_dir.write_json("partition.json", data.partition_info())
+            if saved is not None:
+                self.run_dir.write_metrics(self.history)  # drops records a killed run wrote after its checkpoint
+                self.run_dir.remove("params.pt")  # written again when the run finishes
+            self.run_dir.write_json("summary.json", self.summary)
+
+        self.eval_x, self.eval_y = data.test_x, data.test_y
+        self.train_sub = train_subset(data, config)
+        # each client's accuracy: on `client_eval_samples` fixed test samples (0 = all), drawn once here
+        self.client_test = (
+            (self.eval_x, self.eval_y) if not 0 < config.client_eval_samples < self.eval_x.shape[0]
+            else seeded_subset(self.eval_x, self.eval_y, config.client_eval_samples, config.seed)
+        )
+        # personalized evaluation (local_test_fraction): this process's clients' local test sets
+        self.local_test = local_test_sets(data, comm.client_ids) if data.local_test_indices is not None else None
+        self.hessian_sub = train_subset(data, config, config.hessian_samples) if config.hessian_every else None
+        self.round_seconds: list[float] = []
+        self.loss_bound = DIVERGENCE_LOSS_FACTOR * math.log(max(data.num_classes, 2))
+        self.above_bound = 0  # consecutive evaluations with the training loss above loss_bound
+        self.progress = _progress(config, comm, self.start)
+        self.started = time.perf_counter()
+        self.params: torch.Tensor | None = None
+        self._last_round = (0, 0)  # (bytes sent, bytes moved between processes) of the latest round
+        if saved is not None:
+            ckpt.set_rng_state(saved["rng"])
+
+    def _initial_summary(self, hp: dict, ignored: list[str], topology) -> dict[str, Any]:
+        config, comm, run_dir = self.config, self.comm, self.run_dir
+        lam = gossip_lambda(topology, 1)
+        return {
+            "name": config.name,
+            "algorithm": config.algorithm,
+            "hyperparameters": hp,
+            "ignored_options": ignored,
+            "topology": topology.name,
+            "weights": topology.weights,
+            "lambda": lam,
+            "spectral_gap": 1 - lam,
+            "gossip_steps": hp.get("gossip_steps", 1),
+            "lambda_Q": gossip_lambda(topology, hp.get("gossip_steps", 1)),
+            "clients": self.data.num_clients,
+            "processes": comm.world_size,
+            "dataset": self.data.name,
+            "model": config.model,
+            "num_params": self.layout.dim,
+            "device": str(self.device),
+            "client_chunk": self.trainer.chunk,
+            "malloc": "heap kept (dfl.training.memory.keep_freed_memory)" if memory.heap_kept() else "system",
+            "memory_estimate": self.trainer.memory_estimate,
+            "rounds": config.rounds,
+            "rounds_completed": self.start,
+            "status": "running",
+            # while running: which process on which machine, so `dfl report` / `dfl sweep` can tell a run whose
+            # process is gone (SIGKILL, a crash) from one still going
+            "pid": os.getpid(),
+            "host": socket.gethostname(),
+            "out_dir": str(run_dir.path) if run_dir else None,
+        }
+
+    # ------------------------------------------------------------------------------------------ round loop
+    def train_round(self, t: int):
+        """Round t of the algorithm (local steps, then gossip), checked for NaN/inf on every client."""
+        tic = time.perf_counter()
+        moved_before = self.comm.bytes_moved
+        stats = self.algorithm.round(t)
+        moved_round = self.comm.bytes_moved - moved_before  # this round's traffic between processes
+        _check_finite(self.algorithm.X, stats.train_loss, t, self.comm)
+        if self.device.type == "cuda":
+            torch.cuda.synchronize()
+        self.round_seconds.append(time.perf_counter() - tic)
+        bytes_round = int(stats.models_sent.sum()) * self.message_bytes
+        self.bytes_total += bytes_round
+        self._last_round = (bytes_round, moved_round)
+        self.summary["rounds_completed"] = t + 1
+        if self.progress is not None:
+            self.progress.update(1)
+        return stats
+
+    def hessian_due(self, t: int) -> bool:
+        every = self.config.hessian_every
+        return every > 0 and ((t + 1) % every == 0 or t + 1 == self.config.rounds)
+
+    def evaluation_due(self, t: int) -> bool:
+        config = self.config
+        return (t + 1) % config.eval_every == 0 or t + 1 == config.rounds or self.hessian_due(t)
+
+    def evaluate(self, t: int, stats) -> dict[str, Any]:
+        """The metrics record of round t (a collective: every process calls it)."""
+        config, comm, X = self.config, self.comm, self.algorithm.X
+        mean = comm.mean_rows(X)
+        metrics = _evaluate(self.model, self.layout, X, mean, comm, self.eval_x, self.eval_y, self.train_sub,
+                            self.client_test, config, self.trainer.chunk, self.local_test)
+        if self.hessian_due(t):
+            metrics["hessian_top_eig"] = _hessian(self.model, self.layout, mean, self.hessian_sub, config)
+        bytes_round, moved_round = self._last_round
+        record = {
+            "round": t + 1,
+            **metrics,
+            "train_loss": _mean_train_loss(stats, comm),
+            "bytes_sent": bytes_round,
+            "bytes_sent_total": self.bytes_total,
+            "bytes_per_client": bytes_round / self.data.num_clients,
+            "bytes_moved_round": moved_round,
+            "bytes_moved": comm.bytes_moved,
+            "lr": self.ctx.lr(t),
+            **({"rho": self.ctx.rho(t)} if "rho" in self.ctx.hp else {}),  # SAM algorithms: ρ_t (the client radius)
+            "seconds_per_round": float(np.mean(self.round_seconds)),
+            **self.network.metrics(t, len(self.round_seconds)),  # links_up, steps_done, sim_time, ... when on
+            **self.algorithm.metrics(),  # the algorithm's own (async: sim_time, staleness, ...)
+        }
+        self.round_seconds = []
+        return record
+
+    def record(self, record: dict[str, Any]) -> None:
+        """Where an evaluated round's metrics go: the history, metrics.jsonl, the progress bar; then the
+        divergence rule (DIVERGENCE_LOSS_FACTOR) on its training loss."""
+        self.history.append(record)
+        if self.run_dir:
+            self.run_dir.append_metrics(record)
+        if self.progress is not None:
+            self.progress.set_postfix(acc=f"{record['test_acc']:.3f}", refresh=False)
+        self.hooks.round_end(record, self.device)  # loggers, target accuracy, callbacks; a stop agreed by all
+        self.summary.update(self.hooks.summary_fields())
+        train_loss, n = record["train_loss"], record["round"]
+        self.above_bound = self.above_bound + 1 if train_loss > self.loss_bound else 0
+        if self.above_bound >= DIVERGENCE_PATIENCE or (self.above_bound and n == self.config.rounds):
+            raise DivergenceError(
+                f"training diverged by round {n}: the mean local training loss was above "
+                f"{self.loss_bound:.3g} ({DIVERGENCE_LOSS_FACTOR:g} × ln {self.data.num_classes}, the loss of a "
+                f"uniform guess) at the last {self.above_bound} evaluation(s) (latest {train_loss:.4g}); the last "
+                "good checkpoint, if any, is kept; try a smaller lr, a smaller rho, or clip_grad_norm"
+            )
+
+    def checkpoint_due(self, t: int) -> bool:
+        """At every `checkpoint_every` rounds (default: every evaluation) and at the end, with a run directory,
+        and never while the training loss is above the divergence bound (the one on disk stays the last good)."""
+        every = self.config.checkpoint_every or self.config.eval_every
+        return self.out is not None and self.above_bound == 0 and (
+            (t + 1) % every == 0 or t + 1 == self.config.rounds or self.hooks.stopped)
+
+    def checkpoint(self, t: int) -> None:
+        """The state after round t (`dfl.engine.checkpoint`): a collective, every rank calls it (the per-client rows
+        are gathered); rank 0 writes it atomically."""
+        counters = {"bytes_sent_total": self.bytes_total, "bytes_moved": self.comm.bytes_moved,
+                    "wall_seconds": self.wall_before + time.perf_counter() - self.started}
+        state = ckpt.gather(self.algorithm, self.comm, t + 1, self.history, counters, self.config, self.layout)
+        if self.run_dir is not None:
+            self.run_dir.save(ckpt.FILENAME, state)
+
+    # ---------------------------------------------------------------------------------------------- finish
+    def save_params(self) -> None:
+        """params.pt, then status "completed": a kill in between leaves a run that is not marked done."""
+        self.params = self.comm.gather_rows(self.algorithm.X).detach().cpu()
+        if self.run_dir:
+            self.run_dir.save("params.pt", {"params": self.params, "param_names": list(self.layout.names)})
+        self.summary["status"] = "completed"
+
+    @contextmanager
+    def status(self):
+        """Marks the summary with how the run ended (completed by `save_params`, stopped when a callback or the
+        target asked; diverged, interrupted or failed here, with the error) and writes summary.json with the
+        final metrics, whatever happened. The hooks (`dfl.engine.hooks`) start here and finish last."""
+        summary = self.summary
+        try:
+            self.hooks.start(RunInfo(self.config, self.hp, self.run_dir.path if self.run_dir else None,
+                                     self.start, list(self.history), dict(summary)))
+            yield
+            if self.hooks.stopped:
+                summary.update(status="stopped", **self.hooks.summary_fields())
+        except DivergenceError as exc:
+            summary.update(status="diverged", error=str(exc))
+            raise
+        except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM/SIGHUP turned into `RunInterrupted` by `dfl run`
+            summary.update(status="interrupted", error=str(exc) or "KeyboardInterrupt")
+            raise
+        except BaseException as exc:
+            summary.update(status="failed", error=f"{type(exc).__name__}: {exc}")
+            raise
+        finally:
+            if self.progress is not None:
+                self.progress.close()
+            summary["wall_seconds"] = self.wall_before + time.perf_counter() - self.started
+            summary.update(_final_metrics(self.history))
+            if self.run_dir:
+                self.run_dir.write_json("summary.json", summary)
+            self.hooks.finish(summary)
+
+    def result(self) -> Result:
+        initial = self.comm.gather_rows(self.X0).detach().cpu()
+        return Result(
+            config=self.config,
+            history=self.history,
+            params=self.params,
+            initial_params=initial,
+            param_names=list(self.layout.names),
+            summary=self.summary,
+            layout=self.layout,
+            out_dir=self.run_dir.path if self.run_dir else None,
+        )
+
+def _evaluate(model, layout, X, mean, comm, x, y, train_sub, client_test, config, chunk: int,
+              local_test=None) -> dict[str, Any]:
+    """Metrics of the averaged model `mean` (= comm.mean_rows(X)) and of every client row of X.
+
+    With local test sets (`local_test_fraction`), personalized evaluation as the DisPFL / DFedSAM code bases report
+    it: personal_acc = accuracy of client i's own model x_i on its own local test set, global_acc = accuracy of the
+    averaged model x̄ on client i's local test set; each summarised by mean, std (population) and min over the
+    clients, every client counting once whatever its test size (those code bases average the per-client
+    accuracies, Σ_i correct_i / n_i / m, not Σ_i correct_i / Σ_i n_i). The models are those after the round's
+    gossip, like every metric here (ALGORITHMS.md §0; DisPFL-derived code gossips first and evaluates right after
+    local training)."""
+    test_acc, test_loss = evaluate_row(model, layout, mean, x, y, config.eval_batch_size)
+    record: dict[str, Any] = {"test_acc": test_acc, "test_loss": test_loss}
+    if train_sub is not None:
+        record["train_acc"], record["train_eval_loss"] = evaluate_row(
+            model, layout, mean, *train_sub, config.eval_batch_size
+        )
+    accs = comm.gather_rows(client_accuracies(model, layout, X, *client_test, config.eval_batch_size, chunk))
+    accs = accs.double()
+    record.update(
+        client_acc_mean=float(accs.mean()),
+        client_acc_std=float(accs.std(unbiased=False)),
+        client_acc_min=float(accs.min()),
+        client_acc_max=float(accs.max()),
+        consensus_distance=consensus_distance(X, comm),
+    )
+    if local_test is not None:
+        personal, global_ = local_accuracies(model, layout, X, mean, *local_test, config.eval_batch_size, chunk)
+        for name, values in (("personal_acc", personal), ("global_acc", global_)):
+            values = comm.gather_rows(values)
+            record.update({f"{name}_mean": float(values.mean()), f"{name}_std": float(values.std(unbiased=False)),
+                           f"{name}_min": float(values.min())})
+    if comm.is_main:
+        record["client_acc"] = [round(a, 6) for a in accs.tolist()]
+    return record
+
+def _hessian(model, layout, mean, sample, config: Config) -> float:
+    """Top Hessian eigenvalue of the averaged model's training loss (`dfl.training.flatness`); every process computes
+    it from the same mean and sample, so it is identical everywhere."""
+    from dfl.training.flatness import hessian_top_eigenvalue
+
+    return hessian_top_eigenvalue(model, layout, mean, *sample, iters=config.hessian_iters,
+                                  batch_size=config.eval_batch_size, seed=config.seed)
+
+def _mean_train_loss(stats, comm) -> float:
+    """Mean local training loss over the clients that trained this round (NaN if none did)."""
+    trained = torch.ones_like(stats.train_loss, dtype=torch.bool) if stats.trained is None else stats.trained
+    local = torch.stack([(stats.train_loss * trained).sum(), trained.sum()]).double()
+    total, count = comm.sum(local).tolist()
+    return total / count if count else float("nan")
+
+def _check_finite(X: torch.Tensor, train_loss: torch.Tensor, t: int, comm) -> None:
+    bad = nonfinite_rows(X) | ~torch.isfinite(train_loss)
+    bad_ids = [comm.client_ids[i] for i in bad.nonzero().flatten().tolist()]
+    count = int(comm.sum(torch.tensor([float(len(bad_ids))], dtype=torch.float64, device=X.device)))
+    if count:
+        shown = ", ".join(map(str, bad_ids[:20])) + (" ..." if len(bad_ids) > 20 else "")
+        where = f"clients {shown}" if bad_ids else "clients on another process"
+        raise DivergenceError(
+            f"training diverged in round {t + 1}: NaN/inf loss or parameters on {count} client(s) ({where}); "
+            "try a smaller lr, a smaller rho, or clip_grad_norm"
+        )
+
+def _final_metrics(history: list[dict[str, Any]]) -> dict[str, Any]:
+    if not history:
+        return {}
+    last = {k: v for k, v in history[-1].items() if k != "client_acc"}
+    accs = [h["test_acc"] for h in history if not math.isnan(h["test_acc"])]
+    last["best_test_acc"] = max(accs) if accs else float("nan")
+    last["final_round"] = last.pop("round")
+    return last
+
+def _progress(config: Config, comm, start: int = 0):
+    if not (config.progress and comm.is_main):
+        return None
+    from tqdm.auto import tqdm
+
+    return tqdm(total=config.rounds, initial=start, desc=f"{config.algorithm}", unit="round", leave=False,
+                disable=None)  # None: no bar when stderr is not a terminal (log files, sweep workers)

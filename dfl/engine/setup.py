@@ -1,0 +1,100 @@
+"""Setting a run up from its config: the device, the data, the topology and the algorithm (synchronous rounds or
+the asynchronous mode), each built the one way every run, sweep and command builds it."""
+
+from __future__ import annotations
+
+import torch
+
+import topologies
+from dfl import topologies as topology_registry
+from dfl.algorithms import algorithm_class
+from dfl.config import Config
+from dfl.data import FederatedData
+from dfl.errors import ConfigError
+
+
+def resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name.startswith("cuda") and not torch.cuda.is_available():
+        raise ConfigError(f"device {name!r} requested but CUDA is not available; use device = 'cpu' or 'auto'")
+    return torch.device(name)
+
+def build_topology(config: Config, n: int):
+    """The topology a run mixes with: the complete graph for a centralized algorithm (the configured graph
+    plays no part), else the configured topology on n clients (a built-in or a registered one)."""
+    if getattr(algorithm_class(config.algorithm), "centralized", False):
+        return topologies.build("full", n)
+    options = dict(config.topology_options)
+    try:
+        if "seed" in topology_registry.topology_options(config.topology):  # random graphs follow the run's seed
+            options.setdefault("seed", config.seed)
+        return topology_registry.build(config.topology, n, config.weights, **options)
+    except ValueError as exc:
+        raise ConfigError(f"topology: {exc}") from exc
+
+def build_data(config: Config):
+    partition_options = dict(config.partition_options)
+    if config.partition in ("dirichlet", "dirichlet-class"):
+        partition_options.setdefault("alpha", 0.3 if config.alpha is None else config.alpha)
+    elif config.alpha is not None:
+        raise ConfigError(f"alpha applies only to the dirichlet partitions, not to partition={config.partition!r}")
+    return FederatedData.build(
+        config.dataset,
+        config.clients,
+        config.partition,
+        seed=config.seed,
+        root=config.data_root,
+        dataset_options=dict(config.dataset_options),
+        partition_options=partition_options,
+    )
+
+
+def make_algorithm(config: Config, ctx, X0: torch.Tensor, topology):
+    """The algorithm a run steps through, round by round: the configured one in lock-step rounds, or, with
+    `mode = "async"`, every client on its own clock (`dfl.engine.asynchronous.AsyncGossip`). Both answer
+    `round(t)`, `state()` and `metrics()`, so the round loop does not branch on the mode."""
+    if config.mode == "async":
+        from dfl.engine.asynchronous import AsyncGossip
+
+        return AsyncGossip(ctx, X0.clone(), topology)
+    return algorithm_class(config.algorithm)(ctx, X0.clone())
+
+
+def gossip_lambda(topology, steps: int) -> float:
+    """‖W^Q − J‖₂ (static) or the contraction of Q steps from step 0 (time-varying)."""
+    return float(topology.gossip_lambda(steps))
+
+def train_subset(data, config: Config, samples: int | None = None):
+    """A fixed (seeded) subset of the pooled training data: `train_eval_samples` or `samples` of them."""
+    k = config.train_eval_samples if samples is None else samples
+    return seeded_subset(data.train_x, data.train_y, k, config.seed) if k else None
+
+def seeded_subset(x: torch.Tensor, y: torch.Tensor, k: int, seed: int):
+    """The first min(k, n) samples of a permutation drawn from `seed`: the same subset on every process."""
+    n = x.shape[0]
+    idx = torch.randperm(n, generator=torch.Generator().manual_seed(seed))[: min(k, n)].to(x.device)
+    return x[idx], y[idx]
+
+def split_local_test(data, config: Config):
+    """`local_test_fraction` > 0: the data with each client's local test part held out (`FederatedData.
+    split_local_test`, seeded by `seed`); the run does the split, so config.toml reproduces it."""
+    if data.local_test_indices is not None:
+        raise ConfigError(f"the given data already has local test sets (local_test_fraction = "
+                          f"{data.local_test_fraction}); pass it unsplit and set local_test_fraction instead")
+    if not config.local_test_fraction:
+        return data
+    try:
+        return data.split_local_test(config.local_test_fraction, config.seed)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from exc
+
+def local_test_sets(data, client_ids: list[int]):
+    """(x, y, (index, offsets, sizes)) of the given clients' local test sets, on the data's device: the pooled
+    train set, their rows of it concatenated in client order, where each client starts, how many it has (the
+    arguments of `evaluate.local_accuracies`)."""
+    parts = [data.local_test_indices[i] for i in client_ids]
+    sizes = torch.tensor([p.numel() for p in parts], dtype=torch.long)
+    device = data.train_x.device
+    local = torch.cat(parts).to(device), (torch.cumsum(sizes, 0) - sizes).to(device), sizes.to(device)
+    return data.train_x, data.train_y, local
