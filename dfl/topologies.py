@@ -146,3 +146,32 @@ def check_config(config) -> None:
     TOPOLOGIES.require(config.topology, "topology")
     if config.weights is not None and config.weights not in topologies.SCHEMES:
         raise ConfigError(f"weights must be one of {', '.join(topologies.SCHEMES)}; got {config.weights!r}")
+
+
+def spectral_summary(name: str, n: int | None, weights: str | None = None, *, gossip_steps: int = 1,
+                     gamma: float = 0.9, eps: float = 1e-3, **options: Any) -> dict[str, Any]:
+    """The spectral summary of topology `name` on n clients (`dfl topology`): degrees (min, mean, max),
+    λ = |λ₂(W)|, the spectral gap 1 − λ, ‖W^Q − J‖₂ for Q = `gossip_steps`, Φ, the effective number of
+    neighbours at γ = `gamma`, and the gossip steps that shrink disagreement by `eps`. A quantity that is
+    not defined for this topology (e.g. λ of a time-varying one) is None."""
+    topo = build(name, n, weights, **options)
+    deg = topo.degrees()
+    lam = _defined(topo.second_eigenvalue)
+    return {
+        "topology": name, "n": topo.n, "weights": topo.weights,
+        "degree": [int(deg.min()), float(deg.mean()), int(deg.max())],
+        "lambda": lam,
+        "spectral_gap": None if lam is None else 1.0 - lam,
+        "gossip_lambda": topo.gossip_lambda(gossip_steps),
+        "phi": None if lam is None else topologies.phi(lam, topo.n, gossip_steps),
+        "effective_neighbors": _defined(topo.effective_neighbors, gamma),
+        "consensus_steps": _defined(topo.consensus_steps, eps),  # refused for random-k above 2048 clients
+        "Q": gossip_steps, "gamma": gamma, "eps": eps,
+    }
+
+
+def _defined(fn, *args):
+    try:
+        return fn(*args)
+    except ValueError:  # undefined for this topology (e.g. lambda of random-k)
+        return None

@@ -126,3 +126,9 @@ def test_parsing_list_imports_nothing_heavy():
             "print(sorted(m for m in ('torch', 'networkx', 'scipy', 'dfl.algorithms') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_cli_categories_are_the_catalogs():
+    from dfl.workflows import catalog
+
+    assert CATEGORIES == catalog.CATEGORIES == tuple(catalog.LISTERS)

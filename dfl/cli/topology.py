@@ -13,7 +13,6 @@ import json
 import math
 import sys
 
-import topologies
 from dfl import topologies as topology_registry
 from dfl.cli.run import key_value
 from dfl.topologies import TOPOLOGIES, topology_options
@@ -89,31 +88,6 @@ def _options(args: argparse.Namespace, name: str, compare: bool) -> dict:
     return given
 
 
-def _try(fn, *args):
-    try:
-        return fn(*args)
-    except ValueError:  # undefined for this topology (e.g. lambda of random-k)
-        return None
-
-
-def analyse(name: str, n: int | None, args: argparse.Namespace, compare: bool) -> dict:
-    """One row of the table: the spectral summary of topology `name` on n clients."""
-    topo = topology_registry.build(name, n, args.weights, **_options(args, name, compare))
-    deg = topo.degrees()
-    lam = _try(topo.second_eigenvalue)
-    return {
-        "topology": name, "n": topo.n, "weights": topo.weights,
-        "degree": [int(deg.min()), float(deg.mean()), int(deg.max())],
-        "lambda": lam,
-        "spectral_gap": None if lam is None else 1.0 - lam,
-        "gossip_lambda": topo.gossip_lambda(args.gossip_steps),
-        "phi": None if lam is None else topologies.phi(lam, topo.n, args.gossip_steps),
-        "effective_neighbors": _try(topo.effective_neighbors, args.gamma),
-        "consensus_steps": _try(topo.consensus_steps, args.eps),  # refused for random-k above 2048 clients
-        "Q": args.gossip_steps, "gamma": args.gamma, "eps": args.eps,
-    }
-
-
 def _cell(value) -> str:
     if value is None:
         return "-"
@@ -144,33 +118,6 @@ def _jsonable(value):
     if isinstance(value, list):
         return [_jsonable(v) for v in value]
     return value
-
-
-def plot_gaps(rows: list[dict], path: str) -> None:
-    """Spectral gap vs n on log-log axes, one line per topology."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(6, 4))
-    for name in dict.fromkeys(row["topology"] for row in rows):
-        pts = [(r["n"], r["spectral_gap"]) for r in rows if r["topology"] == name and r["spectral_gap"]]
-        if pts:
-            ax.plot(*zip(*pts), marker="o", label=name)
-    ax.set_xscale("log")
-    ax.set_yscale("log")
-    ns = sorted({r["n"] for r in rows})
-    ax.set_xticks(ns, [str(n) for n in ns])
-    ax.minorticks_off()
-    ax.set_xlabel("clients n")
-    ax.set_ylabel("spectral gap 1 - lambda")
-    ax.set_title(f"weights: {rows[0]['weights']}")
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
 
 
 def _check_args(args: argparse.Namespace) -> None:
@@ -209,14 +156,18 @@ def run(args: argparse.Namespace) -> int:
         for name in names:
             for n in args.clients or [None]:
                 try:
-                    rows.append(analyse(name, n, args, compare))
+                    rows.append(topology_registry.spectral_summary(
+                        name, n, args.weights, gossip_steps=args.gossip_steps, gamma=args.gamma, eps=args.eps,
+                        **_options(args, name, compare)))
                 except ValueError as err:
                     if not compare:
                         raise
                     # compare goes on without a topology that does not exist at this n (e.g. grid on 17 clients)
                     print(f"dfl topology compare: skipped {name} on {n} clients: {err}", file=sys.stderr)
         if args.plot:
-            plot_gaps(rows, args.plot)
+            from dfl.report import plots  # matplotlib only when a plot is asked for
+
+            plots.gap_vs_clients(rows, args.plot)
     except (ValueError, OSError) as err:
         print(f"dfl topology: error: {err}", file=sys.stderr)
         return 2

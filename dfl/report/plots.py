@@ -227,3 +227,27 @@ def landscape(alphas: list[float], betas: list[float], loss: list[list[float]], 
     right.set(xlabel="direction 1", ylabel="direction 2", zlabel="loss", title="loss surface")
     fig.suptitle(title, fontsize=10)
     return _save(fig, path)
+
+
+def gap_vs_clients(rows: list[dict], path: str | Path) -> Path:
+    """Spectral gap 1 − λ against the number of clients n on log-log axes, one line per topology (rows of
+    `dfl.topologies.spectral_summary`; `dfl topology compare --plot`)."""
+    fig = _figure(6, 4)
+    ax = fig.add_subplot()
+    for name in dict.fromkeys(row["topology"] for row in rows):
+        pts = [(r["n"], r["spectral_gap"]) for r in rows if r["topology"] == name and r["spectral_gap"]]
+        if pts:
+            ax.plot(*zip(*pts), marker="o", label=name)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ns = sorted({r["n"] for r in rows})
+    ax.set_xticks(ns, [str(n) for n in ns])
+    ax.minorticks_off()
+    ax.set_xlabel("clients n")
+    ax.set_ylabel("spectral gap 1 - lambda")
+    ax.set_title(f"weights: {rows[0]['weights']}")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend()
+    fig.savefig(path)  # format from the suffix, into an existing directory (a path the user named is not created)
+    return Path(path)
+
