@@ -67,27 +67,70 @@ PARTICIPATION_MODES = ("uniform", "bernoulli")
 AGGREGATIONS = ("uniform", "size")
 
 
-def option(default: Any = MISSING, help: str = "", *, factory: Any = None, choices: tuple[str, ...] | None = None):
+def option(default: Any = MISSING, help: str = "", *, factory: Any = None, choices: tuple[str, ...] | None = None,
+           interval: str | None = None, note: str = ""):
     """A `Config` field, described once: its default (or a `factory` for a list or table), one line of `help`,
-    and its `choices` when the allowed values are a fixed set (`Config.validate` checks them). The CLI flags, the
-    TOML keys and the docs' options page all read this (`options()`)."""
-    metadata = {"help": help, "choices": choices}
+    and its allowed values: `choices` when they are a fixed set, or an `interval` such as "[0, 1)" or "(0, inf)"
+    for a number (`note` is added to the message that refuses a value above it). `Config.validate` checks both;
+    the CLI flags, `dfl run --help`, the TOML keys and the docs' options page read them (`options()`)."""
+    metadata = {"help": help, "choices": choices, "interval": Interval.parse(interval) if interval else None,
+                "note": note}
     if factory is not None:
         return field(default_factory=factory, metadata=metadata)
     return field(default=default, metadata=metadata)
 
 
 @dataclass(frozen=True)
+class Interval:
+    """The allowed range of a number, as written: "[0, 1)" is 0 <= x < 1, "(0, inf)" is x > 0."""
+
+    text: str
+    low: float
+    high: float
+    low_closed: bool
+    high_closed: bool
+
+    @classmethod
+    def parse(cls, text: str) -> Interval:
+        low, high = (part.strip() for part in text[1:-1].split(","))
+        return cls(text, float(low), float(high), text[0] == "[", text[-1] == "]")
+
+    def describe(self) -> str:
+        """">= 1", "> 0", or "in [0, 1)": how help lines and the options page say it."""
+        low = f"{self.low:g}"
+        if math.isinf(self.high):
+            return f"{'>=' if self.low_closed else '>'} {low}"
+        return f"in {self.text}"
+
+    def check(self, name: str, value: Any, integer: bool, note: str = "") -> None:
+        """ConfigError naming `name` unless `value` is a number (an integer when `integer`) inside the interval."""
+        if integer:
+            _integer(name, value, minimum=int(self.low) + (not self.low_closed))
+        else:
+            _number(name, value, minimum=self.low, strict=not self.low_closed)
+        if value > self.high or (value == self.high and not self.high_closed):
+            raise ConfigError(f"{name} must be in {self.text}{f' ({note})' if note else ''}, got {value}")
+
+
+@dataclass(frozen=True)
 class Option:
     """What `options()` tells about one field: the name, the annotation as written, the default, the allowed
-    values when fixed, the help line and the section of the options page it belongs to."""
+    values (`choices` when fixed, else an `interval` for a number), the help line and its section."""
 
     name: str
     type: str
     default: Any
     choices: tuple[str, ...] | None
+    interval: Interval | None
     help: str
     section: str
+
+    @property
+    def allowed(self) -> str:
+        """The allowed values in words ("one of sam, asam", ">= 1", "in [0, 1)"), or "" when the help says."""
+        if self.choices is not None:
+            return "one of " + ", ".join(self.choices)
+        return self.interval.describe() if self.interval is not None else ""
 
 
 # Sections of the options page and of `dfl run --help`: (title, first field of the section), in field order.
@@ -107,38 +150,42 @@ class Config:
         f"({NAME_ALLOWED}; not starting with '.'; at most {MAX_NAME} characters)")
     seed: int = option(0, "seed of every random draw (model init, partition, sampling, random topologies); "
         "0 .. 2^63 - 1")
-    rounds: int = option(200, "communication rounds to run")
+    rounds: int = option(200, "communication rounds to run", interval="[1, inf)")
     # algorithm and its hyperparameters (None = the algorithm's default)
     algorithm: str = option("dfedsam-mgs", "dpsgd, dfedavg, dfedavgm, dfedsam, dfedsam-mgs (decentralized) or fedavg, "
         "fedsam, mofedsam, fedcm, scaffold, fedavgsm, fedavglm, fedavglm-z, fedavgslm, fedavgslm-z, domo, domo-s, "
         "mimelite, feddyn, fedgloss (centralized), or a registered one (dfl list algorithms)")
-    rho: float | None = option(None, "SAM perturbation radius (unset = the algorithm's default)")
+    rho: float | None = option(None, "SAM perturbation radius (unset = the algorithm's default)", interval="[0, inf)")
     sam: str | None = option(None, "SAM variant: sam or asam (unset = the algorithm's default)",
         choices=("sam", "asam"))
-    asam_eta: float | None = option(None, "ASAM eta (unset = the algorithm's default)")
-    momentum: float | None = option(None, "local momentum in [0, 1) (unset = the algorithm's default)")
-    gossip_steps: int | None = option(None, "gossip steps Q per round, >= 1 (unset = the algorithm's default)")
+    asam_eta: float | None = option(None, "ASAM eta (unset = the algorithm's default)", interval="[0, inf)")
+    momentum: float | None = option(None, "local momentum (unset = the algorithm's default)", interval="[0, 1)")
+    gossip_steps: int | None = option(None, "gossip steps Q per round (unset = the algorithm's default)",
+        interval="[1, inf)")
     # centralized FL (ALGORITHMS.md §4; None = the algorithm's default)
-    participation: float | None = option(None, "centralized: fraction of clients per round, in (0, 1] (unset = 1, all)")
+    participation: float | None = option(None, "centralized: fraction of clients per round (unset = 1, all)",
+        interval="(0, 1]")
     participation_mode: str | None = option(None, "centralized: uniform (round(f*N) without replacement) or bernoulli "
         "(each w.p. f)", choices=PARTICIPATION_MODES)
     aggregation: str | None = option(None, "centralized server weights: uniform (1/|S_t|) or size (n_i / sum of n_j)",
         choices=AGGREGATIONS)
-    server_lr: float | None = option(None, "centralized server learning rate > 0 (1 = plain averaging)")
-    server_momentum: float | None = option(None, "server momentum in [0, 1) (FedAvgSM/SLM, DOMO, MimeLite)")
-    fedcm_alpha: float | None = option(None, "FedCM/MoFedSAM weight of the local gradient, in [0, 1] (1 = "
-        "FedAvg/FedSAM)")
-    domo_alpha: float | None = option(None, "DOMO/DOMO-S fusion coefficient >= 0 (0 = FedAvgSLM-Z)")
-    feddyn_alpha: float | None = option(None, "FedDyn regularisation alpha > 0")
-    fedgloss_beta: float | None = option(None, "FedGLoSS beta > 0 (ADMM penalty 1/beta)")
-    server_rho: float | None = option(None, "FedGLoSS server SAM radius >= 0 (the client radius is --rho)")
+    server_lr: float | None = option(None, "centralized server learning rate (1 = plain averaging)",
+        interval="(0, inf)")
+    server_momentum: float | None = option(None, "server momentum (FedAvgSM/SLM, DOMO, MimeLite)", interval="[0, 1)")
+    fedcm_alpha: float | None = option(None, "FedCM/MoFedSAM weight of the local gradient (1 = FedAvg/FedSAM)",
+        interval="[0, 1]")
+    domo_alpha: float | None = option(None, "DOMO/DOMO-S fusion coefficient (0 = FedAvgSLM-Z)", interval="[0, inf)")
+    feddyn_alpha: float | None = option(None, "FedDyn regularisation alpha", interval="(0, inf)")
+    fedgloss_beta: float | None = option(None, "FedGLoSS beta (ADMM penalty 1/beta)", interval="(0, inf)")
+    server_rho: float | None = option(None, "FedGLoSS server SAM radius (the client radius is --rho)",
+        interval="[0, inf)")
     # SAM radius schedule of every SAM algorithm (rho; FedGLoSS: also server_rho): "constant" or "linear" (None =
     # the algorithm's default: linear for FedGLoSS, constant for the others)
     rho_schedule: str | None = option(None, "SAM radius schedule: constant or linear (ramp from min(0.001, rho) up to "
         "rho over --rho-ramp-rounds; FedGLoSS: both radii) (unset = the algorithm's: linear for fedgloss, else "
         "constant)", choices=RHO_SCHEDULES)
     rho_ramp_rounds: int | None = option(None, "linear rho schedule: rounds of the ramp, >= 2 (unset = the "
-        "algorithm's: 0 = no ramp)")
+        "algorithm's: 0 = no ramp)", interval="[0, inf)")
     # the algorithm's own options (its `hyperparameters` that are not Config fields), checked against its defaults
     algorithm_options: dict[str, Any] = option(factory=dict, help="the algorithm's own options (`dfl list "
         "algorithms`), e.g. clip=0.5 (registered algorithms; built-ins take theirs as fields)")
@@ -182,7 +229,7 @@ class Config:
     max_staleness: int = option(-1, "async: a client mixes neighbour models at most this many updates behind its own, "
         "waiting otherwise; -1 = unbounded")
     # clients and data
-    clients: int = option(16, "number of clients, >= 1")
+    clients: int = option(16, "number of clients", interval="[1, inf)")
     dataset: str = option("mnist1d", "mnist1d, digits, synthetic, cifar10, cifar100, mnist, fashion-mnist, or a "
         "registered one (dfl list datasets)")
     data_root: str | None = option(None, "directory of a file-backed dataset (cifar10, cifar100, mnist, fashion-mnist, "
@@ -191,7 +238,8 @@ class Config:
         "test_fraction=0.2")
     partition: str = option("dirichlet", "how the train set is split among clients: iid, dirichlet, dirichlet-class, "
         "shards, similarity, natural, or a registered one (dfl list partitions)")
-    alpha: float | None = option(None, "Dirichlet concentration > 0 (dirichlet partitions only; unset = 0.3)")
+    alpha: float | None = option(None, "Dirichlet concentration (dirichlet partitions only; unset = 0.3)",
+        interval="(0, inf)")
     partition_options: dict[str, Any] = option(factory=dict, help="partition options, e.g. shards_per_client=2")
     # model
     model: str = option("cnn1d", "logreg, mlp, cnn1d, cnn, resnet18, resnet20, vgg11, or your own factory as "
@@ -199,52 +247,58 @@ class Config:
     model_options: dict[str, Any] = option(factory=dict, help="model options, e.g. hidden=128 (a factory's "
         "keyword-only parameters)")
     # local training
-    lr: float = option(0.1, "local learning rate > 0")
+    lr: float = option(0.1, "local learning rate", interval="(0, inf)")
     lr_schedule: str = option("exponential", "learning-rate schedule: exponential (lr * lr_decay^t), cosine (to "
         "--lr-min over the run) or step (x --lr-step-factor at each of --lr-milestones)", choices=LR_SCHEDULES)
-    lr_decay: float = option(0.998, "exponential schedule: decay per round, lr_t = lr * lr_decay^t")
-    lr_min: float = option(0.0, "cosine schedule: the learning rate it anneals to, in [0, lr)")
+    lr_decay: float = option(0.998, "exponential schedule: decay per round, lr_t = lr * lr_decay^t",
+        interval="(0, inf)")
+    lr_min: float = option(0.0, "cosine schedule: the learning rate it anneals to, < lr", interval="[0, inf)")
     lr_milestones: list[int] = option(factory=list, help="step schedule: rounds after the warmup at which lr is "
         "multiplied by --lr-step-factor")
-    lr_step_factor: float = option(0.1, "step schedule: factor in (0, 1] applied at each milestone")
-    warmup_rounds: int = option(0, "rounds of linear warmup lr * (t + 1) / W before the schedule, in [0, rounds); 0 = "
-        "off")
-    weight_decay: float = option(0.0, "weight decay >= 0: L2 added to the gradient (sgd, adam) or decoupled (adamw)")
-    clip_grad_norm: float = option(0.0, "per-client gradient-norm clip; 0 = off")
+    lr_step_factor: float = option(0.1, "step schedule: factor applied at each milestone", interval="(0, 1]")
+    warmup_rounds: int = option(0, "rounds of linear warmup lr * (t + 1) / W before the schedule, < rounds; 0 = off",
+        interval="[0, inf)")
+    weight_decay: float = option(0.0, "weight decay: L2 added to the gradient (sgd, adam) or decoupled (adamw)",
+        interval="[0, inf)")
+    clip_grad_norm: float = option(0.0, "per-client gradient-norm clip; 0 = off", interval="[0, inf)")
     local_optimizer: str = option("sgd", "local optimizer: sgd (with --momentum), adam or adamw (torch semantics; "
         "dpsgd, dfedavg, dfedsam, dfedsam-mgs, fedavg, fedsam, fedavgsm)", choices=LOCAL_OPTIMIZERS)
     adam_betas: list[float] = option(factory=lambda: list(ADAM_DEFAULTS["adam_betas"]), help="adam/adamw: beta1 beta2, "
         "each in [0, 1)")
-    adam_eps: float = option(1e-8, "adam/adamw: epsilon > 0 added to the root of the second moment")
+    adam_eps: float = option(1e-8, "adam/adamw: epsilon added to the root of the second moment", interval="(0, inf)")
     local_optimizer_state: str = option("reset", "adam/adamw moments: reset (fresh every round) or keep (per client, "
         "across rounds)", choices=LOCAL_OPTIMIZER_STATES)
-    batch_size: int = option(32, "minibatch size per local step, at most a client's data (0 = full batch)")
-    local_epochs: int | None = option(None, "local epochs per round (set this or --local-steps; unset = 1 epoch)")
-    local_steps: int | None = option(None, "local steps per round (instead of --local-epochs)")
+    batch_size: int = option(32, "minibatch size per local step, at most a client's data (0 = full batch)",
+        interval="[0, inf)")
+    local_epochs: int | None = option(None, "local epochs per round (set this or --local-steps; unset = 1 epoch)",
+        interval="[1, inf)")
+    local_steps: int | None = option(None, "local steps per round (instead of --local-epochs)", interval="[1, inf)")
     client_chunk: int | str = option("auto", "clients per vectorised call: auto (measured), 0 = all at once, or N")
     compile: bool = option(False, "torch.compile the per-client gradient (faster rounds after ~10 s of compiling)")
     precision: str = option("fp32", "fp32, bf16 (local forward/backward under bf16 autocast) or tf32 (TF32 matmuls on "
         "CUDA)", choices=PRECISIONS)
     # evaluation and output
-    eval_every: int = option(5, "rounds between evaluations, >= 1")
-    eval_batch_size: int = option(1024, "batch size of evaluation, >= 1")
-    train_eval_samples: int = option(2000, "training samples for the averaged model's train loss/accuracy")
-    client_eval_samples: int = option(0, "test samples for each client's accuracy (a fixed seeded subset); 0 = all")
+    eval_every: int = option(5, "rounds between evaluations", interval="[1, inf)")
+    eval_batch_size: int = option(1024, "batch size of evaluation", interval="[1, inf)")
+    train_eval_samples: int = option(2000, "training samples for the averaged model's train loss/accuracy",
+        interval="[0, inf)")
+    client_eval_samples: int = option(0, "test samples for each client's accuracy (a fixed seeded subset); 0 = all",
+        interval="[0, inf)")
     # personalized evaluation: each client holds out this fraction of its data (stratified by label) as its local
     # test set, and trains on the rest; adds personal_acc_* and global_acc_* (dfl.data.local_test). 0 = off
-    local_test_fraction: float = option(0.0, "fraction in [0, 1) of each client's data held out (stratified by label) "
-        "as its local test set for personal_acc / global_acc; 0 = off")
-    checkpoint_every: int = option(0, "rounds between checkpoints; 0 = at every evaluation")
-    hessian_every: int = option(0, "rounds between top-Hessian-eigenvalue measurements; 0 = off")
-    hessian_samples: int = option(1000, "training samples the Hessian is taken on, >= 1")
-    hessian_iters: int = option(20, "power-iteration steps per Hessian measurement, >= 1")
+    local_test_fraction: float = option(0.0, "fraction of each client's data held out (stratified by label) "
+        "as its local test set for personal_acc / global_acc; 0 = off", interval="[0, 1)", note="0 = off")
+    checkpoint_every: int = option(0, "rounds between checkpoints; 0 = at every evaluation", interval="[0, inf)")
+    hessian_every: int = option(0, "rounds between top-Hessian-eigenvalue measurements; 0 = off", interval="[0, inf)")
+    hessian_samples: int = option(1000, "training samples the Hessian is taken on", interval="[1, inf)")
+    hessian_iters: int = option(20, "power-iteration steps per Hessian measurement", interval="[1, inf)")
     device: str = option("auto", "auto, cpu, cuda or cuda:N")
     progress: bool = option(True, "show a progress line per round")
     # live metrics and early stopping (`dfl.engine.hooks`, `dfl.loggers`)
     loggers: list[str] = option(factory=list, help="live metrics: tensorboard (event files in RUN/tensorboard/) and/or "
         "wandb (Weights & Biases, if installed); --log NAME, repeated or comma-separated; --log '' for none")
-    target_accuracy: float | None = option(None, "test accuracy in (0, 1]: summary.json records rounds_to_target, the "
-        "first evaluated round reaching it")
+    target_accuracy: float | None = option(None, "test accuracy: summary.json records rounds_to_target, the "
+        "first evaluated round reaching it", interval="(0, 1]", note="a test accuracy fraction, e.g. 0.8 for 80%")
     stop_at_target: bool = option(False, "stop the run (status stopped) at the first evaluation reaching "
         "--target-accuracy")
     # multi-process (torchrun); a plain `dfl run` is a world of one
@@ -252,7 +306,8 @@ class Config:
         choices=("auto", "nccl", "gloo"))
     gossip_mode: str = option("p2p", "torchrun gossip: p2p (neighbours only) or allgather (whole stack, then W^Q "
         "locally)", choices=("p2p", "allgather"))
-    dist_timeout: float = option(300.0, "torchrun: seconds before a collective waiting on a dead rank fails, > 0")
+    dist_timeout: float = option(300.0, "torchrun: seconds before a collective waiting on a dead rank fails",
+        interval="(0, inf)")
 
     # ------------------------------------------------------------------ conversion
     def to_dict(self) -> dict[str, Any]:
@@ -296,17 +351,17 @@ class Config:
         _integer("seed", self.seed, minimum=0)
         if self.seed > MAX_SEED:
             raise ConfigError(f"seed must be an integer in [0, 2^63 - 1] (0 .. {MAX_SEED}), got {self.seed}")
-        for f in fields(self):  # the fixed sets of allowed values, declared on the fields
-            value, allowed = getattr(self, f.name), f.metadata["choices"]
-            if allowed is not None and value is not None:
-                _choice(f.name, value, allowed)
+        for f in fields(self):  # the allowed values declared on the fields: a fixed set, or a number's interval
+            value, meta = getattr(self, f.name), f.metadata
+            if value is None and "None" in str(f.type):  # unset: the algorithm's (or the component's) default
+                continue
+            if meta["choices"] is not None:
+                _choice(f.name, value, meta["choices"])
+            if meta["interval"] is not None:
+                meta["interval"].check(f.name, value, integer=str(f.type).startswith("int"), note=meta["note"])
         if not isinstance(self.device, str):
             raise ConfigError(f"device must be one of auto, cpu, cuda; got {self.device!r}")
         _choice("device", self.device.split(":")[0], ("auto", "cpu", "cuda"))
-        _number("dist_timeout", self.dist_timeout, minimum=0.0, strict=True)
-        _integer("rounds", self.rounds, minimum=1)
-        _integer("clients", self.clients, minimum=1)
-        _integer("batch_size", self.batch_size, minimum=0)
         if self.client_chunk != "auto":
             if isinstance(self.client_chunk, str):
                 raise ConfigError(f"client_chunk must be \"auto\", 0 (all clients in one call) or a positive "
@@ -318,64 +373,14 @@ class Config:
         _boolean("compile", self.compile)
         _boolean("progress", self.progress)
         self._validate_stopping()
-        _integer("eval_every", self.eval_every, minimum=1)
-        _integer("eval_batch_size", self.eval_batch_size, minimum=1)
-        _integer("train_eval_samples", self.train_eval_samples, minimum=0)
-        _integer("client_eval_samples", self.client_eval_samples, minimum=0)
-        _number("local_test_fraction", self.local_test_fraction, minimum=0.0)
-        if self.local_test_fraction >= 1:
-            raise ConfigError(f"local_test_fraction must be in [0, 1) (0 = off), got {self.local_test_fraction}")
-        _integer("checkpoint_every", self.checkpoint_every, minimum=0)
-        _integer("hessian_every", self.hessian_every, minimum=0)
-        _integer("hessian_samples", self.hessian_samples, minimum=1)
-        _integer("hessian_iters", self.hessian_iters, minimum=1)
-        if self.gossip_steps is not None:
-            _integer("gossip_steps", self.gossip_steps, minimum=1)
-        self._validate_server()
         if self.local_epochs is not None and self.local_steps is not None:
             raise ConfigError("set only one of local_epochs and local_steps (got both)")
-        if self.local_epochs is not None:
-            _integer("local_epochs", self.local_epochs, minimum=1)
-        if self.local_steps is not None:
-            _integer("local_steps", self.local_steps, minimum=1)
-        _number("lr", self.lr, minimum=0.0, strict=True)
-        _number("lr_decay", self.lr_decay, minimum=0.0, strict=True)
         self._validate_lr_schedule()
-        _number("weight_decay", self.weight_decay, minimum=0.0)
-        _number("clip_grad_norm", self.clip_grad_norm, minimum=0.0)
-        for name in ("rho", "asam_eta"):
-            if getattr(self, name) is not None:
-                _number(name, getattr(self, name), minimum=0.0)
-        if self.momentum is not None:
-            _number("momentum", self.momentum, minimum=0.0)
-            if self.momentum >= 1:
-                raise ConfigError(f"momentum must be in [0, 1), got {self.momentum}")
-        if self.alpha is not None:
-            _number("alpha", self.alpha, minimum=0.0, strict=True)
         for name in ("topology_options", "dataset_options", "partition_options", "model_options", "algorithm_options"):
             if not isinstance(getattr(self, name), dict):
                 raise ConfigError(f"{name} must be a table of key = value, got {getattr(self, name)!r}")
-        if self.rho_ramp_rounds is not None:
-            _integer("rho_ramp_rounds", self.rho_ramp_rounds, minimum=0)
         self._validate_local_optimizer()
         return self
-
-    def _validate_server(self) -> None:
-        """The centralized server's options, each on its own (which algorithms read them: `dfl.algorithms`)."""
-        if self.participation is not None:
-            _number("participation", self.participation, minimum=0.0, strict=True)
-            if self.participation > 1:
-                raise ConfigError(f"participation must be in (0, 1], got {self.participation}")
-        for name, strict in (("server_lr", True), ("domo_alpha", False), ("feddyn_alpha", True),
-                             ("fedgloss_beta", True), ("server_rho", False)):
-            if getattr(self, name) is not None:
-                _number(name, getattr(self, name), minimum=0.0, strict=strict)
-        for name, upper in (("server_momentum", "1)"), ("fedcm_alpha", "1]")):
-            value = getattr(self, name)
-            if value is not None:
-                _number(name, value, minimum=0.0)
-                if value > 1 or (value == 1 and upper == "1)"):
-                    raise ConfigError(f"{name} must be in [0, {upper}, got {value}")
 
     def _validate_local_optimizer(self) -> None:
         """Adam's options only with Adam (which algorithms accept Adam: `dfl.algorithms.check_config`)."""
@@ -383,7 +388,6 @@ class Config:
         if not isinstance(betas, (list, tuple)) or len(betas) != 2 or any(
                 isinstance(b, bool) or not isinstance(b, (int, float)) or not 0 <= b < 1 for b in betas):
             raise ConfigError(f"adam_betas must be two numbers (beta1, beta2) in [0, 1), got {betas!r}")
-        _number("adam_eps", self.adam_eps, minimum=0.0, strict=True)
         if self.local_optimizer == "sgd":
             for name, default in ADAM_DEFAULTS.items():
                 value = getattr(self, name)
@@ -401,26 +405,16 @@ class Config:
             raise ConfigError(f"loggers must be a list of logger names (dfl list loggers), got {names!r}")
         if len(set(names)) < len(names):
             raise ConfigError(f"loggers names a logger twice: {list(names)}")
-        if self.target_accuracy is not None:
-            _number("target_accuracy", self.target_accuracy, minimum=0.0, strict=True)
-            if self.target_accuracy > 1:
-                raise ConfigError(f"target_accuracy must be in (0, 1] (a test accuracy fraction, e.g. 0.8 for 80%), "
-                                  f"got {self.target_accuracy}")
         _boolean("stop_at_target", self.stop_at_target)
         if self.stop_at_target and self.target_accuracy is None:
             raise ConfigError("stop_at_target = true needs target_accuracy (the test accuracy in (0, 1] to stop at, "
                               "e.g. --target-accuracy 0.8)")
 
     def _validate_lr_schedule(self) -> None:
-        _number("lr_min", self.lr_min, minimum=0.0)
-        _number("lr_step_factor", self.lr_step_factor, minimum=0.0, strict=True)
-        if self.lr_step_factor > 1:
-            raise ConfigError(f"lr_step_factor must be in (0, 1], got {self.lr_step_factor}")
         milestones = self.lr_milestones
         if not isinstance(milestones, (list, tuple)) or any(
                 isinstance(m, bool) or not isinstance(m, int) for m in milestones):
             raise ConfigError(f"lr_milestones must be a list of integers (rounds), got {milestones!r}")
-        _integer("warmup_rounds", self.warmup_rounds, minimum=0)
         if self.warmup_rounds >= self.rounds:
             raise ConfigError(f"warmup_rounds must be < rounds = {self.rounds} (the schedule runs on the rounds "
                               f"after the warmup), got {self.warmup_rounds}")
@@ -468,7 +462,8 @@ def options() -> list[Option]:
     for f in fields(Config):
         section = starts.get(f.name, section)
         default = f.default_factory() if f.default is MISSING else f.default
-        result.append(Option(f.name, str(f.type), default, f.metadata["choices"], f.metadata["help"], section))
+        result.append(Option(f.name, str(f.type), default, f.metadata["choices"], f.metadata["interval"],
+                             f.metadata["help"], section))
     return result
 
 

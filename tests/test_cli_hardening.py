@@ -152,3 +152,19 @@ def test_import_dfl_is_light_but_engine_still_reachable():
     code = "import sys, dfl; light = 'torch' not in sys.modules; print(light, callable(dfl.run), dfl.Result.__name__)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.split() == ["True", "True", "Result"]
+
+
+def test_allowed_values_come_from_the_field_description():
+    from dfl.config import Interval
+
+    assert Interval.parse("[0, 1)").describe() == "in [0, 1)"
+    assert Interval.parse("(0, inf)").describe() == "> 0" and Interval.parse("[1, inf)").describe() == ">= 1"
+    described = {o.name: o for o in options()}
+    assert described["momentum"].allowed == "in [0, 1)" and described["sam"].allowed == "one of sam, asam"
+    with pytest.raises(ConfigError, match=r"^momentum must be in \[0, 1\), got 1.0$"):
+        Config(momentum=1.0).validate()
+    with pytest.raises(ConfigError, match=r"^rounds must be an integer >= 1, got None$"):
+        Config(rounds=None).validate()  # a field that cannot be unset is not skipped when None
+    run = build_parser("run")._defaults["subparsers"]["run"]
+    helps = {action.dest: action.help for action in run._actions}
+    assert "(in [0, 1))" in helps["momentum"] and "(>= 1; default 200)" in helps["rounds"]

@@ -47,7 +47,9 @@ def add_config_flags(parser: argparse.ArgumentParser) -> None:
     for opt in options():
         group = groups.get(opt.section) or groups.setdefault(opt.section, parser.add_argument_group(opt.section))
         flag = "--" + opt.name.replace("_", "-")
-        text = opt.help + ("" if opt.default in (None, {}, []) else f" (default {opt.default})")
+        facts = [opt.interval.describe()] if opt.interval is not None else []  # choices show in the metavar
+        facts += [] if opt.default in (None, {}, []) else [f"default {opt.default}"]
+        text = opt.help + (f" ({'; '.join(facts)})" if facts else "")
         kind = opt.type
         metavar = "{" + ",".join(opt.choices) + "}" if opt.choices else None
         if opt.name == "loggers":  # --log tensorboard --log wandb, or --log tensorboard,wandb
