@@ -47,13 +47,20 @@ del _cls
 
 __all__ = [
     "ALGORITHMS", "HYPERPARAMETERS", "Algorithm", "Context", "LocalResult", "LocalRule", "RoundStats",
-    "ServerAlgorithm", "algorithm_class", "check_config", "option_defaults", "register", "resolve_hyperparameters",
+    "ServerAlgorithm", "algorithm_class", "check_config", "is_centralized", "option_defaults", "register",
+    "resolve_hyperparameters",
 ]
 
 
 def algorithm_class(name: str) -> type[Algorithm]:
     """The class registered as `name` (ValueError listing the registered names otherwise)."""
     return ALGORITHMS.get(name)
+
+
+def is_centralized(name: str) -> bool:
+    """Whether the algorithm registered as `name` aggregates at a server (the complete-graph case) instead of
+    gossiping with neighbours."""
+    return bool(getattr(algorithm_class(name), "centralized", False))
 
 
 def resolve_hyperparameters(config, warn: bool = True) -> tuple[dict, list[str]]:

@@ -19,6 +19,7 @@ CATEGORIES = ("algorithms", "topologies", "models", "datasets", "partitions", "w
 WIDTH = 120  # options lines wrap here (descriptions are one line each)
 REQUIRED = signatures.REQUIRED  # the default shown for an option that has none
 
+
 def add_parser(subparsers) -> None:
     p = subparsers.add_parser(
         "list",
@@ -36,11 +37,13 @@ DECLARED_OPTIONS = ("options", "hyperparameters")  # attributes holding an objec
 
 EXTRA_COLUMN = {"algorithms": "centralized", "topologies": "kind", "datasets": "source"}
 
+
 # ------------------------------------------------------------------------------------------------ rendering
 def _value(value: Any) -> str:
     if isinstance(value, str):
         return value if value == REQUIRED else repr(value)
     return repr(value)
+
 
 def _options_line(entry: dict) -> str:
     options = entry.get("options") or {}
@@ -53,6 +56,7 @@ def _options_line(entry: dict) -> str:
         text += f" ({entry['note']})"
     return "options: " + text
 
+
 def _extra(category: str, entry: dict) -> str | None:
     column = EXTRA_COLUMN.get(category)
     if column is None:
@@ -61,6 +65,7 @@ def _extra(category: str, entry: dict) -> str | None:
     if column == "centralized":
         return "centralized" if value else "decentralized"
     return str(value)
+
 
 def _one_line(text: str, limit: int) -> str:
     """text cut to `limit` characters for the text listing (JSON keeps it whole): at the last top-level ', ',
@@ -77,6 +82,7 @@ def _one_line(text: str, limit: int) -> str:
         return text[:cuts[-1]] + " …"
     return text[:limit - 2].rsplit(" ", 1)[0] + " …"
 
+
 def render(category: str, entries: list[dict], with_options: bool) -> list[str]:
     width = max(len(e["name"]) for e in entries) + 2
     extras = [_extra(category, e) for e in entries]
@@ -92,6 +98,7 @@ def render(category: str, entries: list[dict], with_options: bool) -> list[str]:
                                    break_on_hyphens=False)
     return lines
 
+
 def _jsonable(value: Any) -> Any:
     if isinstance(value, dict):
         return {str(k): _jsonable(v) for k, v in value.items()}
@@ -100,6 +107,7 @@ def _jsonable(value: Any) -> Any:
     if value is None or isinstance(value, (bool, int, float, str)):
         return value
     return repr(value)
+
 
 def main(args: argparse.Namespace) -> int:
     category = args.category

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from dfl.algorithms import Context, algorithm_class, resolve_hyperparameters
+from dfl.algorithms import Context, is_centralized, resolve_hyperparameters
 from dfl.algorithms.server import sample_participants
 from dfl.config import Config
 from dfl.engine import checkpoint as ckpt
@@ -50,6 +50,7 @@ from dfl.training.local import LocalTrainer
 DIVERGENCE_LOSS_FACTOR = 10.0
 
 DIVERGENCE_PATIENCE = 3
+
 
 class Experiment:
     """One run between its phases: `__init__` is the set-up (data, topology, model, client stack, trainer,
@@ -84,7 +85,7 @@ class Experiment:
         if comm.num_clients != m:
             raise ConfigError(f"the communicator hosts {comm.num_clients} clients but the data has {m}")
         data = data.to(device)
-        centralized = getattr(algorithm_class(config.algorithm), "centralized", False)
+        centralized = is_centralized(config.algorithm)
         if centralized and (config.topology not in ("ring", "full") or config.topology_options):  # ring: default
             warnings.warn(f"{config.algorithm} is centralized (complete topology); ignoring topology", stacklevel=3)
             ignored = [*ignored, "topology"]
@@ -339,6 +340,7 @@ class Experiment:
             out_dir=self.run_dir.path if self.run_dir else None,
         )
 
+
 def _evaluate(model, layout, X, mean, comm, x, y, train_sub, client_test, config, chunk: int,
               local_test=None) -> dict[str, Any]:
     """Metrics of the averaged model `mean` (= comm.mean_rows(X)) and of every client row of X.
@@ -375,6 +377,7 @@ def _evaluate(model, layout, X, mean, comm, x, y, train_sub, client_test, config
         record["client_acc"] = [round(a, 6) for a in accs.tolist()]
     return record
 
+
 def _hessian(model, layout, mean, sample, config: Config) -> float:
     """Top Hessian eigenvalue of the averaged model's training loss (`dfl.training.flatness`); every process computes
     it from the same mean and sample, so it is identical everywhere."""
@@ -383,12 +386,14 @@ def _hessian(model, layout, mean, sample, config: Config) -> float:
     return hessian_top_eigenvalue(model, layout, mean, *sample, iters=config.hessian_iters,
                                   batch_size=config.eval_batch_size, seed=config.seed)
 
+
 def _mean_train_loss(stats, comm) -> float:
     """Mean local training loss over the clients that trained this round (NaN if none did)."""
     trained = torch.ones_like(stats.train_loss, dtype=torch.bool) if stats.trained is None else stats.trained
     local = torch.stack([(stats.train_loss * trained).sum(), trained.sum()]).double()
     total, count = comm.sum(local).tolist()
     return total / count if count else float("nan")
+
 
 def _check_finite(X: torch.Tensor, train_loss: torch.Tensor, t: int, comm) -> None:
     bad = nonfinite_rows(X) | ~torch.isfinite(train_loss)
@@ -402,6 +407,7 @@ def _check_finite(X: torch.Tensor, train_loss: torch.Tensor, t: int, comm) -> No
             "try a smaller lr, a smaller rho, or clip_grad_norm"
         )
 
+
 def _final_metrics(history: list[dict[str, Any]]) -> dict[str, Any]:
     if not history:
         return {}
@@ -410,6 +416,7 @@ def _final_metrics(history: list[dict[str, Any]]) -> dict[str, Any]:
     last["best_test_acc"] = max(accs) if accs else float("nan")
     last["final_round"] = last.pop("round")
     return last
+
 
 def _progress(config: Config, comm, start: int = 0):
     if not (config.progress and comm.is_main):

@@ -24,6 +24,7 @@ def raise_on_signal(signum, frame) -> None:
     with its last completed round and keeps its metrics and last checkpoint."""
     raise RunInterrupted(signum)
 
+
 def run(
     config: Config | None = None,
     data=None,
@@ -79,6 +80,7 @@ def run(
     finally:
         if own:
             comm.close()
+
 
 def _run(config: Config, data, out, overwrite: bool, comm, resume: bool, given_model=None, callbacks=None) -> Result:
     """The phases of a run, in order: set-up, the round loop (train, evaluate when due, checkpoint when due),

@@ -7,23 +7,25 @@ import torch
 
 import topologies
 from dfl import topologies as topology_registry
-from dfl.algorithms import algorithm_class
+from dfl.algorithms import algorithm_class, is_centralized
 from dfl.config import Config
 from dfl.data import FederatedData
 from dfl.errors import ConfigError
 
 
 def resolve_device(name: str) -> torch.device:
+    """The torch device of `config.device`: "auto" is CUDA when there is one, else the CPU."""
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if name.startswith("cuda") and not torch.cuda.is_available():
         raise ConfigError(f"device {name!r} requested but CUDA is not available; use device = 'cpu' or 'auto'")
     return torch.device(name)
 
+
 def build_topology(config: Config, n: int):
     """The topology a run mixes with: the complete graph for a centralized algorithm (the configured graph
     plays no part), else the configured topology on n clients (a built-in or a registered one)."""
-    if getattr(algorithm_class(config.algorithm), "centralized", False):
+    if is_centralized(config.algorithm):
         return topologies.build("full", n)
     options = dict(config.topology_options)
     try:
@@ -33,7 +35,10 @@ def build_topology(config: Config, n: int):
     except ValueError as exc:
         raise ConfigError(f"topology: {exc}") from exc
 
-def build_data(config: Config):
+
+def build_data(config: Config) -> FederatedData:
+    """The run's dataset split among `config.clients` clients by `config.partition` (Dirichlet partitions take
+    `alpha`, default 0.3), seeded by `config.seed`."""
     partition_options = dict(config.partition_options)
     if config.partition in ("dirichlet", "dirichlet-class"):
         partition_options.setdefault("alpha", 0.3 if config.alpha is None else config.alpha)
@@ -65,16 +70,19 @@ def gossip_lambda(topology, steps: int) -> float:
     """‖W^Q − J‖₂ (static) or the contraction of Q steps from step 0 (time-varying)."""
     return float(topology.gossip_lambda(steps))
 
+
 def train_subset(data, config: Config, samples: int | None = None):
     """A fixed (seeded) subset of the pooled training data: `train_eval_samples` or `samples` of them."""
     k = config.train_eval_samples if samples is None else samples
     return seeded_subset(data.train_x, data.train_y, k, config.seed) if k else None
+
 
 def seeded_subset(x: torch.Tensor, y: torch.Tensor, k: int, seed: int):
     """The first min(k, n) samples of a permutation drawn from `seed`: the same subset on every process."""
     n = x.shape[0]
     idx = torch.randperm(n, generator=torch.Generator().manual_seed(seed))[: min(k, n)].to(x.device)
     return x[idx], y[idx]
+
 
 def split_local_test(data, config: Config):
     """`local_test_fraction` > 0: the data with each client's local test part held out (`FederatedData.
@@ -88,6 +96,7 @@ def split_local_test(data, config: Config):
         return data.split_local_test(config.local_test_fraction, config.seed)
     except ValueError as exc:
         raise ConfigError(str(exc)) from exc
+
 
 def local_test_sets(data, client_ids: list[int]):
     """(x, y, (index, offsets, sizes)) of the given clients' local test sets, on the data's device: the pooled

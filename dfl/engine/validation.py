@@ -24,7 +24,7 @@ def validate(config: Config) -> Config:
     data.check_config(config)
     models.check_config(config)
     loggers.check_config(config)
-    centralized = is_centralized(config.algorithm)
+    centralized = algorithms.is_centralized(config.algorithm)
     faults.check_config(config, centralized)  # link_failure, offline, bursts, stragglers, round_deadline
     choco.check_config(config, centralized)  # compressor, compression, consensus_lr
     asynchronous.check_config(config, centralized)  # mode, link_latency, link_bandwidth, max_staleness
@@ -32,8 +32,3 @@ def validate(config: Config) -> Config:
         raise ConfigError(f"compressor = {config.compressor} is not modelled in mode = async (CHOCO's public "
                           "copies need every neighbour to see every message in order); use mode = sync")
     return config
-
-
-def is_centralized(algorithm: str) -> bool:
-    """Whether the registered `algorithm` aggregates at a server (the complete-graph case) instead of gossiping."""
-    return bool(getattr(algorithms.algorithm_class(algorithm), "centralized", False))

@@ -22,6 +22,7 @@ CATEGORIES = ("algorithms", "topologies", "models", "datasets", "partitions", "w
 
 REQUIRED = signatures.REQUIRED  # the default shown for an option that has none
 
+
 # ------------------------------------------------------------------------------------------------ docstrings
 def _paragraph(doc: str | None) -> str:
     """The first paragraph of a docstring as one line ("" for none)."""
@@ -29,14 +30,17 @@ def _paragraph(doc: str | None) -> str:
         return ""
     return " ".join(inspect.cleandoc(doc).split("\n\n", 1)[0].split())
 
+
 def _own_doc(obj: Any) -> str:
     """obj's own docstring (a class's, not one inherited from a base class)."""
     doc = obj.__dict__.get("__doc__") if isinstance(obj, type) else getattr(obj, "__doc__", None)
     return _paragraph(doc)
 
+
 def _module_doc(obj: Any) -> str:
     module = sys.modules.get(getattr(obj, "__module__", ""), None)
     return _paragraph(getattr(module, "__doc__", None))
+
 
 def _bullet(module_doc: str | None, key: str) -> str:
     """The text of the bullet `- key: text` or `- `key` (...): text` in a module docstring (continuation lines
@@ -68,6 +72,7 @@ def description(name: str, obj: Any) -> str:
     """The first paragraph of obj's own docstring, else of its module's."""
     return _own_doc(obj) or _module_doc(obj)
 
+
 def options_of(obj: Any) -> dict[str, Any]:
     """obj's declared option defaults (a mapping attribute in DECLARED_OPTIONS), else its keyword-only parameters."""
     for attribute in DECLARED_OPTIONS:
@@ -75,6 +80,7 @@ def options_of(obj: Any) -> dict[str, Any]:
         if isinstance(declared, Mapping):
             return dict(declared)
     return signatures.options(obj)
+
 
 def registry_entries(registry: Any, extra: tuple[str, Callable[[str, Any], Any]] | None = None,
                      describe: Callable[[str, Any], str] = description) -> list[dict]:
@@ -89,6 +95,7 @@ def registry_entries(registry: Any, extra: tuple[str, Callable[[str, Any], Any]]
         entries.append(entry)
     return entries
 
+
 # ------------------------------------------------------------------------------------------------ categories
 def _algorithms() -> list[dict]:
     from dfl.algorithms import ALGORITHMS, option_defaults  # the registry: name -> class
@@ -101,10 +108,12 @@ def _algorithms() -> list[dict]:
             entry["note"] = f"--algorithm-options: {', '.join(own)}"
     return entries
 
+
 def _topologies() -> list[dict]:
     from dfl.topologies import TOPOLOGIES
 
     return registry_entries(TOPOLOGIES, ("kind", lambda name, obj: getattr(obj, "kind", "registered")))
+
 
 def _model_target(builder: Callable, name: str) -> Any:
     """The class or function a model builder constructs (read from the names its code uses)."""
@@ -117,6 +126,7 @@ def _model_target(builder: Callable, name: str) -> Any:
     named = [o for o in found if o.__name__.lower() == name.lower()]
     return (named or found or [None])[0]
 
+
 def _model_description(name: str, builder: Any) -> str:
     """The builder's docstring, else that of the model class it builds (or its bullet in the module docstring)."""
     description = _own_doc(builder)
@@ -127,6 +137,7 @@ def _model_description(name: str, builder: Any) -> str:
                        or _module_doc(target))
     return description
 
+
 def _models() -> list[dict]:
     from dfl.models import MODELS  # the registry: built-ins, then registered and installed (entry point) models
 
@@ -135,16 +146,19 @@ def _models() -> list[dict]:
 
     return registry_entries(MODELS, describe=describe)
 
+
 def _datasets() -> list[dict]:
     from dfl.data import DATASETS, needs_root
 
     return registry_entries(DATASETS, ("source", lambda name, _: "local files (data_root)" if needs_root(name)
                                        else "embedded"))
 
+
 def _partitions() -> list[dict]:
     from dfl.data import PARTITIONS
 
     return registry_entries(PARTITIONS)
+
 
 def _weights() -> list[dict]:
     registry = importlib.import_module("topologies.weights")
@@ -159,6 +173,7 @@ def _weights() -> list[dict]:
             entry["choices"] = {"base": list(registry.LAZY_BASES)}
         entries.append(entry)
     return entries
+
 
 def _loggers() -> list[dict]:
     from dfl.loggers import LOGGERS
