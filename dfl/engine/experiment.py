@@ -37,6 +37,7 @@ from dfl.engine.setup import (
     train_subset,
 )
 from dfl.errors import ConfigError, DivergenceError
+from dfl.models import model_for_run
 from dfl.network.faults import Network
 from dfl.training import memory
 from dfl.training.clients import ParamLayout, initial_stack
@@ -59,8 +60,6 @@ class Experiment:
 
     def __init__(self, config: Config, data, out, overwrite: bool, comm, resume: bool, given_model=None,
                  callbacks=None):
-        from dfl.models import model_for_run
-
         saved = None
         if resume:  # before any work: a missing checkpoint or a changed config fails fast, on every rank alike
             saved = ckpt.load(out)
