@@ -24,7 +24,7 @@ from dfl.engine.validation import validate
 from dfl.registry import RegistryError
 from dfl.topologies import TOPOLOGIES
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+PLUGINS_PAGE = Path(__file__).resolve().parents[1] / "docs" / "how-to" / "plugins.md"
 
 
 def blobs(*, n=120, seed=0):
@@ -304,12 +304,12 @@ def test_entry_point_plugins_are_checked_when_used(monkeypatch):
         DATASETS.unregister("ep-bad")
 
 
-def test_the_readme_plugin_example_runs():
-    section = README.read_text().split("## Plug-ins: one registry shape", 1)[1]
+def test_the_docs_plugin_example_runs():
+    section = PLUGINS_PAGE.read_text()
     code = section.split("```python\n", 1)[1].split("```", 1)[0]
     namespace: dict = {}
     try:
-        exec(compile(code, "README.md", "exec"), namespace)  # noqa: S102 (the README's own example)
+        exec(compile(code, "plugins.md", "exec"), namespace)  # noqa: S102 (the docs' own example)
         assert namespace["result"].summary["topology"] == "lazy-ring"
         assert namespace["result"].history[-1]["test_acc"] > 0.9
     finally:
