@@ -145,6 +145,11 @@ SECTIONS = (
 
 @dataclass
 class Config:
+    """Every option of a run, with defaults that run: `dfl.Config(algorithm="dfedsam", clients=32, ...)`, a TOML file
+    (`Config.from_toml`) or `dfl run --FIELD VALUE` flags. The fields, their types, defaults, allowed values and
+    help are listed on the options reference page (generated from `options()`). Algorithm hyperparameters left
+    unset (`None`) take the algorithm's own default."""
+
     # experiment
     name: str = option("default", f"run name; the run directory is runs/<name> unless --out is given "
         f"({NAME_ALLOWED}; not starting with '.'; at most {MAX_NAME} characters)")
