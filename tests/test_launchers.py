@@ -189,16 +189,17 @@ def test_sweep_status_reads_run_directories_and_jobs(tmp_path, capsys):
     write_summary(out / "runs" / "b", status="failed", rounds=2, rounds_completed=1,
                   error="Traceback ...\nValueError: lr must be > 0")
     write_summary(out / "runs" / "c", status="running", host="node-3", pid=12, rounds=2, rounds_completed=1)
-    (out / "submitit" / "999").mkdir(parents=True)
-    (out / "submitit" / "999" / "999_0_log.err").write_text("srun: error\nOSError: no space left on device\n")
-    record_jobs(out, {"run": "c", "job_id": str(dead_pid())}, {"run": "d", "job_id": str(os.getpid())},
-                {"run": "e", "job_id": "999"})
+    gone = str(dead_pid())
+    (out / "submitit" / gone).mkdir(parents=True)
+    (out / "submitit" / gone / f"{gone}_0_log.err").write_text("srun: error\nOSError: no space left on device\n")
+    record_jobs(out, {"run": "c", "job_id": gone}, {"run": "d", "job_id": str(os.getpid())},
+                {"run": "e", "job_id": gone})
     rows = {r["name"]: r for r in sweep_status(out)}
     assert {n: r["state"] for n, r in rows.items()} == {"a": "done", "b": "failed", "c": "failed",
                                                        "d": "running", "e": "failed", "f": "pending"}
     assert rows["b"]["error"].endswith("ValueError: lr must be > 0")
     assert "ended while the run was running" in rows["c"]["error"]
-    assert "OSError: no space left on device" in rows["e"]["error"]  # 999 is no live pid on this host... usually
+    assert "OSError: no space left on device" in rows["e"]["error"]
     assert main(["sweep", "status", str(out)]) == 0
     text = capsys.readouterr().out
     assert "ValueError: lr must be > 0" in text and "Traceback" not in text
@@ -292,3 +293,82 @@ def test_world_of_two_through_the_local_executor(tmp_path, capsys, monkeypatch):
     assert main([*args, "--no-report"]) == 0  # the rerun: nothing to submit
     assert "(1 done, 0 to run)" in capsys.readouterr().out
     assert len(launchers.read_jobs(out)) == 1
+
+
+def test_preempted_job_is_requeued_and_resumes_its_run(tmp_path, monkeypatch):
+    """SIGUSR2 to the job's task (what Slurm sends before a time limit or on preemption, with submitit's
+    --signal): submitit calls RunJob.checkpoint and requeues; the requeued task resumes from the checkpoint."""
+    pytest.importorskip("submitit")
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    import signal
+
+    from dfl.workflows.sweep import run_sweep
+
+    base = {**TINY, "rounds": 150, "eval_every": 5}
+    out = tmp_path / "sweep"
+    launcher = SubmititLauncher("local", SlurmOptions(time=5))
+    run_sweep(Sweep.from_dict({"base": base, "vary": {"seed": [0]}}), out, launcher=launcher, log=None)
+    job, run_dir = launcher._jobs[0], out / "runs" / "seed=0"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:  # a few evaluations, hence a checkpoint, then the signal
+        metrics = run_dir / "metrics.jsonl"
+        if (run_dir / "checkpoint.pt").is_file() and metrics.is_file() and len(metrics.read_text().splitlines()) >= 3:
+            break
+        time.sleep(0.05)
+    controller = int(job.job_id)
+    task = int(Path(f"/proc/{controller}/task/{controller}/children").read_text().split()[0])
+    os.kill(task, signal.SIGUSR2)
+    launcher.wait()
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["status"] == "completed" and summary["rounds_completed"] == 150
+    if summary.get("resumed_from_round") is None:  # the run finished before the signal landed: nothing to check
+        pytest.skip("the run ended before it could be preempted (a very fast machine)")
+    assert 0 < summary["resumed_from_round"] < 150
+    log = next((out / "submitit" / job.job_id).glob("*_0_log.out")).read_text()
+    assert "Requeued job" in log
+    assert [r["state"] for r in sweep_status(out)] == ["done"]
+
+
+@pytest.fixture
+def fake_slurm(tmp_path, monkeypatch):
+    """`srun` and `sbatch` stand-ins on PATH: sbatch keeps the script it is given and answers a job id (or fails
+    when told to); no sacct, so submitit cannot tell a job's state (counted as alive)."""
+    pytest.importorskip("submitit")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "srun").write_text("#!/bin/sh\nexit 0\n")
+    (bin_dir / "sbatch").write_text('#!/bin/sh\nif [ -n "$FAKE_SBATCH_FAIL" ]; then echo "sbatch: error: invalid '
+                                    'account" >&2; exit 1; fi\ncp "$1" "$FAKE_SBATCH_COPY"\n'
+                                    'echo "Submitted batch job 4242"\n')
+    for f in bin_dir.iterdir():
+        f.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("FAKE_SBATCH_COPY", str(tmp_path / "sbatch.sh"))
+    return tmp_path / "sbatch.sh"
+
+
+def test_slurm_job_array_submission(tmp_path, capsys, monkeypatch, fake_slurm):
+    spec = tmp_path / "study.toml"
+    spec.write_text(SPEC + '[slurm]\npartition = "cpu"\nmax_parallel = 1\n')
+    out = tmp_path / "out"
+    args = ["sweep", str(spec), "--out", str(out), "--launcher", "slurm"]
+    monkeypatch.setenv("FAKE_SBATCH_FAIL", "1")
+    assert main([*args, "--partition", "gpu"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]  # (sbatch's own stderr passes through before it)
+    assert err.startswith("dfl sweep: error: submitting the job array failed, nothing was submitted")
+    assert "invalid account" in err
+    assert launchers.read_jobs(out) == [] and not fake_slurm.exists()
+    monkeypatch.delenv("FAKE_SBATCH_FAIL")
+    assert main([*args, "--partition", "gpu", "--time", "1-02:00", "--gpus-per-run", "2", "--tasks-per-run", "2",
+                 "--cpus-per-run", "16", "--slurm", "account=proj", "--slurm", "mem=64G"]) == 0
+    script = fake_slurm.read_text()
+    for line in ("--array=0-1%1", "--partition=gpu", "--time=1560", "--gpus-per-node=2", "--ntasks-per-node=2",
+                 "--cpus-per-task=8", "--account=proj", "--mem=64G", "--signal=USR2@"):
+        assert f"#SBATCH {line}" in script
+    assert [(r["run"], r["job_id"]) for r in launchers.read_jobs(out)] == [("seed=0", "4242_0"), ("seed=1", "4242_1")]
+    assert [e["status"] for e in read_entries(out)] == ["queued", "queued"]
+    fake_slurm.unlink()
+    capsys.readouterr()
+    assert main(args) == 0  # the array is (as far as can be told) still queued: nothing submitted again
+    assert "(2 done, 0 to run)" in capsys.readouterr().out and not fake_slurm.exists()
+    assert len(launchers.read_jobs(out)) == 2

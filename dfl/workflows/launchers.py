@@ -532,7 +532,11 @@ class SubmititLauncher:
             threads = max(1, _cpu_count() // max(1, len(tasks) * self.options.tasks_per_run))
             executor = self.submitit.LocalExecutor(folder=folder)
         else:
-            executor = self.submitit.AutoExecutor(folder=folder, cluster="slurm")
+            try:
+                executor = self.submitit.AutoExecutor(folder=folder, cluster="slurm")
+            except RuntimeError as exc:  # no srun on this machine
+                raise LauncherError(f"--launcher slurm: {exc} (run dfl sweep on a login node of the cluster; "
+                                    "--launcher submitit-local runs the same submission on this machine)") from None
         try:
             executor.update_parameters(**params)
         except Exception as exc:  # submitit's own check of a parameter
@@ -547,8 +551,9 @@ class SubmititLauncher:
             try:
                 submitted = executor.submit_array(jobs)
             except Exception as exc:
+                last = next((line for line in reversed(str(exc).strip().splitlines()) if line.strip()), "")
                 raise LauncherError(f"submitting the job array failed, nothing was submitted: "
-                                    f"{type(exc).__name__}: {str(exc).strip().splitlines()[-1:] or ''}") from exc
+                                    f"{type(exc).__name__}: {last.strip()}") from exc
             handles = [Handle(t.name, self.kind, j.job_id) for t, j in zip(tasks, submitted)]
             self._jobs.extend(submitted)
             _record_jobs(sweep_dir, handles, self.kind)
@@ -599,7 +604,8 @@ def latest_jobs(sweep_dir: str | Path) -> dict[str, dict[str, Any]]:
 def job_state(record: dict[str, Any], sweep_dir: Path, submitit=None) -> str:
     """"queued", "running" or "ended" for a job record: a local-executor job is alive while its controller
     process (the job id is its pid) exists on this host; a Slurm job is asked of Slurm (sacct, through submitit).
-    A job that cannot be checked (another host, no Slurm here) counts as alive: never run a run twice."""
+    A job that cannot be checked counts as alive, never run a run twice: "running" for a local-executor job of
+    another host, "queued" for a Slurm job sacct does not know (yet)."""
     if record.get("launcher") == "submitit-local":
         if record.get("host") != socket.gethostname():
             return "running"
@@ -616,10 +622,10 @@ def job_state(record: dict[str, Any], sweep_dir: Path, submitit=None) -> str:
         submitit = submitit or import_submitit("slurm")
         job = submitit.SlurmJob(folder=Path(sweep_dir) / JOBS_DIR / "%j", job_id=str(record["job_id"]))
         state = str(job.state).upper()
-    except Exception:  # no sacct here, ...: cannot tell
-        return "running"
-    if state.startswith("UNKNOWN"):
-        return "running"
+    except Exception:  # cannot tell: counted as alive (never run a run twice)
+        return "queued"
+    if state.startswith("UNKNOWN"):  # just submitted (sacct does not know it yet), or no sacct here
+        return "queued"
     return SLURM_LIVE.get(state.split()[0], "ended")
 
 
