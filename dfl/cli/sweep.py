@@ -85,7 +85,9 @@ def add_parser(subparsers) -> None:
         "Running the same command again skips finished runs, resumes interrupted ones (and runs whose process "
         "is gone) from their checkpoint, retries failed ones and keeps diverged ones (--retry-diverged starts "
         "them over); a failed run does not stop the others (exit status 1 if any failed). "
-        "SIGINT/SIGTERM/SIGHUP stop every worker (exit status 130/143/129); the next run resumes them.",
+        "SIGINT/SIGTERM/SIGHUP stop every worker (exit status 130/143/129); the next run resumes them. "
+        "--launcher slurm submits the runs as one Slurm job array through submitit and returns (runs still queued "
+        "or running in their job are never submitted again); `dfl sweep status DIR` lists each run's state.",
         epilog=SPEC_EXAMPLE, formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("spec", help="sweep TOML file, or `status` followed by a sweep directory: `dfl sweep status DIR` "

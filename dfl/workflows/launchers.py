@@ -493,6 +493,8 @@ class RunJob:
         job = RunJob(self.config, self.run_dir, action, self.submitted, self.threads)
         return submitit.helpers.DelayedSubmission(job, *args, **kwargs)
 
+    __submitit_checkpoint__ = checkpoint  # the name newer submitit versions look up first
+
 
 SLURM_LIVE = {"PENDING": "queued", "REQUEUED": "queued", "REQUEUE_HOLD": "queued", "REQUEUE_FED": "queued",
               "CONFIGURING": "queued", "RESV_DEL_HOLD": "queued", "SUSPENDED": "queued", "RUNNING": "running",
