@@ -529,7 +529,9 @@ class SubmititLauncher:
         sweep_dir = Path(sweep_dir)
         folder = sweep_dir / JOBS_DIR / "%j"
         params = self.options.executor_parameters(self.executor, name=f"dfl-{sweep_dir.resolve().name}")
-        threads = 0
+        threads = 0  # torch's default; on Slurm the cores of --cpus-per-run, split over the run's processes
+        if self.executor == "slurm" and self.options.cpus_per_run:
+            threads = self.options.cpus_per_run // self.options.tasks_per_run
         if self.executor == "local":  # share this machine's cores between the runs that run at once
             threads = max(1, _cpu_count() // max(1, len(tasks) * self.options.tasks_per_run))
             executor = self.submitit.LocalExecutor(folder=folder)
