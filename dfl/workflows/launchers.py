@@ -619,8 +619,6 @@ def job_state(record: dict[str, Any], sweep_dir: Path, submitit=None) -> str:
             alive = pid_alive(int(record["job_id"]))
         except (TypeError, ValueError):
             return "ended"
-        if alive and _is_zombie(int(record["job_id"])):
-            alive = False
         return "running" if alive else "ended"
     try:
         submitit = submitit or import_submitit("slurm")
@@ -631,14 +629,6 @@ def job_state(record: dict[str, Any], sweep_dir: Path, submitit=None) -> str:
     if state.startswith("UNKNOWN"):  # just submitted (sacct does not know it yet), or no sacct here
         return "queued"
     return SLURM_LIVE.get(state.split()[0], "ended")
-
-
-def _is_zombie(pid: int) -> bool:
-    """An ended child of this very process that was not reaped yet (the local executor's controller)."""
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
-    except (OSError, IndexError):
-        return False
 
 
 def live_jobs(sweep_dir: str | Path, submitit=None) -> dict[str, dict[str, Any]]:
