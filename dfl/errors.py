@@ -81,3 +81,9 @@ class SweepInterrupted(KeyboardInterrupt):
     @property
     def exit_code(self) -> int:
         return 128 + self.signum
+
+
+class LauncherError(SweepError):
+    """A sweep launcher cannot be used as asked: a bad Slurm option (the message names the flag or key and the
+    allowed values), submitit missing, or a submission the scheduler refused. Raised before anything is
+    submitted, except for a refused submission (the sweep directory records what was submitted before it)."""

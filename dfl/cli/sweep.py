@@ -12,6 +12,7 @@ from typing import Any
 
 from dfl.cli.run import key_value
 from dfl.errors import ConfigError
+from dfl.workflows.launchers import LAUNCHERS, SLURM_KEYS, SlurmOptions, make_launcher
 from dfl.workflows.sweep import (
     CONFIG_FIELDS,
     Sweep,
@@ -19,10 +20,13 @@ from dfl.workflows.sweep import (
     SweepInterrupted,
     apply_overrides,
     format_status,
+    format_sweep_status,
     is_table_key,
     load_sweep,
-    plan_run,
+    plan_runs,
     run_sweep,
+    sweep_status,
+    sync_entries,
 )
 
 SPEC_EXAMPLE = """\
@@ -37,7 +41,19 @@ example sweep.toml:
   topology = ["ring", "exponential"]
   alpha = [0.1, 0.6]
   seed = [0, 1]
+  [slurm]                 # only read by --launcher slurm / submitit-local; flags override
+  partition = "gpu"
+  time = "04:00:00"
+  gpus_per_run = 1
+  max_parallel = 16
+
+on a Slurm cluster (pip install -e ".[cluster]"):
+  dfl sweep study.toml --out runs/study --launcher slurm --partition gpu --time 04:00:00 --gpus-per-run 1
+  dfl sweep status runs/study     # each run queued, running, done or failed
+  dfl sweep study.toml --out runs/study --launcher slurm   # again: resubmits failed and missing runs only
 """
+
+SLURM_KEYS_HELP = SLURM_KEYS
 
 # The laptop-scale setting of both presets: MNIST-1D, 16 clients, Dirichlet(0.3), the cnn1d model, one local
 # epoch per round; every other field is the Config default (lr 0.1 decayed 0.998 per round, batch 32) and each
@@ -69,11 +85,16 @@ def add_parser(subparsers) -> None:
         "Running the same command again skips finished runs, resumes interrupted ones (and runs whose process "
         "is gone) from their checkpoint, retries failed ones and keeps diverged ones (--retry-diverged starts "
         "them over); a failed run does not stop the others (exit status 1 if any failed). "
-        "SIGINT/SIGTERM/SIGHUP stop every worker (exit status 130/143/129); the next run resumes them.",
+        "SIGINT/SIGTERM/SIGHUP stop every worker (exit status 130/143/129); the next run resumes them. "
+        "--launcher slurm submits the runs as one Slurm job array through submitit and returns (runs still queued "
+        "or running in their job are never submitted again); `dfl sweep status DIR` lists each run's state.",
         epilog=SPEC_EXAMPLE, formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("spec", help="sweep TOML file")
+    p.add_argument("spec", help="sweep TOML file, or `status` followed by a sweep directory: `dfl sweep status DIR` "
+                   "lists each run as queued, running, done, failed (with its error's last line) or pending")
+    p.add_argument("status_dir", nargs="?", metavar="DIR", help=argparse.SUPPRESS)
     _common(p, out_help="sweep directory (default runs/<sweep name>)")
+    _launcher_flags(p)
     p.add_argument("--data-root", help="directory of a file-backed dataset (sets [base] data_root)")
     p.add_argument("--set", dest="overrides", action="append", default=[], type=_assignment, metavar="FIELD=VALUE",
                    help="override a [base] field (not one in [vary]), e.g. --set rounds=50")
@@ -126,6 +147,33 @@ def _common(p: argparse.ArgumentParser, out_help: str) -> None:
                    help="start diverged runs over from scratch (by default they are kept and skipped, even when "
                    "rounds grew; they are not resumed: their last good checkpoint would diverge again)")
     p.add_argument("--no-report", action="store_true", help="do not write OUT/report/ at the end")
+
+
+def _launcher_flags(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("launcher", "where the runs execute; the Slurm options default to the sweep file's "
+                             "[slurm] table (flags override it)")
+    g.add_argument("--launcher", choices=LAUNCHERS, default="local",
+                   help="local: worker processes on this machine (default, see --parallel); slurm: one Slurm job "
+                   "array through submitit, returns once queued (pip install -e \".[cluster]\"); submitit-local: "
+                   "the same submission on submitit's local executor, no Slurm")
+    g.add_argument("--partition", help="Slurm partition")
+    g.add_argument("--time", help="time limit per run, as sbatch takes it: MINUTES, HOURS:MINUTES:SECONDS, "
+                   "DAYS-HOURS, ... (e.g. 04:00:00)")
+    g.add_argument("--gpus-per-run", type=int, metavar="N", help="GPUs per run (default 0)")
+    g.add_argument("--cpus-per-run", type=int, metavar="N", help="CPU cores per run (split over its processes)")
+    g.add_argument("--tasks-per-run", type=int, metavar="N",
+                   help="processes per run: a torch.distributed world (default 1)")
+    g.add_argument("--nodes-per-run", type=int, metavar="N", help="nodes per run (default 1)")
+    g.add_argument("--max-parallel", type=int, metavar="N", help="most array tasks running at once")
+    g.add_argument("--slurm", dest="slurm_options", action="append", default=[], type=_slurm_option,
+                   metavar="KEY=VALUE", help="another sbatch option, e.g. --slurm account=proj --slurm mem=32G "
+                   "(keys: " + ", ".join(SLURM_KEYS_HELP) + ")")
+    g.add_argument("--wait", action="store_true", help="with a submitit launcher: wait for the jobs, then print "
+                   "the table and write the report")
+
+
+def _slurm_option(text: str) -> tuple[str, Any]:
+    return key_value(text, form="KEY=VALUE")
 
 
 def _study_flags(p: argparse.ArgumentParser) -> None:
@@ -226,6 +274,11 @@ def _preset(name: str, base: dict[str, Any], vary: dict[str, list[Any]], rounds,
 
 # ---------------------------------------------------------------------------------------------- handlers
 def sweep_main(args: argparse.Namespace) -> int:
+    if args.spec == "status" and (args.status_dir is not None or not Path("status").is_file()):
+        return status_main(args)
+    if args.status_dir is not None:
+        return _error("sweep", f"unexpected argument {args.status_dir!r}: give one sweep file (or `dfl sweep status "
+                      "DIR` to list a sweep's runs)")
     try:
         sweep = load_sweep(args.spec)
         overrides = dict(args.overrides)
@@ -242,6 +295,30 @@ def sweep_main(args: argparse.Namespace) -> int:
     except (SweepError, ConfigError) as exc:
         return _error("sweep", exc)
     return _execute("sweep", sweep, args, args.out or Path("runs") / sweep.name)
+
+
+def status_main(args: argparse.Namespace) -> int:
+    if args.status_dir is None:
+        return _error("sweep status", "give the sweep directory: dfl sweep status DIR")
+    try:
+        rows = sweep_status(args.status_dir)
+    except SweepError as exc:
+        return _error("sweep status", exc)
+    print(format_sweep_status(rows))
+    return 0
+
+
+def _launcher(sweep: Sweep, args: argparse.Namespace):
+    """The launcher the flags ask for (a bad Slurm option fails here, before anything is submitted)."""
+    kind = getattr(args, "launcher", "local")
+    if kind == "local":
+        return make_launcher("local", parallel=sweep.parallel if args.parallel is None else args.parallel)
+    flags = {"partition": args.partition, "time": args.time, "gpus_per_run": args.gpus_per_run,
+             "cpus_per_run": args.cpus_per_run, "tasks_per_run": args.tasks_per_run,
+             "nodes_per_run": args.nodes_per_run, "max_parallel": args.max_parallel,
+             "extra": dict(args.slurm_options)}
+    options = SlurmOptions.from_table(sweep.slurm).merged(flags).checked()
+    return make_launcher(kind, options=options)
 
 
 def compare_topologies_main(args: argparse.Namespace) -> int:
@@ -271,15 +348,18 @@ def spectral_study_main(args: argparse.Namespace) -> int:
 def _execute(command: str, sweep: Sweep, args: argparse.Namespace, out, spectral: bool = False) -> int:
     out = Path(out)
     try:
+        launcher = _launcher(sweep, args)
         if args.dry_run:
             planned = sweep.plan()
             retry = getattr(args, "retry_diverged", False)
-            plans = [plan_run(out / "runs" / p.name, p.config, retry_diverged=retry) for p in planned]
+            plans = plan_runs(out, planned, retry_diverged=retry, launcher=launcher)
             print(f"{len(planned)} runs into {out}/runs/:")
             for p, plan in zip(planned, plans):
                 print(f"  {plan.action:<6} {p.name}" + (f"  ({plan.note})" if plan.note else ""))
             return 0
-        entries = run_sweep(sweep, out, parallel=args.parallel, retry_diverged=getattr(args, "retry_diverged", False))
+        entries = run_sweep(sweep, out, retry_diverged=getattr(args, "retry_diverged", False), launcher=launcher)
+        if launcher.kind != "local":
+            return _submitted(command, launcher, out, args, spectral)
     except (SweepError, ConfigError) as exc:
         return _error(command, exc)
     except SweepInterrupted as exc:  # the workers are stopped; their checkpoints stay
@@ -291,6 +371,24 @@ def _execute(command: str, sweep: Sweep, args: argparse.Namespace, out, spectral
         return 130
     print(format_status(entries))
     status = 1 if any(e["status"] == "failed" for e in entries) else 0
+    return _report(command, out, args, spectral, status)
+
+
+def _submitted(command: str, launcher, out: Path, args: argparse.Namespace, spectral: bool) -> int:
+    """After a submitit submission: the status table; with --wait, wait for the jobs first, then the report."""
+    if not getattr(args, "wait", False):
+        print(format_sweep_status(sweep_status(out)))
+        print(f"watch it with: dfl sweep status {out}; run the same command again to resubmit failed and missing "
+              "runs (queued and running ones are left alone)")
+        return 0
+    launcher.wait()
+    sync_entries(out)
+    rows = sweep_status(out)
+    print(format_sweep_status(rows))
+    return _report(command, out, args, spectral, 1 if any(r["state"] == "failed" for r in rows) else 0)
+
+
+def _report(command: str, out: Path, args: argparse.Namespace, spectral: bool, status: int) -> int:
     if args.no_report:
         return status
     try:

@@ -2,7 +2,9 @@
 
 A sweep file has `[base]` (Config fields shared by every run), `[vary]` (field -> list of values; the runs are
 the cartesian product, in the order the keys appear, the first key varying slowest) and an optional
-`[sweep]` table (`name`, `parallel`). A key of a table-valued field may be varied on its own with a dotted key,
+`[sweep]` table (`name`, `parallel`) and an optional `[slurm]` table (the defaults of `--launcher slurm`:
+`partition`, `time`, `gpus_per_run`, ... and extra sbatch options; `dfl.workflows.launchers.SlurmOptions`).
+A key of a table-valued field may be varied on its own with a dotted key,
 `algorithm_options.clip = [0.5, 1.0]` (or `model_options.hidden`, ...): each run gets the base table with that
 key set. The sweep directory holds
 
@@ -20,7 +22,12 @@ like an interrupted run. A run that fails is recorded and the others go on; a ru
 (truncated, corrupt) is reported failed on every rerun, never restarted silently: delete its directory to start
 it over. `plan_run` says what will be done to each run and why (`dfl sweep --dry-run` prints it).
 
-While a sweep runs, SIGINT, SIGTERM and SIGHUP stop it: the worker processes get SIGTERM (SIGKILL after
+Where the runs execute is a launcher's business (`dfl.workflows.launchers`): the local pool below by default, or
+a Slurm job array / submitit's local executor, whose jobs are recorded in SWEEP/submitit/jobs.json so that a
+rerun never submits a run that is still queued or running (`plan_runs`); `sweep_status` reads each run's state
+back from its run directory and its job (`dfl sweep status DIR`).
+
+While a local sweep runs, SIGINT, SIGTERM and SIGHUP stop it: the worker processes get SIGTERM (SIGKILL after
 `STOP_GRACE_SECONDS`), sweep.json marks their runs "interrupted", and `SweepInterrupted` is raised (the CLI exits
 128 + the signal number). On Linux a worker also gets SIGTERM when the sweep process dies by any means
 (`PR_SET_PDEATHSIG`), SIGKILL included. Runs keep their last checkpoint, so the next sweep resumes them.
@@ -28,19 +35,10 @@ While a sweep runs, SIGINT, SIGTERM and SIGHUP stop it: the worker processes get
 
 from __future__ import annotations
 
-import contextlib
-import ctypes
 import itertools
 import json
-import os
 import re
-import signal
-import subprocess
 import sys
-import tempfile
-import threading
-import time
-import traceback
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields
@@ -59,15 +57,26 @@ import tomli_w
 from dfl.config import MAX_NAME, NAME_RE, Config
 from dfl.engine.results import atomic_write_bytes, remove_stale_temporaries, to_json
 from dfl.errors import ConfigError
+from dfl.workflows.launchers import (  # noqa: F401 (execute_run, WORKER, ERROR_LOG re-exported)
+    ERROR_LOG,
+    JOBS_DIR,
+    WORKER,
+    Launcher,
+    LocalPool,
+    RunTask,
+    SlurmOptions,
+    _metrics,
+    _read_json,
+    execute_run,
+    job_state,
+    latest_jobs,
+)
 
-TABLES = ("sweep", "base", "vary")
+TABLES = ("sweep", "base", "vary", "slurm")
 SWEEP_KEYS = ("name", "parallel")
 CONFIG_FIELDS = tuple(f.name for f in fields(Config))
 TABLE_FIELDS = tuple(f.name for f in fields(Config) if str(f.type).startswith("dict"))  # dotted keys vary these
 NAME_CHARS = re.compile(r"[^A-Za-z0-9._=,-]")  # replaced by "_" in the run names built from settings
-ERROR_LOG = "error.log"
-STOP_SIGNALS = tuple(getattr(signal, n) for n in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, n))
-STOP_GRACE_SECONDS = 10.0  # SIGTERM'd workers that have not exited by then get SIGKILL
 
 
 @dataclass(frozen=True)
@@ -85,6 +94,7 @@ class Sweep:
     vary: dict[str, list[Any]] = field(default_factory=dict)
     name: str = "sweep"
     parallel: int = 1
+    slurm: dict[str, Any] = field(default_factory=dict)  # the [slurm] table: defaults of the submitit launchers
 
     @classmethod
     def from_dict(cls, spec: dict[str, Any], where: str = "sweep spec") -> Sweep:
@@ -97,7 +107,8 @@ class Sweep:
         if unknown:
             raise SweepError(f"{where}: unknown table(s) {', '.join(f'[{k}]' for k in unknown)}; allowed: "
                              + ", ".join(f"[{t}]" for t in TABLES))
-        meta, base, vary = (dict(spec.get(t, {})) for t in TABLES)
+        meta, base, vary, slurm = (dict(spec.get(t, {})) for t in TABLES)
+        SlurmOptions.from_table(slurm, where=f"{where}: [slurm]")  # a bad option fails before anything runs
         bad = [k for k in meta if k not in SWEEP_KEYS]
         if bad:
             raise SweepError(f"{where}: unknown key(s) {', '.join(bad)} in [sweep]; allowed: {', '.join(SWEEP_KEYS)}")
@@ -133,11 +144,14 @@ class Sweep:
                 both.append(key)
         if both:
             raise SweepError(f"{where}: field(s) {', '.join(both)} in both [base] and [vary]; keep each in one")
-        return cls(base=base, vary=vary, name=name, parallel=parallel)
+        return cls(base=base, vary=vary, name=name, parallel=parallel, slurm=slurm)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"sweep": {"name": self.name, "parallel": self.parallel}, "base": dict(self.base),
-                "vary": {k: list(v) for k, v in self.vary.items()}}
+        out = {"sweep": {"name": self.name, "parallel": self.parallel}, "base": dict(self.base),
+               "vary": {k: list(v) for k, v in self.vary.items()}}
+        if self.slurm:
+            out["slurm"] = dict(self.slurm)
+        return out
 
     def to_toml(self) -> str:
         return tomli_w.dumps(self.to_dict())
@@ -352,36 +366,34 @@ def plan_run(run_dir: Path, config: Config, *, retry_diverged: bool = False) -> 
     return RunPlan("start")
 
 
-def execute_run(config: Config, run_dir: Path, action: str) -> dict[str, Any]:
-    """Run one planned run in this process (`action` "start" or "resume"); never raises for a run's failure:
-    returns {"status", "error", ...} and leaves the traceback in run_dir/error.log."""
-    from dfl.engine.checkpoint import CheckpointError
-    from dfl.engine.runner import DivergenceError, run
+def plan_runs(out: str | Path, planned: list[PlannedRun], *, retry_diverged: bool = False,
+              launcher: Launcher | None = None) -> list[RunPlan]:
+    """`plan_run` for every run, with what a submitit launcher knows of its jobs (SWEEP/submitit/jobs.json): a
+    run whose latest job is still queued or running is skipped (never run twice); a run whose summary says
+    "running" (on a compute node: cannot be checked from here) but whose job has ended (node failure, scancel,
+    a time limit without requeue) is resumed from its checkpoint, or started over without one."""
+    from dfl.engine.checkpoint import FILENAME
 
-    run_dir = Path(run_dir)
-    (run_dir / ERROR_LOG).unlink(missing_ok=True)
-    tic = time.perf_counter()
-    try:
-        result = run(config, out=run_dir, overwrite=action == "start", resume=action == "resume")
-    except DivergenceError as exc:
-        from dfl.report.runs import has_metrics
-
-        outcome = {"status": "diverged", "error": str(exc), "seconds": time.perf_counter() - tic,
-                   **_metrics(_read_json(run_dir / "summary.json"))}
-        if not has_metrics(run_dir):
-            outcome["note"] = "diverged before its first evaluation: no metrics recorded"
-        return outcome
-    except CheckpointError as exc:  # not restarted: that would throw away rounds the user may want back
-        atomic_write_bytes(run_dir / ERROR_LOG, traceback.format_exc().encode())
-        return {"status": "failed", "seconds": time.perf_counter() - tic,
-                "error": f"CheckpointError: checkpoint {exc.path} is unreadable ({exc.reason}); the sweep does not "
-                         f"restart this run: delete {run_dir} and run the sweep again to start it over"}
-    except Exception as exc:  # a failed run is recorded; the sweep goes on
-        run_dir.mkdir(parents=True, exist_ok=True)
-        atomic_write_bytes(run_dir / ERROR_LOG, traceback.format_exc().encode())
-        return {"status": "failed", "error": f"{type(exc).__name__}: {exc}", "seconds": time.perf_counter() - tic}
-    return {"status": result.summary.get("status", "completed"), "error": None,  # or "stopped" (stop_at_target)
-            "seconds": time.perf_counter() - tic, **_metrics(result.summary)}
+    out = Path(out)
+    tracks_jobs = launcher is not None and launcher.kind != "local"
+    live = launcher.live_jobs(out) if tracks_jobs else {}
+    jobs = latest_jobs(out) if tracks_jobs else {}
+    plans = []
+    for p in planned:
+        run_dir = out / "runs" / p.name
+        if p.name in live:
+            job = live[p.name]
+            plans.append(RunPlan("skip", f"{job['state']} in submitit job {job['job_id']}; left alone"))
+            continue
+        plan = plan_run(run_dir, p.config, retry_diverged=retry_diverged)
+        if plan.action == "skip" and p.name in jobs and _read_json(run_dir / "summary.json").get("status") == \
+                "running":
+            checkpoint = (run_dir / FILENAME).is_file()
+            plan = RunPlan("resume" if checkpoint else "start",
+                           f"its job {jobs[p.name]['job_id']} ended while the run was running; "
+                           + ("resumed from its checkpoint" if checkpoint else "no checkpoint: started over"))
+        plans.append(plan)
+    return plans
 
 
 def run_sweep(
@@ -391,24 +403,31 @@ def run_sweep(
     *,
     log: Callable[[str], None] | None = print,
     retry_diverged: bool = False,
+    launcher: Launcher | None = None,
 ) -> list[dict[str, Any]]:
     """Run every combination of `sweep` into `out/runs/<name>/` and return the sweep.json run entries.
 
     Each entry: name, dir ("runs/<name>"), overrides, status ("completed", "stopped", "diverged", "failed",
-    "interrupted", or for a skipped run whatever its summary says, e.g. "running"), error (None or
-    "Type: message"), action ("skipped", "resumed", "started"), note (why, when `plan_run` gives a reason), plus
-    rounds_completed, test_acc and seconds when known. `parallel` (default: the spec's) > 1 runs that many
-    worker processes, each with cpu_count // parallel torch threads and no progress bar. `retry_diverged`
-    starts diverged runs over from scratch (by default they are skipped, even when `rounds` grew)."""
+    "interrupted", "queued" for a run submitted to a submitit job, or for a skipped run whatever its summary
+    says, e.g. "running"), error (None or "Type: message"), action ("skipped", "resumed", "started"), note (why,
+    when `plan_run` gives a reason), job_id (submitit), plus rounds_completed, test_acc and seconds when known.
+
+    `launcher` (`dfl.workflows.launchers`) executes the runs; by default a `LocalPool` of `parallel` (default:
+    the spec's) worker processes, each with cpu_count // parallel torch threads and no progress bar, and
+    `run_sweep` returns when every run has ended. A submitit launcher returns once the runs are queued.
+    `retry_diverged` starts diverged runs over from scratch (by default they are skipped, even when `rounds`
+    grew)."""
     out = Path(out)
-    parallel = sweep.parallel if parallel is None else parallel
-    if isinstance(parallel, bool) or not isinstance(parallel, int) or parallel < 1:
-        raise SweepError(f"parallel must be an integer >= 1, got {parallel!r}")
+    if launcher is None:
+        parallel = sweep.parallel if parallel is None else parallel
+        if isinstance(parallel, bool) or not isinstance(parallel, int) or parallel < 1:
+            raise SweepError(f"parallel must be an integer >= 1, got {parallel!r}")
+        launcher = LocalPool(parallel)
     planned = sweep.plan()
-    plans = [plan_run(out / "runs" / p.name, p.config, retry_diverged=retry_diverged)
-             for p in planned]  # all checked before any runs
+    plans = plan_runs(out, planned, retry_diverged=retry_diverged, launcher=launcher)  # all checked before any runs
     actions = [plan.action for plan in plans]
     say = log or (lambda text: None)
+    live = launcher.live_jobs(out) if launcher.kind != "local" else {}
 
     entries = []
     for p, plan in zip(planned, plans):
@@ -421,6 +440,8 @@ def run_sweep(
 
             summary = _read_json(out / entry["dir"] / "summary.json")
             entry.update(status=effective_status(summary), error=summary.get("error"), **_metrics(summary))
+            if p.name in live:
+                entry.update(status=live[p.name]["state"], job_id=live[p.name]["job_id"])
             if plan.note:
                 say(f"skip {p.name}: {plan.note}")
         entries.append(entry)
@@ -428,171 +449,129 @@ def run_sweep(
         remove_stale_temporaries(out, ("sweep.toml", "sweep.json"))  # left by a sweep killed mid-write
     atomic_write_bytes(out / "sweep.toml", sweep.to_toml().encode())
     _write_entries(out, entries)
-    with _signals_interrupt():
-        _run_todo(sweep, planned, actions, entries, out, parallel, say)
+
+    todo = [i for i, a in enumerate(actions) if a != "skip"]
+    index = {planned[i].name: i for i in todo}
+    tasks = [RunTask(planned[i].name, planned[i].config, out / entries[i]["dir"], actions[i]) for i in todo]
+    parallel = getattr(launcher, "parallel", 1)
+    where = {"local": f", {min(parallel, len(todo))} at a time" if todo and parallel > 1 else "",
+             "slurm": " as a Slurm job array", "submitit-local": " through submitit's local executor"}
+    say(f"sweep {sweep.name}: {len(planned)} runs in {out} ({len(planned) - len(todo)} done, {len(todo)} to run"
+        + (where.get(launcher.kind, "") if todo else "") + ")")
+
+    def started(count: int, task: RunTask) -> None:
+        say(_start_line(count, len(todo), entries[index[task.name]], task.action))
+
+    def finished(count: int, task: RunTask, outcome: dict[str, Any]) -> None:
+        entry = entries[index[task.name]]
+        entry.update(outcome)
+        if entry["status"] != "interrupted":
+            say(_one_line(entry))
+        _write_entries(out, entries)
+
+    handles = launcher.submit(tasks, out, started=started, finished=finished)
+    queued = [h for h in handles if h.job_id is not None]
+    for count, handle in enumerate(queued, 1):
+        entries[index[handle.name]].update(status="queued", job_id=handle.job_id)
+        say(f"[{count}/{len(queued)}] queued {handle.name} (job {handle.job_id}, "
+            f"{entries[index[handle.name]]['action'][:-2]})")
+    if queued:
+        _write_entries(out, entries)
     return entries
 
 
-def _run_todo(sweep, planned, actions, entries, out: Path, parallel: int, say) -> None:
-    todo = [i for i, a in enumerate(actions) if a != "skip"]
-    say(f"sweep {sweep.name}: {len(planned)} runs in {out} ({len(planned) - len(todo)} done, {len(todo)} to run"
-        + (f", {min(parallel, len(todo))} at a time)" if todo and parallel > 1 else ")"))
-    if parallel > 1 and len(todo) > 1:
-        _run_parallel(planned, actions, entries, todo, out, parallel, say)
-    else:
-        for count, i in enumerate(todo, 1):
-            p = planned[i]
-            say(_start_line(count, len(todo), entries[i], actions[i]))
-            try:
-                entries[i].update(execute_run(p.config, out / entries[i]["dir"], actions[i]))
-            except BaseException:  # Ctrl-C: leave an honest sweep.json behind
-                entries[i].update(status="interrupted")
-                _write_entries(out, entries)
-                raise
-            say(_one_line(entries[i]))
-            _write_entries(out, entries)
+# ---------------------------------------------------------------------------------------------- status
+def sync_entries(sweep_dir: str | Path) -> list[dict[str, Any]]:
+    """Rewrite SWEEP/sweep.json with each run's status, error and metrics as its summary.json says now (after
+    submitit jobs ended: the entries said "queued"); returns the entries."""
+    from dfl.report.runs import effective_status
+
+    sweep_dir = Path(sweep_dir)
+    entries = read_entries(sweep_dir)
+    for entry in entries:
+        summary = _read_json(sweep_dir / entry["dir"] / "summary.json")
+        if summary:
+            entry.update(status=effective_status(summary), error=summary.get("error"), **_metrics(summary))
+    _write_entries(sweep_dir, entries)
+    return entries
 
 
-@contextlib.contextmanager
-def _signals_interrupt():
-    """Within: SIGINT, SIGTERM and SIGHUP raise `SweepInterrupted` (once; later signals are ignored while the
-    workers are being stopped). Only in the main thread (elsewhere signal handlers cannot be set)."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    received: list[int] = []
+STATES = ("queued", "running", "done", "failed", "pending")
 
-    def handler(signum, frame):
-        if received:  # already stopping the workers: let that finish
-            return
-        received.append(signum)
-        raise SweepInterrupted(signum)
 
-    previous = {s: signal.signal(s, handler) for s in STOP_SIGNALS}
+def sweep_status(sweep_dir: str | Path) -> list[dict[str, Any]]:
+    """Each run of the sweep in `sweep_dir`: {"name", "state", "error", "job_id", "rounds_completed",
+    "rounds", "test_acc"}, read from its run directory (summary.json `status`, `error`; error.log) and, where
+    one was submitted, its latest submitit job (SWEEP/submitit/jobs.json; a Slurm job is asked of Slurm).
+    `state`: "queued" (in a job not started yet), "running", "done" (completed or stopped early), "failed"
+    (failed, diverged, interrupted, killed, or its job ended without finishing it; `error` says which, in its
+    last line) or "pending" (never started, no job)."""
+    from dfl.report.runs import effective_status
+
+    sweep_dir = Path(sweep_dir)
+    if not (sweep_dir / "sweep.json").is_file():
+        raise SweepError(f"{sweep_dir} is not a sweep directory (no sweep.json); give the --out of a dfl sweep")
+    jobs = latest_jobs(sweep_dir)
+    rows = []
+    for entry in read_entries(sweep_dir):
+        run_dir = sweep_dir / entry["dir"]
+        summary = _read_json(run_dir / "summary.json")
+        status = effective_status(summary) if summary else None
+        job = jobs.get(entry["name"])
+        job_state_now = job_state(job, sweep_dir) if job else None
+        row = {"name": entry["name"], "state": "pending", "error": None, "job_id": job and job["job_id"],
+               **_metrics(summary), "rounds": summary.get("rounds")}
+        if job_state_now in ("queued", "running"):
+            row["state"] = "running" if status == "running" else job_state_now
+        elif status in ("completed", "stopped"):
+            row["state"] = "done"
+        elif status in ("failed", "diverged"):
+            row.update(state="failed", error=summary.get("error") or _last_line(run_dir / ERROR_LOG) or status)
+            if status == "diverged":
+                row["error"] = f"diverged: {row['error']}"
+        elif status == "running" and not job:
+            row["state"] = "running"  # a local run in a live process (or on a host that cannot be checked)
+        elif status in ("running", "killed", "interrupted"):
+            done = summary.get("rounds_completed")
+            what = {"interrupted": "interrupted", "killed": f"killed: its process {summary.get('pid')} is gone",
+                    "running": f"its job {job and job['job_id']} ended while the run was running"}[status]
+            row.update(state="failed", error=f"{what} after round {done}; run the sweep again to resume it")
+        elif job:  # a job that ended without a run directory
+            row.update(state="failed", error=f"job {job['job_id']} ended without starting the run: "
+                       + (_last_line(_job_log(sweep_dir, job["job_id"])) or "no log"))
+        elif status is not None:
+            row.update(state="failed", error=f"status {status!r}")
+        rows.append(row)
+    return rows
+
+
+def _last_line(path: Path | None) -> str | None:
     try:
-        yield
-    finally:
-        for s, h in previous.items():
-            signal.signal(s, h if h is not None else signal.SIG_DFL)
-
-
-def _die_with_parent():
-    """A `preexec_fn` that makes the child get SIGTERM when this process dies (Linux `PR_SET_PDEATHSIG`, which
-    survives exec); None where that is not available."""
-    if not sys.platform.startswith("linux"):
+        text = path.read_text(errors="replace") if path else ""
+    except OSError:
         return None
-    try:
-        prctl = ctypes.CDLL(None, use_errno=True).prctl  # looked up here: nothing but the call after fork
-    except (OSError, AttributeError):  # pragma: no cover
-        return None
-    parent = os.getpid()
-
-    def preexec() -> None:
-        prctl(1, int(signal.SIGTERM), 0, 0, 0)  # 1 = PR_SET_PDEATHSIG
-        if os.getppid() != parent:  # the sweep died before the call above: nobody would stop this worker
-            os._exit(1)
-
-    return preexec
+    return next((line.strip() for line in reversed(text.splitlines()) if line.strip()), None)
 
 
-def _stop_workers(procs: list[subprocess.Popen], grace: float = STOP_GRACE_SECONDS) -> None:
-    """SIGTERM every worker still running, wait up to `grace` seconds in all, then SIGKILL the rest; reaps all."""
-    for proc in procs:
-        if proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                proc.terminate()
-    deadline = time.monotonic() + grace
-    for proc in procs:
-        try:
-            proc.wait(timeout=max(0.0, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                proc.kill()
-            proc.wait()
+def _job_log(sweep_dir: Path, job_id: str) -> Path | None:
+    logs = sorted((sweep_dir / JOBS_DIR / str(job_id)).glob("*_log.err"))
+    return logs[0] if logs else None
 
 
-def _run_parallel(planned, actions, entries, todo, out: Path, parallel: int, say) -> None:
-    """Worker subprocesses, at most `parallel` at once; each run's stdout/stderr go to temporary files, kept in
-    the run directory as error.log when it fails."""
-    threads = max(1, _cpu_count() // parallel)
-    env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
-    queue, running, count = list(todo), {}, 0
-    preexec = _die_with_parent()
-    try:
-        while queue or running:
-            while queue and len(running) < parallel:
-                i = queue.pop(0)
-                count += 1
-                run_dir = out / entries[i]["dir"]
-                run_dir.mkdir(parents=True, exist_ok=True)
-                job = {"config": planned[i].config.replace(progress=False).to_dict(), "out": str(run_dir),
-                       "action": actions[i], "threads": threads}
-                stdout, stderr = tempfile.TemporaryFile(), tempfile.TemporaryFile()
-                proc = subprocess.Popen([sys.executable, "-c", WORKER, json.dumps(job)], stdout=stdout,
-                                        stderr=stderr, stdin=subprocess.DEVNULL, env=env,
-                                        preexec_fn=preexec)
-                running[proc] = (i, stdout, stderr, time.perf_counter())
-                say(_start_line(count, len(todo), entries[i], actions[i]))
-            done = [proc for proc in running if proc.poll() is not None]
-            if not done:
-                time.sleep(0.05)
-                continue
-            for proc in done:
-                i, stdout, stderr, tic = running.pop(proc)
-                entries[i].update(_worker_outcome(proc.returncode, stdout, stderr, out / entries[i]["dir"]))
-                entries[i].setdefault("seconds", time.perf_counter() - tic)
-                say(_one_line(entries[i]))
-                _write_entries(out, entries)
-    except BaseException as exc:  # a signal (SweepInterrupted), Ctrl-C, or a bug here: no worker outlives the sweep
-        _stop_workers(list(running))
-        for i, stdout, stderr, _tic in running.values():
-            stdout.close()
-            stderr.close()
-            entries[i].update(status="interrupted", error=None)
-        if isinstance(exc, SweepInterrupted):
-            exc.stopped = len(running)
-        _write_entries(out, entries)
-        raise
-
-
-# The worker: runs one job (argv[1], JSON) with `execute_run` and prints its outcome as the last stdout line.
-WORKER = "import sys; from dfl.workflows.sweep import _worker_main; sys.exit(_worker_main(sys.argv[1]))"
-
-
-def _worker_main(job_json: str) -> int:
-    import torch
-
-    from dfl.engine.runner import raise_on_signal
-
-    # the sweep stops its workers with SIGTERM (and so does the kernel when the sweep dies): the run then records
-    # status "interrupted" with its last completed round instead of dying mid-summary
-    signal.signal(signal.SIGTERM, raise_on_signal)
-    job = json.loads(job_json)
-    torch.set_num_threads(int(job["threads"]))
-    try:
-        outcome = execute_run(Config.from_dict(job["config"]), Path(job["out"]), job["action"])
-    except KeyboardInterrupt as exc:
-        return 128 + int(getattr(exc, "signum", signal.SIGINT))
-    print("\n" + json.dumps(outcome, allow_nan=True), flush=True)
-    return 0
-
-
-def _worker_outcome(returncode: int, stdout, stderr, run_dir: Path) -> dict[str, Any]:
-    stdout.seek(0)
-    stderr.seek(0)
-    lines = stdout.read().decode(errors="replace").strip().splitlines()
-    err = stderr.read().decode(errors="replace")
-    stdout.close()
-    stderr.close()
-    if returncode == 0 and lines:
-        try:
-            return json.loads(lines[-1])
-        except json.JSONDecodeError:
-            pass
-    tail = err[-8000:]
-    atomic_write_bytes(run_dir / ERROR_LOG, f"worker exit code {returncode}\n{tail}".encode())
-    last = next((line for line in reversed(tail.splitlines()) if line.strip()), "no output")
-    return {"status": "failed", "error": f"worker exited with code {returncode}: {last.strip()}"}
+def format_sweep_status(rows: list[dict[str, Any]]) -> str:
+    """The `dfl sweep status` table and a count line."""
+    table = [("run", "state", "job", "rounds", "test acc", "error")]
+    for r in rows:
+        acc, done = r.get("test_acc"), r.get("rounds_completed")
+        rounds = f"{done}/{r['rounds']}" if done is not None and r.get("rounds") else ""
+        table.append((r["name"], r["state"], str(r.get("job_id") or ""), rounds,
+                      f"{acc:.2%}" if isinstance(acc, (int, float)) else "",
+                      (r.get("error") or "").strip().splitlines()[-1][:100] if r.get("error") else ""))
+    widths = [max(len(t[c]) for t in table) for c in range(len(table[0]))]
+    lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in table]
+    counts = {s: sum(r["state"] == s for r in rows) for s in STATES}
+    lines.append(f"{len(rows)} runs: " + ", ".join(f"{n} {s}" for s, n in counts.items() if n))
+    return "\n".join(lines)
 
 
 # ---------------------------------------------------------------------------------------------- helpers
@@ -603,24 +582,6 @@ def _write_entries(out: Path, entries: list[dict[str, Any]]) -> None:
 def read_entries(sweep_dir: str | Path) -> list[dict[str, Any]]:
     """The run entries of SWEEP/sweep.json."""
     return json.loads((Path(sweep_dir) / "sweep.json").read_text())["runs"]
-
-
-def _read_json(path: Path) -> dict[str, Any]:
-    try:
-        return json.loads(path.read_text())
-    except (FileNotFoundError, json.JSONDecodeError):
-        return {}
-
-
-def _metrics(summary: dict[str, Any]) -> dict[str, Any]:
-    return {k: summary[k] for k in ("rounds_completed", "test_acc") if k in summary}
-
-
-def _cpu_count() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # pragma: no cover (macOS, Windows)
-        return os.cpu_count() or 1
 
 
 def _start_line(count: int, total: int, entry: dict[str, Any], action: str) -> str:
