@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -126,3 +129,15 @@ def test_study_rejects_an_unknown_part(tmp_path):
                            str(tmp_path), "--parts", "second,bogus"], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2 and "--parts: unknown step(s) ['bogus']; allowed: dpsgd-equal-comm" in proc.stderr
     assert not any(tmp_path.iterdir())  # rejected before anything ran
+
+
+def test_exported_records_are_not_ignored_by_git(tmp_path):
+    """An export committed under benchmarks/results keeps its run directories (`<part>/runs/<name>/`): the 2026-11-24
+    records lost theirs to an unanchored `runs/` rule in .gitignore."""
+    if shutil.which("git") is None or not (ROOT / ".git").exists():
+        pytest.skip("not a git checkout")
+    exported = "benchmarks/results/reproduce_dfedsam-2099-01-01-records/main/runs/seed=0/metrics.jsonl"
+    def ignored(path: str) -> bool:
+        return subprocess.run(["git", "check-ignore", "-q", "--no-index", path], cwd=ROOT).returncode == 0
+
+    assert not ignored(exported) and ignored("runs/exp32/metrics.jsonl")

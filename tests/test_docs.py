@@ -84,3 +84,18 @@ def test_links_between_pages_resolve():
     for path in PAGES:
         for target in re.findall(r"\]\(([^)#\s]+\.md)(?:#[^)]*)?\)", path.read_text()):
             assert (path.parent / target).resolve().is_file(), f"{path.relative_to(ROOT)} links to {target}"
+
+
+def test_lists_render_as_lists_on_the_site():
+    """Python-Markdown (MkDocs) starts a list only after a blank line; GitHub does not need one, so a list glued
+    to its paragraph looks right in the README view and renders as one run-on paragraph on the site."""
+    import markdown
+    import yaml
+
+    site = yaml.safe_load((ROOT / "mkdocs.yml").read_text())
+    extensions = [e if isinstance(e, str) else next(iter(e)) for e in site["markdown_extensions"]]
+    for path in PAGES[1:]:  # the site's pages (README.md is read on GitHub)
+        html = markdown.markdown(path.read_text(), extensions=extensions)  # as mkdocs renders them
+        for paragraph in re.findall(r"<p>(.*?)</p>", html, re.S):
+            glued = re.search(r"\n(?:[-*+]|\d+\.) \S.*", paragraph)
+            assert glued is None, f"{path.relative_to(ROOT)}: list item glued to a paragraph: {glued.group()[:60]!r}"

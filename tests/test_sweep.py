@@ -14,9 +14,9 @@ import pytest
 
 import dfl
 from dfl.cli import main
-from dfl.cli.sweep import compare_topologies_sweep, spectral_study_sweep
 from dfl.config import Config
 from dfl.engine.results import read_metrics
+from dfl.workflows.presets import compare_topologies_sweep, spectral_study_sweep
 from dfl.workflows.sweep import Sweep, SweepError, load_sweep, read_entries, run_name, run_sweep
 
 pytestmark = pytest.mark.timeout(300)  # hang guard only (worker subprocesses)

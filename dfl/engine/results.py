@@ -12,13 +12,15 @@ import os
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
-
-import torch
+from typing import TYPE_CHECKING, Any
 
 from dfl.config import Config
 from dfl.errors import RunDirectoryExists  # noqa: F401 (re-exported)
-from dfl.training.clients import ParamLayout
+
+if TYPE_CHECKING:  # annotations only: the run-directory helpers load without torch (`dfl sweep` answers at once)
+    import torch
+
+    from dfl.training.clients import ParamLayout
 
 
 def _umask() -> int:
