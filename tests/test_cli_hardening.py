@@ -112,7 +112,7 @@ def test_command_table_matches_the_modules():
 # networkx and scipy (~0.4 s); every other parser imports neither
 @pytest.mark.parametrize("command, heavy", [
     *((command, ("torch", "matplotlib", "networkx", "dfl.engine.runner"))
-      for command in ("", "run", "report", "landscape")),
+      for command in ("", "run", "report", "landscape", "sweep", "list", "compare-topologies", "spectral-study")),
     ("topology", ("torch", "matplotlib", "dfl.engine.runner")),
 ])
 def test_building_the_parser_imports_no_heavy_module(command, heavy):
