@@ -316,10 +316,16 @@ class Config:
 
     # ------------------------------------------------------------------ conversion
     def to_dict(self) -> dict[str, Any]:
+        """Every field by name (what config.toml holds, with `None` fields kept)."""
         return dataclasses.asdict(self)
 
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> Config:
+        """A Config of these fields, the others at their defaults.
+
+        Raises:
+            ConfigError: a key that is no field (naming it and the known fields).
+        """
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(values) - known)
         if unknown:
@@ -330,6 +336,11 @@ class Config:
 
     @classmethod
     def from_toml(cls, path: str | Path) -> Config:
+        """A Config from a TOML file of fields (a run directory's config.toml, or one written by hand).
+
+        Raises:
+            ConfigError: the file is missing, is not TOML, or has a key that is no field.
+        """
         path = Path(path)
         if not path.is_file():
             raise ConfigError(f"config file {path} does not exist")
@@ -345,6 +356,7 @@ class Config:
         return tomli_w.dumps({k: v for k, v in self.to_dict().items() if v is not None})
 
     def replace(self, **changes: Any) -> Config:
+        """A copy with these fields changed (not validated: call `validate` or `dfl.validate`)."""
         return dataclasses.replace(self, **changes)
 
     # ------------------------------------------------------------------ validation

@@ -108,6 +108,7 @@ class Registry(Generic[T]):
 
     # ---------------------------------------------------------------------------------------------- reading
     def names(self) -> tuple[str, ...]:
+        """Every registered name, in the order registered (entry-point plug-ins are loaded on first use)."""
         self._load_plugins()
         return tuple(self._table)
 

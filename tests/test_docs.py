@@ -99,3 +99,44 @@ def test_lists_render_as_lists_on_the_site():
         for paragraph in re.findall(r"<p>(.*?)</p>", html, re.S):
             glued = re.search(r"\n(?:[-*+]|\d+\.) \S.*", paragraph)
             assert glued is None, f"{path.relative_to(ROOT)}: list item glued to a paragraph: {glued.group()[:60]!r}"
+
+
+def _api_objects() -> list[tuple[str, object]]:
+    """(dotted name, object) of everything the API page renders: each `::: path` and its listed members."""
+    import importlib
+    import inspect
+
+    def resolve(path: str):
+        parts = path.split(".")
+        for i in range(len(parts), 0, -1):
+            try:
+                obj = importlib.import_module(".".join(parts[:i]))
+            except ImportError:
+                continue
+            for part in parts[i:]:
+                obj = getattr(obj, part)
+            return obj
+        raise ImportError(path)
+
+    found = []
+    page = (ROOT / "docs" / "reference" / "api.md").read_text()
+    for path, options in re.findall(r"^::: ([\w.]+)\n((?:    .*\n|\s*\n)*)", page, re.M):
+        obj = resolve(path)
+        found.append((path, obj))
+        members = re.search(r"members: \[([^\]]*)\]", options)
+        for name in (m.strip() for m in (members.group(1).split(",") if members else [])):
+            member = getattr(obj, name)
+            if inspect.isroutine(member) or inspect.isclass(member):  # constants (registries) carry no docstring
+                found.append((f"{path}.{name}", member))
+    return found
+
+
+def test_the_api_page_renders_a_docstring_for_everything_it_lists():
+    """mkdocstrings renders the docstrings as Google style (mkdocs.yml): a summary line, then sections such as
+    `Args:` / `Returns:` / `Raises:`; NumPy-style underlined sections would render as plain text."""
+    objects = _api_objects()
+    assert len(objects) > 30
+    for name, obj in objects:
+        doc = obj.__doc__ or ""
+        assert doc.strip(), f"{name} has no docstring"
+        assert not re.search(r"^\s*-{3,}\s*$", doc, re.M), f"{name}: NumPy-style section underline"
