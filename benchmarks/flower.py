@@ -272,11 +272,13 @@ def client_app():
 
 
 # -------------------------------------------------------------------------------------------------- dfl side
-def run_dfl(workload: Workload) -> dict:
+def run_dfl(workload: Workload, threads: int = 0) -> dict:
     import torch
 
     import dfl
 
+    if threads:
+        torch.set_num_threads(threads)
     tic = time.perf_counter()
     result = dfl.run(workload.config())
     total = time.perf_counter() - tic
@@ -292,18 +294,19 @@ def worker(args) -> None:
     """One system, one workload, in this process; the record goes to --worker-out as JSON."""
     workload = Workload(**json.loads(args.worker_workload))
     if args.worker == "dfl":
-        record = run_dfl(workload)
+        record = run_dfl(workload, args.worker_threads)
     else:
         with tempfile.TemporaryDirectory() as tmp:
             record = run_flower(workload, args.worker_cpus, Path(tmp))
     Path(args.worker_out).write_text(json.dumps(record))
 
 
-def spawn(workload: Workload, system: str, cpus: float = 0.0) -> dict:
+def spawn(workload: Workload, system: str, cpus: float = 0.0, threads: int = 0) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "record.json"
         cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", system, "--worker-out", str(out),
-               "--worker-workload", json.dumps(asdict(workload)), "--worker-cpus", str(cpus)]
+               "--worker-workload", json.dumps(asdict(workload)), "--worker-cpus", str(cpus),
+               "--worker-threads", str(threads)]
         tic = time.perf_counter()
         proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
         if proc.returncode != 0:
@@ -372,6 +375,7 @@ def markdown(rows: list[dict], args, versions: dict) -> str:
     med = statistics.median
     all_loads = [run["loadavg_1min_after"] for r in rows for run in r["runs"]]
     loads = f"{min(all_loads):.1f}–{max(all_loads):.1f}"
+    dfl_threads = "/".join(sorted({str(run["threads"]) for r in rows for run in r["runs"] if run["system"] == "dfl"}))
     local = f"{args.local_steps} local steps" if args.local_steps else f"{args.local_epochs} local epoch(s)"
     head = (f"# dfl vs Flower's simulation, FedAvg ({time.strftime('%Y-%m-%d')})\n\n"
             f"Machine: {versions['machine']}. Versions: "
@@ -381,7 +385,8 @@ def markdown(rows: list[dict], args, versions: dict) -> str:
             f"{local} of plain SGD (batch {args.batch_size}, lr {args.lr}, no momentum) per round, full "
             f"participation, {args.rounds} rounds, the global model evaluated on the test set after every round "
             f"(not timed), {args.repeats} repeat(s) per system alternating dfl / Flower, each run in a fresh "
-            f"process; 1-minute load average of the machine after each run: {loads}. s/round = median of "
+            f"process, dfl with {dfl_threads} torch thread(s); 1-minute load average of the machine after each run: "
+            f"{loads}. s/round = median of "
             f"rounds 2..R of a run; the table gives the median over runs and the "
             f"range in brackets.\n\n")
     settings = sorted({c for r in rows for c in r["flower"]}, key=float)
@@ -450,6 +455,8 @@ def parse_args():
     p.add_argument("--repeats", type=int, default=2, help="runs of each system, alternating (default 2)")
     p.add_argument("--cpus-per-client", nargs="+", type=float, default=[1.0, 2.0],
                    help="Flower client_resources num_cpus settings to try (default 1 2)")
+    p.add_argument("--dfl-threads", type=int, default=0,
+                   help="torch threads of the dfl process (0 = torch's default, one per core)")
     p.add_argument("--dfl-only", action="store_true", help="run the dfl side only (no Flower needed)")
     p.add_argument("--json", default=None, metavar="PATH")
     p.add_argument("--markdown", default=None, metavar="PATH")
@@ -457,6 +464,7 @@ def parse_args():
     p.add_argument("--worker-out", help=argparse.SUPPRESS)
     p.add_argument("--worker-workload", help=argparse.SUPPRESS)
     p.add_argument("--worker-cpus", type=float, default=0.0, help=argparse.SUPPRESS)
+    p.add_argument("--worker-threads", type=int, default=0, help=argparse.SUPPRESS)
     return p.parse_args()
 
 
@@ -480,17 +488,19 @@ def main():
                                 batch_size=args.batch_size, lr=args.lr, seed=args.seed)
             runs = []
             for _ in range(args.repeats):  # alternate: dfl, each Flower setting, dfl, ...
-                runs.append(spawn(workload, "dfl"))
+                runs.append(spawn(workload, "dfl", threads=args.dfl_threads))
                 if not args.dfl_only:
                     runs += [spawn(workload, "flower", cpus) for cpus in args.cpus_per_client]
             row = summarize(workload, runs, [] if args.dfl_only else args.cpus_per_client)
             row["runs"] = runs
             print_row(row)
             rows.append(row)
-    if args.json:
-        Path(args.json).write_text(json.dumps({"versions": found, "args": vars(args), "rows": rows}, indent=1) + "\n")
-    if args.markdown:
-        Path(args.markdown).write_text(markdown(rows, args, found))
+            # after every workload, so an interrupted sweep keeps what it measured
+            if args.json:
+                Path(args.json).write_text(json.dumps({"versions": found, "args": vars(args), "rows": rows},
+                                                      indent=1) + "\n")
+            if args.markdown:
+                Path(args.markdown).write_text(markdown(rows, args, found))
 
 
 if __name__ == "__main__":
