@@ -27,11 +27,14 @@ steady-state time is the median of rounds 2..R; one-time start-up is reported ap
 evaluation (Ray start, actor pool) and the first round (actors load their shard on first use). The shards reach
 the actors as one file the driver writes (`torch.save`), loaded once per actor process, never pickled per message.
 Every Flower setting tried is reported; the ratio uses the fastest Flower setting (the one most fair to Flower).
+`--dfl-threads 1` runs dfl on one core while Flower's two 1-CPU actors use both: on a shared 2-core machine two
+OpenMP threads that wait on each other lose most of their time (docs/benchmarks.md has the numbers).
 Batch orders differ (dfl's counter-based sampler vs a seeded DataLoader), so accuracies agree in distribution,
 not bit for bit; `tests/test_benchmarks.py` checks with full-batch steps (no sampling) that `train_client` +
 weighted averaging equals dfl's FedAvg round to float precision.
 
     python benchmarks/flower.py                                  # cnn1d and mlp x 10 and 100 clients
+    python benchmarks/flower.py --rounds 5 --dfl-threads 1 --cpus-per-client 1   # as in results/flower-2026-11-25.md
     python benchmarks/flower.py --models mlp --clients 10 --rounds 5 --repeats 1
     python benchmarks/flower.py --dfl-only                       # no Flower installed: the dfl side alone
     python benchmarks/flower.py --markdown results.md --json results.json
