@@ -141,3 +141,70 @@ def test_exported_records_are_not_ignored_by_git(tmp_path):
         return subprocess.run(["git", "check-ignore", "-q", "--no-index", path], cwd=ROOT).returncode == 0
 
     assert not ignored(exported) and ignored("runs/exp32/metrics.jsonl")
+
+
+def _flower_script():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("flower_benchmark", ROOT / "benchmarks" / "flower.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_flower_benchmark_gives_both_sides_the_same_workload(tmp_path):
+    """No Flower needed: the shards the Flower clients load are dfl's client split, the model starts from dfl's
+    initial weights, and with full-batch steps (no sampling on either side) the Flower client's loop followed by
+    FedAvg's n_i-weighted average is dfl's FedAvg round, to float precision."""
+    import torch
+
+    import dfl
+
+    bench = _flower_script()
+    workload = bench.Workload(model="mlp", clients=3, rounds=1, samples=200, partition="dirichlet-class", alpha=0.5,
+                              batch_size=0, local_steps=3, lr=0.1)
+    config, data, model = bench.build(workload)
+    assert (config.algorithm, config.aggregation, config.lr, config.lr_decay, config.batch_size,
+            config.local_steps, config.clients) == ("fedavg", "size", 0.1, 1.0, 0, 3, 3)
+    assert {k: workload.train_config()[k] for k in ("lr", "batch_size", "local_steps", "momentum")} == {
+        "lr": 0.1, "batch_size": 0, "local_steps": 3, "momentum": 0.0}
+    bench.save_shards(data, tmp_path / "shards.pt")
+    blob = torch.load(tmp_path / "shards.pt")
+    assert len(blob["shards"]) == 3 and len({len(y) for _, y in blob["shards"]}) > 1  # unequal n_i
+    for (x, y), idx in zip(blob["shards"], data.client_indices):
+        assert torch.equal(x, data.train_x[idx]) and torch.equal(y, data.train_y[idx])
+
+    result = dfl.run(config)
+    flat = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
+    assert result.initial_params.shape[1] == flat.numel() == sum(p.numel() for p in model.parameters())
+    assert torch.equal(result.initial_params[0], flat)
+
+    states, sizes = [], []
+    for client, (x, y) in enumerate(blob["shards"]):
+        local = bench.build(workload)[2]
+        bench.train_client(local, x, y, workload.train_config(), 1, client)
+        states.append(torch.cat([p.detach().reshape(-1) for p in local.parameters()]))
+        sizes.append(len(y))
+    weights = torch.tensor(sizes, dtype=torch.float32) / sum(sizes)
+    averaged = (weights[:, None] * torch.stack(states)).sum(0)
+    assert torch.allclose(result.params[0], averaged, atol=1e-5)
+    with pytest.raises(ValueError, match="no local momentum"):
+        bench.Workload(momentum=0.9).config()
+
+
+def test_flower_benchmark_dfl_side_alone():
+    out = run_script("flower.py", "--dfl-only", "--models", "mlp", "--clients", "3", "--rounds", "2", "--repeats",
+                     "1", "--samples", "300")
+    assert "mlp x 3 clients" in out
+    assert re.search(r"dfl:\s+[\d.]+ s/round .* final test acc [\d.]+", out) and "flower" not in out
+
+
+def test_flower_benchmark_runs_both_systems_at_toy_size(tmp_path):
+    pytest.importorskip("flwr", reason="Flower is an optional extra: pip install -e '.[flower]'")
+    out = run_script("flower.py", "--models", "mlp", "--clients", "3", "--rounds", "2", "--repeats", "1",
+                     "--samples", "300", "--cpus-per-client", "1", "--markdown", str(tmp_path / "r.md"))
+    assert re.search(r"dfl:\s+[\d.]+ s/round", out)
+    assert re.search(r"flower \(num_cpus 1.0 per client\): [\d.]+ s/round .* flower/dfl [\d.]+x", out)
+    table = (tmp_path / "r.md").read_text()
+    assert "| mlp × 3 |" in table and "flwr 1." in table
