@@ -12,6 +12,10 @@ the engine with `Config.compile` as a third loop). It also counts the FLOPs of o
 reported against the hardware limit as well (achieved GFLOP/s and the fraction of matmul peak, the
 peak measured in the precision the run computes in: fp32 with TF32 off, bf16, or TF32).
 
+`--end-to-end` adds a third loop: complete `dfl.run` rounds (`Experiment.train_round` of a DFedSAM run with the
+same model, data, batch size, steps, ρ and topology: the round's sampling, local training, gossip and the
+finiteness check; no evaluation), against the same reference loop with its own data loading.
+
 `--precision bf16` runs the engine with `Config(precision="bf16")` and the reference's forward passes
 under `torch.autocast(bfloat16)` (the backward follows the forward's dtypes), both with fp32 weights.
 `--dataset cifar10` / `cifar100` without `--data-root` uses seeded random data of that shape (3×32×32,
@@ -63,6 +67,8 @@ def parse_args():
     p.add_argument("--rounds", type=int, default=5, help="timed rounds per loop, alternating (after one warm-up)")
     p.add_argument("--client-chunk", type=int, default=0)
     p.add_argument("--compile", action="store_true", help="also time the engine with compile = true (torch.compile)")
+    p.add_argument("--end-to-end", action="store_true",
+                   help="also time complete dfl.run rounds (sampling, training, gossip, checks) as a third loop")
     p.add_argument("--device", default="auto")
     p.add_argument("--threads", type=int, default=0, help="torch threads (0 = torch default)")
     p.add_argument("--precision", choices=PRECISIONS, default="fp32",
@@ -208,6 +214,18 @@ def reference_round(trainer_model, client_states, loaders, steps, W, lr, rho, de
     return mixed_states
 
 
+def end_to_end_experiment(config: Config, data, args, lr: float):
+    """A `dfl.run` experiment (no run directory) of DFedSAM with the benchmark's settings, set up but not run:
+    its `train_round(t)` is one complete round."""
+    from dfl.engine.distributed import communicator_from_env
+    from dfl.engine.runner import Experiment
+
+    run_config = config.replace(algorithm="dfedsam", rho=args.rho, topology=args.topology, gossip_steps=1, lr=lr,
+                                momentum=0.0, weight_decay=0.0, rounds=args.rounds + 1, progress=False,
+                                device=str(data.train_x.device), eval_every=10**6)
+    return Experiment(run_config, data, None, False, communicator_from_env(run_config, args.clients), False)
+
+
 def main():
     args = parse_args()
     keep_freed_memory()  # as dfl.run does on CPU: reused heap, not fresh zero-filled mappings per call
@@ -251,6 +269,9 @@ def main():
         reference_model, states, loaders, args.local_steps, W, lr, args.rho, device, args.precision)}
     for name, trainer in engines.items():
         loops[name] = lambda t, trainer=trainer: engine_round(trainer, gossip, X, t, lr, rule)
+    if args.end_to_end:
+        experiment = end_to_end_experiment(config, data, args, lr)
+        loops["dfl.run round"] = experiment.train_round
 
     first = {name: timed(loop, device, 0) for name, loop in loops.items()}  # warm-up (and compiling)
     # Rounds alternate between the loops and each ratio is the median over rounds of that round's ratio, so a
