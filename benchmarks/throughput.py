@@ -218,9 +218,9 @@ def end_to_end_experiment(config: Config, data, args, lr: float):
     """A `dfl.run` experiment (no run directory) of DFedSAM with the benchmark's settings, set up but not run:
     its `train_round(t)` is one complete round."""
     from dfl.engine.distributed import communicator_from_env
-    from dfl.engine.runner import Experiment
+    from dfl.engine.experiment import Experiment
 
-    run_config = config.replace(algorithm="dfedsam", rho=args.rho, topology=args.topology, gossip_steps=1, lr=lr,
+    run_config = config.replace(algorithm="dfedsam", rho=args.rho, topology=args.topology, lr=lr,
                                 momentum=0.0, weight_decay=0.0, rounds=args.rounds + 1, progress=False,
                                 device=str(data.train_x.device), eval_every=10**6)
     return Experiment(run_config, data, None, False, communicator_from_env(run_config, args.clients), False)
