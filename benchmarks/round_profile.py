@@ -39,7 +39,7 @@ import torch
 from torch.profiler import ProfilerActivity, profile, record_function
 
 import dfl
-import dfl.engine.runner as runner
+import dfl.engine.experiment as experiment
 from dfl.config import Config
 from dfl.data.sampler import RoundSchedule
 from dfl.network.gossip import Gossip
@@ -85,10 +85,10 @@ def instrumented(state):
     patch(RoundSchedule, "__init__", _wrap(RoundSchedule.__init__, "dfl:sampling"))
     patch(RoundSchedule, "batch", _wrap(RoundSchedule.batch, "dfl:sampling"))
     patch(Gossip, "mix", _wrap(Gossip.mix, "dfl:gossip"))
-    patch(runner, "_check_finite", _wrap(runner._check_finite, "dfl:checks"))
-    patch(runner.Experiment, "evaluate", _wrap(runner.Experiment.evaluate, "dfl:evaluation"))
-    patch(runner.Experiment, "record", _wrap(runner.Experiment.record, "dfl:evaluation"))
-    train_round = runner.Experiment.train_round
+    patch(experiment, "_check_finite", _wrap(experiment._check_finite, "dfl:checks"))
+    patch(experiment.Experiment, "evaluate", _wrap(experiment.Experiment.evaluate, "dfl:evaluation"))
+    patch(experiment.Experiment, "record", _wrap(experiment.Experiment.record, "dfl:evaluation"))
+    train_round = experiment.Experiment.train_round
 
     def timed_round(self, t):
         if t == state["start"]:
@@ -102,7 +102,7 @@ def instrumented(state):
         with record_function("dfl:round"):
             return train_round(self, t)
 
-    patch(runner.Experiment, "train_round", timed_round)
+    patch(experiment.Experiment, "train_round", timed_round)
     try:
         yield
     finally:
