@@ -82,6 +82,7 @@ def parse_args():
     return args
 
 
+PEAK_REPEATS = 3  # matmul products per round for the peak (a 2048² fp32 product: ~0.1 s on the 2-core CPU)
 RANDOM_SHAPES = {"cifar10": ("CIFAR-10", 10), "cifar100": ("CIFAR-100", 100)}
 
 
@@ -164,28 +165,40 @@ def set_tf32(enabled: bool) -> None:
     torch.backends.cudnn.allow_tf32 = enabled
 
 
-def matmul_peak_gflops(device, size: int, repeats: int = 10, dtype=torch.float32, budget_s: float = 2.0) -> float:
-    """Achieved GFLOP/s of a square matmul in `dtype` (fp32 ones follow the TF32 setting): the practical
-    compute ceiling of this device for that precision. The size grows from 256 by doubling, up to `size`, while
-    one product of the next size is expected (8x the last one timed) within budget_s / repeats: a CPU without bf16
-    instructions runs bf16 ~40x slower than fp32, and 11 products of 2048 would take minutes there."""
+def matmul_size(device, size: int, dtype=torch.float32, budget_s: float = 0.2) -> int:
+    """The side of the square matmul that measures the peak: grows from 256 by doubling, up to `size`, while one
+    product of the next size is expected (8x the last one timed) within budget_s: a CPU without bf16 instructions
+    runs bf16 ~40x slower than fp32, and products of 2048 would take minutes there."""
     n = min(256, size)
     while True:
         a = torch.randn(n, n, device=device, dtype=dtype)
-        b = torch.randn(n, n, device=device, dtype=dtype)
-        a @ b  # warm-up
+        a @ a  # warm-up
         sync(device)
         tic = time.perf_counter()
-        a @ b
+        a @ a
         sync(device)
-        if n >= size or 8 * (time.perf_counter() - tic) > budget_s / repeats:
-            break
+        if n >= size or 8 * (time.perf_counter() - tic) > budget_s:
+            return n
         n *= 2
+
+
+def matmul_gflops(device, n: int, repeats: int, dtype=torch.float32) -> float:
+    """Achieved GFLOP/s of `repeats` square n×n matmuls in `dtype` (fp32 ones follow the TF32 setting): the
+    practical compute ceiling of this device for that precision."""
+    a = torch.randn(n, n, device=device, dtype=dtype)
+    b = torch.randn(n, n, device=device, dtype=dtype)
+    a @ b  # warm-up
+    sync(device)
     tic = time.perf_counter()
     for _ in range(repeats):
         a @ b
     sync(device)
     return 2 * n**3 * repeats / (time.perf_counter() - tic) / 1e9
+
+
+def matmul_peak_gflops(device, size: int, repeats: int = 10, dtype=torch.float32, budget_s: float = 2.0) -> float:
+    """`matmul_gflops` of the size `matmul_size` picks (budget_s / repeats per product)."""
+    return matmul_gflops(device, matmul_size(device, size, dtype, budget_s / repeats), repeats, dtype)
 
 
 def reference_round(trainer_model, client_states, loaders, steps, W, lr, rho, device, precision="fp32"):
@@ -275,18 +288,23 @@ def main():
 
     first = {name: timed(loop, device, 0) for name, loop in loops.items()}  # warm-up (and compiling)
     # Rounds alternate between the loops and each ratio is the median over rounds of that round's ratio, so a
-    # change in machine load (shared CPUs swing by several x) hits both sides of a ratio alike.
+    # change in machine load (shared CPUs swing by several x) hits both sides of a ratio alike. The matmul peak is
+    # measured in every round too (PEAK_REPEATS products), and each loop's fraction of the peak is the median of
+    # the per-round fractions, for the same reason.
+    peak_dtype_t = torch.bfloat16 if args.precision == "bf16" else torch.float32
+    peak_n = matmul_size(device, 8192 if device.type == "cuda" else 2048, peak_dtype_t)
     times = {name: [] for name in loops}
+    peaks = []
     for t in range(1, args.rounds + 1):
         for name, loop in loops.items():
             times[name].append(timed(loop, device, t))
+        peaks.append(matmul_gflops(device, peak_n, PEAK_REPEATS, peak_dtype_t))
 
     client_steps = args.clients * args.local_steps  # per round
     x0, y0 = next(iter(loaders[0]))
     flops = sam_step_flops(reference_model, x0.to(device), y0.to(device), args.rho)
     peak_dtype = "bf16" if args.precision == "bf16" else args.precision
-    peak = matmul_peak_gflops(device, 8192 if device.type == "cuda" else 2048,
-                              dtype=torch.bfloat16 if args.precision == "bf16" else torch.float32)
+    peak = statistics.median(peaks)
     if random_data:
         print(f"random data of {RANDOM_SHAPES[args.dataset][0]}'s shape: no --data-root "
               f"({args.random_samples} samples per client, seeded)")
@@ -301,15 +319,19 @@ def main():
         "topology": args.topology, "rounds": args.rounds, "precision": args.precision, "device": str(device),
         "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
         "threads": torch.get_num_threads(), "torch": torch.__version__,
-        "sam_step_mflop": flops / 1e6, "peak_gflops": peak, "peak_dtype": peak_dtype,
+        "sam_step_mflop": flops / 1e6, "peak_gflops": peak, "peak_gflops_per_round": peaks, "peak_size": peak_n,
+        "peak_dtype": peak_dtype,
         "loops": {}, "speedup": {}, "first_round_s": first,
     }
     for name, seconds in times.items():
         rate = client_steps / statistics.median(seconds)
+        fractions = [client_steps / s * flops / 1e9 / p for s, p in zip(seconds, peaks)]
+        fraction = statistics.median(fractions)
         print(f"  {name + ':':22s} {rate:10.1f} client-steps/s  {rate * flops / 1e9:7.1f} GFLOP/s "
-              f"({rate * flops / 1e9 / peak:.0%} of matmul peak)")
+              f"({fraction:.0%} of matmul peak, per-round {min(fractions):.0%}-{max(fractions):.0%})")
         record["loops"][name] = {"client_steps_per_s": rate, "seconds_per_round": statistics.median(seconds),
-                                 "gflops": rate * flops / 1e9, "fraction_of_peak": rate * flops / 1e9 / peak}
+                                 "gflops": rate * flops / 1e9, "fraction_of_peak": fraction,
+                                 "fraction_of_peak_range": [min(fractions), max(fractions)]}
     for name, seconds in times.items():
         if name != "sequential reference":
             ratios = [r / o for r, o in zip(reference, seconds)]
@@ -318,7 +340,8 @@ def main():
             record["speedup"][name] = {"median": statistics.median(ratios), "min": min(ratios), "max": max(ratios)}
     if args.compile:
         print(f"  first round with torch.compile: {first['dfl engine, compile']:.1f} s (compiling)")
-    print(f"  one SAM step = {flops / 1e6:.1f} MFLOP; {peak_dtype} matmul peak measured now: {peak:.0f} GFLOP/s")
+    print(f"  one SAM step = {flops / 1e6:.1f} MFLOP; {peak_dtype} matmul peak ({peak_n}², every round): median "
+          f"{peak:.0f} GFLOP/s (range {min(peaks):.0f}-{max(peaks):.0f})")
     if args.json:
         path = Path(args.json)
         path.parent.mkdir(parents=True, exist_ok=True)
