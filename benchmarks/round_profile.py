@@ -17,8 +17,11 @@ process only) and attributes every profiled op's self time to the innermost rang
   client on the test set, consensus distance) and `record`, its matmuls/convolutions separately;
 - python/unattributed: wall time of the profiled rounds not covered by any op above (interpreter, profiler).
 
-The share outside the model's forward/backward is everything but the two fwd/bwd rows. Profiler overhead
-inflates op-heavy parts; the unprofiled seconds per round of the same run are printed next to it.
+The share outside the model's forward/backward is everything but the two fwd/bwd rows, once over the whole
+profiled rounds and once with the evaluation rows left out (the rounds' training alone; evaluation runs every
+`--eval-every` rounds and is mostly the model's forward on the test set). Profiler overhead inflates op-heavy
+parts, and so does a busy machine (with 2 threads on 2 shared cores every parallel op can wait a time slice);
+the unprofiled seconds per round of the same run are printed next to it.
 
     python benchmarks/round_profile.py                       # FedAvg & DFedSAM-MGS × mlp & cnn1d, 100 clients
     python benchmarks/round_profile.py --models logreg --clients 300 --algorithms dfedsam
@@ -172,6 +175,11 @@ def table(results: list[dict]) -> str:
                for r in results]
     lines.append("| **profiled round** | " + " | ".join(f"**{r['total_ms']:.1f} ms**" for r in results) + " |")
     lines.append("| outside the model's fwd/bwd | " + " | ".join(f"{o:.0f}%" for o in outside) + " |")
+    fwd_bwd = [r["ms_per_round"]["fwd/bwd matmul"] + r["ms_per_round"]["fwd/bwd other"] for r in results]
+    training = [r["total_ms"] - r["ms_per_round"]["evaluation matmul"] - r["ms_per_round"]["evaluation other"]
+                for r in results]
+    lines.append("| outside the model's fwd/bwd, evaluation left out | " + " | ".join(
+        f"{100 * (1 - f / t):.0f}%" for f, t in zip(fwd_bwd, training)) + " |")
     lines.append("| outside the matmuls | " + " | ".join(
         f"{100 * (1 - r['ms_per_round']['fwd/bwd matmul'] / r['total_ms']):.0f}%" for r in results) + " |")
     lines.append("| round without profiler (warm-up, min) | " + " | ".join(f"{r['plain_ms']:.1f} ms" for r in results)
