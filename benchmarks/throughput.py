@@ -12,6 +12,10 @@ the engine with `Config.compile` as a third loop). It also counts the FLOPs of o
 reported against the hardware limit as well (achieved GFLOP/s and the fraction of matmul peak, the
 peak measured in the precision the run computes in: fp32 with TF32 off, bf16, or TF32).
 
+`--end-to-end` adds a third loop: complete `dfl.run` rounds (`Experiment.train_round` of a DFedSAM run with the
+same model, data, batch size, steps, ρ and topology: the round's sampling, local training, gossip and the
+finiteness check; no evaluation), against the same reference loop with its own data loading.
+
 `--precision bf16` runs the engine with `Config(precision="bf16")` and the reference's forward passes
 under `torch.autocast(bfloat16)` (the backward follows the forward's dtypes), both with fp32 weights.
 `--dataset cifar10` / `cifar100` without `--data-root` uses seeded random data of that shape (3×32×32,
@@ -63,6 +67,8 @@ def parse_args():
     p.add_argument("--rounds", type=int, default=5, help="timed rounds per loop, alternating (after one warm-up)")
     p.add_argument("--client-chunk", type=int, default=0)
     p.add_argument("--compile", action="store_true", help="also time the engine with compile = true (torch.compile)")
+    p.add_argument("--end-to-end", action="store_true",
+                   help="also time complete dfl.run rounds (sampling, training, gossip, checks) as a third loop")
     p.add_argument("--device", default="auto")
     p.add_argument("--threads", type=int, default=0, help="torch threads (0 = torch default)")
     p.add_argument("--precision", choices=PRECISIONS, default="fp32",
@@ -76,6 +82,7 @@ def parse_args():
     return args
 
 
+PEAK_REPEATS = 3  # matmul products per round for the peak (a 2048² fp32 product: ~0.1 s on the 2-core CPU)
 RANDOM_SHAPES = {"cifar10": ("CIFAR-10", 10), "cifar100": ("CIFAR-100", 100)}
 
 
@@ -158,28 +165,40 @@ def set_tf32(enabled: bool) -> None:
     torch.backends.cudnn.allow_tf32 = enabled
 
 
-def matmul_peak_gflops(device, size: int, repeats: int = 10, dtype=torch.float32, budget_s: float = 2.0) -> float:
-    """Achieved GFLOP/s of a square matmul in `dtype` (fp32 ones follow the TF32 setting): the practical
-    compute ceiling of this device for that precision. The size grows from 256 by doubling, up to `size`, while
-    one product of the next size is expected (8x the last one timed) within budget_s / repeats: a CPU without bf16
-    instructions runs bf16 ~40x slower than fp32, and 11 products of 2048 would take minutes there."""
+def matmul_size(device, size: int, dtype=torch.float32, budget_s: float = 0.2) -> int:
+    """The side of the square matmul that measures the peak: grows from 256 by doubling, up to `size`, while one
+    product of the next size is expected (8x the last one timed) within budget_s: a CPU without bf16 instructions
+    runs bf16 ~40x slower than fp32, and products of 2048 would take minutes there."""
     n = min(256, size)
     while True:
         a = torch.randn(n, n, device=device, dtype=dtype)
-        b = torch.randn(n, n, device=device, dtype=dtype)
-        a @ b  # warm-up
+        a @ a  # warm-up
         sync(device)
         tic = time.perf_counter()
-        a @ b
+        a @ a
         sync(device)
-        if n >= size or 8 * (time.perf_counter() - tic) > budget_s / repeats:
-            break
+        if n >= size or 8 * (time.perf_counter() - tic) > budget_s:
+            return n
         n *= 2
+
+
+def matmul_gflops(device, n: int, repeats: int, dtype=torch.float32) -> float:
+    """Achieved GFLOP/s of `repeats` square n×n matmuls in `dtype` (fp32 ones follow the TF32 setting): the
+    practical compute ceiling of this device for that precision."""
+    a = torch.randn(n, n, device=device, dtype=dtype)
+    b = torch.randn(n, n, device=device, dtype=dtype)
+    a @ b  # warm-up
+    sync(device)
     tic = time.perf_counter()
     for _ in range(repeats):
         a @ b
     sync(device)
     return 2 * n**3 * repeats / (time.perf_counter() - tic) / 1e9
+
+
+def matmul_peak_gflops(device, size: int, repeats: int = 10, dtype=torch.float32, budget_s: float = 2.0) -> float:
+    """`matmul_gflops` of the size `matmul_size` picks (budget_s / repeats per product)."""
+    return matmul_gflops(device, matmul_size(device, size, dtype, budget_s / repeats), repeats, dtype)
 
 
 def reference_round(trainer_model, client_states, loaders, steps, W, lr, rho, device, precision="fp32"):
@@ -206,6 +225,18 @@ def reference_round(trainer_model, client_states, loaders, steps, W, lr, rho, de
             mixed[key] = sum(W[i, j] * trained[j][key] for j in range(len(trained)) if W[i, j] > 0)
         mixed_states.append(mixed)
     return mixed_states
+
+
+def end_to_end_experiment(config: Config, data, args, lr: float):
+    """A `dfl.run` experiment (no run directory) of DFedSAM with the benchmark's settings, set up but not run:
+    its `train_round(t)` is one complete round."""
+    from dfl.engine.distributed import communicator_from_env
+    from dfl.engine.experiment import Experiment
+
+    run_config = config.replace(algorithm="dfedsam", rho=args.rho, topology=args.topology, lr=lr,
+                                momentum=0.0, weight_decay=0.0, rounds=args.rounds + 1, progress=False,
+                                device=str(data.train_x.device), eval_every=10**6)
+    return Experiment(run_config, data, None, False, communicator_from_env(run_config, args.clients), False)
 
 
 def main():
@@ -251,21 +282,29 @@ def main():
         reference_model, states, loaders, args.local_steps, W, lr, args.rho, device, args.precision)}
     for name, trainer in engines.items():
         loops[name] = lambda t, trainer=trainer: engine_round(trainer, gossip, X, t, lr, rule)
+    if args.end_to_end:
+        experiment = end_to_end_experiment(config, data, args, lr)
+        loops["dfl.run round"] = experiment.train_round
 
     first = {name: timed(loop, device, 0) for name, loop in loops.items()}  # warm-up (and compiling)
     # Rounds alternate between the loops and each ratio is the median over rounds of that round's ratio, so a
-    # change in machine load (shared CPUs swing by several x) hits both sides of a ratio alike.
+    # change in machine load (shared CPUs swing by several x) hits both sides of a ratio alike. The matmul peak is
+    # measured in every round too (PEAK_REPEATS products), and each loop's fraction of the peak is the median of
+    # the per-round fractions, for the same reason.
+    peak_dtype_t = torch.bfloat16 if args.precision == "bf16" else torch.float32
+    peak_n = matmul_size(device, 8192 if device.type == "cuda" else 2048, peak_dtype_t)
     times = {name: [] for name in loops}
+    peaks = []
     for t in range(1, args.rounds + 1):
         for name, loop in loops.items():
             times[name].append(timed(loop, device, t))
+        peaks.append(matmul_gflops(device, peak_n, PEAK_REPEATS, peak_dtype_t))
 
     client_steps = args.clients * args.local_steps  # per round
     x0, y0 = next(iter(loaders[0]))
     flops = sam_step_flops(reference_model, x0.to(device), y0.to(device), args.rho)
     peak_dtype = "bf16" if args.precision == "bf16" else args.precision
-    peak = matmul_peak_gflops(device, 8192 if device.type == "cuda" else 2048,
-                              dtype=torch.bfloat16 if args.precision == "bf16" else torch.float32)
+    peak = statistics.median(peaks)
     if random_data:
         print(f"random data of {RANDOM_SHAPES[args.dataset][0]}'s shape: no --data-root "
               f"({args.random_samples} samples per client, seeded)")
@@ -280,15 +319,19 @@ def main():
         "topology": args.topology, "rounds": args.rounds, "precision": args.precision, "device": str(device),
         "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
         "threads": torch.get_num_threads(), "torch": torch.__version__,
-        "sam_step_mflop": flops / 1e6, "peak_gflops": peak, "peak_dtype": peak_dtype,
+        "sam_step_mflop": flops / 1e6, "peak_gflops": peak, "peak_gflops_per_round": peaks, "peak_size": peak_n,
+        "peak_dtype": peak_dtype,
         "loops": {}, "speedup": {}, "first_round_s": first,
     }
     for name, seconds in times.items():
         rate = client_steps / statistics.median(seconds)
+        fractions = [client_steps / s * flops / 1e9 / p for s, p in zip(seconds, peaks)]
+        fraction = statistics.median(fractions)
         print(f"  {name + ':':22s} {rate:10.1f} client-steps/s  {rate * flops / 1e9:7.1f} GFLOP/s "
-              f"({rate * flops / 1e9 / peak:.0%} of matmul peak)")
+              f"({fraction:.0%} of matmul peak, per-round {min(fractions):.0%}-{max(fractions):.0%})")
         record["loops"][name] = {"client_steps_per_s": rate, "seconds_per_round": statistics.median(seconds),
-                                 "gflops": rate * flops / 1e9, "fraction_of_peak": rate * flops / 1e9 / peak}
+                                 "gflops": rate * flops / 1e9, "fraction_of_peak": fraction,
+                                 "fraction_of_peak_range": [min(fractions), max(fractions)]}
     for name, seconds in times.items():
         if name != "sequential reference":
             ratios = [r / o for r, o in zip(reference, seconds)]
@@ -297,7 +340,8 @@ def main():
             record["speedup"][name] = {"median": statistics.median(ratios), "min": min(ratios), "max": max(ratios)}
     if args.compile:
         print(f"  first round with torch.compile: {first['dfl engine, compile']:.1f} s (compiling)")
-    print(f"  one SAM step = {flops / 1e6:.1f} MFLOP; {peak_dtype} matmul peak measured now: {peak:.0f} GFLOP/s")
+    print(f"  one SAM step = {flops / 1e6:.1f} MFLOP; {peak_dtype} matmul peak ({peak_n}², every round): median "
+          f"{peak:.0f} GFLOP/s (range {min(peaks):.0f}-{max(peaks):.0f})")
     if args.json:
         path = Path(args.json)
         path.parent.mkdir(parents=True, exist_ok=True)

@@ -52,3 +52,16 @@ def test_a_bad_final_evaluation_is_diverged_too(monkeypatch):
 def test_an_ordinary_run_is_completed():
     result = dfl.run(_config(rounds=3))
     assert result.summary["status"] == "completed"
+
+
+def test_nonfinite_rows_finds_nan_inf_and_not_finite_rows_whose_sum_overflows():
+    from dfl.training.evaluate import nonfinite_clients, nonfinite_rows
+
+    X = torch.randn(6, 1000)
+    X[1, 7] = float("nan")
+    X[3, 999] = float("inf")
+    X[4, :2] = torch.tensor([float("inf"), float("-inf")])  # sums to NaN
+    X[5] = 3e38  # finite, but its sum overflows to inf: a candidate that the exact check clears
+    assert nonfinite_rows(X).tolist() == [False, True, False, True, True, False]
+    loss = torch.tensor([0.0, 1.0, float("nan"), 0.0, 0.0, 0.0])
+    assert nonfinite_clients(X, loss).tolist() == [False, True, True, True, True, False]

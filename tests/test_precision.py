@@ -56,3 +56,33 @@ def test_precision_errors():
     if not torch.cuda.is_available():
         with pytest.raises(ConfigError, match="precision = tf32 needs a CUDA device"):
             dfl.run(Config(**BASE, precision="tf32", device="cpu"))
+
+
+def test_bf16_on_a_cpu_without_bf16_instructions_warns_once_per_run(monkeypatch):
+    from dfl.training import precision
+
+    monkeypatch.setattr(precision, "cpu_has_bf16", lambda: False)
+    with pytest.warns(RuntimeWarning, match=r"without bf16 instructions.*~40× slower.*fp32") as caught:
+        trainer_and_batch("bf16", "cpu")
+    assert sum("bf16 instructions" in str(w.message) for w in caught) == 1
+    monkeypatch.setattr(precision, "cpu_has_bf16", lambda: True)
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert not precision.warn_if_slow_bf16("bf16", "cpu")
+    monkeypatch.setattr(precision, "cpu_has_bf16", lambda: False)
+    assert not precision.warn_if_slow_bf16("fp32", "cpu") and not precision.warn_if_slow_bf16("bf16", "cuda")
+
+
+def test_bf16_detection_reads_torch_capability_and_cpu_flags(monkeypatch):
+    from dfl.training import precision
+
+    monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: "AVX2")
+    monkeypatch.setattr(precision, "cpu_flags", lambda: {"avx2", "fma"})
+    assert not precision.cpu_has_bf16()
+    monkeypatch.setattr(precision, "cpu_flags", lambda: {"avx2", "avx512_bf16"})
+    assert precision.cpu_has_bf16()
+    monkeypatch.setattr(precision, "cpu_flags", lambda: set())
+    monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: "AMX")
+    assert precision.cpu_has_bf16()

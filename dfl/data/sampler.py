@@ -28,9 +28,10 @@ Cost: building a round generates one key per (client, epoch, sample) of the epoc
 (temporaries ~70 MB whatever m is; a client with more keys forms a group of its own). The schedule keeps one
 row id (int32 when the pooled train set has < 2^31 rows) per real sample the clients visit (full batch: Σ_i
 n_i) and a few [m] vectors; never [m, max n_i] nor [m, steps * B], so a skewed split (a few huge clients)
-costs what its samples cost. Each `batch(k)` gathers its [a, B] row ids with a few vectorized ops on the
-data's device. The [m, steps * B] grids `index`, `weight` and `aug` are materialized on first access only
-(tests, debugging).
+costs what its samples cost. `batch(k)` reads a block of consecutive steps gathered at once on the data's device
+(the row ids of every client at those positions, then x, y and the augmentation; up to BLOCK_BYTES of samples,
+at least one step), so a step costs a view or one row gather. The [m, steps * B] grids `index`, `weight` and
+`aug` are materialized on first access only (tests, debugging).
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ from dfl.data.augment import crop_flip
 CROP_PADDING = 4
 STREAM_ORDER, STREAM_AUGMENT = 0, 1
 _GROUP = 1 << 20  # keys generated per vectorized group: bounds the temporaries, not the schedule
+BLOCK_BYTES = 32 * 2**20  # samples `batch` gathers at once (a block of steps, at least one)
 
 _MASK64 = (1 << 64) - 1
 _U = np.uint64
@@ -183,26 +185,46 @@ class RoundSchedule:
         self._stride = to(n if shuffle else np.zeros(m, dtype=np.int64))
         self._limit = to(k * B)
         self._aug_keys = client_keys(seed, ids, round_index, STREAM_AUGMENT) if data.augment == "crop-flip" else None
+        self._all_rows = torch.arange(m, device=device)
+        self._block_cache = None  # the latest `_block`
 
     # ---------------------------------------------------------------- per step
     def batch(self, k: int) -> Batch:
-        """Step k's batch for every client that still has steps left."""
-        B = self.batch_size
+        """Step k's batch for every client that still has steps left.
+
+        The batches come from a block of consecutive steps gathered at once (`_block`: one index grid, one gather of
+        x and y, one augmentation call for up to BLOCK_BYTES of samples), so a step costs a view (every client
+        active) or one row gather (some finished), not a dozen small index ops."""
+        block = self._block_cache
+        if block is None or not block[0] <= k < block[1]:
+            block = self._block_cache = self._block(k)
+        k0, _, xs, ys, ws = block
         cpu_rows = (self.steps_per_client > k).nonzero().squeeze(1)
+        x, y, w = xs[k - k0], ys[k - k0], ws[k - k0]
+        if cpu_rows.numel() == len(self.client_ids):
+            return Batch(rows=self._all_rows, x=x, y=y, weight=w)
         rows = cpu_rows.to(self._rows.device)
-        # per client: epoch e, offset j of this batch in it, real samples in it; then one [a, B] gather
-        per_epoch = self._per_epoch[rows]
-        epoch = k // per_epoch
-        j = (k - epoch * per_epoch) * B
-        count = (self._n[rows] - j).clamp_max(B)  # >= 1: step k has a real sample
-        ar = torch.arange(B, device=rows.device)
-        where = (self._start[rows] + epoch * self._stride[rows] + j)[:, None] + torch.minimum(ar, count[:, None] - 1)
-        idx = self._rows[where].long()  # padding repeats the batch's last real sample (weight 0)
-        valid = ar < count[:, None]
+        return Batch(rows=rows, x=x[rows], y=y[rows], weight=w[rows])
+
+    def _block(self, k0: int):
+        """(k0, k1, x [S, m, B, ...], y [S, m, B], weight [S, m, B]) of steps k0..k1-1 (S = k1 - k0) of every schedule
+        row, step-major so that each step is contiguous; S keeps x under BLOCK_BYTES (at least one step). Entries
+        of rows past their steps are any valid sample with weight 0 (`batch` leaves those rows out)."""
+        B, m = self.batch_size, len(self.client_ids)
+        sample_bytes = self.data.train_x[:1].numel() * self.data.train_x.element_size()
+        k1 = min(self.steps, k0 + max(1, BLOCK_BYTES // max(1, m * B * sample_bytes)))
+        q = torch.arange(k0 * B, k1 * B, device=self._rows.device)
+        idx, valid = self._gather(q)
         x = self.data.train_x[idx]
         if self._aug_keys is not None:
-            x = apply_crop_flip(x, self._augment_params(cpu_rows.numpy(), k * B, (k + 1) * B).to(x.device))
-        return Batch(rows=rows, x=x, y=self.data.train_y[idx], weight=valid.to(self.data.train_x.dtype))
+            x = apply_crop_flip(x, self._augment_params(np.arange(m), k0 * B, k1 * B).to(x.device))
+        S = k1 - k0
+
+        def steps_first(t: torch.Tensor) -> torch.Tensor:  # [m, S * B, ...] -> [S, m, B, ...], contiguous
+            return t.reshape(m, S, B, *t.shape[2:]).transpose(0, 1).contiguous()
+
+        return k0, k1, steps_first(x), steps_first(self.data.train_y[idx]), \
+            steps_first(valid.to(self.data.train_x.dtype))
 
     def batch_at(self, steps) -> Batch:
         """Step steps[r] of every schedule row r at once (each below the row's step count): row r's batch is row r of

@@ -41,7 +41,13 @@ from dfl.models import model_for_run
 from dfl.network.faults import Network
 from dfl.training import memory
 from dfl.training.clients import ParamLayout, initial_stack
-from dfl.training.evaluate import client_accuracies, consensus_distance, evaluate_row, local_accuracies, nonfinite_rows
+from dfl.training.evaluate import (
+    client_accuracies,
+    consensus_distance,
+    evaluate_row,
+    local_accuracies,
+    nonfinite_clients,
+)
 from dfl.training.local import LocalTrainer
 
 # A run whose mean local training loss stays above DIVERGENCE_LOSS_FACTOR × ln C (C classes; ln C is the loss
@@ -395,7 +401,7 @@ def _mean_train_loss(stats, comm) -> float:
 
 
 def _check_finite(X: torch.Tensor, train_loss: torch.Tensor, t: int, comm) -> None:
-    bad = nonfinite_rows(X) | ~torch.isfinite(train_loss)
+    bad = nonfinite_clients(X, train_loss)
     bad_ids = [comm.client_ids[i] for i in bad.nonzero().flatten().tolist()]
     count = int(comm.sum(torch.tensor([float(len(bad_ids))], dtype=torch.float64, device=X.device)))
     if count:

@@ -28,7 +28,6 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from torch.func import functional_call, grad_and_value, vmap
 
 from dfl.config import LOCAL_OPTIMIZERS
@@ -36,6 +35,7 @@ from dfl.data.sampler import Batch, RoundSchedule
 from dfl.training import memory
 from dfl.training.adam import AdamState
 from dfl.training.clients import ParamLayout
+from dfl.training.precision import warn_if_slow_bf16
 
 SAM_EPS = 1e-12
 
@@ -93,11 +93,15 @@ class LocalTrainer:
         self.weight_mask = layout.mask(lambda name: "weight" in name).to(data.train_x.device)
 
         device_type, bf16 = data.train_x.device.type, config.precision == "bf16"
+        warn_if_slow_bf16(config.precision, device_type)  # emulated bf16 is ~40× slower than fp32
 
         def loss(params, x, y, w):  # params: one tensor per parameter (`ParamLayout.split`), not views of a row
             with torch.autocast(device_type, dtype=torch.bfloat16, enabled=bf16):
                 logits = functional_call(model, layout.named(params), (x,))
-            losses = F.cross_entropy(logits.float(), y, reduction="none")  # the loss itself in fp32
+            # the loss itself in fp32. Cross-entropy as log_softmax + gather (class dim 1, as F.cross_entropy): the
+            # same kernels and bitwise the same values and gradients, but F.cross_entropy under vmap decomposes
+            # into many small kernels (nll_loss's batching rule), ~0.5 ms a call at logreg × 300
+            losses = -torch.log_softmax(logits.float(), dim=1).gather(1, y.unsqueeze(1)).squeeze(1)
             return (losses * w).sum() / w.sum()
 
         # randomness="different": a model's random ops (dropout) draw independently for every client; models
@@ -181,6 +185,34 @@ class LocalTrainer:
             return rule.rho * T * Tg / (Tg.norm(dim=1, keepdim=True) + SAM_EPS)
         return rule.rho * g / (g.norm(dim=1, keepdim=True) + SAM_EPS)
 
+    def _sgd_step(self, Yb: torch.Tensor, b: torch.Tensor | None, batch: Batch, rule: LocalRule, lr: float):
+        """One step of SGD (SAM, clipping, weight decay, heavy-ball momentum; `rule.optimizer == "sgd"`, `rule.sam ==
+        "sam"`) for the rows Yb with momentum rows b, both updated in place; returns the losses [a] at Yb.
+
+        The same arithmetic as `sam_gradient` + `descent_direction`, element by element, but parameter by parameter
+        on the gradients' own tensors and `ParamLayout.split` views of Yb and b: no `cat` joining the gradients into
+        [a, d] rows (two per SAM step), no [a, d] temporaries for the update. Only the per-client norms (SAM,
+        clipping) sum in another order: the norm of the per-parameter norms."""
+        ys = self.layout.split(Yb)
+        g, loss = self._grad(ys, batch.x, batch.y, batch.weight)
+        if rule.rho > 0:  # the SAM point y + ρ g/(‖g‖+ε₀), then the gradient there
+            scale = rule.rho / (row_norms(g) + SAM_EPS)
+            g = self._grad(tuple(torch.addcmul(y, q, per_row(scale, q)) for y, q in zip(ys, g)), batch.x, batch.y,
+                           batch.weight)[0]
+        if rule.clip_grad_norm > 0:
+            factor = (rule.clip_grad_norm / (row_norms(g) + 1e-6)).clamp(max=1.0)
+            g = [q * per_row(factor, q) for q in g]
+        if rule.weight_decay > 0:
+            g = [q + rule.weight_decay * y for q, y in zip(g, ys)]
+        if b is not None:  # b ← μ b + g in place (the same two roundings as μ·b + g), and the step is along b
+            bs = self.layout.split(b)
+            for bp, q in zip(bs, g):
+                bp.mul_(rule.momentum).add_(q)
+            g = bs
+        for y, q in zip(ys, g):  # y ← y − η g (in place: Yb's rows)
+            y.sub_(q, alpha=lr)
+        return loss
+
     # ---------------------------------------------------------------- one round of local steps
     def train(
         self,
@@ -200,7 +232,9 @@ class LocalTrainer:
         if self.chunk is None:
             self.plan_chunk(X)
         schedule = self.schedule(round_index, rows)
-        everyone = rows is None  # then local row r is schedule row r, and Y[s:e] is a view (updated in place)
+        # everyone (rows None, or all rows in order): local row r is schedule row r, and Y[s:e] is a view (updated in
+        # place)
+        everyone = rows is None or _all_rows(rows, X.shape[0])
         index = torch.arange(X.shape[0], device=X.device) if everyone else rows.to(X.device)
         Y = X.clone()
         buf = None
@@ -209,6 +243,9 @@ class LocalTrainer:
         if rule.optimizer != "sgd" and adam is None:
             adam = AdamState.zeros(X)
         loss_sum = torch.zeros(X.shape[0], device=X.device, dtype=X.dtype)
+        # SGD with SAM, clipping, weight decay and momentum runs parameter by parameter (`_sgd_step`): no [a, d] join
+        # of the gradients and no [a, d] temporaries; ASAM, Adam and transforms act on the joined rows
+        by_parameter = transform is None and rule.optimizer == "sgd" and (rule.rho == 0 or rule.sam == "sam")
         for k in range(schedule.steps):
             batch = schedule.batch(k)
             contiguous = everyone and batch.rows.numel() == X.shape[0]
@@ -220,20 +257,30 @@ class LocalTrainer:
                 part = batch.slice(s, e)
                 rows_k = index[part.rows]
                 Yb = Y[s:e] if contiguous else Y[rows_k]
-                g, loss = self.sam_gradient(Yb, part, rule)
-                loss_sum[rows_k] += loss.detach()
-                if transform is not None:
-                    g = transform(g, Yb, rows_k)
                 b = None if buf is None else (buf[s:e] if contiguous else buf[rows_k])
-                step = descent_direction(g, Yb, rule, b, adam, slice(s, e) if contiguous else rows_k)
-                if contiguous:
-                    if b is not None:
-                        b.copy_(step)
-                    Yb.sub_(step, alpha=lr)
+                if by_parameter:  # Yb and b updated in place: views of Y and buf, or copies written back
+                    loss = self._sgd_step(Yb, b, part, rule, lr)
+                    if not contiguous:
+                        Y[rows_k] = Yb
+                        if b is not None:
+                            buf[rows_k] = b
                 else:
-                    if buf is not None:
-                        buf[rows_k] = step
-                    Y[rows_k] = Yb - lr * step
+                    g, loss = self.sam_gradient(Yb, part, rule)
+                    if transform is not None:
+                        g = transform(g, Yb, rows_k)
+                    step = descent_direction(g, Yb, rule, b, adam, slice(s, e) if contiguous else rows_k)
+                    if contiguous:
+                        if b is not None:
+                            b.copy_(step)
+                        Yb.sub_(step, alpha=lr)
+                    else:
+                        if buf is not None:
+                            buf[rows_k] = step
+                        Y[rows_k] = Yb - lr * step
+                if contiguous:
+                    loss_sum[s:e] += loss.detach()
+                else:
+                    loss_sum[rows_k] += loss.detach()
         steps = torch.zeros(X.shape[0], dtype=torch.long, device=X.device)
         steps[index] = schedule.steps_per_client.to(X.device)
         return LocalResult(Y=Y, momentum=buf, loss=loss_sum / steps.clamp_min(1), steps=steps, adam=adam)
@@ -269,3 +316,22 @@ def descent_direction(g: torch.Tensor, y: torch.Tensor, rule: LocalRule, buf: to
     if buf is not None:
         g = rule.momentum * buf + g
     return g
+
+
+def row_norms(parts) -> torch.Tensor:
+    """[a, 1]: the norm of each row of the [a, d] stack whose parameters are `parts` ([a, *shape] each), as the norm
+    of the per-parameter norms (no joined [a, d] tensor)."""
+    a = parts[0].shape[0]
+    if len(parts) == 1:
+        return parts[0].reshape(a, -1).norm(dim=1, keepdim=True)
+    return torch.stack([p.reshape(a, -1).norm(dim=1) for p in parts], dim=1).norm(dim=1, keepdim=True)
+
+
+def per_row(v: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    """An [a, 1] per-row factor shaped to broadcast over a parameter's [a, *shape] tensor."""
+    return v.view(v.shape[0], *([1] * (like.dim() - 1)))
+
+
+def _all_rows(rows: torch.Tensor, m: int) -> bool:
+    """Whether local row ids `rows` are 0..m-1 in order (every client trains, e.g. full participation)."""
+    return rows.numel() == m and bool((rows.cpu() == torch.arange(m)).all())

@@ -8,7 +8,9 @@ statistics give the same two numbers.
 
 The chunk is the largest that
 - fits: fixed + chunk · (per_client + step temporaries) ≤ a fraction of the memory free now (CUDA:
-  `torch.cuda.mem_get_info`; CPU: MemAvailable, or the cgroup limit when lower), after the round's
+  `torch.cuda.mem_get_info`; CPU: MemAvailable, or the cgroup limit when lower, plus the free blocks of this
+  process's own heap — memory an earlier run freed and `keep_freed_memory` keeps for reuse, which the OS
+  counts as used), after the round's
   `[m, d]` stacks (`STACK_COPIES` of them) are set aside; and
 - is fast: on CPU, chunk · per_client ≤ CPU_CHUNK_BYTES. Larger calls did not run faster on the 2-core CPU,
   and calls with hundreds of MB of temporaries ran slower: every temporary above glibc's mmap threshold
@@ -84,15 +86,37 @@ def call_peak_bytes(fn, device: torch.device) -> int:
 
 
 def available_bytes(device: torch.device) -> int:
-    """Memory free now: CUDA's free memory, or the OS's MemAvailable (capped by a cgroup limit)."""
+    """Memory free now: CUDA's free memory (the caching allocator's reserved-but-free blocks included), or on
+    CPU the OS's MemAvailable (capped by a cgroup limit) plus the free bytes of this process's heap.
+
+    The heap part matters with `keep_freed_memory`: a finished run's stacks stay in the heap as free blocks,
+    resident (so not in MemAvailable, and charged to the cgroup) but reused by the next allocations; without
+    counting them a second run of the same size in one process found "not even one client fits"."""
     if device.type == "cuda":
-        return int(torch.cuda.mem_get_info(device)[0])
+        free, _ = torch.cuda.mem_get_info(device)
+        return int(free + torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device))
     free = _meminfo_available()
     cgroup = _cgroup_free()
     candidates = [b for b in (free, cgroup) if b is not None]
     if not candidates:
-        return int(os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
-    return min(candidates)
+        return int(os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")) + heap_free_bytes()
+    return min(candidates) + heap_free_bytes()
+
+
+class _MallInfo2(ctypes.Structure):  # glibc >= 2.33, malloc.h
+    _fields_ = [(name, ctypes.c_size_t) for name in (
+        "arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks", "fordblks", "keepcost")]
+
+
+def heap_free_bytes() -> int:
+    """Bytes in free blocks of this process's malloc heap (all arenas; glibc `mallinfo2().fordblks`): memory
+    the process holds and reuses for its next allocations. 0 off glibc or before glibc 2.33."""
+    try:
+        fn = ctypes.CDLL("libc.so.6").mallinfo2
+    except (OSError, AttributeError):
+        return 0
+    fn.argtypes, fn.restype = [], _MallInfo2
+    return int(fn().fordblks)
 
 
 def _meminfo_available() -> int | None:
