@@ -12,7 +12,14 @@ the engine with `Config.compile` as a third loop). It also counts the FLOPs of o
 reported against the hardware limit as well (achieved GFLOP/s and the fraction of matmul peak, the
 peak measured in the precision the run computes in: fp32 with TF32 off, bf16, or TF32).
 
-`--end-to-end` adds a third loop: complete `dfl.run` rounds (`Experiment.train_round` of a DFedSAM run with the
+The engine's own matmuls are also timed alone: one engine round runs under a dispatch-mode recorder that
+notes every matmul and convolution kernel call (`aten.mm`, `bmm`, `addmm`, `baddbmm`, `convolution`,
+`convolution_backward`, ...: the batched kernels vmap lowers to, with their shapes and strides), and the
+"matmuls alone" loop replays those calls, in order, on fresh tensors of the same layout. Its share of the peak
+is the ceiling for this model and batch shape on this machine: the engine can get no closer to the peak than
+its matmuls do, and `1 - t(matmuls alone) / t(engine)` is the engine's time outside its matmuls.
+
+`--end-to-end` adds another loop: complete `dfl.run` rounds (`Experiment.train_round` of a DFedSAM run with the
 same model, data, batch size, steps, ρ and topology: the round's sampling, local training, gossip and the
 finiteness check; no evaluation), against the same reference loop with its own data loading.
 
@@ -41,7 +48,10 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_map
 from torch.utils.data import DataLoader, TensorDataset
+from torch.utils.flop_counter import FlopCounterMode
 
 import topologies
 from dfl.config import PRECISIONS, Config
@@ -150,13 +160,67 @@ def sam_step(net, opt, x, y, rho, precision: str = "fp32"):
 
 def sam_step_flops(net, x, y, rho) -> int:
     """FLOPs of one SAM step (two forward/backward passes) as counted by torch's FLOP counter."""
-    from torch.utils.flop_counter import FlopCounterMode
-
     net = copy.deepcopy(net)
     opt = torch.optim.SGD(net.parameters(), lr=0.0)
     with FlopCounterMode(display=False) as counter:
         sam_step(net, opt, x, y, rho)
     return counter.get_total_flops()
+
+
+MATMUL_KERNELS = {torch.ops.aten.mm, torch.ops.aten.bmm, torch.ops.aten.addmm, torch.ops.aten.baddbmm,
+                  torch.ops.aten.addbmm, torch.ops.aten.convolution, torch.ops.aten.convolution_backward,
+                  torch.ops.aten._convolution, torch.ops.aten.mkldnn_convolution}
+
+
+def tensor_layout(a):
+    """A tensor argument as ("tensor", shape, strides, dtype, device); anything else as itself."""
+    return ("tensor", a.shape, a.stride(), a.dtype, a.device) if isinstance(a, torch.Tensor) else a
+
+
+def is_tensor_layout(a) -> bool:
+    return isinstance(a, tuple) and len(a) == 5 and a[0] == "tensor"
+
+
+class MatmulRecorder(TorchDispatchMode):
+    """Notes every matmul/convolution kernel call made inside it (the kernels autograd and vmap lower to) as
+    (op, arguments), tensors kept by shape, strides and dtype only."""
+
+    def __init__(self):
+        super().__init__()
+        self.calls = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func.overloadpacket in MATMUL_KERNELS:
+            self.calls.append((func, tree_map(tensor_layout, args), tree_map(tensor_layout, kwargs)))
+        return func(*args, **kwargs)
+
+
+def record_matmuls(fn) -> list:
+    """The matmul/convolution kernel calls `fn()` makes, in order (`MatmulRecorder`)."""
+    recorder = MatmulRecorder()
+    with recorder:
+        fn()
+    return recorder.calls
+
+
+def matmul_replay(calls):
+    """A function that runs the recorded kernel calls in order on fresh random tensors of the recorded layouts
+    (allocated once)."""
+    def make(a):
+        if not is_tensor_layout(a):
+            return a
+        _, shape, stride, dtype, device = a
+        return torch.empty_strided(shape, stride, dtype=dtype, device=device).normal_()
+
+    ready = [(func, tree_map(make, args, is_leaf=is_tensor_layout), tree_map(make, kwargs, is_leaf=is_tensor_layout))
+             for func, args, kwargs in calls]
+
+    def replay(t=None):
+        for func, args, kwargs in ready:
+            func(*args, **kwargs)
+
+    return replay
 
 
 def set_tf32(enabled: bool) -> None:
@@ -287,6 +351,11 @@ def main():
         loops["dfl.run round"] = experiment.train_round
 
     first = {name: timed(loop, device, 0) for name, loop in loops.items()}  # warm-up (and compiling)
+    # After the warm-up, whose first call also probes the memory plan: the kernels of a steady round's local
+    # training (a round index of its own, so the timed rounds are unchanged).
+    kernel_calls = record_matmuls(lambda: engines["dfl engine"].train(X, args.rounds + 1, lr, rule))
+    loops["matmuls alone"] = matmul_replay(kernel_calls)
+    first["matmuls alone"] = timed(loops["matmuls alone"], device, 0)
     # Rounds alternate between the loops and each ratio is the median over rounds of that round's ratio, so a
     # change in machine load (shared CPUs swing by several x) hits both sides of a ratio alike. The matmul peak is
     # measured in every round too (PEAK_REPEATS products), and each loop's fraction of the peak is the median of
@@ -324,20 +393,31 @@ def main():
         "loops": {}, "speedup": {}, "first_round_s": first,
     }
     for name, seconds in times.items():
+        # The replay does the engine's arithmetic (torch's FLOP counter would overcount the grouped convolutions'
+        # backward: its formula ignores groups), so every loop is measured against the same FLOPs.
+        work = client_steps * flops
         rate = client_steps / statistics.median(seconds)
-        fractions = [client_steps / s * flops / 1e9 / p for s, p in zip(seconds, peaks)]
+        fractions = [work / s / 1e9 / p for s, p in zip(seconds, peaks)]
         fraction = statistics.median(fractions)
-        print(f"  {name + ':':22s} {rate:10.1f} client-steps/s  {rate * flops / 1e9:7.1f} GFLOP/s "
+        gflops = work / statistics.median(seconds) / 1e9
+        steps = "(the engine's kernels)" + " " * 12 if name == "matmuls alone" else f"{rate:10.1f} client-steps/s"
+        print(f"  {name + ':':22s} {steps}  {gflops:7.1f} GFLOP/s "
               f"({fraction:.0%} of matmul peak, per-round {min(fractions):.0%}-{max(fractions):.0%})")
         record["loops"][name] = {"client_steps_per_s": rate, "seconds_per_round": statistics.median(seconds),
-                                 "gflops": rate * flops / 1e9, "fraction_of_peak": fraction,
+                                 "gflops": gflops, "fraction_of_peak": fraction,
                                  "fraction_of_peak_range": [min(fractions), max(fractions)]}
     for name, seconds in times.items():
-        if name != "sequential reference":
+        if name not in ("sequential reference", "matmuls alone"):
             ratios = [r / o for r, o in zip(reference, seconds)]
             print(f"  speed-up, {name + ':':22s} {statistics.median(ratios):5.2f}x  "
                   f"(per-round ratios {min(ratios):.2f}-{max(ratios):.2f})")
             record["speedup"][name] = {"median": statistics.median(ratios), "min": min(ratios), "max": max(ratios)}
+    outside = [1 - r / e for r, e in zip(times["matmuls alone"], times["dfl engine"])]
+    print(f"  the engine's local training runs {len(kernel_calls)} matmul/convolution kernel calls a round; time "
+          f"outside them: {statistics.median(outside):.0%} of an engine round "
+          f"(per-round {min(outside):.0%}-{max(outside):.0%})")
+    record["matmul_kernels"] = {"calls": len(kernel_calls), "outside_share": statistics.median(outside),
+                                "outside_share_range": [min(outside), max(outside)]}
     if args.compile:
         print(f"  first round with torch.compile: {first['dfl engine, compile']:.1f} s (compiling)")
     print(f"  one SAM step = {flops / 1e6:.1f} MFLOP; {peak_dtype} matmul peak ({peak_n}², every round): median "

@@ -32,6 +32,52 @@ def test_throughput_reports_both_loops_and_their_ratio():
     assert re.search(r"one SAM step = [\d.]+ MFLOP", out)
 
 
+def test_throughput_replays_the_engines_matmuls(tmp_path):
+    out = run_script("throughput.py", "--clients", "3", "--local-steps", "2", "--rounds", "1", "--model", "cnn1d",
+                     "--threads", "1", "--json", str(tmp_path / "t.json"))
+    record = json.loads((tmp_path / "t.json").read_text())
+    # cnn1d per SAM step: 2 passes x (2 convolutions, 1 bmm forward; 1 bmm + 1 convolution_backward per layer,
+    # the first layer's without an input gradient: 2 bmm + 2 convolution_backward)
+    assert record["matmul_kernels"]["calls"] == 2 * 2 * 7
+    assert 0 < record["loops"]["matmuls alone"]["fraction_of_peak"]
+    assert re.search(r"matmuls alone:.*GFLOP/s \(\d+% of matmul peak", out)
+    assert re.search(r"time outside them: -?\d+% of an engine round", out)
+
+
+def test_recorded_matmuls_are_all_of_the_engines_arithmetic():
+    """The recorder sees every matmul kernel of the engine's local training (the batched ones vmap lowers to):
+    for an mlp they add up to exactly the FLOPs of the SAM steps counted on the plain model."""
+    import importlib.util
+
+    import torch
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from dfl.config import Config
+    from dfl.data import FederatedData
+    from dfl.models import build_model
+    from dfl.training.clients import ParamLayout, initial_stack
+    from dfl.training.local import LocalRule, LocalTrainer
+
+    spec = importlib.util.spec_from_file_location("throughput", ROOT / "benchmarks" / "throughput.py")
+    throughput = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(throughput)
+    clients, steps = 4, 3
+    config = Config(clients=clients, model="mlp", batch_size=16, local_steps=steps, seed=0)
+    data = FederatedData.build("mnist1d", clients, "iid", seed=0)
+    torch.manual_seed(0)
+    model = build_model("mlp", tuple(data.input_shape), data.num_classes)
+    trainer = LocalTrainer(model, ParamLayout.of(model), data, list(range(clients)), config)
+    X = initial_stack(model, clients, torch.device("cpu"))
+    rule = LocalRule(rho=0.05)
+    trainer.train(X, 0, 0.1, rule)  # the first call also probes the memory plan
+    calls = throughput.record_matmuls(lambda: trainer.train(X, 1, 0.1, rule))
+    replay = throughput.matmul_replay(calls)
+    with FlopCounterMode(display=False) as counter:
+        replay()
+    x, y = data.train_x[:16], data.train_y[:16]
+    assert counter.get_total_flops() == clients * steps * throughput.sam_step_flops(model, x, y, 0.05)
+
+
 def test_gossip_benchmark_single_process():
     out = run_script("gossip.py", "--clients", "4", "--dim", "1000", "--worlds", "--repeat", "2", "--copy-mib", "8")
     assert "ring, m=4 clients x d=1000" in out

@@ -21,7 +21,7 @@ from dfl.models import build_model
 from dfl.network.comm import LocalCommunicator
 from dfl.report import write_report
 from dfl.training.clients import ParamLayout
-from dfl.training.evaluate import evaluate_row, local_accuracies
+from dfl.training.evaluate import _per_client_batch, client_accuracies, evaluate_row, local_accuracies
 
 CLASSES = 4
 SIZES = (2, 3, 9, 14, 25, 40)  # small clients hit the >= 1 train / >= 1 test clamps
@@ -119,8 +119,8 @@ def reference(model, layout, X, mean, data):
     return np.array(personal), np.array(global_)
 
 
-@pytest.mark.parametrize("chunk", [0, 1, 4])
-def test_local_accuracies_equal_a_per_client_loop(chunk, device):
+@pytest.mark.parametrize("chunk, min_per_client", [(0, 1), (1, 1), (4, 1), (4, 16), (0, 64)])
+def test_local_accuracies_equal_a_per_client_loop(chunk, min_per_client, device):
     data = skewed_data(sizes=(2, 3, 9, 14, 25, 40, 7, 101, 60)).split_local_test(0.4, seed=0).to(device)
     torch.manual_seed(0)
     model = build_model("mlp", (6,), CLASSES, hidden=[8]).to(device)
@@ -130,11 +130,37 @@ def test_local_accuracies_equal_a_per_client_loop(chunk, device):
     sizes = data.local_test_sizes.to(device)
     local = (torch.cat(data.local_test_indices).to(device), torch.cumsum(sizes, 0) - sizes, sizes)
     # batch 3 per client: several blocks, and clients drop out of the later ones (test sizes 1 .. 40)
-    personal, global_ = local_accuracies(model, layout, X, mean, data.train_x, data.train_y, local, 3, chunk)
+    # min_per_client 16 or 64: fewer, wider blocks (most clients padded and masked)
+    personal, global_ = local_accuracies(model, layout, X, mean, data.train_x, data.train_y, local, 3, chunk,
+                                         min_per_client)
     want_personal, want_global = reference(model, layout, X, mean, data)
     np.testing.assert_allclose(personal.cpu().numpy(), want_personal, atol=1e-12)
     np.testing.assert_allclose(global_.cpu().numpy(), want_global, atol=1e-12)
     assert 0 < want_personal.mean() < 1 and len(set(want_personal.tolist())) > 2  # not a degenerate model
+
+
+@pytest.mark.parametrize("chunk, min_per_client", [(0, 1), (4, 1), (4, 32), (0, 1000)])
+def test_client_accuracies_equal_a_per_client_loop(chunk, min_per_client, device):
+    """Every row of X on the shared test set, whatever the clients per call and the samples per client per call
+    (`min_per_client` 1000 > the test set: one call per chunk)."""
+    data = skewed_data(sizes=(30,) * 9).to(device)
+    torch.manual_seed(0)
+    model = build_model("mlp", (6,), CLASSES, hidden=[8]).to(device)
+    layout = ParamLayout.of(model)
+    X = torch.randn(data.num_clients, layout.dim, device=device)
+    x, y = data.train_x[:150], data.train_y[:150]
+    accs = client_accuracies(model, layout, X, x, y, 8, chunk, min_per_client)
+    want = [evaluate_row(model, layout, X[i], x, y, 7)[0] for i in range(data.num_clients)]
+    np.testing.assert_allclose(accs.cpu().numpy(), want, atol=1e-6)
+    assert len(set(want)) > 2  # not a degenerate model
+
+
+def test_evaluation_reads_the_weights_once_per_training_batch():
+    """A chunk of 10,000 clients used to get 1 sample per client per call (every layer a matrix-vector product);
+    dfl.run passes the training batch size as the floor."""
+    assert _per_client_batch(1024, 10_000, 10_000) == 1
+    assert _per_client_batch(1024, 10_000, 10_000, min_per_client=32) == 32
+    assert _per_client_batch(1024, 16, 16, min_per_client=32) == 256  # small chunks keep the wider rule
 
 
 def test_run_metrics_equal_the_reference(tmp_path, device):

@@ -363,7 +363,8 @@ def _evaluate(model, layout, X, mean, comm, x, y, train_sub, client_test, config
         record["train_acc"], record["train_eval_loss"] = evaluate_row(
             model, layout, mean, *train_sub, config.eval_batch_size
         )
-    accs = comm.gather_rows(client_accuracies(model, layout, X, *client_test, config.eval_batch_size, chunk))
+    accs = comm.gather_rows(client_accuracies(model, layout, X, *client_test, config.eval_batch_size, chunk,
+                                              min_per_client=config.batch_size))
     accs = accs.double()
     record.update(
         client_acc_mean=float(accs.mean()),
@@ -373,7 +374,8 @@ def _evaluate(model, layout, X, mean, comm, x, y, train_sub, client_test, config
         consensus_distance=consensus_distance(X, comm),
     )
     if local_test is not None:
-        personal, global_ = local_accuracies(model, layout, X, mean, *local_test, config.eval_batch_size, chunk)
+        personal, global_ = local_accuracies(model, layout, X, mean, *local_test, config.eval_batch_size, chunk,
+                                             min_per_client=config.batch_size)
         for name, values in (("personal_acc", personal), ("global_acc", global_)):
             values = comm.gather_rows(values)
             record.update({f"{name}_mean": float(values.mean()), f"{name}_std": float(values.std(unbiased=False)),
