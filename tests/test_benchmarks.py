@@ -78,6 +78,16 @@ def test_recorded_matmuls_are_all_of_the_engines_arithmetic():
     assert counter.get_total_flops() == clients * steps * throughput.sam_step_flops(model, x, y, 0.05)
 
 
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/status")
+def test_repeat_runs_benchmark_toy_size():
+    out = run_script("repeat_runs.py", "--clients", "6", "--samples", "600", "--runs", "2", "--local-steps", "1",
+                     "--client-eval-samples", "50")
+    runs = re.findall(r"run (\d): .* peak +([\d.]+) GiB, client_chunk (\d+), test_acc ([\d.]+)", out)
+    assert [r[0] for r in runs] == ["1", "2"]
+    assert runs[0][3] == runs[1][3]  # same seed, same accuracy
+    assert "resident after the last run" in out
+
+
 def test_gossip_benchmark_single_process():
     out = run_script("gossip.py", "--clients", "4", "--dim", "1000", "--worlds", "--repeat", "2", "--copy-mib", "8")
     assert "ring, m=4 clients x d=1000" in out

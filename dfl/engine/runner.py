@@ -17,6 +17,7 @@ from dfl.engine.results import Result
 from dfl.engine.setup import build_data, build_topology, resolve_device  # noqa: F401 (the run's set-up, re-exported)
 from dfl.engine.validation import validate
 from dfl.errors import DivergenceError, RunInterrupted  # noqa: F401 (re-exported)
+from dfl.training import memory
 
 
 def raise_on_signal(signum, frame) -> None:
@@ -80,6 +81,8 @@ def run(
     finally:
         if own:
             comm.close()
+        if memory.heap_kept():  # the run's freed stacks go back to the OS, not held until the process exits
+            memory.release_free_heap()
 
 
 def _run(config: Config, data, out, overwrite: bool, comm, resume: bool, given_model=None, callbacks=None) -> Result:

@@ -8,9 +8,9 @@ statistics give the same two numbers.
 
 The chunk is the largest that
 - fits: fixed + chunk · (per_client + step temporaries) ≤ a fraction of the memory free now (CUDA:
-  `torch.cuda.mem_get_info`; CPU: MemAvailable, or the cgroup limit when lower, plus the free blocks of this
+  `torch.cuda.mem_get_info`; CPU: MemAvailable, or the cgroup limit when lower, after the free blocks of this
   process's own heap — memory an earlier run freed and `keep_freed_memory` keeps for reuse, which the OS
-  counts as used), after the round's
+  counts as used — are handed back to the OS), after the round's
   `[m, d]` stacks (`STACK_COPIES` of them) are set aside; and
 - is fast: on CPU, chunk · per_client ≤ CPU_CHUNK_BYTES. Larger calls did not run faster on the 2-core CPU,
   and calls with hundreds of MB of temporaries ran slower: every temporary above glibc's mmap threshold
@@ -87,36 +87,38 @@ def call_peak_bytes(fn, device: torch.device) -> int:
 
 def available_bytes(device: torch.device) -> int:
     """Memory free now: CUDA's free memory (the caching allocator's reserved-but-free blocks included), or on
-    CPU the OS's MemAvailable (capped by a cgroup limit) plus the free bytes of this process's heap.
+    CPU the OS's MemAvailable (capped by a cgroup limit) after this process's free heap is handed back.
 
     The heap part matters with `keep_freed_memory`: a finished run's stacks stay in the heap as free blocks,
-    resident (so not in MemAvailable, and charged to the cgroup) but reused by the next allocations; without
-    counting them a second run of the same size in one process found "not even one client fits"."""
+    resident (so not in MemAvailable, and charged to the cgroup). Without them a second run of the same size in
+    one process found "not even one client fits"; counting them as free (mallinfo2) let it run but not reuse
+    them: when the first run's Result is kept, its stacks split the free heap into holes smaller than the
+    second run's `[m, d]` stacks, which then grew the heap (mlp × 10,000: 19.3 GiB at the second run's peak).
+    `malloc_trim` returns every free page of the heap to the OS, so MemAvailable counts it and the process
+    holds only live memory (14.0 GiB there); the round loop's reuse of freed blocks is unchanged, as a run
+    trims once, when it plans its chunk."""
     if device.type == "cuda":
         free, _ = torch.cuda.mem_get_info(device)
         return int(free + torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device))
+    release_free_heap()
     free = _meminfo_available()
     cgroup = _cgroup_free()
     candidates = [b for b in (free, cgroup) if b is not None]
     if not candidates:
-        return int(os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")) + heap_free_bytes()
-    return min(candidates) + heap_free_bytes()
+        return int(os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
+    return min(candidates)
 
 
-class _MallInfo2(ctypes.Structure):  # glibc >= 2.33, malloc.h
-    _fields_ = [(name, ctypes.c_size_t) for name in (
-        "arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks", "fordblks", "keepcost")]
-
-
-def heap_free_bytes() -> int:
-    """Bytes in free blocks of this process's malloc heap (all arenas; glibc `mallinfo2().fordblks`): memory
-    the process holds and reuses for its next allocations. 0 off glibc or before glibc 2.33."""
+def release_free_heap() -> bool:
+    """Hand the free pages of this process's malloc heap back to the OS (glibc `malloc_trim(0)`, which also
+    releases whole free pages inside the heap, not only at its top). Returns whether it ran (False off glibc)."""
     try:
-        fn = ctypes.CDLL("libc.so.6").mallinfo2
+        trim = ctypes.CDLL("libc.so.6").malloc_trim
     except (OSError, AttributeError):
-        return 0
-    fn.argtypes, fn.restype = [], _MallInfo2
-    return int(fn().fordblks)
+        return False
+    trim.argtypes, trim.restype = [ctypes.c_size_t], ctypes.c_int
+    trim(0)
+    return True
 
 
 def _meminfo_available() -> int | None:
@@ -200,7 +202,8 @@ def keep_freed_memory() -> bool:
     kernel: at 1,000 mlp clients that system time exceeded the arithmetic, and a gossip step on 200 MB ran at
     15% of the copy bandwidth. With mappings off (M_MMAP_MAX = 0) and trimming only past 2 GiB of free heap
     top (M_TRIM_THRESHOLD), freed blocks are reused: same step, 68% of copy bandwidth; mlp × 1,000 rounds
-    1.3-2× faster, with no system time. The price: the process keeps its peak heap until it exits.
+    1.3-2× faster, with no system time. The price: during a run the process keeps its peak heap; `dfl.run` hands
+    the free part back to the OS when it ends and before it plans (`release_free_heap`).
 
     Process-wide and once; `DFL_MALLOC=system` keeps glibc's defaults; a no-op off glibc. Returns whether the
     setting is in force."""
