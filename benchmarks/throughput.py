@@ -205,13 +205,18 @@ def record_matmuls(fn) -> list:
 
 
 def matmul_replay(calls):
-    """A function that runs the recorded kernel calls in order on fresh random tensors of the recorded layouts
-    (allocated once)."""
+    """A function that runs the recorded kernel calls in order on random tensors of the recorded layouts, made
+    once: one tensor per distinct layout, shared by every call that reads that layout (a round repeats the same
+    few layouts step after step, so the replay holds about one step's inputs, not a round's)."""
+    made = {}
+
     def make(a):
         if not is_tensor_layout(a):
             return a
-        _, shape, stride, dtype, device = a
-        return torch.empty_strided(shape, stride, dtype=dtype, device=device).normal_()
+        if a not in made:
+            _, shape, stride, dtype, device = a
+            made[a] = torch.empty_strided(shape, stride, dtype=dtype, device=device).normal_()
+        return made[a]
 
     ready = [(func, tree_map(make, args, is_leaf=is_tensor_layout), tree_map(make, kwargs, is_leaf=is_tensor_layout))
              for func, args, kwargs in calls]

@@ -56,7 +56,7 @@ def test_cpu_dry_run_writes_a_report_with_every_section(tmp_path):
     for precision in ("fp32", "bf16"):
         record = steps[precision]["data"]["record"]
         assert record["precision"] == precision and record["random_data"] and record["dataset"] == "cifar10"
-        assert set(record["loops"]) == {"sequential reference", "dfl engine"}
+        assert set(record["loops"]) == {"sequential reference", "dfl engine", "matmuls alone"}
         assert all(loop["client_steps_per_s"] > 0 for loop in record["loops"].values())
         assert record["peak_gflops"] > 0 and record["speedup"]["dfl engine"]["median"] > 0
         assert "random data of CIFAR-10's shape: no --data-root" in steps[precision]["tail"]

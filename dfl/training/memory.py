@@ -95,8 +95,8 @@ def available_bytes(device: torch.device) -> int:
     them: when the first run's Result is kept, its stacks split the free heap into holes smaller than the
     second run's `[m, d]` stacks, which then grew the heap (mlp × 10,000: 19.3 GiB at the second run's peak).
     `malloc_trim` returns every free page of the heap to the OS, so MemAvailable counts it and the process
-    holds only live memory (14.0 GiB there); the round loop's reuse of freed blocks is unchanged, as a run
-    trims once, when it plans its chunk."""
+    holds only live memory (13.7–14.0 GiB there); the round loop's reuse of freed blocks is unchanged, as a
+    run trims only when it plans its chunk and when it ends (`dfl.engine.runner.run`)."""
     if device.type == "cuda":
         free, _ = torch.cuda.mem_get_info(device)
         return int(free + torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device))
