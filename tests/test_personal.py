@@ -163,6 +163,22 @@ def test_evaluation_reads_the_weights_once_per_training_batch():
     assert _per_client_batch(1024, 16, 16, min_per_client=32) == 256  # small chunks keep the wider rule
 
 
+def test_client_accuracy_on_all_test_samples_at_scale_warns_and_a_subset_does_not(monkeypatch):
+    import warnings
+
+    from dfl.engine import experiment
+
+    monkeypatch.setattr(experiment, "CLIENT_EVAL_WARN_PASSES", 10)  # 6 clients × the test set is far above
+    data = skewed_data()
+    with pytest.warns(UserWarning, match=r"client_eval_samples = 0: every evaluation runs each of the 6 clients"):
+        dfl.run(config(local_test_fraction=0.0, rounds=1), data=data)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message="client_eval_samples")
+        result = dfl.run(config(local_test_fraction=0.0, rounds=1, client_eval_samples=5), data=data)
+    last = result.history[-1]
+    assert last["client_acc_min"] * 5 == pytest.approx(round(last["client_acc_min"] * 5))  # counts out of 5
+
+
 def test_run_metrics_equal_the_reference(tmp_path, device):
     data = skewed_data()
     cfg = config(device=device, client_chunk=4)
