@@ -397,10 +397,10 @@ def main():
         "peak_dtype": peak_dtype,
         "loops": {}, "speedup": {}, "first_round_s": first,
     }
+    # Every loop, the replay of the engine's kernels included, is measured against the same FLOPs of a round (torch's
+    # FLOP counter would overcount the replayed grouped convolutions' backward: its formula ignores groups).
+    work = client_steps * flops
     for name, seconds in times.items():
-        # The replay does the engine's arithmetic (torch's FLOP counter would overcount the grouped convolutions'
-        # backward: its formula ignores groups), so every loop is measured against the same FLOPs.
-        work = client_steps * flops
         rate = client_steps / statistics.median(seconds)
         fractions = [work / s / 1e9 / p for s, p in zip(seconds, peaks)]
         fraction = statistics.median(fractions)

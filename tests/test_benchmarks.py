@@ -14,6 +14,18 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 
+def benchmark_module(file: str, name: str):
+    """A script of benchmarks/ imported as a module (registered in sys.modules: dataclasses look their module up
+    there)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / file)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
 def run_script(name: str, *args: str) -> str:
     proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / name), *args], capture_output=True,
                           text=True, timeout=300, cwd=ROOT)
@@ -47,8 +59,6 @@ def test_throughput_replays_the_engines_matmuls(tmp_path):
 def test_recorded_matmuls_are_all_of_the_engines_arithmetic():
     """The recorder sees every matmul kernel of the engine's local training (the batched ones vmap lowers to):
     for an mlp they add up to exactly the FLOPs of the SAM steps counted on the plain model."""
-    import importlib.util
-
     import torch
     from torch.utils.flop_counter import FlopCounterMode
 
@@ -58,9 +68,7 @@ def test_recorded_matmuls_are_all_of_the_engines_arithmetic():
     from dfl.training.clients import ParamLayout, initial_stack
     from dfl.training.local import LocalRule, LocalTrainer
 
-    spec = importlib.util.spec_from_file_location("throughput", ROOT / "benchmarks" / "throughput.py")
-    throughput = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(throughput)
+    throughput = benchmark_module("throughput.py", "throughput")
     clients, steps = 4, 3
     config = Config(clients=clients, model="mlp", batch_size=16, local_steps=steps, seed=0)
     data = FederatedData.build("mnist1d", clients, "iid", seed=0)
@@ -104,13 +112,7 @@ def test_scale_benchmark_toy_size():
 
 
 def _study():
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("reproduce_dfedsam", ROOT / "benchmarks" / "reproduce_dfedsam.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
+    return benchmark_module("reproduce_dfedsam.py", "reproduce_dfedsam")
 
 
 def test_study_verdicts_follow_the_paired_test():
@@ -200,13 +202,7 @@ def test_exported_records_are_not_ignored_by_git(tmp_path):
 
 
 def _flower_script():
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("flower_benchmark", ROOT / "benchmarks" / "flower.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
+    return benchmark_module("flower.py", "flower_benchmark")
 
 
 def test_flower_benchmark_gives_both_sides_the_same_workload(tmp_path):

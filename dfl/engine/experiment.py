@@ -163,7 +163,7 @@ class Experiment:
             (self.eval_x, self.eval_y) if not 0 < config.client_eval_samples < self.eval_x.shape[0]
             else seeded_subset(self.eval_x, self.eval_y, config.client_eval_samples, config.seed)
         )
-        passes = config.clients * self.client_test[0].shape[0]
+        passes = config.clients * self.eval_x.shape[0]
         if config.client_eval_samples == 0 and passes > CLIENT_EVAL_WARN_PASSES:
             warnings.warn(f"client_eval_samples = 0: every evaluation runs each of the {config.clients:,} clients on "
                           f"all {self.eval_x.shape[0]:,} test samples ({passes:,} forward passes); set "

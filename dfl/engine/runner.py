@@ -81,8 +81,7 @@ def run(
     finally:
         if own:
             comm.close()
-        if memory.heap_kept():  # the run's freed stacks go back to the OS, not held until the process exits
-            memory.release_free_heap()
+        memory.release_free_heap()  # the run's freed stacks go back to the OS, not held until the process exits
 
 
 def _run(config: Config, data, out, overwrite: bool, comm, resume: bool, given_model=None, callbacks=None) -> Result:

@@ -110,8 +110,11 @@ def available_bytes(device: torch.device) -> int:
 
 
 def release_free_heap() -> bool:
-    """Hand the free pages of this process's malloc heap back to the OS (glibc `malloc_trim(0)`, which also
-    releases whole free pages inside the heap, not only at its top). Returns whether it ran (False off glibc)."""
+    """Hand the free pages of the heap `keep_freed_memory` keeps back to the OS (glibc `malloc_trim(0)`, which also
+    releases whole free pages inside the heap, not only at its top). Returns whether it ran: not without the kept
+    heap (glibc's defaults already unmap large blocks and trim the top) nor off glibc."""
+    if not _HEAP_KEPT:
+        return False
     try:
         trim = ctypes.CDLL("libc.so.6").malloc_trim
     except (OSError, AttributeError):
