@@ -2,11 +2,15 @@
 
     python benchmarks/gossip.py                         # small CPU defaults (m=16, d=262144, 2 and 4 workers)
     python benchmarks/gossip.py --clients 1000 --dim 50000 --worlds   # the engine target: ring, one process
+    python benchmarks/gossip.py --clients 100 --dim 50000 --gossip-steps 4 --worlds   # a DFedSAM-MGS round (Q = 4)
     python benchmarks/gossip.py --clients 100 --dim 11200000 --worlds 2 4 8 --device cuda
 
 Single process: the engine's gossip step (`dfl.network.gossip.Gossip`: circulant shifts, CSR spmm, averaging or a
 dense product, by its cost rule) and, for m <= 4096, a dense matmul (W as an [m, m] matrix times the [m, d]
 stack); a step must read and write the stack once, so its traffic is counted as 2·m·d·4 bytes (fp32).
+With `--gossip-steps Q` it times a round of Q steps instead: the engine's path (for circulant graphs one pass of
+the composed circulant, `dfl.network.gossip.compose_circulants`), the Q steps one by one, and the dense float64
+product W^Q applied with one matmul; the traffic is still counted as one read and one write of the stack.
 Multi-process: `DistributedCommunicator.mix_steps`
 with gossip_mode "p2p" (neighbour rows only, one all_to_all_single) and "allgather" (the whole stack),
 on gloo CPU workers, or NCCL when there is more than one GPU; achieved = bytes sent between processes
@@ -36,6 +40,8 @@ def parse_args(argv=None):
     parser.add_argument("--clients", type=int, default=16, help="m (default 16)")
     parser.add_argument("--dim", type=int, default=262_144, help="d parameters per client (default 2^18)")
     parser.add_argument("--topology", default="ring", help="topology name (topologies.NAMES), default ring")
+    parser.add_argument("--gossip-steps", type=int, default=1,
+                        help="Q gossip steps timed as one round, single process (default 1)")
     parser.add_argument("--worlds", type=int, nargs="*", default=[2, 4], help="process counts (default 2 4)")
     parser.add_argument("--device", default="auto", help="auto, cpu or cuda (default auto)")
     parser.add_argument("--repeat", type=int, default=10, help="timed repetitions (median reported)")
@@ -45,9 +51,9 @@ def parse_args(argv=None):
         parser.error(f"--topology must be one of {', '.join(topologies.NAMES)}; got {args.topology!r}")
     if args.device not in ("auto", "cpu", "cuda"):
         parser.error(f"--device must be one of auto, cpu, cuda; got {args.device!r}")
-    for name in ("clients", "dim", "repeat"):
+    for name in ("clients", "dim", "repeat", "gossip_steps"):
         if getattr(args, name) < 1:
-            parser.error(f"--{name} must be >= 1")
+            parser.error(f"--{name.replace('_', '-')} must be >= 1")
     if any(w < 2 or w > args.clients for w in args.worlds):
         parser.error(f"--worlds must be between 2 and --clients ({args.clients}); got {args.worlds}")
     return args
@@ -79,22 +85,44 @@ def copy_bandwidth(device: torch.device, mib: int, repeat: int) -> float:
     return 2 * n * 4 / t
 
 
-def single_process(topology, m: int, d: int, device: torch.device, repeat: int):
-    """(seconds, bytes/s) of one gossip step by the engine (`dfl.network.gossip.Gossip`, whichever path its cost rule
-    picks) and, where m allows, by a dense [m, m] matmul; traffic 2·m·d·4 B (read X, write the result)."""
+def engine_path(gossip, steps: int) -> str:
+    """Which way `Gossip.mix` applies steps 0..steps-1 (its cost rule's choice)."""
+    if gossip.topology.averaging is not None:
+        return "averaging"
+    if gossip.dense_is_cheaper(0, steps):
+        return "dense"
+    composed = gossip.circulant_product(0, steps)
+    if composed is not None:
+        return "circulant shifts" if steps == 1 else f"one circulant pass, {len(composed)} offsets"
+    return "CSR spmm"
+
+
+def single_process(topology, m: int, d: int, device: torch.device, repeat: int, steps: int = 1):
+    """(seconds, bytes/s) of `steps` gossip steps by the engine (`dfl.network.gossip.Gossip`, whichever path its cost
+    rule picks), one by one (when steps > 1) and, where m allows, by a dense [m, m] matmul of their float64 product;
+    traffic 2·m·d·4 B (read X, write the result)."""
     from dfl.network.comm import LocalCommunicator
     from dfl.network.gossip import Gossip
 
     X = torch.randn(m, d, device=device)
     gossip = Gossip(topology, LocalCommunicator(m), torch.float32, device)
-    path = ("averaging" if topology.averaging is not None else "dense" if gossip.dense_is_cheaper(0, 1) else
-            "circulant shifts" if gossip.step_operator(0).offsets is not None else "CSR spmm")
-    t = _median_seconds(lambda: gossip.mix(X, 0, 1), device, repeat)
-    out = {f"engine ({path})": (t, 2 * m * d * 4 / t)}
+    t = _median_seconds(lambda: gossip.mix(X, 0, steps), device, repeat)
+    out = {f"engine ({engine_path(gossip, steps)})": (t, 2 * m * d * 4 / t)}
+    if steps > 1 and topology.averaging is None:
+        operators = [gossip.step_operator(s) for s in range(steps)]
+
+        def one_by_one():
+            Y = X
+            for operator in operators:
+                Y = operator(Y)
+            return Y
+
+        t = _median_seconds(one_by_one, device, repeat)
+        out[f"{steps} steps one by one"] = (t, 2 * m * d * 4 / t)
     if m <= 4096:
-        M = torch.tensor(topology.matrix(0), dtype=torch.float32, device=device)
+        M = torch.tensor(gossip.product(0, steps), dtype=torch.float32, device=device)
         t = _median_seconds(lambda: M @ X, device, repeat)
-        out["dense matmul W @ X"] = (t, 2 * m * d * 4 / t)
+        out["dense matmul W @ X" if steps == 1 else f"dense matmul W^{steps} @ X"] = (t, 2 * m * d * 4 / t)
     return out
 
 
@@ -160,16 +188,19 @@ def main(argv=None) -> None:
     topology = topologies.build(args.topology, m)
     copy = copy_bandwidth(device, mib, args.repeat)
     stack_mb = m * d * 4 / 1e6
-    print(f"gossip step: {args.topology}, m={m} clients x d={d} fp32 ({stack_mb:.1f} MB stack), device {device}")
+    what = "gossip step" if args.gossip_steps == 1 else f"gossip round of Q = {args.gossip_steps} steps"
+    print(f"{what}: {args.topology}, m={m} clients x d={d} fp32 ({stack_mb:.1f} MB stack), device {device}")
     print(f"copy bandwidth ({mib} MiB tensor, read+write):                     {_gb(copy)}")
-    for name, (t, bw) in single_process(topology, m, d, device, args.repeat).items():
-        print(f"1 process, {name + ':':28s} {t * 1e3:9.3f} ms   traffic 2·m·d·4 B  {_gb(bw)}  "
+    for name, (t, bw) in single_process(topology, m, d, device, args.repeat, args.gossip_steps).items():
+        print(f"1 process, {name + ':':43s} {t * 1e3:9.3f} ms   traffic 2·m·d·4 B  {_gb(bw)}  "
               f"({100 * bw / copy:5.1f}% of copy)")
     gpus = torch.cuda.device_count() if device.type == "cuda" else 0
     if device.type == "cuda" and gpus < 2:
         print("multi-process: skipped (NCCL needs one GPU per process; this machine has "
               f"{gpus}); run with --device cpu for gloo workers")
         return
+    if args.worlds and args.gossip_steps > 1:
+        print("multi-process: one step each (--gossip-steps applies to the single process)")
     for world in args.worlds:
         if device.type == "cuda" and world > gpus:
             print(f"{world} processes: skipped ({gpus} GPUs)")

@@ -103,6 +103,14 @@ def test_gossip_benchmark_single_process():
     assert re.search(r"engine \(dense\): .*% of copy", out)  # m = 4: the cost rule picks the dense product
 
 
+def test_gossip_benchmark_times_a_round_of_q_steps_three_ways():
+    out = run_script("gossip.py", "--clients", "64", "--dim", "500", "--gossip-steps", "4", "--worlds", "--repeat",
+                     "2", "--copy-mib", "8")
+    assert "gossip round of Q = 4 steps: ring, m=64" in out
+    for way in (r"engine \(one circulant pass, 9 offsets\)", "4 steps one by one", r"dense matmul W\^4 @ X"):
+        assert re.search(way + r": .*% of copy", out), way
+
+
 def test_scale_benchmark_toy_size():
     out = run_script("scale.py", "--runs", "logreg:40", "mlp:12", "--rounds", "2", "--samples", "6",
                      "--local-steps", "1", "--batch-size", "4", "--client-eval-samples", "10", "--test-fraction", "0.3")

@@ -9,7 +9,7 @@ import torch
 
 import topologies
 from dfl.network.comm import LocalCommunicator, exchange_plan
-from dfl.network.gossip import Gossip, SparseStep, circulant_offsets, shifted_sum, use_dense
+from dfl.network.gossip import Gossip, SparseStep, circulant_offsets, compose_circulants, shifted_sum, use_dense
 
 STATIC = [
     ("ring", {}), ("grid", {}), ("grid", {"periodic": True}), ("exponential", {}), ("exponential", {"symmetric": True}),
@@ -145,3 +145,49 @@ def test_shifted_sum_in_row_blocks(monkeypatch, tile_rows):
     for k, c in offsets:
         W[np.arange(n), (np.arange(n) + k) % n] += c
     np.testing.assert_allclose(shifted_sum(X, offsets).numpy(), W @ X.numpy(), atol=1e-14)
+
+
+def circulant_matrix(offsets, n):
+    W = np.zeros((n, n))
+    for k, c in offsets:
+        W[np.arange(n), (np.arange(n) + k) % n] += c
+    return W
+
+
+def test_composed_circulants_are_the_product_of_the_steps():
+    rng = np.random.default_rng(0)
+    n = 13
+    steps = [[(int(k), float(rng.random())) for k in rng.choice(n, size=3, replace=False)] for _ in range(4)]
+    expected = np.eye(n)
+    for offsets in steps:  # first step applied first: W_4 W_3 W_2 W_1
+        expected = circulant_matrix(offsets, n) @ expected
+    np.testing.assert_allclose(circulant_matrix(compose_circulants(steps, n), n), expected, atol=1e-15)
+    ring = circulant_offsets(topologies.build("ring", 10).sparse(0))
+    assert [k for k, _ in compose_circulants([ring] * 4, 10)] == [0, 1, 2, 3, 4, 6, 7, 8, 9]  # ±4 hops, wrapped
+
+
+@pytest.mark.parametrize("name,n,first,expected_pass", [
+    ("ring", 100, 0, True),                  # 9 offsets in one pass instead of 4 passes of 3
+    ("one-peer-exponential", 64, 3, True),   # time-varying: steps 3..6, 16 offsets
+    ("exponential", 128, 0, False),          # 4 steps of 8 offsets compose into nearly every offset: step by step
+])
+def test_circulant_rounds_run_as_one_pass_when_few_offsets(monkeypatch, name, n, first, expected_pass):
+    import dfl.network.gossip as gossip_module
+
+    passes = []
+    monkeypatch.setattr(gossip_module, "shifted_sum", lambda X, offsets: passes.append(len(offsets)) or
+                        shifted_sum(X, offsets))
+    topo = topologies.build(name, n)
+    gossip = sparse_only(Gossip(topo, LocalCommunicator(n), torch.float32, torch.device("cpu")))
+    X = torch.randn(n, 21, generator=torch.Generator().manual_seed(1))
+    out = gossip.mix(X, first, 4)
+    np.testing.assert_allclose(out.double().numpy(), reference(topo, X, first, 4), atol=2e-6, rtol=0)
+    assert (len(passes) == 1) == expected_pass and len(passes) in (1, 4)
+
+
+def test_cost_rule_for_a_composed_circulant():
+    assert use_dense(32, [3 * 32] * 4, time_varying=False, composed_offsets=9)  # measured: dense 1.9 ms, pass 2.5
+    assert not use_dense(48, [3 * 48] * 4, time_varying=False, composed_offsets=9)  # 5.2 vs 4.2 ms
+    assert not use_dense(100, [3 * 100] * 4, time_varying=False, composed_offsets=9)  # was dense: 13.6 vs 9.5 ms
+    gossip = Gossip(topologies.build("ring", 100), LocalCommunicator(100), torch.float32, torch.device("cpu"))
+    assert not gossip.dense_is_cheaper(0, 4) and len(gossip.circulant_product(0, 4)) == 9
