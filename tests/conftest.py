@@ -13,6 +13,8 @@ import os
 import pytest
 import torch
 
+from dfl.workflows.launchers import _cpu_count
+
 ENV = "DFL_TEST_DEVICE"
 
 
@@ -22,9 +24,9 @@ def share_cores_between_workers() -> None:
     against each other and the suite is no faster than one worker (measured: 628 s either way; one thread per
     worker: 459 s)."""
     workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "0") or 0)
-    if workers > 1:
-        threads = max(1, (os.cpu_count() or 1) // workers)
-        os.environ["OMP_NUM_THREADS"] = str(threads)
+    if workers > 1:  # the cores this process may use, counted as the sweep's local pool counts them
+        threads = max(1, _cpu_count() // workers)
+        os.environ["OMP_NUM_THREADS"] = os.environ["MKL_NUM_THREADS"] = str(threads)
         torch.set_num_threads(threads)
 
 

@@ -25,6 +25,14 @@ def reference(topo, X: torch.Tensor, first: int, steps: int) -> np.ndarray:
     return out
 
 
+def circulant_matrix(offsets, n: int) -> np.ndarray:
+    """W[i, (i + k) mod n] = c_k for every (k, c_k) of `offsets`."""
+    W = np.zeros((n, n))
+    for k, c in offsets:
+        W[np.arange(n), (np.arange(n) + k) % n] += c
+    return W
+
+
 def sparse_only(gossip: Gossip) -> Gossip:
     gossip.dense_is_cheaper = lambda first, steps: False
     return gossip
@@ -67,9 +75,7 @@ def test_shifted_sum_is_the_circulant_product():
     n = 7
     X = torch.randn(n, 5, dtype=torch.float64)
     offsets = [(2, 0.25), (0, 0.5), (5, 0.25)]
-    W = np.zeros((n, n))
-    for k, c in offsets:
-        W[np.arange(n), (np.arange(n) + k) % n] += c
+    W = circulant_matrix(offsets, n)
     np.testing.assert_allclose(shifted_sum(X, offsets).numpy(), W @ X.numpy(), atol=1e-14)
     # without a self weight the first offset initialises the output
     np.testing.assert_allclose(shifted_sum(X, [(3, 1.0)]).numpy(), np.roll(X.numpy(), -3, axis=0), atol=0)
@@ -141,17 +147,8 @@ def test_shifted_sum_in_row_blocks(monkeypatch, tile_rows):
     monkeypatch.setattr(gossip_module, "TILE_BYTES", tile_rows * d * 8)
     X = torch.randn(n, d, dtype=torch.float64)
     offsets = [(0, 0.4), (1, 0.2), (10, 0.2), (4, 0.1), (7, 0.1)]
-    W = np.zeros((n, n))
-    for k, c in offsets:
-        W[np.arange(n), (np.arange(n) + k) % n] += c
+    W = circulant_matrix(offsets, n)
     np.testing.assert_allclose(shifted_sum(X, offsets).numpy(), W @ X.numpy(), atol=1e-14)
-
-
-def circulant_matrix(offsets, n):
-    W = np.zeros((n, n))
-    for k, c in offsets:
-        W[np.arange(n), (np.arange(n) + k) % n] += c
-    return W
 
 
 def test_composed_circulants_are_the_product_of_the_steps():
