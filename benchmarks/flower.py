@@ -275,14 +275,15 @@ def client_app():
 
 
 # -------------------------------------------------------------------------------------------------- dfl side
-def run_dfl(workload: Workload, threads: int = 0) -> dict:
-    """dfl's run of the workload in this process: `threads` torch threads (0: dfl's default, "auto")."""
+def run_dfl(workload: Workload, threads: int = 0, compile: bool = False) -> dict:
+    """dfl's run of the workload in this process: `threads` torch threads (0: dfl's default, "auto"), `compile`:
+    Config.compile (the compilation falls into the start-up: set-up and the first round)."""
     import dfl  # before torch, as `dfl ...` does: dfl's OpenMP settings (dfl.threads) apply
 
     # isort: split
     import torch
 
-    config = workload.config().replace(threads=threads or "auto")
+    config = workload.config().replace(threads=threads or "auto", compile=compile)
     tic = time.perf_counter()
     result = dfl.run(config)
     total = time.perf_counter() - tic

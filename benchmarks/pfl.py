@@ -281,7 +281,7 @@ def profile_table(args) -> str:
 def worker(args) -> None:
     workload = Workload(**json.loads(args.worker_workload))
     if args.worker == "dfl":
-        record = run_dfl(workload, args.worker_threads)
+        record = run_dfl(workload, args.worker_threads, compile=args.worker_compile)
     else:
         record = run_pfl(workload, args.worker_threads)
         if int(os.environ.get("RANK", "0")) != 0:
@@ -289,12 +289,13 @@ def worker(args) -> None:
     Path(args.worker_out).write_text(json.dumps(record))
 
 
-def spawn(workload: Workload, system: str, threads: int = 1, workers: int = 1) -> dict:
+def spawn(workload: Workload, system: str, threads: int = 1, workers: int = 1, compile: bool = False) -> dict:
     """One run in a fresh process (pfl with several workers: torchrun --standalone, one process per worker)."""
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "record.json"
         script = [str(Path(__file__).resolve()), "--worker", system, "--worker-out", str(out),
-                  "--worker-workload", json.dumps(asdict(workload)), "--worker-threads", str(threads)]
+                  "--worker-workload", json.dumps(asdict(workload)), "--worker-threads", str(threads),
+                  *(["--worker-compile"] if compile else [])]
         if workers > 1:
             cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={workers}",
                    *script]
@@ -309,7 +310,8 @@ def spawn(workload: Workload, system: str, threads: int = 1, workers: int = 1) -
         record.pop("final_params", None)
         record["process_s"] = time.perf_counter() - tic
         record["loadavg_1min_after"] = os.getloadavg()[0]
-        record["setting"] = f"{system} x{workers}" if system == "pfl" else f"dfl {threads}t"
+        record["setting"] = f"{system} x{workers}" if system == "pfl" else f"dfl {threads}t" + (
+            " compiled" if compile else "")
         return record
 
 
@@ -409,6 +411,8 @@ def parse_args():
     p.add_argument("--repeats", type=int, default=2)
     p.add_argument("--dfl-threads", nargs="+", type=int, default=[1, 2],
                    help="torch threads of the dfl runs to measure (default 1 2)")
+    p.add_argument("--dfl-compile", action="store_true",
+                   help="also dfl on one thread with compile = true (compilation counted in its start-up)")
     p.add_argument("--pfl-workers", nargs="+", type=int, default=[1, 2],
                    help="pfl worker processes of one thread each (default 1 2)")
     p.add_argument("--json", default=None, metavar="PATH")
@@ -420,6 +424,7 @@ def parse_args():
     p.add_argument("--worker-out", help=argparse.SUPPRESS)
     p.add_argument("--worker-workload", help=argparse.SUPPRESS)
     p.add_argument("--worker-threads", type=int, default=1, help=argparse.SUPPRESS)
+    p.add_argument("--worker-compile", action="store_true", help=argparse.SUPPRESS)
     return p.parse_args()
 
 
@@ -449,6 +454,7 @@ def main() -> None:
             runs = []
             for _ in range(args.repeats):  # alternate: dfl (each thread count), pfl (each worker count), dfl, ...
                 runs += [spawn(workload, "dfl", threads=t) for t in args.dfl_threads]
+                runs += [spawn(workload, "dfl", threads=1, compile=True)] if args.dfl_compile else []
                 runs += [spawn(workload, "pfl", threads=1, workers=w) for w in args.pfl_workers]
             row = summarize(workload, runs)
             row["runs"] = runs

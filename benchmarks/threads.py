@@ -1,7 +1,9 @@
 """Thread settings on an idle and on a busy machine: which thread count and OpenMP wait behaviour keeps dfl fast.
 
-The benchmark makes the load itself: for each load level it starts that many busy processes beside the run (a
-Python loop that never sleeps, one core's worth of work each: 0, 1 and 2 of them by default), then runs every
+The benchmark makes the load itself: for each load level it starts that many busy processes beside the run (0, 1
+and 2 of them by default; `--busy-kind torch`, the default: another torch job without dfl, one thread per core
+and libgomp's default spin, running small matmuls, like a neighbouring test suite; `python`: a Python loop that
+never sleeps, one core's worth of work), then runs every
 setting in a fresh Python process, alternating the settings (A, B, C, A, B, C, ...), so a drift of the machine
 hits all of them. For every run it records the wall time of `dfl.run` (set-up, rounds and evaluations), the
 seconds per round, the 1-minute load average after the run and the mean number of runnable tasks seen while it
@@ -53,7 +55,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-DEFAULT_SETTINGS = ["today", "auto", "threads:1", "passive", "spin:10000", "spin:100000", "loadaware"]
+DEFAULT_SETTINGS = ["today", "auto", "threads:1", "passive", "spin:10000"]
 OMP_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "KMP_BLOCKTIME",
             "DFL_THREADS")
 
@@ -180,8 +182,16 @@ def spawn(setting: str, workload: str, rounds: int) -> dict:
     return record
 
 
-def start_busy(count: int) -> list[subprocess.Popen]:
-    return [subprocess.Popen([sys.executable, "-c", "while True: pass"], stdin=subprocess.DEVNULL)
+# A busy neighbour: "python" is a loop that never sleeps (one core's worth of work, no threads); "torch" is another
+# torch job as it runs without dfl (torch imported alone: one thread per core, libgomp's default spin) doing
+# small matmuls in a loop, like a neighbouring test suite or training script.
+BUSY = {"python": "while True: pass",
+        "torch": "import torch\nx, w = torch.randn(256, 512), torch.randn(512, 512)\nwhile True: (x @ w).relu_().sum()"}
+
+
+def start_busy(count: int, kind: str) -> list[subprocess.Popen]:
+    env = {k: v for k, v in os.environ.items() if k not in OMP_VARS}
+    return [subprocess.Popen([sys.executable, "-c", BUSY[kind]], stdin=subprocess.DEVNULL, env=env)
             for _ in range(count)]
 
 
@@ -198,20 +208,25 @@ def span(values: list[float], fmt: str = "{:.2f}") -> str:
 
 
 def table(records: list[dict], settings: list[str]) -> list[str]:
-    """One row per (workload, load): each setting's median wall seconds (range), its ratio to the best setting
-    of that row, and the loads seen."""
+    """One row per (workload, busy kind, busy processes): each setting's median wall seconds and its ratio to the
+    best setting of the row, the loads seen, and dfl's default against the best and against today's default."""
     med = statistics.median
-    rows = ["| workload | busy processes | load (1-min avg after / runnable seen) | "
-            + " | ".join(settings) + " |", "|---|---:|---|" + "---:|" * len(settings)]
-    keys = sorted({(r["workload"], r["busy"]) for r in records}, key=lambda k: (k[0], k[1]))
-    for workload, busy in keys:
-        group = [r for r in records if r["workload"] == workload and r["busy"] == busy]
+    rows = ["| workload | busy | load: 1-min avg after / runnable seen | " + " | ".join(settings)
+            + " | auto / best | auto / today |", "|---|---|---|" + "---:|" * (len(settings) + 2)]
+    def key(r: dict) -> tuple:
+        return r["workload"], r.get("busy_kind", "python"), r["busy"]
+
+    for workload, kind, busy in sorted({key(r) for r in records}):
+        group = [r for r in records if key(r) == (workload, kind, busy)]
         walls = {s: [r["wall_s"] for r in group if r["setting"] == s] for s in settings}
         best = min(med(v) for v in walls.values() if v)
         loads = [r["loadavg_1min_after"] for r in group]
         runnable = [r["runnable_mean"] for r in group]
         cells = [f"{med(v):.1f} ({med(v) / best:.2f}×)" if v else "—" for v in walls.values()]
-        rows.append(f"| {workload} | {busy} | {span(loads, '{:.1f}')} / {span(runnable, '{:.1f}')} | "
+        auto, today = walls.get("auto"), walls.get("today")
+        cells.append(f"{med(auto) / best:.2f}×" if auto else "—")
+        cells.append(f"{med(auto) / med(today):.2f}×" if auto and today else "—")
+        rows.append(f"| {workload} | {busy} × {kind} | {span(loads, '{:.1f}')} / {span(runnable, '{:.1f}')} | "
                     + " | ".join(cells) + " |")
     return rows
 
@@ -219,6 +234,8 @@ def table(records: list[dict], settings: list[str]) -> list[str]:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--loads", nargs="+", type=int, default=[0, 1, 2], help="busy processes beside the run")
+    p.add_argument("--busy-kind", choices=sorted(BUSY), default="torch",
+                   help="what a busy process runs: another torch job (default) or a plain Python loop")
     p.add_argument("--settings", nargs="+", default=DEFAULT_SETTINGS)
     p.add_argument("--workloads", nargs="+", default=["main", "fedavg-mlp-10", "fedavg-cnn1d-100"])
     p.add_argument("--rounds", type=int, default=5)
@@ -241,14 +258,14 @@ def main() -> None:
     if args.json and Path(args.json).is_file():
         records = json.loads(Path(args.json).read_text())["records"]
     for busy in args.loads:
-        procs = start_busy(busy)
+        procs = start_busy(busy, args.busy_kind)
         try:
             time.sleep(2.0 if busy else 0.0)
             for workload in args.workloads:
                 for repeat in range(args.repeats):
                     for setting in args.settings:  # alternating: A, B, C, A, B, C
                         record = spawn(setting, workload, args.rounds)
-                        record.update(busy=busy, repeat=repeat)
+                        record.update(busy=busy, busy_kind=args.busy_kind, repeat=repeat)
                         records.append(record)
                         print(f"busy {busy} {workload:13s} {setting:14s} wall {record['wall_s']:6.1f} s "
                               f"(process {record['process_s']:5.1f} s) threads {record['torch_threads']} "

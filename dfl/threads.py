@@ -38,7 +38,7 @@ from dfl.errors import ConfigError
 
 AUTO = "auto"
 # GOMP_SPINCOUNT set at import: see docs/benchmarks.md ("Threads on a busy machine") for the measurements
-SPIN_COUNT = 10_000
+SPIN_COUNT = 1_000
 WAIT_VARIABLES = ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")
 COUNT_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
 
