@@ -9,10 +9,12 @@ same values, forward and backward (weight and input gradients) for `--clients` c
   per-client loop    one dense F.conv1d per client (what a per-client simulator such as pfl runs)
   im2col + bmm       the k shifted slices stacked, one batched matmul over the clients (`conv_impl = "unfold"`)
 
-and the whole vmapped gradient of the cnn1d loss (two convolutions, ReLU, the linear head, cross-entropy), three ways:
+and the whole vmapped gradient of the cnn1d loss (two convolutions, ReLU, the linear head, cross-entropy), four ways:
 today's conv1d; conv2d on contiguous inputs; conv2d with the input laid out clients-innermost, so that vmap's
 grouped convolution sees channels-last tensors all the way (the layout propagates through ReLU and the second
-convolution). Times are medians of `--repeats` calls after two warm-up calls; gradients are compared with today's.
+convolution); and an `autograd.Function` whose vmap rule runs forward and backward as NHWC grouped convolutions
+(a batched formulation outside vmap's own convolution rule). Times are medians of `--repeats` calls after two
+warm-up calls; gradients are compared with today's.
 
     python benchmarks/conv_layouts.py --threads 1
     python benchmarks/conv_layouts.py --threads 2 --clients 10
@@ -79,10 +81,82 @@ def layers(m: int, batch: int, length: int, repeats: int) -> list[str]:
     return rows
 
 
+def _nhwc(t: torch.Tensor, bdim: int | None) -> tuple[torch.Tensor, int]:
+    """Batched [m, B, C, L] (batch dim `bdim`) -> [B, m*C, 1, L] channels-last: vmap's grouped layout, NHWC."""
+    t = t.movedim(bdim, 0) if bdim is not None else t
+    m, b, c, length = t.shape
+    return t.permute(1, 0, 2, 3).reshape(b, m * c, 1, length).contiguous(memory_format=torch.channels_last), m
+
+
+def _from_nhwc(y: torch.Tensor, m: int) -> torch.Tensor:
+    """[B, m*O, 1, L] channels-last -> batched [m, B, O, L] (a view: physically [B, L, m, O])."""
+    b, mo, _, length = y.shape
+    return y.view(b, m, mo // m, length).permute(1, 0, 2, 3)
+
+
+class _ConvBackward(torch.autograd.Function):
+    """conv1d's backward as its own function, so that under vmap it too runs as one NHWC grouped convolution."""
+
+    @staticmethod
+    def forward(grad, x, weight, padding, need_x):
+        return tuple(torch.ops.aten.convolution_backward(grad, x, weight, [weight.shape[0]], [1], [padding], [1],
+                                                         False, [0], 1, [need_x, True, True]))
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        pass
+
+    @staticmethod
+    def backward(ctx, *grads):
+        raise NotImplementedError("no double backward")
+
+    @staticmethod
+    def vmap(info, in_dims, grad, x, weight, padding, need_x):
+        g4, m = _nhwc(grad, in_dims[0])
+        x4, _ = _nhwc(x, in_dims[1])
+        w = weight.movedim(in_dims[2], 0)
+        _, o, c, k = w.shape
+        w4 = w.reshape(m * o, c, 1, k).contiguous(memory_format=torch.channels_last)
+        gx, gw, gb = torch.ops.aten.convolution_backward(g4, x4, w4, [m * o], [1, 1], [0, padding], [1, 1], False,
+                                                         [0, 0], m, [need_x, True, True])
+        return (_from_nhwc(gx, m) if need_x else None, gw.reshape(m, o, c, k), gb.reshape(m, o)), (0, 0, 0)
+
+
+class _ConvNHWC(torch.autograd.Function):
+    """F.conv1d (stride 1, bias) whose vmap rule runs the clients' grouped convolution in NHWC and leaves the
+    output in that layout (a permuted view), so the next convolution needs no copy."""
+
+    @staticmethod
+    def forward(x, weight, bias, padding):
+        return F.conv1d(x, weight, bias, 1, padding)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        x, weight, _, padding = inputs
+        ctx.save_for_backward(x, weight)
+        ctx.padding = padding
+
+    @staticmethod
+    def backward(ctx, grad):
+        x, weight = ctx.saved_tensors
+        gx, gw, gb = _ConvBackward.apply(grad, x, weight, ctx.padding, ctx.needs_input_grad[0])
+        return gx, gw, gb, None
+
+    @staticmethod
+    def vmap(info, in_dims, x, weight, bias, padding):
+        x4, m = _nhwc(x, in_dims[0])
+        w = weight.movedim(in_dims[1], 0)
+        _, o, c, k = w.shape
+        y = F.conv2d(x4, w.reshape(m * o, c, 1, k), bias.movedim(in_dims[2], 0).reshape(m * o), 1, (0, padding), 1, m)
+        return _from_nhwc(y, m), 0
+
+
 def step(m: int, batch: int, length: int, repeats: int) -> list[str]:
     def loss(conv, params, x, y):
         w1, b1, w2, b2, wf, bf = params
-        h = conv(conv(x, w1, b1, 2).relu(), w2, b2, 1).relu()
+        # contiguous(): the second activation leaves the NHWC view (if any) before ReLU, so ReLU's backward and
+        # the head see one layout (mixed layouts made ReLU's backward 3x slower)
+        h = conv(conv(x, w1, b1, 2).relu(), w2, b2, 1).contiguous().relu()
         logits = h.flatten(1) @ wf.t() + bf
         return -torch.log_softmax(logits, 1).gather(1, y.unsqueeze(1)).mean()
 
@@ -97,7 +171,8 @@ def step(m: int, batch: int, length: int, repeats: int) -> list[str]:
               torch.randn(m, 32) * 0.1, torch.randn(m, 10, 32 * length) * 0.03, torch.randn(m, 10) * 0.1]
     x, y = torch.randn(m, batch, 1, length), torch.randint(0, 10, (m, batch))
     inner = x.permute(1, 2, 3, 0).contiguous().permute(3, 0, 1, 2)  # the same values, clients innermost
-    cases = {"conv1d (today)": (conv1d, x), "conv2d": (conv2d, x), "conv2d, input clients-innermost": (conv2d, inner)}
+    cases = {"conv1d (today)": (conv1d, x), "conv2d": (conv2d, x), "conv2d, input clients-innermost": (conv2d, inner),
+             "NHWC grouped convolutions (autograd.Function with a vmap rule)": (_ConvNHWC.apply, x)}
     ref = None
     rows = ["| the vmapped gradient of cnn1d's loss | ms per call | max abs gradient difference to today |",
             "|---|---:|---:|"]

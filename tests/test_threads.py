@@ -97,3 +97,15 @@ def test_cli_refuses_bad_threads_before_loading_torch():
         got = python(code.format(v=value))
         assert got["rc"] == 2 and not got["torch"], got
         assert got["err"].startswith("dfl: error: threads must be") and got["err"].count("\n") == 1
+
+
+def test_threads_and_conv_layouts_benchmarks_run_at_toy_size(tmp_path):
+    from tests.test_benchmarks import run_script
+
+    out = run_script("threads.py", "--loads", "0", "--settings", "today", "auto", "threads:1", "--workloads",
+                     "main", "--rounds", "1", "--repeats", "1", "--markdown", str(tmp_path / "t.md"))
+    row = next(line for line in out.splitlines() if line.startswith("| main | 0 × torch |"))
+    assert row.count("×") >= 5  # each setting's ratio to the best, auto / best, auto / today
+    assert "auto / today" in (tmp_path / "t.md").read_text()
+    out = run_script("conv_layouts.py", "--clients", "2", "--repeats", "1")
+    assert "| conv 32→32, k 3 |" in out and "| NHWC grouped convolutions" in out
