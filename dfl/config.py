@@ -301,6 +301,8 @@ class Config:
     hessian_samples: int = option(1000, "training samples the Hessian is taken on", interval="[1, inf)")
     hessian_iters: int = option(20, "power-iteration steps per Hessian measurement", interval="[1, inf)")
     device: str = option("auto", "auto, cpu, cuda or cuda:N")
+    threads: int | str = option("auto", "torch threads of the process (each sweep worker, each torchrun rank): auto "
+                                "(OMP_NUM_THREADS if set, else its CPU cores shared among a machine's ranks) or N")
     progress: bool = option(True, "show a progress line per round")
     # live metrics and early stopping (`dfl.engine.hooks`, `dfl.loggers`)
     loggers: list[str] = option(factory=list, help="live metrics: tensorboard (event files in RUN/tensorboard/) and/or "
