@@ -30,7 +30,7 @@ Perron vector, which is one sparse linear solve.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import scipy.sparse as sp
@@ -191,7 +191,8 @@ def pushsum_weights(mats: Sequence[object]) -> np.ndarray:
     return np.stack(rows)
 
 
-def consensus_steps(step, kind: str, eps: float, max_steps: int) -> int | float:
+def consensus_steps(step: Callable[[int], np.ndarray | sp.spmatrix], kind: str, eps: float,
+                    max_steps: int) -> int | float:
     """First T <= max_steps with consensus_error(W_{T-1} ... W_0, kind) <= eps (`step(t)` gives W_t), else inf."""
     eps = spectral.check_eps(eps)
     P = None

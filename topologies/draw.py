@@ -19,6 +19,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from topologies import spectral
+from topologies.topology import Topology
 
 FORMATS = (".png", ".svg", ".pdf")
 DRAW_LIMIT = 256  # more clients than this make an unreadable figure
@@ -114,7 +115,7 @@ def _panel(ax, W: sp.csr_array, pos: dict, groups: np.ndarray | None, title: str
     ax.set_axis_off()
 
 
-def draw(topology, path: str | Path, *, steps: int | None = None, layout: str = "auto",
+def draw(topology: Topology, path: str | Path, *, steps: int | None = None, layout: str = "auto",
          title: str | None = None) -> Path:
     """Draw `topology` into `path` and return the path.
 

@@ -37,7 +37,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from dfl.algorithms.base import RHO_SCHEDULE_DEFAULTS, Algorithm, RoundStats
+from dfl.algorithms.base import RHO_SCHEDULE_DEFAULTS, Algorithm, Context, RoundStats
 from dfl.algorithms.dpsgd import iterations_per_round
 from dfl.training.local import descent_direction
 
@@ -51,7 +51,7 @@ class DSGT(Algorithm):
     hyperparameters = {"rho": 0.0, **SAM_OPTIONS}
     client_state = ("tracker", "last_gradient")
 
-    def __init__(self, ctx, X):
+    def __init__(self, ctx: Context, X: torch.Tensor):
         super().__init__(ctx, X)
         self.tracker = torch.zeros_like(X)  # Ỹ^k = W Y^{k−1} (Ỹ^0 = 0)
         self.last_gradient = torch.zeros_like(X)  # G^{k−1} (G^{−1} = 0, so Y^0 = G^0)
@@ -86,7 +86,7 @@ class DSGT(Algorithm):
         return {**super().state(), "tracker": self.tracker, "last_gradient": self.last_gradient,
                 "gossip_step": torch.tensor(self.gossip_step)}
 
-    def load_state(self, state):
+    def load_state(self, state: dict[str, torch.Tensor]) -> None:
         state = dict(state)
         self.gossip_step = int(state.pop("gossip_step"))
         super().load_state(state)

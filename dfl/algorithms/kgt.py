@@ -30,9 +30,11 @@ Hyperparameters:
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
-from dfl.algorithms.base import RHO_SCHEDULE_DEFAULTS, Algorithm, RoundStats
+from dfl.algorithms.base import RHO_SCHEDULE_DEFAULTS, Algorithm, Context, RoundStats
 
 SAM_OPTIONS = {**RHO_SCHEDULE_DEFAULTS, "sam": "sam", "asam_eta": 0.2}
 
@@ -44,12 +46,12 @@ class KGT(Algorithm):
     hyperparameters = {"rho": 0.0, **SAM_OPTIONS, "outer_lr": 1.0}
     client_state = ("correction",)
 
-    def __init__(self, ctx, X):
+    def __init__(self, ctx: Context, X: torch.Tensor):
         super().__init__(ctx, X)
         self.correction = torch.zeros_like(X)  # c_i^0 = 0
 
     @classmethod
-    def check_hyperparameters(cls, hp):
+    def check_hyperparameters(cls, hp: dict[str, Any]) -> None:
         if not hp["outer_lr"] > 0:
             raise ValueError(f"algorithm_options.outer_lr (K-GT's eta_s) must be > 0, got {hp['outer_lr']}")
 
