@@ -165,6 +165,9 @@ class Config:
     sam: str | None = option(None, "SAM variant: sam or asam (unset = the algorithm's default)",
         choices=("sam", "asam"))
     asam_eta: float | None = option(None, "ASAM eta (unset = the algorithm's default)", interval="[0, inf)")
+    asam_form: str | None = option(None, "ASAM's scale T: kwon (Kwon et al. 2021: |w| + asam_eta on weights, 1 on "
+        "biases) or dp-fedsam (the DP-FedSAM code: |w| on every tensor, no eta) (unset = kwon)",
+        choices=("kwon", "dp-fedsam"))
     momentum: float | None = option(None, "local momentum (unset = the algorithm's default)", interval="[0, 1)")
     gossip_steps: int | None = option(None, "gossip steps Q per round (unset = the algorithm's default)",
         interval="[1, inf)")
@@ -200,8 +203,9 @@ class Config:
         "hypercube, random-regular, erdos-renyi, one-peer-exponential, one-peer, random-k, random-pull, "
         "hierarchical, custom, or a registered one (dfl list topologies)")
     weights: str | None = option(None, "mixing-weight scheme: metropolis, uniform, max-degree, lazy, fastest, or the "
-        "one-sided row-stochastic and sample-count (a biased, weighted consensus; column-stochastic is for dfl "
-        "topology only) (unset = metropolis; random-pull: row-stochastic)")
+        "one-sided row-stochastic and sample-count (a biased, weighted consensus; sample counts from the partition "
+        "unless sizes= is given) and column-stochastic (push-sum: dfedavg, dfedavgm, dfedsam, dfedsam-mgs) "
+        "(unset = metropolis; random-pull: row-stochastic)")
     topology_options: dict[str, Any] = option(factory=dict, help="topology options, e.g. degree=4, p=0.3, k=2, "
         "shape=(4,4), periodic=True, exponent_base=4, centre=3, groups=4, matrix=W.npy (or .csv, .mtx), "
         "edges=graph.edgelist, sizes=[...] (sample-count)")

@@ -66,7 +66,8 @@ def sequential_reference(model, layout, data, schedule, X0, lr, rule, kept=None)
                 with torch.no_grad():
                     if rule.sam == "asam":
                         scales = [
-                            (p.abs() + rule.asam_eta) if "weight" in n else torch.ones_like(p)
+                            p.abs() if rule.asam_form == "dp-fedsam"  # the DP-FedSAM code: |w| everywhere
+                            else (p.abs() + rule.asam_eta) if "weight" in n else torch.ones_like(p)
                             for n, p in net.named_parameters()
                         ]
                         norm = torch.norm(torch.stack([(s * p.grad).norm() for s, p in zip(scales, params)]))
@@ -95,6 +96,7 @@ RULES = {
     "momentum": LocalRule(momentum=0.9),
     "sam": LocalRule(rho=0.05),
     "asam": LocalRule(rho=0.5, sam="asam", asam_eta=0.2),
+    "asam-dp-fedsam": LocalRule(rho=0.5, sam="asam", asam_form="dp-fedsam"),
     "sam+momentum+wd+clip": LocalRule(rho=0.05, momentum=0.9, weight_decay=1e-3, clip_grad_norm=0.5),
     "adam": LocalRule(optimizer="adam"),
     "adam+wd+sam+clip": LocalRule(optimizer="adam", adam_betas=(0.8, 0.99), adam_eps=1e-6, weight_decay=1e-2,

@@ -104,6 +104,8 @@ ADAPTIVE = LOCAL_OPTIMIZERS  # `Algorithm.local_optimizers` of algorithms that a
 RHO_START = 0.001  # ρ_0 of the linear ramp (FedGLoSS's official code), capped at the final ρ
 # The ρ-schedule hyperparameters of every SAM algorithm (those with a `rho`); FedGLoSS's default is "linear".
 RHO_SCHEDULE_DEFAULTS = {"rho_schedule": "constant", "rho_ramp_rounds": 0}
+# The SAM-variant hyperparameters of every SAM algorithm: plain SAM by default; ASAM's η and the form of its scale T.
+SAM_VARIANT_DEFAULTS = {"sam": "sam", "asam_eta": 0.2, "asam_form": "kwon"}
 
 
 def scheduled_rho(hp: dict[str, Any], t: int, final: float) -> float:
@@ -160,6 +162,7 @@ class Context:
             rho=self.rho(t),
             sam=self.hp.get("sam", "sam"),
             asam_eta=self.hp.get("asam_eta", 0.2),
+            asam_form=self.hp.get("asam_form", "kwon"),
             # the heavy ball is SGD's: with Adam/AdamW the algorithm's default momentum does not apply
             momentum=self.hp.get("momentum", 0.0) if config.local_optimizer == "sgd" else 0.0,
             weight_decay=config.weight_decay,
@@ -196,6 +199,9 @@ class Algorithm:
     # training only through its result y_K; not those whose rule is written in SGD steps (SCAFFOLD's (x − y)/(Kη),
     # FedCM's blended direction, local momentum buffers, FedDyn/FedGLoSS penalties, MimeLite, DOMO).
     local_optimizers: ClassVar[tuple[str, ...]] = ("sgd",)
+    # Whether the rounds gossip through `self.mix`, which carries push-sum's weights: such an algorithm also runs on
+    # a column-stochastic W (directed graphs), with the weights and the ratio x/y of `mix`. The others refuse one.
+    push_sum: ClassVar[bool] = False
 
     def __init__(self, ctx: Context, X: torch.Tensor):
         self.ctx = ctx
@@ -207,6 +213,11 @@ class Algorithm:
         if config.local_optimizer != "sgd" and config.local_optimizer_state == "keep":
             self.optimizer_state = AdamState.zeros(X)
             self.client_state = (*type(self).client_state, *AdamState.KEYS)
+        # push-sum's weights y ([m_local], all 1 at the start) when W is column-stochastic, else None (see `mix`)
+        self.push_weight: torch.Tensor | None = None
+        if self.push_sum and getattr(getattr(ctx.gossip, "topology", None), "stochastic", "doubly") == "column":
+            self.push_weight = torch.ones(X.shape[0], device=X.device, dtype=X.dtype)
+            self.client_state = (*self.client_state, "push_weight")
 
     @classmethod
     def check_hyperparameters(cls, hp: dict[str, Any]) -> None:
@@ -217,6 +228,31 @@ class Algorithm:
         """Communication round t (0-based): update `self.X` (and any state) and return the round's statistics."""
         raise NotImplementedError
 
+    def mix(self, Y: torch.Tensor, first_step: int, steps: int) -> torch.Tensor:
+        """Gossip the clients' updated models Y ([m_local, d], computed from `self.X`): W_{s+Q−1} ⋯ W_s Y.
+
+        On a column-stochastic W this is push-sum (Kempe et al., FOCS 2003), in the form of Stochastic Gradient
+        Push (Assran et al., ICML 2019, Algorithm 1): each client keeps a numerator x_i and a weight y_i and trains
+        at their ratio z_i = x_i / y_i, which is what `self.X` holds. The round's update Y − z^t is added to the
+        numerator unscaled, and numerators and weights are mixed by the same steps:
+
+            x^{t+1/2} = y^t ∘ z^t + (Y − z^t)            (Alg. 1 line 3: x ← x − γ ∇F(z), summed over the steps)
+            x^{t+1} = W^Q x^{t+1/2},   y^{t+1} = W^Q y^t  (lines 4–5, one gossip of [x, y]: d + 1 numbers per model)
+            z^{t+1} = x^{t+1} / y^{t+1}                   (line 6)
+
+        A column-stochastic W keeps Σ_i x_i and Σ_i y_i = m, so the de-biased z_i reach the average Σ_i x_i / m
+        of the updates, where plain gossip X ← W X would drift to a weighted one. With one SGD step a round
+        (dfedavg, local_steps = 1) it is SGP exactly. On any other W (y stays 1) this is `ctx.gossip.mix(Y, s, Q)`.
+        """
+        gossip = self.ctx.gossip
+        if self.push_weight is None:
+            return gossip.mix(Y, first_step, steps)
+        weight = self.push_weight[:, None]
+        numerator = torch.addcmul(Y, weight - 1, self.X)  # y ∘ z + (Y − z)
+        mixed = gossip.mix(torch.cat([numerator, weight], dim=1), first_step, steps)
+        self.push_weight = mixed[:, -1].contiguous()
+        return mixed[:, :-1] / mixed[:, -1:]
+
     def metrics(self) -> dict[str, float]:
         """Metrics of the algorithm's own that every evaluated round's record adds (none by default)."""
         return {}
@@ -224,7 +260,10 @@ class Algorithm:
     def state(self) -> dict[str, torch.Tensor]:
         """Everything beyond X that the next rounds depend on, for checkpoints: the per-client entries
         named in `client_state` ([m_local, ...] rows) and replicated server state."""
-        return {} if self.optimizer_state is None else self.optimizer_state.as_dict()
+        state = {} if self.optimizer_state is None else self.optimizer_state.as_dict()
+        if self.push_weight is not None:
+            state["push_weight"] = self.push_weight
+        return state
 
     def load_state(self, state: dict[str, torch.Tensor]) -> None:
         """Set attributes from `state` (e.g. a checkpoint's, rows already sliced to this process's clients).

@@ -17,11 +17,12 @@ class DFedAvg(Algorithm):
     name = "dfedavg"
     hyperparameters: dict = {}
     local_optimizers = ADAPTIVE
+    push_sum = True  # gossips through `Algorithm.mix`: runs on column-stochastic W too
 
     def round(self, t: int) -> RoundStats:
         ctx = self.ctx
         local = ctx.trainer.train(self.X, t, ctx.lr(t), ctx.rule(t), adam=self.optimizer_state)  # y^K
-        self.X = ctx.gossip.mix(local.Y, t, 1)  # x^{t+1} = W Y^K
+        self.X = self.mix(local.Y, t, 1)  # x^{t+1} = W Y^K (push-sum on a column-stochastic W: `Algorithm.mix`)
         return RoundStats(train_loss=local.loss, models_sent=ctx.gossip.sends(t, 1))
 
 

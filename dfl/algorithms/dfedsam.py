@@ -18,15 +18,16 @@ matched momentum, DFedSAM vs DFedAvgM measures SAM, not momentum.
 
 from __future__ import annotations
 
-from dfl.algorithms.base import ADAPTIVE, RHO_SCHEDULE_DEFAULTS, Algorithm, RoundStats
+from dfl.algorithms.base import ADAPTIVE, RHO_SCHEDULE_DEFAULTS, SAM_VARIANT_DEFAULTS, Algorithm, RoundStats
 
-SAM_DEFAULTS = {"rho": 0.01, **RHO_SCHEDULE_DEFAULTS, "sam": "sam", "asam_eta": 0.2, "momentum": 0.9}
+SAM_DEFAULTS = {"rho": 0.01, **RHO_SCHEDULE_DEFAULTS, **SAM_VARIANT_DEFAULTS, "momentum": 0.9}
 
 
 class DFedSAMMGS(Algorithm):
     name = "dfedsam-mgs"
     hyperparameters = {**SAM_DEFAULTS, "gossip_steps": 4}
     local_optimizers = ADAPTIVE
+    push_sum = True  # gossips through `Algorithm.mix`: runs on column-stochastic W too
 
     def gossip_steps(self) -> int:
         return self.ctx.hp.get("gossip_steps", 1)
@@ -34,7 +35,7 @@ class DFedSAMMGS(Algorithm):
     def round(self, t: int) -> RoundStats:
         ctx, Q = self.ctx, self.gossip_steps()
         local = ctx.trainer.train(self.X, t, ctx.lr(t), ctx.rule(t), adam=self.optimizer_state)  # Y^K by local SAM
-        self.X = ctx.gossip.mix(local.Y, t * Q, Q)  # X^{t+1} = W^Q Y^K
+        self.X = self.mix(local.Y, t * Q, Q)  # X^{t+1} = W^Q Y^K (push-sum on a column-stochastic W)
         return RoundStats(train_loss=local.loss, models_sent=ctx.gossip.sends(t * Q, Q))
 
 

@@ -37,11 +37,11 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from dfl.algorithms.base import RHO_SCHEDULE_DEFAULTS, Algorithm, Context, RoundStats
+from dfl.algorithms.base import RHO_SCHEDULE_DEFAULTS, SAM_VARIANT_DEFAULTS, Algorithm, Context, RoundStats
 from dfl.algorithms.dpsgd import iterations_per_round
 from dfl.training.local import descent_direction
 
-SAM_OPTIONS = {**RHO_SCHEDULE_DEFAULTS, "sam": "sam", "asam_eta": 0.2}
+SAM_OPTIONS = {**RHO_SCHEDULE_DEFAULTS, **SAM_VARIANT_DEFAULTS}
 
 
 class DSGT(Algorithm):

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import torch
 
-from dfl.algorithms.base import ADAPTIVE, RHO_SCHEDULE_DEFAULTS, RoundStats
+from dfl.algorithms.base import ADAPTIVE, RHO_SCHEDULE_DEFAULTS, SAM_VARIANT_DEFAULTS, RoundStats
 from dfl.algorithms.server import SERVER_DEFAULTS, ServerAlgorithm
 
 
@@ -45,7 +45,7 @@ class FedSAM(FedAvg):
     Default ρ = 0.1 (FL-Simulator, Caldarola's SAM runs); Caldarola's ASAM runs use ρ = 0.7, η_a = 0.2."""
 
     name = "fedsam"
-    hyperparameters = {**FedAvg.hyperparameters, "rho": 0.1, **RHO_SCHEDULE_DEFAULTS, "sam": "sam", "asam_eta": 0.2}
+    hyperparameters = {**FedAvg.hyperparameters, "rho": 0.1, **RHO_SCHEDULE_DEFAULTS, **SAM_VARIANT_DEFAULTS}
 
 
 class FedAvgSM(FedAvg):

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import torch
 
-from dfl.algorithms.base import RHO_SCHEDULE_DEFAULTS, Context, RoundStats
+from dfl.algorithms.base import RHO_SCHEDULE_DEFAULTS, SAM_VARIANT_DEFAULTS, Context, RoundStats
 from dfl.algorithms.fedavg import FedAvg
 
 
@@ -49,4 +49,4 @@ class FedCM(FedAvg):
 
 class MoFedSAM(FedCM):
     name = "mofedsam"
-    hyperparameters = {**FedCM.hyperparameters, "rho": 0.1, **RHO_SCHEDULE_DEFAULTS, "sam": "sam", "asam_eta": 0.2}
+    hyperparameters = {**FedCM.hyperparameters, "rho": 0.1, **RHO_SCHEDULE_DEFAULTS, **SAM_VARIANT_DEFAULTS}

@@ -26,14 +26,14 @@ from __future__ import annotations
 
 import torch
 
-from dfl.algorithms.base import Context, RoundStats
+from dfl.algorithms.base import SAM_VARIANT_DEFAULTS, Context, RoundStats
 from dfl.algorithms.server import SERVER_DEFAULTS, ServerAlgorithm
 
 
 class FedGLoSS(ServerAlgorithm):
     name = "fedgloss"
     hyperparameters = {
-        **SERVER_DEFAULTS, "server_lr": 1.0, "rho": 0.15, "sam": "sam", "asam_eta": 0.2,
+        **SERVER_DEFAULTS, "server_lr": 1.0, "rho": 0.15, **SAM_VARIANT_DEFAULTS,
         "server_rho": 0.15, "fedgloss_beta": 10.0, "rho_schedule": "linear", "rho_ramp_rounds": 0,
     }
     client_state = ("sigma_k",)  # per-client σ_k; σ and Δ̃_prev are server state

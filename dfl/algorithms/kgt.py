@@ -34,9 +34,9 @@ from typing import Any
 
 import torch
 
-from dfl.algorithms.base import RHO_SCHEDULE_DEFAULTS, Algorithm, Context, RoundStats
+from dfl.algorithms.base import RHO_SCHEDULE_DEFAULTS, SAM_VARIANT_DEFAULTS, Algorithm, Context, RoundStats
 
-SAM_OPTIONS = {**RHO_SCHEDULE_DEFAULTS, "sam": "sam", "asam_eta": 0.2}
+SAM_OPTIONS = {**RHO_SCHEDULE_DEFAULTS, **SAM_VARIANT_DEFAULTS}
 
 
 class KGT(Algorithm):
