@@ -14,6 +14,16 @@ from dfl.algorithms.base import ADAPTIVE, Algorithm, RoundStats
 
 
 class DFedAvg(Algorithm):
+    """DFedAvg: K local SGD steps from each client's model, then one gossip step.
+
+    Sun, Li & Wang, "Decentralized federated averaging", TPAMI 2023, Algorithm 1 (θ = 0).
+
+        y^0 = x_i^t;  y^{k+1} = y^k − η g_i(y^k),  k < K;   X^{t+1} = W Y^K
+
+    On a column-stochastic W it mixes by push-sum (`Algorithm.mix`); with one local step it is SGP.
+
+    Hyperparameters: none besides the learning rate η (`lr`) and the local optimizer (SGD, Adam or AdamW).
+    """
     name = "dfedavg"
     hyperparameters: dict = {}
     local_optimizers = ADAPTIVE
@@ -27,6 +37,16 @@ class DFedAvg(Algorithm):
 
 
 class DFedAvgM(DFedAvg):
+    """DFedAvgM: DFedAvg with heavy-ball local SGD, the buffer reset every round.
+
+    Sun, Li & Wang, "Decentralized federated averaging", TPAMI 2023, Algorithm 1.
+
+        y^{k+1} = y^k − η g_i(y^k) + θ (y^k − y^{k−1}),  y^{−1} = y^0 = x_i^t;   X^{t+1} = W Y^K
+
+    Hyperparameters:
+
+    - `momentum` (0.9): the heavy-ball coefficient θ.
+    """
     name = "dfedavgm"
     hyperparameters = {"momentum": 0.9}
     local_optimizers = ("sgd",)  # heavy-ball SGD by definition; Adam has its own momentum: use dfedavg

@@ -24,6 +24,21 @@ SAM_DEFAULTS = {"rho": 0.01, **RHO_SCHEDULE_DEFAULTS, **SAM_VARIANT_DEFAULTS, "m
 
 
 class DFedSAMMGS(Algorithm):
+    """DFedSAM-MGS: K local SAM steps, then Q gossip steps (multiple gossip steps).
+
+    Shi et al., "Improving the model consistency of decentralized federated learning", ICML 2023, Algorithm 1.
+
+        y^{k+1} = y^k − η SAMGRAD(f_i, y^k, ρ) (heavy ball μ, reset every round);   X^{t+1} = W^Q Y^K
+
+    Hyperparameters:
+
+    - `gossip_steps` (4): Q, the gossip steps of a round (the graph's time-varying steps tQ … tQ+Q−1).
+    - `momentum` (0.9): the local heavy-ball coefficient μ (0 gives the paper's plain SGD form).
+    - `rho` (0.01): the SAM radius ρ.
+    - `sam` (sam): sam (Foret et al. 2021) or asam (Kwon et al. 2021).
+    - `asam_eta` (0.2), `asam_form` (kwon): ASAM's η and the form of its scale T (`dfl.training.local`).
+    - `rho_schedule` (constant), `rho_ramp_rounds` (0): ρ constant, or ramped linearly over that many rounds.
+    """
     name = "dfedsam-mgs"
     hyperparameters = {**SAM_DEFAULTS, "gossip_steps": 4}
     local_optimizers = ADAPTIVE
@@ -40,5 +55,19 @@ class DFedSAMMGS(Algorithm):
 
 
 class DFedSAM(DFedSAMMGS):
+    """DFedSAM: K local SAM steps, then one gossip step (DFedSAM-MGS with Q = 1).
+
+    Shi et al., "Improving the model consistency of decentralized federated learning", ICML 2023, Algorithm 1.
+
+        y^{k+1} = y^k − η SAMGRAD(f_i, y^k, ρ) (heavy ball μ, reset every round);   X^{t+1} = W Y^K
+
+    Hyperparameters:
+
+    - `momentum` (0.9): the local heavy-ball coefficient μ.
+    - `rho` (0.01): the SAM radius ρ.
+    - `sam` (sam): sam (Foret et al. 2021) or asam (Kwon et al. 2021).
+    - `asam_eta` (0.2), `asam_form` (kwon): ASAM's η and the form of its scale T (`dfl.training.local`).
+    - `rho_schedule` (constant), `rho_ramp_rounds` (0): ρ constant, or ramped linearly over that many rounds.
+    """
     name = "dfedsam"
     hyperparameters = dict(SAM_DEFAULTS)

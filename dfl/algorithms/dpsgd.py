@@ -23,6 +23,15 @@ from dfl.training.local import descent_direction
 
 
 class DPSGD(Algorithm):
+    """D-PSGD: one SGD step per gossip step, the gradient taken at the iterate before mixing.
+
+    Lian et al., "Can decentralized algorithms outperform centralized algorithms?", NeurIPS 2017, Algorithm 1.
+    A round is the usual local work (K = local_steps, or local_epochs over the data), i.e. K iterations of
+
+        X^{k+1} = W_k X^k − γ G(X^k)
+
+    Hyperparameters: none besides the learning rate γ (`lr`) and the local optimizer (SGD, Adam or AdamW).
+    """
     name = "dpsgd"
     hyperparameters: dict = {}
     local_optimizers = ADAPTIVE

@@ -20,6 +20,19 @@ from dfl.algorithms.server import SERVER_DEFAULTS, ServerAlgorithm
 
 
 class FedDyn(ServerAlgorithm):
+    """FedDyn: a dynamic linear-plus-quadratic regulariser per client that aligns local and global optima.
+
+    Acar et al., "Federated learning based on dynamic regularization", ICLR 2021 (as the authors' code).
+
+        θ ← θ − η (g_i(θ) + α (θ − x_t) + α h_i)  (K steps from x_t);   h_i ← h_i + (θ_i − x_t)
+        x_{t+1} = Σ_S p_i θ_i + (1/N) Σ_j h_j
+
+    Hyperparameters:
+
+    - `feddyn_alpha` (0.01): α.
+    - `participation` (1.0), `participation_mode` (uniform), `aggregation` (uniform): the fraction of clients
+        sampled each round, how (uniform or bernoulli), and their weights p_i (uniform or size) (`ServerAlgorithm`).
+    """
     name = "feddyn"
     hyperparameters = {**SERVER_DEFAULTS, "feddyn_alpha": 0.01}
     client_state = ("h",)  # h_i per client; x is server state
