@@ -100,6 +100,8 @@ def test_edge_list_alias_weighted_by_the_scheme(tmp_path):
     assert topologies.build("custom", None, edges=str(tmp_path / "w.edgelist")).n == 4
     with pytest.raises(ValueError, match="edges: edge-list file .*missing.edgelist' does not exist"):
         topologies.build("custom", None, edges=str(tmp_path / "missing.edgelist"))
+    with pytest.raises(ValueError, match="edges: the path of an edge-list file .* got list"):
+        topologies.build("custom", None, edges=[[0, 1], [1, 2]])
     with pytest.raises(ValueError, match="exactly one of the options graph, path, matrix; got path, edges"):
         topologies.build("custom", None, path=str(path), edges=str(path))
 

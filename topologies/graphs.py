@@ -12,6 +12,7 @@ Bad input raises ValueError naming the argument and the allowed values.
 from __future__ import annotations
 
 import math
+import os
 from pathlib import Path
 
 import networkx as nx
@@ -380,6 +381,9 @@ def from_edge_list(path: str | Path, n: int | None = None, option: str = "path",
     to the largest node + 1. `option` names the option in error messages (path or edges).
     """
     directed = _check_flag("directed", directed)
+    if not isinstance(path, (str, os.PathLike)):
+        raise ValueError(f"{option}: the path of an edge-list file (one 'u v' per line), got {type(path).__name__}; "
+                         "give a networkx graph as graph= instead")
     path = Path(path)
     if not path.is_file():
         raise ValueError(f"{option}: edge-list file {str(path)!r} does not exist")
