@@ -264,3 +264,10 @@ def test_topology_show_bad_input(tmp_path, capsys, ring_w, argv, message):
     assert captured.out == ""
     assert captured.err.startswith("dfl topology: error: ") and message.format(tmp=tmp_path) in captured.err
     assert captured.err.count("\n") == 1
+
+
+def test_a_graph_object_in_a_recorded_run_is_refused_naming_the_field(tmp_path):
+    config = dfl.Config(topology="custom", topology_options={"graph": nx.cycle_graph(4)}, clients=4, rounds=1,
+                        progress=False)
+    with pytest.raises(dfl.ConfigError, match="topology_options cannot be written to config.toml"):
+        dfl.run(config, out=tmp_path / "run")
