@@ -73,15 +73,20 @@ tuple of names; it sets `name` to the registered name.
 from __future__ import annotations
 
 import math
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Protocol
 
 import numpy as np
 import torch
 
-from dfl.config import LOCAL_OPTIMIZERS
+import topologies
+from dfl.config import LOCAL_OPTIMIZERS, Config
+from dfl.data import FederatedData
+from dfl.data.sampler import Batch, RoundSchedule
 from dfl.training.adam import AdamState
-from dfl.training.local import LocalRule
+from dfl.training.local import LocalResult, LocalRule, Transform
 
 
 def scheduled_lr(config: Any, t: int) -> float:
@@ -100,7 +105,7 @@ def scheduled_lr(config: Any, t: int) -> float:
     raise ValueError(f"unknown lr_schedule {config.lr_schedule!r}")
 
 
-ADAPTIVE = LOCAL_OPTIMIZERS  # `Algorithm.local_optimizers` of algorithms that accept Adam/AdamW too
+ADAPTIVE: tuple[str, ...] = LOCAL_OPTIMIZERS  # `Algorithm.local_optimizers` of algorithms that accept Adam/AdamW too
 RHO_START = 0.001  # ρ_0 of the linear ramp (FedGLoSS's official code), capped at the final ρ
 # The ρ-schedule hyperparameters of every SAM algorithm (those with a `rho`); FedGLoSS's default is "linear".
 RHO_SCHEDULE_DEFAULTS = {"rho_schedule": "constant", "rho_ramp_rounds": 0}
@@ -118,15 +123,88 @@ def scheduled_rho(hp: dict[str, Any], t: int, final: float) -> float:
     return start + (final - start) * min(t / ramp, 1.0)
 
 
+# ------------------------------------------------------------------------------------ the seams a round uses
+# What an algorithm may call on the runner's objects, as structural types: `dfl.training.local.LocalTrainer`,
+# `dfl.network.gossip.Gossip` and the communicators of `dfl.network.comm` satisfy them (a type checker, mypy in
+# CI, flags an algorithm that calls anything else), and a test double only needs these members.
+
+
+class LocalTraining(Protocol):
+    """The round's local work, vectorized over this process's clients (`dfl.training.local.LocalTrainer`)."""
+
+    data: FederatedData  # the federated training data (every client's sample counts: `data.sizes`)
+    client_ids: Sequence[int]  # the global ids of this process's clients, in row order
+    mode: str  # "steps" (K = amount local steps) or "epochs" (amount passes over each client's data)
+    amount: int
+    batch_size: int  # 0: full batch
+    seed: int
+
+    def train(self, X: torch.Tensor, round_index: int | np.ndarray, lr: float, rule: LocalRule,
+              momentum: torch.Tensor | None = None,
+              transform: Transform | None = None,
+              rows: torch.Tensor | None = None, adam: AdamState | None = None) -> LocalResult:
+        """K local steps of `rule` from X for every local client (or the local rows `rows`)."""
+        ...
+
+    def schedule(self, round_index: int | np.ndarray, rows: torch.Tensor | None = None) -> RoundSchedule:
+        """The round's minibatches of the local clients."""
+        ...
+
+    def gradient(self, Xb: torch.Tensor, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
+        """Per-client minibatch gradients and losses at the rows Xb = X[batch.rows]."""
+        ...
+
+    def sam_gradient(self, Xb: torch.Tensor, batch: Batch, rule: LocalRule) -> tuple[torch.Tensor, torch.Tensor]:
+        """∇f(y + ε), the SAM/ASAM gradient of `rule`, and the loss f(y)."""
+        ...
+
+
+class Mixer(Protocol):
+    """Gossip over the run's topology (`dfl.network.gossip.Gossip`)."""
+
+    topology: topologies.Topology
+
+    def mix(self, X: torch.Tensor, first_step: int, steps: int) -> torch.Tensor:
+        """W_{s+Q−1} ⋯ W_s X for any [m_local, ...] stack."""
+        ...
+
+    def sends(self, first_step: int, steps: int) -> np.ndarray:
+        """The [m] count of vectors each client sends in those steps."""
+        ...
+
+    def message_bytes(self, dim: int, itemsize: int) -> int:
+        """Bytes of one message carrying a d-vector (compressed under compressed gossip)."""
+        ...
+
+
+class Communicator(Protocol):
+    """This process's clients and the reductions over every process (`dfl.network.comm`)."""
+
+    num_clients: int  # m, over all processes
+    client_ids: Sequence[int]  # the global ids of this process's rows, in row order
+
+    def mean_rows(self, X: torch.Tensor) -> torch.Tensor:
+        """x̄ = (1/m) Σ_i x_i over every client of every process."""
+        ...
+
+    def sum(self, value: torch.Tensor) -> torch.Tensor:
+        """The sum of a tensor over processes."""
+        ...
+
+    def gather_rows(self, X: torch.Tensor) -> torch.Tensor:
+        """All clients' rows in client order (complete on the main process)."""
+        ...
+
+
 @dataclass
 class Context:
     """Everything a round may use besides the client stack; built by the runner, shared by every round."""
 
-    config: Any  # dfl.Config (read-only)
+    config: Config  # read-only
     hp: dict[str, Any]  # resolved hyperparameters: `hyperparameters` ← Config fields ← algorithm_options
-    trainer: Any  # dfl.training.local.LocalTrainer: the round's local steps, vectorized over clients
-    gossip: Any  # dfl.network.gossip.Gossip: X ← W_s X, and how many vectors each client sends
-    comm: Any  # a communicator (dfl.network.comm): client ids, sums and means over every process
+    trainer: LocalTraining  # the round's local steps, vectorized over clients
+    gossip: Mixer  # X ← W_s X, and how many vectors each client sends
+    comm: Communicator  # client ids, sums and means over every process
 
     def lr(self, t: int) -> float:
         """The learning rate η_t of round t = 0, …, T−1 (T = `config.rounds`, η_0 = `config.lr`).
@@ -184,7 +262,7 @@ class RoundStats:
     trained: torch.Tensor | None = None  # [m_local] bool: clients that trained this round (None = all)
 
 
-class Algorithm:
+class Algorithm(ABC):
     """Base class of every algorithm: override `round(t)`; `state`/`load_state` when it keeps state (module doc)."""
 
     name: ClassVar[str]  # the registered name (set by registration when the class does not declare it)
@@ -194,7 +272,7 @@ class Algorithm:
     # The `state()` entries that are per-client: tensors whose rows are this process's clients. A checkpoint
     # gathers them into all m rows (`comm.gather_rows`) and a resume slices out `comm.client_ids` again.
     # Every other entry is replicated server/global state, identical on every process (rank 0's is saved).
-    client_state: ClassVar[tuple[str, ...]] = ()
+    client_state: tuple[str, ...] = ()  # a class default; an instance adds its optional state (Adam, push-sum)
     # Local optimizers (`local_optimizer`) the update rule is defined for. Adam/AdamW fit algorithms that use local
     # training only through its result y_K; not those whose rule is written in SGD steps (SCAFFOLD's (x − y)/(Kη),
     # FedCM's blended direction, local momentum buffers, FedDyn/FedGLoSS penalties, MimeLite, DOMO).
@@ -223,10 +301,11 @@ class Algorithm:
     def check_hyperparameters(cls, hp: dict[str, Any]) -> None:
         """Raise ValueError, naming the hyperparameter, for values this algorithm cannot run with (a range, a
         combination). Called with the resolved hyperparameters when the config is validated, before training."""
+        return None  # an optional hook: the default accepts every value
 
+    @abstractmethod
     def round(self, t: int) -> RoundStats:
         """Communication round t (0-based): update `self.X` (and any state) and return the round's statistics."""
-        raise NotImplementedError
 
     def mix(self, Y: torch.Tensor, first_step: int, steps: int) -> torch.Tensor:
         """Gossip the clients' updated models Y ([m_local, d], computed from `self.X`): W_{s+Q−1} ⋯ W_s Y.

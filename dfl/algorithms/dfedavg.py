@@ -10,6 +10,8 @@ is computed here (the buffer is reset to 0 at the start of each round).
 
 from __future__ import annotations
 
+from typing import Any, ClassVar
+
 from dfl.algorithms.base import ADAPTIVE, Algorithm, RoundStats
 
 
@@ -25,7 +27,7 @@ class DFedAvg(Algorithm):
     Hyperparameters: none besides the learning rate η (`lr`) and the local optimizer (SGD, Adam or AdamW).
     """
     name = "dfedavg"
-    hyperparameters: dict = {}
+    hyperparameters: ClassVar[dict[str, Any]] = {}
     local_optimizers = ADAPTIVE
     push_sum = True  # gossips through `Algorithm.mix`: runs on column-stochastic W too
 

@@ -13,6 +13,7 @@ gradient at the pre-mixing iterate), its moments fresh every round of K iteratio
 from __future__ import annotations
 
 import math
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
@@ -33,7 +34,7 @@ class DPSGD(Algorithm):
     Hyperparameters: none besides the learning rate γ (`lr`) and the local optimizer (SGD, Adam or AdamW).
     """
     name = "dpsgd"
-    hyperparameters: dict = {}
+    hyperparameters: ClassVar[dict[str, Any]] = {}
     local_optimizers = ADAPTIVE
 
     def __init__(self, ctx: Context, X: torch.Tensor):
