@@ -185,7 +185,7 @@ def test_sam_with_rho_zero_is_sgd(device, sam, slack):
 
 
 def test_sam_perturbation_uses_joint_norm(device):
-    """ALGORITHMS.md §5.1: ε = ρ g/‖g‖ with one norm over all parameters, per client row."""
+    """ε = ρ g/‖g‖ with one norm over all parameters, per client row (docs/reference/update-rules.md#sam-and-asam)."""
     data = make_data().to(device)
     model = make_model().to(device)
     trainer = LocalTrainer(model, ParamLayout.of(model), data, [0, 1, 2, 3], Config(clients=4))

@@ -1,4 +1,4 @@
-"""DFedAvg and DFedAvgM (Sun, Li & Wang, TPAMI 2023; ALGORITHMS.md §3.2).
+"""DFedAvg and DFedAvgM (Sun, Li & Wang, TPAMI 2023; docs/reference/update-rules.md#dfedavg-and-dfedavgm).
 
 Round t, client i:
     y^0 = y^{−1} = x_i^t

@@ -1,4 +1,4 @@
-"""DFedSAM and DFedSAM-MGS (Shi et al., ICML 2023, Algorithm 1; ALGORITHMS.md §3.3).
+"""DFedSAM and DFedSAM-MGS (Shi et al., ICML 2023, Algorithm 1; docs/reference/update-rules.md#dfedsam-and-dfedsam-mgs).
 
 Round t, client i:
     y^0 = x_i^t
@@ -11,9 +11,9 @@ tQ … tQ+Q−1, so time-varying topologies draw a fresh matrix for every step.
 Local momentum (default 0.9, as DFedAvgM's): the local step is SAMGRAD fed to heavy-ball SGD, re-started each
 round, b ← μ b + g̃; y ← y − η b. Decided for issue 16 from two sources: Algorithm 1 of the paper (our copy, the
 poster) initialises "y^{t,−1}(i) = y^{t,0}(i)", which only matters for a heavy-ball term θ(y^k − y^{k−1}) — the
-DFedAvgM update the algorithm is built on (ALGORITHMS.md §3.2) — and the DisPFL-derived code of this lineage runs
-the local SGD with momentum 0.9. ALGORITHMS.md §3.3 writes the plain-SGD form; `momentum = 0` gives it. With
-matched momentum, DFedSAM vs DFedAvgM measures SAM, not momentum.
+DFedAvgM update the algorithm is built on (docs/reference/update-rules.md#dfedavg-and-dfedavgm) — and the
+DisPFL-derived code of this lineage runs the local SGD with momentum 0.9. The paper prints the plain-SGD form;
+`momentum = 0` gives it. With matched momentum, DFedSAM vs DFedAvgM measures SAM, not momentum.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""DOMO and DOMO-S (Xu & Huang, AAAI 2022, "Coordinating Momenta for Cross-silo FL"; ALGORITHMS.md §4.5).
+"""DOMO and DOMO-S (Xu & Huang, AAAI 2022, "Coordinating Momenta"; docs/reference/update-rules.md#domo-and-domo-s).
 
 Server state x_t, m_t (m_0 = 0). The simulator passes m_t to the clients (cross-silo clients taking part
 in every round could infer it from x_{t−1} − x_t); with partial participation m_t is counted as a second

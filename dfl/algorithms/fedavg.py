@@ -1,4 +1,4 @@
-"""FedAvg, FedSAM/FedASAM and FedAvgSM (ALGORITHMS.md §4.1, §4.7, §4.2).
+"""FedAvg, FedSAM/FedASAM and FedAvgSM (docs/reference/update-rules.md#fedavg, #fedsam, #fedavgsm).
 
 Round t (S_t sampled, weights p_i; see `dfl.algorithms.server`):
     y_{i,0} = x_t;  K local steps of SGD (FedAvg) or of SAM/ASAM (FedSAM, same minibatch for the ascent)

@@ -1,4 +1,4 @@
-"""FedCM (Xu et al. 2021) and MoFedSAM (Qu et al. 2022): client momentum from the server (ALGORITHMS.md §4.8–4.9).
+"""FedCM (Xu et al. 2021) and MoFedSAM (Qu et al. 2022): client momentum (docs/reference/update-rules.md#fedcm).
 
 Server state: x_t and Δ_t, the normalized global update direction (Δ_0 = 0); both are sent down (2×).
 Client step (K steps from x_t):

@@ -1,4 +1,4 @@
-"""FedDyn (Acar et al., ICLR 2021; ALGORITHMS.md §4.12), as in Acar's `train_FedDyn`.
+"""FedDyn (Acar et al., ICLR 2021; docs/reference/update-rules.md#feddyn), as in Acar's `train_FedDyn`.
 
 State: client h_i (0; = −∇f_i/α at the fixed point), kept by non-participants. The server model x_t
 is the broadcast "cloud" model. Down: x_t. Up: θ_i.

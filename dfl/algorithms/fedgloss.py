@@ -1,4 +1,4 @@
-"""FedGLoSS (Caldarola, Cagnasso, Caputo & Ciccone, CVPR 2025, Algorithm 1; ALGORITHMS.md §4.14).
+"""FedGLoSS (Caldarola, Cagnasso, Caputo & Ciccone, CVPR 2025, Alg. 1; docs/reference/update-rules.md#fedgloss).
 
 Server SAM from the previous pseudo-gradient, with a FedDyn/ADMM-style client regulariser.
 State: server w, σ (0), Δ̃_prev (0); client σ_k (0), kept by non-participants. Down: w̃ (1×). Up: w_k (1×).

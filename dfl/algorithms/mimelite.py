@@ -1,4 +1,4 @@
-"""MimeLite with SGD + momentum as the base optimizer (Karimireddy et al. 2021, "Mime"; ALGORITHMS.md §4.10).
+"""MimeLite with SGD + momentum as base optimizer (Karimireddy et al. 2021; docs/reference/update-rules.md#mimelite).
 
 Server state x, m (m = 0). Down: x, m (2×). Up: y_{i,K}, c_i (2×).
 Client i ∈ S_t:

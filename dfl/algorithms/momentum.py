@@ -1,4 +1,4 @@
-"""FedAvg with local momentum, with or without server momentum (ALGORITHMS.md §4.3, §4.4; DOMO paper baselines).
+"""FedAvg with local momentum, with or without server momentum (docs/reference/update-rules.md#fedavglm-and-fedavglm-z).
 
 Client: heavy ball u ← μ u + g_i(y);  y ← y − η u,  K steps from x_t, with u starting from
     FedAvgLM:    the averaged buffer u_t of the previous round (Yu et al. 2019); u_{t+1} = Σ_S p_i u_{i,K}.

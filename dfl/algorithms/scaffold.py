@@ -1,4 +1,4 @@
-"""SCAFFOLD, option II (Karimireddy et al. 2020, Algorithm 1; ALGORITHMS.md §4.6).
+"""SCAFFOLD, option II (Karimireddy et al. 2020, Algorithm 1; docs/reference/update-rules.md#scaffold).
 
 State: server x, c (c = 0); client c_i (0), kept by non-participants. Down: x, c. Up: Δy_i, Δc_i (2× each way).
 Client i ∈ S_t:
