@@ -190,7 +190,7 @@ class Comparison:
     def row(self) -> str:
         ci = self.interval()
         if ci is None:
-            return f"| {self.label} | — | — | — | {len(self.diffs)} | not run |"
+            return f"| {self.label} | — | — | {len(self.diffs)} seeds | — | not run |"
         s, unit = self.scale, " pts" if self.scale == 100.0 else ""
         side = "<" if self.below else ">"
         return (f"| {self.label} | {s * ci[0]:+.2f}{unit} | [{s * ci[1]:+.2f}, {s * ci[2]:+.2f}] | "
