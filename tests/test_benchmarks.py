@@ -97,15 +97,16 @@ def test_repeat_runs_benchmark_toy_size():
 
 
 def test_gossip_benchmark_single_process():
-    out = run_script("gossip.py", "--clients", "4", "--dim", "1000", "--worlds", "--repeat", "2", "--copy-mib", "8")
+    out = run_script("gossip.py", "--clients", "4", "--dim", "1000", "--worlds", "0", "--repeat", "2", "--copy-mib",
+                     "8")
     assert "ring, m=4 clients x d=1000" in out
     assert re.search(r"copy bandwidth .*GB/s", out) and re.search(r"dense matmul W @ X: .*% of copy", out)
     assert re.search(r"engine \(dense\): .*% of copy", out)  # m = 4: the cost rule picks the dense product
 
 
 def test_gossip_benchmark_times_a_round_of_q_steps_three_ways():
-    out = run_script("gossip.py", "--clients", "64", "--dim", "500", "--gossip-steps", "4", "--worlds", "--repeat",
-                     "2", "--copy-mib", "8")
+    out = run_script("gossip.py", "--clients", "64", "--dim", "500", "--gossip-steps", "4", "--worlds", "0",
+                     "--repeat", "2", "--copy-mib", "8")
     assert "gossip round of Q = 4 steps: ring, m=64" in out
     for way in (r"engine \(one circulant pass, 9 offsets\)", "4 steps one by one", r"dense matmul W\^4 @ X"):
         assert re.search(way + r": .*% of copy", out), way

@@ -21,8 +21,11 @@ algorithm.
 
 from __future__ import annotations
 
+import math
+import time
 import warnings
 from collections import OrderedDict
+from contextlib import contextmanager
 
 import numpy as np
 import scipy.sparse as sp
@@ -84,6 +87,27 @@ def compose_circulants(steps: list[list[tuple[int, float]]], m: int) -> list[tup
     return [(int(k), float(row[k])) for k in np.flatnonzero(row)]
 
 
+# Devices whose gossip method is chosen by timing the candidates on the run's own stack (`Gossip.calibrate`), once per
+# device, sizes and matrices in a process; on the others (the CPU) the rule above, measured on the CPU, decides.
+CALIBRATED_DEVICES = ("cuda",)
+CALIBRATION_REPEATS = 3
+_CALIBRATION: dict[tuple, dict] = {}  # key -> {"method", "seconds"}: the process's calibrations (`Gossip.method`)
+
+
+def calibrations() -> dict[tuple, dict]:
+    """The calibrations made in this process so far (key: device, GPU name, m, row shape, dtype, topology, steps)."""
+    return dict(_CALIBRATION)
+
+
+def _synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _clock() -> float:
+    return time.perf_counter()
+
+
 # On CPU a circulant step runs row block by row block, each block's output small enough to stay in cache
 # while its offsets are added: the stack is then read once and written once (as a copy would), instead of
 # once more per offset. Measured on the 2-core CPU, ring, m = 1,000, d = 50,000: see the README's table.
@@ -117,14 +141,47 @@ def shifted_sum(X: torch.Tensor, offsets: list[tuple[int, float]]) -> torch.Tens
     return out
 
 
+@contextmanager
+def ieee_fp32(device: torch.device):
+    """fp32 matmuls in full fp32 (no TF32) on a CUDA device while inside, outside autocast: gossip averages exactly in
+    the stack's precision whatever precision training uses (`precision = "tf32"` or "bf16" change local training
+    only). PyTorch's own setting is put back on the way out. A no-op on the CPU, whose fp32 matmuls are IEEE."""
+    if device.type != "cuda":
+        yield
+        return
+    matmul = torch.backends.cuda.matmul
+    with torch.autocast("cuda", enabled=False):
+        try:  # torch >= 2.9: the per-backend precision API (mixing it with allow_tf32 is an error there)
+            previous = matmul.fp32_precision
+            matmul.fp32_precision = "ieee"
+            legacy = False
+        except (AttributeError, RuntimeError):
+            previous, legacy = matmul.allow_tf32, True
+            matmul.allow_tf32 = False
+        try:
+            yield
+        finally:
+            if legacy:
+                matmul.allow_tf32 = previous
+            else:
+                matmul.fp32_precision = previous
+
+
+def exact_matmul(A: torch.Tensor, X: torch.Tensor) -> torch.Tensor:
+    """A @ X for a gossip operator A (dense or CSR): in IEEE fp32/fp64, never TF32 or autocast (`ieee_fp32`)."""
+    with ieee_fp32(X.device):
+        return torch.sparse.mm(A, X) if A.layout == torch.sparse_csr else A @ X
+
+
 def csr_tensor(W, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
     """A torch CSR tensor of a scipy sparse matrix (built from scipy's valid CSR, so unchecked)."""
     W = sp.csr_array(W)
     with warnings.catch_warnings():  # "sparse CSR support is in beta": the product used here is long-standing
         warnings.simplefilter("ignore", UserWarning)
         return torch.sparse_csr_tensor(
-            torch.as_tensor(W.indptr, dtype=torch.int64), torch.as_tensor(W.indices, dtype=torch.int64),
-            torch.as_tensor(W.data, dtype=dtype), size=W.shape, device=device, check_invariants=False,
+            torch.as_tensor(W.indptr, dtype=torch.int64, device=device),
+            torch.as_tensor(W.indices, dtype=torch.int64, device=device),
+            torch.as_tensor(W.data, dtype=dtype, device=device), size=W.shape, device=device, check_invariants=False,
         )
 
 
@@ -141,7 +198,7 @@ class SparseStep:
     def __call__(self, X: torch.Tensor) -> torch.Tensor:
         if self.offsets is not None:
             return shifted_sum(X, self.offsets)
-        return torch.sparse.mm(self.matrix, X)
+        return exact_matmul(self.matrix, X)
 
 
 class Gossip:
@@ -212,6 +269,61 @@ class Gossip:
             return build()
         return self._cached(("circulant", *keys), build)
 
+    # ------------------------------------------------------------------ how: dense, circulant pass, or step by step
+    def candidates(self, first_step: int, steps: int) -> list[str]:
+        """The ways these steps can be applied in one process: "dense" (the float64 product, one matmul; m <=
+        DENSE_MAX_CLIENTS), "circulant" (every step circulant and their composition compact: one shifted-add pass),
+        "steps" (one shifted-add pass or CSR product per step; always possible)."""
+        out = ["dense"] if self.topology.n <= DENSE_MAX_CLIENTS else []
+        if self.circulant_product(first_step, steps) is not None:
+            out.append("circulant")
+        return [*out, "steps"]
+
+    def method(self, first_step: int, steps: int, X: torch.Tensor) -> str:
+        """How these steps are applied to X (`candidates`). On the CPU, by the cost rule measured on it (`use_dense`,
+        CIRCULANT_DENSE_FACTOR); on other devices (CUDA: cuBLAS matmuls run far nearer their peak than bandwidth-bound
+        shifted adds, and `shifted_sum` does not tile there), by timing each candidate on this stack once
+        (`calibrate`), cached per device, m, d, dtype and step matrices for the process."""
+        if X.device.type not in CALIBRATED_DEVICES:
+            if self.dense_is_cheaper(first_step, steps):
+                return "dense"
+            return "circulant" if self.circulant_product(first_step, steps) is not None else "steps"
+        options = self.candidates(first_step, steps)
+        if len(options) == 1:
+            return options[0]
+        static = not self.topology.is_time_varying or self.topology.period is not None
+        keys = tuple(self.step_key(s) for s in range(first_step, first_step + steps)) if static else "varying"
+        key = (str(X.device), torch.cuda.get_device_name(X.device) if X.device.type == "cuda" else "",
+               self.topology.n, tuple(X.shape[1:]), X.dtype, self.topology.name, steps, keys, tuple(options))
+        if key not in _CALIBRATION:
+            _CALIBRATION[key] = self.calibrate(first_step, steps, X, options)
+        return _CALIBRATION[key]["method"]
+
+    def calibrate(self, first_step: int, steps: int, X: torch.Tensor, options: list[str]) -> dict:
+        """Time each way of applying these steps to X (one warm-up, then the best of CALIBRATION_REPEATS; the device
+        synchronised around each), and return {"method": the fastest, "seconds": {method: seconds}}."""
+        seconds = {}
+        for name in options:
+            self._apply(name, X, first_step, steps)  # warm-up: operators built, kernels loaded
+            best = math.inf
+            for _ in range(CALIBRATION_REPEATS):
+                _synchronize(X.device)
+                tic = _clock()
+                self._apply(name, X, first_step, steps)
+                _synchronize(X.device)
+                best = min(best, _clock() - tic)
+            seconds[name] = best
+        return {"method": min(seconds, key=seconds.get), "seconds": seconds}
+
+    def _apply(self, method: str, X: torch.Tensor, first_step: int, steps: int) -> torch.Tensor:
+        if method == "dense":
+            return self.comm.mix(self.operator(first_step, steps), X)
+        if method == "circulant":
+            return shifted_sum(X, self.circulant_product(first_step, steps))
+        for s in range(first_step, first_step + steps):
+            X = self.step_operator(s)(X)
+        return X
+
     # ------------------------------------------------------------------ mixing
     def mix(self, X: torch.Tensor, first_step: int, steps: int) -> torch.Tensor:
         """Apply gossip steps first_step … first_step+steps−1 to the local rows X."""
@@ -223,14 +335,7 @@ class Gossip:
         mix_steps = getattr(self.comm, "mix_steps", None)
         if mix_steps is not None:
             return mix_steps([self._exchange_matrix(s) for s in range(first_step, first_step + steps)], X)
-        if self.dense_is_cheaper(first_step, steps):
-            return self.comm.mix(self.operator(first_step, steps), X)
-        composed = self.circulant_product(first_step, steps)
-        if composed is not None:
-            return shifted_sum(X, composed)
-        for s in range(first_step, first_step + steps):
-            X = self.step_operator(s)(X)
-        return X
+        return self._apply(self.method(first_step, steps, X), X, first_step, steps)
 
     def _exchange_matrix(self, step: int):
         """What a multi-process communicator gets per step: the dense matrix for small m, else scipy CSR."""
