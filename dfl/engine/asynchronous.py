@@ -39,7 +39,6 @@ from __future__ import annotations
 
 import copy
 import math
-import warnings
 from collections import defaultdict
 from dataclasses import fields
 
@@ -52,7 +51,7 @@ from dfl.data.sampler import batch_width, local_step_counts
 from dfl.errors import ConfigError
 from dfl.network.async_events import ComputeTimes, EventSchedule, Local, Mix
 from dfl.network.comm import even_blocks
-from dfl.network.gossip import exact_matmul
+from dfl.network.gossip import RowsOperator
 from dfl.training.local import descent_direction
 
 MODES = ("sync", "async")
@@ -269,32 +268,28 @@ class AsyncEngine:
             return
         lo = self.first
         terms = [keys_of[n] for n, ev in enumerate(events) if ev.client - lo in range(self.X.shape[0])]
-        keys = sorted({key for t in terms for key, _ in t})  # one order on every world size: same sums
-        column = {key: c for c, key in enumerate(keys)}
-        indptr = np.cumsum([0] + [len(t) for t in terms]).astype(np.int64)
-        indices = np.array([column[key] for t in terms for key, _ in t], dtype=np.int64)
-        data = np.array([w for t in terms for _, w in t], dtype=np.float64)
-        ids = np.array([ev.client - lo for ev in mine], dtype=np.int64)
-        if received is None or not received[0]:  # every message is here: the source rows are pool rows
-            slots = np.array([self.slot[key] for key in keys], dtype=np.int64)
-            rows, indptr_d, indices_d, slots_d = _upload(self.X.device, ids, indptr, indices, slots)
-            source = self.pool[slots_d]
-        else:  # (advanced indexing: index_select was 5x slower on CPU for a few hundred rows of 50,000 floats)
+        keys = sorted({key for t in terms for key, _ in t})
+        # each mix sums its terms in the order of `_terms` (its row of W), whatever the world size; the messages
+        # received from other processes go to free pool slots for the product, so every term is a pool row (no
+        # source stack is gathered)
+        temporary = np.zeros(0, dtype=np.int64)
+        if received is not None and received[0]:
             keys_in, rows_in = received
-            local_cols = np.array([c for c, key in enumerate(keys) if key in self.slot], dtype=np.int64)
-            local_slots = np.array([self.slot[keys[c]] for c in local_cols], dtype=np.int64)
-            remote_cols = np.array([column[key] for key in keys_in], dtype=np.int64)
-            rows, indptr_d, indices_d, local_cols_d, local_slots_d, remote_cols_d = _upload(
-                self.X.device, ids, indptr, indices, local_cols, local_slots, remote_cols)
-            source = self.X.new_empty((len(keys), self.X.shape[1]))
-            source[local_cols_d] = self.pool[local_slots_d]
-            source[remote_cols_d] = rows_in
-        weights = torch.from_numpy(data).to(device=self.X.device, dtype=self.X.dtype, non_blocking=True)
-        with warnings.catch_warnings():  # "sparse CSR support is in beta": the product used here is long-standing
-            warnings.simplefilter("ignore", UserWarning)
-            A = torch.sparse_csr_tensor(indptr_d, indices_d, weights, size=(len(terms), len(keys)),
-                                        device=self.X.device, check_invariants=False)
-        mixed = exact_matmul(A, source)
+            temporary = self._reserve_free(len(keys_in))
+            (slots_in,) = _upload(self.X.device, temporary)
+            self.pool[slots_in] = rows_in
+            where = dict(zip(keys_in, temporary.tolist()))
+        else:
+            where = {}
+        slot_of = {key: self.slot[key] if key in self.slot else where[key] for key in keys}
+        indptr = np.cumsum([0] + [len(t) for t in terms]).astype(np.int64)
+        indices = np.array([slot_of[key] for t in terms for key, _ in t], dtype=np.int64)
+        data = np.array([w for t in terms for _, w in t], dtype=np.float64)
+        A = sp.csr_array((data, indices, indptr), shape=(len(terms), self.pool.shape[0]))
+        mixed = RowsOperator(A, self.pool.shape[0], self.X.dtype, self.X.device, sort=False)(self.pool)
+        self.free.extend(temporary.tolist())
+        ids = np.array([ev.client - lo for ev in mine], dtype=np.int64)
+        (rows,) = _upload(self.X.device, ids)
         if self.step is not None:  # dpsgd: the SGD step at the model sent, x_i^k = X[i]
             delta, losses = self.step(rows, ids, np.array([ev.version for ev in mine], dtype=np.int64), r)
             mixed = mixed - delta
@@ -340,13 +335,17 @@ class AsyncEngine:
     # ------------------------------------------------------------------------------------- message pool
     def _reserve(self, keys: list[tuple[int, int]]) -> np.ndarray:
         """Pool slots for new messages `keys` (the pool grows, on the device, when the free ones run out)."""
-        while len(self.free) < len(keys):
+        slots = self._reserve_free(len(keys))
+        self.slot.update(zip(keys, slots.tolist()))
+        return slots
+
+    def _reserve_free(self, count: int) -> np.ndarray:
+        """`count` free pool slots, taken from the free list (the pool grows when it runs out)."""
+        while len(self.free) < count:
             old = self.pool.shape[0]
-            self.pool = torch.cat([self.pool, self.pool.new_empty((max(old, len(keys)), self.pool.shape[1]))])
+            self.pool = torch.cat([self.pool, self.pool.new_empty((max(old, count), self.pool.shape[1]))])
             self.free.extend(range(self.pool.shape[0] - 1, old - 1, -1))
-        slots = [self.free.pop() for _ in keys]
-        self.slot.update(zip(keys, slots))
-        return np.array(slots, dtype=np.int64)
+        return np.array([self.free.pop() for _ in range(count)], dtype=np.int64)
 
     def _collect_garbage(self) -> None:
         """Free the messages no client can mix any more (older than what every consumer mixed last)."""

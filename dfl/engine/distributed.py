@@ -68,7 +68,8 @@ from dfl.errors import (
     PeerFailure,  # noqa: F401 (re-exported)
 )
 from dfl.network.comm import LocalCommunicator, even_blocks, exchange_plan
-from dfl.network.gossip import csr_tensor, exact_matmul
+from dfl.network.gossip import COMPOSED_OFFSETS_FACTOR, RowsOperator, exact_matmul
+from dfl.training.evaluate import row_blocks
 
 GOSSIP_MODES = ("p2p", "allgather")
 FAILURE_KEY = "dfl/failure"
@@ -291,6 +292,11 @@ class DistributedCommunicator:
         if self.gossip_mode == "allgather":
             is_mean, M = self._cached(("product", *map(id, matrices)), matrices, self._product, X)
             return self._mean_everywhere(X) if is_mean else exact_matmul(M, self._gather_padded(X))
+        if len(matrices) > 1:  # the Q steps as one product, when it stays sparse: one exchange, one pass
+            composed = self._cached(("composed", *map(id, matrices)), matrices, self._composed, X)
+            if composed is not None:
+                is_mean, plan, A, index = composed
+                return self._mean_everywhere(X) if is_mean else self._exchange(plan, A, index, X)
         previous_mean = False
         for W in matrices:
             is_mean, plan, A, index = self._cached(("step", id(W)), [W], self._step_operator, X)
@@ -308,18 +314,19 @@ class DistributedCommunicator:
         rows = M[self.blocks[self.rank].start : self.blocks[self.rank].stop]
         return exact_matmul(rows.to(device=X.device, dtype=X.dtype), self.gather_rows(X))
 
-    def _exchange(self, plan, A: torch.Tensor, index: torch.Tensor, X: torch.Tensor) -> torch.Tensor:
-        """One neighbour-only exchange (all_to_all_single), then the local rows of W_s times the held rows. The
-        send index is the plan's, built once on the device (`_step_operator`)."""
+    def _exchange(self, plan, A, index: torch.Tensor, X: torch.Tensor) -> torch.Tensor:
+        """One neighbour-only exchange (all_to_all_single), then the local rows of W_s times the held rows (`A`, a
+        `dfl.network.gossip.RowsOperator`: no concatenation, temporaries of one tile). The send index is the plan's,
+        built once on the device (`_step_operator`)."""
         if plan.rows_sent() == 0:
-            return exact_matmul(A, X)
+            return A(X)
         recv_counts = [len(plan.send[q][self.rank]) for q in range(self.world_size)]
         send_counts = [len(plan.send[self.rank][r]) for r in range(self.world_size)]
         inp = self._wire(X.index_select(0, index))
         out = inp.new_empty((sum(recv_counts), *X.shape[1:]))
         self._collective(dist.all_to_all_single, out, inp, recv_counts, send_counts)
         self.bytes_moved += plan.rows_sent() * self._row_bytes(X)
-        return exact_matmul(A, torch.cat([X, self._back(out)]))
+        return A(X, self._back(out))
 
     def exchange_rows(self, X: torch.Tensor, send: torch.Tensor, send_counts: list[int], recv_counts: list[int],
                       total_rows: int) -> torch.Tensor:
@@ -342,13 +349,29 @@ class DistributedCommunicator:
         block = self.blocks[self.rank]
         columns = plan.columns(self.rank)
         if sp.issparse(W):  # large m: the local rows stay sparse ([m_local, held] CSR)
-            A = csr_tensor(sp.csr_array(W)[block.start : block.stop][:, columns], X.dtype, X.device)
+            local = sp.csr_array(W)[block.start : block.stop][:, columns]
         else:
-            A = torch.as_tensor(W[np.ix_(np.arange(block.start, block.stop), columns)], dtype=X.dtype,
-                                device=X.device)
+            local = sp.csr_array(W[np.ix_(np.arange(block.start, block.stop), columns)])
+        A = RowsOperator(local, len(block), X.dtype, X.device)
         sends = [plan.send[self.rank][r] - block.start for r in range(self.world_size)]
         index = torch.as_tensor(np.concatenate(sends), dtype=torch.long, device=X.device)
         return False, plan, A, index
+
+    def _composed(self, matrices, X):
+        """The p2p operator of the product W_{Q−1} ⋯ W_0 (float64) when it has at most COMPOSED_OFFSETS_FACTOR × as
+        many nonzeros as the steps together (a ring's Q = 4 steps: 9 diagonals against 4 × 3), else None (step by
+        step). One exchange of the rows the product needs, then one pass: Q − 1 fewer collectives and one output
+        stack instead of two alive at once."""
+        product = matrices[0]
+        for W in matrices[1:]:
+            product = W @ product
+
+        def nnz(M) -> int:
+            return M.nnz if sp.issparse(M) else int(np.count_nonzero(M))
+
+        if nnz(product) > COMPOSED_OFFSETS_FACTOR * sum(nnz(W) for W in matrices):
+            return None
+        return self._step_operator([product], X)
 
     def _product(self, matrices, X):
         """The local rows of the product, its columns in the padded layout of `_gather_padded` (zeros on padding)."""
@@ -385,10 +408,13 @@ class DistributedCommunicator:
 
     # ------------------------------------------------------------------ reductions and gathers
     def mean_rows(self, X: torch.Tensor) -> torch.Tensor:
-        """x̄ = (1/m) Σ_i x_i over every client of every process (summed in float64)."""
+        """x̄ = (1/m) Σ_i x_i over every client of every process (summed in float64, block of rows by block of rows:
+        `X.sum(dim=0, dtype=torch.float64)` on the whole stack makes a float64 copy of it, two stacks' worth)."""
         self._check("mean_rows", X)
-        total = self.sum(X.sum(dim=0, dtype=torch.float64))
-        return (total / self.num_clients).to(X.dtype)
+        local = torch.zeros(X.shape[1:], dtype=torch.float64, device=X.device)
+        for rows in row_blocks(X):
+            local += X[rows].sum(dim=0, dtype=torch.float64)
+        return (self.sum(local) / self.num_clients).to(X.dtype)
 
     def sum(self, value: torch.Tensor) -> torch.Tensor:
         """Σ over processes (all_reduce), returned on every rank."""
@@ -434,7 +460,10 @@ class DistributedCommunicator:
         out[: X.shape[0]] = X.detach()
         for q in range(1, self.world_size):
             block = self.blocks[q]
-            part = torch.empty((len(block), *X.shape[1:]), dtype=X.dtype, device=self.wire)
+            if self.wire.type == "cpu":  # straight into its rows of the result
+                self._collective(dist.recv, out[block.start : block.stop], src=q)
+                continue
+            part = torch.empty((len(block), *X.shape[1:]), dtype=X.dtype, device=self.wire)  # one block in flight
             self._collective(dist.recv, part, src=q)
             out[block.start : block.stop] = part
         return out

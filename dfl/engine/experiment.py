@@ -317,6 +317,10 @@ class Experiment:
         """params.pt, then status "completed": a kill in between leaves a run that is not marked done. The whole
         population is assembled on the main process's host, block by block (`comm.assemble_rows`); every other
         process keeps only its own rows."""
+        if self.comm.is_main and self.comm.world_size > 1:
+            # the round's freed stacks go back to the OS first: the host copy of every client's rows then takes their
+            # place instead of growing the heap beyond them (CPU, kept heap; a no-op otherwise)
+            memory.release_free_heap()
         self.params = self.comm.assemble_rows(self.algorithm.X.detach())
         if self.run_dir:
             self.run_dir.save("params.pt", {"params": self.params, "param_names": list(self.layout.names)})
