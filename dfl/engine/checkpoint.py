@@ -67,7 +67,7 @@ ROW_CHUNK_BYTES = 64 * 2**20
 # different number of processes does.
 EXACT_FIELDS = ("rounds", "progress", "checkpoint_every", "dist_timeout", "data_root", "loggers", "target_accuracy",
                 "stop_at_target")
-EXECUTION_FIELDS = ("device", "backend", "gossip_mode", "client_chunk", "compile", "eval_batch_size")
+EXECUTION_FIELDS = ("device", "backend", "gossip_mode", "client_chunk", "compile", "eval_batch_size", "threads")
 RESUMABLE_FIELDS = EXACT_FIELDS + EXECUTION_FIELDS
 
 # The keys every manifest of FORMAT holds (and of LEGACY_FORMAT); a file without one of them cannot be resumed.
