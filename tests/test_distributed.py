@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import socket
 import subprocess
@@ -264,6 +263,53 @@ def test_dpsgd_local_epochs_with_unequal_step_counts_across_processes(tmp_path):
         torch.testing.assert_close(torch.load(tmp_path / f"dpsgd-r{rank}.pt"), reference.params[ids], atol=1e-6, rtol=0)
 
 
+# ------------------------------------ gradient tracking: extra per-client state, held and checkpointed per block
+def _tracking_config(algorithm: str, rounds: int) -> Config:
+    return make_config("mgs-ring", algorithm=algorithm, gossip_steps=None, rounds=rounds, checkpoint_every=1)
+
+
+def _tracking_worker(rank, world, rdzv, out_dir, algorithm):
+    import dfl
+
+    _init(rank, world, rdzv)
+    try:
+        result = dfl.run(_tracking_config(algorithm, 2), data=make_data(), out=Path(out_dir) / "run")
+        torch.save({"params": result.params, "ids": result.client_ids, "history": result.history},
+                   Path(out_dir) / f"{algorithm}-r{rank}.pt")
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.parametrize("algorithm", ["dsgt", "kgt"])
+def test_gradient_tracking_does_not_depend_on_the_world_size(tmp_path, algorithm):
+    """DSGT's trackers and last gradients, K-GT's corrections: per-client state each rank holds for its block only,
+    written to its own shard; world 2 gives world 1's results, and a resume in one process from the two ranks'
+    shards continues as the uninterrupted single-process run."""
+    import dfl
+
+    # the workers are forked before this process runs anything: forking after torch started its OpenMP threads
+    # can leave a child waiting forever on their lock
+    _spawn(_tracking_worker, 2, str(tmp_path / "rdzv"), str(tmp_path), algorithm)
+    two_rounds = dfl.run(_tracking_config(algorithm, 2), data=make_data())
+    reference = dfl.run(_tracking_config(algorithm, 3), data=make_data())
+    for rank in range(2):
+        got = torch.load(tmp_path / f"{algorithm}-r{rank}.pt")
+        label = f"{algorithm} world=2 rank={rank}"
+        assert got["ids"] == (list(range(CLIENTS)) if rank == 0 else list(even_blocks(CLIENTS, 2)[rank]))
+        history = got["history"]
+        if rank != 0:
+            history = [{**h, "client_acc": r["client_acc"]} for h, r in zip(history, reference.history)]
+        torch.testing.assert_close(got["params"], two_rounds.params[got["ids"]], atol=1e-5, rtol=0, msg=label)
+        _assert_same_history(history, two_rounds.history, label)
+    manifest = ckpt.load(tmp_path / "run")
+    assert manifest["processes"] == 2 and manifest["round"] == 2
+    names = {"dsgt": ["client_state.last_gradient", "client_state.tracker"], "kgt": ["client_state.correction"]}
+    assert sorted(manifest["rows"]) == [*names[algorithm], "params"]
+    resumed = dfl.run(_tracking_config(algorithm, 3), data=make_data(), out=tmp_path / "run", resume=True)
+    torch.testing.assert_close(resumed.params, reference.params, atol=1e-5, rtol=0, msg=algorithm)
+    _assert_same_history(resumed.history, reference.history, f"{algorithm} resumed in one process")
+
+
 # ------------------------------------------------------------------------------------- a failing rank
 def _failing_worker(rank, world, port, out_dir, bad_rank, how="raise"):
     import dfl
@@ -356,7 +402,6 @@ def test_a_killed_rank_is_named_by_the_others_within_seconds(tmp_path, bad_rank)
 
 
 # ---------------------------------------------------------------------------------------------- torchrun
-@pytest.mark.skipif(shutil.which("torchrun") is None, reason="torchrun not found")
 def test_torchrun_launch_matches_a_single_process_run(tmp_path):
     import dfl
 
@@ -369,7 +414,9 @@ def test_torchrun_launch_matches_a_single_process_run(tmp_path):
             "--out", str(tmp_path / "two")]
     env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
     env["OMP_NUM_THREADS"] = "1"
-    proc = subprocess.run(["torchrun", "--standalone", "--nproc_per_node=2", "-m", "dfl.cli", *args], env=env,
+    # this interpreter's torchrun (the `torchrun` on PATH may belong to another environment, with another dfl)
+    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "-m",
+                           "dfl.cli", *args], env=env,
                           capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
     one = dfl.run(config).summary
