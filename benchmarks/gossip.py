@@ -1,12 +1,16 @@
 """Time one gossip step X ← W X for m clients × d parameters, against the device's copy bandwidth.
 
     python benchmarks/gossip.py                         # small CPU defaults (m=16, d=262144, 2 and 4 workers)
-    python benchmarks/gossip.py --clients 1000 --dim 50000 --worlds   # the engine target: ring, one process
-    python benchmarks/gossip.py --clients 100 --dim 50000 --gossip-steps 4 --worlds   # a DFedSAM-MGS round (Q = 4)
+    python benchmarks/gossip.py --clients 1000 --dim 50000 --worlds 0   # the engine target: ring, one process
+    python benchmarks/gossip.py --clients 100 --dim 50000 --gossip-steps 4 --worlds 0   # a DFedSAM-MGS round (Q = 4)
     python benchmarks/gossip.py --clients 100 --dim 11200000 --worlds 2 4 8 --device cuda
 
+`--worlds` takes the process counts of the multi-process part; `--worlds 0` is one process only (a bare `--worlds`
+is an error: it used to mean "none", silently, and skipped NCCL even on a machine with 8 GPUs).
+
 Single process: the engine's gossip step (`dfl.network.gossip.Gossip`: circulant shifts, CSR spmm, averaging or a
-dense product, by its cost rule) and, for m <= 4096, a dense matmul (W as an [m, m] matrix times the [m, d]
+dense product, by its cost rule on the CPU and by a timed calibration on the run's own stack on a GPU, printed
+with the times it measured) and, for m <= 4096, a dense matmul (W as an [m, m] matrix times the [m, d]
 stack); a step must read and write the stack once, so its traffic is counted as 2·m·d·4 bytes (fp32).
 With `--gossip-steps Q` it times a round of Q steps instead: the engine's path (for circulant graphs one pass of
 the composed circulant, `dfl.network.gossip.compose_circulants`), the Q steps one by one, and the dense float64
@@ -42,7 +46,8 @@ def parse_args(argv=None):
     parser.add_argument("--topology", default="ring", help="topology name (topologies.NAMES), default ring")
     parser.add_argument("--gossip-steps", type=int, default=1,
                         help="Q gossip steps timed as one round, single process (default 1)")
-    parser.add_argument("--worlds", type=int, nargs="*", default=[2, 4], help="process counts (default 2 4)")
+    parser.add_argument("--worlds", type=int, nargs="+", default=[2, 4],
+                        help="process counts of the multi-process part (default 2 4; 0 = one process only)")
     parser.add_argument("--device", default="auto", help="auto, cpu or cuda (default auto)")
     parser.add_argument("--repeat", type=int, default=10, help="timed repetitions (median reported)")
     parser.add_argument("--copy-mib", type=int, default=0, help="copy benchmark size (default 256 CPU, 1024 GPU)")
@@ -54,8 +59,11 @@ def parse_args(argv=None):
     for name in ("clients", "dim", "repeat", "gossip_steps"):
         if getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')} must be >= 1")
+    if args.worlds == [0]:  # one process only
+        return args
     if any(w < 2 or w > args.clients for w in args.worlds):
-        parser.error(f"--worlds must be between 2 and --clients ({args.clients}); got {args.worlds}")
+        parser.error(f"--worlds must be 0 (one process only) or process counts between 2 and --clients "
+                     f"({args.clients}); got {args.worlds}")
     return args
 
 
@@ -85,16 +93,18 @@ def copy_bandwidth(device: torch.device, mib: int, repeat: int) -> float:
     return 2 * n * 4 / t
 
 
-def engine_path(gossip, steps: int) -> str:
-    """Which way `Gossip.mix` applies steps 0..steps-1 (its cost rule's choice)."""
+def engine_path(gossip, steps: int, X: torch.Tensor) -> str:
+    """Which way `Gossip.mix` applies steps 0..steps-1 to X (its cost rule's choice on the CPU, its calibration's
+    elsewhere)."""
     if gossip.topology.averaging is not None:
         return "averaging"
-    if gossip.dense_is_cheaper(0, steps):
+    method = gossip.method(0, steps, X)
+    if method == "dense":
         return "dense"
-    composed = gossip.circulant_product(0, steps)
-    if composed is not None:
+    if method == "circulant":
+        composed = gossip.circulant_product(0, steps)
         return "circulant shifts" if steps == 1 else f"one circulant pass, {len(composed)} offsets"
-    return "CSR spmm"
+    return "step by step" if steps > 1 else ("circulant shifts" if gossip.step_operator(0).offsets else "CSR spmm")
 
 
 def single_process(topology, m: int, d: int, device: torch.device, repeat: int, steps: int = 1):
@@ -102,12 +112,16 @@ def single_process(topology, m: int, d: int, device: torch.device, repeat: int, 
     rule picks), one by one (when steps > 1) and, where m allows, by a dense [m, m] matmul of their float64 product;
     traffic 2·m·d·4 B (read X, write the result)."""
     from dfl.network.comm import LocalCommunicator
-    from dfl.network.gossip import Gossip
+    from dfl.network.gossip import Gossip, calibrations
 
     X = torch.randn(m, d, device=device)
     gossip = Gossip(topology, LocalCommunicator(m), torch.float32, device)
+    path = engine_path(gossip, steps, X)  # calibrates first where the device is calibrated
+    for found in calibrations().values():
+        print("calibration on this stack: " + ", ".join(f"{k} {v * 1e3:.3f} ms" for k, v in found["seconds"].items())
+              + f" -> {found['method']}")
     t = _median_seconds(lambda: gossip.mix(X, 0, steps), device, repeat)
-    out = {f"engine ({engine_path(gossip, steps)})": (t, 2 * m * d * 4 / t)}
+    out = {f"engine ({path})": (t, 2 * m * d * 4 / t)}
     if steps > 1 and topology.averaging is None:
         operators = [gossip.step_operator(s) for s in range(steps)]
 
@@ -182,7 +196,6 @@ def main(argv=None) -> None:
     keep_freed_memory()  # as dfl.run does on CPU: reused heap, not fresh zero-filled mappings per call
     device = torch.device("cuda" if args.device == "cuda" or (args.device == "auto" and torch.cuda.is_available())
                           else "cpu")
-    torch.backends.cuda.matmul.allow_tf32 = False
     mib = args.copy_mib or (1024 if device.type == "cuda" else 256)
     m, d = args.clients, args.dim
     topology = topologies.build(args.topology, m)
@@ -195,6 +208,8 @@ def main(argv=None) -> None:
         print(f"1 process, {name + ':':43s} {t * 1e3:9.3f} ms   traffic 2·m·d·4 B  {_gb(bw)}  "
               f"({100 * bw / copy:5.1f}% of copy)")
     gpus = torch.cuda.device_count() if device.type == "cuda" else 0
+    if args.worlds == [0]:
+        return
     if device.type == "cuda" and gpus < 2:
         print("multi-process: skipped (NCCL needs one GPU per process; this machine has "
               f"{gpus}); run with --device cpu for gloo workers")
@@ -202,6 +217,8 @@ def main(argv=None) -> None:
     if args.worlds and args.gossip_steps > 1:
         print("multi-process: one step each (--gossip-steps applies to the single process)")
     for world in args.worlds:
+        if world == 0:
+            continue
         if device.type == "cuda" and world > gpus:
             print(f"{world} processes: skipped ({gpus} GPUs)")
             continue

@@ -37,9 +37,10 @@ import tomli_w
 
 from dfl.errors import ConfigError
 
-# fp32: true fp32 everywhere (TF32 off: exact-averaging tests need it). bf16: the clients' forward and backward
-# passes run under torch.autocast(bfloat16); parameters, updates, gossip and evaluation stay fp32. tf32: fp32
-# tensors with TF32 matmuls and convolutions (CUDA only; ~1e-3 relative error per product).
+# fp32: PyTorch's defaults (fp32 matmuls in IEEE fp32; cuDNN may run convolutions in TF32 on Ampere and later, as
+# PyTorch allows by default). bf16: the clients' forward and backward passes run under torch.autocast(bfloat16);
+# parameters, updates, gossip and evaluation stay fp32. tf32: fp32 tensors with TF32 matmuls too (CUDA only; ~1e-3
+# relative error per product). Gossip averages in IEEE fp32/fp64 whatever the precision (`dfl.network.gossip`).
 PRECISIONS = ("fp32", "bf16", "tf32")
 # Learning-rate schedules (`dfl.algorithms.base.Context.lr` has the formulas) and the options each one reads:
 # an option set to a non-default value for a schedule that does not read it is an error, never ignored.

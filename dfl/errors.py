@@ -8,7 +8,7 @@ import signal
 from pathlib import Path
 
 __all__ = [
-    "CheckpointError", "ConfigError", "DivergenceError", "ModelError", "NoCheckpoint", "PeerFailure",
+    "CheckpointError", "ConfigError", "DeviceMismatch", "DivergenceError", "ModelError", "NoCheckpoint", "PeerFailure",
     "RegistryError", "ReportError", "RunDirectoryExists", "RunInterrupted", "SweepError", "SweepInterrupted",
 ]
 
@@ -39,6 +39,12 @@ class RunInterrupted(KeyboardInterrupt):
 
 class PeerFailure(RuntimeError):
     """This process stopped because another process of the run failed."""
+
+
+class DeviceMismatch(RuntimeError):
+    """A tensor handed to a communicator is not on the communicator's device (an engine bug that NCCL would turn into
+    a crash, and gloo would hide behind a copy); the message names the operation, the tensor's device and the
+    communicator's."""
 
 
 class RunDirectoryExists(FileExistsError):

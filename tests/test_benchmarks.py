@@ -101,7 +101,8 @@ def test_repeat_runs_benchmark_toy_size():
 
 @pytest.mark.slow
 def test_gossip_benchmark_single_process():
-    out = run_script("gossip.py", "--clients", "4", "--dim", "1000", "--worlds", "--repeat", "2", "--copy-mib", "8")
+    out = run_script("gossip.py", "--clients", "4", "--dim", "1000", "--worlds", "0", "--repeat", "2", "--copy-mib",
+                     "8")
     assert "ring, m=4 clients x d=1000" in out
     assert re.search(r"copy bandwidth .*GB/s", out) and re.search(r"dense matmul W @ X: .*% of copy", out)
     assert re.search(r"engine \(dense\): .*% of copy", out)  # m = 4: the cost rule picks the dense product
@@ -109,8 +110,8 @@ def test_gossip_benchmark_single_process():
 
 @pytest.mark.slow
 def test_gossip_benchmark_times_a_round_of_q_steps_three_ways():
-    out = run_script("gossip.py", "--clients", "64", "--dim", "500", "--gossip-steps", "4", "--worlds", "--repeat",
-                     "2", "--copy-mib", "8")
+    out = run_script("gossip.py", "--clients", "64", "--dim", "500", "--gossip-steps", "4", "--worlds", "0",
+                     "--repeat", "2", "--copy-mib", "8")
     assert "gossip round of Q = 4 steps: ring, m=64" in out
     for way in (r"engine \(one circulant pass, 9 offsets\)", "4 steps one by one", r"dense matmul W\^4 @ X"):
         assert re.search(way + r": .*% of copy", out), way
@@ -276,3 +277,15 @@ def test_flower_benchmark_runs_both_systems_at_toy_size(tmp_path):
     assert re.search(r"flower \(num_cpus 1.0 per client\): [\d.]+ s/round .* flower/dfl [\d.]+x", out)
     table = (tmp_path / "r.md").read_text()
     assert "| mlp × 3 |" in table and "flwr 1." in table
+
+
+def test_rank_memory_benchmark_reports_every_rank_of_each_world(tmp_path):
+    """Toy size: torchrun worlds 1 and 2 (gloo), one record per rank with its peak, the table with the ratios."""
+    out = run_script("rank_memory.py", "--clients", "6", "--worlds", "1", "2", "--json", str(tmp_path / "r.json"),
+                     "--markdown", str(tmp_path / "r.md"))
+    records = json.loads((tmp_path / "r.json").read_text())["records"]
+    assert [(r["world"], r["rank"], r["exit"]) for r in records] == [(1, 0, 0), (2, 0, 0), (2, 1, 0)]
+    assert all(r["peak_rss_bytes"] > 0 and r["clients"] == 6 for r in records)
+    assert re.search(r"world 2: rank 0 [\d.]+ GiB \([\d.]+x\), rank 1 [\d.]+ GiB \([\d.]+x\)", out), out
+    table = (tmp_path / "r.md").read_text()
+    assert table.count("| 6 |") == 3 and "ratio to world 1" in table

@@ -13,6 +13,7 @@ import torch
 import dfl
 import topologies
 from dfl.config import ConfigError
+from dfl.engine import checkpoint as ckpt
 from dfl.engine.validation import validate
 from dfl.network import compression
 from dfl.network.choco import STATE_KEY, ChocoGossip
@@ -228,7 +229,7 @@ def test_compressed_runs_resume_exactly(tmp_path, algorithm, changes):
     resumed = interrupted(config, 2, tmp_path / "part", data)
     torch.testing.assert_close(resumed.params, full.params, atol=0, rtol=0)
     assert_same_history(resumed.history, full.history, algorithm)
-    saved = torch.load(tmp_path / "full" / "checkpoint.pt")["gossip_state"][STATE_KEY]
+    saved = ckpt.read(tmp_path / "full")["gossip_state"][STATE_KEY]
     assert saved.shape == full.params.shape and not torch.equal(saved, full.params)  # x̂ is not x
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -21,6 +21,7 @@ import torch.multiprocessing as mp
 
 import topologies
 from dfl.config import Config
+from dfl.engine import checkpoint as ckpt
 from dfl.network.comm import even_blocks, exchange_plan
 
 pytestmark = pytest.mark.timeout(300)  # hang guard only: a deadlock fails the test instead of blocking CI
@@ -132,8 +133,11 @@ def test_gossip_across_processes_equals_the_product(tmp_path, world):
             P = topology.matrix(s) @ P
         np.testing.assert_allclose(Y.numpy(), P @ X.numpy(), atol=1e-12, err_msg=f"{name} {mode}")
         gather = world * (world - 1) * max(len(b) for b in even_blocks(CLIENTS, world)) * d_bytes
-        if name == "ring" and mode == "p2p":  # neighbour rows only: 2 per boundary per step, plus the gather
-            assert moved == steps * 2 * world * d_bytes + gather
+        if name == "ring" and mode == "p2p":  # neighbour rows only: 2 per boundary for one step, plus the gather;
+            # Q = 3 steps go as their product (7 diagonals, sparser than the 3 steps together): one exchange of the
+            # rows it needs
+            rows = 2 * world if steps == 1 else exchange_plan(P, even_blocks(CLIENTS, world)).rows_sent()
+            assert moved == rows * d_bytes + gather
         if name == "full":  # W = J: one all_reduce of a [d] float64 row, whatever the mode and the steps
             assert moved == 2 * (world - 1) * d_bytes + gather
 
@@ -148,8 +152,8 @@ def _run_worker(rank, world, rdzv, out_dir):
         for case in CASES:
             for mode in MODES:
                 result = dfl.run(make_config(case, mode), data=data)
-                torch.save({"params": result.params, "history": result.history, "summary": result.summary},
-                           Path(out_dir) / f"{case}-{mode}-r{rank}.pt")
+                torch.save({"params": result.params, "ids": result.client_ids, "history": result.history,
+                            "summary": result.summary}, Path(out_dir) / f"{case}-{mode}-r{rank}.pt")
     finally:
         dist.destroy_process_group()
 
@@ -185,7 +189,9 @@ def test_world_size_does_not_change_results(tmp_path, world, single_process_resu
                 got = torch.load(tmp_path / f"{case}-{mode}-r{rank}.pt")
                 label = f"{case} {mode} world={world} rank={rank}"
                 assert got["summary"]["processes"] == world
-                torch.testing.assert_close(got["params"], reference.params, atol=1e-5, rtol=0, msg=label)
+                # every client on the main process, its own block elsewhere (assembled there, not gathered everywhere)
+                assert got["ids"] == (list(range(CLIENTS)) if rank == 0 else list(even_blocks(CLIENTS, world)[rank]))
+                torch.testing.assert_close(got["params"], reference.params[got["ids"]], atol=1e-5, rtol=0, msg=label)
                 history = got["history"]
                 if rank != 0:  # per-client accuracies are reported on the main process only
                     assert all("client_acc" not in h for h in history), label
@@ -253,12 +259,59 @@ def test_dpsgd_local_epochs_with_unequal_step_counts_across_processes(tmp_path):
 
     reference = dfl.run(_dpsgd_epochs_config(), data=_unequal_data())
     _spawn(_dpsgd_epochs_worker, 2, str(tmp_path / "rdzv"), str(tmp_path))
+    for rank, ids in enumerate(([0, 1, 2, 3], [2, 3])):  # the main process: every client; the other: its block
+        torch.testing.assert_close(torch.load(tmp_path / f"dpsgd-r{rank}.pt"), reference.params[ids], atol=1e-6, rtol=0)
+
+
+# ------------------------------------ gradient tracking: extra per-client state, held and checkpointed per block
+def _tracking_config(algorithm: str, rounds: int) -> Config:
+    return make_config("mgs-ring", algorithm=algorithm, gossip_steps=None, rounds=rounds, checkpoint_every=1)
+
+
+def _tracking_worker(rank, world, rdzv, out_dir, algorithm):
+    import dfl
+
+    _init(rank, world, rdzv)
+    try:
+        result = dfl.run(_tracking_config(algorithm, 2), data=make_data(), out=Path(out_dir) / "run")
+        torch.save({"params": result.params, "ids": result.client_ids, "history": result.history},
+                   Path(out_dir) / f"{algorithm}-r{rank}.pt")
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.parametrize("algorithm", ["dsgt", "kgt"])
+def test_gradient_tracking_does_not_depend_on_the_world_size(tmp_path, algorithm):
+    """DSGT's trackers and last gradients, K-GT's corrections: per-client state each rank holds for its block only,
+    written to its own shard; world 2 gives world 1's results, and a resume in one process from the two ranks'
+    shards continues as the uninterrupted single-process run."""
+    import dfl
+
+    # the workers are forked before this process runs anything: forking after torch started its OpenMP threads
+    # can leave a child waiting forever on their lock
+    _spawn(_tracking_worker, 2, str(tmp_path / "rdzv"), str(tmp_path), algorithm)
+    two_rounds = dfl.run(_tracking_config(algorithm, 2), data=make_data())
+    reference = dfl.run(_tracking_config(algorithm, 3), data=make_data())
     for rank in range(2):
-        torch.testing.assert_close(torch.load(tmp_path / f"dpsgd-r{rank}.pt"), reference.params, atol=1e-6, rtol=0)
+        got = torch.load(tmp_path / f"{algorithm}-r{rank}.pt")
+        label = f"{algorithm} world=2 rank={rank}"
+        assert got["ids"] == (list(range(CLIENTS)) if rank == 0 else list(even_blocks(CLIENTS, 2)[rank]))
+        history = got["history"]
+        if rank != 0:
+            history = [{**h, "client_acc": r["client_acc"]} for h, r in zip(history, reference.history)]
+        torch.testing.assert_close(got["params"], two_rounds.params[got["ids"]], atol=1e-5, rtol=0, msg=label)
+        _assert_same_history(history, two_rounds.history, label)
+    manifest = ckpt.load(tmp_path / "run")
+    assert manifest["processes"] == 2 and manifest["round"] == 2
+    names = {"dsgt": ["client_state.last_gradient", "client_state.tracker"], "kgt": ["client_state.correction"]}
+    assert sorted(manifest["rows"]) == [*names[algorithm], "params"]
+    resumed = dfl.run(_tracking_config(algorithm, 3), data=make_data(), out=tmp_path / "run", resume=True)
+    torch.testing.assert_close(resumed.params, reference.params, atol=1e-5, rtol=0, msg=algorithm)
+    _assert_same_history(resumed.history, reference.history, f"{algorithm} resumed in one process")
 
 
 # ------------------------------------------------------------------------------------- a failing rank
-def _failing_worker(rank, world, port, out_dir, bad_rank):
+def _failing_worker(rank, world, port, out_dir, bad_rank, how="raise"):
     import dfl
     from dfl.algorithms import dfedsam
 
@@ -270,6 +323,10 @@ def _failing_worker(rank, world, port, out_dir, bad_rank):
 
         def failing_round(self, t):
             if t == 1:
+                if how == "kill":
+                    os.kill(os.getpid(), signal.SIGKILL)
+                if how == "device":  # the issue's bug: a tensor on another device handed to a collective
+                    self.ctx.comm.sum(torch.zeros(3, device="meta"))
                 raise ValueError(f"injected failure on rank {rank}")
             return original(self, t)
 
@@ -310,8 +367,41 @@ def test_a_failing_rank_stops_every_rank_with_a_clear_error(tmp_path, bad_rank):
         assert report["message"].endswith(f"failed: ValueError: injected failure on rank {bad_rank}"), report
 
 
+def _run_failing_world(tmp_path, world, bad_rank, how):
+    ctx = mp.start_processes(_failing_worker, args=(world, _free_port(), str(tmp_path), bad_rank, how),
+                             nprocs=world, join=False, start_method=START_METHOD)
+    deadline = time.monotonic() + 240  # well above dist_timeout: a hang would blow it
+    for p in ctx.processes:
+        p.join(max(0.0, deadline - time.monotonic()))
+    alive = [i for i, p in enumerate(ctx.processes) if p.is_alive()]
+    for p in ctx.processes:
+        if p.is_alive():
+            p.kill()
+    assert not alive, f"ranks {alive} hung after rank {bad_rank} failed"
+    return {r: json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(world) if r != bad_rank or
+            how != "kill"}
+
+
+def test_the_failing_rank_reports_its_own_device_error_and_the_others_name_it(tmp_path):
+    reports = _run_failing_world(tmp_path, 2, 1, "device")
+    assert reports[1]["message"].startswith("DeviceMismatch: sum: a (3,) tensor on meta was handed to the "
+                                            "communicator, whose device is cpu"), reports[1]
+    assert reports[0]["message"].startswith("PeerFailure: rank 0 stopped because rank 1 "), reports[0]
+    assert "failed: DeviceMismatch: sum: a (3,) tensor on meta" in reports[0]["message"], reports[0]
+
+
+@pytest.mark.parametrize("bad_rank", [1, 0])
+def test_a_killed_rank_is_named_by_the_others_within_seconds(tmp_path, bad_rank):
+    """SIGKILL leaves no message: the others name the rank whose heartbeat stopped (rank 0 hosts the store here,
+    so its death takes the store along: the others name it too)."""
+    reports = _run_failing_world(tmp_path, 3, bad_rank, "kill")
+    for r, report in reports.items():
+        assert report["message"].startswith(f"PeerFailure: rank {r} stopped because rank {bad_rank} "), report
+        assert report["seconds"] < 60.0, report  # the round before the kill, then a few seconds
+        assert report["group_left"], report
+
+
 # ---------------------------------------------------------------------------------------------- torchrun
-@pytest.mark.skipif(shutil.which("torchrun") is None, reason="torchrun not found")
 def test_torchrun_launch_matches_a_single_process_run(tmp_path):
     import dfl
 
@@ -324,7 +414,9 @@ def test_torchrun_launch_matches_a_single_process_run(tmp_path):
             "--out", str(tmp_path / "two")]
     env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
     env["OMP_NUM_THREADS"] = "1"
-    proc = subprocess.run(["torchrun", "--standalone", "--nproc_per_node=2", "-m", "dfl.cli", *args], env=env,
+    # this interpreter's torchrun (the `torchrun` on PATH may belong to another environment, with another dfl)
+    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "-m",
+                           "dfl.cli", *args], env=env,
                           capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
     one = dfl.run(config).summary
@@ -334,9 +426,11 @@ def test_torchrun_launch_matches_a_single_process_run(tmp_path):
         assert two[key] == pytest.approx(one[key], rel=1e-4, abs=1e-6), key
     lines = (tmp_path / "two" / "metrics.jsonl").read_text().splitlines()
     assert len(lines) == 2 and json.loads(lines[-1])["bytes_moved"] > 0
-    # the checkpoint holds every client's rows (gathered from both ranks), equal to the final parameters
-    checkpoint = torch.load(tmp_path / "two" / "checkpoint.pt")
+    # the checkpoint holds every client's rows (each rank wrote its own shard), equal to the final parameters
+    checkpoint = ckpt.read(tmp_path / "two")
     final = torch.load(tmp_path / "two" / "params.pt")["params"]
-    assert checkpoint["round"] == 2 and checkpoint["params"].shape[0] == 4
+    assert checkpoint["round"] == 2 and checkpoint["params"].shape[0] == 4 and checkpoint["processes"] == 2
+    assert sorted(p.name for p in (tmp_path / "two" / checkpoint["shards"]).glob("*.distcp")) == \
+        ["__0_0.distcp", "__1_0.distcp"]
     torch.testing.assert_close(checkpoint["params"], final)
     assert proc.stdout.count("test accuracy (averaged model)") == 1  # only rank 0 prints the summary

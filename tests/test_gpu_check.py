@@ -16,8 +16,10 @@ from benchmarks import gpu_check
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "benchmarks" / "gpu_check.py"
-SECTIONS = ["# dfl GPU check", "## Summary", "## Device", "## Engine tests", "## Throughput", "## Gossip",
-            "## dfl run", "## Collectives", "## Failures"]
+SECTIONS = ["# dfl GPU check", "## Summary", "## Device", "## Engine paths on a one-rank group", "## Host syncs",
+            "## Checkpoint memory", "## Gossip", "## Two processes", "## Throughput", "## Engine tests",
+            "## Failures"]
+KEYS = ["device", "preflight", "engine", "syncs", "memory", "gossip", "multi", "fp32", "bf16", "tests", "compile"]
 
 
 def run_check(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
@@ -48,8 +50,9 @@ def test_cpu_dry_run_writes_a_report_with_every_section(tmp_path):
     data = json.loads((tmp_path / "gpu_report.json").read_text())
     assert data["mode"] == "toy"
     steps = {step["key"]: step for step in data["steps"]}
-    assert list(steps) == ["device", "preflight", "tests", "fp32", "bf16", "gossip", "run", "collectives", "compile"]
-    assert all(step["status"] == "ok" for key, step in steps.items() if key != "compile")
+    assert list(steps) == KEYS
+    assert all(step["status"] == "ok" for key, step in steps.items() if key != "compile"), {
+        k: (v["status"], v["result"], v["tail"][-600:]) for k, v in steps.items() if v["status"] != "ok"}
     assert steps["compile"]["status"] == "skipped"  # --quick
     assert steps["tests"]["data"]["passed"] >= 1 and steps["tests"]["data"]["failed"] == 0
     assert steps["tests"]["data"]["env"] == f"DFL_TEST_DEVICE={data['device']}"
@@ -61,9 +64,31 @@ def test_cpu_dry_run_writes_a_report_with_every_section(tmp_path):
         assert record["peak_gflops"] > 0 and record["speedup"]["dfl engine"]["median"] > 0
         assert "random data of CIFAR-10's shape: no --data-root" in steps[precision]["tail"]
         assert f"| {precision} | dfl engine |" in text
-    assert steps["gossip"]["data"]["percent_of_copy"] > 0
-    assert steps["run"]["data"]["status"] == "completed" and len(steps["run"]["data"]["seconds_per_round"]) >= 1
-    assert set(steps["collectives"]["data"]["results"]) == {"ring/allgather", "ring/p2p", "full/p2p"}
+    # the engine paths through dfl's own one-rank group (gloo here, NCCL on a GPU), each resumed and compared
+    engine = steps["engine"]["data"]
+    assert engine["backend"] == "gloo" and len(engine["cases"]) == 5
+    assert all(case["ok"] and case["max_abs_diff"] <= 1e-4 for case in engine["cases"].values())
+    syncs = steps["syncs"]["data"]["record"]
+    assert all(v["syncs_per_local_step"] == 0 for k, v in syncs.items() if k != "evaluation")
+    memory = steps["memory"]["data"]
+    assert 0 < memory["checkpoint_peak_bytes"] <= memory["planned_bytes"]
+    assert steps["gossip"]["data"]["method"] and "--worlds 0" in steps["gossip"]["command"]
+    # two gloo processes: the same metrics as one, and a SIGKILLed rank named by the other
+    multi = steps["multi"]["data"]
+    assert multi["world2_vs_world1"]["same_count"] and multi["world2_vs_world1"]["max_relative_diff"] <= 1e-3
+    assert multi["killed"]["reported"] and "rank 0 stopped because rank 1 stopped responding" in \
+        multi["killed"]["rank0_error"]
+
+
+def test_dry_run_prints_the_plan_and_runs_nothing(tmp_path):
+    proc = run_check("--dry-run", "--out", str(tmp_path / "report.md"))
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[0].startswith("gpu_check plan: ") and "budget" in lines[0]
+    for n, key in enumerate(gpu_check.STEPS, 1):
+        assert any(line.startswith(f"{n:>2}. {key[1]}") for line in lines), key
+    assert "benchmarks/gossip.py" in proc.stdout and "--gossip-steps 4" in proc.stdout
+    assert not (tmp_path / "report.md").exists()
 
 
 def test_pack_deps_copies_the_pure_python_dependencies(tmp_path, monkeypatch):

@@ -21,7 +21,7 @@ from dfl.algorithms import algorithm_class, resolve_hyperparameters
 from dfl.algorithms.base import Context
 from dfl.config import Config
 from dfl.data import FederatedData
-from dfl.network.comm import LocalCommunicator
+from dfl.network.comm import LocalCommunicator, even_blocks
 from dfl.network.gossip import Gossip
 from dfl.training.local import LocalResult
 
@@ -245,7 +245,7 @@ def _world_worker(rank, world, rdzv, out_dir):
     try:
         for case, changes in CASES.items():
             result = dfl.run(config(**changes, dist_timeout=30.0, rounds=2, eval_every=1), data=heterogeneous_data())
-            torch.save(result.params, Path(out_dir) / f"{case}-r{rank}.pt")
+            torch.save({"params": result.params, "ids": result.client_ids}, Path(out_dir) / f"{case}-r{rank}.pt")
     finally:
         dist.destroy_process_group()
 
@@ -257,6 +257,8 @@ def test_world_of_two_processes_gives_the_single_process_result(tmp_path):
     for case, changes in CASES.items():
         reference = dfl.run(config(**changes, rounds=2, eval_every=1), data=heterogeneous_data())
         assert reference.summary["processes"] == 1
-        for rank in range(2):
-            torch.testing.assert_close(torch.load(tmp_path / f"{case}-r{rank}.pt"), reference.params, atol=1e-5,
-                                       rtol=0, msg=f"{case} rank {rank}")
+        for rank in range(2):  # the main process: every client (assembled); the other: its own block
+            got = torch.load(tmp_path / f"{case}-r{rank}.pt")
+            assert got["ids"] == (list(range(M)) if rank == 0 else list(even_blocks(M, 2)[rank]))
+            torch.testing.assert_close(got["params"], reference.params[got["ids"]], atol=1e-5, rtol=0,
+                                       msg=f"{case} rank {rank}")

@@ -176,7 +176,7 @@ def _empty(path: Path) -> None:
 
 def _missing_keys(path: Path) -> None:
     saved = torch.load(path, weights_only=True)
-    del saved["params"], saved["rng"]
+    del saved["shards"], saved["rng"]
     torch.save(saved, path)
 
 
@@ -185,7 +185,7 @@ def _not_a_dict(path: Path) -> None:
 
 
 CORRUPTIONS = {"truncated": (_truncate, "truncated or corrupt"), "random bytes": (_garbage, "truncated or corrupt"),
-               "empty": (_empty, "truncated or corrupt"), "missing keys": (_missing_keys, "lacks params, rng"),
+               "empty": (_empty, "truncated or corrupt"), "missing keys": (_missing_keys, "lacks shards, rng"),
                "not a dict": (_not_a_dict, "not a dfl checkpoint")}
 
 

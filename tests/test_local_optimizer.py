@@ -14,6 +14,7 @@ from dfl.algorithms import ALGORITHMS, algorithm_class
 from dfl.cli import build_parser
 from dfl.cli.run import config_from_args
 from dfl.config import Config, ConfigError
+from dfl.engine import checkpoint as ckpt
 from dfl.engine.validation import validate
 from dfl.training.adam import AdamState
 from dfl.training.clients import ParamLayout, initial_stack
@@ -151,7 +152,7 @@ def test_keep_resumes_exactly_and_checkpoints_the_moments_per_client(tmp_path, c
     resumed = interrupted(config, 2, tmp_path / "run", data)
     torch.testing.assert_close(resumed.params, full.params, atol=0, rtol=0)
     assert_same_history(resumed.history, full.history)
-    checkpoint = torch.load(tmp_path / "run" / "checkpoint.pt")
+    checkpoint = ckpt.read(tmp_path / "run")
     state = checkpoint["client_state"]
     assert set(AdamState.KEYS) <= set(state) and not set(AdamState.KEYS) & set(checkpoint["server_state"])
     d = full.params.shape[1]
@@ -159,7 +160,7 @@ def test_keep_resumes_exactly_and_checkpoints_the_moments_per_client(tmp_path, c
     assert state["adam_step"].shape == (CLIENTS,) and state["adam_step"].max() > 2  # accumulated over rounds
     reset = make_config(2, lr=0.01, checkpoint_every=2, **changes)
     dfl.run(reset, data=data, out=tmp_path / "reset")
-    assert not set(AdamState.KEYS) & set(torch.load(tmp_path / "reset" / "checkpoint.pt")["client_state"])
+    assert not set(AdamState.KEYS) & set(ckpt.read(tmp_path / "reset")["client_state"])
     with pytest.raises(ConfigError, match="local_optimizer_state"):
         dfl.run(config.replace(local_optimizer_state="reset"), data=data, out=tmp_path / "run", resume=True)
 

@@ -62,17 +62,25 @@ def test_stacks_are_set_aside_before_chunks():
     assert chunk == min(100, room // (row + memory.STEP_TEMPORARIES * row))
 
 
-def test_compressed_gossip_sets_aside_its_public_copies():
-    """CHOCO keeps x̂ ([m, d]) beside the usual stacks: the planner counts one more, in the estimate and in a run."""
+def test_the_planner_counts_every_stack_a_process_holds():
+    """held_bytes (X and every per-client state, measured) are set aside with the round's temporaries; in a run,
+    CHOCO's public copies x̂ and SCAFFOLD's c_i each add one [m, d] stack to what the plan counts."""
     row = 4 * 10**6
     _, est = memory.choose_chunk(100, fixed=0, per_client=row, row_bytes=row, free=10 * 2**30, device=CUDA,
-                                 extra_stacks=1)
-    assert est["stack_bytes"] == (memory.STACK_COPIES + 1) * 100 * row
-    with pytest.raises(ConfigError, match=rf"{memory.STACK_COPIES + 1} \[m, d\] stacks"):
-        memory.choose_chunk(10**6, fixed=0, per_client=10**6, row_bytes=10**6, free=2**30, device=CPU, extra_stacks=1)
-    plain = dfl.run(_small(rounds=1, algorithm="dfedavg")).summary["memory_estimate"]["stack_bytes"]
-    choco = dfl.run(_small(rounds=1, algorithm="dfedavg", compressor="top-k")).summary["memory_estimate"]
-    assert choco["stack_bytes"] == plain * (memory.STACK_COPIES + 1) // memory.STACK_COPIES
+                                 held_bytes=2 * 100 * row)
+    assert est["held_bytes"] == 2 * 100 * row
+    assert est["stack_bytes"] == (2 + memory.ROUND_STACKS) * 100 * row
+    with pytest.raises(ConfigError, match=r"\[m, d\] stacks of 1000000 clients \(.* held: X and per-client state; "
+                                          rf"{memory.ROUND_STACKS} temporaries\)"):
+        memory.choose_chunk(10**6, fixed=0, per_client=10**6, row_bytes=10**6, free=2**30, device=CPU,
+                            held_bytes=2 * 10**12)
+    plain = dfl.run(_small(rounds=1, algorithm="dfedavg")).summary["memory_estimate"]
+    stack = plain["held_bytes"]  # X alone
+    for changes in (dict(algorithm="dfedavg", compressor="top-k"), dict(algorithm="scaffold")):
+        held = dfl.run(_small(rounds=1, **changes)).summary["memory_estimate"]
+        assert held["held_bytes"] == 2 * stack and held["stack_bytes"] == plain["stack_bytes"] + stack, changes
+    async_ = dfl.run(_small(rounds=1, algorithm="dfedsam", mode="async")).summary["memory_estimate"]
+    assert async_["held_bytes"] >= 3 * stack  # X and the message pool (two stacks to start with)
 
 
 def test_nothing_fits_is_an_error_with_the_estimate():

@@ -408,7 +408,8 @@ def _gossip_modes_worker(rank, world, rdzv, out_dir, overrides):
     try:
         for mode in ("p2p", "allgather"):
             result = dfl.run(make_config(gossip_mode=mode, **overrides), data=make_data())
-            torch.save({"params": result.params, "history": result.history}, Path(out_dir) / f"{mode}-r{rank}.pt")
+            torch.save({"params": result.params, "ids": result.client_ids, "history": result.history},
+                       Path(out_dir) / f"{mode}-r{rank}.pt")
     finally:
         dist.destroy_process_group()
 
@@ -422,7 +423,8 @@ def assert_world_size_invariant(tmp_path, overrides: dict, world: int = 2) -> No
     for mode in ("p2p", "allgather"):
         for rank in range(world):
             got = torch.load(tmp_path / f"{mode}-r{rank}.pt")
-            torch.testing.assert_close(got["params"], reference.params, atol=1e-5, rtol=0, msg=f"{mode} {rank}")
+            torch.testing.assert_close(got["params"], reference.params[got["ids"]], atol=1e-5, rtol=0,
+                                       msg=f"{mode} {rank}")
             history = got["history"] if rank == 0 else [
                 {**h, "client_acc": r["client_acc"]} for h, r in zip(got["history"], reference.history)]
             _assert_same_history(history, reference.history, f"{mode} rank {rank}")

@@ -295,7 +295,8 @@ assert (full.params - dfedsam.params).abs().max() > 1e-3
 dfl.run(config.replace(rounds=2), out=out / "part")
 resumed = dfl.run(config, out=out / "part", resume=True)
 torch.testing.assert_close(resumed.params, full.params, atol=0, rtol=0)
-state = torch.load(out / "part" / "checkpoint.pt")["client_state"]
+from dfl.engine import checkpoint
+state = checkpoint.read(out / "part")["client_state"]
 assert set(state) == {"residual"} and state["residual"].shape == full.params.shape and state["residual"].abs().max() > 0
 
 # a sweep over the option, from a TOML file

@@ -18,8 +18,10 @@ import dfl
 from dfl.algorithms import ALGORITHMS, algorithm_class
 from dfl.cli import main
 from dfl.config import Config, ConfigError
+from dfl.engine import checkpoint as ckpt
 from dfl.engine.checkpoint import NoCheckpoint
 from dfl.engine.results import read_metrics
+from dfl.network.comm import even_blocks
 
 pytestmark = pytest.mark.timeout(300)  # hang guard only (spawned process groups, a subprocess)
 
@@ -108,7 +110,7 @@ def test_every_algorithm_resumes_exactly_and_declares_its_per_client_state(tmp_p
     resumed = interrupted(config, 2, tmp_path / "run", data)
     torch.testing.assert_close(resumed.params, full.params, atol=0, rtol=0)
     assert_same_history(resumed.history, full.history, algorithm)
-    checkpoint = torch.load(tmp_path / "run" / "checkpoint.pt")
+    checkpoint = ckpt.read(tmp_path / "run")
     assert checkpoint["round"] == 5
     d = full.params.shape[1]
     for key, value in checkpoint["server_state"].items():  # replicated state: never one row per client
@@ -299,10 +301,12 @@ def _resume_worker(rank, world, rdzv, root):
             out = Path(root) / f"{case}-two"  # interrupted and resumed with two processes
             dfl.run(config.replace(rounds=3), data=data, out=out)
             result = dfl.run(config, data=data, out=out, resume=True)
-            torch.save({"params": result.params, "history": result.history}, Path(root) / f"{case}-two-r{rank}.pt")
+            torch.save({"params": result.params, "ids": result.client_ids, "history": result.history},
+                       Path(root) / f"{case}-two-r{rank}.pt")
             # started by one process (in the test), resumed by two
             result = dfl.run(config, data=data, out=Path(root) / f"{case}-one", resume=True)
-            torch.save({"params": result.params, "history": result.history}, Path(root) / f"{case}-one-r{rank}.pt")
+            torch.save({"params": result.params, "ids": result.client_ids, "history": result.history},
+                       Path(root) / f"{case}-one-r{rank}.pt")
     finally:
         dist.destroy_process_group()
 
@@ -326,7 +330,9 @@ def test_multi_process_resume_equals_a_single_process_uninterrupted_run(tmp_path
             for rank in range(world):
                 got = torch.load(tmp_path / f"{case}-{how}-r{rank}.pt")
                 label = f"{case} {how} rank {rank}"
-                torch.testing.assert_close(got["params"], reference.params, atol=1e-5, rtol=0, msg=label)
+                # the main process holds every client's rows, the others their own block
+                assert got["ids"] == (list(range(CLIENTS)) if rank == 0 else list(even_blocks(CLIENTS, world)[rank]))
+                torch.testing.assert_close(got["params"], reference.params[got["ids"]], atol=1e-5, rtol=0, msg=label)
                 history = got["history"]
                 if rank != 0:  # per-client accuracies are reported on the main process only
                     assert all("client_acc" not in h for h in history), label
@@ -335,13 +341,13 @@ def test_multi_process_resume_equals_a_single_process_uninterrupted_run(tmp_path
             summary = json.loads((tmp_path / f"{case}-{how}" / "summary.json").read_text())
             assert summary["processes"] == world and summary["status"] == "completed"
             assert [h["round"] for h in read_metrics(tmp_path / f"{case}-{how}")] == list(range(1, 7))
-    # the checkpoint of the two-process run holds every client's per-client state, gathered from both ranks
-    got = torch.load(tmp_path / "scaffold-half-two" / "checkpoint.pt")
-    want = torch.load(tmp_path / "scaffold-half-ref" / "checkpoint.pt")
+    # the checkpoint of the two-process run holds every client's per-client state, written by both ranks
+    got = ckpt.read(tmp_path / "scaffold-half-two")
+    want = ckpt.read(tmp_path / "scaffold-half-ref")
     assert got["client_state"]["ci"].shape[0] == CLIENTS and got["params"].shape[0] == CLIENTS
     torch.testing.assert_close(got["client_state"]["ci"], want["client_state"]["ci"], atol=1e-4, rtol=0)
     assert int((want["client_state"]["ci"].abs().sum(dim=1) > 0).sum()) >= CLIENTS // 2  # sampled clients' c_i
-    got = torch.load(tmp_path / "fedavg-half-adam-keep-two" / "checkpoint.pt")["client_state"]
-    want = torch.load(tmp_path / "fedavg-half-adam-keep-ref" / "checkpoint.pt")["client_state"]
+    got = ckpt.read(tmp_path / "fedavg-half-adam-keep-two")["client_state"]
+    want = ckpt.read(tmp_path / "fedavg-half-adam-keep-ref")["client_state"]
     assert torch.equal(got["adam_step"], want["adam_step"]) and int(want["adam_step"].max()) > 2  # kept over rounds
     torch.testing.assert_close(got["adam_exp_avg_sq"], want["adam_exp_avg_sq"], atol=1e-6, rtol=1e-4)

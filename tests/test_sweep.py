@@ -41,7 +41,9 @@ def write_spec(path: Path, text: str) -> Path:
 
 
 def snapshot(run_dir: Path) -> dict[str, tuple[int, bytes]]:
-    return {p.name: (p.stat().st_mtime_ns, p.read_bytes()) for p in sorted(run_dir.iterdir())}
+    # every file, those of the checkpoint's shard directories included
+    return {str(p.relative_to(run_dir)): (p.stat().st_mtime_ns, p.read_bytes()) for p in sorted(run_dir.rglob("*"))
+            if p.is_file()}
 
 
 def strip_timing(history):

@@ -62,7 +62,8 @@ sweeps `algorithm_options.clip = [...]`), type-checked against its default. Both
 
 Checkpoints. `state()` returns every tensor beyond X that later rounds depend on; `load_state(state)` puts
 them back (the default sets attributes of the same names). Entries named in `client_state` have one row
-per local client and are gathered/sliced by client id, so a run resumes with any number of processes.
+per local client: each process writes its own rows and reads back those of its clients (by client id), so a run
+resumes with any number of processes.
 
 Registration (`dfl.algorithms.register(name)`, or the entry-point group `dfl.algorithms` of an installed
 package) checks the class: a subclass of `Algorithm` defining `round`, `hyperparameters` a dict of
@@ -269,8 +270,9 @@ class Algorithm(ABC):
     # Hyperparameters this algorithm reads, with their defaults: Config fields (None in the Config = use these)
     # and algorithm options (`Config.algorithm_options`); see the module docstring.
     hyperparameters: ClassVar[dict[str, Any]] = {}
-    # The `state()` entries that are per-client: tensors whose rows are this process's clients. A checkpoint
-    # gathers them into all m rows (`comm.gather_rows`) and a resume slices out `comm.client_ids` again.
+    # The `state()` entries that are per-client: tensors whose rows are this process's clients. Each process
+    # writes its rows to the checkpoint's shards; a resume reads back those of `comm.client_ids`
+    # (`dfl.engine.checkpoint`).
     # Every other entry is replicated server/global state, identical on every process (rank 0's is saved).
     client_state: tuple[str, ...] = ()  # a class default; an instance adds its optional state (Adam, push-sum)
     # Local optimizers (`local_optimizer`) the update rule is defined for. Adam/AdamW fit algorithms that use local

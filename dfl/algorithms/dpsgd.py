@@ -64,7 +64,7 @@ class DPSGD(Algorithm):
         return RoundStats(train_loss=loss_sum / steps, models_sent=sent)
 
     def state(self):
-        return {**super().state(), "gossip_step": torch.tensor(self.gossip_step)}
+        return {**super().state(), "gossip_step": torch.tensor(self.gossip_step, device="cpu")}  # a host counter
 
     def load_state(self, state: dict[str, torch.Tensor]) -> None:
         state = dict(state)

@@ -97,7 +97,7 @@ class DSGT(Algorithm):
 
     def state(self):
         return {**super().state(), "tracker": self.tracker, "last_gradient": self.last_gradient,
-                "gossip_step": torch.tensor(self.gossip_step)}
+                "gossip_step": torch.tensor(self.gossip_step, device="cpu")}  # a host counter
 
     def load_state(self, state: dict[str, torch.Tensor]) -> None:
         state = dict(state)

@@ -30,7 +30,10 @@ row id (int32 when the pooled train set has < 2^31 rows) per real sample the cli
 n_i) and a few [m] vectors; never [m, max n_i] nor [m, steps * B], so a skewed split (a few huge clients)
 costs what its samples cost. `batch(k)` reads a block of consecutive steps gathered at once on the data's device
 (the row ids of every client at those positions, then x, y and the augmentation; up to BLOCK_BYTES of samples,
-at least one step), so a step costs a view or one row gather. The [m, steps * B] grids `index`, `weight` and
+at least one step), so a step costs a view or one row gather. What a step needs from the host is built with the
+schedule, once per round, and sent to the device in one copy (the row-id offsets, the clients still taking steps
+for each distinct step count, crop-flip's parameters of every sample as uint8): a step reads nothing back and
+uploads nothing (tests/test_host_syncs.py). The [m, steps * B] grids `index`, `weight` and
 `aug` are materialized on first access only (tests, debugging).
 """
 
@@ -173,19 +176,33 @@ class RoundSchedule:
             rows = np.concatenate(parts) if parts else np.zeros(0, dtype=row_dtype)
         else:
             rows = flat_np[_ragged_arange(base, n)].astype(row_dtype)
-        self.steps_per_client = torch.from_numpy(k.astype(np.int64))
+        k = k.astype(np.int64)
+        self.steps_per_client = torch.from_numpy(k)  # host (numpy's memory): read by the host, never synced
+        self._k = k
         self.steps = int(k.max()) if m else 0
         device = data.train_x.device
-
-        def to(a: np.ndarray) -> torch.Tensor:
-            return torch.from_numpy(np.ascontiguousarray(a, dtype=np.int64)).to(device)
-
-        self._rows = torch.from_numpy(rows).to(device)
-        self._start, self._n, self._per_epoch = to(np.cumsum(kept) - kept), to(n), to(per_epoch)
-        self._stride = to(n if shuffle else np.zeros(m, dtype=np.int64))
-        self._limit = to(k * B)
+        # The clients still taking steps at step k are those with K_i > k: the set changes only at the distinct
+        # values of K_i, so each such set's row ids are built here, for the whole round, and go to the device with
+        # everything else in one copy; a step then picks its set on the host (`batch`), with no sync.
+        levels = np.unique(k[k > 0])
+        active = [np.flatnonzero(k >= level) for level in levels]
+        self._levels = levels
+        parts = [np.cumsum(kept) - kept, n, per_epoch, n if shuffle else np.zeros(m, dtype=np.int64), k * B,
+                 np.arange(m), *active]
+        (self._start, self._n, self._per_epoch, self._stride, self._limit, self._all_rows, *self._active) = \
+            _upload(device, parts)
+        self._rows = torch.from_numpy(rows).to(device, non_blocking=True)
         self._aug_keys = client_keys(seed, ids, round_index, STREAM_AUGMENT) if data.augment == "crop-flip" else None
-        self._all_rows = torch.arange(m, device=device)
+        # crop-flip parameters of every (client, flat position) of the round, computed on the host once and sent in
+        # one copy (uint8: 3 bytes a sample), so a step's block only slices them on the device
+        self._aug_round = None
+        if self._aug_keys is not None:
+            width = self.steps * self.batch_size
+            rows_per_group = max(1, _GROUP // max(width, 1))  # bounds the uint64 hash temporaries
+            parts = [self._augment_params(np.arange(a, min(a + rows_per_group, m)), 0, width).to(torch.uint8)
+                     for a in range(0, m, rows_per_group)]
+            grid = torch.cat(parts) if parts else torch.zeros((0, width, 3), dtype=torch.uint8, device="cpu")
+            self._aug_round = grid.to(device, non_blocking=True)
         self._block_cache = None  # the latest `_block`
 
     # ---------------------------------------------------------------- per step
@@ -199,11 +216,11 @@ class RoundSchedule:
         if block is None or not block[0] <= k < block[1]:
             block = self._block_cache = self._block(k)
         k0, _, xs, ys, ws = block
-        cpu_rows = (self.steps_per_client > k).nonzero().squeeze(1)
         x, y, w = xs[k - k0], ys[k - k0], ws[k - k0]
-        if cpu_rows.numel() == len(self.client_ids):
+        level = int(np.searchsorted(self._levels, k, side="right"))  # the set of K_i >= levels[level] > k
+        rows = self._active[level] if level < len(self._active) else self._all_rows[:0]
+        if rows.numel() == len(self.client_ids):
             return Batch(rows=self._all_rows, x=x, y=y, weight=w)
-        rows = cpu_rows.to(self._rows.device)
         return Batch(rows=rows, x=x[rows], y=y[rows], weight=w[rows])
 
     def _block(self, k0: int):
@@ -216,8 +233,8 @@ class RoundSchedule:
         q = torch.arange(k0 * B, k1 * B, device=self._rows.device)
         idx, valid = self._gather(q)
         x = self.data.train_x[idx]
-        if self._aug_keys is not None:
-            x = apply_crop_flip(x, self._augment_params(np.arange(m), k0 * B, k1 * B).to(x.device))
+        if self._aug_round is not None:
+            x = apply_crop_flip(x, self._aug_round[:, k0 * B : k1 * B].long())
         S = k1 - k0
 
         def steps_first(t: torch.Tensor) -> torch.Tensor:  # [m, S * B, ...] -> [S, m, B, ...], contiguous
@@ -235,7 +252,7 @@ class RoundSchedule:
                 (steps >= self.steps_per_client.numpy()).any():
             raise ValueError(f"steps must give every row a step below its step count {self.steps_per_client.tolist()}"
                              f", got {steps.tolist()}")
-        k = torch.from_numpy(steps).to(self._rows.device)
+        k = torch.from_numpy(steps).to(self._rows.device, non_blocking=True)
         epoch = k // self._per_epoch
         j = (k - epoch * self._per_epoch) * B
         count = (self._n - j).clamp_max(B)
@@ -284,12 +301,20 @@ class RoundSchedule:
             return None
         width = self.steps * self.batch_size
         params = self._augment_params(np.arange(len(self.client_ids)), 0, width)
-        params[torch.arange(width) >= self.steps_per_client[:, None] * self.batch_size] = 0
+        params[torch.arange(width, device="cpu") >= self.steps_per_client[:, None] * self.batch_size] = 0
         return params.to(self._rows.device)
 
     @cached_property
     def _grid(self) -> tuple[torch.Tensor, torch.Tensor]:
         return self._gather(torch.arange(self.steps * self.batch_size, device=self._rows.device))
+
+
+def _upload(device: torch.device, arrays: list[np.ndarray]) -> list[torch.Tensor]:
+    """int64 host arrays as device tensors in one host-to-device copy (concatenated, then split into views)."""
+    sizes = [len(a) for a in arrays]
+    flat = np.concatenate([np.asarray(a, dtype=np.int64).reshape(-1) for a in arrays]) if arrays else \
+        np.zeros(0, dtype=np.int64)
+    return list(torch.split(torch.from_numpy(flat).to(device, non_blocking=True), sizes))
 
 
 def _crop_flip_params(h: np.ndarray) -> torch.Tensor:

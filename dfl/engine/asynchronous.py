@@ -51,7 +51,7 @@ from dfl.data.sampler import batch_width, local_step_counts
 from dfl.errors import ConfigError
 from dfl.network.async_events import ComputeTimes, EventSchedule, Local, Mix
 from dfl.network.comm import even_blocks
-from dfl.network.gossip import csr_tensor
+from dfl.network.gossip import RowsOperator
 from dfl.training.local import descent_direction
 
 MODES = ("sync", "async")
@@ -121,9 +121,11 @@ def transmit_seconds(model_bytes: int, bandwidth: float) -> float:
 class AsyncEngine:
     """The asynchronous mode on a block of clients, independent of models and data (module docstring).
 
-    `local(rows, versions, r)` runs the local phases of the local rows `rows` (their updates `versions`, in round
-    r) from X and returns (messages [n, d], losses [n] or None); `step(rows, versions, r)` (dpsgd) returns
-    (η·direction [n, d], losses [n]) at X[rows]; `None` for the local-steps family."""
+    `local(rows, ids, versions, r)` runs the local phases of the local rows `rows` (a device tensor; `ids` the same
+    rows on the host; their updates `versions`, in round r) from X and returns (messages [n, d], losses [n] or None);
+    `step(rows, ids, versions, r)` (dpsgd) returns (η·direction [n, d], losses [n]) at X[rows]; `None` for the
+    local-steps family. Index tensors go to the device packed into one copy per use (`_upload`); nothing comes
+    back to the host during a round."""
 
     def __init__(self, W: sp.csr_array, schedule: EventSchedule, X: torch.Tensor, comm, local, step,
                  updates_per_round: int):
@@ -239,50 +241,57 @@ class AsyncEngine:
         return [ev for ev in events if lo <= ev.client < hi]
 
     def _run_locals(self, events, r: int, loss: torch.Tensor, count: torch.Tensor) -> None:
-        """The local phases of a wave (this process's clients): their messages go to the pool."""
+        """The local phases of a wave (this process's clients): their messages go to the pool. Host to device: one
+        index transfer (the rows and their pool slots), whatever the number of clients."""
         mine = self._hosted(events)
         if not mine:
             return
-        rows = torch.tensor([ev.client - self.first for ev in mine], dtype=torch.long, device=self.X.device)
+        ids = np.array([ev.client - self.first for ev in mine], dtype=np.int64)
         versions = np.array([ev.version for ev in mine], dtype=np.int64)
-        messages, losses = self.local(rows, versions, r)
-        self._store([(ev.client, ev.version) for ev in mine], messages)
+        slots = self._reserve([(ev.client, ev.version) for ev in mine])
+        rows, slots = _upload(self.X.device, ids, slots)
+        messages, losses = self.local(rows, ids, versions, r)
+        self.pool[slots] = messages
         if losses is not None:
             loss.index_add_(0, rows, losses.to(loss.dtype))
             count.index_add_(0, rows, torch.ones_like(rows))
 
     def _run_mixes(self, events, r: int, loss: torch.Tensor, count: torch.Tensor) -> None:
-        """The mixes of a wave: the message rows they need (exchanged between processes), one sparse product."""
+        """The mixes of a wave: the message rows they need (exchanged between processes), one sparse product. Host to
+        device: the exchange's send index (multi-process), one index transfer and the weights; nothing back."""
         if not events:
             return
         keys_of = [self._terms(ev) for ev in events]
-        received = self._exchange(events, keys_of) if self.world > 1 else {}
+        received = self._exchange(events, keys_of) if self.world > 1 else None
         mine = self._hosted(events)
         if not mine:
             return
         lo = self.first
         terms = [keys_of[n] for n, ev in enumerate(events) if ev.client - lo in range(self.X.shape[0])]
-        keys = sorted({key for t in terms for key, _ in t})  # one order on every world size: same sums
-        column = {key: c for c, key in enumerate(keys)}
-        # (advanced indexing: index_select was 5x slower on CPU for a few hundred rows of 50,000 floats)
-        if not received:
-            source = self.pool[torch.tensor([self.slot[key] for key in keys], device=self.X.device)]
+        keys = sorted({key for t in terms for key, _ in t})
+        # each mix sums its terms in the order of `_terms` (its row of W), whatever the world size; the messages
+        # received from other processes go to free pool slots for the product, so every term is a pool row (no
+        # source stack is gathered)
+        temporary = np.zeros(0, dtype=np.int64)
+        if received is not None and received[0]:
+            keys_in, rows_in = received
+            temporary = self._reserve_free(len(keys_in))
+            (slots_in,) = _upload(self.X.device, temporary)
+            self.pool[slots_in] = rows_in
+            where = dict(zip(keys_in, temporary.tolist()))
         else:
-            source = self.X.new_empty((len(keys), self.X.shape[1]))
-            local_cols = [c for c, key in enumerate(keys) if key in self.slot]
-            if local_cols:
-                slots = torch.tensor([self.slot[keys[c]] for c in local_cols], device=self.X.device)
-                source[torch.tensor(local_cols, device=self.X.device)] = self.pool[slots]
-            for key, row in received.items():
-                source[column[key]] = row
-        indptr = np.cumsum([0] + [len(t) for t in terms])
-        indices = np.array([column[key] for t in terms for key, _ in t], dtype=np.int64)
+            where = {}
+        slot_of = {key: self.slot[key] if key in self.slot else where[key] for key in keys}
+        indptr = np.cumsum([0] + [len(t) for t in terms]).astype(np.int64)
+        indices = np.array([slot_of[key] for t in terms for key, _ in t], dtype=np.int64)
         data = np.array([w for t in terms for _, w in t], dtype=np.float64)
-        A = sp.csr_array((data, indices, indptr), shape=(len(terms), len(keys)))
-        mixed = torch.sparse.mm(csr_tensor(A, self.X.dtype, self.X.device), source)
-        rows = torch.tensor([ev.client - lo for ev in mine], dtype=torch.long, device=self.X.device)
+        A = sp.csr_array((data, indices, indptr), shape=(len(terms), self.pool.shape[0]))
+        mixed = RowsOperator(A, self.pool.shape[0], self.X.dtype, self.X.device, sort=False)(self.pool)
+        self.free.extend(temporary.tolist())
+        ids = np.array([ev.client - lo for ev in mine], dtype=np.int64)
+        (rows,) = _upload(self.X.device, ids)
         if self.step is not None:  # dpsgd: the SGD step at the model sent, x_i^k = X[i]
-            delta, losses = self.step(rows, np.array([ev.version for ev in mine], dtype=np.int64), r)
+            delta, losses = self.step(rows, ids, np.array([ev.version for ev in mine], dtype=np.int64), r)
             mixed = mixed - delta
             loss.index_add_(0, rows, losses.to(loss.dtype))
             count.index_add_(0, rows, torch.ones_like(rows))
@@ -301,9 +310,9 @@ class AsyncEngine:
     def _owner(self, client: int) -> int:
         return int(np.searchsorted(self.starts, client, side="right")) - 1
 
-    def _exchange(self, events, keys_of) -> dict[tuple[int, int], torch.Tensor]:
+    def _exchange(self, events, keys_of):
         """The message rows this process's mixes need from other processes (a collective: every rank calls it
-        with the same events). Returns key -> row."""
+        with the same events). Returns (keys, rows [len(keys), d]) in the order received."""
         need = [[set() for _ in range(self.world)] for _ in range(self.world)]  # need[q][r]: q sends to r
         for ev, terms in zip(events, keys_of):
             r = self._owner(ev.client)
@@ -314,23 +323,29 @@ class AsyncEngine:
         plan = [[sorted(need[q][r]) for r in range(self.world)] for q in range(self.world)]
         total = sum(len(keys) for row in plan for keys in row)
         if total == 0:
-            return {}
-        send = [torch.tensor([self.slot[key] for key in plan[self.rank][r]], dtype=torch.long,
-                             device=self.X.device) for r in range(self.world)]
+            return [], self.X.new_empty((0, self.X.shape[1]))
+        send = np.array([self.slot[key] for r in range(self.world) for key in plan[self.rank][r]], dtype=np.int64)
+        (send_d,) = _upload(self.X.device, send)
+        send_counts = [len(plan[self.rank][r]) for r in range(self.world)]
         recv_counts = [len(plan[q][self.rank]) for q in range(self.world)]
-        rows = self.comm.exchange_rows(self.pool, send, recv_counts, total)
+        rows = self.comm.exchange_rows(self.pool, send_d, send_counts, recv_counts, total)
         keys = [key for q in range(self.world) for key in plan[q][self.rank]]
-        return dict(zip(keys, rows))
+        return keys, rows
 
     # ------------------------------------------------------------------------------------- message pool
-    def _store(self, keys: list[tuple[int, int]], rows: torch.Tensor) -> None:
-        while len(self.free) < len(keys):
+    def _reserve(self, keys: list[tuple[int, int]]) -> np.ndarray:
+        """Pool slots for new messages `keys` (the pool grows, on the device, when the free ones run out)."""
+        slots = self._reserve_free(len(keys))
+        self.slot.update(zip(keys, slots.tolist()))
+        return slots
+
+    def _reserve_free(self, count: int) -> np.ndarray:
+        """`count` free pool slots, taken from the free list (the pool grows when it runs out)."""
+        while len(self.free) < count:
             old = self.pool.shape[0]
-            self.pool = torch.cat([self.pool, self.pool.new_empty((max(old, len(keys)), self.pool.shape[1]))])
+            self.pool = torch.cat([self.pool, self.pool.new_empty((max(old, count), self.pool.shape[1]))])
             self.free.extend(range(self.pool.shape[0] - 1, old - 1, -1))
-        slots = [self.free.pop() for _ in keys]
-        self.slot.update(zip(keys, slots))
-        self.pool[torch.tensor(slots, dtype=torch.long, device=self.pool.device)] = rows
+        return np.array([self.free.pop() for _ in range(count)], dtype=np.int64)
 
     def _collect_garbage(self) -> None:
         """Free the messages no client can mix any more (older than what every consumer mixed last)."""
@@ -340,15 +355,20 @@ class AsyncEngine:
 
     def messages(self) -> tuple[torch.Tensor, torch.Tensor]:
         """The pool as per-client rows for a checkpoint: ([m_local, S, d] models, [m_local, S] versions, EMPTY
-        where unused); S is the same on every process (the most versions any client keeps)."""
+        where unused), on the pool's device; S is the same on every process (the most versions any client keeps)."""
         S = int((self.latest - self.low).max()) + 1
         n, d = self.X.shape
+        device = self.X.device
         models = self.X.new_zeros((n, S, d))
-        versions = torch.full((n, S), EMPTY, dtype=torch.long)
-        for (client, version), slot in self.slot.items():
-            r, s = client - self.first, version - int(self.low[client])
-            models[r, s] = self.pool[slot]
-            versions[r, s] = version
+        versions = torch.full((n, S), EMPTY, dtype=torch.long, device=device)
+        if self.slot:
+            keys = list(self.slot)
+            client = np.array([c for c, _ in keys], dtype=np.int64)
+            version = np.array([v for _, v in keys], dtype=np.int64)
+            r, s, slots, version_d = _upload(device, client - self.first, version - self.low[client],
+                                             np.array([self.slot[k] for k in keys], dtype=np.int64), version)
+            models[r, s] = self.pool[slots]
+            versions[r, s] = version_d
         return models, versions
 
     def load_messages(self, models: torch.Tensor, versions: torch.Tensor) -> None:
@@ -356,18 +376,23 @@ class AsyncEngine:
         n, S, d = models.shape
         self.pool = self.X.new_empty((max(2 * n * S, 1), d))
         self.slot, self.free = {}, list(range(self.pool.shape[0] - 1, -1, -1))
-        keys, rows = [], []
-        for r in range(n):
-            for s in range(S):
-                v = int(versions[r, s])
-                if v != EMPTY:
-                    keys.append((self.first + r, v))
-                    rows.append(models[r, s])
+        table = versions.cpu().numpy()  # once per resume: which (client, version) each slot holds
+        r, s = np.nonzero(table != EMPTY)
+        keys = [(self.first + int(a), int(table[a, b])) for a, b in zip(r, s)]
         if keys:
-            self._store(keys, torch.stack(rows).to(self.pool))
+            slots = self._reserve(keys)
+            r_d, s_d, slots_d = _upload(self.pool.device, r.astype(np.int64), s.astype(np.int64), slots)
+            self.pool[slots_d] = models.to(self.pool)[r_d, s_d]
         expected = {(c, v) for c in range(self.first, self.first + n) for v in range(self.low[c], self.latest[c] + 1)}
         if set(keys) != expected:
             raise ValueError("the checkpoint's asynchronous messages do not match the replayed events")
+
+
+def _upload(device: torch.device, *arrays: np.ndarray) -> list[torch.Tensor]:
+    """int64 host arrays as device tensors in one host-to-device copy (concatenated, then split into views)."""
+    sizes = [len(a) for a in arrays]
+    flat = torch.from_numpy(np.concatenate(arrays).astype(np.int64, copy=False))
+    return list(torch.split(flat.to(device, non_blocking=True), sizes))
 
 
 # ---------------------------------------------------------------------------------------- the algorithm
@@ -427,26 +452,27 @@ class AsyncGossip(Algorithm):
         return dict(self.engine.round_metrics)
 
     # --------------------------------------------------------------------------------- the update rules
-    def _trainer(self, rows: torch.Tensor):
-        """The run's trainer restricted to the local rows `rows` (their own compact stack)."""
+    def _trainer(self, ids: np.ndarray):
+        """The run's trainer restricted to the local rows `ids` (host; their own compact stack)."""
         trainer = self.ctx.trainer
         sub = copy.copy(trainer)
-        sub.client_ids = [trainer.client_ids[r] for r in rows.tolist()]
+        sub.client_ids = [trainer.client_ids[r] for r in ids]
         return sub
 
-    def _local(self, rows: torch.Tensor, versions: np.ndarray, r: int):
+    def _local(self, rows: torch.Tensor, ids: np.ndarray, versions: np.ndarray, r: int):
+        """rows: the local rows on the device; ids: the same on the host (no device-to-host copy)."""
         ctx = self.ctx
         if self.kind == "step":  # dpsgd sends the model it takes its step at
             return self.X[rows], None
-        local = self._trainer(rows).train(self.X[rows], versions, ctx.lr(r), ctx.rule(r))
+        local = self._trainer(ids).train(self.X[rows], versions, ctx.lr(r), ctx.rule(r))
         return local.Y, local.loss
 
-    def _step(self, rows: torch.Tensor, versions: np.ndarray, r: int):
+    def _step(self, rows: torch.Tensor, ids: np.ndarray, versions: np.ndarray, r: int):
         """η·direction and loss of one SGD step per client: step k mod K_i of local round k // K_i."""
         ctx = self.ctx
         rule, lr = ctx.rule(r), ctx.lr(r)
-        K = self.steps[np.array([ctx.trainer.client_ids[i] for i in rows.tolist()])]
-        trainer = self._trainer(rows)
+        K = self.steps[np.array([ctx.trainer.client_ids[i] for i in ids])]
+        trainer = self._trainer(ids)
         batch = trainer.schedule(versions // K).batch_at(versions % K)  # every client at its own step
         Xb = self.X[rows]
         g, loss = trainer.gradient(Xb, batch)

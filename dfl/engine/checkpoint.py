@@ -1,25 +1,49 @@
 """Checkpoints: the complete state of a run after round t, and putting it back (resume).
 
-`checkpoint.pt` in the run directory holds everything later rounds depend on:
-- `round` t (rounds completed) and `params`, the client stack X with all m rows (gathered from every process);
-- the algorithm's per-client state (`Algorithm.client_state`, all m rows, gathered) and its replicated
-  server state (identical on every process; rank 0's copy);
-- the gossip's per-client state, when it has one (`gossip_state`: compressed gossip's public copies x̂, all m
-  rows, gathered; `dfl.network.choco`);
-- the loop counters (bytes sent so far, bytes moved between processes, wall seconds) and the metrics history;
-- the global RNG states (torch, CUDA, numpy, python; rank 0's, restored on every rank), the config and the
-  parameter names.
-The engine draws every random number from generators seeded by (seed, client, round) or (seed, round)
-(`dfl.data.sampler`, `dfl.algorithms.server`), so with X and the state restored, rounds t+1, … of a resumed
-run are those of an uninterrupted run; the global RNG states are restored too, for code that uses them.
+A checkpoint is two parts, so that no process ever holds more client rows than its own block:
 
-Resuming checks that the config equals the checkpoint's except for the fields in `RESUMABLE_FIELDS`. The
-number of processes may differ from the interrupted run's: per-client rows are sliced by client id.
+- `checkpoint.pt`, the manifest (rank 0 writes it atomically, a small `torch.save` dict): `round` t, the metrics
+  `history`, the loop counters (bytes sent so far, bytes moved between processes, wall seconds), the global RNG
+  states (torch, CUDA, numpy, python; rank 0's, restored on every rank), the config, the parameter names, the
+  algorithm's replicated server state (identical on every process; rank 0's copy), the number of clients, the
+  shape and dtype of every per-client entry (`rows`) and where the rows are (`shards`);
+- `checkpoint.shards/round-<t>/`, the per-client rows in the format of torch.distributed.checkpoint (DCP): the
+  client stack X (`params`), the algorithm's per-client state (`client_state.<name>`, `Algorithm.client_state`),
+  and the gossip's per-client state when it has one (`gossip_state.<name>`: compressed gossip's public copies x̂,
+  `dfl.network.choco`). Every rank writes only its block of rows, as chunks of at most ROW_CHUNK_BYTES at their
+  row offset in the global [m, ...] tensor (`_RowSavePlanner`), into its own file; DCP's metadata records the
+  chunks. A resume with any number of processes has each rank read only the rows of its own block: DCP's
+  resharding reads the stored chunks that overlap it (`_RowLoadPlanner`), one chunk at a time.
+
+Why DCP with row-offset planners, not DTensor: DTensor's Shard(0) lays rows out as `torch.chunk` does (the last
+ranks get fewer, possibly none), while dfl's blocks are `even_blocks` (the first m mod P ranks one more), so the
+engine's blocks are described to DCP directly as chunks at their offsets: DCP's own metadata, resharding and file
+format, no ShardedTensor (deprecated) and no copy into another layout. Saving is synchronous: on the CPU an
+asynchronous save would first copy the block (memory the run does not have to spare), and the manifest may only
+be written once every shard is complete.
+
+Order of a save (a collective: every process calls `save`): rank 0 removes a leftover directory of this round
+(a killed earlier attempt), a barrier, every rank writes its shards (DCP's last step gathers every rank's write
+results on rank 0, so when it returns there, all shards are on disk), rank 0 writes the manifest atomically, then
+removes the shard directories the new manifest does not name. A kill at any point leaves the previous manifest and
+its shards, or the new ones: the run resumes from one complete checkpoint.
+
+The engine draws every random number from generators seeded by (seed, client, round) or (seed, round)
+(`dfl.data.sampler`, `dfl.algorithms.server`), so with X and the state restored, rounds t+1, … of a resumed run
+are those of an uninterrupted run; the global RNG states are restored too, for code that uses them.
+
+Resuming checks that the config equals the checkpoint's except for the fields in `RESUMABLE_FIELDS`. The number
+of processes may differ from the interrupted run's.
+
+Checkpoints written before this format (format 1: one `checkpoint.pt` holding every row) still resume: the file
+is memory-mapped, and each process copies only its own rows out of it.
 """
 
 from __future__ import annotations
 
 import random
+import shutil
+import warnings
 from dataclasses import fields
 from pathlib import Path
 from typing import Any
@@ -28,10 +52,15 @@ import numpy as np
 import torch
 
 from dfl.config import Config
-from dfl.errors import CheckpointError, ConfigError, NoCheckpoint  # noqa: F401 (re-exported)
+from dfl.errors import CheckpointError, ConfigError, NoCheckpoint, PeerFailure  # noqa: F401 (re-exported)
 
-FORMAT = 1
+FORMAT = 2
+LEGACY_FORMAT = 1  # one file with every row (before sharded checkpoints): read, never written
 FILENAME = "checkpoint.pt"
+SHARDS = "checkpoint.shards"  # the directory of the per-round DCP shard directories
+# Rows of one stored chunk: a resume with another number of processes reads whole stored chunks, so this bounds
+# what a rank reads beyond its own rows (and the copy DCP's writer makes of each chunk).
+ROW_CHUNK_BYTES = 64 * 2**20
 # Fields that may differ on resume. The first do not touch the trajectory (`rounds` may grow, to extend a
 # run, except under lr_schedule = cosine, which anneals over `rounds`; the hooks' fields only watch it, or say
 # where it ends, as `rounds` does); the execution fields give the same run up to float rounding, as a
@@ -41,47 +70,107 @@ EXACT_FIELDS = ("rounds", "progress", "checkpoint_every", "dist_timeout", "data_
 EXECUTION_FIELDS = ("device", "backend", "gossip_mode", "client_chunk", "compile", "eval_batch_size", "threads")
 RESUMABLE_FIELDS = EXACT_FIELDS + EXECUTION_FIELDS
 
-
-# The keys every checkpoint of FORMAT holds (`gather`); a file without one of them cannot be resumed.
-REQUIRED_KEYS = ("round", "params", "client_state", "server_state", "history", "counters", "rng", "config",
+# The keys every manifest of FORMAT holds (and of LEGACY_FORMAT); a file without one of them cannot be resumed.
+REQUIRED_KEYS = ("round", "clients", "rows", "shards", "server_state", "history", "counters", "rng", "config",
                  "param_names")
+LEGACY_REQUIRED_KEYS = ("round", "params", "client_state", "server_state", "history", "counters", "rng", "config",
+                        "param_names")
 from dfl.errors import RESTART_HINT  # noqa: E402,F401
 
+PARAMS = "params"
+CLIENT_PREFIX, GOSSIP_PREFIX = "client_state.", "gossip_state."
 
-def gather(algorithm, comm, round_done: int, history, counters: dict[str, Any], config: Config, layout):
-    """The checkpoint after `round_done` rounds: a collective (every process calls it, it gathers the rows);
-    returns the checkpoint on the main process, None elsewhere."""
+
+# ------------------------------------------------------------------------------------------------------ save
+def save(algorithm, comm, round_done: int, history, counters: dict[str, Any], config: Config, layout,
+         run_dir: Path | None) -> dict[str, Any] | None:
+    """Write the checkpoint after `round_done` rounds into `run_dir` (module docstring): a collective, every
+    process calls it with the same `run_dir` (a directory every process can write: one filesystem, or a shared
+    one across nodes). Returns the manifest on the main process, None elsewhere."""
     state = algorithm.state()
-    unknown = sorted(set(algorithm.client_state) - set(state))
-    if unknown:
-        raise RuntimeError(f"{algorithm.name}.client_state names {unknown}, which state() does not return")
-    params = comm.gather_rows(algorithm.X).detach().cpu()
-    client = {k: comm.gather_rows(state[k]).detach().cpu() for k in algorithm.client_state}
-    gossip = _gossip_state(algorithm)
-    if gossip is not None:
-        gossip = {k: comm.gather_rows(v).detach().cpu() for k, v in gossip.items()}
+    rows = local_rows(algorithm, state)
+    shards = f"{SHARDS}/round-{round_done:06d}"
+    run_dir = Path(run_dir)
+    if comm.is_main:
+        shutil.rmtree(run_dir / shards, ignore_errors=True)  # a killed earlier attempt at this round
+    comm.barrier()
+    block = _block(comm)
+    _dcp_save(rows, run_dir / shards, block.start, comm.num_clients, comm)
     if not comm.is_main:
         return None
     server = {k: _cpu(v) for k, v in state.items() if k not in algorithm.client_state}
-    return {
+    manifest = {
         "format": FORMAT,
         "round": round_done,
-        "params": params,
-        "client_state": client,
+        "clients": comm.num_clients,
+        "processes": comm.world_size,  # informational: a resume may use another number
+        "rows": {k: {"shape": list(v.shape[1:]), "dtype": str(v.dtype).removeprefix("torch.")}
+                 for k, v in rows.items()},
+        "shards": shards,
         "server_state": server,
-        **({} if gossip is None else {"gossip_state": gossip}),
         "history": history,
-        # read after the gathers above: an uninterrupted run's later counts include them
         "counters": {**counters, "bytes_moved": comm.bytes_moved},
         "rng": rng_state(),
         "config": config.to_dict(),
         "param_names": list(layout.names),
     }
+    from dfl.engine.results import atomic_torch_save
+
+    atomic_torch_save(run_dir / FILENAME, manifest)
+    remove_stale_shards(run_dir, keep=shards)
+    return manifest
 
 
+def local_rows(algorithm, state: dict[str, torch.Tensor] | None = None) -> dict[str, torch.Tensor]:
+    """This process's per-client rows, by checkpoint key: X, the algorithm's `client_state`, the gossip's state
+    (`state`: the algorithm's `state()`, when the caller has it already)."""
+    state = algorithm.state() if state is None else state
+    unknown = sorted(set(algorithm.client_state) - set(state))
+    if unknown:
+        raise RuntimeError(f"{algorithm.name}.client_state names {unknown}, which state() does not return")
+    rows = {PARAMS: algorithm.X.detach()}
+    rows.update({CLIENT_PREFIX + k: state[k].detach() for k in algorithm.client_state})
+    gossip = _gossip_state(algorithm)
+    if gossip is not None:
+        rows.update({GOSSIP_PREFIX + k: v.detach() for k, v in gossip.items()})
+    return rows
+
+
+def remove_stale_shards(run_dir: str | Path, keep: str | None = None) -> None:
+    """Delete the shard directories of `run_dir` other than `keep` (None: the one the manifest names; all when there
+    is no readable manifest): what a save killed before its manifest, or an older checkpoint, left behind."""
+    root = Path(run_dir) / SHARDS
+    if not root.is_dir():
+        return
+    if keep is None:
+        keep = _named_shards(Path(run_dir))
+    for entry in root.iterdir():
+        if f"{SHARDS}/{entry.name}" != keep:
+            if entry.is_dir() and not entry.is_symlink():
+                shutil.rmtree(entry, ignore_errors=True)
+            else:
+                entry.unlink(missing_ok=True)
+
+
+def remove(run_dir: str | Path) -> None:
+    """Delete the checkpoint of `run_dir` (manifest and shards): `--overwrite` starts the run afresh."""
+    run_dir = Path(run_dir)
+    shutil.rmtree(run_dir / SHARDS, ignore_errors=True)
+    (run_dir / FILENAME).unlink(missing_ok=True)
+
+
+def _named_shards(run_dir: Path) -> str | None:
+    try:
+        return torch.load(run_dir / FILENAME, map_location="cpu", weights_only=True, mmap=True).get("shards")
+    except Exception:  # no manifest, a legacy file, or an unreadable one: it names no shards
+        return None
+
+
+# ------------------------------------------------------------------------------------------------------ load
 def load(run_dir: str | Path) -> dict[str, Any]:
-    """Read `run_dir/checkpoint.pt` (every process reads it: a multi-node resume needs the run directory
-    on a shared filesystem)."""
+    """Read the manifest `run_dir/checkpoint.pt` (every process reads it: a multi-node resume needs the run
+    directory on a shared filesystem). A checkpoint of the legacy format is memory-mapped, not read: its rows are
+    copied out by `restore`, each process its own."""
     path = Path(run_dir) / FILENAME
     if not path.is_file():
         where = "does not exist" if not Path(run_dir).exists() else f"has no {FILENAME}"
@@ -90,19 +179,29 @@ def load(run_dir: str | Path) -> dict[str, Any]:
             "rounds; start the run again, with --overwrite instead of --resume)"
         )
     try:
-        checkpoint = torch.load(path, map_location="cpu", weights_only=True)
+        checkpoint = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
     except Exception as exc:  # truncated zip, random bytes, a pickle with forbidden globals, ...
         raise CheckpointError(path, f"truncated or corrupt: {_first_line(exc)}") from exc
     if not isinstance(checkpoint, dict):
         raise CheckpointError(path, f"not a dfl checkpoint: it holds a {type(checkpoint).__name__}, not a dict")
-    if checkpoint.get("format") != FORMAT:
-        raise CheckpointError(path, f"not a dfl checkpoint of format {FORMAT}: format {checkpoint.get('format')!r}")
-    missing = [k for k in REQUIRED_KEYS if k not in checkpoint]
+    version = checkpoint.get("format")
+    if version not in (FORMAT, LEGACY_FORMAT):
+        raise CheckpointError(path, f"not a dfl checkpoint of format {FORMAT} (or {LEGACY_FORMAT}): format "
+                                    f"{version!r}")
+    missing = [k for k in (REQUIRED_KEYS if version == FORMAT else LEGACY_REQUIRED_KEYS) if k not in checkpoint]
     if missing:
         raise CheckpointError(path, f"incomplete: it lacks {', '.join(missing)}")
-    if not isinstance(checkpoint["round"], int) or not torch.is_tensor(checkpoint["params"]) \
-            or checkpoint["params"].dim() != 2 or not isinstance(checkpoint["config"], dict):
+    if version == LEGACY_FORMAT:
+        params = checkpoint["params"]
+        if not torch.is_tensor(params) or params.dim() != 2:
+            raise CheckpointError(path, "corrupt: round, params or config has the wrong type")
+        checkpoint["clients"] = int(params.shape[0])
+    if not isinstance(checkpoint["round"], int) or not isinstance(checkpoint["config"], dict) \
+            or not isinstance(checkpoint["clients"], int):
         raise CheckpointError(path, "corrupt: round, params or config has the wrong type")
+    if version == FORMAT and (not isinstance(checkpoint["rows"], dict) or PARAMS not in checkpoint["rows"]):
+        raise CheckpointError(path, "corrupt: its rows do not list the parameters")
+    checkpoint["path"] = path
     return checkpoint
 
 
@@ -155,24 +254,218 @@ def changed_fields(stored: dict[str, Any], config: Config) -> list[str]:
 
 
 def restore(checkpoint: dict[str, Any], algorithm, comm, layout) -> None:
-    """Put X and the algorithm state back, this process's rows of the per-client entries."""
+    """Put X and the algorithm state back: this process's rows of every per-client entry, read from the shards
+    (each process reads only the stored chunks overlapping its block), straight onto the run's device. A
+    collective (every process calls it)."""
     names = checkpoint["param_names"]
-    if list(names) != list(layout.names) or checkpoint["params"].shape[1] != layout.dim:
+    if list(names) != list(layout.names):
         raise ValueError("the checkpoint's parameter layout does not match the model built from the config")
-    rows = torch.as_tensor(comm.client_ids, dtype=torch.long)
-    params = checkpoint["params"]
-    if params.shape[0] != comm.num_clients:
-        raise ValueError(f"the checkpoint holds {params.shape[0]} clients, the run has {comm.num_clients}")
-    algorithm.X = params[rows].to(device=algorithm.X.device, dtype=algorithm.X.dtype)
-    missing = sorted(set(algorithm.client_state) - set(checkpoint["client_state"]))
+    if checkpoint["clients"] != comm.num_clients:
+        raise ValueError(f"the checkpoint holds {checkpoint['clients']} clients, the run has {comm.num_clients}")
+    device = algorithm.X.device
+    rows = _read_local_rows(checkpoint, comm, device)
+    if rows[PARAMS].shape[1:] != (layout.dim,):
+        raise ValueError("the checkpoint's parameter layout does not match the model built from the config")
+    algorithm.X = rows[PARAMS].to(dtype=algorithm.X.dtype)
+    client = {k.removeprefix(CLIENT_PREFIX): v for k, v in rows.items() if k.startswith(CLIENT_PREFIX)}
+    missing = sorted(set(algorithm.client_state) - set(client))
     if missing:
         raise ValueError(f"the checkpoint lacks the per-client state {missing} of {algorithm.name}")
-    state = {k: v[rows] for k, v in checkpoint["client_state"].items()}
-    algorithm.load_state({**checkpoint["server_state"], **state})
+    algorithm.load_state({**checkpoint["server_state"], **{k: client[k] for k in algorithm.client_state}})
     if _gossip_state(algorithm) is not None:  # compressed gossip: its public copies, this process's rows
-        algorithm.ctx.gossip.load_client_state({k: v[rows] for k, v in checkpoint.get("gossip_state", {}).items()})
+        algorithm.ctx.gossip.load_client_state(
+            {k.removeprefix(GOSSIP_PREFIX): v for k, v in rows.items() if k.startswith(GOSSIP_PREFIX)})
 
 
+def _read_local_rows(checkpoint: dict[str, Any], comm, device: torch.device) -> dict[str, torch.Tensor]:
+    """{key: this process's rows [m_local, ...] on `device`} of every per-client entry of the checkpoint."""
+    block = _block(comm)
+    if checkpoint["format"] == LEGACY_FORMAT:  # memory-mapped: only this block's pages are read
+        legacy = {PARAMS: checkpoint["params"],
+                  **{CLIENT_PREFIX + k: v for k, v in checkpoint["client_state"].items()},
+                  **{GOSSIP_PREFIX + k: v for k, v in checkpoint.get("gossip_state", {}).items()}}
+        return {k: v[block.start:block.stop].to(device) for k, v in legacy.items()}
+    return read_rows(checkpoint, block.start, block.stop, device, comm)
+
+
+def read_rows(checkpoint: dict[str, Any], start: int = 0, stop: int | None = None,
+              device: torch.device | str = "cpu", comm=None, keys=None) -> dict[str, torch.Tensor]:
+    """Rows start..stop-1 (default: every client) of the per-client entries `keys` (default all: "params",
+    "client_state.<name>", "gossip_state.<name>") of a checkpoint read by `load`, on `device`. Without `comm` (or
+    in a world of one) it reads in this process alone; with a multi-process `comm` it is a collective (every
+    process calls it with its own rows). Tools that inspect a checkpoint: `read_rows(load(run_dir))`."""
+    path = checkpoint["path"]
+    m = checkpoint["clients"]
+    stop = m if stop is None else stop
+    if checkpoint["format"] == LEGACY_FORMAT:
+        legacy = {PARAMS: checkpoint["params"],
+                  **{CLIENT_PREFIX + k: v for k, v in checkpoint["client_state"].items()},
+                  **{GOSSIP_PREFIX + k: v for k, v in checkpoint.get("gossip_state", {}).items()}}
+        return {k: v[start:stop].to(device) for k, v in legacy.items() if keys is None or k in keys}
+    directory = path.parent / checkpoint["shards"]
+    specs = {k: v for k, v in checkpoint["rows"].items() if keys is None or k in keys}
+    try:
+        dtypes = {k: getattr(torch, spec["dtype"]) for k, spec in specs.items()}
+    except (AttributeError, TypeError, KeyError) as exc:
+        raise CheckpointError(path, f"corrupt: its rows have an unknown dtype ({_first_line(exc)})") from exc
+    rows = {k: torch.empty((stop - start, *specs[k]["shape"]), dtype=dtypes[k], device=device) for k in specs}
+    _dcp_load(rows, directory, start, m, comm)
+    return rows
+
+
+def read(run_dir: str | Path) -> dict[str, Any]:
+    """The whole checkpoint of `run_dir` in one dict, assembled on the host (tools and tests, never the engine): the
+    manifest's entries, with `params` [m, d], `client_state` {name: [m, ...]} and, when the gossip keeps state,
+    `gossip_state` {name: [m, ...]}, as a checkpoint of the legacy format holds them."""
+    checkpoint = load(run_dir)
+    if checkpoint["format"] == LEGACY_FORMAT:
+        return checkpoint
+    rows = read_rows(checkpoint)
+    out = {k: v for k, v in checkpoint.items() if k not in ("rows", "path")}
+    out[PARAMS] = rows[PARAMS]
+    out["client_state"] = {k.removeprefix(CLIENT_PREFIX): v for k, v in rows.items() if k.startswith(CLIENT_PREFIX)}
+    gossip = {k.removeprefix(GOSSIP_PREFIX): v for k, v in rows.items() if k.startswith(GOSSIP_PREFIX)}
+    if gossip:
+        out["gossip_state"] = gossip
+    return out
+
+
+def _block(comm) -> range:
+    ids = comm.client_ids
+    return range(ids[0], ids[-1] + 1) if ids else range(0, 0)
+
+
+# --------------------------------------------------------------------------------- DCP with row-offset chunks
+def _dcp_save(rows: dict[str, torch.Tensor], directory: Path, start: int, m: int, comm) -> None:
+    import torch.distributed.checkpoint as dcp
+
+    world = getattr(comm, "world_size", 1)
+    with warnings.catch_warnings():  # "torch.distributed is disabled ... assuming ... a single process": meant
+        warnings.simplefilter("ignore", UserWarning)
+        _unwrapped(lambda: dcp.save(rows, storage_writer=dcp.FileSystemWriter(directory, single_file_per_rank=True),
+                                    planner=_row_save_planner(start, m), no_dist=world == 1), comm, "writing")
+
+
+def _unwrapped(call, comm, doing: str):
+    """call(), with DCP's CheckpointException (which wraps what each rank raised, KeyboardInterrupt included) turned
+    back into this rank's own exception, or, when only other ranks failed, a PeerFailure naming the first of them."""
+    import torch.distributed.checkpoint as dcp
+
+    try:
+        return call()
+    except dcp.CheckpointException as exc:
+        rank = comm.rank if comm is not None and comm.world_size > 1 else 0
+        own = exc.failures.get(rank)
+        if own is not None:
+            raise own[0] from None
+        other = min(exc.failures)
+        cause = exc.failures[other][0]
+        lines = str(cause).strip().splitlines()
+        raise PeerFailure(f"rank {rank} stopped because rank {other} failed {doing} the checkpoint: "
+                          f"{type(cause).__name__}: {lines[0] if lines else ''}") from None
+
+
+def _dcp_load(rows: dict[str, torch.Tensor], directory: Path, start: int, m: int, comm) -> None:
+    """Fill `rows` (this process's rows start.., each [n, ...]) from the shard directory, checking its metadata
+    first: a missing or corrupt shard is a CheckpointError naming the file."""
+    import torch.distributed.checkpoint as dcp
+
+    world = getattr(comm, "world_size", 1) if comm is not None else 1
+    reader = dcp.FileSystemReader(directory)
+    try:
+        metadata = reader.read_metadata()
+    except Exception as exc:
+        raise CheckpointError(directory / ".metadata", f"truncated or corrupt: {_first_line(exc)}") from exc
+    for key, tensor in rows.items():
+        stored = metadata.state_dict_metadata.get(key)
+        size = getattr(stored, "size", None)
+        if size is None or tuple(size) != (m, *tensor.shape[1:]):
+            raise CheckpointError(directory / ".metadata", f"incomplete: it lacks {key} of shape "
+                                                           f"{(m, *tensor.shape[1:])} (has {size})")
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)
+            _unwrapped(lambda: dcp.load(rows, storage_reader=reader, planner=_row_load_planner(start),
+                                        no_dist=world == 1), comm, "reading")
+    except (CheckpointError, PeerFailure):
+        raise
+    except Exception as exc:  # a truncated or garbled shard: the reader's error, in one line
+        raise CheckpointError(_bad_shard(directory, metadata), f"truncated or corrupt: {_first_line(exc)}") from exc
+
+
+def _bad_shard(directory: Path, metadata) -> Path:
+    """The first shard file that is missing or shorter than the chunks DCP's metadata places in it (else the
+    shard directory): the file a failed read names."""
+    for info in sorted(getattr(metadata, "storage_data", {}).values(), key=lambda i: (i.relative_path, i.offset)):
+        file = directory / info.relative_path
+        if not file.is_file() or file.stat().st_size < info.offset + info.length:
+            return file
+    return directory
+
+
+def _row_save_planner(start: int, m: int):
+    """A DCP SavePlanner writing each [n, ...] tensor as chunks of at most ROW_CHUNK_BYTES at row offset `start`
+    (+ its position) of a global [m, ...] tensor: every rank writes its own rows, DCP records the chunks."""
+    from torch.distributed.checkpoint import DefaultSavePlanner, SavePlan
+    from torch.distributed.checkpoint.metadata import ChunkStorageMetadata, MetadataIndex, TensorProperties
+    from torch.distributed.checkpoint.planner import TensorWriteData, WriteItem, WriteItemType
+
+    class RowSavePlanner(DefaultSavePlanner):
+        def __init__(self):
+            super().__init__(flatten_state_dict=False, flatten_sharded_tensors=False)
+
+        def create_local_plan(self) -> SavePlan:
+            items, self.pieces = [], {}
+            for key, tensor in self.state_dict.items():
+                n, tail = tensor.shape[0], tuple(tensor.shape[1:])
+                row_bytes = max(1, tensor[:1].numel() * tensor.element_size())
+                step = max(1, ROW_CHUNK_BYTES // row_bytes)
+                properties = TensorProperties.create_from_tensor(tensor)
+                for a in range(0, n, step):
+                    piece = tensor[a:a + step]
+                    offsets = torch.Size([start + a] + [0] * len(tail))
+                    index = MetadataIndex(key, offsets)
+                    self.pieces[(key, tuple(offsets))] = piece
+                    items.append(WriteItem(index=index, type=WriteItemType.SHARD, tensor_data=TensorWriteData(
+                        chunk=ChunkStorageMetadata(offsets=offsets, sizes=piece.shape), properties=properties,
+                        size=torch.Size([m, *tail]))))
+            self.plan = SavePlan(items)
+            return self.plan
+
+        def resolve_data(self, write_item):
+            return self.pieces[(write_item.index.fqn, tuple(write_item.index.offset))]
+
+    return RowSavePlanner()
+
+
+def _row_load_planner(start: int):
+    """A DCP LoadPlanner reading rows start.. of each stored [m, ...] tensor into the given [n, ...] tensors (DCP
+    computes which stored chunks overlap them and reads only those)."""
+    from torch.distributed.checkpoint import DefaultLoadPlanner, LoadPlan
+    from torch.distributed.checkpoint.metadata import ChunkStorageMetadata
+    from torch.distributed.checkpoint.planner_helpers import create_read_items_for_chunk_list
+
+    class RowLoadPlanner(DefaultLoadPlanner):
+        def __init__(self):
+            super().__init__(flatten_state_dict=False, flatten_sharded_tensors=False)
+
+        def create_local_plan(self) -> LoadPlan:
+            requests = []
+            for key, tensor in self.state_dict.items():
+                if tensor.shape[0] == 0:
+                    continue
+                offsets = torch.Size([start] + [0] * (tensor.dim() - 1))
+                requests += create_read_items_for_chunk_list(key, self.metadata.state_dict_metadata[key], [
+                    ChunkStorageMetadata(offsets=offsets, sizes=tensor.shape)])
+            return LoadPlan(requests)
+
+        def lookup_tensor(self, index):
+            return self.state_dict[index.fqn]
+
+    return RowLoadPlanner()
+
+
+# ------------------------------------------------------------------------------------------------- the rest
 def _gossip_state(algorithm) -> dict[str, torch.Tensor] | None:
     """The per-client state rows of the algorithm's gossip (None when it keeps none, as exact gossip)."""
     gossip = getattr(getattr(algorithm, "ctx", None), "gossip", None)
@@ -185,7 +478,7 @@ def rng_state() -> dict[str, Any]:
     name, keys, pos, has_gauss, gauss = np.random.get_state()
     state: dict[str, Any] = {
         "torch": torch.get_rng_state(),
-        "numpy": {"name": name, "keys": torch.as_tensor(keys.astype(np.int64)), "pos": int(pos),
+        "numpy": {"name": name, "keys": torch.as_tensor(keys.astype(np.int64), device="cpu"), "pos": int(pos),
                   "has_gauss": int(has_gauss), "gauss": float(gauss)},
         "python": random.getstate(),
     }
@@ -195,12 +488,12 @@ def rng_state() -> dict[str, Any]:
 
 
 def set_rng_state(state: dict[str, Any]) -> None:
-    torch.set_rng_state(state["torch"])
+    torch.set_rng_state(state["torch"].clone())  # a memory-mapped manifest's tensor: a private copy
     n = state["numpy"]
     np.random.set_state((n["name"], n["keys"].numpy().astype(np.uint32), n["pos"], n["has_gauss"], n["gauss"]))
     random.setstate(state["python"])
     if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state(state["cuda"])
+        torch.cuda.set_rng_state(state["cuda"].clone())
 
 
 def _cpu(value):

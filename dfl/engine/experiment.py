@@ -40,13 +40,14 @@ from dfl.errors import ConfigError, DivergenceError
 from dfl.models import model_for_run
 from dfl.network.faults import Network
 from dfl.training import memory
-from dfl.training.clients import ParamLayout, initial_stack
+from dfl.training.clients import ParamLayout, common_start
 from dfl.training.evaluate import (
     client_accuracies,
     consensus_distance,
     evaluate_row,
     local_accuracies,
     nonfinite_clients,
+    suspect_rows,
 )
 from dfl.training.local import LocalTrainer
 
@@ -80,11 +81,11 @@ class Experiment:
         device = getattr(comm, "device", None) or resolve_device(config.device)
         if device.type == "cpu":
             memory.keep_freed_memory()  # reuse freed heap instead of zero-filled fresh mappings every round
-        tf32 = config.precision == "tf32"  # off otherwise: exact-averaging needs true fp32
-        if tf32 and device.type != "cuda":
+        # precision = tf32 turns TF32 matmuls on while the run's rounds go (`status`); fp32 and bf16 leave PyTorch's
+        # defaults alone; gossip averages in IEEE fp32 either way (`dfl.network.gossip.exact_matmul`)
+        self.tf32 = config.precision == "tf32"
+        if self.tf32 and device.type != "cuda":
             raise ConfigError(f"precision = tf32 needs a CUDA device (the run is on {device}); use fp32 or bf16")
-        torch.backends.cuda.matmul.allow_tf32 = tf32
-        torch.backends.cudnn.allow_tf32 = tf32
 
         if data is None:
             data = build_data(config)
@@ -111,16 +112,21 @@ class Experiment:
         model = model_for_run(config.model, config.model_options, tuple(data.input_shape), data.num_classes,
                               config.seed, device, (data.train_x[:2], data.train_y[:2]), given_model)
         layout = ParamLayout.of(model)
-        X0 = initial_stack(model, m, device)[comm.client_ids]
+        # this process's block only: every client starts from the same x_0, so the block is x_0 repeated (a view of
+        # one row; the algorithm's X is its own copy), the same numbers as the rows of the whole stack
+        X0 = common_start(model, len(comm.client_ids), device)
 
         trainer = LocalTrainer(model, layout, data, comm.client_ids, config)
-        # before any training: a run that cannot fit one client stops here, with the estimate; compressed gossip
-        # keeps one more [m, d] stack (the public copies x̂)
-        trainer.plan_chunk(X0, extra_stacks=int(network.compressor is not None))
         trainer.step_cap = network.step_cap  # stragglers stopped by the round deadline (None: no deadline)
         gossip = network.gossip(comm, X0.dtype, device, start=X0)  # compressed gossip: x̂ starts at X_0
         self.ctx = Context(config=config, hp=hp, trainer=trainer, gossip=gossip, comm=comm)
         self.algorithm = make_algorithm(config, self.ctx, X0, topology)  # rounds in lock-step, or async clocks
+        # before any training: a run that cannot fit one client stops here, with the estimate; the plan counts
+        # every per-client stack this process holds (X, the algorithm's and the gossip's state, the async pool)
+        held = memory.held_bytes(ckpt.local_rows(self.algorithm), getattr(self.algorithm, "engine", None))
+        if getattr(comm, "gossip_mode", None) == "allgather" and comm.world_size > 1:  # a round receives all rows
+            held += comm.num_clients * layout.dim * X0.element_size()
+        trainer.plan_chunk(self.algorithm.X, held_bytes=held)
         self.config, self.comm, self.data, self.device = config, comm, data, device
         self.model, self.layout, self.X0, self.trainer = model, layout, X0, trainer
         self.network = network
@@ -128,7 +134,7 @@ class Experiment:
         self.history: list[dict[str, Any]] = []
         self.bytes_total, self.start, self.wall_before = 0, 0, 0.0
         if saved is not None:
-            ckpt.restore(saved, self.algorithm, comm, layout)
+            ckpt.restore(saved, self.algorithm, comm, layout)  # this process's rows only, onto the device
             self.start, self.history = saved["round"], list(saved["history"])
             if not comm.is_main:  # as in an uninterrupted run, per-client accuracies live on the main process
                 self.history = [{k: v for k, v in h.items() if k != "client_acc"} for h in self.history]
@@ -140,6 +146,10 @@ class Experiment:
         self.run_dir = None
         if out is not None and comm.is_main:
             self.run_dir = RunDirectory(out, overwrite=overwrite, resume=resume)
+            if overwrite:
+                ckpt.remove(out)  # the shards too, not only checkpoint.pt
+            elif resume:
+                ckpt.remove_stale_shards(out)  # left by a save killed before its manifest
         self.out = out
         self.message_bytes = gossip.message_bytes(layout.dim, X0.element_size())  # a model, or compressed
         self.summary = self._initial_summary(hp, ignored, topology)
@@ -296,18 +306,22 @@ class Experiment:
             (t + 1) % every == 0 or t + 1 == self.config.rounds or self.hooks.stopped)
 
     def checkpoint(self, t: int) -> None:
-        """The state after round t (`dfl.engine.checkpoint`): a collective, every rank calls it (the per-client rows
-        are gathered); rank 0 writes it atomically."""
+        """The state after round t (`dfl.engine.checkpoint`): a collective, every rank calls it and writes the shards
+        of its own rows; rank 0 then writes the manifest checkpoint.pt atomically."""
         counters = {"bytes_sent_total": self.bytes_total, "bytes_moved": self.comm.bytes_moved,
                     "wall_seconds": self.wall_before + time.perf_counter() - self.started}
-        state = ckpt.gather(self.algorithm, self.comm, t + 1, self.history, counters, self.config, self.layout)
-        if self.run_dir is not None:
-            self.run_dir.save(ckpt.FILENAME, state)
+        ckpt.save(self.algorithm, self.comm, t + 1, self.history, counters, self.config, self.layout, self.out)
 
     # ---------------------------------------------------------------------------------------------- finish
     def save_params(self) -> None:
-        """params.pt, then status "completed": a kill in between leaves a run that is not marked done."""
-        self.params = self.comm.gather_rows(self.algorithm.X).detach().cpu()
+        """params.pt, then status "completed": a kill in between leaves a run that is not marked done. The whole
+        population is assembled on the main process's host, block by block (`comm.assemble_rows`); every other
+        process keeps only its own rows."""
+        if self.comm.is_main and self.comm.world_size > 1:
+            # the round's freed stacks go back to the OS first: the host copy of every client's rows then takes their
+            # place instead of growing the heap beyond them (CPU, kept heap; a no-op otherwise)
+            memory.release_free_heap()
+        self.params = self.comm.assemble_rows(self.algorithm.X.detach())
         if self.run_dir:
             self.run_dir.save("params.pt", {"params": self.params, "param_names": list(self.layout.names)})
         self.summary["status"] = "completed"
@@ -318,6 +332,7 @@ class Experiment:
         target asked; diverged, interrupted or failed here, with the error) and writes summary.json with the
         final metrics, whatever happened. The hooks (`dfl.engine.hooks`) start here and finish last."""
         summary = self.summary
+        restore_precision = tf32_matmuls() if self.tf32 else None
         try:
             self.hooks.start(RunInfo(self.config, self.hp, self.run_dir.path if self.run_dir else None,
                                      self.start, list(self.history), dict(summary)))
@@ -334,6 +349,8 @@ class Experiment:
             summary.update(status="failed", error=f"{type(exc).__name__}: {exc}")
             raise
         finally:
+            if restore_precision is not None:
+                restore_precision()
             if self.progress is not None:
                 self.progress.close()
             summary["wall_seconds"] = self.wall_before + time.perf_counter() - self.started
@@ -343,17 +360,35 @@ class Experiment:
             self.hooks.finish(summary)
 
     def result(self) -> Result:
-        initial = self.comm.gather_rows(self.X0).detach().cpu()
+        """The run's `Result`: on the main process every client's rows, elsewhere this process's block (`client_ids`
+        says which); the initial parameters as a view of the common x_0 (no [m, d] copy)."""
+        ids = list(range(self.comm.num_clients)) if self.comm.is_main else list(self.comm.client_ids)
+        initial = self.X0[:1].detach().to("cpu").expand(len(ids), -1)
         return Result(
             config=self.config,
             history=self.history,
             params=self.params,
             initial_params=initial,
+            client_ids=ids,
             param_names=list(self.layout.names),
             summary=self.summary,
             layout=self.layout,
             out_dir=self.run_dir.path if self.run_dir else None,
         )
+
+
+def tf32_matmuls():
+    """Allow TF32 for CUDA fp32 matmuls (`precision = "tf32"`); returns the function that puts PyTorch's setting back.
+    The per-backend API where torch has it (2.9+; mixing it with `allow_tf32` is an error there), else allow_tf32."""
+    matmul = torch.backends.cuda.matmul
+    try:
+        previous = matmul.fp32_precision
+        matmul.fp32_precision = "tf32"
+        return lambda: setattr(matmul, "fp32_precision", previous)
+    except (AttributeError, RuntimeError):
+        previous = matmul.allow_tf32
+        matmul.allow_tf32 = True
+        return lambda: setattr(matmul, "allow_tf32", previous)
 
 
 def _evaluate(model, layout, X, mean, comm, x, y, train_sub, client_test, config, chunk: int,
@@ -413,6 +448,12 @@ def _mean_train_loss(stats, comm) -> float:
 
 
 def _check_finite(X: torch.Tensor, train_loss: torch.Tensor, t: int, comm) -> None:
+    """DivergenceError when any client of any process has a NaN/inf loss or parameter. One read back per round in
+    the common case: the count, over every process, of the suspect rows (a non-finite row sum or loss); only when
+    there are any are they checked element by element (`nonfinite_clients`) and named."""
+    suspect = suspect_rows(X) | ~torch.isfinite(train_loss)
+    if not int(comm.sum(suspect.sum(dtype=torch.float64).reshape(1)).item()):
+        return
     bad = nonfinite_clients(X, train_loss)
     bad_ids = [comm.client_ids[i] for i in bad.nonzero().flatten().tolist()]
     count = int(comm.sum(torch.tensor([float(len(bad_ids))], dtype=torch.float64, device=X.device)))

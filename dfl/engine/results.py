@@ -216,14 +216,21 @@ def human_bytes(n: float) -> str:
 @dataclass
 class Result:
     """What `dfl.run` returns: the config it ran, the metrics of every evaluated round, the final and initial
-    client parameters ([m, d], rows by client id) with their layout, summary.json and the run directory."""
+    client parameters (rows `client_ids`) with their layout, summary.json and the run directory.
+
+    In a single process, and on the main process of a multi-process run, `params` holds every client ([m, d], row i
+    = client i), assembled on the host block by block from the processes that trained them. Every other process
+    holds only its own block there (`client_ids`, the clients of its rows): no process but the main one ever
+    materialises the whole population. `initial_params` is a read-only view of the common start x_0 repeated
+    (`.clone()` it to write into it)."""
 
     config: Config
     history: list[dict[str, Any]]  # one dict per evaluated round
-    params: torch.Tensor  # [m, d] final client parameters (CPU), rows by client id
-    initial_params: torch.Tensor  # [m, d]
+    params: torch.Tensor  # [len(client_ids), d] final client parameters (CPU), row r = client client_ids[r]
+    initial_params: torch.Tensor  # [len(client_ids), d], a view of x_0
     param_names: list[str]  # flat layout: names in order (see `layout` for shapes and offsets)
     summary: dict[str, Any]
     layout: ParamLayout | None = None
     out_dir: Path | None = None
     extras: dict[str, Any] = field(default_factory=dict)
+    client_ids: list[int] | None = None  # the clients of the rows of params (None: all, in order)

@@ -51,8 +51,10 @@ class LocalCommunicator:
         return True
 
     def mix(self, M: torch.Tensor, X: torch.Tensor) -> torch.Tensor:
-        """X ← M X for the global [m, m] mixing matrix M (rows = receivers)."""
-        return M @ X
+        """X ← M X for the global [m, m] mixing matrix M (rows = receivers), in IEEE fp32/fp64 (never TF32)."""
+        from dfl.network.gossip import exact_matmul
+
+        return exact_matmul(M, X)
 
     def mean_rows(self, X: torch.Tensor) -> torch.Tensor:
         """x̄ = (1/m) Σ_i x_i over every client of every process."""
@@ -65,6 +67,13 @@ class LocalCommunicator:
     def gather_rows(self, X: torch.Tensor) -> torch.Tensor:
         """All clients' rows, in client order (complete on the main process)."""
         return X
+
+    def assemble_rows(self, X: torch.Tensor) -> torch.Tensor:
+        """Every client's rows on the host (the main process's, in a multi-process run): here X itself on the CPU."""
+        return X.detach().cpu()
+
+    def barrier(self) -> None:
+        """Wait for every process (none to wait for in a world of one)."""
 
     def report_failure(self, exc: BaseException) -> None:
         """Tell the other processes that this one failed (nothing to tell in a world of one)."""

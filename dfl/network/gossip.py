@@ -21,8 +21,11 @@ algorithm.
 
 from __future__ import annotations
 
+import math
+import time
 import warnings
 from collections import OrderedDict
+from contextlib import contextmanager
 
 import numpy as np
 import scipy.sparse as sp
@@ -84,6 +87,27 @@ def compose_circulants(steps: list[list[tuple[int, float]]], m: int) -> list[tup
     return [(int(k), float(row[k])) for k in np.flatnonzero(row)]
 
 
+# Devices whose gossip method is chosen by timing the candidates on the run's own stack (`Gossip.calibrate`), once per
+# device, sizes and matrices in a process; on the others (the CPU) the rule above, measured on the CPU, decides.
+CALIBRATED_DEVICES = ("cuda",)
+CALIBRATION_REPEATS = 3
+_CALIBRATION: dict[tuple, dict] = {}  # key -> {"method", "seconds"}: the process's calibrations (`Gossip.method`)
+
+
+def calibrations() -> dict[tuple, dict]:
+    """The calibrations made in this process so far (key: device, GPU name, m, row shape, dtype, topology, steps)."""
+    return dict(_CALIBRATION)
+
+
+def _synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _clock() -> float:
+    return time.perf_counter()
+
+
 # On CPU a circulant step runs row block by row block, each block's output small enough to stay in cache
 # while its offsets are added: the stack is then read once and written once (as a copy would), instead of
 # once more per offset. Measured on the 2-core CPU, ring, m = 1,000, d = 50,000: see the README's table.
@@ -117,15 +141,111 @@ def shifted_sum(X: torch.Tensor, offsets: list[tuple[int, float]]) -> torch.Tens
     return out
 
 
+@contextmanager
+def ieee_fp32(device: torch.device):
+    """fp32 matmuls in full fp32 (no TF32) on a CUDA device while inside, outside autocast: gossip averages exactly in
+    the stack's precision whatever precision training uses (`precision = "tf32"` or "bf16" change local training
+    only). PyTorch's own setting is put back on the way out. A no-op on the CPU, whose fp32 matmuls are IEEE."""
+    if device.type != "cuda":
+        yield
+        return
+    matmul = torch.backends.cuda.matmul
+    with torch.autocast("cuda", enabled=False):
+        try:  # torch >= 2.9: the per-backend precision API (mixing it with allow_tf32 is an error there)
+            previous = matmul.fp32_precision
+            matmul.fp32_precision = "ieee"
+            legacy = False
+        except (AttributeError, RuntimeError):
+            previous, legacy = matmul.allow_tf32, True
+            matmul.allow_tf32 = False
+        try:
+            yield
+        finally:
+            if legacy:
+                matmul.allow_tf32 = previous
+            else:
+                matmul.fp32_precision = previous
+
+
+def exact_matmul(A: torch.Tensor, X: torch.Tensor) -> torch.Tensor:
+    """A @ X for a gossip operator A (dense or CSR): in IEEE fp32/fp64, never TF32 or autocast (`ieee_fp32`)."""
+    with ieee_fp32(X.device):
+        return torch.sparse.mm(A, X) if A.layout == torch.sparse_csr else A @ X
+
+
 def csr_tensor(W, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
     """A torch CSR tensor of a scipy sparse matrix (built from scipy's valid CSR, so unchecked)."""
     W = sp.csr_array(W)
     with warnings.catch_warnings():  # "sparse CSR support is in beta": the product used here is long-standing
         warnings.simplefilter("ignore", UserWarning)
         return torch.sparse_csr_tensor(
-            torch.as_tensor(W.indptr, dtype=torch.int64), torch.as_tensor(W.indices, dtype=torch.int64),
-            torch.as_tensor(W.data, dtype=dtype), size=W.shape, device=device, check_invariants=False,
+            torch.as_tensor(W.indptr, dtype=torch.int64, device=device),
+            torch.as_tensor(W.indices, dtype=torch.int64, device=device),
+            torch.as_tensor(W.data, dtype=dtype, device=device), size=W.shape, device=device, check_invariants=False,
         )
+
+
+# Rows of output a `RowsOperator` tile computes at once on CUDA (on the CPU: TILE_BYTES, to stay in cache).
+DEVICE_TILE_BYTES = 256 * 2**20
+
+
+class RowsOperator:
+    """out = A @ [X; R] for the local rows A ([n, n + r], scipy CSR) of a gossip step in a multi-process run: X the
+    [n, ...] rows this process holds, R the [r, ...] rows received from its neighbours' processes.
+
+    A sparse product on the whole stack (`torch.sparse.mm` on the CPU) needs [X; R] concatenated and makes two
+    stack-sized temporaries (the heap of a rank grew by 5 stacks over a round of 4 steps, mlp × 1,500 clients per
+    rank), and a tridiagonal product of 1,500 × 50,410 took 2.6 s on one core. Here A is kept as K = (most nonzeros
+    of a row) slots per row, and each tile of output rows is K gathers of X's rows, multiplied and added in the
+    tile (every row sums its terms in CSR order); the few terms on received rows are added at the end. The output is
+    the only stack-sized allocation; temporaries are one tile (TILE_BYTES on the CPU, DEVICE_TILE_BYTES on a GPU).
+    Index and weight tables are built once per step matrix and sent to the device in one copy each."""
+
+    def __init__(self, A, n: int, dtype: torch.dtype, device: torch.device, sort: bool = True):
+        """`sort=False` keeps each row's terms in the order A stores them (the asynchronous mode's canonical order)."""
+        A = sp.csr_array(A)
+        if sort:
+            A.sort_indices()
+        rows, width = A.shape
+        counts = np.diff(A.indptr)
+        K = max(int(counts.max()) if rows else 0, 1)
+        row_of = np.repeat(np.arange(rows), counts)
+        slot = np.arange(A.nnz) - np.repeat(A.indptr[:-1], counts)
+        cols = np.zeros((rows, K), dtype=np.int64)
+        vals = np.zeros((rows, K), dtype=np.float64)
+        cols[row_of, slot] = A.indices
+        vals[row_of, slot] = A.data
+        remote = cols >= n
+        self.remote = bool(remote.any())
+        r_rows, r_slots = np.nonzero(remote)
+        r_src, r_vals = cols[r_rows, r_slots] - n, vals[r_rows, r_slots]
+        cols[remote], vals[remote] = 0, 0.0  # a received row's term: added at the end
+        self.rows, self.K = rows, K
+        index = torch.from_numpy(np.concatenate([cols.reshape(-1), r_rows, r_src])).to(device, non_blocking=True)
+        self.cols, self.remote_rows, self.remote_src = torch.split(index, [cols.size, len(r_rows), len(r_src)])
+        self.cols = self.cols.view(rows, K)
+        weights = torch.from_numpy(np.concatenate([vals.reshape(-1), r_vals])).to(device=device, dtype=dtype,
+                                                                                    non_blocking=True)
+        self.vals, self.remote_vals = torch.split(weights, [vals.size, len(r_vals)])
+        self.vals = self.vals.view(rows, K, 1)
+        self.remote_vals = self.remote_vals.view(-1, 1)
+
+    def __call__(self, X: torch.Tensor, R: torch.Tensor | None = None) -> torch.Tensor:
+        out = torch.empty((self.rows, *X.shape[1:]), dtype=X.dtype, device=X.device)
+        row_bytes = max(1, X[0].numel() * X.element_size()) if X.shape[0] else 1
+        budget = TILE_BYTES if X.device.type == "cpu" else DEVICE_TILE_BYTES
+        tile = max(1, budget // row_bytes)
+        flat = X.reshape(X.shape[0], -1)
+        view = out.reshape(self.rows, -1)
+        for a in range(0, self.rows, tile):
+            b = min(a + tile, self.rows)
+            part = view[a:b]
+            torch.mul(flat[self.cols[a:b, 0]], self.vals[a:b, 0], out=part)
+            for k in range(1, self.K):
+                part.addcmul_(flat[self.cols[a:b, k]], self.vals[a:b, k])
+        if self.remote:
+            view.index_add_(0, self.remote_rows, R.reshape(R.shape[0], -1)[self.remote_src] * self.remote_vals)
+        return out
 
 
 class SparseStep:
@@ -141,7 +261,7 @@ class SparseStep:
     def __call__(self, X: torch.Tensor) -> torch.Tensor:
         if self.offsets is not None:
             return shifted_sum(X, self.offsets)
-        return torch.sparse.mm(self.matrix, X)
+        return exact_matmul(self.matrix, X)
 
 
 class Gossip:
@@ -212,6 +332,61 @@ class Gossip:
             return build()
         return self._cached(("circulant", *keys), build)
 
+    # ------------------------------------------------------------------ how: dense, circulant pass, or step by step
+    def candidates(self, first_step: int, steps: int) -> list[str]:
+        """The ways these steps can be applied in one process: "dense" (the float64 product, one matmul; m <=
+        DENSE_MAX_CLIENTS), "circulant" (every step circulant and their composition compact: one shifted-add pass),
+        "steps" (one shifted-add pass or CSR product per step; always possible)."""
+        out = ["dense"] if self.topology.n <= DENSE_MAX_CLIENTS else []
+        if self.circulant_product(first_step, steps) is not None:
+            out.append("circulant")
+        return [*out, "steps"]
+
+    def method(self, first_step: int, steps: int, X: torch.Tensor) -> str:
+        """How these steps are applied to X (`candidates`). On the CPU, by the cost rule measured on it (`use_dense`,
+        CIRCULANT_DENSE_FACTOR); on other devices (CUDA: cuBLAS matmuls run far nearer their peak than bandwidth-bound
+        shifted adds, and `shifted_sum` does not tile there), by timing each candidate on this stack once
+        (`calibrate`), cached per device, m, d, dtype and step matrices for the process."""
+        if X.device.type not in CALIBRATED_DEVICES:
+            if self.dense_is_cheaper(first_step, steps):
+                return "dense"
+            return "circulant" if self.circulant_product(first_step, steps) is not None else "steps"
+        options = self.candidates(first_step, steps)
+        if len(options) == 1:
+            return options[0]
+        static = not self.topology.is_time_varying or self.topology.period is not None
+        keys = tuple(self.step_key(s) for s in range(first_step, first_step + steps)) if static else "varying"
+        key = (str(X.device), torch.cuda.get_device_name(X.device) if X.device.type == "cuda" else "",
+               self.topology.n, tuple(X.shape[1:]), X.dtype, self.topology.name, steps, keys, tuple(options))
+        if key not in _CALIBRATION:
+            _CALIBRATION[key] = self.calibrate(first_step, steps, X, options)
+        return _CALIBRATION[key]["method"]
+
+    def calibrate(self, first_step: int, steps: int, X: torch.Tensor, options: list[str]) -> dict:
+        """Time each way of applying these steps to X (one warm-up, then the best of CALIBRATION_REPEATS; the device
+        synchronised around each), and return {"method": the fastest, "seconds": {method: seconds}}."""
+        seconds = {}
+        for name in options:
+            self._apply(name, X, first_step, steps)  # warm-up: operators built, kernels loaded
+            best = math.inf
+            for _ in range(CALIBRATION_REPEATS):
+                _synchronize(X.device)
+                tic = _clock()
+                self._apply(name, X, first_step, steps)
+                _synchronize(X.device)
+                best = min(best, _clock() - tic)
+            seconds[name] = best
+        return {"method": min(seconds, key=seconds.get), "seconds": seconds}
+
+    def _apply(self, method: str, X: torch.Tensor, first_step: int, steps: int) -> torch.Tensor:
+        if method == "dense":
+            return self.comm.mix(self.operator(first_step, steps), X)
+        if method == "circulant":
+            return shifted_sum(X, self.circulant_product(first_step, steps))
+        for s in range(first_step, first_step + steps):
+            X = self.step_operator(s)(X)
+        return X
+
     # ------------------------------------------------------------------ mixing
     def mix(self, X: torch.Tensor, first_step: int, steps: int) -> torch.Tensor:
         """Apply gossip steps first_step … first_step+steps−1 to the local rows X."""
@@ -223,14 +398,7 @@ class Gossip:
         mix_steps = getattr(self.comm, "mix_steps", None)
         if mix_steps is not None:
             return mix_steps([self._exchange_matrix(s) for s in range(first_step, first_step + steps)], X)
-        if self.dense_is_cheaper(first_step, steps):
-            return self.comm.mix(self.operator(first_step, steps), X)
-        composed = self.circulant_product(first_step, steps)
-        if composed is not None:
-            return shifted_sum(X, composed)
-        for s in range(first_step, first_step + steps):
-            X = self.step_operator(s)(X)
-        return X
+        return self._apply(self.method(first_step, steps, X), X, first_step, steps)
 
     def _exchange_matrix(self, step: int):
         """What a multi-process communicator gets per step: the dense matrix for small m, else scipy CSR."""

@@ -88,3 +88,11 @@ def initial_stack(model: nn.Module, num_clients: int, device: torch.device) -> t
     """X_0: every client starts from the template model's initial parameters (a common x_0)."""
     row = ParamLayout.of(model).flatten(model).to(device)
     return row.unsqueeze(0).repeat(num_clients, 1).contiguous()
+
+
+def common_start(model: nn.Module, num_clients: int, device: torch.device) -> torch.Tensor:
+    """X_0 of `num_clients` clients as a read-only `[num_clients, d]` view of the template's one row (an `expand`):
+    the same numbers as `initial_stack`, without an [m, d] allocation. A process builds only its own block this
+    way; whoever needs a writable stack clones it (`.clone()` of the view is contiguous)."""
+    row = ParamLayout.of(model).flatten(model).to(device)
+    return row.unsqueeze(0).expand(num_clients, row.shape[0])

@@ -6,6 +6,7 @@ Models are evaluated in eval mode (`dfl.models.eval_mode`: dropout off), and lef
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch.func import functional_call, vmap
@@ -15,16 +16,18 @@ from dfl.models.modes import eval_mode
 
 @torch.no_grad()
 def evaluate_row(model, layout, row: torch.Tensor, x: torch.Tensor, y: torch.Tensor, batch_size: int):
-    """(accuracy, mean cross-entropy) of one parameter row on (x, y)."""
+    """(accuracy, mean cross-entropy) of one parameter row on (x, y). The sums stay on the device (float64) until
+    the end: one device-to-host copy per call, not two per batch."""
     params = layout.views(row)
-    correct, loss = 0.0, 0.0
+    sums = torch.zeros(2, dtype=torch.float64, device=row.device)  # (correct, loss)
     with eval_mode(model):
         for s in range(0, x.shape[0], batch_size):
             logits = functional_call(model, params, (x[s : s + batch_size],))
             target = y[s : s + batch_size]
-            loss += F.cross_entropy(logits, target, reduction="sum").item()
-            correct += (logits.argmax(dim=1) == target).sum().item()
+            sums[1] += F.cross_entropy(logits, target, reduction="sum").double()
+            sums[0] += (logits.argmax(dim=1) == target).sum()
     n = max(x.shape[0], 1)
+    correct, loss = sums.tolist()
     return correct / n, loss / n
 
 
@@ -78,18 +81,22 @@ def _local_accuracies(model, layout, X, mean, x, y, local, batch_size: int, clie
     b = _per_client_batch(batch_size, chunk, m, min_per_client)
     personal = torch.zeros(m, dtype=torch.long, device=X.device)
     span = torch.arange(b, device=X.device)
-    for c in range(0, m, chunk):
-        rows = torch.arange(c, min(c + chunk, m), device=X.device)
-        for s in range(0, int(sizes[rows].max()), b):
-            if s:  # the clients with samples left at positions s.. (all of them in the first block)
-                rows = rows[sizes[rows] > s]
-            valid = s + span < sizes[rows, None]
-            where = offsets[rows, None] + torch.where(valid, s + span, 0)  # padding reads the client's first sample
-            samples = index[where]
-            stack = X[c : c + rows.numel()] if rows.numel() == min(chunk, m - c) else X[rows]  # all: a view
-            hits = (forward(stack, x[samples]).argmax(dim=2) == y[samples]) & valid
-            personal[rows] += hits.sum(dim=1)
-    owner = torch.repeat_interleave(torch.arange(m, device=X.device), sizes)
+    # which clients have samples left at positions s.. of each block: decided on the host from the sizes (one copy
+    # per call), the row ids of every block sent to the device at once; no sync per block
+    host_sizes = sizes.cpu().numpy()
+    blocks = [(c, s, np.arange(c, min(c + chunk, m))[host_sizes[c:c + chunk] > s])
+              for c in range(0, m, chunk) for s in range(0, int(host_sizes[c:c + chunk].max(initial=0)), b)]
+    block_rows = torch.split(torch.from_numpy(np.concatenate([r for _, _, r in blocks]) if blocks else
+                                              np.zeros(0, dtype=np.int64)).to(X.device, non_blocking=True),
+                             [len(r) for _, _, r in blocks])
+    for (c, s, _), rows in zip(blocks, block_rows):
+        valid = s + span < sizes[rows, None]
+        where = offsets[rows, None] + torch.where(valid, s + span, 0)  # padding reads the client's first sample
+        samples = index[where]
+        stack = X[c : c + rows.numel()] if rows.numel() == min(chunk, m - c) else X[rows]  # all: a view
+        hits = (forward(stack, x[samples]).argmax(dim=2) == y[samples]) & valid
+        personal[rows] += hits.sum(dim=1)
+    owner = torch.repeat_interleave(torch.arange(m, device=X.device), sizes, output_size=int(host_sizes.sum()))
     global_ = torch.zeros(m, dtype=torch.long, device=X.device)
     params = layout.views(mean)
     for s in range(0, index.shape[0], batch_size):
@@ -119,6 +126,15 @@ def consensus_distance(X: torch.Tensor, comm) -> float:
     return float(comm.sum(local)) / comm.num_clients
 
 
+def suspect_rows(X: torch.Tensor) -> torch.Tensor:
+    """[m] bool: rows whose sum is NaN/inf — every row with a NaN or inf, and finite rows whose sum overflows (a
+    superset of `nonfinite_rows`, found in one pass with no read back to the host)."""
+    out = torch.zeros(X.shape[0], dtype=torch.bool, device=X.device)
+    for rows in row_blocks(X):
+        out[rows] = ~torch.isfinite(X[rows].sum(dim=1))
+    return out
+
+
 def nonfinite_rows(X: torch.Tensor) -> torch.Tensor:
     """[m] bool: rows of X with a NaN or inf.
 
@@ -126,9 +142,7 @@ def nonfinite_rows(X: torch.Tensor) -> torch.Tensor:
     bool temporary) finds every candidate; only candidates — bad rows, or finite rows whose sum overflowed — are
     checked element by element. Exact, and 10-20× faster than `isfinite(X).all(dim=1)` (mlp × 100 on the 2-core
     EPYC: ~8 ms instead of ~170 ms under load)."""
-    out = torch.zeros(X.shape[0], dtype=torch.bool, device=X.device)
-    for rows in row_blocks(X):
-        out[rows] = ~torch.isfinite(X[rows].sum(dim=1))
+    out = suspect_rows(X)
     candidates = out.nonzero().flatten()
     step = max(1, ROW_BLOCK_BYTES // max(1, X.shape[1] * X.element_size()))
     for s in range(0, candidates.numel(), step):  # block by block, as above, should every row be a candidate

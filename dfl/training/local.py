@@ -111,6 +111,8 @@ class LocalTrainer:
         if config.compile:
             if device_type == "cpu":
                 require_cpp_compiler()
+            elif device_type == "cuda":
+                require_triton(data.train_x.device)
             # dynamic=None: the first call specializes on its shapes; a second client count (a short last
             # chunk, clients that finished their epochs) recompiles once with a symbolic client dimension.
             self._grad = torch.compile(self._grad, dynamic=None)
@@ -125,12 +127,11 @@ class LocalTrainer:
         return RoundSchedule(self.data, ids, round_index, self.seed, self.batch_size, self.mode, self.amount, cap)
 
     # ---------------------------------------------------------------- clients per vectorized call
-    def plan_chunk(self, X: torch.Tensor, extra_stacks: int = 0) -> int:
+    def plan_chunk(self, X: torch.Tensor, held_bytes: int | None = None) -> int:
         """Measure a gradient call's memory on round 0's first batch and resolve `client_chunk` (`dfl.training.memory`):
         "auto" becomes the largest chunk that fits and is fast; an explicit chunk is kept (a warning says when
         the estimate puts it above memory). Raises ConfigError with the estimate when not even one client fits.
-        extra_stacks: [m, d] stacks the run keeps beyond the planner's usual ones
-        (`dfl.training.memory.choose_chunk`)."""
+        held_bytes: the per-client stacks this process holds (`dfl.training.memory.held_bytes`; None: X alone)."""
         m = X.shape[0]
         probe = min(4, m)
         batch = self.schedule(0, torch.arange(probe)).batch(0)
@@ -143,7 +144,7 @@ class LocalTrainer:
         fixed, per_client = memory.measure_footprint(call, len(rows), X.device) if len(rows) else (0, 1)
         auto, self.memory_estimate = memory.choose_chunk(
             m, fixed, per_client, X.shape[1] * X.element_size(), memory.available_bytes(X.device), X.device,
-            extra_stacks)
+            held_bytes)
         if self.client_chunk == "auto":
             self.chunk = auto
         elif self.chunk > self.memory_estimate["memory_limit"]:
@@ -308,6 +309,29 @@ def require_cpp_compiler() -> None:
                          "install one or set compile = false")
 
 
+TRITON_MIN_CAPABILITY = (7, 0)  # Triton's GPU code generation starts at Volta
+
+
+def require_triton(device: torch.device) -> None:
+    """torch.compile (inductor) generates Triton kernels on CUDA: Triton must import, the GPU must be one Triton
+    compiles for, and a C compiler must be there (Triton builds a small C launcher per kernel): fail at start, not
+    after the first round."""
+    import importlib.util
+
+    if importlib.util.find_spec("triton") is None:
+        raise ValueError("compile = true on CUDA needs Triton (pip install triton, the version your torch names); "
+                         "install it or set compile = false")
+    capability = tuple(torch.cuda.get_device_capability(device))
+    if capability < TRITON_MIN_CAPABILITY:
+        raise ValueError(f"compile = true needs a GPU of compute capability >= {TRITON_MIN_CAPABILITY[0]}."
+                         f"{TRITON_MIN_CAPABILITY[1]} for Triton; {device} has {capability[0]}.{capability[1]}: set "
+                         "compile = false")
+    candidates = [os.environ.get("CC"), "cc", "gcc", "clang"]
+    if not any(c and shutil.which(c) for c in candidates):
+        raise ValueError("compile = true on CUDA needs a C compiler for Triton's kernel launchers (cc, gcc or clang on "
+                         "PATH, or $CC); install one or set compile = false")
+
+
 def descent_direction(g: torch.Tensor, y: torch.Tensor, rule: LocalRule, buf: torch.Tensor | None,
                       adam: AdamState | None = None, rows: slice | torch.Tensor | None = None):
     """Clip per row, then SGD: add weight decay, apply heavy-ball momentum, return b; or Adam/AdamW: the step
@@ -340,4 +364,4 @@ def per_row(v: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
 
 def _all_rows(rows: torch.Tensor, m: int) -> bool:
     """Whether local row ids `rows` are 0..m-1 in order (every client trains, e.g. full participation)."""
-    return rows.numel() == m and bool((rows.cpu() == torch.arange(m)).all())
+    return rows.numel() == m and torch.equal(rows, torch.arange(m, device=rows.device, dtype=rows.dtype))

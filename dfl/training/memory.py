@@ -7,11 +7,14 @@ bytes each extra client adds, the intercept what the call needs anyway. On CUDA 
 statistics give the same two numbers.
 
 The chunk is the largest that
-- fits: fixed + chunk · (per_client + step temporaries) ≤ a fraction of the memory free now (CUDA:
-  `torch.cuda.mem_get_info`; CPU: MemAvailable, or the cgroup limit when lower, after the free blocks of this
-  process's own heap — memory an earlier run freed and `keep_freed_memory` keeps for reuse, which the OS
-  counts as used — are handed back to the OS), after the round's
-  `[m, d]` stacks (`STACK_COPIES` of them) are set aside; and
+- fits: fixed + chunk · (per_client + step temporaries) ≤ a fraction of the memory free now plus what the
+  process's per-client stacks already hold (CUDA: `torch.cuda.mem_get_info`; CPU: MemAvailable, or the cgroup
+  limit when lower, after the free blocks of this process's own heap — memory an earlier run freed and
+  `keep_freed_memory` keeps for reuse, which the OS counts as used — are handed back to the OS), after every
+  per-client stack this process holds (`held_bytes`: X, the algorithm's per-client state, the gossip's state,
+  the asynchronous mode's message pool — measured from the tensors themselves, this process's rows only) and the
+  round's `[m_local, d]` temporaries (`ROUND_STACKS`: the trained Y, a momentum buffer, the gossip output) are set
+  aside; and
 - is fast: on CPU, chunk · per_client ≤ CPU_CHUNK_BYTES. Larger calls did not run faster on the 2-core CPU,
   and calls with hundreds of MB of temporaries ran slower: every temporary above glibc's mmap threshold
   (32 MiB) is a fresh mapping that the kernel zero-fills page by page (system time exceeded user time at
@@ -36,9 +39,10 @@ from dfl.errors import ConfigError
 
 CPU_CHUNK_BYTES = 128 * 2**20
 MEMORY_FRACTION = {"cpu": 0.5, "cuda": 0.8}  # of the memory free when the run starts
-# [m, d] stacks alive during a round besides X itself: the trained Y, a momentum buffer, the gossip output
-# and an algorithm's per-client state (SCAFFOLD's c_i, FedDyn's h_i, ...).
-STACK_COPIES = 4
+# [m_local, d] temporaries of a round besides the stacks a process holds (`held_bytes`): the trained Y, a momentum
+# buffer, the gossip output. A checkpoint adds at most ROW_CHUNK_BYTES per tensor (`dfl.engine.checkpoint`).
+ROUND_STACKS = 3
+STACK_COPIES = 1 + ROUND_STACKS  # without a measured `held_bytes`: X alone is held
 # [chunk, d] temporaries of one local step besides the gradient call: Y rows, g, the SAM point, the step.
 STEP_TEMPORARIES = 4
 
@@ -148,33 +152,44 @@ def _cgroup_free() -> int | None:
 
 
 def choose_chunk(
-    clients: int, fixed: int, per_client: int, row_bytes: int, free: int, device: torch.device, extra_stacks: int = 0
+    clients: int, fixed: int, per_client: int, row_bytes: int, free: int, device: torch.device,
+    held_bytes: int | None = None,
 ) -> tuple[int, dict]:
     """(chunk, estimate) for `clients` local clients: the largest chunk that fits and is fast (see module doc).
 
     fixed, per_client: the gradient call's bytes (intercept, slope); row_bytes: one client's parameters (d × 4);
-    extra_stacks: [m, d] stacks beyond STACK_COPIES (compressed gossip keeps the public copies x̂, `dfl.network.choco`).
-    Raises ConfigError (a ValueError naming client_chunk), with the estimate, when not even one client fits."""
+    free: memory free now; held_bytes: the per-client stacks this process already holds (`held_bytes()`; None: X
+    alone), set aside with ROUND_STACKS more [clients, d] temporaries. Raises ConfigError (a ValueError naming
+    client_chunk), with the estimate, when not even one client fits."""
     kind = "cuda" if device.type == "cuda" else "cpu"
-    budget = int(free * MEMORY_FRACTION[kind])
-    copies = STACK_COPIES + extra_stacks
-    stacks = copies * clients * row_bytes
+    held = clients * row_bytes if held_bytes is None else int(held_bytes)
+    budget = int((free + held) * MEMORY_FRACTION[kind])  # what is free now, and what the held stacks occupy
+    stacks = held + ROUND_STACKS * clients * row_bytes
     each = per_client + STEP_TEMPORARIES * row_bytes
-    estimate = {"free_bytes": free, "budget_bytes": budget, "stack_bytes": stacks, "fixed_bytes": fixed,
-                "bytes_per_client": each}
+    estimate = {"free_bytes": free, "budget_bytes": budget, "held_bytes": held, "stack_bytes": stacks,
+                "fixed_bytes": fixed, "bytes_per_client": each}
     room = budget - stacks - fixed
     if room < each:
         raise ConfigError(
-            f"client_chunk: not even one client fits in memory on {device}: the round needs ~{_gib(stacks)} for "
-            f"{copies} [m, d] stacks of {clients} clients + {_gib(fixed + each)} for one client's gradient "
-            f"call, but the budget is {_gib(budget)} ({MEMORY_FRACTION[kind]:.0%} of {_gib(free)} free); use "
-            "fewer clients per process (more processes), a smaller model or a smaller batch_size"
+            f"client_chunk: not even one client fits in memory on {device}: the round needs ~{_gib(stacks)} for the "
+            f"[m, d] stacks of {clients} clients ({_gib(held)} held: X and per-client state; {ROUND_STACKS} "
+            f"temporaries) + {_gib(fixed + each)} for one client's gradient call, but the budget is {_gib(budget)} "
+            f"({MEMORY_FRACTION[kind]:.0%} of {_gib(free + held)}); use fewer clients per process (more processes), "
+            "a smaller model or a smaller batch_size"
         )
     fit = room // each
     fast = clients if kind == "cuda" else max(1, CPU_CHUNK_BYTES // max(each, 1))
     chunk = int(max(1, min(clients, fit, fast)))
     estimate.update(chunk=chunk, memory_limit=int(min(fit, clients)))
     return chunk, estimate
+
+
+def held_bytes(rows: dict[str, torch.Tensor], async_engine=None) -> int:
+    """Bytes of the per-client stacks a process holds: its rows of X and of every per-client state
+    (`dfl.engine.checkpoint.local_rows`), and the asynchronous mode's message pool when there is one."""
+    total = sum(t.numel() * t.element_size() for t in rows.values())
+    pool = getattr(async_engine, "pool", None)
+    return int(total + (pool.numel() * pool.element_size() if pool is not None else 0))
 
 
 def _gib(b: float) -> str:

@@ -82,7 +82,12 @@ def _final_params(run_dir: Path) -> tuple[torch.Tensor, list[str] | None, str]:
         path = run_dir / name
         if path.is_file():
             try:
-                saved = torch.load(path, map_location="cpu", weights_only=True)
+                if name == "checkpoint.pt":  # the manifest; the rows are in its shards (dfl.engine.checkpoint)
+                    from dfl.engine import checkpoint
+
+                    saved = checkpoint.read(run_dir)
+                else:
+                    saved = torch.load(path, map_location="cpu", weights_only=True)
                 params = saved["params"]
             except Exception as exc:  # a truncated or foreign file: say which one
                 raise ValueError(f"cannot read the parameters from {path}: {type(exc).__name__}: {exc}") from None
