@@ -26,6 +26,13 @@ the unprofiled seconds per round of the same run are printed next to it.
     python benchmarks/round_profile.py                       # FedAvg & DFedSAM-MGS × mlp & cnn1d, 100 clients
     python benchmarks/round_profile.py --models logreg --clients 300 --algorithms dfedsam
     python benchmarks/round_profile.py --md benchmarks/results/round_profile-DATE.md
+    python benchmarks/round_profile.py --pfl-workload --algorithms fedavg --models mlp --clients 100 --threads 1
+
+`--pfl-workload` profiles the FedAvg workload of benchmarks/pfl.py and benchmarks/flower.py instead (MNIST-1D,
+20,000 samples, IID, one local epoch of batch-32 SGD, lr 0.1, size-weighted averaging). Every case also reports
+the achieved GFLOP/s of its local training (the FLOPs of the model's forward and backward per sample, counted by
+`torch.utils.flop_counter`, times the samples a round trains on) against an fp32 matmul peak measured in the same
+process (benchmarks/throughput.py's 2048² product), over the unprofiled round and over the profiled fwd/bwd time.
 """
 
 from __future__ import annotations
@@ -34,15 +41,21 @@ import argparse
 import contextlib
 import datetime
 import functools
+import itertools
 import platform
+import sys
 import time
 from collections import defaultdict
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks.flower, benchmarks.throughput
 
 import torch
 from torch.profiler import ProfilerActivity, profile, record_function
 
 import dfl
 import dfl.engine.experiment as experiment
+from benchmarks import throughput  # noqa: E402
 from dfl.config import Config
 from dfl.data.sampler import RoundSchedule
 from dfl.network.gossip import Gossip
@@ -145,10 +158,46 @@ def attribute(events) -> dict[str, float]:
     return out
 
 
+def case_config(algorithm: str, model: str, clients: int, rounds: int, eval_every: int, pfl_workload: bool) -> Config:
+    """The run to profile: dfl's defaults, or benchmarks/pfl.py's FedAvg workload (`--pfl-workload`)."""
+    if not pfl_workload:
+        return Config(algorithm=algorithm, model=model, clients=clients, rounds=rounds, eval_every=eval_every)
+    from benchmarks.flower import Workload
+
+    config = Workload(model=model, clients=clients, rounds=rounds).config()
+    return config.replace(algorithm=algorithm, eval_every=eval_every, threads=torch.get_num_threads())
+
+
+def training_gflop(config: Config) -> float:
+    """GFLOP of one round's local training: the model's forward + backward FLOPs per sample (a batch of the
+    config's size through torch's FLOP counter) times the samples a round trains on (every client's shard once per
+    local epoch; local_steps: K batches per client). SAM steps count twice."""
+    import torch.nn.functional as F
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from dfl.engine.setup import build_data
+    from dfl.models import build_model
+
+    data = build_data(config)
+    net = build_model(config.model, tuple(data.input_shape), data.num_classes, **config.model_options)
+    b = config.batch_size or 32
+    with FlopCounterMode(display=False) as counter:
+        F.cross_entropy(net(data.train_x[:b]), data.train_y[:b]).backward()
+    per_sample = counter.get_total_flops() / b
+    sizes = [len(i) for i in data.client_indices]
+    if config.local_steps:
+        samples = config.local_steps * sum(min(b, n) for n in sizes)
+    else:
+        samples = config.local_epochs * sum(sizes)
+    from dfl.algorithms import resolve_hyperparameters
+
+    passes = 2 if resolve_hyperparameters(config, warn=False)[0].get("rho", 0) > 0 else 1
+    return per_sample * samples * passes / 1e9
+
+
 def profile_case(algorithm: str, model: str, clients: int, rounds: int, warmup: int, eval_every: int,
-                 extra: dict) -> dict:
-    config = Config(algorithm=algorithm, model=model, clients=clients, rounds=warmup + rounds, eval_every=eval_every,
-                    **extra)
+                 extra: dict, pfl_workload: bool = False) -> dict:
+    config = case_config(algorithm, model, clients, warmup + rounds, eval_every, pfl_workload).replace(**extra)
     prof = profile(activities=[ProfilerActivity.CPU], record_shapes=False)
     state = {"start": warmup, "prof": prof, "plain": [], "tic": None}
     with instrumented(state):
@@ -162,7 +211,8 @@ def profile_case(algorithm: str, model: str, clients: int, rounds: int, warmup: 
     return {"algorithm": algorithm, "model": model, "clients": clients, "rounds": rounds,
             "ms_per_round": {k: rows.get(k, 0.0) / 1e3 / rounds for k in ROWS},
             "total_ms": total / 1e3 / rounds, "wall_ms": wall * 1e3 / rounds,
-            "plain_ms": 1e3 * min(state["plain"][1:] or state["plain"] or [float("nan")])}
+            "plain_ms": 1e3 * min(state["plain"][1:] or state["plain"] or [float("nan")]),
+            "gflop": training_gflop(config)}
 
 
 def table(results: list[dict]) -> str:
@@ -184,6 +234,17 @@ def table(results: list[dict]) -> str:
         f"{100 * (1 - r['ms_per_round']['fwd/bwd matmul'] / r['total_ms']):.0f}%" for r in results) + " |")
     lines.append("| round without profiler (warm-up, min) | " + " | ".join(f"{r['plain_ms']:.1f} ms" for r in results)
                  + " |")
+    if all("peak_gflops" in r for r in results):
+        lines.append("| local training GFLOP a round | " + " | ".join(f"{r['gflop']:.2f}" for r in results) + " |")
+        lines.append("| GFLOP/s over the unprofiled round (% of peak) | " + " | ".join(
+            f"{r['gflop'] / r['plain_ms'] * 1e3:.1f} ({100 * r['gflop'] / r['plain_ms'] * 1e3 / r['peak_gflops']:.0f}%)"
+            for r in results) + " |")
+        lines.append("| GFLOP/s over the profiled fwd/bwd kernels (% of peak) | " + " | ".join(
+            f"{r['gflop'] / r['ms_per_round']['fwd/bwd matmul'] * 1e3:.1f} "
+            f"({100 * r['gflop'] / r['ms_per_round']['fwd/bwd matmul'] * 1e3 / r['peak_gflops']:.0f}%)"
+            for r in results) + " |")
+        lines.append("| fp32 matmul peak (2048², same process) | " + " | ".join(
+            f"{r['peak_gflops']:.1f} GFLOP/s" for r in results) + " |")
     return "\n".join(lines)
 
 
@@ -191,29 +252,34 @@ def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--algorithms", default="fedavg,dfedsam-mgs")
     p.add_argument("--models", default="mlp,cnn1d")
-    p.add_argument("--clients", type=int, default=100)
+    p.add_argument("--clients", type=int, nargs="+", default=[100])
     p.add_argument("--rounds", type=int, default=5, help="profiled rounds (after the warm-up)")
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--eval-every", type=int, default=5, help="rounds between evaluations (part of the profile)")
     p.add_argument("--threads", type=int, default=0)
+    p.add_argument("--pfl-workload", action="store_true",
+                   help="benchmarks/pfl.py's FedAvg workload (MNIST-1D 20,000, IID, 1 epoch of batch 32, lr 0.1)")
     p.add_argument("--md", default=None, metavar="PATH", help="also write the table (markdown) to PATH")
     args = p.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
     results = []
-    for algorithm in args.algorithms.split(","):
-        for model in args.models.split(","):
-            r = profile_case(algorithm, model, args.clients, args.rounds, args.warmup, args.eval_every, {})
-            print(f"{algorithm} {model}×{args.clients}: {r['total_ms']:.1f} ms/round profiled, "
-                  f"{r['plain_ms']:.1f} unprofiled", flush=True)
-            results.append(r)
+    for algorithm, model, clients in itertools.product(args.algorithms.split(","), args.models.split(","),
+                                                       args.clients):
+        r = profile_case(algorithm, model, clients, args.rounds, args.warmup, args.eval_every, {}, args.pfl_workload)
+        r["peak_gflops"] = throughput.matmul_peak_gflops(torch.device("cpu"), 2048)
+        print(f"{algorithm} {model}×{clients}: {r['total_ms']:.1f} ms/round profiled, "
+              f"{r['plain_ms']:.1f} unprofiled", flush=True)
+        results.append(r)
     stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     cpu = next((ln.split(":", 1)[1].strip() for ln in open("/proc/cpuinfo") if ln.startswith("model name")),
                platform.processor())
     header = (f"# Round profile, {stamp}\n\nMachine: {cpu}, {torch.get_num_threads()} torch threads, torch "
               f"{torch.__version__}, CPU capability {torch.backends.cpu.get_cpu_capability()}.\n"
               f"Command: `python benchmarks/round_profile.py --algorithms {args.algorithms} --models {args.models} "
-              f"--clients {args.clients} --rounds {args.rounds} --warmup {args.warmup} --eval-every {args.eval_every}`"
+              f"--clients {' '.join(map(str, args.clients))} --rounds {args.rounds} --warmup {args.warmup} "
+              f"--eval-every {args.eval_every}{' --threads ' + str(args.threads) if args.threads else ''}"
+              f"{' --pfl-workload' if args.pfl_workload else ''}`"
               f"\n\nSelf CPU time per round (ms, share of the profiled round), rounds {args.warmup + 1}–"
               f"{args.warmup + args.rounds}, every {args.eval_every}th evaluated.\n\n")
     text = header + table(results) + "\n"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 import dfl
 from dfl.config import Config, ConfigError
@@ -12,6 +13,21 @@ from dfl.engine.validation import validate
 from dfl.models import build_model
 from dfl.training.clients import ParamLayout, initial_stack
 from dfl.training.local import LocalTrainer
+
+
+class ConvolutionDtypes(TorchDispatchMode):
+    """The dtypes of every convolution's output computed inside it (below vmap and autograd: the vmapped and the
+    batched gradient alike)."""
+
+    def __init__(self):
+        super().__init__()
+        self.dtypes = set()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        if func.overloadpacket is torch.ops.aten.convolution:
+            self.dtypes.add(out.dtype)
+        return out
 
 BASE = dict(dataset_options={"num_samples": 600}, clients=4, rounds=2, local_steps=2, batch_size=16,
             eval_every=1, progress=False)
@@ -32,9 +48,9 @@ def test_bf16_runs_the_client_forward_in_bfloat16_and_keeps_fp32_gradients(devic
     grads = {}
     for precision in ("fp32", "bf16"):
         model, trainer, X, batch = trainer_and_batch(precision, device)
-        hook = model.conv2.register_forward_hook(lambda mod, inp, out, p=precision: seen.append((p, out.dtype)))
-        grads[precision], loss = trainer.gradient(X, batch)
-        hook.remove()
+        with ConvolutionDtypes() as convolutions:
+            grads[precision], loss = trainer.gradient(X, batch)
+        seen += [(precision, dtype) for dtype in convolutions.dtypes]
         assert grads[precision].dtype == torch.float32 and loss.dtype == torch.float32
     assert set(seen) == {("fp32", torch.float32), ("bf16", torch.bfloat16)}
     error = (grads["bf16"] - grads["fp32"]).norm(dim=1) / grads["fp32"].norm(dim=1)

@@ -1,4 +1,5 @@
-"""Models for vectorized multi-client training (`functional_call` + `vmap` over a client axis).
+"""Models for vectorized multi-client training (`functional_call` + `vmap` over a client axis; the built-in logreg,
+mlp and cnn1d also define `batched_forward`, every client's forward at once without vmap: `dfl.training.batched`).
 
     model = build_model("cnn1d", (1, 40), 10, conv_impl="unfold")
 

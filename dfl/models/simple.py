@@ -1,10 +1,24 @@
-"""Fully connected models: multinomial logistic regression and a ReLU MLP (any input shape, flattened)."""
+"""Fully connected models: multinomial logistic regression and a ReLU MLP (any input shape, flattened).
+
+Both also run many clients at once (`batched_forward`, see `dfl.training.batched`): a linear layer with every
+client's own weights is one batched product over the clients, `torch.baddbmm(b_a, W_a, h_aᵀ)`.
+"""
 
 from __future__ import annotations
 
 import math
 
+import torch
 from torch import nn
+
+
+def batched_linear(params: dict, name: str, h: torch.Tensor) -> torch.Tensor:
+    """h_a W_aᵀ + b_a for every client a: h [a, B, in], params[name.weight] [a, out, in], params[name.bias] [a, out]
+    -> [a, B, out]. Computed transposed, (W_a h_aᵀ + b_a)ᵀ, one baddbmm whose result is [a, out, B] in memory (the
+    next layer's hᵀ as it is, no copy): so the weights' gradient, ∂/∂W_a = ∂z_aᵀ h_a, comes out of the backward
+    contiguous like W (bmm's backward would hand back a transposed view, and every update would stride over it)."""
+    zt = torch.baddbmm(params[f"{name}.bias"].unsqueeze(2), params[f"{name}.weight"], h.transpose(1, 2))
+    return zt.transpose(1, 2)
 
 
 class LogReg(nn.Module):
@@ -17,6 +31,12 @@ class LogReg(nn.Module):
 
     def forward(self, x):
         return self.linear(x.flatten(-self.ndim))
+
+    batched = True  # `batched_forward` computes `forward` of every client
+
+    def batched_forward(self, params: dict, x):
+        """Every client's logits: params {name: [a, *shape]}, x [a, B, *input_shape] -> [a, B, classes]."""
+        return batched_linear(params, "linear", x.flatten(-self.ndim))
 
 
 class MLP(nn.Module):
@@ -34,3 +54,12 @@ class MLP(nn.Module):
 
     def forward(self, x):
         return self.net(x.flatten(-self.ndim))
+
+    batched = True  # `batched_forward` computes `forward` of every client
+
+    def batched_forward(self, params: dict, x):
+        """Every client's logits: params {name: [a, *shape]}, x [a, B, *input_shape] -> [a, B, classes]."""
+        h = x.flatten(-self.ndim)
+        for i, layer in enumerate(self.net):
+            h = batched_linear(params, f"net.{i}", h) if isinstance(layer, nn.Linear) else h.relu()
+        return h

@@ -34,6 +34,7 @@ from dfl.config import LOCAL_OPTIMIZERS
 from dfl.data.sampler import Batch, RoundSchedule
 from dfl.training import memory
 from dfl.training.adam import AdamState
+from dfl.training.batched import batched_forward_of, batched_grad_and_value
 from dfl.training.clients import ParamLayout
 from dfl.training.precision import warn_if_slow_bf16
 
@@ -108,6 +109,12 @@ class LocalTrainer:
         # randomness="different": a model's random ops (dropout) draw independently for every client; models
         # without any (all built-ins) compute exactly what they would without it
         self._grad = self._eager_grad = vmap(grad_and_value(loss), randomness="different")
+        # a built-in model's batched forward: the same gradients from one backward of the clients' summed losses,
+        # without vmap (`dfl.training.batched`); torch.compile keeps compiling the vmapped gradient
+        forward = batched_forward_of(model)
+        self.batched = forward is not None and not config.compile
+        if self.batched:
+            self._grad = self._eager_grad = batched_grad_and_value(forward, layout, device_type, bf16)
         if config.compile:
             if device_type == "cpu":
                 require_cpp_compiler()
