@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from dfl.cli.run import key_value
-from dfl.errors import ConfigError
+from dfl.errors import ConfigError, FileReadError, OutputPathError
 from dfl.workflows.launchers import LAUNCHERS, SLURM_KEYS, SlurmOptions, make_launcher
 from dfl.workflows.presets import PAPER_ALGORITHMS, PAPER_TOPOLOGIES, compare_topologies_sweep, spectral_study_sweep
 from dfl.workflows.sweep import (
@@ -54,6 +54,9 @@ on a Slurm cluster (pip install -e ".[cluster]"):
 """
 
 SLURM_KEYS_HELP = SLURM_KEYS
+# what a command refuses with one line (exit 2): a bad spec, config or option; a file it cannot read (sweep.json,
+# jobs.json); an --out that is not a sweep directory of dfl's (dfl.directories)
+REFUSED = (SweepError, ConfigError, FileReadError, OutputPathError)
 
 
 
@@ -214,7 +217,7 @@ def status_main(args: argparse.Namespace) -> int:
         return _error("sweep status", "give the sweep directory: dfl sweep status DIR")
     try:
         rows = sweep_status(args.status_dir)
-    except SweepError as exc:
+    except (*REFUSED, OSError) as exc:
         return _error("sweep status", exc)
     print(format_sweep_status(rows))
     return 0
@@ -272,7 +275,7 @@ def _execute(command: str, sweep: Sweep, args: argparse.Namespace, out, spectral
         entries = run_sweep(sweep, out, retry_diverged=getattr(args, "retry_diverged", False), launcher=launcher)
         if launcher.kind != "local":
             return _submitted(command, launcher, out, args, spectral)
-    except (SweepError, ConfigError) as exc:
+    except (*REFUSED, OSError) as exc:  # OSError: a directory that cannot be made or written (permissions, disk)
         return _error(command, exc)
     except SweepInterrupted as exc:  # the workers are stopped; their checkpoints stay
         stopped = f"stopped {exc.stopped} running run(s); " if exc.stopped else ""
@@ -318,5 +321,7 @@ def _report(command: str, out: Path, args: argparse.Namespace, spectral: bool, s
 
 
 def _error(command: str, exc) -> int:
+    if isinstance(exc, OSError) and exc.filename is not None:
+        exc = f"{exc.filename}: {exc.strerror or exc}"
     print(f"dfl {command}: error: {exc}", file=sys.stderr)
     return 2

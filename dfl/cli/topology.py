@@ -144,6 +144,10 @@ def _check_args(args: argparse.Namespace) -> None:
         raise ValueError("--clients is required (one or more numbers of clients)")
     if args.clients is not None and any(n < 1 for n in args.clients):
         raise ValueError(f"--clients must be integers >= 1, got {' '.join(map(str, args.clients))}")
+    if args.plot:  # a file dfl did not write is never replaced (dfl.directories), checked before any work
+        from dfl.directories import check_output_plot
+
+        check_output_plot(args.plot, "--plot")
 
 
 def run(args: argparse.Namespace) -> int:
