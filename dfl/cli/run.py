@@ -134,12 +134,10 @@ def check_out(args: argparse.Namespace) -> None:
     run directory without --overwrite or --resume. Under torchrun only rank 0 checks (it alone writes there)."""
     from dfl.directories import check_output_directory
 
-    if int(os.environ.get("RANK", "0")) != 0:
-        return
-    resume = getattr(args, "resume", None)
-    out = resume or getattr(args, "out", None) or Path("runs") / config_from_args(args).validate().name
-    check_output_directory(out, "run", option="--resume" if resume else "--out",
-                           overwrite=getattr(args, "overwrite", False), resume=resume is not None)
+    if int(os.environ.get("RANK", "0")) != 0 or getattr(args, "resume", None) is not None:
+        return  # --resume writes only into a run of dfl's, which resume_args and the run directory check
+    out = getattr(args, "out", None) or Path("runs") / config_from_args(args).validate().name
+    check_output_directory(out, "run", overwrite=getattr(args, "overwrite", False))
 
 
 def main(args: argparse.Namespace) -> int:
