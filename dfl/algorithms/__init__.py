@@ -19,10 +19,12 @@ from dfl.algorithms.dfedavg import DFedAvg, DFedAvgM
 from dfl.algorithms.dfedsam import DFedSAM, DFedSAMMGS
 from dfl.algorithms.domo import DOMO, DOMOS
 from dfl.algorithms.dpsgd import DPSGD
+from dfl.algorithms.dsgt import DSGT, DSGTSAM
 from dfl.algorithms.fedavg import FedAvg, FedAvgSM, FedSAM
 from dfl.algorithms.fedcm import FedCM, MoFedSAM
 from dfl.algorithms.feddyn import FedDyn
 from dfl.algorithms.fedgloss import FedGLoSS
+from dfl.algorithms.kgt import KGT, KGTSAM
 from dfl.algorithms.mimelite import MimeLite
 from dfl.algorithms.momentum import FedAvgLM, FedAvgLMZ, FedAvgSLM, FedAvgSLMZ
 from dfl.algorithms.registration import HYPERPARAMETERS, check_algorithm, option_defaults, resolve_options
@@ -35,7 +37,7 @@ from dfl.training.local import LocalResult, LocalRule
 ALGORITHMS: Registry[type[Algorithm]] = Registry("algorithm", group="dfl.algorithms", check=check_algorithm)
 register = ALGORITHMS.register  # @register("name") class ...: or register("name", cls)
 
-DECENTRALIZED: tuple[type[Algorithm], ...] = (DPSGD, DFedAvg, DFedAvgM, DFedSAM, DFedSAMMGS)
+DECENTRALIZED: tuple[type[Algorithm], ...] = (DPSGD, DFedAvg, DFedAvgM, DFedSAM, DFedSAMMGS, DSGT, DSGTSAM, KGT, KGTSAM)
 # Centralized FL: the complete-topology case, aggregation over sampled clients (dfl.algorithms.server).
 CENTRALIZED: tuple[type[Algorithm], ...] = (
     FedAvg, FedSAM, MoFedSAM, FedCM, Scaffold, FedAvgSM, FedAvgLM, FedAvgLMZ, FedAvgSLM, FedAvgSLMZ,

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from dfl import threads
 from dfl.config import Config
 from dfl.engine.distributed import communicator_from_env  # before any process group: see its torch._dynamo note
 from dfl.engine.experiment import Experiment
@@ -62,6 +63,7 @@ def run(
 
         config = (config or Config()).replace(model=spec_of(model))
     config = validate(config or Config())
+    threads.apply(config.threads)  # this process's torch threads: "auto" or N (dfl.threads has the rule)
     if resume and out is None:
         raise ValueError("resume=True needs out= (the run directory holding checkpoint.pt)")
     if resume and overwrite:

@@ -2,14 +2,14 @@
 
 `Config.validate()` checks each field on its own (the config layer knows no component). Here each component
 checks the options it owns, where it is registered (`dfl.algorithms`, `dfl.topologies`, `dfl.data`,
-`dfl.models`, `dfl.loggers`, `dfl.network.faults`, `dfl.network.choco`, `dfl.engine.asynchronous`), and the
-rules that join components are written once, below. Every check raises `ConfigError` naming the field and the
-allowed values.
+`dfl.models`, `dfl.loggers`, `dfl.threads`, `dfl.network.faults`, `dfl.network.choco`,
+`dfl.engine.asynchronous`), and the rules that join components are written once, below. Every check raises
+`ConfigError` naming the field and the allowed values.
 """
 
 from __future__ import annotations
 
-from dfl import algorithms, data, loggers, models, topologies
+from dfl import algorithms, data, loggers, models, threads, topologies
 from dfl.config import Config
 from dfl.engine import asynchronous
 from dfl.errors import ConfigError
@@ -24,6 +24,7 @@ def validate(config: Config) -> Config:
     data.check_config(config)
     models.check_config(config)
     loggers.check_config(config)
+    threads.check_config(config)  # "auto" or N >= 1 (dfl.threads: no torch, so the CLI checks it before torch loads)
     centralized = algorithms.is_centralized(config.algorithm)
     faults.check_config(config, centralized)  # link_failure, offline, bursts, stragglers, round_deadline
     choco.check_config(config, centralized)  # compressor, compression, consensus_lr
