@@ -267,17 +267,36 @@ def remove_written(path: str | Path, kind: str) -> list[Path]:
 
 
 # ---------------------------------------------------------------------------------------------- single output files
-PNG_SOFTWARE = "dfl"  # the PNG `Software` text of every plot dfl draws (`dfl.report.plots`): its mark on a file
+FIGURE_MARK = "dfl"  # the start of the Software (PNG) or Creator (SVG, PDF) text of every figure dfl draws
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+MARK_BYTES = 1 << 16  # how much of a file's head (PNG, SVG) or tail (PDF: its Info dictionary) is searched
 
 
-def png_written_by_dfl(path: str | Path) -> bool:
-    """Whether `path` is a PNG file whose `Software` text (a tEXt chunk before the image data) starts with "dfl"."""
+def figure_metadata(fmt: str) -> dict[str, str]:
+    """The matplotlib `savefig(metadata=...)` that marks a figure of format `fmt` (png, svg, pdf) as dfl's; none
+    for another format (its file is never recognised as dfl's, so it is never replaced)."""
+    key = {"png": "Software", "svg": "Creator", "pdf": "Creator"}.get(fmt)
+    return {key: f"{FIGURE_MARK} (matplotlib)"} if key else {}
+
+
+def figure_written_by_dfl(path: str | Path) -> bool:
+    """Whether `path` is a figure dfl drew (`figure_metadata`): a PNG whose `Software` text (a tEXt chunk before
+    the image data) starts with "dfl", an SVG whose Dublin Core creator is "dfl ...", or a PDF whose Info
+    dictionary's /Creator is "dfl ..."."""
     try:
         with open(check_input_file(path), "rb") as fh:
-            head = fh.read(1 << 16)
+            head = fh.read(MARK_BYTES)
+            size = fh.seek(0, 2)
+            fh.seek(max(0, size - MARK_BYTES))
+            tail = fh.read()
     except (FileReadError, OSError):
         return False
+    mark = FIGURE_MARK.encode()
+    if head.startswith(b"%PDF-"):
+        return b"/Creator (" + mark in tail
+    if head.lstrip().startswith(b"<?xml") and b"<svg" in head:
+        creator = head.partition(b"<dc:creator>")[2].partition(b"</dc:creator>")[0]
+        return b"<dc:title>" + mark in creator
     if not head.startswith(PNG_SIGNATURE):
         return False
     pos = len(PNG_SIGNATURE)
@@ -287,7 +306,7 @@ def png_written_by_dfl(path: str | Path) -> bool:
             break
         if chunk == b"tEXt":
             key, _, value = head[pos + 8:pos + 8 + length].partition(b"\0")
-            if key == b"Software" and value.startswith(PNG_SOFTWARE.encode()):
+            if key == b"Software" and value.startswith(mark):
                 return True
         pos += 12 + length
     return False
@@ -310,7 +329,7 @@ def owned_by_directory(path: str | Path) -> bool:
 
 def check_output_plot(path: str | Path, option: str = "--out") -> Path:
     """`path` if dfl may write a plot there (nothing is written): not a directory, not under a file, and either
-    new or a file dfl wrote (a PNG with dfl's `Software` text, or a plot file of a dfl directory)."""
+    new or a file dfl wrote (a figure with dfl's mark, `figure_metadata`, or a plot file of a dfl directory)."""
     path = Path(path)
     if path.is_dir():
         raise OutputPathError(f"{option} {path} is a directory: give the path of the image file to write")
@@ -318,8 +337,8 @@ def check_output_plot(path: str | Path, option: str = "--out") -> Path:
     if blocker is not None:
         raise OutputPathError(f"{option} {path}: {blocker} is a file, not a directory")
     if (path.exists() or path.is_symlink()) and (path.is_symlink() or not (
-            png_written_by_dfl(path) or owned_by_directory(path))):
-        raise OutputPathError(f"{option} {path} is an existing file that dfl did not write (dfl's plots carry "
-                              f"Software = {PNG_SOFTWARE} in their PNG metadata): choose another {option}, or "
+            figure_written_by_dfl(path) or owned_by_directory(path))):
+        raise OutputPathError(f"{option} {path} is an existing file that dfl did not write (dfl's figures carry "
+                              f"{FIGURE_MARK} as Software or Creator in their metadata): choose another {option}, or "
                               "delete that file first")
     return path

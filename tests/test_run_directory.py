@@ -229,3 +229,21 @@ def test_the_default_landscape_plot_of_a_run_is_dfls_and_rewritten(run_dir, tmp_
     assert main(["landscape", str(run_dir), *small, "--out", str(tmp_path / "l.png")]) == 0
     assert main(["landscape", str(run_dir), *small, "--out", str(tmp_path / "l.png")]) == 0  # dfl's own PNG
     capsys.readouterr()
+
+
+def test_report_names_each_unreadable_file_of_a_run_in_one_line(run_dir, tmp_path, capsys):
+    """The issue's tracebacks: a metrics.jsonl with a bad row, a config.toml that is not UTF-8. The run is listed
+    (not counted) in the report, and stderr names the file, the line and what is wrong."""
+    with open(run_dir / "metrics.jsonl", "a") as fh:
+        fh.write('{"round": "x"}\n')
+    rows = len((run_dir / "metrics.jsonl").read_text().splitlines())
+    assert main(["report", str(run_dir), "--out", str(tmp_path / "a")]) == 0
+    (warning,) = capsys.readouterr().err.splitlines()
+    assert warning == (f"dfl report: warning: metrics file {run_dir / 'metrics.jsonl'}: line {rows} has round = 'x'; "
+                       "every record needs an integer round >= 0; the run is left out of the tables")
+    (run_dir / "config.toml").write_bytes(b'algorithm = "dfedsam\xff"\n')
+    assert main(["report", str(run_dir), "--out", str(tmp_path / "b"), "--spectral"]) == 0
+    (warning,) = capsys.readouterr().err.splitlines()
+    assert warning.startswith(f"dfl report: warning: config file {run_dir / 'config.toml'}: is not UTF-8 text: byte "
+                              "0xff at line 1, column 21")
+    assert "config.toml unreadable" in (tmp_path / "b" / "report.md").read_text()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import warnings
 from pathlib import Path
 
 
@@ -43,9 +44,13 @@ def main(args: argparse.Namespace) -> int:
     try:
         if args.target is not None:
             check_target(args.target)
-        files = write_report(args.path, args.out, rows=args.rows, cols=args.cols, target_acc=args.target)
-        if args.spectral:
-            files.update(write_spectral_report(args.path, args.out, target_acc=args.target))
+        with warnings.catch_warnings(record=True) as caught:  # an unreadable file of a run: one line naming it
+            warnings.simplefilter("always")
+            files = write_report(args.path, args.out, rows=args.rows, cols=args.cols, target_acc=args.target)
+            if args.spectral:
+                files.update(write_spectral_report(args.path, args.out, target_acc=args.target))
+        for message in dict.fromkeys(str(w.message) for w in caught):  # the spectral report reads the runs again
+            print(f"dfl report: warning: {message}", file=sys.stderr)
     except (ReportError, OutputPathError, FileReadError) as exc:
         print(f"dfl report: error: {exc}", file=sys.stderr)
         return 2

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -309,10 +310,14 @@ def _report(command: str, out: Path, args: argparse.Namespace, spectral: bool, s
     try:
         from dfl import report
 
-        files = report.write_spectral_report(out) if spectral else report.write_report(out)
+        with warnings.catch_warnings(record=True) as caught:  # e.g. a run's unreadable file: one line naming it
+            warnings.simplefilter("always")
+            files = report.write_spectral_report(out) if spectral else report.write_report(out)
     except Exception as exc:  # the runs are on disk; say why there is no report
         print(f"dfl {command}: error: writing the report failed: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 1
+    for message in dict.fromkeys(str(w.message) for w in caught):
+        print(f"dfl {command}: warning: {message}", file=sys.stderr)
     for path in files.values():
         if spectral and Path(path).suffix == ".md":
             print(Path(path).read_text())

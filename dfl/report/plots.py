@@ -16,7 +16,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, MaxNLocator
 
-from dfl.directories import PNG_SOFTWARE
+from dfl.directories import figure_metadata
 from dfl.errors import OutputPathError
 from dfl.files import atomic_write_bytes
 
@@ -55,12 +55,11 @@ def _figure(width: float, height: float) -> Figure:
 
 
 def _save(fig: Figure, path: str | Path, fmt: str = "png") -> Path:
-    """Write the figure to `path` atomically (`dfl.files`), a PNG marked Software = dfl (how `dfl.directories`
-    tells a plot dfl drew from a user's file)."""
+    """Write the figure to `path` atomically (`dfl.files`), marked as dfl's (`figure_metadata`: how
+    `dfl.directories` tells a figure dfl drew from a user's file)."""
     path = Path(path)
     buf = io.BytesIO()
-    fig.savefig(buf, format=fmt, **({"metadata": {"Software": f"{PNG_SOFTWARE} (matplotlib)"}} if fmt == "png"
-                                    else {}))
+    fig.savefig(buf, format=fmt, metadata=figure_metadata(fmt))
     atomic_write_bytes(path, buf.getvalue())
     return path
 

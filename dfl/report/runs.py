@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+import warnings
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -158,6 +159,13 @@ def _sweep_entries(root: Path) -> list[dict[str, Any]]:
     return [e for e in runs if isinstance(e, dict) and isinstance(e.get("dir"), str) and "\x00" not in e["dir"]]
 
 
+def _unreadable(exc: FileReadError, name: str, consequence: str) -> str:
+    """The problem noted in the report for an unreadable file of a run; also a warning (one line naming the file
+    and what is wrong: `dfl report` prints it), so that the reason is not only inside report.md."""
+    warnings.warn(f"{exc}; {consequence}", stacklevel=3)
+    return f"{name} unreadable ({exc.reason})"
+
+
 def load_run(path: str | Path, root: str | Path | None = None) -> RunRecord:
     """Read config.toml, summary.json and metrics.jsonl; unreadable files become `problems`, never errors."""
     path = Path(path)
@@ -170,19 +178,19 @@ def load_run(path: str | Path, root: str | Path | None = None) -> RunRecord:
         config.update(read_toml(path / "config.toml", "config file"))
         readable = True
     except FileReadError as exc:  # its setting is unknown: listed, never counted in a table
-        problems.append(f"config.toml unreadable ({exc.reason})")
+        problems.append(_unreadable(exc, "config.toml", "the run is left out of the tables"))
         readable = False
     summary: dict[str, Any] = {}
     try:
         summary = read_json(path / "summary.json", "summary file")
     except FileReadError as exc:
-        problems.append(f"summary.json unreadable ({exc.reason})")
+        problems.append(_unreadable(exc, "summary.json", "its status is unknown"))
     metrics: list[dict[str, Any]] = []
     if readable and (path / "metrics.jsonl").exists():
         try:
             metrics = read_metrics(path)
         except FileReadError as exc:
-            problems.append(f"metrics.jsonl unreadable ({exc.reason})")
+            problems.append(_unreadable(exc, "metrics.jsonl", "the run is left out of the tables"))
     if not metrics and readable:
         problems.append("no metrics")
     if effective_status(summary) == "killed":
