@@ -318,7 +318,11 @@ def test_an_edge_list_cannot_imply_more_clients_than_it_connects(tmp_path):
     with pytest.raises(ValueError, match="holds no edges"):
         graphs.from_edge_list(path)
     path.write_bytes("0 1\n1 2 # café\n".encode("latin-1"))
-    with pytest.raises(ValueError, match="could not be read"):
+    with pytest.raises(ValueError) as info:
+        graphs.from_edge_list(path)
+    assert "is not UTF-8 text (byte 0xe9 at line 2, column 10); save it as UTF-8" in one_line(info.value, path)
+    path.write_bytes("0 1\n".encode("utf-16"))
+    with pytest.raises(ValueError, match="is UTF-16 text; save it as UTF-8"):
         graphs.from_edge_list(path)
     with pytest.raises(ValueError, match="is a directory"):
         graphs.from_edge_list(tmp_path)
@@ -440,3 +444,24 @@ def test_landscape_points_are_refused_for_memory_before_any_work(tmp_path):
         check_arguments(tmp_path / "no-run", points=1_000_000)
     text = str(info.value)
     assert text.startswith("--points 1000000: a 1000000 × 1000000 grid needs about 232.8 TiB") and "available" in text
+
+
+@pytest.mark.parametrize("empty", ["train", "test"])
+def test_a_dataset_with_an_empty_split_is_refused_naming_it(empty):
+    """Any loader, a user's too: an empty test split used to report 0.00% accuracy and loss 0.0000."""
+    from dfl.data import Dataset, load_dataset, register
+    from dfl.data.dataset import DATASETS
+
+    def loader(*, n: int = 8) -> Dataset:
+        sizes = {"train": n, "test": n, empty: 0}
+        return Dataset("empty-split", torch.zeros(sizes["train"], 2), torch.zeros(sizes["train"], dtype=torch.long),
+                       torch.zeros(sizes["test"], 2), torch.zeros(sizes["test"], dtype=torch.long), 2, (2,))
+
+    register("empty-split", loader)
+    try:
+        with pytest.raises(ValueError) as info:
+            load_dataset("empty-split")
+    finally:
+        DATASETS.unregister("empty-split")
+    assert str(info.value).startswith(f"dataset 'empty-split': its {empty} split holds no samples (loaded by ")
+    assert "\n" not in str(info.value)

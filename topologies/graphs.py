@@ -405,9 +405,11 @@ def from_edge_list(path: str | Path, n: int | None = None, option: str = "path",
     directed = _check_flag("directed", directed)
     path = check_file(path, f"{option}: edge-list file {str(path)!r}")
     try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as err:
-        raise ValueError(f"{option}: edge-list file {str(path)!r} could not be read: {err}") from None
+        text = _utf8(path, f"{option}: edge-list file {str(path)!r}")
+    except _Refused as err:
+        raise ValueError(str(err)) from None
+    except OSError as err:
+        raise ValueError(f"{option}: edge-list file {str(path)!r} could not be read: {err.strerror or err}") from None
     edges = []
     for lineno, line in enumerate(text.splitlines(), start=1):
         fields = line.split("#", 1)[0].split(maxsplit=2)
@@ -466,7 +468,7 @@ def load_matrix(path: str | Path) -> np.ndarray | sp.csr_array:
         if suffix == ".npy":
             W = _load_npy(path, name)
         elif suffix == ".csv":
-            text = _utf8(path, name)
+            text = _utf8(path, f"matrix file {name!r}")
             with warnings.catch_warnings():  # an input of blank lines: numpy warns, then returns nothing
                 warnings.simplefilter("ignore", UserWarning)
                 W = np.loadtxt(io.StringIO(text), delimiter=",", dtype=np.float64, ndmin=2)
@@ -496,15 +498,19 @@ class _Refused(ValueError):
     """A matrix file refused with its own message (not a parser's)."""
 
 
-def _utf8(path: Path, name: str) -> str:
+def _utf8(path: Path, label: str) -> str:
+    """The file's text (UTF-8, a byte-order mark dropped); a one-line `_Refused` naming `label` (e.g. "matrix file
+    'W.csv'") for UTF-16 or another encoding, with the line and column of the first bad byte."""
     data = path.read_bytes()
     if data[:2] in (b"\xff\xfe", b"\xfe\xff"):
-        raise _Refused(f"matrix file {name!r} is UTF-16 text; save it as UTF-8")
+        raise _Refused(f"{label} is UTF-16 text; save it as UTF-8")
     try:
         return data.decode("utf-8-sig")
     except UnicodeDecodeError as err:
-        raise _Refused(f"matrix file {name!r} is not UTF-8 text (byte 0x{data[err.start]:02x} at offset "
-                       f"{err.start}); save it as UTF-8") from None
+        line = data.count(b"\n", 0, err.start) + 1
+        column = err.start - (data.rfind(b"\n", 0, err.start) + 1) + 1
+        raise _Refused(f"{label} is not UTF-8 text (byte 0x{data[err.start]:02x} at line {line}, column {column}); "
+                       "save it as UTF-8") from None
 
 
 def _load_npy(path: Path, name: str) -> np.ndarray:
