@@ -20,6 +20,7 @@ number of processes may differ from the interrupted run's: per-client rows are s
 from __future__ import annotations
 
 import random
+import warnings
 from dataclasses import fields
 from pathlib import Path
 from typing import Any
@@ -28,6 +29,7 @@ import numpy as np
 import torch
 
 from dfl.config import Config
+from dfl.engine.results import torch_load_reason
 from dfl.errors import CheckpointError, ConfigError, NoCheckpoint  # noqa: F401 (re-exported)
 
 FORMAT = 1
@@ -90,9 +92,11 @@ def load(run_dir: str | Path) -> dict[str, Any]:
             "rounds; start the run again, with --overwrite instead of --resume)"
         )
     try:
-        checkpoint = torch.load(path, map_location="cpu", weights_only=True)
+        with warnings.catch_warnings():  # e.g. "Detected pickle protocol 4": the error below says it all
+            warnings.simplefilter("ignore")
+            checkpoint = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as exc:  # truncated zip, random bytes, a pickle with forbidden globals, ...
-        raise CheckpointError(path, f"truncated or corrupt: {_first_line(exc)}") from exc
+        raise CheckpointError(path, f"truncated or corrupt: {torch_load_reason(exc)}") from exc
     if not isinstance(checkpoint, dict):
         raise CheckpointError(path, f"not a dfl checkpoint: it holds a {type(checkpoint).__name__}, not a dict")
     if checkpoint.get("format") != FORMAT:
@@ -104,13 +108,6 @@ def load(run_dir: str | Path) -> dict[str, Any]:
             or checkpoint["params"].dim() != 2 or not isinstance(checkpoint["config"], dict):
         raise CheckpointError(path, "corrupt: round, params or config has the wrong type")
     return checkpoint
-
-
-def _first_line(exc: BaseException) -> str:
-    """`Type: first line of the message`, at most 200 characters (torch's messages run over many lines)."""
-    text = next((line.strip() for line in str(exc).splitlines() if line.strip()), "")
-    text = f"{type(exc).__name__}: {text}" if text else type(exc).__name__
-    return text if len(text) <= 200 else text[:197] + "..."
 
 
 def check_config(checkpoint: dict[str, Any], config: Config, run_dir) -> None:

@@ -64,18 +64,20 @@ def read_torch_file(path: str | Path, what: str = "torch file") -> Any:
             warnings.simplefilter("ignore")
             return torch.load(path, map_location="cpu", weights_only=True)
     except Exception as exc:  # noqa: BLE001 - any loader failure is reported as one line naming the file
-        raise FileReadError(path, f"is not a file torch.save wrote, or it is truncated ({_torch_reason(exc)})",
+        raise FileReadError(path, f"is not a file torch.save wrote, or it is truncated ({torch_load_reason(exc)})",
                             what) from None
 
 
-def _torch_reason(exc: BaseException) -> str:
+def torch_load_reason(exc: BaseException) -> str:
     """The informative part of a torch.load failure, on one line of at most 200 characters: what the weights-only
     unpickler objected to (torch wraps it in paragraphs of advice), else the message's first line."""
     lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
     if lines and lines[0].startswith("Weights only load failed"):
         detail = " ".join(line for line in lines[1:] if not line.startswith("Check the documentation"))
         return f"the weights-only unpickler refused it: {detail.split('WeightsUnpickler error:')[-1].strip()}"[:200]
-    return f"{type(exc).__name__}: {lines[0] if lines else ''}"[:200]
+    # a truncated zip: torch adds advice after ". This is an internal miniz error"
+    first = lines[0].split(". This is an internal miniz error")[0] if lines else ""
+    return f"{type(exc).__name__}: {first}"[:200]
 
 
 def to_json(obj: Any) -> str:
