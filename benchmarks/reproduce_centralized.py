@@ -1,6 +1,6 @@
 """Centralized FL baselines on MNIST-1D with Dirichlet label skew: final test accuracy, mean ± std over seeds.
 
-Runs FedAvg, SCAFFOLD, FedSAM, MoFedSAM, FedCM, DOMO and FedGLoSS (ALGORITHMS.md §4) with `dfl.run` on
+Runs FedAvg, SCAFFOLD, FedSAM, MoFedSAM, FedCM, DOMO and FedGLoSS (docs/reference/update-rules.md) with `dfl.run` on
 Dirichlet α ∈ {0.1, 0.6} partitions, one run per seed (the seed changes the partition, the initial model and
 the client sampling), and prints a Markdown table of the global model's test accuracy after the last round.
 Not a unit test: the numbers depend on the scale you choose. The defaults (30 rounds) finish in a few minutes
@@ -22,7 +22,7 @@ import dfl
 from dfl import Config
 
 ALGORITHMS = ("fedavg", "scaffold", "fedsam", "mofedsam", "fedcm", "domo", "fedgloss")
-# Per-algorithm settings used here (the rest are each algorithm's defaults, see ALGORITHMS.md §4).
+# Per-algorithm settings used here (the rest are each algorithm's defaults, see docs/reference/update-rules.md).
 # DOMO: η_g = 1 − β, one of the two server lrs the spec suggests sweeping (η_g = 1 with β = 0.9 is a 10×
 # larger effective step). FedGLoSS: the CIFAR-10 radii 0.15 are large for this small model; a smaller ρ
 # matching FedSAM's is used, β = 10 as in the paper.

@@ -1,5 +1,5 @@
-"""A pre-registered reproduction of the DFedSAM paper's claims (Shi et al., ICML 2023; our copy:
-../shared/papers/dfedsam-poster.txt, Tables 1-2 and the flatness figure).
+"""A pre-registered reproduction of the DFedSAM paper's claims (Shi et al., "Improving the model consistency of
+decentralized federated learning", ICML 2023, arXiv 2302.04083; Tables 1-2 and the flatness figure).
 
 The claims, written down before running (each is marked holds / fails / inconclusive by the rule below):
   (a) accuracy ring < grid < exponential < full, for every decentralized algorithm (Table 2);

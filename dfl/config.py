@@ -165,6 +165,9 @@ class Config:
     sam: str | None = option(None, "SAM variant: sam or asam (unset = the algorithm's default)",
         choices=("sam", "asam"))
     asam_eta: float | None = option(None, "ASAM eta (unset = the algorithm's default)", interval="[0, inf)")
+    asam_form: str | None = option(None, "ASAM's scale T: kwon (Kwon et al. 2021: |w| + asam_eta on weights, 1 on "
+        "biases) or dp-fedsam (the DP-FedSAM code: |w| on every tensor, no eta) (unset = kwon)",
+        choices=("kwon", "dp-fedsam"))
     momentum: float | None = option(None, "local momentum (unset = the algorithm's default)", interval="[0, 1)")
     gossip_steps: int | None = option(None, "gossip steps Q per round (unset = the algorithm's default)",
         interval="[1, inf)")
@@ -200,8 +203,9 @@ class Config:
         "hypercube, random-regular, erdos-renyi, one-peer-exponential, one-peer, random-k, random-pull, "
         "hierarchical, custom, or a registered one (dfl list topologies)")
     weights: str | None = option(None, "mixing-weight scheme: metropolis, uniform, max-degree, lazy, fastest, or the "
-        "one-sided row-stochastic and sample-count (a biased, weighted consensus; column-stochastic is for dfl "
-        "topology only) (unset = metropolis; random-pull: row-stochastic)")
+        "one-sided row-stochastic and sample-count (a biased, weighted consensus; sample counts from the partition "
+        "unless sizes= is given) and column-stochastic (push-sum: dfedavg, dfedavgm, dfedsam, dfedsam-mgs) "
+        "(unset = metropolis; random-pull: row-stochastic)")
     topology_options: dict[str, Any] = option(factory=dict, help="topology options, e.g. degree=4, p=0.3, k=2, "
         "shape=(4,4), periodic=True, exponent_base=4, centre=3, groups=4, matrix=W.npy (or .csv, .mtx), "
         "edges=graph.edgelist, sizes=[...] (sample-count)")
@@ -357,8 +361,24 @@ class Config:
         return cls.from_dict(values)
 
     def to_toml(self) -> str:
-        """TOML text; `None` fields are omitted (TOML has no null), so loading it back restores them."""
-        return tomli_w.dumps({k: v for k, v in self.to_dict().items() if v is not None})
+        """TOML text; `None` fields are omitted (TOML has no null), so loading it back restores them.
+
+        Raises:
+            ConfigError: a field holds a Python object TOML cannot write (a networkx graph, an array), naming it.
+        """
+        values = {k: v for k, v in self.to_dict().items() if v is not None}
+        try:
+            return tomli_w.dumps(values)
+        except (TypeError, ValueError):
+            for name, value in values.items():
+                try:
+                    tomli_w.dumps({name: value})
+                except (TypeError, ValueError) as exc:
+                    raise ConfigError(f"{name} cannot be written to config.toml ({exc}); a run with a run directory "
+                                      "records its config there: give files instead of Python objects (e.g. "
+                                      "topology_options edges=graph.edgelist or matrix=W.npy), or run without out"
+                                      ) from None
+            raise
 
     def replace(self, **changes: Any) -> Config:
         """A copy with these fields changed (not validated: call `validate` or `dfl.validate`)."""

@@ -26,8 +26,10 @@ every matrix unless said otherwise) keeps the average. A row-stochastic W (weigh
 explicit choice: the clients still reach consensus, but on a weighted average pi^T x (pi the left Perron vector
 of W), biased unless pi = 1/n (`topologies.directed`). A column-stochastic W (weights = "column-stochastic",
 stochastic = "column") keeps the sum but not the average; only push-sum's de-biased ratio x/y makes it an
-average, which the engine's gossip does not carry, so runs refuse it (`check_config`, `build`) and `dfl topology`
-analyses and draws it. Sample-count weights need the clients' sample counts as the option `sizes`.
+average, so a run takes it only with an algorithm that mixes by push-sum (`Algorithm.push_sum`: dfedavg,
+dfedavgm, dfedsam, dfedsam-mgs; SGP is dfedavg with one local step) and refuses it otherwise (`check_config`,
+`build`); `dfl topology` analyses and draws any. Sample-count weights take the clients' sample counts from the
+option `sizes`, or from the run's partition when it is unset.
 """
 
 from __future__ import annotations
@@ -115,22 +117,35 @@ def topology_options(name: str) -> dict[str, Any]:
     return signatures.options(factory)
 
 
-def build(name: str, n: int | None, weights: str | None = None, **options: Any) -> topologies.Topology:
+def build(name: str, n: int | None, weights: str | None = None, *, push_sum: bool = False,
+          **options: Any) -> topologies.Topology:
     """The validated topology `name` on n clients that a run mixes with: a built-in from `topologies.build`, or
     a registered factory's result adopted as described in the module docstring. Errors are ValueErrors naming the
-    topology; a column-stochastic W is refused (module docstring: `analyse` builds it for `dfl topology`)."""
+    topology; a column-stochastic W is refused unless the run's algorithm mixes by push-sum (`push_sum`, module
+    docstring; `analyse` builds any W for `dfl topology`)."""
     topo = analyse(name, n, weights, **options)
-    if topo.stochastic == "column":
+    if topo.stochastic == "column" and not push_sum:
         raise ValueError(column_refusal(f"{name}'s W"))
     return topo
 
 
-def column_refusal(what: str) -> str:
+PUSH_SUM_ALGORITHMS = ("dfedavg", "dfedavgm", "dfedsam", "dfedsam-mgs")  # the built-ins with `Algorithm.push_sum`
+
+
+def column_refusal(what: str, algorithm: str | None = None) -> str:
     """Why a run refuses a column-stochastic W, naming what gave it and the allowed alternatives (one line)."""
+    by = f"{algorithm!r} does not mix by push-sum" if algorithm else "this run does not mix by push-sum"
     return (f"{what} is column-stochastic: gossip X <- W X keeps its sum but not its average, which takes push-sum's "
-            "weights y <- W y and the ratio x/y, and the engine mixes without them; analyse or draw it with `dfl "
-            "topology`, or run with a doubly stochastic scheme (metropolis, ...) or weights = row-stochastic "
-            "(consensus on a weighted average)")
+            f"weights y <- W y and the ratio x/y, and {by}; use one of {', '.join(PUSH_SUM_ALGORITHMS)} (push-sum), "
+            "a doubly stochastic scheme (metropolis, ...) or weights = row-stochastic (consensus on a weighted "
+            "average), or analyse and draw W with `dfl topology`")
+
+
+def is_column_stochastic(config) -> bool:
+    """Whether `config` asks for a column-stochastic W (weights = column-stochastic, or a custom matrix with
+    stochastic = column): the W that only push-sum averages."""
+    custom = config.topology == "custom" and config.topology_options.get("stochastic", "doubly") == "column"
+    return config.weights == "column-stochastic" or custom
 
 
 def analyse(name: str, n: int | None, weights: str | None = None, **options: Any) -> topologies.Topology:
@@ -181,10 +196,12 @@ def _from_matrix(name: str, made: Any, n: int) -> topologies.Topology:
 LINK_FAULTS = ("link_failure", "offline")  # Config fields of the unreliable network (dfl.network.faults)
 
 
-def check_config(config) -> None:
+def check_config(config, push_sum: bool = False) -> None:
     """The topology's part of `dfl.validate`: `topology` is registered and `weights`, when set, is a scheme of
-    `topologies.SCHEMES`; a column-stochastic W is refused for a run (module docstring); sample-count weights have
-    their `sizes`, one per client; a directed or one-sided topology is not combined with link faults (a failed
+    `topologies.SCHEMES`; a column-stochastic W is refused unless the algorithm mixes by push-sum (`push_sum`:
+    `Algorithm.push_sum`, module docstring), and with push-sum only synchronous, exact gossip; sample-count weights
+    have their `sizes`, one per client, when given (a run passes its partition's by default); a directed or
+    one-sided topology is not combined with link faults (a failed
     directed link breaks the balance that keeps W doubly stochastic). Whether the graph can be built on `clients`
     nodes is known only when it is built."""
     TOPOLOGIES.require(config.topology, "topology")
@@ -192,20 +209,24 @@ def check_config(config) -> None:
         raise ConfigError(f"weights must be one of {', '.join(topologies.SCHEMES)}; got {config.weights!r}")
     options = config.topology_options
     scheme = config.weights or default_weights(config.topology)
-    if config.weights == "column-stochastic":
-        raise ConfigError("weights: " + column_refusal("the W of weights = column-stochastic"))
     stochastic = options.get("stochastic", "doubly") if config.topology == "custom" else "doubly"
-    if stochastic == "column":
-        raise ConfigError("topology_options: " + column_refusal("a custom matrix with stochastic = column"))
+    if is_column_stochastic(config):
+        field, what = ("weights", "the W of weights = column-stochastic") if config.weights == "column-stochastic" \
+            else ("topology_options", "a custom matrix with stochastic = column")
+        if not push_sum:
+            raise ConfigError(f"{field}: " + column_refusal(what, config.algorithm))
+        if config.compressor != "none" or config.mode != "sync":
+            setting = f"compressor = {config.compressor}" if config.compressor != "none" else f"mode = {config.mode}"
+            raise ConfigError(f"{field}: {what} mixes by push-sum, whose weights need every message exactly and in "
+                              f"step; {setting} does not carry them (use compressor = none and mode = sync)")
     if scheme == "sample-count" or "sizes" in options:
         sizes = options.get("sizes")
         if scheme != "sample-count":
             raise ConfigError(f"topology_options sizes (the clients' sample counts) apply to weights = sample-count "
                               f"only, not to weights = {scheme}")
-        if sizes is None:
-            raise ConfigError("weights = sample-count needs the clients' sample counts: topology_options sizes = "
-                              "[n_1, ..., n_m], one per client (e.g. FederatedData.sizes of the run's partition)")
-        if isinstance(config.clients, int) and (not isinstance(sizes, (list, tuple)) or len(sizes) != config.clients):
+        # unset: a run passes its partition's training-sample counts (`dfl.engine.setup.build_topology`)
+        if sizes is not None and isinstance(config.clients, int) and (
+                not isinstance(sizes, (list, tuple)) or len(sizes) != config.clients):
             raise ConfigError(f"topology_options sizes must list {config.clients} sample counts (one per client), "
                               f"got {sizes!r}")
     fault = next((name for name in LINK_FAULTS if getattr(config, name, 0)), None)

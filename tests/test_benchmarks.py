@@ -33,6 +33,7 @@ def run_script(name: str, *args: str) -> str:
     return proc.stdout
 
 
+@pytest.mark.slow
 def test_throughput_reports_both_loops_and_their_ratio():
     out = run_script("throughput.py", "--clients", "4", "--local-steps", "1", "--rounds", "2", "--model", "mlp",
                      "--threads", "1")
@@ -44,6 +45,7 @@ def test_throughput_reports_both_loops_and_their_ratio():
     assert re.search(r"one SAM step = [\d.]+ MFLOP", out)
 
 
+@pytest.mark.slow
 def test_throughput_replays_the_engines_matmuls(tmp_path):
     out = run_script("throughput.py", "--clients", "3", "--local-steps", "2", "--rounds", "1", "--model", "cnn1d",
                      "--threads", "1", "--json", str(tmp_path / "t.json"))
@@ -87,6 +89,7 @@ def test_recorded_matmuls_are_all_of_the_engines_arithmetic():
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/status")
+@pytest.mark.slow
 def test_repeat_runs_benchmark_toy_size():
     out = run_script("repeat_runs.py", "--clients", "6", "--samples", "600", "--runs", "2", "--local-steps", "1",
                      "--client-eval-samples", "50")
@@ -96,6 +99,7 @@ def test_repeat_runs_benchmark_toy_size():
     assert "resident after the last run" in out
 
 
+@pytest.mark.slow
 def test_gossip_benchmark_single_process():
     out = run_script("gossip.py", "--clients", "4", "--dim", "1000", "--worlds", "--repeat", "2", "--copy-mib", "8")
     assert "ring, m=4 clients x d=1000" in out
@@ -103,6 +107,7 @@ def test_gossip_benchmark_single_process():
     assert re.search(r"engine \(dense\): .*% of copy", out)  # m = 4: the cost rule picks the dense product
 
 
+@pytest.mark.slow
 def test_gossip_benchmark_times_a_round_of_q_steps_three_ways():
     out = run_script("gossip.py", "--clients", "64", "--dim", "500", "--gossip-steps", "4", "--worlds", "--repeat",
                      "2", "--copy-mib", "8")
@@ -111,6 +116,7 @@ def test_gossip_benchmark_times_a_round_of_q_steps_three_ways():
         assert re.search(way + r": .*% of copy", out), way
 
 
+@pytest.mark.slow
 def test_scale_benchmark_toy_size():
     out = run_script("scale.py", "--runs", "logreg:40", "mlp:12", "--rounds", "2", "--samples", "6",
                      "--local-steps", "1", "--batch-size", "4", "--client-eval-samples", "10", "--test-fraction", "0.3")
@@ -173,6 +179,7 @@ def test_study_long_run_not_yet_extended_is_never_counted(tmp_path):
     assert study.not_extended(extended, tmp_path).status == "completed"
 
 
+@pytest.mark.slow
 def test_study_runs_only_the_chosen_parts_and_rebuilds_from_exported_records(tmp_path):
     """--parts second: the ρ search and the second sweep, the rest reported "not run"; --export copies the run
     records without checkpoints, and --report-only on the copy gives the same verdicts."""
@@ -253,6 +260,7 @@ def test_flower_benchmark_gives_both_sides_the_same_workload(tmp_path):
         bench.Workload(momentum=0.9).config()
 
 
+@pytest.mark.slow
 def test_flower_benchmark_dfl_side_alone():
     out = run_script("flower.py", "--dfl-only", "--models", "mlp", "--clients", "3", "--rounds", "2", "--repeats",
                      "1", "--samples", "300")

@@ -311,6 +311,7 @@ def _world_worker(rank, world, rdzv, out_dir):
 
 
 @pytest.mark.parametrize("world", [2, 4])  # 4 processes host 2, 2, 1, 1 clients: some rounds, none sampled
+@pytest.mark.slow
 def test_world_size_does_not_change_centralized_results(tmp_path, world):
     mp.start_processes(_world_worker, args=(world, str(tmp_path / "rdzv"), str(tmp_path)), nprocs=world,
                        join=True, start_method="spawn")

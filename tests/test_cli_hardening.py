@@ -148,6 +148,7 @@ def test_top_level_help_lists_every_command(capsys):
         assert name in out and help_text.split()[0] in out
 
 
+@pytest.mark.slow
 def test_import_dfl_is_light_but_engine_still_reachable():
     code = "import sys, dfl; light = 'torch' not in sys.modules; print(light, callable(dfl.run), dfl.Result.__name__)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout

@@ -37,6 +37,7 @@ def test_compile_is_a_boolean_flag():
     dict(algorithm="dfedsam-mgs", local_epochs=1, client_chunk=4, model="cnn1d"),
     dict(algorithm="fedsam", sam="asam", participation=0.5, local_steps=3, model="mlp"),
 ])
+@pytest.mark.slow
 def test_compiled_run_matches_the_eager_run(extra, device, slack):
     from torch._dynamo.utils import counters
 

@@ -100,6 +100,8 @@ def test_edge_list_alias_weighted_by_the_scheme(tmp_path):
     assert topologies.build("custom", None, edges=str(tmp_path / "w.edgelist")).n == 4
     with pytest.raises(ValueError, match="edges: edge-list file .*missing.edgelist' does not exist"):
         topologies.build("custom", None, edges=str(tmp_path / "missing.edgelist"))
+    with pytest.raises(ValueError, match="edges: the path of an edge-list file .* got list"):
+        topologies.build("custom", None, edges=[[0, 1], [1, 2]])
     with pytest.raises(ValueError, match="exactly one of the options graph, path, matrix; got path, edges"):
         topologies.build("custom", None, path=str(path), edges=str(path))
 
@@ -262,3 +264,10 @@ def test_topology_show_bad_input(tmp_path, capsys, ring_w, argv, message):
     assert captured.out == ""
     assert captured.err.startswith("dfl topology: error: ") and message.format(tmp=tmp_path) in captured.err
     assert captured.err.count("\n") == 1
+
+
+def test_a_graph_object_in_a_recorded_run_is_refused_naming_the_field(tmp_path):
+    config = dfl.Config(topology="custom", topology_options={"graph": nx.cycle_graph(4)}, clients=4, rounds=1,
+                        progress=False)
+    with pytest.raises(dfl.ConfigError, match="topology_options cannot be written to config.toml"):
+        dfl.run(config, out=tmp_path / "run")

@@ -217,13 +217,16 @@ def test_row_stochastic_random_pull_runs_and_a_column_stochastic_w_is_refused():
         dfl.validate(config("dsgt", topology="directed-ring", weights="column-stochastic"))
     with pytest.raises(dfl.ConfigError, match="stochastic = column"):
         dfl.validate(config("dsgt", topology="custom", topology_options={"matrix": np.eye(M), "stochastic": "column"}))
-    with pytest.raises(dfl.ConfigError, match="sample counts"):
-        dfl.validate(config("dsgt", weights="sample-count"))
+    with pytest.raises(dfl.ConfigError, match="must list 6 sample counts"):
+        dfl.validate(config("dsgt", weights="sample-count", topology_options={"sizes": [1, 2]}))
     with pytest.raises(dfl.ConfigError, match="link_failure = 0.1 needs an undirected topology"):
         dfl.validate(config("dsgt", topology="directed-ring", link_failure=0.1))
     sizes = data.sizes.tolist()
     result = dfl.run(config("dfedavg", weights="sample-count", topology_options={"sizes": sizes}, rounds=1), data=data)
     assert result.summary["weights"] == "sample-count"
+    # unset sizes: the run weighs by its own partition's counts, the same W
+    default = dfl.run(config("dfedavg", weights="sample-count", rounds=1), data=data)
+    torch.testing.assert_close(default.params, result.params, atol=0, rtol=0)
 
 
 # ------------------------------------------------------------------------------- torchrun: world size 2, gloo

@@ -89,6 +89,7 @@ def _wait_for_workers(sweep: subprocess.Popen, out: Path) -> list[int]:
 
 
 @pytest.mark.parametrize("signame, code", [("SIGTERM", 143), ("SIGINT", 130), ("SIGHUP", 129)])
+@pytest.mark.slow
 def test_signal_stops_every_worker_and_the_next_sweep_resumes(tmp_path, signame, code):
     # rounds that never finish here: both workers are still training when the signal comes (with a few rounds a
     # fast worker could finish before the other one starts on a loaded machine)
@@ -135,6 +136,7 @@ def test_signal_stops_every_worker_and_the_next_sweep_resumes(tmp_path, signame,
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux-only")
+@pytest.mark.slow
 def test_workers_die_with_a_sigkilled_sweep(tmp_path):
     out = tmp_path / "sweep"
     sweep = _start_sweep(_spec(tmp_path, rounds=100_000), out)
@@ -240,6 +242,7 @@ def _flags(values: dict) -> list[str]:
 
 
 @pytest.mark.parametrize("parallel", [1, 2])
+@pytest.mark.slow
 def test_sweep_reports_a_corrupt_checkpoint_as_failed_and_goes_on(tmp_path, parallel):
     sweep = Sweep.from_dict({"base": {k: v for k, v in TINY.items() if k != "seed"}, "vary": {"seed": [0, 1, 2]}})
     out = tmp_path / "sweep"

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import grimp
 import networkx as nx
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -26,6 +27,7 @@ def test_no_module_is_on_an_import_cycle():
     assert cycles == [], cycles
 
 
+@pytest.mark.slow
 def test_each_dfl_module_imports_first_in_a_fresh_interpreter():
     modules = sorted(m for m in _graph().nodes if m.startswith("dfl.") and not m.endswith("__main__"))
     assert len(modules) > 80
@@ -79,6 +81,7 @@ def test_the_name_collector_finds_dotted_names():
         "dfl.data.FederatedData.from_arrays"]
 
 
+@pytest.mark.slow
 def test_every_documented_dotted_name_resolves_after_import_dfl():
     names = documented_names()
     assert "dfl.run" in names or len(names) > 5  # the README names the API

@@ -41,6 +41,7 @@ def _wait_for_checkpoint(out: Path, proc: subprocess.Popen, timeout: float = 120
 
 
 @pytest.mark.parametrize("sig,code", [(signal.SIGTERM, 143), (signal.SIGINT, 130), (signal.SIGHUP, 129)])
+@pytest.mark.slow
 def test_signal_marks_the_run_interrupted_and_it_resumes(tmp_path, sig, code):
     out = tmp_path / "run"
     proc = _start(out, rounds=100_000)

@@ -66,7 +66,8 @@ def sequential_reference(model, layout, data, schedule, X0, lr, rule, kept=None)
                 with torch.no_grad():
                     if rule.sam == "asam":
                         scales = [
-                            (p.abs() + rule.asam_eta) if "weight" in n else torch.ones_like(p)
+                            p.abs() if rule.asam_form == "dp-fedsam"  # the DP-FedSAM code: |w| everywhere
+                            else (p.abs() + rule.asam_eta) if "weight" in n else torch.ones_like(p)
                             for n, p in net.named_parameters()
                         ]
                         norm = torch.norm(torch.stack([(s * p.grad).norm() for s, p in zip(scales, params)]))
@@ -95,6 +96,7 @@ RULES = {
     "momentum": LocalRule(momentum=0.9),
     "sam": LocalRule(rho=0.05),
     "asam": LocalRule(rho=0.5, sam="asam", asam_eta=0.2),
+    "asam-dp-fedsam": LocalRule(rho=0.5, sam="asam", asam_form="dp-fedsam"),
     "sam+momentum+wd+clip": LocalRule(rho=0.05, momentum=0.9, weight_decay=1e-3, clip_grad_norm=0.5),
     "adam": LocalRule(optimizer="adam"),
     "adam+wd+sam+clip": LocalRule(optimizer="adam", adam_betas=(0.8, 0.99), adam_eps=1e-6, weight_decay=1e-2,
@@ -170,19 +172,20 @@ def test_results_do_not_depend_on_chunk_or_client_subset(device, slack):
     torch.testing.assert_close(part.Y, full.Y[2:], atol=1e-6 * slack, rtol=1e-6 * slack)
 
 
-def test_sam_with_rho_zero_is_sgd(device):
+@pytest.mark.parametrize("sam", ["sam", "asam"])
+def test_sam_with_rho_zero_is_sgd(device, sam, slack):
     data = make_data().to(device)
     model = make_model().to(device)
     layout = ParamLayout.of(model)
     X0 = initial_stack(model, 4, device)
     trainer = LocalTrainer(model, layout, data, [0, 1, 2, 3], Config(clients=4, batch_size=4))
-    torch.testing.assert_close(
-        trainer.train(X0, 0, 0.1, LocalRule(rho=0.0)).Y, trainer.train(X0, 0, 0.1, LocalRule()).Y
-    )
+    result = trainer.train(X0, 0, 0.1, LocalRule(rho=0.0, sam=sam, asam_eta=0.5))
+    reference = sequential_reference(model, layout, data, trainer.schedule(0), X0, 0.1, LocalRule())  # plain SGD
+    torch.testing.assert_close(result.Y, reference, atol=1e-5 * slack, rtol=1e-5 * slack)
 
 
 def test_sam_perturbation_uses_joint_norm(device):
-    """ALGORITHMS.md §5.1: ε = ρ g/‖g‖ with one norm over all parameters, per client row."""
+    """ε = ρ g/‖g‖ with one norm over all parameters, per client row (docs/reference/update-rules.md#sam-and-asam)."""
     data = make_data().to(device)
     model = make_model().to(device)
     trainer = LocalTrainer(model, ParamLayout.of(model), data, [0, 1, 2, 3], Config(clients=4))

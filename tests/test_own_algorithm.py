@@ -323,6 +323,7 @@ print("plugin ok")
 """
 
 
+@pytest.mark.slow
 def test_the_example_package_installs_and_runs_from_the_cli_python_and_a_sweep(tmp_path):
     """pip-installs a copy of examples/dfl_clipsam into a temporary directory (the venv and the example directory
     are untouched), then, in a process that sees it: `dfl list algorithms`, `dfl run --algorithm dfedsam-clip

@@ -94,8 +94,9 @@ def test_tiny_alpha_gives_about_one_class_per_client():
     assert (h.max(0) >= 0.99 * h.sum(0)).all()  # each class lands (almost) whole on one client
 
 
+@pytest.mark.slow
 def test_dirichlet_matches_reference_popping_loop():
-    """ALGORITHMS.md §2.1 written as a plain loop; compare distributional statistics over many seeds."""
+    """The sampler (docs/reference/update-rules.md#dirichlet-partition) as a plain loop; compare statistics."""
 
     def reference(labels, m, alpha, rng):
         perm = rng.permutation(labels.size)

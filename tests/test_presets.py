@@ -188,6 +188,7 @@ def smoke_cases():
 
 
 @pytest.mark.parametrize("path,names", smoke_cases(), ids=lambda v: v.name if isinstance(v, Path) else "")
+@pytest.mark.slow
 def test_preset_runs_end_to_end_on_tiny_cifar(path, names, cifar_root):
     configs = dict(preset_configs(path))
     for name in names:

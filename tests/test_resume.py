@@ -194,6 +194,7 @@ CLI_ARGS = [
 
 
 @pytest.mark.timeout(600)
+@pytest.mark.slow
 def test_sigkill_mid_round_then_resume_equals_an_uninterrupted_run(tmp_path, capsys):
     rounds = ["--rounds", "12"]
     killed = tmp_path / "killed"

@@ -71,6 +71,7 @@ def test_cli_errors_are_one_line_messages(tmp_path, capsys, argv, message):
     assert message in err and "Traceback" not in err
 
 
+@pytest.mark.slow
 def test_end_to_end_mnist1d_beats_chance(tmp_path):
     """The console script, as a user runs it: DFedSAM-MGS on a ring learns MNIST-1D (10 classes)."""
     out = tmp_path / "run"

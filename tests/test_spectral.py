@@ -1,4 +1,5 @@
-"""Spectral analysis against closed forms (TOPOLOGIES.md A1-A3)."""
+"""Spectral analysis against closed forms (docs/concepts/gossip.md#the-spectral-gap,
+docs/concepts/topologies.md#spectral-facts)."""
 
 from __future__ import annotations
 

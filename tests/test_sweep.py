@@ -218,6 +218,7 @@ def test_diverged_run_is_recorded_and_kept(tmp_path):
     assert "--retry-diverged" in entries[1]["note"]
 
 
+@pytest.mark.slow
 def test_parallel_equals_sequential_and_reports_failures(tmp_path, capsys):
     vary = {"topology": ["ring", "full"], "dataset": ["mnist1d", "cifar10"]}
     sweep = tiny_sweep(vary, data_root=str(tmp_path / "nowhere"), dataset_options={}, algorithm="dfedsam")

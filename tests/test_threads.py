@@ -67,6 +67,7 @@ def test_import_dfl_bounds_the_spin_before_torch_loads_and_keeps_the_users_choic
     assert python("import dfl.cli; " + REPORT)["spin"] == str(threads.SPIN_COUNT)
 
 
+@pytest.mark.slow
 def test_run_applies_threads_and_warns_once_when_torch_came_first():
     run = ("dfl.run(dfl.Config(rounds=1, clients=2, model='logreg', dataset_options={{'num_samples': 200}}, "
            "local_steps=1, eval_every=1, progress=False, threads={n}))")
@@ -99,6 +100,7 @@ def test_cli_refuses_bad_threads_before_loading_torch():
         assert got["err"].startswith("dfl: error: threads must be") and got["err"].count("\n") == 1
 
 
+@pytest.mark.slow
 def test_threads_and_conv_layouts_benchmarks_run_at_toy_size(tmp_path):
     from tests.test_benchmarks import run_script
 

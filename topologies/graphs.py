@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import io
 import math
+import os
 import stat
 import warnings
 from pathlib import Path
@@ -403,6 +404,9 @@ def from_edge_list(path: str | Path, n: int | None = None, option: str = "path",
     10^12) is refused before any node is made.
     """
     directed = _check_flag("directed", directed)
+    if not isinstance(path, (str, os.PathLike)):
+        raise ValueError(f"{option}: the path of an edge-list file (one 'u v' per line), got {type(path).__name__}; "
+                         "give a networkx graph as graph= instead")
     path = check_file(path, f"{option}: edge-list file {str(path)!r}")
     try:
         text = _utf8(path, f"{option}: edge-list file {str(path)!r}")

@@ -83,8 +83,11 @@ def resolve_hyperparameters(config, warn: bool = True) -> tuple[dict, list[str]]
             ignored.append(name)
     hp.update(resolve_options(config.algorithm, cls, config.algorithm_options))
     cls.check_hyperparameters(hp)
-    if "asam_eta" in hp and hp.get("sam") != "asam" and config.asam_eta is not None:
+    if "asam_eta" in hp and config.asam_eta is not None and (
+            hp.get("sam") != "asam" or hp.get("asam_form") == "dp-fedsam"):  # no eta in the DP-FedSAM form
         ignored.append("asam_eta")
+    if "asam_form" in hp and hp.get("sam") != "asam" and config.asam_form is not None:
+        ignored.append("asam_form")
     if ignored and warn:
         warnings.warn(
             f"{config.algorithm} does not use {', '.join(ignored)}; ignoring "

@@ -73,15 +73,20 @@ tuple of names; it sets `name` to the registered name.
 from __future__ import annotations
 
 import math
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Protocol
 
 import numpy as np
 import torch
 
-from dfl.config import LOCAL_OPTIMIZERS
+import topologies
+from dfl.config import LOCAL_OPTIMIZERS, Config
+from dfl.data import FederatedData
+from dfl.data.sampler import Batch, RoundSchedule
 from dfl.training.adam import AdamState
-from dfl.training.local import LocalRule
+from dfl.training.local import LocalResult, LocalRule, Transform
 
 
 def scheduled_lr(config: Any, t: int) -> float:
@@ -100,10 +105,12 @@ def scheduled_lr(config: Any, t: int) -> float:
     raise ValueError(f"unknown lr_schedule {config.lr_schedule!r}")
 
 
-ADAPTIVE = LOCAL_OPTIMIZERS  # `Algorithm.local_optimizers` of algorithms that accept Adam/AdamW too
+ADAPTIVE: tuple[str, ...] = LOCAL_OPTIMIZERS  # `Algorithm.local_optimizers` of algorithms that accept Adam/AdamW too
 RHO_START = 0.001  # ρ_0 of the linear ramp (FedGLoSS's official code), capped at the final ρ
 # The ρ-schedule hyperparameters of every SAM algorithm (those with a `rho`); FedGLoSS's default is "linear".
 RHO_SCHEDULE_DEFAULTS = {"rho_schedule": "constant", "rho_ramp_rounds": 0}
+# The SAM-variant hyperparameters of every SAM algorithm: plain SAM by default; ASAM's η and the form of its scale T.
+SAM_VARIANT_DEFAULTS = {"sam": "sam", "asam_eta": 0.2, "asam_form": "kwon"}
 
 
 def scheduled_rho(hp: dict[str, Any], t: int, final: float) -> float:
@@ -116,15 +123,88 @@ def scheduled_rho(hp: dict[str, Any], t: int, final: float) -> float:
     return start + (final - start) * min(t / ramp, 1.0)
 
 
+# ------------------------------------------------------------------------------------ the seams a round uses
+# What an algorithm may call on the runner's objects, as structural types: `dfl.training.local.LocalTrainer`,
+# `dfl.network.gossip.Gossip` and the communicators of `dfl.network.comm` satisfy them (a type checker, mypy in
+# CI, flags an algorithm that calls anything else), and a test double only needs these members.
+
+
+class LocalTraining(Protocol):
+    """The round's local work, vectorized over this process's clients (`dfl.training.local.LocalTrainer`)."""
+
+    data: FederatedData  # the federated training data (every client's sample counts: `data.sizes`)
+    client_ids: Sequence[int]  # the global ids of this process's clients, in row order
+    mode: str  # "steps" (K = amount local steps) or "epochs" (amount passes over each client's data)
+    amount: int
+    batch_size: int  # 0: full batch
+    seed: int
+
+    def train(self, X: torch.Tensor, round_index: int | np.ndarray, lr: float, rule: LocalRule,
+              momentum: torch.Tensor | None = None,
+              transform: Transform | None = None,
+              rows: torch.Tensor | None = None, adam: AdamState | None = None) -> LocalResult:
+        """K local steps of `rule` from X for every local client (or the local rows `rows`)."""
+        ...
+
+    def schedule(self, round_index: int | np.ndarray, rows: torch.Tensor | None = None) -> RoundSchedule:
+        """The round's minibatches of the local clients."""
+        ...
+
+    def gradient(self, Xb: torch.Tensor, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
+        """Per-client minibatch gradients and losses at the rows Xb = X[batch.rows]."""
+        ...
+
+    def sam_gradient(self, Xb: torch.Tensor, batch: Batch, rule: LocalRule) -> tuple[torch.Tensor, torch.Tensor]:
+        """∇f(y + ε), the SAM/ASAM gradient of `rule`, and the loss f(y)."""
+        ...
+
+
+class Mixer(Protocol):
+    """Gossip over the run's topology (`dfl.network.gossip.Gossip`)."""
+
+    topology: topologies.Topology
+
+    def mix(self, X: torch.Tensor, first_step: int, steps: int) -> torch.Tensor:
+        """W_{s+Q−1} ⋯ W_s X for any [m_local, ...] stack."""
+        ...
+
+    def sends(self, first_step: int, steps: int) -> np.ndarray:
+        """The [m] count of vectors each client sends in those steps."""
+        ...
+
+    def message_bytes(self, dim: int, itemsize: int) -> int:
+        """Bytes of one message carrying a d-vector (compressed under compressed gossip)."""
+        ...
+
+
+class Communicator(Protocol):
+    """This process's clients and the reductions over every process (`dfl.network.comm`)."""
+
+    num_clients: int  # m, over all processes
+    client_ids: Sequence[int]  # the global ids of this process's rows, in row order
+
+    def mean_rows(self, X: torch.Tensor) -> torch.Tensor:
+        """x̄ = (1/m) Σ_i x_i over every client of every process."""
+        ...
+
+    def sum(self, value: torch.Tensor) -> torch.Tensor:
+        """The sum of a tensor over processes."""
+        ...
+
+    def gather_rows(self, X: torch.Tensor) -> torch.Tensor:
+        """All clients' rows in client order (complete on the main process)."""
+        ...
+
+
 @dataclass
 class Context:
     """Everything a round may use besides the client stack; built by the runner, shared by every round."""
 
-    config: Any  # dfl.Config (read-only)
+    config: Config  # read-only
     hp: dict[str, Any]  # resolved hyperparameters: `hyperparameters` ← Config fields ← algorithm_options
-    trainer: Any  # dfl.training.local.LocalTrainer: the round's local steps, vectorized over clients
-    gossip: Any  # dfl.network.gossip.Gossip: X ← W_s X, and how many vectors each client sends
-    comm: Any  # a communicator (dfl.network.comm): client ids, sums and means over every process
+    trainer: LocalTraining  # the round's local steps, vectorized over clients
+    gossip: Mixer  # X ← W_s X, and how many vectors each client sends
+    comm: Communicator  # client ids, sums and means over every process
 
     def lr(self, t: int) -> float:
         """The learning rate η_t of round t = 0, …, T−1 (T = `config.rounds`, η_0 = `config.lr`).
@@ -160,6 +240,7 @@ class Context:
             rho=self.rho(t),
             sam=self.hp.get("sam", "sam"),
             asam_eta=self.hp.get("asam_eta", 0.2),
+            asam_form=self.hp.get("asam_form", "kwon"),
             # the heavy ball is SGD's: with Adam/AdamW the algorithm's default momentum does not apply
             momentum=self.hp.get("momentum", 0.0) if config.local_optimizer == "sgd" else 0.0,
             weight_decay=config.weight_decay,
@@ -181,7 +262,7 @@ class RoundStats:
     trained: torch.Tensor | None = None  # [m_local] bool: clients that trained this round (None = all)
 
 
-class Algorithm:
+class Algorithm(ABC):
     """Base class of every algorithm: override `round(t)`; `state`/`load_state` when it keeps state (module doc)."""
 
     name: ClassVar[str]  # the registered name (set by registration when the class does not declare it)
@@ -191,11 +272,14 @@ class Algorithm:
     # The `state()` entries that are per-client: tensors whose rows are this process's clients. A checkpoint
     # gathers them into all m rows (`comm.gather_rows`) and a resume slices out `comm.client_ids` again.
     # Every other entry is replicated server/global state, identical on every process (rank 0's is saved).
-    client_state: ClassVar[tuple[str, ...]] = ()
+    client_state: tuple[str, ...] = ()  # a class default; an instance adds its optional state (Adam, push-sum)
     # Local optimizers (`local_optimizer`) the update rule is defined for. Adam/AdamW fit algorithms that use local
     # training only through its result y_K; not those whose rule is written in SGD steps (SCAFFOLD's (x − y)/(Kη),
     # FedCM's blended direction, local momentum buffers, FedDyn/FedGLoSS penalties, MimeLite, DOMO).
     local_optimizers: ClassVar[tuple[str, ...]] = ("sgd",)
+    # Whether the rounds gossip through `self.mix`, which carries push-sum's weights: such an algorithm also runs on
+    # a column-stochastic W (directed graphs), with the weights and the ratio x/y of `mix`. The others refuse one.
+    push_sum: ClassVar[bool] = False
 
     def __init__(self, ctx: Context, X: torch.Tensor):
         self.ctx = ctx
@@ -207,15 +291,46 @@ class Algorithm:
         if config.local_optimizer != "sgd" and config.local_optimizer_state == "keep":
             self.optimizer_state = AdamState.zeros(X)
             self.client_state = (*type(self).client_state, *AdamState.KEYS)
+        # push-sum's weights y ([m_local], all 1 at the start) when W is column-stochastic, else None (see `mix`)
+        self.push_weight: torch.Tensor | None = None
+        if self.push_sum and getattr(getattr(ctx.gossip, "topology", None), "stochastic", "doubly") == "column":
+            self.push_weight = torch.ones(X.shape[0], device=X.device, dtype=X.dtype)
+            self.client_state = (*self.client_state, "push_weight")
 
     @classmethod
     def check_hyperparameters(cls, hp: dict[str, Any]) -> None:
         """Raise ValueError, naming the hyperparameter, for values this algorithm cannot run with (a range, a
         combination). Called with the resolved hyperparameters when the config is validated, before training."""
+        return None  # an optional hook: the default accepts every value
 
+    @abstractmethod
     def round(self, t: int) -> RoundStats:
         """Communication round t (0-based): update `self.X` (and any state) and return the round's statistics."""
-        raise NotImplementedError
+
+    def mix(self, Y: torch.Tensor, first_step: int, steps: int) -> torch.Tensor:
+        """Gossip the clients' updated models Y ([m_local, d], computed from `self.X`): W_{s+Q−1} ⋯ W_s Y.
+
+        On a column-stochastic W this is push-sum (Kempe et al., FOCS 2003), in the form of Stochastic Gradient
+        Push (Assran et al., ICML 2019, Algorithm 1): each client keeps a numerator x_i and a weight y_i and trains
+        at their ratio z_i = x_i / y_i, which is what `self.X` holds. The round's update Y − z^t is added to the
+        numerator unscaled, and numerators and weights are mixed by the same steps:
+
+            x^{t+1/2} = y^t ∘ z^t + (Y − z^t)            (Alg. 1 line 3: x ← x − γ ∇F(z), summed over the steps)
+            x^{t+1} = W^Q x^{t+1/2},   y^{t+1} = W^Q y^t  (lines 4–5, one gossip of [x, y]: d + 1 numbers per model)
+            z^{t+1} = x^{t+1} / y^{t+1}                   (line 6)
+
+        A column-stochastic W keeps Σ_i x_i and Σ_i y_i = m, so the de-biased z_i reach the average Σ_i x_i / m
+        of the updates, where plain gossip X ← W X would drift to a weighted one. With one SGD step a round
+        (dfedavg, local_steps = 1) it is SGP exactly. On any other W (y stays 1) this is `ctx.gossip.mix(Y, s, Q)`.
+        """
+        gossip = self.ctx.gossip
+        if self.push_weight is None:
+            return gossip.mix(Y, first_step, steps)
+        weight = self.push_weight[:, None]
+        numerator = torch.addcmul(Y, weight - 1, self.X)  # y ∘ z + (Y − z)
+        mixed = gossip.mix(torch.cat([numerator, weight], dim=1), first_step, steps)
+        self.push_weight = mixed[:, -1].contiguous()
+        return mixed[:, :-1] / mixed[:, -1:]
 
     def metrics(self) -> dict[str, float]:
         """Metrics of the algorithm's own that every evaluated round's record adds (none by default)."""
@@ -224,7 +339,10 @@ class Algorithm:
     def state(self) -> dict[str, torch.Tensor]:
         """Everything beyond X that the next rounds depend on, for checkpoints: the per-client entries
         named in `client_state` ([m_local, ...] rows) and replicated server state."""
-        return {} if self.optimizer_state is None else self.optimizer_state.as_dict()
+        state = {} if self.optimizer_state is None else self.optimizer_state.as_dict()
+        if self.push_weight is not None:
+            state["push_weight"] = self.push_weight
+        return state
 
     def load_state(self, state: dict[str, torch.Tensor]) -> None:
         """Set attributes from `state` (e.g. a checkpoint's, rows already sliced to this process's clients).

@@ -1,4 +1,4 @@
-"""DFedAvg and DFedAvgM (Sun, Li & Wang, TPAMI 2023; ALGORITHMS.md §3.2).
+"""DFedAvg and DFedAvgM (Sun, Li & Wang, TPAMI 2023; docs/reference/update-rules.md#dfedavg-and-dfedavgm).
 
 Round t, client i:
     y^0 = y^{−1} = x_i^t
@@ -10,22 +10,45 @@ is computed here (the buffer is reset to 0 at the start of each round).
 
 from __future__ import annotations
 
+from typing import Any, ClassVar
+
 from dfl.algorithms.base import ADAPTIVE, Algorithm, RoundStats
 
 
 class DFedAvg(Algorithm):
+    """DFedAvg: K local SGD steps from each client's model, then one gossip step.
+
+    Sun, Li & Wang, "Decentralized federated averaging", TPAMI 2023, Algorithm 1 (θ = 0).
+
+        y^0 = x_i^t;  y^{k+1} = y^k − η g_i(y^k),  k < K;   X^{t+1} = W Y^K
+
+    On a column-stochastic W it mixes by push-sum (`Algorithm.mix`); with one local step it is SGP.
+
+    Hyperparameters: none besides the learning rate η (`lr`) and the local optimizer (SGD, Adam or AdamW).
+    """
     name = "dfedavg"
-    hyperparameters: dict = {}
+    hyperparameters: ClassVar[dict[str, Any]] = {}
     local_optimizers = ADAPTIVE
+    push_sum = True  # gossips through `Algorithm.mix`: runs on column-stochastic W too
 
     def round(self, t: int) -> RoundStats:
         ctx = self.ctx
         local = ctx.trainer.train(self.X, t, ctx.lr(t), ctx.rule(t), adam=self.optimizer_state)  # y^K
-        self.X = ctx.gossip.mix(local.Y, t, 1)  # x^{t+1} = W Y^K
+        self.X = self.mix(local.Y, t, 1)  # x^{t+1} = W Y^K (push-sum on a column-stochastic W: `Algorithm.mix`)
         return RoundStats(train_loss=local.loss, models_sent=ctx.gossip.sends(t, 1))
 
 
 class DFedAvgM(DFedAvg):
+    """DFedAvgM: DFedAvg with heavy-ball local SGD, the buffer reset every round.
+
+    Sun, Li & Wang, "Decentralized federated averaging", TPAMI 2023, Algorithm 1.
+
+        y^{k+1} = y^k − η g_i(y^k) + θ (y^k − y^{k−1}),  y^{−1} = y^0 = x_i^t;   X^{t+1} = W Y^K
+
+    Hyperparameters:
+
+    - `momentum` (0.9): the heavy-ball coefficient θ.
+    """
     name = "dfedavgm"
     hyperparameters = {"momentum": 0.9}
     local_optimizers = ("sgd",)  # heavy-ball SGD by definition; Adam has its own momentum: use dfedavg

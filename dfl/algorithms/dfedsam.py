@@ -1,4 +1,4 @@
-"""DFedSAM and DFedSAM-MGS (Shi et al., ICML 2023, Algorithm 1; ALGORITHMS.md §3.3).
+"""DFedSAM and DFedSAM-MGS (Shi et al., ICML 2023, Algorithm 1; docs/reference/update-rules.md#dfedsam-and-dfedsam-mgs).
 
 Round t, client i:
     y^0 = x_i^t
@@ -11,22 +11,38 @@ tQ … tQ+Q−1, so time-varying topologies draw a fresh matrix for every step.
 Local momentum (default 0.9, as DFedAvgM's): the local step is SAMGRAD fed to heavy-ball SGD, re-started each
 round, b ← μ b + g̃; y ← y − η b. Decided for issue 16 from two sources: Algorithm 1 of the paper (our copy, the
 poster) initialises "y^{t,−1}(i) = y^{t,0}(i)", which only matters for a heavy-ball term θ(y^k − y^{k−1}) — the
-DFedAvgM update the algorithm is built on (ALGORITHMS.md §3.2) — and the DisPFL-derived code of this lineage runs
-the local SGD with momentum 0.9. ALGORITHMS.md §3.3 writes the plain-SGD form; `momentum = 0` gives it. With
-matched momentum, DFedSAM vs DFedAvgM measures SAM, not momentum.
+DFedAvgM update the algorithm is built on (docs/reference/update-rules.md#dfedavg-and-dfedavgm) — and the
+DisPFL-derived code of this lineage runs the local SGD with momentum 0.9. The paper prints the plain-SGD form;
+`momentum = 0` gives it. With matched momentum, DFedSAM vs DFedAvgM measures SAM, not momentum.
 """
 
 from __future__ import annotations
 
-from dfl.algorithms.base import ADAPTIVE, RHO_SCHEDULE_DEFAULTS, Algorithm, RoundStats
+from dfl.algorithms.base import ADAPTIVE, RHO_SCHEDULE_DEFAULTS, SAM_VARIANT_DEFAULTS, Algorithm, RoundStats
 
-SAM_DEFAULTS = {"rho": 0.01, **RHO_SCHEDULE_DEFAULTS, "sam": "sam", "asam_eta": 0.2, "momentum": 0.9}
+SAM_DEFAULTS = {"rho": 0.01, **RHO_SCHEDULE_DEFAULTS, **SAM_VARIANT_DEFAULTS, "momentum": 0.9}
 
 
 class DFedSAMMGS(Algorithm):
+    """DFedSAM-MGS: K local SAM steps, then Q gossip steps (multiple gossip steps).
+
+    Shi et al., "Improving the model consistency of decentralized federated learning", ICML 2023, Algorithm 1.
+
+        y^{k+1} = y^k − η SAMGRAD(f_i, y^k, ρ) (heavy ball μ, reset every round);   X^{t+1} = W^Q Y^K
+
+    Hyperparameters:
+
+    - `gossip_steps` (4): Q, the gossip steps of a round (the graph's time-varying steps tQ … tQ+Q−1).
+    - `momentum` (0.9): the local heavy-ball coefficient μ (0 gives the paper's plain SGD form).
+    - `rho` (0.01): the SAM radius ρ.
+    - `sam` (sam): sam (Foret et al. 2021) or asam (Kwon et al. 2021).
+    - `asam_eta` (0.2), `asam_form` (kwon): ASAM's η and the form of its scale T (`dfl.training.local`).
+    - `rho_schedule` (constant), `rho_ramp_rounds` (0): ρ constant, or ramped linearly over that many rounds.
+    """
     name = "dfedsam-mgs"
     hyperparameters = {**SAM_DEFAULTS, "gossip_steps": 4}
     local_optimizers = ADAPTIVE
+    push_sum = True  # gossips through `Algorithm.mix`: runs on column-stochastic W too
 
     def gossip_steps(self) -> int:
         return self.ctx.hp.get("gossip_steps", 1)
@@ -34,10 +50,24 @@ class DFedSAMMGS(Algorithm):
     def round(self, t: int) -> RoundStats:
         ctx, Q = self.ctx, self.gossip_steps()
         local = ctx.trainer.train(self.X, t, ctx.lr(t), ctx.rule(t), adam=self.optimizer_state)  # Y^K by local SAM
-        self.X = ctx.gossip.mix(local.Y, t * Q, Q)  # X^{t+1} = W^Q Y^K
+        self.X = self.mix(local.Y, t * Q, Q)  # X^{t+1} = W^Q Y^K (push-sum on a column-stochastic W)
         return RoundStats(train_loss=local.loss, models_sent=ctx.gossip.sends(t * Q, Q))
 
 
 class DFedSAM(DFedSAMMGS):
+    """DFedSAM: K local SAM steps, then one gossip step (DFedSAM-MGS with Q = 1).
+
+    Shi et al., "Improving the model consistency of decentralized federated learning", ICML 2023, Algorithm 1.
+
+        y^{k+1} = y^k − η SAMGRAD(f_i, y^k, ρ) (heavy ball μ, reset every round);   X^{t+1} = W Y^K
+
+    Hyperparameters:
+
+    - `momentum` (0.9): the local heavy-ball coefficient μ.
+    - `rho` (0.01): the SAM radius ρ.
+    - `sam` (sam): sam (Foret et al. 2021) or asam (Kwon et al. 2021).
+    - `asam_eta` (0.2), `asam_form` (kwon): ASAM's η and the form of its scale T (`dfl.training.local`).
+    - `rho_schedule` (constant), `rho_ramp_rounds` (0): ρ constant, or ramped linearly over that many rounds.
+    """
     name = "dfedsam"
     hyperparameters = dict(SAM_DEFAULTS)

@@ -1,4 +1,4 @@
-"""DOMO and DOMO-S (Xu & Huang, AAAI 2022, "Coordinating Momenta for Cross-silo FL"; ALGORITHMS.md §4.5).
+"""DOMO and DOMO-S (Xu & Huang, AAAI 2022, "Coordinating Momenta"; docs/reference/update-rules.md#domo-and-domo-s).
 
 Server state x_t, m_t (m_0 = 0). The simulator passes m_t to the clients (cross-silo clients taking part
 in every round could infer it from x_{t−1} − x_t); with partial participation m_t is counted as a second
@@ -26,6 +26,22 @@ from dfl.training.local import descent_direction
 
 
 class DOMO(ServerAlgorithm):
+    """DOMO: server momentum fused into the clients' starting point, then removed from their uploads.
+
+    Xu & Huang, "Coordinating momenta for cross-silo federated learning", AAAI 2022 (pre-training fusion).
+
+        y_0 = x_t − α η K_i m_t;  u ← μ u + g_i(y);  y ← y − η u;   d_i = (y_0 − y_K)/(η K_i)
+        m_{t+1} = β m_t + Σ_S p_i d_i;   x_{t+1} = x_t − η_g η K̄ m_{t+1}
+
+    Hyperparameters:
+
+    - `domo_alpha` (1.0): α, how much server momentum the clients fuse (0 gives FedAvgSLM-Z).
+    - `momentum` (0.9): the local μ (buffer reset every round).
+    - `server_momentum` (0.9): the server's β.
+    - `server_lr` (1.0): η_g.
+    - `participation` (1.0), `participation_mode` (uniform), `aggregation` (uniform): the fraction of clients
+        sampled each round, how (uniform or bernoulli), and their weights p_i (uniform or size) (`ServerAlgorithm`).
+    """
     name = "domo"
     hyperparameters = {
         **SERVER_DEFAULTS, "momentum": 0.9, "server_momentum": 0.9, "server_lr": 1.0, "domo_alpha": 1.0,
@@ -62,6 +78,21 @@ class DOMO(ServerAlgorithm):
 
 
 class DOMOS(DOMO):
+    """DOMO-S: DOMO with the server momentum added to every local step instead of the start point.
+
+    Xu & Huang, "Coordinating momenta for cross-silo federated learning", AAAI 2022 (scattered fusion).
+
+        y_{k+1} = y_k − η (u + α m_t),  u ← μ u + g_i(y_k);   d_i = (x_t − y_K)/(η K_i) − α m_t;  server as DOMO
+
+    Hyperparameters:
+
+    - `domo_alpha` (1.0): α.
+    - `momentum` (0.9): the local μ.
+    - `server_momentum` (0.9): the server's β.
+    - `server_lr` (1.0): η_g.
+    - `participation` (1.0), `participation_mode` (uniform), `aggregation` (uniform): the fraction of clients
+        sampled each round, how (uniform or bernoulli), and their weights p_i (uniform or size) (`ServerAlgorithm`).
+    """
     name = "domo-s"
 
     def local(self, t: int, part, lr: float, alpha: float):

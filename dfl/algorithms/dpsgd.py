@@ -13,6 +13,7 @@ gradient at the pre-mixing iterate), its moments fresh every round of K iteratio
 from __future__ import annotations
 
 import math
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
@@ -23,8 +24,17 @@ from dfl.training.local import descent_direction
 
 
 class DPSGD(Algorithm):
+    """D-PSGD: one SGD step per gossip step, the gradient taken at the iterate before mixing.
+
+    Lian et al., "Can decentralized algorithms outperform centralized algorithms?", NeurIPS 2017, Algorithm 1.
+    A round is the usual local work (K = local_steps, or local_epochs over the data), i.e. K iterations of
+
+        X^{k+1} = W_k X^k − γ G(X^k)
+
+    Hyperparameters: none besides the learning rate γ (`lr`) and the local optimizer (SGD, Adam or AdamW).
+    """
     name = "dpsgd"
-    hyperparameters: dict = {}
+    hyperparameters: ClassVar[dict[str, Any]] = {}
     local_optimizers = ADAPTIVE
 
     def __init__(self, ctx: Context, X: torch.Tensor):

@@ -37,15 +37,28 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from dfl.algorithms.base import RHO_SCHEDULE_DEFAULTS, Algorithm, Context, RoundStats
+from dfl.algorithms.base import RHO_SCHEDULE_DEFAULTS, SAM_VARIANT_DEFAULTS, Algorithm, Context, RoundStats
 from dfl.algorithms.dpsgd import iterations_per_round
 from dfl.training.local import descent_direction
 
-SAM_OPTIONS = {**RHO_SCHEDULE_DEFAULTS, "sam": "sam", "asam_eta": 0.2}
+SAM_OPTIONS = {**RHO_SCHEDULE_DEFAULTS, **SAM_VARIANT_DEFAULTS}
 
 
 class DSGT(Algorithm):
-    """DSGT (Pu & Nedić 2021): D-PSGD with a gossiped tracker of the average gradient (exact under heterogeneity)."""
+    """DSGT: D-PSGD with a gossiped tracker of the average gradient, exact under heterogeneity.
+
+    Pu & Nedić, "Distributed stochastic gradient tracking methods", Math. Programming 2021, Algorithm 1.
+
+        X^{k+1} = W (X^k − α Y^k);   Y^{k+1} = W Y^k + G(X^{k+1}) − G(X^k),  Y^0 = G(X^0)
+
+    Hyperparameters:
+
+    - `rho` (0.0): the SAM radius ρ.
+    - `sam` (sam): sam (Foret et al. 2021) or asam (Kwon et al. 2021).
+    - `asam_eta` (0.2), `asam_form` (kwon): ASAM's η and the form of its scale T (`dfl.training.local`).
+    - `rho_schedule` (constant), `rho_ramp_rounds` (0): ρ constant, or ramped linearly over that many rounds.
+      ρ > 0 tracks SAM gradients (dsgt-sam).
+    """
 
     name = "dsgt"
     hyperparameters = {"rho": 0.0, **SAM_OPTIONS}
@@ -93,7 +106,19 @@ class DSGT(Algorithm):
 
 
 class DSGTSAM(DSGT):
-    """DSGT tracking SAM gradients ∇f_i(x + ρ g/‖g‖) (ρ = 0.01 by default; sam = "asam" for ASAM)."""
+    """DSGT-SAM: gradient tracking of SAM gradients ∇f_i(x + ρ g/‖g‖).
+
+    DSGT (Pu & Nedić 2021, Algorithm 1) with G the clients' SAM gradients (Foret et al. 2021).
+
+        X^{k+1} = W (X^k − α Y^k);   Y^{k+1} = W Y^k + G_SAM(X^{k+1}) − G_SAM(X^k)
+
+    Hyperparameters:
+
+    - `rho` (0.01): the SAM radius ρ.
+    - `sam` (sam): sam (Foret et al. 2021) or asam (Kwon et al. 2021).
+    - `asam_eta` (0.2), `asam_form` (kwon): ASAM's η and the form of its scale T (`dfl.training.local`).
+    - `rho_schedule` (constant), `rho_ramp_rounds` (0): ρ constant, or ramped linearly over that many rounds.
+    """
 
     name = "dsgt-sam"
     hyperparameters = {"rho": 0.01, **SAM_OPTIONS}

@@ -1,4 +1,4 @@
-"""FedAvg, FedSAM/FedASAM and FedAvgSM (ALGORITHMS.md §4.1, §4.7, §4.2).
+"""FedAvg, FedSAM/FedASAM and FedAvgSM (docs/reference/update-rules.md#fedavg, #fedsam, #fedavgsm).
 
 Round t (S_t sampled, weights p_i; see `dfl.algorithms.server`):
     y_{i,0} = x_t;  K local steps of SGD (FedAvg) or of SAM/ASAM (FedSAM, same minibatch for the ascent)
@@ -12,11 +12,23 @@ from __future__ import annotations
 
 import torch
 
-from dfl.algorithms.base import ADAPTIVE, RHO_SCHEDULE_DEFAULTS, RoundStats
+from dfl.algorithms.base import ADAPTIVE, RHO_SCHEDULE_DEFAULTS, SAM_VARIANT_DEFAULTS, RoundStats
 from dfl.algorithms.server import SERVER_DEFAULTS, ServerAlgorithm
 
 
 class FedAvg(ServerAlgorithm):
+    """FedAvg: K local SGD steps on the sampled clients, then their weighted average at the server.
+
+    McMahan et al., "Communication-efficient learning of deep networks from decentralized data", AISTATS 2017.
+
+        Δ_i = y_{i,K} − x_t;   x_{t+1} = x_t + η_g Σ_S p_i Δ_i
+
+    Hyperparameters:
+
+    - `server_lr` (1.0): η_g (1 is plain averaging).
+    - `participation` (1.0), `participation_mode` (uniform), `aggregation` (uniform): the fraction of clients
+        sampled each round, how (uniform or bernoulli), and their weights p_i (uniform or size) (`ServerAlgorithm`).
+    """
     name = "fedavg"
     hyperparameters = {**SERVER_DEFAULTS, "server_lr": 1.0}
     local_optimizers = ADAPTIVE  # subclasses whose rule is written in SGD steps set ("sgd",)
@@ -40,16 +52,42 @@ class FedAvg(ServerAlgorithm):
 
 
 class FedSAM(FedAvg):
-    """FedSAM (Qu et al. 2022; Caldarola et al. 2022): SAM local steps (ASAM with sam="asam"), FedAvg server.
+    """FedSAM: SAM local steps on the sampled clients, FedAvg at the server (FedASAM with sam = asam).
 
-    Default ρ = 0.1 (FL-Simulator, Caldarola's SAM runs); Caldarola's ASAM runs use ρ = 0.7, η_a = 0.2."""
+    Qu et al., "Generalized federated learning via sharpness aware minimization", ICML 2022; Caldarola, Caputo &
+    Ciccone, "Improving generalization in federated learning by seeking flat minima", ECCV 2022 (FedASAM).
+
+        y ← y − η SAMGRAD(f_i, y, ρ)  (K steps from x_t);   x_{t+1} = x_t + η_g Σ_S p_i (y_{i,K} − x_t)
+
+    Hyperparameters:
+
+    - `rho` (0.1): the SAM radius ρ.
+    - `sam` (sam): sam (Foret et al. 2021) or asam (Kwon et al. 2021).
+    - `asam_eta` (0.2), `asam_form` (kwon): ASAM's η and the form of its scale T (`dfl.training.local`).
+    - `rho_schedule` (constant), `rho_ramp_rounds` (0): ρ constant, or ramped linearly over that many rounds.
+    - `server_lr` (1.0): η_g.
+    - `participation` (1.0), `participation_mode` (uniform), `aggregation` (uniform): the fraction of clients
+        sampled each round, how (uniform or bernoulli), and their weights p_i (uniform or size) (`ServerAlgorithm`).
+    """
 
     name = "fedsam"
-    hyperparameters = {**FedAvg.hyperparameters, "rho": 0.1, **RHO_SCHEDULE_DEFAULTS, "sam": "sam", "asam_eta": 0.2}
+    hyperparameters = {**FedAvg.hyperparameters, "rho": 0.1, **RHO_SCHEDULE_DEFAULTS, **SAM_VARIANT_DEFAULTS}
 
 
 class FedAvgSM(FedAvg):
-    """FedAvg with server (heavy-ball) momentum on the pseudo-gradient; effective server lr η_g/(1−β)."""
+    """FedAvgSM: FedAvg with server heavy-ball momentum on the pseudo-gradient (effective lr η_g/(1 − β)).
+
+    Hsu, Qi & Brown, "Measuring the effects of non-identical data distribution", arXiv 1909.06335, 2019 (FedAvgM).
+
+        d_t = Σ_S p_i (x_t − y_{i,K});   m ← β m + d_t;   x_{t+1} = x_t − η_g m
+
+    Hyperparameters:
+
+    - `server_momentum` (0.9): β.
+    - `server_lr` (1.0): η_g.
+    - `participation` (1.0), `participation_mode` (uniform), `aggregation` (uniform): the fraction of clients
+        sampled each round, how (uniform or bernoulli), and their weights p_i (uniform or size) (`ServerAlgorithm`).
+    """
 
     name = "fedavgsm"
     hyperparameters = {**FedAvg.hyperparameters, "server_momentum": 0.9}

@@ -1,4 +1,4 @@
-"""FedCM (Xu et al. 2021) and MoFedSAM (Qu et al. 2022): client momentum from the server (ALGORITHMS.md §4.8–4.9).
+"""FedCM (Xu et al. 2021) and MoFedSAM (Qu et al. 2022): client momentum (docs/reference/update-rules.md#fedcm).
 
 Server state: x_t and Δ_t, the normalized global update direction (Δ_0 = 0); both are sent down (2×).
 Client step (K steps from x_t):
@@ -15,11 +15,25 @@ from __future__ import annotations
 
 import torch
 
-from dfl.algorithms.base import RHO_SCHEDULE_DEFAULTS, Context, RoundStats
+from dfl.algorithms.base import RHO_SCHEDULE_DEFAULTS, SAM_VARIANT_DEFAULTS, Context, RoundStats
 from dfl.algorithms.fedavg import FedAvg
 
 
 class FedCM(FedAvg):
+    """FedCM: local steps that blend each gradient with the server's last global update direction.
+
+    Xu, Wang, Wang & Yao, "FedCM: Federated learning with client-level momentum", arXiv 2106.10874, 2021.
+
+        v = α g + (1 − α) Δ_t;   y ← y − η v  (K steps from x_t)
+        Δ_{t+1} = Σ_S p_i (x_t − y_{i,K})/(η K_i);   x_{t+1} = x_t + η_g Σ_S p_i (y_{i,K} − x_t)
+
+    Hyperparameters:
+
+    - `fedcm_alpha` (0.1): α, the weight of the client's own gradient (1 gives FedAvg).
+    - `server_lr` (1.0): η_g.
+    - `participation` (1.0), `participation_mode` (uniform), `aggregation` (uniform): the fraction of clients
+        sampled each round, how (uniform or bernoulli), and their weights p_i (uniform or size) (`ServerAlgorithm`).
+    """
     name = "fedcm"
     hyperparameters = {**FedAvg.hyperparameters, "fedcm_alpha": 0.1}
     downlink = 2  # x_t and Δ_t
@@ -48,5 +62,22 @@ class FedCM(FedAvg):
 
 
 class MoFedSAM(FedCM):
+    """MoFedSAM: FedCM whose local gradient is a SAM gradient (the ascent from the plain gradient).
+
+    Qu et al., "Generalized federated learning via sharpness aware minimization", ICML 2022 (MoFedSAM).
+
+        v = α SAMGRAD(f_i, y, ρ) + (1 − α) Δ_t;   y ← y − η v;   server as FedCM
+
+    Hyperparameters:
+
+    - `fedcm_alpha` (0.1): α (1 gives FedSAM).
+    - `rho` (0.1): the SAM radius ρ.
+    - `sam` (sam): sam (Foret et al. 2021) or asam (Kwon et al. 2021).
+    - `asam_eta` (0.2), `asam_form` (kwon): ASAM's η and the form of its scale T (`dfl.training.local`).
+    - `rho_schedule` (constant), `rho_ramp_rounds` (0): ρ constant, or ramped linearly over that many rounds.
+    - `server_lr` (1.0): η_g.
+    - `participation` (1.0), `participation_mode` (uniform), `aggregation` (uniform): the fraction of clients
+        sampled each round, how (uniform or bernoulli), and their weights p_i (uniform or size) (`ServerAlgorithm`).
+    """
     name = "mofedsam"
-    hyperparameters = {**FedCM.hyperparameters, "rho": 0.1, **RHO_SCHEDULE_DEFAULTS, "sam": "sam", "asam_eta": 0.2}
+    hyperparameters = {**FedCM.hyperparameters, "rho": 0.1, **RHO_SCHEDULE_DEFAULTS, **SAM_VARIANT_DEFAULTS}

@@ -1,4 +1,4 @@
-"""FedDyn (Acar et al., ICLR 2021; ALGORITHMS.md §4.12), as in Acar's `train_FedDyn`.
+"""FedDyn (Acar et al., ICLR 2021; docs/reference/update-rules.md#feddyn), as in Acar's `train_FedDyn`.
 
 State: client h_i (0; = −∇f_i/α at the fixed point), kept by non-participants. The server model x_t
 is the broadcast "cloud" model. Down: x_t. Up: θ_i.
@@ -20,6 +20,19 @@ from dfl.algorithms.server import SERVER_DEFAULTS, ServerAlgorithm
 
 
 class FedDyn(ServerAlgorithm):
+    """FedDyn: a dynamic linear-plus-quadratic regulariser per client that aligns local and global optima.
+
+    Acar et al., "Federated learning based on dynamic regularization", ICLR 2021 (as the authors' code).
+
+        θ ← θ − η (g_i(θ) + α (θ − x_t) + α h_i)  (K steps from x_t);   h_i ← h_i + (θ_i − x_t)
+        x_{t+1} = Σ_S p_i θ_i + (1/N) Σ_j h_j
+
+    Hyperparameters:
+
+    - `feddyn_alpha` (0.01): α.
+    - `participation` (1.0), `participation_mode` (uniform), `aggregation` (uniform): the fraction of clients
+        sampled each round, how (uniform or bernoulli), and their weights p_i (uniform or size) (`ServerAlgorithm`).
+    """
     name = "feddyn"
     hyperparameters = {**SERVER_DEFAULTS, "feddyn_alpha": 0.01}
     client_state = ("h",)  # h_i per client; x is server state

@@ -1,4 +1,4 @@
-"""FedGLoSS (Caldarola, Cagnasso, Caputo & Ciccone, CVPR 2025, Algorithm 1; ALGORITHMS.md §4.14).
+"""FedGLoSS (Caldarola, Cagnasso, Caputo & Ciccone, CVPR 2025, Alg. 1; docs/reference/update-rules.md#fedgloss).
 
 Server SAM from the previous pseudo-gradient, with a FedDyn/ADMM-style client regulariser.
 State: server w, σ (0), Δ̃_prev (0); client σ_k (0), kept by non-participants. Down: w̃ (1×). Up: w_k (1×).
@@ -26,14 +26,35 @@ from __future__ import annotations
 
 import torch
 
-from dfl.algorithms.base import Context, RoundStats
+from dfl.algorithms.base import SAM_VARIANT_DEFAULTS, Context, RoundStats
 from dfl.algorithms.server import SERVER_DEFAULTS, ServerAlgorithm
 
 
 class FedGLoSS(ServerAlgorithm):
+    """FedGLoSS: server SAM from the previous pseudo-gradient, with FedDyn/ADMM-style client regularisation.
+
+    Caldarola, Cagnasso, Caputo & Ciccone, "Beyond local sharpness: communication-efficient global sharpness-aware
+    minimization for federated learning", CVPR 2025, Algorithm 1.
+
+        w̃ = w + ρ Δ̃_prev/‖Δ̃_prev‖;   w_k ← w_k − η [SAMGRAD(f_k, w_k, ρ_l) − σ_k + (w_k − w̃)/β]
+        σ ← σ − (1/(βN)) Σ_S (w_k − w̃);   Δ̃ = Σ_S p_k (w̃ − w_k);   w ← w − η_g Δ̃ − β σ
+
+    Hyperparameters:
+
+    - `server_rho` (0.15): the server radius ρ.
+    - `fedgloss_beta` (10.0): β, the ADMM penalty (α = 1/β of FedDyn).
+    - `rho` (0.15): the SAM radius ρ.
+    - `sam` (sam): sam (Foret et al. 2021) or asam (Kwon et al. 2021).
+    - `asam_eta` (0.2), `asam_form` (kwon): ASAM's η and the form of its scale T (`dfl.training.local`).
+    - `rho_schedule` (linear), `rho_ramp_rounds` (0): ρ constant, or ramped linearly over that many rounds.
+      `rho` is the client radius ρ_l; the linear ramp (over `rho_ramp_rounds` > 1) applies to both radii.
+    - `server_lr` (1.0): η_g.
+    - `participation` (1.0), `participation_mode` (uniform), `aggregation` (uniform): the fraction of clients
+        sampled each round, how (uniform or bernoulli), and their weights p_i (uniform or size) (`ServerAlgorithm`).
+    """
     name = "fedgloss"
     hyperparameters = {
-        **SERVER_DEFAULTS, "server_lr": 1.0, "rho": 0.15, "sam": "sam", "asam_eta": 0.2,
+        **SERVER_DEFAULTS, "server_lr": 1.0, "rho": 0.15, **SAM_VARIANT_DEFAULTS,
         "server_rho": 0.15, "fedgloss_beta": 10.0, "rho_schedule": "linear", "rho_ramp_rounds": 0,
     }
     client_state = ("sigma_k",)  # per-client σ_k; σ and Δ̃_prev are server state

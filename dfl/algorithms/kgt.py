@@ -34,13 +34,28 @@ from typing import Any
 
 import torch
 
-from dfl.algorithms.base import RHO_SCHEDULE_DEFAULTS, Algorithm, Context, RoundStats
+from dfl.algorithms.base import RHO_SCHEDULE_DEFAULTS, SAM_VARIANT_DEFAULTS, Algorithm, Context, RoundStats
 
-SAM_OPTIONS = {**RHO_SCHEDULE_DEFAULTS, "sam": "sam", "asam_eta": 0.2}
+SAM_OPTIONS = {**RHO_SCHEDULE_DEFAULTS, **SAM_VARIANT_DEFAULTS}
 
 
 class KGT(Algorithm):
-    """K-GT (Liu et al. 2024): local steps corrected by a tracked average gradient, then gossip of models, updates."""
+    """K-GT: K local steps corrected by a tracked average gradient, then gossip of models and updates.
+
+    Liu, Lin, Koloskova & Stich, "Decentralized gradient tracking with local steps", Optim. Methods Softw. 2024,
+    Algorithm 1.
+
+        z ← z − η (∇F_i(z) + c_i)  (K steps from x_i);   Δ = x − z
+        c ← c − Δ/(Kη) + W Δ/(Kη);   X ← W (X − η_s Δ)
+
+    Hyperparameters:
+
+    - `outer_lr` (1.0): η_s, the step on the mixed models (an algorithm option: `--algorithm-options outer_lr=0.5`).
+    - `rho` (0.0): the SAM radius ρ.
+    - `sam` (sam): sam (Foret et al. 2021) or asam (Kwon et al. 2021).
+    - `asam_eta` (0.2), `asam_form` (kwon): ASAM's η and the form of its scale T (`dfl.training.local`).
+    - `rho_schedule` (constant), `rho_ramp_rounds` (0): ρ constant, or ramped linearly over that many rounds.
+    """
 
     name = "kgt"
     hyperparameters = {"rho": 0.0, **SAM_OPTIONS, "outer_lr": 1.0}
@@ -76,7 +91,18 @@ class KGT(Algorithm):
 
 
 class KGTSAM(KGT):
-    """K-GT with SAM local steps (ρ = 0.01 by default; sam = "asam" for ASAM)."""
+    """K-GT-SAM: K-GT whose corrected local steps are SAM steps.
+
+    K-GT (Liu et al. 2024, Algorithm 1) with ∇F_i replaced by SAMGRAD(f_i, z, ρ) (Foret et al. 2021).
+
+    Hyperparameters:
+
+    - `outer_lr` (1.0): η_s, the step on the mixed models (an algorithm option).
+    - `rho` (0.01): the SAM radius ρ.
+    - `sam` (sam): sam (Foret et al. 2021) or asam (Kwon et al. 2021).
+    - `asam_eta` (0.2), `asam_form` (kwon): ASAM's η and the form of its scale T (`dfl.training.local`).
+    - `rho_schedule` (constant), `rho_ramp_rounds` (0): ρ constant, or ramped linearly over that many rounds.
+    """
 
     name = "kgt-sam"
     hyperparameters = {"rho": 0.01, **SAM_OPTIONS, "outer_lr": 1.0}

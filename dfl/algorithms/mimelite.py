@@ -1,4 +1,4 @@
-"""MimeLite with SGD + momentum as the base optimizer (Karimireddy et al. 2021, "Mime"; ALGORITHMS.md §4.10).
+"""MimeLite with SGD + momentum as base optimizer (Karimireddy et al. 2021; docs/reference/update-rules.md#mimelite).
 
 Server state x, m (m = 0). Down: x, m (2×). Up: y_{i,K}, c_i (2×).
 Client i ∈ S_t:
@@ -23,6 +23,21 @@ from dfl.data.sampler import RoundSchedule
 
 
 class MimeLite(FedAvg):
+    """MimeLite: local steps that apply the server's frozen momentum, updated from full-batch gradients.
+
+    Karimireddy et al., "Breaking the centralized barrier for cross-device federated learning", NeurIPS 2021
+    (Mime, MimeLite with SGD + momentum).
+
+        c_i = ∇f_i(x);   y ← y − η ((1 − β) g_i(y) + β m)  (K steps);   x ← x + η_g Σ_S p_i (y_K − x)
+        m ← (1 − β) Σ_S p_i c_i + β m
+
+    Hyperparameters:
+
+    - `server_momentum` (0.9): β (0 gives FedAvg).
+    - `server_lr` (1.0): η_g.
+    - `participation` (1.0), `participation_mode` (uniform), `aggregation` (uniform): the fraction of clients
+        sampled each round, how (uniform or bernoulli), and their weights p_i (uniform or size) (`ServerAlgorithm`).
+    """
     name = "mimelite"
     hyperparameters = {**FedAvg.hyperparameters, "server_momentum": 0.9}
     uplink = downlink = 2

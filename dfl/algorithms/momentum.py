@@ -1,4 +1,4 @@
-"""FedAvg with local momentum, with or without server momentum (ALGORITHMS.md §4.3, §4.4; DOMO paper baselines).
+"""FedAvg with local momentum, with or without server momentum (docs/reference/update-rules.md#fedavglm-and-fedavglm-z).
 
 Client: heavy ball u ← μ u + g_i(y);  y ← y − η u,  K steps from x_t, with u starting from
     FedAvgLM:    the averaged buffer u_t of the previous round (Yu et al. 2019); u_{t+1} = Σ_S p_i u_{i,K}.
@@ -19,6 +19,19 @@ from dfl.algorithms.fedavg import FedAvg
 
 
 class FedAvgLM(FedAvg):
+    """FedAvgLM: local heavy-ball SGD whose buffer is averaged at the server and sent back each round.
+
+    Yu, Jin & Yang, "On the linear speedup analysis of communication efficient momentum SGD", ICML 2019.
+
+        u ← μ u + g_i(y);  y ← y − η u  (u from the averaged u_t);   u_{t+1} = Σ_S p_i u_{i,K}
+
+    Hyperparameters:
+
+    - `momentum` (0.9): μ.
+    - `server_lr` (1.0): η_g.
+    - `participation` (1.0), `participation_mode` (uniform), `aggregation` (uniform): the fraction of clients
+        sampled each round, how (uniform or bernoulli), and their weights p_i (uniform or size) (`ServerAlgorithm`).
+    """
     name = "fedavglm"
     hyperparameters = {**FedAvg.hyperparameters, "momentum": 0.9}
     reset = False  # -Z variants start every round from u = 0
@@ -43,11 +56,38 @@ class FedAvgLM(FedAvg):
 
 
 class FedAvgLMZ(FedAvgLM):
+    """FedAvgLM-Z: local heavy-ball SGD with the buffer reset to zero every round, FedAvg at the server.
+
+    The local-momentum baseline of Xu & Huang, "Coordinating momenta for cross-silo federated learning", AAAI 2022.
+
+        u ← μ u + g_i(y);  y ← y − η u  (u = 0 at the start of each round);   x_{t+1} = x_t + η_g Σ_S p_i Δ_i
+
+    Hyperparameters:
+
+    - `momentum` (0.9): μ.
+    - `server_lr` (1.0): η_g.
+    - `participation` (1.0), `participation_mode` (uniform), `aggregation` (uniform): the fraction of clients
+        sampled each round, how (uniform or bernoulli), and their weights p_i (uniform or size) (`ServerAlgorithm`).
+    """
     name = "fedavglm-z"
     reset = True
 
 
 class FedAvgSLM(FedAvgLM):
+    """FedAvgSLM: local momentum (buffer averaged across rounds) and server momentum on the normalized update.
+
+    The double-momentum baseline of Xu & Huang, "Coordinating momenta for cross-silo federated learning", AAAI 2022.
+
+        d_t = Σ_S p_i (x_t − y_{i,K})/(η K_i);   m ← β m + d_t;   x_{t+1} = x_t − η_g η K̄ m
+
+    Hyperparameters:
+
+    - `momentum` (0.9): the local μ.
+    - `server_momentum` (0.9): the server's β.
+    - `server_lr` (1.0): η_g.
+    - `participation` (1.0), `participation_mode` (uniform), `aggregation` (uniform): the fraction of clients
+        sampled each round, how (uniform or bernoulli), and their weights p_i (uniform or size) (`ServerAlgorithm`).
+    """
     name = "fedavgslm"
     hyperparameters = {**FedAvgLM.hyperparameters, "server_momentum": 0.9}
 
@@ -71,5 +111,19 @@ class FedAvgSLM(FedAvgLM):
 
 
 class FedAvgSLMZ(FedAvgSLM):
+    """FedAvgSLM-Z: FedAvgSLM with the local buffer reset to zero every round.
+
+    The double-momentum baseline of Xu & Huang, "Coordinating momenta for cross-silo federated learning", AAAI 2022.
+
+        u = 0 each round;   d_t = Σ_S p_i (x_t − y_{i,K})/(η K_i);   m ← β m + d_t;   x_{t+1} = x_t − η_g η K̄ m
+
+    Hyperparameters:
+
+    - `momentum` (0.9): the local μ.
+    - `server_momentum` (0.9): the server's β.
+    - `server_lr` (1.0): η_g.
+    - `participation` (1.0), `participation_mode` (uniform), `aggregation` (uniform): the fraction of clients
+        sampled each round, how (uniform or bernoulli), and their weights p_i (uniform or size) (`ServerAlgorithm`).
+    """
     name = "fedavgslm-z"
     reset = True

@@ -18,7 +18,8 @@ from dfl.algorithms.base import Algorithm
 from dfl.config import Config
 
 # Config fields that only some algorithms read (None in the Config = the algorithm's default).
-HYPERPARAMETERS = ("rho", "rho_schedule", "rho_ramp_rounds", "sam", "asam_eta", "momentum", "gossip_steps")
+HYPERPARAMETERS: tuple[str, ...] = (
+    "rho", "rho_schedule", "rho_ramp_rounds", "sam", "asam_eta", "asam_form", "momentum", "gossip_steps")
 HYPERPARAMETERS += (  # centralized algorithms
     "participation", "participation_mode", "aggregation", "server_lr", "server_momentum", "fedcm_alpha",
     "domo_alpha", "feddyn_alpha", "fedgloss_beta", "server_rho",

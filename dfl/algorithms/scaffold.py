@@ -1,4 +1,4 @@
-"""SCAFFOLD, option II (Karimireddy et al. 2020, Algorithm 1; ALGORITHMS.md §4.6).
+"""SCAFFOLD, option II (Karimireddy et al. 2020, Algorithm 1; docs/reference/update-rules.md#scaffold).
 
 State: server x, c (c = 0); client c_i (0), kept by non-participants. Down: x, c. Up: Δy_i, Δc_i (2× each way).
 Client i ∈ S_t:
@@ -21,6 +21,20 @@ from dfl.algorithms.fedavg import FedAvg
 
 
 class Scaffold(FedAvg):
+    """SCAFFOLD (option II): local steps corrected by control variates, c − c_i, against client drift.
+
+    Karimireddy et al., "SCAFFOLD: Stochastic controlled averaging for federated learning", ICML 2020,
+    Algorithm 1 (option II).
+
+        y ← y − η (g_i(y) − c_i + c);   c_i⁺ = c_i − c + (x − y_K)/(K_i η)
+        x ← x + η_g Σ_S p_i (y_K − x);   c ← c + Σ_S q_i (c_i⁺ − c_i)
+
+    Hyperparameters:
+
+    - `server_lr` (1.0): η_g.
+    - `participation` (1.0), `participation_mode` (uniform), `aggregation` (uniform): the fraction of clients
+        sampled each round, how (uniform or bernoulli), and their weights p_i (uniform or size) (`ServerAlgorithm`).
+    """
     name = "scaffold"
     uplink = downlink = 2
     client_state = ("ci",)  # c_i per client; x and c are server state

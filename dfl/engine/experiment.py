@@ -99,7 +99,7 @@ class Experiment:
         if centralized and (config.topology not in ("ring", "full") or config.topology_options):  # ring: default
             warnings.warn(f"{config.algorithm} is centralized (complete topology); ignoring topology", stacklevel=3)
             ignored = [*ignored, "topology"]
-        topology = build_topology(config, m)
+        topology = build_topology(config, m, data.sizes.tolist())
         participants = None
         if centralized:  # stragglers and the deadline apply to the clients the server samples in round t
             def participants(t: int) -> np.ndarray:

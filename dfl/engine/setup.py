@@ -3,6 +3,8 @@ the asynchronous mode), each built the one way every run, sweep and command buil
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
 
 import topologies
@@ -22,16 +24,24 @@ def resolve_device(name: str) -> torch.device:
     return torch.device(name)
 
 
-def build_topology(config: Config, n: int):
+def build_topology(config: Config, n: int, sizes: Sequence[int] | None = None):
     """The topology a run mixes with: the complete graph for a centralized algorithm (the configured graph
-    plays no part), else the configured topology on n clients (a built-in or a registered one)."""
+    plays no part), else the configured topology on n clients (a built-in or a registered one). Sample-count
+    weights (da-dpfl's w_ij ∝ n_j) take `sizes`, the clients' training-sample counts, unless the topology's
+    options give their own."""
     if is_centralized(config.algorithm):
         return topologies.build("full", n)
     options = dict(config.topology_options)
+    if config.weights == "sample-count" and "sizes" not in options:
+        if sizes is None:
+            raise ConfigError("weights = sample-count needs the clients' sample counts: topology_options sizes = "
+                              "[n_1, ..., n_m], one per client, or a run, which passes its partition's")
+        options["sizes"] = [int(size) for size in sizes]
     try:
         if "seed" in topology_registry.topology_options(config.topology):  # random graphs follow the run's seed
             options.setdefault("seed", config.seed)
-        return topology_registry.build(config.topology, n, config.weights, **options)
+        return topology_registry.build(config.topology, n, config.weights,
+                                       push_sum=algorithm_class(config.algorithm).push_sum, **options)
     except ValueError as exc:
         raise ConfigError(f"topology: {exc}") from exc
 

@@ -20,7 +20,7 @@ def validate(config: Config) -> Config:
     """Check `config` as a run would, before any work; return it (so `config = validate(config)` reads well)."""
     config.validate()
     algorithms.check_config(config)
-    topologies.check_config(config)
+    topologies.check_config(config, push_sum=algorithms.algorithm_class(config.algorithm).push_sum)
     data.check_config(config)
     models.check_config(config)
     loggers.check_config(config)

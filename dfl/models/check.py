@@ -31,7 +31,7 @@ from dfl.models.modes import eval_mode
 
 TORCH_DIR = torch.__file__.rsplit("/", 1)[0]
 HINT = ("a forward must be vmappable: no .item()/.tolist(), no Python if/while on tensor values, no in-place writes "
-        "to its input or buffers (see README, Your own model)")
+        "to its input or buffers (see docs/how-to/own-model.md)")
 
 
 def check_model(model: nn.Module, spec: str, num_classes: int, x: torch.Tensor, y: torch.Tensor) -> None:

@@ -48,6 +48,7 @@ class LocalRule:
     rho: float = 0.0  # SAM radius; 0 = plain gradient
     sam: str = "sam"  # "sam" or "asam"
     asam_eta: float = 0.2
+    asam_form: str = "kwon"  # ASAM's T: "kwon" (|w| + asam_eta on weights, 1 on biases) or "dp-fedsam" (|w|)
     momentum: float = 0.0
     weight_decay: float = 0.0  # SGD and Adam: L2 added to the gradient; AdamW: decoupled decay
     clip_grad_norm: float = 0.0  # 0 = off
@@ -178,9 +179,14 @@ class LocalTrainer:
         return self.gradient(point, batch)[0], loss
 
     def perturbation(self, Xb: torch.Tensor, g: torch.Tensor, rule: LocalRule) -> torch.Tensor:
-        """ε per row: ρ g/(‖g‖+ε₀) (SAM) or ρ T²g/(‖Tg‖+ε₀), T = |y|+η_a on weights (ASAM)."""
+        """ε per row: ρ g/(‖g‖+ε₀) (SAM) or ρ T²g/(‖Tg‖+ε₀) (ASAM), where T = |y| + η_a on weights and 1 on biases
+        (Kwon et al. 2021, `asam_form = "kwon"`), or T = |y| on every parameter (`"dp-fedsam"`: the DP-FedSAM code's
+        adaptive SAM, which scales biases too and adds no η)."""
         if rule.sam == "asam":
-            T = torch.where(self.weight_mask, Xb.abs() + rule.asam_eta, torch.ones_like(Xb))
+            if rule.asam_form == "dp-fedsam":
+                T = Xb.abs()
+            else:
+                T = torch.where(self.weight_mask, Xb.abs() + rule.asam_eta, torch.ones_like(Xb))
             Tg = T * g
             return rule.rho * T * Tg / (Tg.norm(dim=1, keepdim=True) + SAM_EPS)
         return rule.rho * g / (g.norm(dim=1, keepdim=True) + SAM_EPS)
