@@ -104,12 +104,16 @@ def test_a_folder_dfl_did_not_make_is_never_written(tmp_path, capsys, finished_r
     assert hashes(mine) == before
 
 
-def test_run_out_is_refused_before_torch_loads(tmp_path):
+@pytest.mark.parametrize("command", [["run", "--overwrite"], ["sweep", "{spec}"], ["compare-topologies"],
+                                     ["spectral-study"]])
+def test_out_is_refused_before_torch_loads(tmp_path, command):
     mine = tmp_path / "mine"
     user_folder(mine)
-    code = ("import sys; from dfl.cli import main; rc = main(['run', '--out', sys.argv[1], '--overwrite']); "
-            "print(rc, 'torch' in sys.modules)")
-    out = subprocess.run([sys.executable, "-c", code, str(mine)], capture_output=True, text=True, timeout=120)
+    spec = tmp_path / "s.toml"
+    spec.write_text("[base]\nrounds = 1\n[vary]\nseed = [0, 1]\n")
+    argv = [a.format(spec=spec) for a in command] + ["--out", str(mine)]
+    code = f"import sys; from dfl.cli import main; rc = main({argv!r}); print(rc, 'torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.stdout.split() == ["2", "False"], out.stderr
     assert "dfl did not make" in out.stderr
 

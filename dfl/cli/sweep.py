@@ -195,6 +195,8 @@ def sweep_main(args: argparse.Namespace) -> int:
     if args.status_dir is not None:
         return _error("sweep", f"unexpected argument {args.status_dir!r}: give one sweep file (or `dfl sweep status "
                       "DIR` to list a sweep's runs)")
+    if _out_refused("sweep", args):
+        return 2
     try:
         sweep = load_sweep(args.spec)
         overrides = dict(args.overrides)
@@ -237,7 +239,24 @@ def _launcher(sweep: Sweep, args: argparse.Namespace):
     return make_launcher(kind, options=options)
 
 
+def _out_refused(command: str, args: argparse.Namespace) -> bool:
+    """Whether `--out` names a path a sweep may not write into (`dfl.directories`), said in one line: checked
+    before the sweep's runs are planned and validated (which loads torch), so the refusal is immediate."""
+    if args.out is None:
+        return False
+    from dfl.directories import check_output_directory
+
+    try:
+        check_output_directory(args.out, "sweep")
+    except OutputPathError as exc:
+        _error(command, exc)
+        return True
+    return False
+
+
 def compare_topologies_main(args: argparse.Namespace) -> int:
+    if _out_refused("compare-topologies", args):
+        return 2
     data_root = args.data_root
     if args.full and data_root is None and "data_root" not in dict(args.overrides) and not args.dry_run:
         return _error("compare-topologies", "--full trains on CIFAR-10 and needs --data-root DIR (the directory "
@@ -252,6 +271,8 @@ def compare_topologies_main(args: argparse.Namespace) -> int:
 
 
 def spectral_study_main(args: argparse.Namespace) -> int:
+    if _out_refused("spectral-study", args):
+        return 2
     try:
         sweep = spectral_study_sweep(algorithm=args.algorithm, topologies=args.topologies,
                                      gossip_steps=args.gossip_steps, clients=args.clients, rounds=args.rounds,
