@@ -8,8 +8,9 @@ import signal
 from pathlib import Path
 
 __all__ = [
-    "CheckpointError", "ConfigError", "DeviceMismatch", "DivergenceError", "ModelError", "NoCheckpoint", "PeerFailure",
-    "RegistryError", "ReportError", "RunDirectoryExists", "RunInterrupted", "SweepError", "SweepInterrupted",
+    "CheckpointError", "ConfigError", "DeviceMismatch", "DivergenceError", "FileReadError", "ModelError",
+    "NoCheckpoint", "OutputPathError", "PeerFailure", "RegistryError", "ReportError", "RunDirectoryExists",
+    "RunInterrupted", "SweepError", "SweepInterrupted",
 ]
 
 
@@ -93,3 +94,22 @@ class LauncherError(SweepError):
     """A sweep launcher cannot be used as asked: a bad Slurm option (the message names the flag or key and the
     allowed values), submitit missing, or a submission the scheduler refused. Raised before anything is
     submitted, except for a refused submission (the sweep directory records what was submitted before it)."""
+
+
+# ---------------------------------------------------------------------------------------------- files and directories
+class FileReadError(ValueError):
+    """A file dfl reads is missing, unreadable or not what it should be (not a regular file, not UTF-8, bad syntax,
+    the wrong shape, truncated, a header claiming more than the file holds). `path` is the file, `what` says what
+    it was read as (e.g. "sweep file"), `reason` what is wrong; the message is one line:
+    `<what> <path>: <reason>`."""
+
+    def __init__(self, path: str | Path, reason: str, what: str = "file"):
+        self.path, self.reason, self.what = Path(path), reason, what
+        super().__init__(f"{what} {self.path}: {reason}")
+
+
+class OutputPathError(ValueError):
+    """A path dfl was asked to write to cannot be used without touching what is not dfl's: an existing folder dfl
+    did not make (no `dfl-directory.json`), a directory of another kind, an existing file where a directory is
+    expected (or a directory where a file is), or a path under a file. Raised before anything is written; the
+    message is one line naming the path and what to do."""

@@ -147,10 +147,10 @@ def test_column_sums_report_the_amount(tmp_path):
     ("missing.npy", None, "matrix file '{path}' does not exist"),
     ("W.txt", "1", "matrix file '{path}': unsupported extension '.txt'; use one of .npy, .csv, .mtx"),
     ("W", "1", "unsupported extension '(none)'"),
-    ("W.npy", "not a numpy file", "matrix file '{path}' could not be read as .npy:"),
+    ("W.npy", "not a numpy file", "matrix file '{path}' is not a .npy file (it does not start with numpy's magic"),
     ("W.csv", "1, 0\n0, x\n", "matrix file '{path}' could not be read as .csv:"),
     ("W.csv", "1, 0\n0\n", "matrix file '{path}' could not be read as .csv:"),
-    ("W.mtx", "garbage", "matrix file '{path}' could not be read as .mtx:"),
+    ("W.mtx", "garbage", "matrix file '{path}' is not a Matrix Market matrix: its first line must be"),
     ("W.csv", "0.5, 0.5\n", "matrix in {path} must be square, got 1 × 2"),
 ])
 def test_unreadable_matrix_file_is_one_line(tmp_path, name, content, message):

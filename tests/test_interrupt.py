@@ -67,7 +67,8 @@ def test_out_naming_a_file_is_one_line(tmp_path, capsys):
     target.write_text("keep me")
     assert main(["run", *SMALL, "--rounds", "1", "--out", str(target)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert err == [f"dfl run: error: {target}: Not a directory"]
+    assert err == [f"dfl run: error: --out {target} is a file, not a directory: choose another --out for the run "
+                   "directory"]
     assert target.read_text() == "keep me"
 
 

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from dfl.cli import main
+from dfl.directories import write_marker
 from dfl.errors import LauncherError, SweepError
 from dfl.workflows import launchers
 from dfl.workflows.launchers import LocalPool, RunJob, SlurmOptions, SubmititLauncher, parse_slurm_time
@@ -59,6 +60,8 @@ def write_summary(run_dir: Path, **summary) -> None:
 
 
 def record_jobs(sweep_dir: Path, *records) -> None:
+    sweep_dir.mkdir(parents=True, exist_ok=True)
+    write_marker(sweep_dir, "sweep")  # as run_sweep does before it submits anything (dfl-directory.json)
     path = sweep_dir / "submitit" / "jobs.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps({"jobs": [{"host": socket.gethostname(), "launcher": "submitit-local",

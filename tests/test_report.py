@@ -208,7 +208,10 @@ def test_not_completed_runs_are_marked_and_listed(sweep):
     (corrupt / "summary.json").write_text("{")
     (sweep / "sweep.json").write_text(json.dumps({"runs": [
         {"name": "gone", "dir": "runs/gone", "status": "failed", "error": "ValueError: bad data"}]}))
-    files = write_report(sweep)
+    with pytest.warns(UserWarning) as caught:  # each unreadable file, named in one line
+        files = write_report(sweep)
+    assert sorted(str(w.message).split(":")[0] for w in caught) == [
+        f"config file {corrupt / 'config.toml'}", f"summary file {corrupt / 'summary.json'}"]
     md = files["report.md"].read_text()
     acc = table(md, "Final test accuracy")
     assert acc["dfedsam"]["ring"] == "60.67 ± 9.24 †"  # (66 + 66 + 50) / 3, with the diverged seed

@@ -196,9 +196,8 @@ def test_failed_run_is_reported_and_the_others_complete(tmp_path, capsys):
     sweep = tiny_sweep({"dataset": ["mnist1d", "cifar10", "digits"]}, data_root=str(tmp_path / "nowhere"),
                        dataset_options={})
     out = tmp_path / "sweep"
-    (out / "sweep.toml").parent.mkdir()
-    (out / "sweep.toml").write_text(sweep.to_toml())
-    assert main(["sweep", str(out / "sweep.toml"), "--out", str(out), "--no-report"]) == 1
+    (tmp_path / "spec.toml").write_text(sweep.to_toml())
+    assert main(["sweep", str(tmp_path / "spec.toml"), "--out", str(out), "--no-report"]) == 1
     printed = capsys.readouterr().out
     assert "3 runs: 2 completed, 1 failed" in printed
     entries = read_entries(out)

@@ -238,8 +238,9 @@ def test_custom_from_edge_list(tmp_path):
         build("custom", 3, path=path)
     with pytest.raises(ValueError, match="does not exist"):
         build("custom", None, path=tmp_path / "missing.txt")
-    with pytest.raises(ValueError, match="W of custom is disconnected"):
-        build("custom", 6, path=path)  # nodes 4 and 5 are isolated
+    with pytest.raises(ValueError, match="4 edge\\(s\\) connect at most 5 clients, not n = 6: the graph would be "
+                       "disconnected"):  # refused from the edge count, before nodes 4 and 5 are made
+        build("custom", 6, path=path)
 
 
 def test_custom_from_matrix():

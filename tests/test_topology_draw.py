@@ -13,6 +13,7 @@ matplotlib.use("Agg")
 
 import topologies  # noqa: E402
 from dfl.cli import main  # noqa: E402
+from dfl.directories import figure_written_by_dfl  # noqa: E402
 from topologies.draw import draw  # noqa: E402
 
 PNG = b"\x89PNG\r\n\x1a\n"
@@ -85,3 +86,21 @@ def test_the_cli_imports_no_torch_to_draw(tmp_path):
             f"{str(tmp_path / 'r.png')!r}]); print(rc, 'torch' in sys.modules)")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert proc.stdout.split()[-2:] == ["0", "False"], proc.stderr
+
+
+@pytest.mark.parametrize("suffix", [".png", ".svg", ".pdf"])
+def test_draw_replaces_its_own_figure_but_never_a_users_file(tmp_path, capsys, suffix):
+    ours, theirs = tmp_path / f"ours{suffix}", tmp_path / f"theirs{suffix}"
+    argv = ["topology", "draw", "ring", "--clients", "5", "--out"]
+    assert main([*argv, str(ours)]) == 0 and figure_written_by_dfl(ours)  # marked as dfl's (Software / Creator)
+    assert main([*argv, str(ours)]) == 0  # a figure dfl drew is drawn again
+    drawn_by_matplotlib = tmp_path / f"plain{suffix}"  # a figure of the user's own, made with matplotlib
+    draw(topologies.build("ring", 5), drawn_by_matplotlib)
+    theirs.write_bytes(b"my figure")
+    for path in (theirs, drawn_by_matplotlib):
+        data = path.read_bytes()
+        assert main([*argv, str(path)]) == 2
+        assert "is an existing file that dfl did not write" in capsys.readouterr().err
+        assert path.read_bytes() == data
+    assert main([*argv, str(tmp_path)]) == 2 and "is a directory" in capsys.readouterr().err
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([ours.name, theirs.name, drawn_by_matplotlib.name])

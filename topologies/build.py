@@ -253,8 +253,12 @@ def _custom_matrix(n: int | None, weights: str | None, base: str | None, given: 
         raise ValueError(f"matrix must be a square [n, n] array with n >= 1, got shape {W.shape}")
     if n is not None and graphs.check_n(n) != W.shape[0]:
         raise ValueError(f"n = {n} does not match the {label} of shape {W.shape}")
-    if label != "matrix":
-        # the checks the Topology repeats (O(nnz)), here so the message names the file
-        W = check_stochastic(W, symmetric, label, stochastic)
-        check_connected(W, label)
-    return Topology("custom", W=W, weights="given", symmetric=symmetric, stochastic=stochastic)
+    if label == "matrix":
+        return Topology("custom", W=W, weights="given", symmetric=symmetric, stochastic=stochastic)
+    # the checks the Topology repeats (O(nnz)), here so the message names the file
+    W = check_stochastic(W, symmetric, label, stochastic)
+    check_connected(W, label)
+    try:
+        return Topology("custom", W=W, weights="given", symmetric=symmetric, stochastic=stochastic)
+    except ValueError as err:  # the contraction check (an eigen-solve: not repeated here): name the file too
+        raise ValueError(f"{label}: {err}") from None

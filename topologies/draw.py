@@ -12,6 +12,8 @@ matplotlib is imported only here, and with its non-interactive Agg backend (no d
 from __future__ import annotations
 
 import math
+import os
+import tempfile
 from pathlib import Path
 
 import networkx as nx
@@ -116,7 +118,7 @@ def _panel(ax, W: sp.csr_array, pos: dict, groups: np.ndarray | None, title: str
 
 
 def draw(topology: Topology, path: str | Path, *, steps: int | None = None, layout: str = "auto",
-         title: str | None = None) -> Path:
+         title: str | None = None, metadata: dict[str, str] | None = None) -> Path:
     """Draw `topology` into `path` and return the path.
 
     Args:
@@ -127,6 +129,8 @@ def draw(topology: Topology, path: str | Path, *, steps: int | None = None, layo
         layout: "auto" (default: circular; a grid as a grid; the groups of a hierarchical topology on circles of
             their own), "circular", "spring", "kamada-kawai" or "shell".
         title: the figure's title (default: name, n, weights and, for a one-sided W, its kind).
+        metadata: matplotlib's `savefig(metadata=...)` (e.g. {"Software": ...} for a PNG, {"Creator": ...} for an
+            SVG or PDF: dfl marks its figures so).
 
     Returns:
         The path written.
@@ -160,6 +164,23 @@ def draw(topology: Topology, path: str | Path, *, steps: int | None = None, layo
     fig.suptitle(title or f"{topology.name}, n = {n}, weights {topology.weights}{kind}{note}", fontsize=10)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=150)
-    plt.close(fig)
+    # atomically (a temporary file next to it, then a rename): an existing figure is replaced whole or not at all.
+    # By hand rather than dfl.files' writer: this package imports nothing of dfl
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fig.savefig(fh, format=path.suffix.lower().lstrip("."), dpi=150, metadata=metadata)
+        os.chmod(tmp, 0o666 & ~_umask())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    finally:
+        plt.close(fig)
     return path
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask

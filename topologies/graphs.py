@@ -11,8 +11,11 @@ Bad input raises ValueError naming the argument and the allowed values.
 
 from __future__ import annotations
 
+import io
 import math
 import os
+import stat
+import warnings
 from pathlib import Path
 
 import networkx as nx
@@ -372,25 +375,45 @@ def from_networkx(graph: nx.Graph, n: int | None = None) -> nx.Graph:
     return _with_nodes(len(nodes), edges, directed=graph.is_directed())
 
 
+def check_file(path: str | Path, label: str) -> Path:
+    """`path` if it is a regular file that can be opened (following links); else a one-line ValueError naming it
+    (`label`, e.g. "matrix file 'W.npy'"): missing, a directory, a device or pipe (never opened: a pipe would
+    block), or unreadable."""
+    path = Path(path)
+    try:
+        info = path.stat()
+    except FileNotFoundError:
+        raise ValueError(f"{label} does not exist") from None
+    except OSError as err:
+        raise ValueError(f"{label} could not be read: {err.strerror or err}") from None
+    if stat.S_ISDIR(info.st_mode):
+        raise ValueError(f"{label} is a directory, not a file")
+    if not stat.S_ISREG(info.st_mode):
+        raise ValueError(f"{label} is not a regular file (a device, pipe or socket)")
+    return path
+
+
 def from_edge_list(path: str | Path, n: int | None = None, option: str = "path", directed: bool = False) -> nx.Graph:
     """Graph from a text file with one edge `u v` per line (integers in 0..n-1): undirected, or with
     `directed=True` a digraph whose line `u v` means u sends to v (networkx's and BlueFog's convention).
 
     Blank lines and `#` comments are ignored, and so is anything after the two node ids (the edge data that
     `networkx.write_edgelist` writes, e.g. `0 1 {}` or a weight: the weights come from the scheme). n defaults
-    to the largest node + 1. `option` names the option in error messages (path or edges).
+    to the largest node + 1. `option` names the option in error messages (path or edges). The graph must be
+    connected, so n is at most the number of edge lines + 1: a larger n (given, or implied by a node id such as
+    10^12) is refused before any node is made.
     """
     directed = _check_flag("directed", directed)
     if not isinstance(path, (str, os.PathLike)):
         raise ValueError(f"{option}: the path of an edge-list file (one 'u v' per line), got {type(path).__name__}; "
                          "give a networkx graph as graph= instead")
-    path = Path(path)
-    if not path.is_file():
-        raise ValueError(f"{option}: edge-list file {str(path)!r} does not exist")
+    path = check_file(path, f"{option}: edge-list file {str(path)!r}")
     try:
-        text = path.read_text()
-    except (OSError, UnicodeDecodeError) as err:
-        raise ValueError(f"{option}: edge-list file {str(path)!r} could not be read: {err}") from None
+        text = _utf8(path, f"{option}: edge-list file {str(path)!r}")
+    except _Refused as err:
+        raise ValueError(str(err)) from None
+    except OSError as err:
+        raise ValueError(f"{option}: edge-list file {str(path)!r} could not be read: {err.strerror or err}") from None
     edges = []
     for lineno, line in enumerate(text.splitlines(), start=1):
         fields = line.split("#", 1)[0].split(maxsplit=2)
@@ -399,21 +422,31 @@ def from_edge_list(path: str | Path, n: int | None = None, option: str = "path",
         try:
             u, v = (int(f) for f in fields[:2])
         except ValueError:
-            raise ValueError(f"{path}:{lineno}: expected two integer node ids 'u v', got {line.strip()!r}") \
+            raise ValueError(f"{path}:{lineno}: expected two integer node ids 'u v', got {line.strip()[:80]!r}") \
                 from None
         if u < 0 or v < 0:
-            raise ValueError(f"{path}:{lineno}: node ids must be >= 0, got {line.strip()!r}")
+            raise ValueError(f"{path}:{lineno}: node ids must be >= 0, got {line.strip()[:80]!r}")
         edges.append((u, v))
+    if not edges and n is None:
+        raise ValueError(f"{option}: edge-list file {str(path)!r} holds no edges ('u v' lines)")
     biggest = max((max(e) for e in edges), default=-1)
+    reach = len(edges) + 1  # a connected graph on k nodes has >= k - 1 edges
     if n is None:
+        if biggest + 1 > reach:
+            raise ValueError(f"{path}: node id {biggest} makes n = {biggest + 1} clients, but {len(edges)} edge(s) "
+                             f"connect at most {reach}: the graph would be disconnected (ids must be 0..n-1)")
         n = biggest + 1
     n = check_n(n)
     if biggest >= n:
         raise ValueError(f"{path}: node id {biggest} is out of range for n = {n} (ids must be 0..n-1)")
+    if n > reach:
+        raise ValueError(f"{path}: {len(edges)} edge(s) connect at most {reach} clients, not n = {n}: the graph "
+                         "would be disconnected")
     return _with_nodes(n, edges, directed=directed)
 
 
 MATRIX_FORMATS = (".npy", ".csv", ".mtx")
+MTX_FIELDS = ("real", "double", "integer")
 
 
 def load_matrix(path: str | Path) -> np.ndarray | sp.csr_array:
@@ -421,7 +454,9 @@ def load_matrix(path: str | Path) -> np.ndarray | sp.csr_array:
 
     `.npy` and `.csv` give a dense float64 array, `.mtx` a sparse float64 CSR array (it stays sparse, so
     100,000 clients load in a fraction of a second). The file must hold a square [n, n] matrix of numbers;
-    every failure (missing, unreadable, wrong extension, not square) is a one-line ValueError naming the file.
+    every failure (missing, unreadable, wrong extension, not square, truncated, a pattern or complex .mtx) is a
+    one-line ValueError naming the file. Sizes come from the file's header and are checked against the file's
+    length before anything is allocated: a header claiming 10^9 x 10^9 in a few bytes is refused at once.
     Entries are not checked here: `topologies.validation` does that.
     """
     name = str(path)
@@ -430,17 +465,24 @@ def load_matrix(path: str | Path) -> np.ndarray | sp.csr_array:
     if suffix not in MATRIX_FORMATS:
         raise ValueError(f"matrix file {name!r}: unsupported extension {path.suffix or '(none)'!r}; "
                          f"use one of {', '.join(MATRIX_FORMATS)}")
-    if not path.is_file():
-        raise ValueError(f"matrix file {name!r} does not exist")
+    check_file(path, f"matrix file {name!r}")
+    if path.stat().st_size == 0:
+        raise ValueError(f"matrix file {name!r} is empty")
     try:
         if suffix == ".npy":
-            W = np.load(path, allow_pickle=False)
+            W = _load_npy(path, name)
         elif suffix == ".csv":
-            W = np.loadtxt(path, delimiter=",", dtype=np.float64, ndmin=2)
+            text = _utf8(path, f"matrix file {name!r}")
+            with warnings.catch_warnings():  # an input of blank lines: numpy warns, then returns nothing
+                warnings.simplefilter("ignore", UserWarning)
+                W = np.loadtxt(io.StringIO(text), delimiter=",", dtype=np.float64, ndmin=2)
         else:
             import scipy.io
 
+            _check_mtx_header(path, name)
             W = scipy.io.mmread(path)
+    except _Refused as err:
+        raise ValueError(str(err)) from None
     except Exception as err:  # noqa: BLE001 - any parser failure is reported as one line naming the file
         detail = " ".join(str(err).split()) or type(err).__name__
         raise ValueError(f"matrix file {name!r} could not be read as {suffix}: {detail}") from None
@@ -454,6 +496,92 @@ def load_matrix(path: str | Path) -> np.ndarray | sp.csr_array:
     if W.dtype.kind not in "biuf":
         raise ValueError(f"matrix in {name} must hold real numbers, got dtype {W.dtype}")
     return W.astype(np.float64)
+
+
+class _Refused(ValueError):
+    """A matrix file refused with its own message (not a parser's)."""
+
+
+def _utf8(path: Path, label: str) -> str:
+    """The file's text (UTF-8, a byte-order mark dropped); a one-line `_Refused` naming `label` (e.g. "matrix file
+    'W.csv'") for UTF-16 or another encoding, with the line and column of the first bad byte."""
+    data = path.read_bytes()
+    if data[:2] in (b"\xff\xfe", b"\xfe\xff"):
+        raise _Refused(f"{label} is UTF-16 text; save it as UTF-8")
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as err:
+        line = data.count(b"\n", 0, err.start) + 1
+        column = err.start - (data.rfind(b"\n", 0, err.start) + 1) + 1
+        raise _Refused(f"{label} is not UTF-8 text (byte 0x{data[err.start]:02x} at line {line}, column {column}); "
+                       "save it as UTF-8") from None
+
+
+def _load_npy(path: Path, name: str) -> np.ndarray:
+    """The array of a .npy file, memory-mapped first so that a header promising more than the file holds is
+    refused before anything is allocated."""
+    with open(path, "rb") as fh:
+        if fh.read(len(np.lib.format.MAGIC_PREFIX)) != np.lib.format.MAGIC_PREFIX:
+            raise _Refused(f"matrix file {name!r} is not a .npy file (it does not start with numpy's magic "
+                           "bytes \\x93NUMPY)")
+    try:
+        mapped = np.load(path, mmap_mode="r", allow_pickle=False)
+    except ValueError as err:
+        if "mmap length" in str(err):
+            raise _Refused(f"matrix file {name!r} is truncated: its header promises more data than the file's "
+                           f"{path.stat().st_size} bytes") from None
+        raise
+    if not isinstance(mapped, np.ndarray):
+        raise _Refused(f"matrix file {name!r} holds no array")
+    if mapped.ndim != 2 or mapped.shape[0] != mapped.shape[1] or mapped.shape[0] < 1:
+        raise _Refused(f"matrix in {name} must be square, got {' × '.join(map(str, mapped.shape)) or 'a scalar'}")
+    if mapped.dtype.kind not in "biuf":
+        raise _Refused(f"matrix in {name} must hold real numbers, got dtype {mapped.dtype}")
+    return np.array(mapped, dtype=np.float64)
+
+
+def _check_mtx_header(path: Path, name: str) -> None:
+    """Refuse a Matrix Market file whose banner or size line cannot give W: not a matrix, a pattern (no weights)
+    or complex field, not square, or more entries than the rest of the file can hold (each entry line of a
+    coordinate file has at least 6 bytes, `i j v`; each of an array file at least 2), or fewer entries than
+    rows (each row of a stochastic W has a nonzero; a symmetric file stores one entry for two)."""
+    label = f"matrix file {name!r}"
+    size = path.stat().st_size
+    with open(path, "rb") as fh:
+        banner = fh.readline(1024).decode("ascii", errors="replace").split()
+        if len(banner) != 5 or banner[0].lower() != "%%matrixmarket" or banner[1].lower() != "matrix":
+            raise _Refused(f"{label} is not a Matrix Market matrix: its first line must be '%%MatrixMarket matrix "
+                           "coordinate real general' (or array, symmetric, ...)")
+        layout, field, symmetry = (t.lower() for t in banner[2:])
+        if field == "pattern":
+            raise _Refused(f"{label} is a pattern matrix (no values): W needs its weights; write the file with "
+                           "field real, or give the graph as an edge list (path=) to be weighted by a scheme")
+        if field not in MTX_FIELDS or symmetry not in ("general", "symmetric", "skew-symmetric"):
+            raise _Refused(f"{label}: field {field!r} and symmetry {symmetry!r}; W must be real (field real or "
+                           "integer, symmetry general or symmetric)")
+        line = fh.readline(1024)
+        while line.startswith(b"%") or (line and not line.strip()):
+            line = fh.readline(1 << 16)
+        rest = size - fh.tell()
+    try:
+        dims = [int(t) for t in line.split()]
+    except ValueError:
+        dims = []
+    want = 3 if layout == "coordinate" else 2
+    if len(dims) != want or min(dims) < 0:
+        raise _Refused(f"{label}: expected the size line '{'rows cols entries' if want == 3 else 'rows cols'}', "
+                       f"got {line.decode('ascii', errors='replace').strip()[:80]!r}")
+    rows, cols = dims[:2]
+    if rows != cols or rows < 1:
+        raise _Refused(f"matrix in {name} must be square, got {rows} × {cols}")
+    stored = {"general": rows * cols, "symmetric": rows * (rows + 1) // 2, "skew-symmetric": rows * (rows - 1) // 2}
+    entries, per_line = (dims[2], 6) if layout == "coordinate" else (stored[symmetry], 2)
+    if entries > rest // per_line:
+        raise _Refused(f"{label}: its header promises {rows} × {cols} with {entries} entries, but the rest of the "
+                       f"file ({rest} bytes) holds at most {rest // per_line}: truncated or a wrong header")
+    if layout == "coordinate" and rows > entries * (1 if symmetry == "general" else 2):
+        raise _Refused(f"{label}: {entries} entries cannot fill the {rows} rows of a {rows} × {rows} W (every row "
+                       "of a stochastic matrix has a nonzero)")
 
 
 def support(W: object) -> nx.Graph:

@@ -34,8 +34,11 @@ def main(args: argparse.Namespace) -> int:
         result, png, path = landscape(args.run_dir, points=args.points, span=args.span, samples=args.samples,
                                       split=args.split, seed=args.seed, hessian_iters=args.hessian_iters,
                                       device=args.device, out=args.out)
-    except (ValueError, FileNotFoundError) as exc:
+    except (ValueError, FileNotFoundError) as exc:  # dfl's refusals: ValueError subclasses (dfl.errors)
         print(f"dfl landscape: error: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:  # a plot or landscape.json that cannot be written (permissions, a full disk)
+        print(f"dfl landscape: error: {exc.filename}: {exc.strerror or exc}", file=sys.stderr)
         return 2
     hessian = result["hessian_top_eig"]
     extra = "" if hessian is None else f", top Hessian eigenvalue {hessian:.4g}"

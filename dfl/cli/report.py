@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import warnings
 from pathlib import Path
 
 
@@ -29,16 +30,32 @@ def add_parser(subparsers) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from dfl.report import ReportError, check_target, write_report, write_spectral_report  # torch, matplotlib
+    from dfl.directories import check_output_directory
+    from dfl.errors import FileReadError, OutputPathError, ReportError
+
+    try:  # --out first, before torch and matplotlib load: a folder dfl did not make is refused at once
+        if args.out is not None:
+            check_output_directory(args.out, "report")
+    except OutputPathError as exc:
+        print(f"dfl report: error: {exc}", file=sys.stderr)
+        return 2
+    from dfl.report import check_target, write_report, write_spectral_report  # torch, matplotlib
 
     try:
         if args.target is not None:
             check_target(args.target)
-        files = write_report(args.path, args.out, rows=args.rows, cols=args.cols, target_acc=args.target)
-        if args.spectral:
-            files.update(write_spectral_report(args.path, args.out, target_acc=args.target))
-    except ReportError as exc:
+        with warnings.catch_warnings(record=True) as caught:  # an unreadable file of a run: one line naming it
+            warnings.simplefilter("always")
+            files = write_report(args.path, args.out, rows=args.rows, cols=args.cols, target_acc=args.target)
+            if args.spectral:
+                files.update(write_spectral_report(args.path, args.out, target_acc=args.target))
+        for message in dict.fromkeys(str(w.message) for w in caught):  # the spectral report reads the runs again
+            print(f"dfl report: warning: {message}", file=sys.stderr)
+    except (ReportError, OutputPathError, FileReadError) as exc:
         print(f"dfl report: error: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:  # a report directory that cannot be made or written (permissions, a full disk)
+        print(f"dfl report: error: {exc.filename}: {exc.strerror or exc}", file=sys.stderr)
         return 2
     for path in files.values():
         if Path(path).suffix == ".md":

@@ -128,7 +128,25 @@ def resume_args(args: argparse.Namespace) -> argparse.Namespace:
     return argparse.Namespace(**{**vars(args), "config_file": str(run_dir / "config.toml"), "out": str(run_dir)})
 
 
+def check_out(args: argparse.Namespace) -> None:
+    """Refuse, before torch is imported, an --out that `dfl run` may not write into (`dfl.directories`): a folder dfl
+    did not make (with or without --overwrite), a file, a path under a file, a sweep or report directory, or a
+    run directory without --overwrite or --resume. Under torchrun only rank 0 checks (it alone writes there)."""
+    from dfl.directories import check_output_directory
+
+    if int(os.environ.get("RANK", "0")) != 0 or getattr(args, "resume", None) is not None:
+        return  # --resume writes only into a run of dfl's, which resume_args and the run directory check
+    out = getattr(args, "out", None) or Path("runs") / config_from_args(args).validate().name
+    check_output_directory(out, "run", overwrite=getattr(args, "overwrite", False))
+
+
 def main(args: argparse.Namespace) -> int:
+    try:  # the run directory first, before torch loads (dfl.directories)
+        check_out(args)
+    except (ConfigError, ValueError, FileExistsError) as exc:  # OutputPathError, RunDirectoryExists, ...
+        print(f"dfl run: error: {exc}", file=sys.stderr)
+        return 2
+
     from dfl.engine.results import RunDirectoryExists, format_summary
     from dfl.engine.runner import DivergenceError, raise_on_signal, run
     from dfl.engine.validation import validate

@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import argparse
 import sys
+import warnings
 from pathlib import Path
 from typing import Any
 
 from dfl.cli.run import key_value
-from dfl.errors import ConfigError
+from dfl.errors import ConfigError, FileReadError, OutputPathError
 from dfl.workflows.launchers import LAUNCHERS, SLURM_KEYS, SlurmOptions, make_launcher
 from dfl.workflows.presets import PAPER_ALGORITHMS, PAPER_TOPOLOGIES, compare_topologies_sweep, spectral_study_sweep
 from dfl.workflows.sweep import (
@@ -54,6 +55,9 @@ on a Slurm cluster (pip install -e ".[cluster]"):
 """
 
 SLURM_KEYS_HELP = SLURM_KEYS
+# what a command refuses with one line (exit 2): a bad spec, config or option; a file it cannot read (sweep.json,
+# jobs.json); an --out that is not a sweep directory of dfl's (dfl.directories)
+REFUSED = (SweepError, ConfigError, FileReadError, OutputPathError)
 
 
 
@@ -191,6 +195,8 @@ def sweep_main(args: argparse.Namespace) -> int:
     if args.status_dir is not None:
         return _error("sweep", f"unexpected argument {args.status_dir!r}: give one sweep file (or `dfl sweep status "
                       "DIR` to list a sweep's runs)")
+    if _out_refused("sweep", args):
+        return 2
     try:
         sweep = load_sweep(args.spec)
         overrides = dict(args.overrides)
@@ -214,7 +220,7 @@ def status_main(args: argparse.Namespace) -> int:
         return _error("sweep status", "give the sweep directory: dfl sweep status DIR")
     try:
         rows = sweep_status(args.status_dir)
-    except SweepError as exc:
+    except (*REFUSED, OSError) as exc:
         return _error("sweep status", exc)
     print(format_sweep_status(rows))
     return 0
@@ -233,7 +239,24 @@ def _launcher(sweep: Sweep, args: argparse.Namespace):
     return make_launcher(kind, options=options)
 
 
+def _out_refused(command: str, args: argparse.Namespace) -> bool:
+    """Whether `--out` names a path a sweep may not write into (`dfl.directories`), said in one line: checked
+    before the sweep's runs are planned and validated (which loads torch), so the refusal is immediate."""
+    if args.out is None:
+        return False
+    from dfl.directories import check_output_directory
+
+    try:
+        check_output_directory(args.out, "sweep")
+    except OutputPathError as exc:
+        _error(command, exc)
+        return True
+    return False
+
+
 def compare_topologies_main(args: argparse.Namespace) -> int:
+    if _out_refused("compare-topologies", args):
+        return 2
     data_root = args.data_root
     if args.full and data_root is None and "data_root" not in dict(args.overrides) and not args.dry_run:
         return _error("compare-topologies", "--full trains on CIFAR-10 and needs --data-root DIR (the directory "
@@ -248,6 +271,8 @@ def compare_topologies_main(args: argparse.Namespace) -> int:
 
 
 def spectral_study_main(args: argparse.Namespace) -> int:
+    if _out_refused("spectral-study", args):
+        return 2
     try:
         sweep = spectral_study_sweep(algorithm=args.algorithm, topologies=args.topologies,
                                      gossip_steps=args.gossip_steps, clients=args.clients, rounds=args.rounds,
@@ -272,7 +297,7 @@ def _execute(command: str, sweep: Sweep, args: argparse.Namespace, out, spectral
         entries = run_sweep(sweep, out, retry_diverged=getattr(args, "retry_diverged", False), launcher=launcher)
         if launcher.kind != "local":
             return _submitted(command, launcher, out, args, spectral)
-    except (SweepError, ConfigError) as exc:
+    except (*REFUSED, OSError) as exc:  # OSError: a directory that cannot be made or written (permissions, disk)
         return _error(command, exc)
     except SweepInterrupted as exc:  # the workers are stopped; their checkpoints stay
         stopped = f"stopped {exc.stopped} running run(s); " if exc.stopped else ""
@@ -306,10 +331,14 @@ def _report(command: str, out: Path, args: argparse.Namespace, spectral: bool, s
     try:
         from dfl import report
 
-        files = report.write_spectral_report(out) if spectral else report.write_report(out)
+        with warnings.catch_warnings(record=True) as caught:  # e.g. a run's unreadable file: one line naming it
+            warnings.simplefilter("always")
+            files = report.write_spectral_report(out) if spectral else report.write_report(out)
     except Exception as exc:  # the runs are on disk; say why there is no report
         print(f"dfl {command}: error: writing the report failed: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 1
+    for message in dict.fromkeys(str(w.message) for w in caught):
+        print(f"dfl {command}: warning: {message}", file=sys.stderr)
     for path in files.values():
         if spectral and Path(path).suffix == ".md":
             print(Path(path).read_text())
@@ -318,5 +347,7 @@ def _report(command: str, out: Path, args: argparse.Namespace, spectral: bool, s
 
 
 def _error(command: str, exc) -> int:
+    if isinstance(exc, OSError) and exc.filename is not None:
+        exc = f"{exc.filename}: {exc.strerror or exc}"
     print(f"dfl {command}: error: {exc}", file=sys.stderr)
     return 2

@@ -13,6 +13,7 @@ import argparse
 import json
 import math
 import sys
+from pathlib import Path
 
 from dfl import topologies as topology_registry
 from dfl.cli.run import key_value
@@ -184,6 +185,11 @@ def _check_args(args: argparse.Namespace) -> None:
                              "analysis (dfl topology NAME)")
     elif drawing_flags:
         raise ValueError(f"{', '.join(drawing_flags)} only apply to 'dfl topology draw NAME'")
+    for option, path in (("--plot", args.plot), ("--out", args.out if args.draw else None)):
+        if path:  # a file dfl did not write is never replaced (dfl.directories), checked before any work
+            from dfl.directories import check_output_plot
+
+            check_output_plot(path, option)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -193,7 +199,10 @@ def run(args: argparse.Namespace) -> int:
         if args.draw:
             n = args.clients[0] if args.clients else None
             topo = topology_registry.analyse(args.topology, n, args.weights, **_options(args, args.topology, False))
-            path = drawing.draw(topo, args.out, steps=args.steps, layout=args.layout)
+            from dfl.directories import figure_metadata
+
+            path = drawing.draw(topo, args.out, steps=args.steps, layout=args.layout,
+                                metadata=figure_metadata(Path(args.out).suffix.lower().lstrip(".")))
             print(f"wrote {path}")
             return 0
         compare = args.topology == "compare"

@@ -18,6 +18,8 @@ import torch
 
 from dfl.data.files import find_dir
 from dfl.data.types import Dataset
+from dfl.errors import FileReadError
+from dfl.files import check_input_file
 
 CIFAR10_MEAN, CIFAR10_STD = (0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616)
 CIFAR100_MEAN, CIFAR100_STD = (0.5071, 0.4865, 0.4409), (0.2673, 0.2564, 0.2762)
@@ -43,23 +45,34 @@ class _NumpyUnpickler(pickle.Unpickler):
 
 
 def _read_batch(path: Path, label_key: bytes, num_classes: int) -> tuple[np.ndarray, np.ndarray]:
+    """One batch file: uint8 images [N, 3, 32, 32] and int64 labels [N], N >= 1; every failure is one
+    `FileReadError` line naming the file."""
+    what = "CIFAR batch file"
+    check_input_file(path, what)
     try:
         with path.open("rb") as fh:
             batch = _NumpyUnpickler(fh, encoding="bytes").load()
-    except Exception as exc:
-        raise ValueError(f"{path} is not a CIFAR python pickle: {exc}") from exc
+    except Exception as exc:  # noqa: BLE001 - truncated, random bytes, a forbidden global: one line naming the file
+        detail = " ".join(str(exc).split())[:200] or type(exc).__name__
+        raise FileReadError(path, f"is not a CIFAR python pickle ({type(exc).__name__}: {detail})", what) from None
     if not isinstance(batch, dict) or b"data" not in batch or label_key not in batch:
-        keys = sorted(batch) if isinstance(batch, dict) else type(batch).__name__
-        raise ValueError(f"{path}: expected a dict with keys b'data' and {label_key!r}, found {keys}")
-    data = np.asarray(batch[b"data"])
-    labels = np.asarray(batch[label_key])
+        keys = sorted(map(repr, batch))[:10] if isinstance(batch, dict) else type(batch).__name__
+        raise FileReadError(path, f"expected a dict with keys b'data' and {label_key!r}, found {keys}", what)
+    try:
+        data = np.asarray(batch[b"data"])
+        labels = np.asarray(batch[label_key])
+    except (TypeError, ValueError) as exc:
+        raise FileReadError(path, f"b'data' or {label_key!r} is not an array: {exc}", what) from None
     if data.ndim != 2 or data.shape[1] != 3072 or data.dtype != np.uint8:
-        raise ValueError(f"{path}: b'data' must be uint8 [N, 3072], got {data.dtype} {list(data.shape)}")
+        raise FileReadError(path, f"b'data' must be uint8 [N, 3072], got {data.dtype} {list(data.shape)}", what)
+    if data.shape[0] == 0:
+        raise FileReadError(path, "holds 0 images: its split would be empty", what)
     if labels.shape != (data.shape[0],) or not np.issubdtype(labels.dtype, np.integer):
-        raise ValueError(f"{path}: {label_key!r} must hold {data.shape[0]} integer labels, got {labels.dtype} "
-                         f"{list(labels.shape)}")
-    if labels.size and (labels.min() < 0 or labels.max() >= num_classes):
-        raise ValueError(f"{path}: labels must be in [0, {num_classes - 1}], got [{labels.min()}, {labels.max()}]")
+        raise FileReadError(path, f"{label_key!r} must hold {data.shape[0]} integer labels, got {labels.dtype} "
+                                  f"{list(labels.shape)}", what)
+    if labels.min() < 0 or labels.max() >= num_classes:
+        raise FileReadError(path, f"labels must be in [0, {num_classes - 1}], got [{labels.min()}, {labels.max()}]",
+                            what)
     return data.reshape(-1, 3, 32, 32), labels.astype(np.int64)
 
 

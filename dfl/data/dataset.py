@@ -80,5 +80,10 @@ def load_dataset(name: str, root: str | None = None, **options: Any) -> Dataset:
     if not isinstance(ds, Dataset):
         raise ValueError(f"dataset {name!r}: its loader {DATASETS.source(name)} returned {type(ds).__name__}, "
                          "not a dfl.data.Dataset")
+    for split, x in (("train", ds.train_x), ("test", ds.test_x)):  # e.g. a data folder whose test files are empty
+        if len(x) == 0:
+            raise ValueError(f"dataset {name!r}: its {split} split holds no samples (loaded by "
+                             f"{DATASETS.source(name)}{f' from {root}' if takes_root else ''}); training and "
+                             "evaluation need at least one")
     # the run records the name it was asked for, whatever the loader called its data
     return ds if ds.name == name else dataclasses.replace(ds, name=name)

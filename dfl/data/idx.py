@@ -10,6 +10,8 @@ Pixels are scaled to [0, 1] and normalized with the train set's standard mean/st
 from __future__ import annotations
 
 import gzip
+import math
+import zlib
 from pathlib import Path
 
 import numpy as np
@@ -17,6 +19,9 @@ import torch
 
 from dfl.data.files import find_dir, find_file
 from dfl.data.types import Dataset
+from dfl.errors import FileReadError
+from dfl.files import check_input_file
+from dfl.sysmem import available_memory, human_bytes
 
 FILES = ("train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte")
 IMAGES_MAGIC, LABELS_MAGIC = 0x00000803, 0x00000801
@@ -24,35 +29,65 @@ MNIST_MEAN, MNIST_STD = 0.1307, 0.3081
 FASHION_MEAN, FASHION_STD = 0.2860, 0.3530
 
 
-def read_idx(path: Path, magic: int) -> np.ndarray:
-    """The uint8 array stored in an IDX file (optionally gzipped), checking magic number and size."""
-    opener = gzip.open if path.suffix == ".gz" else open
+def read_idx(path: Path, magic: int, what: str = "IDX file") -> np.ndarray:
+    """The uint8 array stored in an IDX file (optionally gzipped), checking the magic number, and the size its
+    header claims against the file (and the memory available) before the data is read; every failure is one
+    `FileReadError` line naming the file."""
+    path = check_input_file(path, what)
+    gz = path.suffix == ".gz"
     try:
-        with opener(path, "rb") as fh:
-            raw = fh.read()
-    except (OSError, EOFError) as exc:
-        raise ValueError(f"{path}: cannot read IDX file: {exc}") from exc
-    if len(raw) < 4 or int.from_bytes(raw[:4], "big") != magic:
-        found = f"0x{int.from_bytes(raw[:4], 'big'):08x}" if len(raw) >= 4 else "a file shorter than 4 bytes"
-        raise ValueError(f"{path}: expected IDX magic number 0x{magic:08x}, found {found}")
-    ndim = magic & 0xFF
-    header = 4 + 4 * ndim
-    if len(raw) < header:
-        raise ValueError(f"{path}: truncated IDX header")
-    shape = tuple(int.from_bytes(raw[4 + 4 * i: 8 + 4 * i], "big") for i in range(ndim))
-    expected = header + int(np.prod(shape))
+        with (gzip.open if gz else open)(path, "rb") as fh:
+            head = fh.read(4)
+            if len(head) < 4 or int.from_bytes(head, "big") != magic:
+                found = f"0x{int.from_bytes(head, 'big'):08x}" if len(head) == 4 else "a file shorter than 4 bytes"
+                raise FileReadError(path, f"expected IDX magic number 0x{magic:08x}, found {found}", what)
+            ndim = magic & 0xFF
+            dims = fh.read(4 * ndim)
+            if len(dims) < 4 * ndim:
+                raise FileReadError(path, "truncated IDX header", what)
+            shape = tuple(int.from_bytes(dims[4 * i: 4 * i + 4], "big") for i in range(ndim))
+            expected = math.prod(shape)
+            claim = f"header says shape {list(shape)} ({expected:,} bytes of data)"
+            if not gz and path.stat().st_size - 4 - 4 * ndim != expected:
+                raise FileReadError(path, f"{claim} but the file holds {path.stat().st_size - 4 - 4 * ndim:,}", what)
+            if expected > available_memory():
+                raise FileReadError(path, f"{claim}, more than the {human_bytes(available_memory())} of memory "
+                                          "available", what)
+            raw = _read_exactly(fh, expected)
+    except FileReadError:
+        raise
+    except (OSError, EOFError, zlib.error) as exc:  # a corrupt or truncated gzip stream, a read error
+        raise FileReadError(path, f"cannot be read: {exc}", what) from None
     if len(raw) != expected:
-        raise ValueError(f"{path}: header says shape {list(shape)} ({expected} bytes) but the file has {len(raw)}")
-    return np.frombuffer(raw, dtype=np.uint8, offset=header).reshape(shape)
+        holds = f"{len(raw):,}" if len(raw) <= expected else f"more than {expected:,}"
+        raise FileReadError(path, f"{claim} but the {'decompressed ' if gz else ''}file holds {holds}", what)
+    return np.frombuffer(raw, dtype=np.uint8).reshape(shape)
+
+
+def _read_exactly(fh, size: int, block: int = 1 << 24) -> bytes:
+    """Up to size + 1 bytes of `fh`, read in blocks (so a header that overstates the size allocates only what
+    the file holds)."""
+    parts, total = [], 0
+    while total <= size:
+        part = fh.read(min(block, size + 1 - total))
+        if not part:
+            break
+        parts.append(part)
+        total += len(part)
+    return b"".join(parts)
 
 
 def _load(name: str, root, subdirs: tuple[str, ...], mean: float, std: float) -> Dataset:
     layout = (f"<root>/{subdirs[-1]}/ or <root>/ holding {', '.join(FILES)} (each may end in .gz)")
     d = find_dir(name, root, subdirs, FILES, layout, gz=True)
+    paths = [find_file(d, f, gz=True) for f in FILES]
     x_tr, y_tr, x_te, y_te = (
-        read_idx(find_file(d, f, gz=True), LABELS_MAGIC if "labels" in f else IMAGES_MAGIC) for f in FILES
+        read_idx(p, LABELS_MAGIC if "labels" in f else IMAGES_MAGIC, f"{name} {'labels' if 'labels' in f else 'images'}"
+                 " file") for p, f in zip(paths, FILES)
     )
-    for x, y, which in ((x_tr, y_tr, "train"), (x_te, y_te, "t10k")):
+    for x, y, which, images in ((x_tr, y_tr, "train", paths[0]), (x_te, y_te, "t10k", paths[2])):
+        if x.shape[0] == 0:
+            raise FileReadError(images, f"holds 0 images: the {which} split would be empty", f"{name} images file")
         if x.shape[0] != y.shape[0]:
             raise ValueError(f"{name} in {d}: {which} images has {x.shape[0]} samples but labels has {y.shape[0]}")
         if y.size and y.max() > 9:

@@ -52,6 +52,7 @@ import numpy as np
 import torch
 
 from dfl.config import Config
+from dfl.engine.results import torch_load_reason
 from dfl.errors import CheckpointError, ConfigError, NoCheckpoint, PeerFailure  # noqa: F401 (re-exported)
 
 FORMAT = 2
@@ -179,9 +180,11 @@ def load(run_dir: str | Path) -> dict[str, Any]:
             "rounds; start the run again, with --overwrite instead of --resume)"
         )
     try:
-        checkpoint = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+        with warnings.catch_warnings():  # e.g. "Detected pickle protocol 4": the error below says it all
+            warnings.simplefilter("ignore")
+            checkpoint = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
     except Exception as exc:  # truncated zip, random bytes, a pickle with forbidden globals, ...
-        raise CheckpointError(path, f"truncated or corrupt: {_first_line(exc)}") from exc
+        raise CheckpointError(path, f"truncated or corrupt: {torch_load_reason(exc)}") from exc
     if not isinstance(checkpoint, dict):
         raise CheckpointError(path, f"not a dfl checkpoint: it holds a {type(checkpoint).__name__}, not a dict")
     version = checkpoint.get("format")
@@ -203,13 +206,6 @@ def load(run_dir: str | Path) -> dict[str, Any]:
         raise CheckpointError(path, "corrupt: its rows do not list the parameters")
     checkpoint["path"] = path
     return checkpoint
-
-
-def _first_line(exc: BaseException) -> str:
-    """`Type: first line of the message`, at most 200 characters (torch's messages run over many lines)."""
-    text = next((line.strip() for line in str(exc).splitlines() if line.strip()), "")
-    text = f"{type(exc).__name__}: {text}" if text else type(exc).__name__
-    return text if len(text) <= 200 else text[:197] + "..."
 
 
 def check_config(checkpoint: dict[str, Any], config: Config, run_dir) -> None:
@@ -307,7 +303,7 @@ def read_rows(checkpoint: dict[str, Any], start: int = 0, stop: int | None = Non
     try:
         dtypes = {k: getattr(torch, spec["dtype"]) for k, spec in specs.items()}
     except (AttributeError, TypeError, KeyError) as exc:
-        raise CheckpointError(path, f"corrupt: its rows have an unknown dtype ({_first_line(exc)})") from exc
+        raise CheckpointError(path, f"corrupt: its rows have an unknown dtype ({torch_load_reason(exc)})") from exc
     rows = {k: torch.empty((stop - start, *specs[k]["shape"]), dtype=dtypes[k], device=device) for k in specs}
     _dcp_load(rows, directory, start, m, comm)
     return rows
@@ -375,7 +371,7 @@ def _dcp_load(rows: dict[str, torch.Tensor], directory: Path, start: int, m: int
     try:
         metadata = reader.read_metadata()
     except Exception as exc:
-        raise CheckpointError(directory / ".metadata", f"truncated or corrupt: {_first_line(exc)}") from exc
+        raise CheckpointError(directory / ".metadata", f"truncated or corrupt: {torch_load_reason(exc)}") from exc
     for key, tensor in rows.items():
         stored = metadata.state_dict_metadata.get(key)
         size = getattr(stored, "size", None)
@@ -390,7 +386,8 @@ def _dcp_load(rows: dict[str, torch.Tensor], directory: Path, start: int, m: int
     except (CheckpointError, PeerFailure):
         raise
     except Exception as exc:  # a truncated or garbled shard: the reader's error, in one line
-        raise CheckpointError(_bad_shard(directory, metadata), f"truncated or corrupt: {_first_line(exc)}") from exc
+        reason = torch_load_reason(exc)
+        raise CheckpointError(_bad_shard(directory, metadata), f"truncated or corrupt: {reason}") from exc
 
 
 def _bad_shard(directory: Path, metadata) -> Path:

@@ -10,12 +10,22 @@ import json
 import math
 import os
 import tempfile
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dfl.config import Config
-from dfl.errors import RunDirectoryExists  # noqa: F401 (re-exported)
+from dfl.directories import RUN_FILES, claim_directory, remove_written  # noqa: F401 (RUN_FILES re-exported)
+from dfl.errors import FileReadError, RunDirectoryExists  # noqa: F401 (re-exported)
+from dfl.files import (  # noqa: F401 (atomic_write_bytes re-exported)
+    FILE_MODE,
+    atomic_write_bytes,
+    check_input_file,
+    check_output_file,
+    read_jsonl,
+    remove_stale_temporaries,
+)
 
 if TYPE_CHECKING:  # annotations only: the run-directory helpers load without torch (`dfl sweep` answers at once)
     import torch
@@ -23,31 +33,9 @@ if TYPE_CHECKING:  # annotations only: the run-directory helpers load without to
     from dfl.training.clients import ParamLayout
 
 
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
-
-
-_FILE_MODE = 0o666 & ~_umask()
-
-
-def atomic_write_bytes(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.chmod(tmp, _FILE_MODE)  # mkstemp makes 0600 files; run directories are meant to be shared
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def atomic_torch_save(path: Path, obj: Any) -> None:
+    """`torch.save` to `path` atomically (a temporary file next to it, then a rename; `dfl.files`)."""
+    path = check_output_file(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
     os.close(fd)
@@ -55,11 +43,41 @@ def atomic_torch_save(path: Path, obj: Any) -> None:
         import torch  # here, not at the top: `dfl sweep` argument errors should not wait for torch
 
         torch.save(obj, tmp)
-        os.chmod(tmp, _FILE_MODE)  # mkstemp makes 0600 files; run directories are meant to be shared
+        os.chmod(tmp, FILE_MODE)  # mkstemp makes 0600 files; run directories are meant to be shared
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def read_torch_file(path: str | Path, what: str = "torch file") -> Any:
+    """What `torch.save` wrote to `path`, loaded on the CPU with `weights_only=True` (tensors and plain
+    containers, nothing executable). Any failure (missing, a directory, truncated, random bytes, a pickle naming a
+    forbidden global) is one `FileReadError` line naming the file, not torch's several-line text."""
+    path = check_input_file(path, what)
+    if path.stat().st_size == 0:
+        raise FileReadError(path, "is empty (a torch file is never empty)", what)
+    import torch  # here: the run-directory helpers load without torch
+
+    try:
+        with warnings.catch_warnings():  # e.g. "Detected pickle protocol 4": the error below says it all
+            warnings.simplefilter("ignore")
+            return torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:  # noqa: BLE001 - any loader failure is reported as one line naming the file
+        raise FileReadError(path, f"is not a file torch.save wrote, or it is truncated ({torch_load_reason(exc)})",
+                            what) from None
+
+
+def torch_load_reason(exc: BaseException) -> str:
+    """The informative part of a torch.load failure, on one line of at most 200 characters: what the weights-only
+    unpickler objected to (torch wraps it in paragraphs of advice), else the message's first line."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    if lines and lines[0].startswith("Weights only load failed"):
+        detail = " ".join(line for line in lines[1:] if not line.startswith("Check the documentation"))
+        return f"the weights-only unpickler refused it: {detail.split('WeightsUnpickler error:')[-1].strip()}"[:200]
+    # a truncated zip: torch adds advice after ". This is an internal miniz error"
+    first = lines[0].split(". This is an internal miniz error")[0] if lines else ""
+    return f"{type(exc).__name__}: {first}"[:200]
 
 
 def to_json(obj: Any) -> str:
@@ -74,51 +92,26 @@ def _jsonable(value: Any):
     raise TypeError(f"cannot serialise {type(value).__name__} to JSON")
 
 
-# The temporary files `atomic_write_bytes` / `atomic_torch_save` make next to RUN_FILES (`.<name>.<random>`); a
-# process killed mid-write leaves one behind. They are never read, and removed when a run starts or resumes.
-RUN_FILES = ("checkpoint.pt", "params.pt", "metrics.jsonl", "summary.json", "config.toml", "partition.json",
-             "error.log")
-
-
-def remove_stale_temporaries(directory: str | Path, names: tuple[str, ...] = RUN_FILES) -> list[Path]:
-    """Delete the leftover temporary files of an atomic write of `names` in `directory`; returns them."""
-    directory = Path(directory)
-    removed = []
-    for name in names:
-        for tmp in directory.glob(f".{name}.*"):
-            if tmp.is_file() and not tmp.is_symlink():
-                tmp.unlink(missing_ok=True)
-                removed.append(tmp)
-    return removed
-
-
 class RunDirectory:
-    """`runs/<name>/`: config.toml, metrics.jsonl, summary.json, partition.json, checkpoint.pt, params.pt.
+    """`runs/<name>/`: config.toml, metrics.jsonl, summary.json, partition.json, checkpoint.pt, params.pt, and
+    the marker `dfl-directory.json` (`dfl.directories`).
 
-    A new run refuses a non-empty directory unless `overwrite` (which deletes the run files first);
-    `resume=True` opens an existing run directory as it is, to continue the run in it."""
+    A new run writes into a new or empty folder, or into a run directory dfl made with `overwrite` (which deletes
+    the files a run writes there first, and no other file); a folder dfl did not make is refused, whatever
+    `overwrite` says (`OutputPathError`). `resume=True` opens an existing run directory as it is, to continue
+    the run in it (a run directory from a dfl without markers is adopted: its marker is written)."""
 
     def __init__(self, path: str | Path, overwrite: bool = False, resume: bool = False):
         self.path = Path(path)
         self._metrics: list[str] = []
-        if resume:
-            if overwrite:
-                raise ValueError("a run directory is opened either to resume or to overwrite, not both")
-            if not self.path.is_dir():
-                raise FileNotFoundError(f"cannot resume: run directory {self.path} does not exist")
-            remove_stale_temporaries(self.path)
-            return
-        if self.path.is_dir():
-            remove_stale_temporaries(self.path)  # a directory holding only those counts as empty
-        if self.path.exists() and any(self.path.iterdir()) and not overwrite:
-            raise RunDirectoryExists(
-                f"run directory {self.path} already exists and is not empty; choose another --out, pass "
-                f"--overwrite to replace it, or continue it with: dfl run --resume {self.path}"
-            )
-        self.path.mkdir(parents=True, exist_ok=True)
+        if resume and overwrite:
+            raise ValueError("a run directory is opened either to resume or to overwrite, not both")
+        if resume and not self.path.is_dir():
+            raise FileNotFoundError(f"cannot resume: run directory {self.path} does not exist")
+        claim_directory(self.path, "run", overwrite=overwrite, resume=resume)
+        remove_stale_temporaries(self.path, RUN_FILES)  # left by a run killed mid-write; never read
         if overwrite:
-            for name in ("metrics.jsonl", "summary.json", "checkpoint.pt", "params.pt", "partition.json"):
-                (self.path / name).unlink(missing_ok=True)
+            remove_written(self.path, "run")
 
     def write_config(self, toml_text: str) -> None:
         atomic_write_bytes(self.path / "config.toml", toml_text.encode())
@@ -147,10 +140,22 @@ class RunDirectory:
 
 
 def read_metrics(path: str | Path) -> list[dict[str, Any]]:
+    """The records of a run's metrics.jsonl (`path`: the file or its run directory), one per evaluated round;
+    `FileReadError` naming the file and line when one is not a JSON object with an integer `round` >= 0."""
     path = Path(path)
     if path.is_dir():
         path = path / "metrics.jsonl"
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return read_jsonl(path, "metrics file", check=_metrics_record_problem)
+
+
+def _metrics_record_problem(record: dict[str, Any]) -> str | None:
+    rnd = record.get("round")
+    if isinstance(rnd, bool) or not isinstance(rnd, int) or rnd < 0:
+        return f"has round = {rnd!r:.40}; every record needs an integer round >= 0"
+    accs = record.get("client_acc")
+    if accs is not None and not isinstance(accs, list):
+        return f"has client_acc = {accs!r:.40}; it is the list of every client's accuracy"
+    return None
 
 
 SUMMARY_ROWS = (

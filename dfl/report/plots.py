@@ -6,6 +6,7 @@ The functions take plain data (curves, points, samples, loss grids), so they kno
 
 from __future__ import annotations
 
+import io
 import math
 from collections.abc import Callable
 from pathlib import Path
@@ -14,6 +15,10 @@ from typing import NamedTuple
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, MaxNLocator
+
+from dfl.directories import figure_metadata
+from dfl.errors import OutputPathError
+from dfl.files import atomic_write_bytes
 
 MAX_COLUMNS = 4  # panels per row of a multi-panel figure
 DPI = 120
@@ -49,10 +54,13 @@ def _figure(width: float, height: float) -> Figure:
     return fig
 
 
-def _save(fig: Figure, path: Path) -> Path:
+def _save(fig: Figure, path: str | Path, fmt: str = "png") -> Path:
+    """Write the figure to `path` atomically (`dfl.files`), marked as dfl's (`figure_metadata`: how
+    `dfl.directories` tells a figure dfl drew from a user's file)."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, format="png")
+    buf = io.BytesIO()
+    fig.savefig(buf, format=fmt, metadata=figure_metadata(fmt))
+    atomic_write_bytes(path, buf.getvalue())
     return path
 
 
@@ -248,6 +256,8 @@ def gap_vs_clients(rows: list[dict], path: str | Path) -> Path:
     ax.set_title(f"weights: {rows[0]['weights']}")
     ax.grid(True, which="both", alpha=0.3)
     ax.legend()
-    fig.savefig(path)  # format from the suffix, into an existing directory (a path the user named is not created)
-    return Path(path)
+    # format from the suffix, into an existing directory (a path the user named is not created)
+    if not Path(path).parent.is_dir():
+        raise OutputPathError(f"--plot {path}: the directory {Path(path).parent} does not exist")
+    return _save(fig, path, Path(path).suffix.lstrip(".").lower() or "png")
 

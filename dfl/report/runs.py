@@ -10,21 +10,16 @@ from __future__ import annotations
 import json
 import os
 import socket
-import sys
+import warnings
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from dfl.errors import ReportError  # noqa: F401 (re-exported)
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
-
 from dfl.config import Config
 from dfl.engine.results import read_metrics
+from dfl.errors import FileReadError, ReportError  # noqa: F401 (re-exported)
+from dfl.files import read_json, read_text, read_toml
 
 REPORT_DIR = "report"
 FINISHED = ("completed", "stopped")  # stopped: ended early on purpose (a callback, stop_at_target); not resumed
@@ -108,10 +103,10 @@ def has_metrics(run_dir: str | Path) -> bool:
     """Whether run_dir/metrics.jsonl holds at least one record (a run that failed or diverged before its first
     evaluation has none)."""
     try:
-        text = (Path(run_dir) / "metrics.jsonl").read_text()
-    except (OSError, UnicodeDecodeError):
+        text = read_text(Path(run_dir) / "metrics.jsonl", "metrics file")
+    except FileReadError:
         return False
-    for line in text.splitlines():
+    for line in text.splitlines():  # leniently, line by line: a damaged line does not hide the good ones
         try:
             if isinstance(json.loads(line), dict):
                 return True
@@ -151,11 +146,24 @@ def find_run_dirs(path: str | Path, skip: Iterable[Path] = ()) -> list[Path]:
 
 
 def _sweep_entries(root: Path) -> list[dict[str, Any]]:
-    try:
-        runs = json.loads((root / "sweep.json").read_text()).get("runs", [])
-    except (OSError, ValueError, AttributeError):
+    """The entries of root/sweep.json that name a run directory (none when root holds no readable sweep.json:
+    a report of a folder that is no sweep reads only its run directories)."""
+    if not (root / "sweep.json").is_file():
         return []
-    return [e for e in runs if isinstance(e, dict)]
+    try:
+        runs = read_json(root / "sweep.json", "sweep file").get("runs", [])
+    except FileReadError:
+        return []
+    if not isinstance(runs, list):
+        return []
+    return [e for e in runs if isinstance(e, dict) and isinstance(e.get("dir"), str) and "\x00" not in e["dir"]]
+
+
+def _unreadable(exc: FileReadError, name: str, consequence: str) -> str:
+    """The problem noted in the report for an unreadable file of a run; also a warning (one line naming the file
+    and what is wrong: `dfl report` prints it), so that the reason is not only inside report.md."""
+    warnings.warn(f"{exc}; {consequence}", stacklevel=3)
+    return f"{name} unreadable ({exc.reason})"
 
 
 def load_run(path: str | Path, root: str | Path | None = None) -> RunRecord:
@@ -167,23 +175,23 @@ def load_run(path: str | Path, root: str | Path | None = None) -> RunRecord:
     problems: list[str] = []
     config = Config().to_dict()
     try:
-        with (path / "config.toml").open("rb") as fh:
-            config.update(tomllib.load(fh))
-    except (OSError, tomllib.TOMLDecodeError) as exc:
-        problems.append(f"config.toml unreadable ({exc})")
+        config.update(read_toml(path / "config.toml", "config file"))
+        readable = True
+    except FileReadError as exc:  # its setting is unknown: listed, never counted in a table
+        problems.append(_unreadable(exc, "config.toml", "the run is left out of the tables"))
+        readable = False
     summary: dict[str, Any] = {}
     try:
-        loaded = json.loads((path / "summary.json").read_text())
-        summary = loaded if isinstance(loaded, dict) else {}
-    except (OSError, ValueError) as exc:
-        problems.append(f"summary.json unreadable ({exc})")
+        summary = read_json(path / "summary.json", "summary file")
+    except FileReadError as exc:
+        problems.append(_unreadable(exc, "summary.json", "its status is unknown"))
     metrics: list[dict[str, Any]] = []
-    if (path / "metrics.jsonl").is_file():
+    if readable and (path / "metrics.jsonl").exists():
         try:
-            metrics = [m for m in read_metrics(path) if isinstance(m, dict) and "round" in m]
-        except (OSError, ValueError) as exc:
-            problems.append(f"metrics.jsonl unreadable ({exc})")
-    if not metrics:
+            metrics = read_metrics(path)
+        except FileReadError as exc:
+            problems.append(_unreadable(exc, "metrics.jsonl", "the run is left out of the tables"))
+    if not metrics and readable:
         problems.append("no metrics")
     if effective_status(summary) == "killed":
         resumable = (path / "checkpoint.pt").is_file()

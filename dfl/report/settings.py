@@ -44,8 +44,11 @@ class Stat:
         vals = [v for v in values if v is not None and math.isfinite(v)]
         if not vals:
             return cls(None, None, 0)
-        mean = math.fsum(vals) / len(vals)
-        std = math.sqrt(math.fsum((v - mean) ** 2 for v in vals) / (len(vals) - 1)) if len(vals) > 1 else None
+        try:
+            mean = math.fsum(vals) / len(vals)
+            std = math.sqrt(math.fsum((v - mean) ** 2 for v in vals) / (len(vals) - 1)) if len(vals) > 1 else None
+        except OverflowError:  # values near the largest float (read from a metrics file): no finite statistic
+            mean, std = sum(vals) / len(vals), (math.inf if len(vals) > 1 else None)
         return cls(mean, std, len(vals))
 
 

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from dfl.config import Config
+from dfl.files import atomic_write_text
 from dfl.report import plots
 from dfl.report.layout import _order, _registry_order, _sort_key, format_value
 from dfl.report.metrics import _number
@@ -110,7 +111,7 @@ def write_spectral_report(path: str | Path, out: str | Path | None = None,
         md.append(f"{len(runs)} run(s), none with metrics yet.\n")
         md.append(_not_completed_section(runs, missing))
         files["spectral.md"] = out_dir / "spectral.md"
-        files["spectral.md"].write_text("\n".join(part for part in md if part))
+        atomic_write_text(files["spectral.md"], "\n".join(part for part in md if part))
         return files
 
     other = [f for f in varying_fields(settings) if f not in GAP_FIELDS]
@@ -184,7 +185,7 @@ def write_spectral_report(path: str | Path, out: str | Path | None = None,
     md.append(_not_completed_section(runs, missing))
 
     files["spectral.md"] = out_dir / "spectral.md"
-    files["spectral.md"].write_text("\n".join(part for part in md if part))
+    atomic_write_text(files["spectral.md"], "\n".join(part for part in md if part))
     csv_header = [*other, "topology", "Q", "clients", "lambda", "gap_Q", "phi", "effective_neighbors", "runs",
                   "status", "test_acc_mean", "test_acc_std", "target_acc", "rounds_to_target_mean",
                   "rounds_to_target_std", "reached_target", "consensus_distance_mean", "consensus_distance_std"]

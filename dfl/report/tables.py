@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from dfl.engine.results import human_bytes
+from dfl.files import atomic_write_text
 from dfl.report.layout import Layout, format_value
 from dfl.report.metrics import CSV_METRICS, run_metrics, run_target
 from dfl.report.runs import RunRecord
@@ -91,7 +92,7 @@ def _write_csv(path: Path, header: list[str], rows: list[list[Any]]) -> Path:
     writer = csv.writer(buf, lineterminator="\n")
     writer.writerow(header)
     writer.writerows([[_csv_value(v) for v in row] for row in rows])
-    path.write_text(buf.getvalue())
+    atomic_write_text(path, buf.getvalue())
     return path
 
 

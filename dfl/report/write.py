@@ -7,6 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from dfl.directories import check_output_directory, claim_directory
+from dfl.files import atomic_write_text
 from dfl.report import plots
 from dfl.report.curves import _client_groups, _panels
 from dfl.report.layout import Layout, _field_list, _registry_order, label, make_layout
@@ -36,12 +38,18 @@ def _out_dir(path: Path, out: str | Path | None) -> Path:
 
 
 def _prepare(path: str | Path, out: str | Path | None) -> tuple[Path, Path, list[RunRecord], list[Setting]]:
+    """The runs under `path` and the report directory (`out`, default PATH/report/): a new or empty folder, or a
+    report directory dfl made (`dfl.directories`; anything else is refused before the runs are read)."""
     path = Path(path)
+    if not path.is_dir():
+        what = "does not exist" if not path.exists() else "is neither a run directory nor a directory holding run " \
+            "directories"
+        raise ReportError(f"path {path} {what}")
     out_dir = _out_dir(path, out)
+    check_output_directory(out_dir, "report")
     runs = load_runs(path, skip=[out_dir])
     settings = group_settings(runs)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "plots").mkdir(exist_ok=True)
+    claim_directory(out_dir, "report")
     return path, out_dir, runs, settings
 
 
@@ -86,7 +94,7 @@ def write_report(path: str | Path, out: str | Path | None = None, *, rows: str |
         md.append(f"{len(runs)} run(s), none with metrics yet.\n")
         md.append(_not_completed_section(runs, missing))
         files["report.md"] = out_dir / "report.md"
-        files["report.md"].write_text("\n".join(part for part in md if part))
+        atomic_write_text(files["report.md"], "\n".join(part for part in md if part))
         files["runs.csv"] = write_runs_csv(out_dir / "runs.csv", runs, target, [])
         return files
 
@@ -149,7 +157,7 @@ def write_report(path: str | Path, out: str | Path | None = None, *, rows: str |
     md.append("## Plots\n\n" + "\n".join(f"- {p.relative_to(out_dir)}" for p in plot_files) + "\n")
 
     files["report.md"] = out_dir / "report.md"
-    files["report.md"].write_text("\n".join(part for part in md if part))
+    atomic_write_text(files["report.md"], "\n".join(part for part in md if part))
     files["settings.csv"] = write_settings_csv(out_dir / "settings.csv", layout, settings, target, own_targets)
     files["runs.csv"] = write_runs_csv(out_dir / "runs.csv", _table_order(layout, runs), target,
                                        [*layout.rows, *layout.cols], own_targets)

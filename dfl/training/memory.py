@@ -36,6 +36,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
 from dfl.errors import ConfigError
+from dfl.sysmem import available_memory
 
 CPU_CHUNK_BYTES = 128 * 2**20
 MEMORY_FRACTION = {"cpu": 0.5, "cuda": 0.8}  # of the memory free when the run starts
@@ -105,12 +106,7 @@ def available_bytes(device: torch.device) -> int:
         free, _ = torch.cuda.mem_get_info(device)
         return int(free + torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device))
     release_free_heap()
-    free = _meminfo_available()
-    cgroup = _cgroup_free()
-    candidates = [b for b in (free, cgroup) if b is not None]
-    if not candidates:
-        return int(os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
-    return min(candidates)
+    return available_memory()  # MemAvailable, capped by the cgroup's limit (dfl.sysmem: no torch)
 
 
 def release_free_heap() -> bool:
@@ -126,29 +122,6 @@ def release_free_heap() -> bool:
     trim.argtypes, trim.restype = [ctypes.c_size_t], ctypes.c_int
     trim(0)
     return True
-
-
-def _meminfo_available() -> int | None:
-    try:
-        with open("/proc/meminfo") as fh:
-            for line in fh:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        return None
-    return None
-
-
-def _cgroup_free() -> int | None:
-    try:
-        with open("/sys/fs/cgroup/memory.max") as fh:
-            limit = fh.read().strip()
-        if limit == "max":
-            return None
-        with open("/sys/fs/cgroup/memory.current") as fh:
-            return int(limit) - int(fh.read().strip())
-    except (OSError, ValueError):
-        return None
 
 
 def choose_chunk(

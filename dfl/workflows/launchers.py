@@ -43,7 +43,8 @@ from typing import Any, Protocol
 from dfl import threads
 from dfl.config import Config
 from dfl.engine.results import atomic_write_bytes, to_json
-from dfl.errors import LauncherError, SweepInterrupted
+from dfl.errors import FileReadError, LauncherError, SweepInterrupted
+from dfl.files import read_json
 
 ERROR_LOG = "error.log"
 STOP_SIGNALS = tuple(getattr(signal, n) for n in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, n))
@@ -121,9 +122,11 @@ def execute_run(config: Config, run_dir: Path, action: str) -> dict[str, Any]:
 
 
 def _read_json(path: Path) -> dict[str, Any]:
+    """The JSON object in `path` (a run's summary.json), or {} when there is none or it cannot be read: a run
+    whose summary is missing or damaged is treated as one that has not reported."""
     try:
-        return json.loads(path.read_text())
-    except (FileNotFoundError, json.JSONDecodeError):
+        return read_json(path, "summary file")
+    except FileReadError:
         return {}
 
 
@@ -602,10 +605,15 @@ def _record_jobs(sweep_dir: Path, handles: list[Handle], kind: str) -> None:
 
 def read_jobs(sweep_dir: str | Path) -> list[dict[str, Any]]:
     """Every job submitted for the sweep, oldest first (empty without SWEEP/submitit/jobs.json)."""
-    try:
-        return list(json.loads(SubmititLauncher.jobs_path(Path(sweep_dir)).read_text())["jobs"])
-    except (FileNotFoundError, json.JSONDecodeError, KeyError, TypeError):
+    path = SubmititLauncher.jobs_path(Path(sweep_dir))
+    if not path.exists():
         return []
+    jobs = read_json(path, "jobs file").get("jobs")
+    if not isinstance(jobs, list) or not all(isinstance(j, dict) and isinstance(j.get("run"), str) and
+                                             isinstance(j.get("job_id"), (str, int)) for j in jobs):
+        raise FileReadError(path, "is not {\"jobs\": [{\"run\": ..., \"job_id\": ...}, ...]} as dfl writes it",
+                            "jobs file")
+    return list(jobs)
 
 
 def latest_jobs(sweep_dir: str | Path) -> dict[str, dict[str, Any]]:

@@ -36,27 +36,20 @@ While a local sweep runs, SIGINT, SIGTERM and SIGHUP stop it: the worker process
 from __future__ import annotations
 
 import itertools
-import json
 import re
-import sys
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from dfl.errors import SweepError, SweepInterrupted  # noqa: F401 (re-exported)
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
-
 import tomli_w
 
 from dfl.config import MAX_NAME, NAME_RE, Config
+from dfl.directories import check_output_directory, claim_directory
 from dfl.engine.results import atomic_write_bytes, remove_stale_temporaries, to_json
-from dfl.errors import ConfigError
+from dfl.errors import ConfigError, FileReadError, SweepError, SweepInterrupted  # noqa: F401 (re-exported)
+from dfl.files import read_json, read_toml
 from dfl.workflows.launchers import (  # noqa: F401 (execute_run, WORKER, ERROR_LOG re-exported)
     ERROR_LOG,
     JOBS_DIR,
@@ -180,12 +173,10 @@ class Sweep:
 def load_sweep(path: str | Path) -> Sweep:
     """Read a sweep TOML file (`[base]`, `[vary]`, optional `[sweep]`); every combination is validated."""
     path = Path(path)
-    if not path.is_file():
-        raise SweepError(f"sweep file {path} does not exist")
     try:
-        spec = tomllib.loads(path.read_text())
-    except tomllib.TOMLDecodeError as exc:
-        raise SweepError(f"sweep file {path} is not valid TOML: {exc}") from exc
+        spec = read_toml(path, "sweep file")
+    except FileReadError as exc:
+        raise SweepError(str(exc)) from None
     sweep = Sweep.from_dict(spec, where=f"sweep file {path}")
     sweep.plan()  # fail fast on a typo in any combination
     return sweep
@@ -310,8 +301,9 @@ def plan_run(run_dir: Path, config: Config, *, retry_diverged: bool = False) -> 
     if not stored_path.is_file():
         return RunPlan("start")
     try:
+        read_toml(stored_path, "config file")  # the file itself first: Config.from_toml names no file for bad bytes
         stored = Config.from_toml(stored_path)
-    except ConfigError as exc:
+    except (ConfigError, FileReadError) as exc:
         raise SweepError(f"run {config.name}: cannot read {stored_path}: {exc}") from exc
     differ = changed_fields(stored.to_dict(), config)
     if differ:
@@ -375,6 +367,10 @@ def plan_runs(out: str | Path, planned: list[PlannedRun], *, retry_diverged: boo
     from dfl.engine.checkpoint import FILENAME
 
     out = Path(out)
+    check_output_directory(out, "sweep")  # a folder dfl did not make is refused before anything in it is read
+    for p in planned:  # ... and so is a folder of the user's where a run directory goes
+        check_output_directory(out / "runs" / p.name, "run", overwrite=True, adopt_own_files=True,
+                               subject=f"the directory {out / 'runs' / p.name} of run {p.name}")
     tracks_jobs = launcher is not None and launcher.kind != "local"
     live = launcher.live_jobs(out) if tracks_jobs else {}
     jobs = latest_jobs(out) if tracks_jobs else {}
@@ -446,10 +442,13 @@ def run_sweep(
             if plan.note:
                 say(f"skip {p.name}: {plan.note}")
         entries.append(entry)
-    if out.is_dir():
-        remove_stale_temporaries(out, ("sweep.toml", "sweep.json"))  # left by a sweep killed mid-write
+    claim_directory(out, "sweep")  # dfl-directory.json (dfl.directories)
+    remove_stale_temporaries(out, ("sweep.toml", "sweep.json"))  # left by a sweep killed mid-write
     atomic_write_bytes(out / "sweep.toml", sweep.to_toml().encode())
     _write_entries(out, entries)
+    for i in [i for i, a in enumerate(actions) if a != "skip"]:  # each run's directory, marked before it runs
+        claim_directory(out / entries[i]["dir"], "run", overwrite=True, adopt_own_files=True,
+                        subject=f"the directory {out / entries[i]['dir']} of run {entries[i]['name']}")
 
     todo = [i for i, a in enumerate(actions) if a != "skip"]
     index = {planned[i].name: i for i in todo}
@@ -581,8 +580,30 @@ def _write_entries(out: Path, entries: list[dict[str, Any]]) -> None:
 
 
 def read_entries(sweep_dir: str | Path) -> list[dict[str, Any]]:
-    """The run entries of SWEEP/sweep.json."""
-    return json.loads((Path(sweep_dir) / "sweep.json").read_text())["runs"]
+    """The run entries of SWEEP/sweep.json; `FileReadError` (one line naming the file) when it cannot be read or
+    is not {"runs": [{"name": ..., "dir": "runs/<name>", ...}, ...]}."""
+    path = Path(sweep_dir) / "sweep.json"
+    runs = read_json(path, "sweep file").get("runs")
+    if not isinstance(runs, list):
+        raise FileReadError(path, f"holds no list of runs (its \"runs\" is {runs!r:.40}); a sweep writes "
+                                  "{\"runs\": [...]}", "sweep file")
+    for i, entry in enumerate(runs):
+        problem = _entry_problem(entry)
+        if problem:
+            raise FileReadError(path, f"runs[{i}] {problem}", "sweep file")
+    return runs
+
+
+def _entry_problem(entry: Any) -> str | None:
+    if not isinstance(entry, dict):
+        return f"is {type(entry).__name__}, not a run entry {{\"name\": ..., \"dir\": ...}}"
+    name, where = entry.get("name"), entry.get("dir")
+    if not isinstance(name, str) or not name:
+        return f"has name = {name!r:.40}, expected the run's name"
+    if not isinstance(where, str) or not where or "\x00" in where or Path(where).is_absolute() \
+            or ".." in Path(where).parts:
+        return f"has dir = {where!r:.60}, expected a path inside the sweep directory (runs/<name>)"
+    return None
 
 
 def _start_line(count: int, total: int, entry: dict[str, Any], action: str) -> str:
