@@ -8,13 +8,29 @@ import signal
 from pathlib import Path
 
 __all__ = [
-    "CheckpointError", "ConfigError", "DivergenceError", "ModelError", "NoCheckpoint", "PeerFailure",
+    "ArgumentError", "CheckpointError", "ConfigError", "DataError", "DivergenceError", "ModelError", "NoCheckpoint",
+    "PeerFailure",
     "RegistryError", "ReportError", "RunDirectoryExists", "RunInterrupted", "SweepError", "SweepInterrupted",
 ]
 
 
 class ConfigError(ValueError):
-    """A configuration value is invalid; the message names the field and the allowed values."""
+    """A configuration value is invalid; the message names the field and the allowed values. A config with several
+    wrong fields gives one error listing them all (one line, "; " between them); `problems` holds each message."""
+
+    def __init__(self, message: str, problems: list[str] | None = None):
+        super().__init__(message)
+        self.problems = list(problems) if problems else [message]
+
+
+class ArgumentError(ConfigError, TypeError):
+    """An argument of the Python API of the wrong type (`dfl.run("a string")`, `dfl.run(config, data=[...])`): a
+    ConfigError that is also the TypeError Python users expect; the message names the argument and its type."""
+
+
+class DataError(ValueError):
+    """Data that cannot be used (a partition that leaves a client empty, arrays of the wrong shape, labels out of
+    range, an empty test set); the message names the dataset, option or array and what is allowed."""
 
 
 class RegistryError(ValueError):

@@ -17,6 +17,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from topologies import graphs, limits, spectral
+from topologies.errors import TopologyError
 from topologies.schedules import _check_step
 from topologies.validation import check_gossip_matrix, check_stochastic, require_contraction
 
@@ -52,7 +53,7 @@ class _LRU:
 
 def _check_averaging(a: object) -> float:
     if isinstance(a, bool) or not isinstance(a, (int, float, np.floating)) or not 0.0 <= a < 1.0:
-        raise ValueError(f"averaging must be a number with 0 <= a < 1, got {a!r}")
+        raise TopologyError(f"averaging must be a number with 0 <= a < 1, got {a!r}")
     return float(a)
 
 
@@ -112,7 +113,7 @@ class Topology:
                 self._graph = graph if graph is not None else (lambda: graphs.full(self.n))
                 return
             if W is None:
-                raise ValueError("a static Topology needs W (or averaging with n)")
+                raise TopologyError("a static Topology needs W (or averaging with n)")
             checked = check_gossip_matrix(W, symmetric, f"W of {name}")
             self._static = spectral.as_csr(checked)
             self.n = self._static.shape[0]
@@ -123,7 +124,7 @@ class Topology:
         self.period = schedule.period
         if step_matrix is None:
             if weigh is None:
-                raise ValueError("a time-varying Topology needs step_matrix (or weigh)")
+                raise TopologyError("a time-varying Topology needs step_matrix (or weigh)")
             step_matrix = lambda step: weigh(schedule.graph_at(step))  # noqa: E731
         self._step_matrix = step_matrix
         self._graph = schedule.union_graph  # built on first use
@@ -187,10 +188,10 @@ class Topology:
             if self._static is None:
                 limit = limits.FULL_SPARSE_LIMIT
                 if self.n > limit:
-                    raise ValueError(f"{self.name} on n = {self.n} clients is a dense matrix (n^2 = {self.n**2} "
-                                     f"nonzeros; sparse() stops at topologies.limits.FULL_SPARSE_LIMIT = {limit}): "
-                                     f"its W is a I + (1 - a) J with a = averaging = {self._averaging}, so use "
-                                     "Topology.averaging (x_i <- a x_i + (1 - a) mean(x)) instead")
+                    raise TopologyError(f"{self.name} on n = {self.n} clients is a dense matrix (n^2 = {self.n**2} "
+                                        f"nonzeros; sparse() stops at topologies.limits.FULL_SPARSE_LIMIT = {limit}): "
+                                        f"its W is a I + (1 - a) J with a = averaging = {self._averaging}, so use "
+                                        "Topology.averaging (x_i <- a x_i + (1 - a) mean(x)) instead")
                 self._static = sp.csr_array(averaging_matrix(self._averaging, self.n))
             return self._static
         key = self._key(step)
@@ -204,15 +205,15 @@ class Topology:
     def _check_dense(self) -> None:
         limit = limits.DENSE_LIMIT
         if self.n > limit:
-            raise ValueError(f"{self.name} has n = {self.n} clients, above topologies.limits.DENSE_LIMIT = "
-                             f"{limit}: a dense [n, n] float64 matrix would take {8 * self.n**2 / 2**30:.1f} GiB; use "
-                             "sparse(step) (scipy CSR) instead")
+            raise TopologyError(f"{self.name} has n = {self.n} clients, above topologies.limits.DENSE_LIMIT = "
+                                f"{limit}: a dense [n, n] float64 matrix would take {8 * self.n**2 / 2**30:.1f} GiB; "
+                                "use sparse(step) (scipy CSR) instead")
 
     @property
     def W(self) -> np.ndarray:
         """The gossip matrix of a static topology, dense (read-only); time-varying ones raise, use matrix(step)."""
         if self.is_time_varying:
-            raise ValueError(f"{self.name} is time-varying and has no single W: use matrix(step)")
+            raise TopologyError(f"{self.name} is time-varying and has no single W: use matrix(step)")
         return self.matrix(0)
 
     def matrix(self, step: int = 0) -> np.ndarray:
@@ -240,7 +241,7 @@ class Topology:
     def period_matrix(self) -> np.ndarray:
         """W_{tau-1} ... W_1 W_0: the product over one period (W itself when static), dense."""
         if self.period is None:
-            raise ValueError(f"{self.name} has no period (random-k never repeats)")
+            raise TopologyError(f"{self.name} has no period (random-k never repeats)")
         P = self.matrix(0)
         for step in range(1, self.period):
             P = self.matrix(step) @ P
@@ -251,7 +252,7 @@ class Topology:
     def neighbors(self, i: int, step: int = 0) -> list[int]:
         """Sorted in-neighbours of client i at gossip step `step` (those i receives from), without i."""
         if isinstance(i, bool) or not isinstance(i, (int, np.integer)) or not 0 <= i < self.n:
-            raise ValueError(f"i must be a client index in 0..{self.n - 1}, got {i!r}")
+            raise TopologyError(f"i must be a client index in 0..{self.n - 1}, got {i!r}")
         step = _check_step(step)
         if self._averaging is not None:
             return [j for j in range(self.n) if j != i]
@@ -318,7 +319,7 @@ class Topology:
         """
         if self._lambda is None:
             if self.period is None:
-                raise ValueError(f"{self.name} has no period, so no single lambda: use gossip_lambda(Q)")
+                raise TopologyError(f"{self.name} has no period, so no single lambda: use gossip_lambda(Q)")
             if self._averaging is not None:
                 self._lambda = 0.0 if self.n == 1 else self._averaging
             elif not self.is_time_varying:
@@ -351,8 +352,8 @@ class Topology:
         circulant (periodic) topologies, and a ValueError otherwise.
         """
         if self.period is None:
-            raise ValueError(f"{self.name} has no period: effective neighbours are defined for static and "
-                             "periodic topologies only")
+            raise TopologyError(f"{self.name} has no period: effective neighbours are defined for static and "
+                                "periodic topologies only")
         gamma = spectral.check_gamma(gamma)
         if self._averaging is not None:
             return spectral.averaging_neighbors(self._averaging, self.n, gamma)
@@ -370,7 +371,7 @@ class Topology:
         Static: ceil(ln(1/eps)/ln(1/lambda)). Time-varying: the first T with ||W_{T-1}...W_0 - J||_2 <= eps
         (the norm never grows, since each ||W_t - J||_2 <= 1); inf if not reached within 100000 steps. Above
         topologies.limits.DENSE_SPECTRAL_LIMIT clients only circulant periodic schedules (one-peer exponential) have
-        it (exactly, per Fourier mode); other time-varying topologies raise ValueError.
+        it (exactly, per Fourier mode); other time-varying topologies raise TopologyError.
         """
         if not self.is_time_varying:
             return spectral.consensus_steps_for(self.second_eigenvalue(), eps)
@@ -378,10 +379,10 @@ class Topology:
         if self._large():
             spectra = self._circulant_spectra(self.period or 1)
             if spectra is None:
-                raise ValueError(f"consensus_steps of the time-varying {self.name} multiplies dense [n, n] step "
-                                 f"matrices, refused for n = {self.n} > topologies.limits.DENSE_SPECTRAL_LIMIT = "
-                                 f"{spectral.dense_spectral_limit()} (only circulant periodic schedules have a "
-                                 "closed form); use gossip_lambda(Q) for given Q instead")
+                raise TopologyError(f"consensus_steps of the time-varying {self.name} multiplies dense [n, n] step "
+                                    f"matrices, refused for n = {self.n} > topologies.limits.DENSE_SPECTRAL_LIMIT = "
+                                    f"{spectral.dense_spectral_limit()} (only circulant periodic schedules have a "
+                                    "closed form); use gossip_lambda(Q) for given Q instead")
             return spectral.circulant_consensus_steps(spectra, eps, MAX_CONSENSUS_STEPS)
         P = np.eye(self.n)
         for T in range(1, MAX_CONSENSUS_STEPS + 1):

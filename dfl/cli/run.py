@@ -98,8 +98,10 @@ def key_value(text: str, form: str = "KEY=VALUE") -> tuple[str, object]:
 
 
 def config_from_args(args: argparse.Namespace) -> Config:
+    from dfl.engine.validation import option_owner  # no torch
+
     values = vars(args)
-    config = Config.from_toml(values["config_file"]) if values.get("config_file") else Config()
+    config = Config.from_toml(values["config_file"], owner=option_owner) if values.get("config_file") else Config()
     changes = {}
     for f in fields(Config):
         if f.name in values:
@@ -130,8 +132,11 @@ def resume_args(args: argparse.Namespace) -> argparse.Namespace:
 
 def main(args: argparse.Namespace) -> int:
     from dfl.engine.results import RunDirectoryExists, format_summary
-    from dfl.engine.runner import DivergenceError, raise_on_signal, run
-    from dfl.engine.validation import validate
+    from dfl.engine.validation import validate  # no torch: every check that needs no data answers at once
+    from dfl.errors import DivergenceError, RunInterrupted
+
+    def raise_on_signal(signum, frame) -> None:  # as dfl.engine.runner.raise_on_signal, without importing torch
+        raise RunInterrupted(signum)
 
     # SIGTERM (kill, torchrun, schedulers) and SIGHUP (a closed terminal) stop the run like Ctrl-C does: it
     # records status "interrupted", keeps its metrics and last checkpoint, and exits 128 + the signal number
@@ -146,6 +151,8 @@ def main(args: argparse.Namespace) -> int:
             args = resume_args(args)
         config = validate(config_from_args(args))
         out = Path(getattr(args, "out", None) or Path("runs") / config.name)
+        from dfl.engine.runner import run  # torch loads here, once the config is known to be good
+
         with warnings.catch_warnings():
             warnings.simplefilter("always")
             warnings.formatwarning = lambda message, *a, **k: f"dfl run: warning: {message}\n"

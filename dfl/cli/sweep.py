@@ -235,7 +235,7 @@ def _launcher(sweep: Sweep, args: argparse.Namespace):
 
 def compare_topologies_main(args: argparse.Namespace) -> int:
     data_root = args.data_root
-    if args.full and data_root is None and "data_root" not in dict(args.overrides) and not args.dry_run:
+    if args.full and data_root is None and "data_root" not in dict(args.overrides):  # checked by a dry run too
         return _error("compare-topologies", "--full trains on CIFAR-10 and needs --data-root DIR (the directory "
                       "holding cifar-10-batches-py)")
     try:

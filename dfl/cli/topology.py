@@ -15,6 +15,8 @@ import sys
 
 from dfl import topologies as topology_registry
 from dfl.cli.run import key_value
+from dfl.errors import ConfigError
+from dfl.registry import suggest
 from dfl.topologies import TOPOLOGIES, topology_options
 from topologies import spectral
 from topologies.weights import LAZY_BASES, SCHEMES
@@ -38,10 +40,15 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                     "of several with 'compare'. Undefined values print as '-' (JSON null); infinite ones "
                     "as inf (JSON \"inf\").")
     names = tuple(TOPOLOGIES)  # the built-ins, then registered ones (dfl.topologies)
-    p.add_argument("topology", choices=(*names, "compare", "show"), metavar="TOPOLOGY",
+
+    def canonical(text: str) -> str:  # "Ring", "random_regular": the registered spelling
+        close = suggest(text, (*names, "compare", "show"))
+        return close if close is not None and close.lower() == text.strip().lower().replace("_", "-") else text
+
+    p.add_argument("topology", choices=(*names, "compare", "show"), metavar="TOPOLOGY", type=canonical,
                    help=f"one of {', '.join(names)}, or 'compare' (with --topologies); 'show NAME' is the "
                         "same as NAME")
-    p.add_argument("name", nargs="?", choices=names, metavar="NAME", help="the topology after 'show'")
+    p.add_argument("name", nargs="?", choices=names, metavar="NAME", type=canonical, help="the topology after 'show'")
     p.add_argument("--clients", type=int, nargs="+", metavar="N", help="number(s) of clients n")
     p.add_argument("--topologies", nargs="+", metavar="NAME", help="topologies for 'compare' "
                    f"(default: {' '.join(DEFAULT_COMPARE)})")
@@ -77,7 +84,7 @@ def _options(args: argparse.Namespace, name: str, compare: bool) -> dict:
     given = {flag: getattr(args, flag) for flag in OPTION_FLAGS if getattr(args, flag) is not None}
     for key, value in args.options:
         if key in given:
-            raise ValueError(f"option {key} is given twice (--{key.replace('_', '-')} and --options {key}=...)")
+            raise ConfigError(f"option {key} is given twice (--{key.replace('_', '-')} and --options {key}=...)")
         given[key] = value
     if args.base is not None:
         given["base"] = args.base
@@ -123,11 +130,11 @@ def _jsonable(value):
 def _check_args(args: argparse.Namespace) -> None:
     if args.topology == "show":
         if args.name is None:
-            raise ValueError(f"'dfl topology show' needs a topology name: one of {', '.join(TOPOLOGIES)}")
+            raise ConfigError(f"'dfl topology show' needs a topology name: one of {', '.join(TOPOLOGIES)}")
         args.topology, args.name = args.name, None
     elif args.name is not None:
-        raise ValueError(f"unexpected argument {args.name!r} after {args.topology!r} (did you mean "
-                         f"'dfl topology show {args.name}'?)")
+        raise ConfigError(f"unexpected argument {args.name!r} after {args.topology!r} (did you mean "
+                          f"'dfl topology show {args.name}'?)")
     spectral.check_steps(args.gossip_steps)
     spectral.check_gamma(args.gamma)
     spectral.check_eps(args.eps)
@@ -136,14 +143,14 @@ def _check_args(args: argparse.Namespace) -> None:
         bad = [t for t in names if t not in TOPOLOGIES or t == "custom"]
         if bad:
             allowed = ", ".join(t for t in TOPOLOGIES if t != "custom")
-            raise ValueError(f"--topologies: unknown {', '.join(bad)}; allowed: {allowed}")
+            raise ConfigError(f"--topologies: unknown {', '.join(bad)}; allowed: {allowed}")
     elif args.topologies:
-        raise ValueError("--topologies only applies to 'dfl topology compare'")
+        raise ConfigError("--topologies only applies to 'dfl topology compare'")
     from_file = args.path or args.edges or args.matrix
     if args.clients is None and not (args.topology == "custom" and from_file):
-        raise ValueError("--clients is required (one or more numbers of clients)")
+        raise ConfigError("--clients is required (one or more numbers of clients)")
     if args.clients is not None and any(n < 1 for n in args.clients):
-        raise ValueError(f"--clients must be integers >= 1, got {' '.join(map(str, args.clients))}")
+        raise ConfigError(f"--clients must be integers >= 1, got {' '.join(map(str, args.clients))}")
 
 
 def run(args: argparse.Namespace) -> int:

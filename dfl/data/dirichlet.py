@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from dfl.errors import DataError
+
 WINDOW = 8192  # steps drawn at once by the vectorized popping loop
 
 
@@ -43,7 +45,7 @@ def dirichlet_balanced(labels: np.ndarray, num_clients: int, alpha: float, sigma
     sizes = balanced_sizes(n_total, num_clients, sigma, rng)
     empty = np.flatnonzero(sizes < 1)
     if empty.size:
-        raise ValueError(
+        raise DataError(
             f"dirichlet with sigma={sigma} gives client(s) {_listed(empty)} 0 samples; every client needs at least "
             "1: lower sigma or use fewer clients"
         )
@@ -137,7 +139,7 @@ def dirichlet_per_class(labels: np.ndarray, num_clients: int, alpha: float, min_
                 sizes[i] += chunk.size
         if sizes.min() >= min_size:
             return [np.sort(np.concatenate(p)) for p in parts]
-    raise ValueError(
+    raise DataError(
         f"dirichlet-class could not reach min_size={min_size} samples on every client after {max_retries} retries "
         f"(the smallest got {int(sizes.min())}); lower min_size or raise alpha (or use fewer clients, or raise "
         "max_retries)"

@@ -22,6 +22,7 @@ import torch
 from dfl.algorithms import Context, is_centralized, resolve_hyperparameters
 from dfl.algorithms.server import sample_participants
 from dfl.config import Config
+from dfl.data import ignored_options
 from dfl.engine import checkpoint as ckpt
 from dfl.engine.hooks import Hooks, RunInfo
 from dfl.engine.results import Result, RunDirectory
@@ -77,6 +78,7 @@ class Experiment:
             ckpt.check_config(saved, config, out)
         self.hooks = Hooks(config, callbacks, comm, out)  # loggers' packages and callbacks checked before any work
         hp, ignored = resolve_hyperparameters(config)
+        ignored += ignored_options(config)  # data_root with an embedded dataset: warned and recorded the same way
         device = getattr(comm, "device", None) or resolve_device(config.device)
         if device.type == "cpu":
             memory.keep_freed_memory()  # reuse freed heap instead of zero-filled fresh mappings every round
@@ -111,6 +113,7 @@ class Experiment:
         model = model_for_run(config.model, config.model_options, tuple(data.input_shape), data.num_classes,
                               config.seed, device, (data.train_x[:2], data.train_y[:2]), given_model)
         layout = ParamLayout.of(model)
+        memory.check_stacks(len(comm.client_ids), layout.dim, device, int(network.compressor is not None))
         X0 = initial_stack(model, m, device)[comm.client_ids]
 
         trainer = LocalTrainer(model, layout, data, comm.client_ids, config)

@@ -9,7 +9,7 @@ import topologies
 from dfl import topologies as topology_registry
 from dfl.algorithms import algorithm_class, is_centralized
 from dfl.config import Config
-from dfl.data import FederatedData
+from dfl.data import FederatedData, run_partition_options
 from dfl.errors import ConfigError
 
 
@@ -27,23 +27,15 @@ def build_topology(config: Config, n: int):
     plays no part), else the configured topology on n clients (a built-in or a registered one)."""
     if is_centralized(config.algorithm):
         return topologies.build("full", n)
-    options = dict(config.topology_options)
-    try:
-        if "seed" in topology_registry.topology_options(config.topology):  # random graphs follow the run's seed
-            options.setdefault("seed", config.seed)
-        return topology_registry.build(config.topology, n, config.weights, **options)
+    try:  # random graphs follow the run's seed unless the options set one (`dfl.topologies.run_options`)
+        return topology_registry.build(config.topology, n, config.weights, **topology_registry.run_options(config))
     except ValueError as exc:
         raise ConfigError(f"topology: {exc}") from exc
 
 
 def build_data(config: Config) -> FederatedData:
     """The run's dataset split among `config.clients` clients by `config.partition` (Dirichlet partitions take
-    `alpha`, default 0.3), seeded by `config.seed`."""
-    partition_options = dict(config.partition_options)
-    if config.partition in ("dirichlet", "dirichlet-class"):
-        partition_options.setdefault("alpha", 0.3 if config.alpha is None else config.alpha)
-    elif config.alpha is not None:
-        raise ConfigError(f"alpha applies only to the dirichlet partitions, not to partition={config.partition!r}")
+    `alpha`, default 0.3: `dfl.data.run_partition_options`), seeded by `config.seed`."""
     return FederatedData.build(
         config.dataset,
         config.clients,
@@ -51,7 +43,7 @@ def build_data(config: Config) -> FederatedData:
         seed=config.seed,
         root=config.data_root,
         dataset_options=dict(config.dataset_options),
-        partition_options=partition_options,
+        partition_options=run_partition_options(config),
     )
 
 

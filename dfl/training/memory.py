@@ -33,6 +33,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
 from dfl.errors import ConfigError
+from topologies import limits
 
 CPU_CHUNK_BYTES = 128 * 2**20
 MEMORY_FRACTION = {"cpu": 0.5, "cuda": 0.8}  # of the memory free when the run starts
@@ -101,12 +102,7 @@ def available_bytes(device: torch.device) -> int:
         free, _ = torch.cuda.mem_get_info(device)
         return int(free + torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device))
     release_free_heap()
-    free = _meminfo_available()
-    cgroup = _cgroup_free()
-    candidates = [b for b in (free, cgroup) if b is not None]
-    if not candidates:
-        return int(os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
-    return min(candidates)
+    return limits.available_memory()  # MemAvailable, capped by a cgroup limit (read where torch is not needed)
 
 
 def release_free_heap() -> bool:
@@ -124,27 +120,21 @@ def release_free_heap() -> bool:
     return True
 
 
-def _meminfo_available() -> int | None:
-    try:
-        with open("/proc/meminfo") as fh:
-            for line in fh:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        return None
-    return None
-
-
-def _cgroup_free() -> int | None:
-    try:
-        with open("/sys/fs/cgroup/memory.max") as fh:
-            limit = fh.read().strip()
-        if limit == "max":
-            return None
-        with open("/sys/fs/cgroup/memory.current") as fh:
-            return int(limit) - int(fh.read().strip())
-    except (OSError, ValueError):
-        return None
+def check_stacks(clients: int, dim: int, device: torch.device, extra_stacks: int = 0, itemsize: int = 4) -> None:
+    """Refuse, before the client stack is allocated, a run whose `[m, d]` stacks alone (X and `STACK_COPIES` more,
+    `extra_stacks` beyond them) would not fit in the memory budget: a ConfigError naming clients, the memory they
+    need and what is free. `choose_chunk` then sizes the gradient calls in what is left."""
+    kind = "cuda" if device.type == "cuda" else "cpu"
+    copies = 1 + STACK_COPIES + extra_stacks
+    need = copies * clients * dim * itemsize
+    free = available_bytes(device)
+    budget = int(free * MEMORY_FRACTION[kind])
+    if need > budget:
+        raise ConfigError(
+            f"clients = {clients:,}: the run keeps {copies} [m, d] stacks of {clients:,} clients x {dim:,} parameters, "
+            f"~{_gib(need)}, more than its budget of {_gib(budget)} ({MEMORY_FRACTION[kind]:.0%} of {_gib(free)} free "
+            f"on {device}); use fewer clients, more processes (torchrun) or a smaller model"
+        )
 
 
 def choose_chunk(

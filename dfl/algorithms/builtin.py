@@ -1,0 +1,75 @@
+"""The built-in algorithms as the registry declares them: where each class lives, and its card.
+
+The card holds what validation reads of an algorithm (`dfl.algorithms.check_config`): whether it is centralized,
+the hyperparameters it reads with their defaults, and the local optimizers its rule is written for. Declaring the
+built-ins by card keeps their modules (and torch) unimported until a run builds one, so a wrong config is refused
+at once (`dfl.validate`, `dfl run`). The cards repeat the classes' attributes; `tests/test_fast_refusals.py`
+keeps every card equal to the class it declares.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+ADAPTIVE = ("sgd", "adam", "adamw")  # algorithms whose rule uses local training only through its result
+SGD = ("sgd",)
+# the server rule's defaults (dfl.algorithms.server.SERVER_DEFAULTS)
+SERVER = {"participation": 1.0, "participation_mode": "uniform", "aggregation": "uniform"}
+RHO = {"rho_schedule": "constant", "rho_ramp_rounds": 0}  # the SAM radius schedule of every SAM algorithm
+
+
+def _sam(rho: float) -> dict[str, Any]:
+    return {"rho": rho, **RHO, "sam": "sam", "asam_eta": 0.2}
+
+
+@dataclass(frozen=True)
+class AlgorithmCard:
+    """What validation reads of an algorithm class, without importing it: a registered class answers the same
+    attributes itself (the registry's card of a class is the class)."""
+
+    hyperparameters: dict[str, Any] = field(default_factory=dict)
+    centralized: bool = False
+    local_optimizers: tuple[str, ...] = SGD
+
+    @staticmethod
+    def check_hyperparameters(hp: dict[str, Any]) -> None:
+        """No built-in refines the generic checks (`Algorithm.check_hyperparameters`)."""
+
+
+def _central(hp: dict[str, Any], local_optimizers: tuple[str, ...] = SGD) -> AlgorithmCard:
+    return AlgorithmCard({**SERVER, **hp}, True, local_optimizers)
+
+
+_FEDAVG = {"server_lr": 1.0}
+_FEDCM = {**_FEDAVG, "fedcm_alpha": 0.1}
+_LM = {**_FEDAVG, "momentum": 0.9}
+_SLM = {**_LM, "server_momentum": 0.9}
+_DOMO = {"momentum": 0.9, "server_momentum": 0.9, "server_lr": 1.0, "domo_alpha": 1.0}
+
+# name -> ("module:Class", card), in the order `dfl list algorithms` shows them
+BUILTINS: dict[str, tuple[str, AlgorithmCard]] = {
+    "dpsgd": ("dfl.algorithms.dpsgd:DPSGD", AlgorithmCard({}, False, ADAPTIVE)),
+    "dfedavg": ("dfl.algorithms.dfedavg:DFedAvg", AlgorithmCard({}, False, ADAPTIVE)),
+    "dfedavgm": ("dfl.algorithms.dfedavg:DFedAvgM", AlgorithmCard({"momentum": 0.9}, False, SGD)),
+    "dfedsam": ("dfl.algorithms.dfedsam:DFedSAM", AlgorithmCard({**_sam(0.01), "momentum": 0.9}, False, ADAPTIVE)),
+    "dfedsam-mgs": ("dfl.algorithms.dfedsam:DFedSAMMGS",
+                    AlgorithmCard({**_sam(0.01), "momentum": 0.9, "gossip_steps": 4}, False, ADAPTIVE)),
+    "fedavg": ("dfl.algorithms.fedavg:FedAvg", _central(_FEDAVG, ADAPTIVE)),
+    "fedsam": ("dfl.algorithms.fedavg:FedSAM", _central({**_FEDAVG, **_sam(0.1)}, ADAPTIVE)),
+    "mofedsam": ("dfl.algorithms.fedcm:MoFedSAM", _central({**_FEDCM, **_sam(0.1)})),
+    "fedcm": ("dfl.algorithms.fedcm:FedCM", _central(_FEDCM)),
+    "scaffold": ("dfl.algorithms.scaffold:Scaffold", _central(_FEDAVG)),
+    "fedavgsm": ("dfl.algorithms.fedavg:FedAvgSM", _central({**_FEDAVG, "server_momentum": 0.9}, ADAPTIVE)),
+    "fedavglm": ("dfl.algorithms.momentum:FedAvgLM", _central(_LM)),
+    "fedavglm-z": ("dfl.algorithms.momentum:FedAvgLMZ", _central(_LM)),
+    "fedavgslm": ("dfl.algorithms.momentum:FedAvgSLM", _central(_SLM)),
+    "fedavgslm-z": ("dfl.algorithms.momentum:FedAvgSLMZ", _central(_SLM)),
+    "domo": ("dfl.algorithms.domo:DOMO", _central(_DOMO)),
+    "domo-s": ("dfl.algorithms.domo:DOMOS", _central(_DOMO)),
+    "mimelite": ("dfl.algorithms.mimelite:MimeLite", _central({**_FEDAVG, "server_momentum": 0.9})),
+    "feddyn": ("dfl.algorithms.feddyn:FedDyn", _central({"feddyn_alpha": 0.01})),
+    "fedgloss": ("dfl.algorithms.fedgloss:FedGLoSS", _central({
+        **_FEDAVG, "rho": 0.15, "sam": "sam", "asam_eta": 0.2, "server_rho": 0.15, "fedgloss_beta": 10.0,
+        "rho_schedule": "linear", "rho_ramp_rounds": 0})),
+}

@@ -1,0 +1,9 @@
+"""`TopologyError`: what the topologies package raises for bad input (a ValueError, as before it had a class of its
+own). The package imports nothing of dfl, so dfl turns it into its own errors where it calls in
+(`dfl.topologies`: a ConfigError naming the topology)."""
+
+from __future__ import annotations
+
+
+class TopologyError(ValueError):
+    """A topology that cannot be built as asked; the message names the argument or option and what is allowed."""
