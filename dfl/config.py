@@ -336,7 +336,7 @@ class Config:
 
         Raises:
             ConfigError: `values` is not a table, or has keys that are no field or values of the wrong type:
-            every such key in one message (one line), each with its key and what it takes.
+                every such key in one message (one line), each with its key and what it takes.
         """
         where = f"{source}: " if source else ""
         if not isinstance(values, dict):
@@ -352,9 +352,9 @@ class Config:
 
         Raises:
             ConfigError: the file cannot be read as TOML (missing, a directory, not UTF-8, a syntax error: one
-            line naming the file, `read_toml`), or keys that are no field, or values of the wrong type or out
-            of range: every wrong key of the file in one message, each with the file and the key. (Rules
-            between fields and the components' own checks are `dfl.validate`'s.)
+                line naming the file, `read_toml`), or keys that are no field, or values of the wrong type or out
+                of range: every wrong key of the file in one message, each with the file and the key. (Rules
+                between fields and the components' own checks are `dfl.validate`'s.)
         """
         values = read_toml(path, "config file")
         problems = [f"config file {path}: {message}" for message in _structure(values, owner, check_values=True)]
@@ -387,6 +387,8 @@ class Config:
             raise ConfigError("set only one of local_epochs and local_steps (got both)")
         self._validate_lr_schedule()
         self._validate_local_optimizer()
+        if self.precision == "tf32" and self.device == "cpu":  # device auto: known when the run resolves it
+            raise ConfigError("precision = tf32 needs a CUDA device (the run is on cpu); use fp32 or bf16")
         return self
 
     def problems(self, names: Any = None) -> list[str]:

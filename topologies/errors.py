@@ -6,4 +6,8 @@ from __future__ import annotations
 
 
 class TopologyError(ValueError):
-    """A topology that cannot be built as asked; the message names the argument or option and what is allowed."""
+    """A topology that cannot be built as asked; the message names the argument or option and what is allowed, on
+    one line (a line break in a quoted file name or value shows as \\n)."""
+
+    def __init__(self, message: object = "", *args: object):
+        super().__init__(str(message).replace("\r", "\\r").replace("\n", "\\n"), *args)

@@ -77,10 +77,9 @@ def check_config(config) -> DataShape | None:
     if "root" in options:
         raise ConfigError(f"dataset_options.root = {options['root']!r}: a dataset's directory is the field data_root "
                           f"(--data-root), set once; remove root from dataset_options")
+    DATASETS.card(config.dataset, "dataset")  # a registered name (or the one meant)
     try:
         card, resolved = check_options(config.dataset, with_clients(config.dataset, options, config.clients))
-    except ConfigError:
-        raise
     except ValueError as exc:
         raise ConfigError(f"dataset_options: {exc}") from None
     if card.root:
@@ -92,6 +91,15 @@ def check_config(config) -> DataShape | None:
             raise ConfigError(f"data_root = {config.data_root!r} {what}; it must be the directory that holds the "
                               f"{config.dataset} files")
     _check_partition(config)
+    if config.partition == "natural":
+        if card.natural is False:
+            raise ConfigError(f"partition 'natural' needs a dataset with its own client split; dataset "
+                              f"{config.dataset!r} has none (synthetic has): use iid, dirichlet, dirichlet-class, "
+                              "shards or similarity")
+        if "num_clients" in resolved and resolved["num_clients"] != config.clients:
+            raise ConfigError(f"partition 'natural': the natural split of {config.dataset} has num_clients = "
+                              f"{resolved['num_clients']} clients but clients = {config.clients}; set them equal "
+                              "(or leave dataset_options num_clients out: it follows clients)")
     shape = card.shape(resolved) if card.shape is not None else None
     if shape is None:
         return None

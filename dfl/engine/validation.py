@@ -16,6 +16,7 @@ from dfl import algorithms, data, loggers, models, topologies
 from dfl.config import Config
 from dfl.errors import ArgumentError, ConfigError
 from dfl.network import settings as network
+from topologies import limits
 
 
 def validate(config: Config) -> Config:
@@ -27,7 +28,8 @@ def validate(config: Config) -> Config:
     algorithms.check_config(config)
     centralized = algorithms.is_centralized(config.algorithm)
     topologies.check_config(config, centralized)
-    data.check_config(config)
+    shape = data.check_config(config)
+    _check_round_size(config, shape)
     models.check_config(config)
     loggers.check_config(config)
     network.check_config(config, centralized)  # link faults, stragglers; compressed gossip; the asynchronous mode
@@ -35,6 +37,35 @@ def validate(config: Config) -> Config:
         raise ConfigError(f"compressor = {config.compressor} is not modelled in mode = async (CHOCO's public "
                           "copies need every neighbour to see every message in order); use mode = sync")
     return config
+
+
+# bytes a round's minibatch schedule keeps per sample a client visits: one row id (int64 at worst;
+# `dfl.data.sampler`), its hash keys are made in bounded groups
+SCHEDULE_BYTES = 8
+
+
+def _check_round_size(config: Config, shape) -> None:
+    """The local work of a round against the memory free: its schedule keeps a row id per sample each client
+    visits (`dfl.data.sampler`), so local_steps (or local_epochs) x clients x batch cannot be made arbitrarily
+    large. Needs the dataset's size (`DataShape`), known for the built-in datasets."""
+    if shape is None:
+        return
+    m = max(1, config.clients)
+    per_client = max(1, shape.train // m)
+    mode, amount = config.epochs_or_steps
+    if mode == "steps":
+        batch = min(config.batch_size or per_client, per_client)
+        visits = m * amount * batch
+        what = f"{m:,} clients x {amount:,} steps x {batch:,} samples"
+    else:
+        visits = amount * shape.train
+        what = f"{amount:,} epochs x {shape.train:,} samples"
+    need, free = SCHEDULE_BYTES * visits, limits.available_memory()
+    if need > free:
+        field = "local_steps" if mode == "steps" else "local_epochs"
+        raise ConfigError(f"{field} = {amount:,}: a round's minibatch schedule keeps one row id per sample a client "
+                          f"visits, {what}, ~{limits.gib(need)}, more than the {limits.gib(free)} available; use "
+                          f"fewer {mode} per round (or fewer clients, a smaller batch_size)")
 
 
 def option_owner(key: str) -> str | None:

@@ -9,7 +9,7 @@ def as_shape(input_shape) -> tuple[int, ...]:
     """A non-empty tuple of positive ints, or ValueError naming `input_shape`."""
     try:
         shape = tuple(int(s) for s in input_shape)
-    except TypeError as exc:
+    except (TypeError, ValueError) as exc:  # not a sequence, or "x" among its entries
         raise ModelError(f"input_shape must be a sequence of positive ints, got {input_shape!r}") from exc
     if not shape or any(s <= 0 for s in shape) or list(shape) != list(input_shape):
         raise ModelError(f"input_shape must be a non-empty sequence of positive ints, got {input_shape!r}")
