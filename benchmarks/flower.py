@@ -275,15 +275,17 @@ def client_app():
 
 
 # -------------------------------------------------------------------------------------------------- dfl side
-def run_dfl(workload: Workload, threads: int = 0) -> dict:
+def run_dfl(workload: Workload, threads: int = 0, compile: bool = False) -> dict:
+    """dfl's run of the workload in this process: `threads` torch threads (0: dfl's default, "auto"), `compile`:
+    Config.compile (the compilation falls into the start-up: set-up and the first round)."""
+    import dfl  # before torch, as `dfl ...` does: dfl's OpenMP settings (dfl.threads) apply
+
+    # isort: split
     import torch
 
-    import dfl
-
-    if threads:
-        torch.set_num_threads(threads)
+    config = workload.config().replace(threads=threads or "auto", compile=compile)
     tic = time.perf_counter()
-    result = dfl.run(workload.config())
+    result = dfl.run(config)
     total = time.perf_counter() - tic
     rounds = [h["seconds_per_round"] for h in result.history]  # eval_every = 1: one round each, eval excluded
     setup = total - result.summary["wall_seconds"]  # inside dfl.run, before round 1: data, model, trainer
@@ -459,7 +461,7 @@ def parse_args():
     p.add_argument("--cpus-per-client", nargs="+", type=float, default=[1.0, 2.0],
                    help="Flower client_resources num_cpus settings to try (default 1 2)")
     p.add_argument("--dfl-threads", type=int, default=0,
-                   help="torch threads of the dfl process (0 = torch's default, one per core)")
+                   help="torch threads of the dfl process (0 = dfl's default, threads = \"auto\")")
     p.add_argument("--dfl-only", action="store_true", help="run the dfl side only (no Flower needed)")
     p.add_argument("--json", default=None, metavar="PATH")
     p.add_argument("--markdown", default=None, metavar="PATH")

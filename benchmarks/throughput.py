@@ -46,6 +46,9 @@ import statistics
 import time
 from pathlib import Path
 
+import dfl  # noqa: F401 (first: dfl's OpenMP settings apply before torch loads, as in every `dfl ...`)
+
+# isort: split
 import torch
 import torch.nn.functional as F
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -80,7 +83,7 @@ def parse_args():
     p.add_argument("--end-to-end", action="store_true",
                    help="also time complete dfl.run rounds (sampling, training, gossip, checks) as a third loop")
     p.add_argument("--device", default="auto")
-    p.add_argument("--threads", type=int, default=0, help="torch threads (0 = torch default)")
+    p.add_argument("--threads", type=int, default=0, help="torch threads (0 = torch's default, one per core)")
     p.add_argument("--precision", choices=PRECISIONS, default="fp32",
                    help="fp32 (TF32 off), bf16 (autocast forward/backward, fp32 weights) or tf32 (CUDA only)")
     p.add_argument("--random-samples", type=int, default=500,

@@ -2,15 +2,19 @@
 
 `import dfl` is light (no torch): `Config` and the errors load at once; `dfl.run`, `dfl.validate`, `Result`
 and every subpackage (`dfl.data`, `dfl.models`, `dfl.algorithms`, `dfl.topologies`, `dfl.loggers`,
-`dfl.report`, ...) load on first use.
+`dfl.report`, ...) load on first use. Importing dfl before torch bounds how long torch's OpenMP threads spin
+at a barrier (`dfl.threads.prepare_environment`: GOMP_SPINCOUNT, unless set), so runs stay fast on a busy machine.
 """
 
 from __future__ import annotations
 
 import importlib
 
+from dfl import threads as _threads
 from dfl.config import Config
 from dfl.errors import ConfigError, DivergenceError
+
+_threads.prepare_environment()  # before anything loads torch (its OpenMP runtime reads the environment once)
 
 __version__ = "0.1.0"
 
@@ -19,7 +23,7 @@ __all__ = ["Config", "ConfigError", "DivergenceError", "Result", "run", "validat
 # name -> the module that defines it; imported on first use (they import torch)
 _LAZY = {"run": "dfl.engine.runner", "Result": "dfl.engine.results", "validate": "dfl.engine.validation"}
 SUBPACKAGES = ("algorithms", "cli", "config", "data", "engine", "errors", "loggers", "models", "network", "registry",
-               "report", "signatures", "topologies", "training", "workflows")
+               "report", "signatures", "threads", "topologies", "training", "workflows")
 
 
 def __getattr__(name: str):

@@ -163,7 +163,8 @@ class Config:
         "0 .. 2^63 - 1")
     rounds: int = option(200, "communication rounds to run", interval="[1, inf)")
     # algorithm and its hyperparameters (None = the algorithm's default)
-    algorithm: str = option("dfedsam-mgs", "dpsgd, dfedavg, dfedavgm, dfedsam, dfedsam-mgs (decentralized) or fedavg, "
+    algorithm: str = option("dfedsam-mgs", "dpsgd, dfedavg, dfedavgm, dfedsam, dfedsam-mgs, dsgt, dsgt-sam, kgt, "
+        "kgt-sam (decentralized) or fedavg, "
         "fedsam, mofedsam, fedcm, scaffold, fedavgsm, fedavglm, fedavglm-z, fedavgslm, fedavgslm-z, domo, domo-s, "
         "mimelite, feddyn, fedgloss (centralized), or a registered one (dfl list algorithms)")
     rho: float | None = option(None, "SAM perturbation radius (unset = the algorithm's default)", interval="[0, inf)")
@@ -201,13 +202,15 @@ class Config:
     algorithm_options: dict[str, Any] = option(factory=dict, help="the algorithm's own options (`dfl list "
         "algorithms`), e.g. clip=0.5 (registered algorithms; built-ins take theirs as fields)")
     # topology
-    topology: str = option("ring", "communication graph: ring, grid, exponential, full, star, hypercube, "
-        "random-regular, erdos-renyi, one-peer-exponential, random-k, custom, or a registered one (dfl list "
-        "topologies)")
-    weights: str | None = option(None, "mixing-weight scheme: metropolis, uniform, max-degree, lazy or fastest (unset "
-        "= metropolis)")
+    topology: str = option("ring", "communication graph: ring, directed-ring, grid, exponential, full, star, "
+        "hypercube, random-regular, erdos-renyi, one-peer-exponential, one-peer, random-k, random-pull, "
+        "hierarchical, custom, or a registered one (dfl list topologies)")
+    weights: str | None = option(None, "mixing-weight scheme: metropolis, uniform, max-degree, lazy, fastest, or the "
+        "one-sided row-stochastic and sample-count (a biased, weighted consensus; column-stochastic is for dfl "
+        "topology only) (unset = metropolis; random-pull: row-stochastic)")
     topology_options: dict[str, Any] = option(factory=dict, help="topology options, e.g. degree=4, p=0.3, k=2, "
-        "shape=(4,4), periodic=True, matrix=W.npy (or .csv, .mtx), edges=graph.edgelist")
+        "shape=(4,4), periodic=True, exponent_base=4, centre=3, groups=4, matrix=W.npy (or .csv, .mtx), "
+        "edges=graph.edgelist, sizes=[...] (sample-count)")
     # unreliable network (dfl.network.faults): drawn from the seed per gossip step (links, clients) and per round
     link_failure: float = option(0.0, "probability in [0, 1) that a link is down in a gossip step (decentralized "
         "algorithms, undirected topologies; the weights are recomputed on the surviving links)")
@@ -304,6 +307,8 @@ class Config:
     hessian_samples: int = option(1000, "training samples the Hessian is taken on", interval="[1, inf)")
     hessian_iters: int = option(20, "power-iteration steps per Hessian measurement", interval="[1, inf)")
     device: str = option("auto", "auto, cpu, cuda or cuda:N")
+    threads: int | str = option("auto", "torch threads of the process (each sweep worker, each torchrun rank): auto "
+                                "(OMP_NUM_THREADS if set, else its CPU cores shared among a machine's ranks) or N")
     progress: bool = option(True, "show a progress line per round")
     # live metrics and early stopping (`dfl.engine.hooks`, `dfl.loggers`)
     loggers: list[str] = option(factory=list, help="live metrics: tensorboard (event files in RUN/tensorboard/) and/or "

@@ -19,6 +19,15 @@ A factory with a keyword-only `seed` option gets the run's seed unless the confi
 
 The `topologies` package knows nothing of dfl: this module adapts it, registering each built-in as a
 `BuiltinTopology` that calls `topologies.build(name, n, weights, **options)`.
+
+What a run can mix with. The engine gossips X <- W X. A doubly stochastic W (every scheme but the three below, and
+every matrix unless said otherwise) keeps the average. A row-stochastic W (weights = "row-stochastic" or
+"sample-count", the DisPFL `random-pull` topology, a `custom` matrix with stochastic = "row") is allowed as an
+explicit choice: the clients still reach consensus, but on a weighted average pi^T x (pi the left Perron vector
+of W), biased unless pi = 1/n (`topologies.directed`). A column-stochastic W (weights = "column-stochastic",
+stochastic = "column") keeps the sum but not the average; only push-sum's de-biased ratio x/y makes it an
+average, which the engine's gossip does not carry, so runs refuse it (`check_config`, `build`) and `dfl topology`
+analyses and draws it. Sample-count weights need the clients' sample counts as the option `sizes`.
 """
 
 from __future__ import annotations
@@ -34,10 +43,11 @@ import topologies
 from dfl import signatures
 from dfl.errors import ConfigError
 from dfl.registry import Registry
-from topologies import graphs
-from topologies.build import CUSTOM_SOURCES, EDGES_ALIAS, STATIC, TIME_VARYING
+from topologies import directed, graphs
+from topologies.build import CUSTOM_OPTIONS, HIERARCHICAL, STATIC, TIME_VARYING, default_weights
 from topologies.errors import TopologyError
 from topologies.validation import check_connected, check_stochastic
+from topologies.weights import KIND
 
 TOPOLOGIES: Registry = Registry("topology", group="dfl.topologies")
 USAGE = "f(n, *, option=default, ...) returning a gossip matrix W [n, n], a networkx graph or a topologies.Topology"
@@ -48,18 +58,29 @@ class BuiltinTopology:
 
     def __init__(self, name: str):
         self.name = name
-        if name in STATIC or name in TIME_VARYING:
+        if name == "one-peer":  # its schedule class takes the base graph's adjacency; the options are build's
+            self.kind = "time-varying"
+            self.__doc__ = TIME_VARYING[name][0].__doc__
+            self.options = {"graph": "exponential", "graph_options": None}
+        elif name in STATIC or name in TIME_VARYING:
             builder, option_names = STATIC.get(name) or TIME_VARYING[name]
             self.kind = "static" if name in STATIC else "time-varying"
             self.__doc__ = builder.__doc__  # `dfl list` shows its first paragraph
             params = inspect.signature(builder.__init__ if isinstance(builder, type) else builder).parameters
             self.options = {k: params[k].default if k in params else signatures.REQUIRED for k in option_names}
+        elif name == "hierarchical":
+            self.kind = "static"
+            self.__doc__ = ("A graph inside each of `groups` equal blocks of clients and a graph between the blocks: "
+                            "W = W_outer ⊗ W_inner (inner full: BlueFog's hierarchical neighbour allreduce).\n\n"
+                            "See topologies.hierarchical.")
+            self.options = dict(zip(HIERARCHICAL, (signatures.REQUIRED, "full", "ring", None, None)))
         else:  # custom: exactly one of its sources is given
             self.kind = "custom"
             self.__doc__ = ("Your own network: graph=, an edge list (path= or edges=), or W itself (matrix=).\n\n"
-                            "A networkx graph or an edge-list file is weighted by the scheme; the matrix is an "
-                            "array or a .npy, .csv or .mtx file (symmetric=True also requires W = W^T).")
-            self.options = dict.fromkeys((*CUSTOM_SOURCES, EDGES_ALIAS, "symmetric"))
+                            "A networkx graph or an edge-list file is weighted by the scheme (directed=True reads "
+                            "an edge list as u -> v); the matrix is an array or a .npy, .csv or .mtx file "
+                            "(symmetric=True also requires W = W^T; stochastic= doubly, row or column).")
+            self.options = dict.fromkeys(CUSTOM_OPTIONS)
 
     def __call__(self, n: int | None, weights: str | None = None, **options: Any) -> topologies.Topology:
         return topologies.build(self.name, n, weights, **options)
@@ -96,8 +117,25 @@ def topology_options(name: str) -> dict[str, Any]:
 
 
 def build(name: str, n: int | None, weights: str | None = None, **options: Any) -> topologies.Topology:
-    """The validated topology `name` on n clients: a built-in from `topologies.build`, or a registered factory's
-    result adopted as described in the module docstring. Errors are ValueErrors naming the topology."""
+    """The validated topology `name` on n clients that a run mixes with: a built-in from `topologies.build`, or
+    a registered factory's result adopted as described in the module docstring. Errors are ValueErrors naming the
+    topology; a column-stochastic W is refused (module docstring: `analyse` builds it for `dfl topology`)."""
+    topo = analyse(name, n, weights, **options)
+    if topo.stochastic == "column":
+        raise TopologyError(column_refusal(f"{name}'s W"))
+    return topo
+
+
+def column_refusal(what: str) -> str:
+    """Why a run refuses a column-stochastic W, naming what gave it and the allowed alternatives (one line)."""
+    return (f"{what} is column-stochastic: gossip X <- W X keeps its sum but not its average, which takes push-sum's "
+            "weights y <- W y and the ratio x/y, and the engine mixes without them; analyse or draw it with `dfl "
+            "topology`, or run with a doubly stochastic scheme (metropolis, ...) or weights = row-stochastic "
+            "(consensus on a weighted average)")
+
+
+def analyse(name: str, n: int | None, weights: str | None = None, **options: Any) -> topologies.Topology:
+    """`build` without the run's refusal of column-stochastic W: what `dfl topology` analyses and draws."""
     factory = TOPOLOGIES.get(name)
     if isinstance(factory, BuiltinTopology):
         return factory(n, weights, **options)
@@ -150,15 +188,48 @@ def run_options(config) -> dict[str, Any]:
     return options
 
 
+LINK_FAULTS = ("link_failure", "offline")  # Config fields of the unreliable network (dfl.network.faults)
+
+
 def check_config(config, centralized: bool = False) -> None:
     """The topology's part of `dfl.validate`, before anything is built: `topology` is registered, `weights`
-    (when set) is a scheme of `topologies.SCHEMES`, and the options fit the topology; for a built-in, also their
-    values on `clients` nodes and the memory building it takes (`topologies.check`); a centralized algorithm
-    mixes over the complete graph, checked instead. What needs the graph itself (a random graph's connectivity,
-    uniform weights on an irregular graph, a custom graph or file) is known when it is built."""
+    (when set) is a scheme of `topologies.SCHEMES`; a column-stochastic W is refused for a run (module docstring);
+    sample-count weights have their `sizes`, one per client; a directed or one-sided topology is not combined with
+    link faults (a failed directed link breaks the balance that keeps W doubly stochastic); and the options fit
+    the topology: for a built-in, also their values on `clients` nodes and the memory building it takes
+    (`topologies.check`). A centralized algorithm mixes over the complete graph, checked instead. What needs the
+    graph itself (a random graph's connectivity, uniform weights on an irregular graph, a custom graph or file)
+    is known when it is built."""
     factory = TOPOLOGIES.require(config.topology, "topology")
     if config.weights is not None and config.weights not in topologies.SCHEMES:
         raise ConfigError(f"weights must be one of {', '.join(topologies.SCHEMES)}; got {config.weights!r}")
+    options = config.topology_options
+    scheme = config.weights or default_weights(config.topology)
+    if config.weights == "column-stochastic":
+        raise ConfigError("weights: " + column_refusal("the W of weights = column-stochastic"))
+    stochastic = options.get("stochastic", "doubly") if config.topology == "custom" else "doubly"
+    if stochastic == "column":
+        raise ConfigError("topology_options: " + column_refusal("a custom matrix with stochastic = column"))
+    if scheme == "sample-count" or "sizes" in options:
+        sizes = options.get("sizes")
+        if scheme != "sample-count":
+            raise ConfigError(f"topology_options sizes (the clients' sample counts) apply to weights = sample-count "
+                              f"only, not to weights = {scheme}")
+        if sizes is None:
+            raise ConfigError("weights = sample-count needs the clients' sample counts: topology_options sizes = "
+                              "[n_1, ..., n_m], one per client (e.g. FederatedData.sizes of the run's partition)")
+        if isinstance(config.clients, int) and (not isinstance(sizes, (list, tuple)) or len(sizes) != config.clients):
+            raise ConfigError(f"topology_options sizes must list {config.clients} sample counts (one per client), "
+                              f"got {sizes!r}")
+    fault = next((name for name in LINK_FAULTS if getattr(config, name, 0)), None)
+    one_sided = KIND.get(scheme, "doubly") != "doubly" or stochastic != "doubly"
+    directed_graph = config.topology in ("directed-ring", "one-peer", "random-pull") or (
+        config.topology == "custom" and options.get("directed"))
+    if fault is not None and (one_sided or directed_graph):
+        what = f"weights = {scheme} (a one-sided W)" if one_sided else f"the directed {config.topology}"
+        raise ConfigError(f"{fault} = {getattr(config, fault)} needs an undirected topology with doubly stochastic "
+                          f"weights, but {what} is not: a failed link would break the balance of W's sums; use an "
+                          "undirected topology (ring, grid, ...) with metropolis, max-degree or lazy weights")
     try:
         if centralized:
             topologies.check("full", config.clients)
@@ -172,20 +243,30 @@ def check_config(config, centralized: bool = False) -> None:
 
 def spectral_summary(name: str, n: int | None, weights: str | None = None, *, gossip_steps: int = 1,
                      gamma: float = 0.9, eps: float = 1e-3, **options: Any) -> dict[str, Any]:
-    """The spectral summary of topology `name` on n clients (`dfl topology`): degrees (min, mean, max),
-    λ = |λ₂(W)|, the spectral gap 1 − λ, ‖W^Q − J‖₂ for Q = `gossip_steps`, Φ, the effective number of
-    neighbours at γ = `gamma`, and the gossip steps that shrink disagreement by `eps`. A quantity that is
-    not defined for this topology (e.g. λ of a time-varying one) is None."""
-    topo = build(name, n, weights, **options)
+    """The spectral summary of topology `name` on n clients (`dfl topology`): degrees (min, mean, max), which of
+    W's sums are 1 (`stochastic`: doubly, row or column), λ = ‖W − J‖₂ (one-sided W: |λ₂(W)|), the spectral gap
+    1 − λ, the contraction of Q = `gossip_steps` steps (‖W^Q − J‖₂, or the one-sided kind's consensus error,
+    `topologies.directed`), the second singular value σ₂(W) of a static W, the spread [min, max] of n·π (π the
+    Perron vector: the clients' weights in a row-stochastic consensus, push-sum's limit weights for a
+    column-stochastic W; [1, 1] when doubly stochastic), Φ, the effective number of neighbours at γ = `gamma`,
+    and the gossip steps that shrink disagreement by `eps`. A quantity that is not defined for this topology
+    (e.g. λ of a time-varying one, Φ of a one-sided W) is None."""
+    topo = analyse(name, n, weights, **options)
     deg = topo.degrees()
     lam = _defined(topo.second_eigenvalue)
+    doubly = topo.stochastic == "doubly"
+    spread = _defined(lambda: [float(v) for v in directed.influence(topo.sparse(0), topo.stochastic)]) \
+        if not topo.is_time_varying else _defined(lambda: [float(topo.n * v) for v in (
+            topo.stationary().min(), topo.stationary().max())])
     return {
-        "topology": name, "n": topo.n, "weights": topo.weights,
+        "topology": name, "n": topo.n, "weights": topo.weights, "stochastic": topo.stochastic,
         "degree": [int(deg.min()), float(deg.mean()), int(deg.max())],
         "lambda": lam,
         "spectral_gap": None if lam is None else 1.0 - lam,
-        "gossip_lambda": topo.gossip_lambda(gossip_steps),
-        "phi": None if lam is None else topologies.phi(lam, topo.n, gossip_steps),
+        "gossip_lambda": _defined(topo.gossip_lambda, gossip_steps),
+        "sigma2": None if topo.is_time_varying else _defined(directed.second_singular_value, topo.sparse(0)),
+        "pi_spread": spread,
+        "phi": None if lam is None or not doubly else topologies.phi(lam, topo.n, gossip_steps),
         "effective_neighbors": _defined(topo.effective_neighbors, gamma),
         "consensus_steps": _defined(topo.consensus_steps, eps),  # refused for random-k above 2048 clients
         "Q": gossip_steps, "gamma": gamma, "eps": eps,

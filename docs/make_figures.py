@@ -3,7 +3,8 @@
     python docs/make_figures.py                 # one to five minutes on 2 CPU cores
     python docs/make_figures.py --only claims   # only the reproduction study's figures (seconds)
 
-Every figure is made by the project's own code: `dfl sweep` + its report, `dfl topology compare --plot` and
+Every figure is made by the project's own code: `dfl sweep` + its report, `dfl topology compare --plot`, `dfl topology
+draw` and
 `dfl landscape` in a temporary directory, and the reproduction study's own `plot_claims`
 (benchmarks/reproduce_dfedsam.py) from its committed results (benchmarks/results/*.json), then copied here:
 nothing in docs/figures/ is drawn by hand."""
@@ -78,7 +79,8 @@ def claim_figures(work: Path) -> list[Path]:
 
 
 def run_figures(work: Path) -> list[Path]:
-    """accuracy.png, consensus.png (a 4-topology sweep's report), spectral_gap.png, landscape.png."""
+    """accuracy.png, consensus.png (a 4-topology sweep's report), spectral_gap.png, topology_*.png (`dfl topology
+    draw`), landscape.png."""
     (work / "topologies.toml").write_text(SWEEP)
     dfl("sweep", "topologies.toml", "--out", "sweep", cwd=work)
     plots = work / "sweep" / "report" / "plots"
@@ -86,6 +88,11 @@ def run_figures(work: Path) -> list[Path]:
     dfl("topology", "compare", "--clients", "16", "32", "64", "128", "--topologies", "ring", "grid",
         "exponential", "full", "--plot", str(FIGURES / "spectral_gap.png"), cwd=work)
     made.append(FIGURES / "spectral_gap.png")
+    dfl("topology", "draw", "one-peer-exponential", "--clients", "8", "--out", str(FIGURES / "topology_one_peer.png"),
+        cwd=work)
+    dfl("topology", "draw", "hierarchical", "--clients", "16", "--groups", "4", "--outer", "ring", "--out",
+        str(FIGURES / "topology_hierarchical.png"), cwd=work)
+    made += [FIGURES / "topology_one_peer.png", FIGURES / "topology_hierarchical.png"]
     run = work / "sweep" / "runs" / "topology=ring"
     dfl("landscape", str(run), "--points", "11", "--samples", "500", cwd=work)
     made.append(Path(shutil.copy(run / "plots" / "landscape.png", FIGURES / "landscape.png")))

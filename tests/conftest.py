@@ -10,24 +10,26 @@ from __future__ import annotations
 
 import os
 
+import dfl.threads  # before torch: the OpenMP wait of dfl's rule (GOMP_SPINCOUNT) applies to the tests too
+
+# isort: split
 import pytest
 import torch
-
-from dfl.workflows.launchers import _cpu_count
 
 ENV = "DFL_TEST_DEVICE"
 
 
 def share_cores_between_workers() -> None:
     """Under pytest-xdist (`-n auto`), give each worker its share of the cores, it and the processes it starts
-    (`dfl run`, torchrun, sweeps read OMP_NUM_THREADS): two workers of two torch threads each on two cores spin
-    against each other and the suite is no faster than one worker (measured: 628 s either way; one thread per
-    worker: 459 s)."""
+    (`dfl run`, torchrun, sweeps read OMP_NUM_THREADS through `threads = "auto"`), as a sweep's pool shares them
+    between its workers (`dfl.threads.share`): two workers of two torch threads each on two cores spin against
+    each other and the suite is no faster than one worker (measured: 628 s either way; one thread per worker:
+    459 s)."""
     workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "0") or 0)
-    if workers > 1:  # the cores this process may use, counted as the sweep's local pool counts them
-        threads = max(1, _cpu_count() // workers)
-        os.environ["OMP_NUM_THREADS"] = os.environ["MKL_NUM_THREADS"] = str(threads)
-        torch.set_num_threads(threads)
+    if workers > 1:
+        n = dfl.threads.share(workers)
+        os.environ.update({name: str(n) for name in dfl.threads.COUNT_VARIABLES})
+        torch.set_num_threads(n)
 
 
 share_cores_between_workers()

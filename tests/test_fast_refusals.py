@@ -5,6 +5,7 @@ spelling."""
 
 from __future__ import annotations
 
+import inspect
 import subprocess
 import sys
 from pathlib import Path
@@ -31,8 +32,14 @@ def test_each_algorithm_card_equals_its_class(name):
     assert tuple(card.local_optimizers) == tuple(cls.local_optimizers)
     from dfl.algorithms.base import Algorithm
 
-    # the card's check is a no-op: so must the class's be (no built-in refines check_hyperparameters)
-    assert cls.check_hyperparameters.__func__ is Algorithm.check_hyperparameters.__func__
+    # the card's check is the class's: none where the class refines nothing, else the function both call
+    if card.check is None:
+        assert cls.check_hyperparameters.__func__ is Algorithm.check_hyperparameters.__func__
+    else:
+        hp = dict(card.hyperparameters)
+        card.check_hyperparameters(hp)
+        cls.check_hyperparameters(hp)  # the defaults pass both
+        assert card.check.__name__ in inspect.getsource(cls.check_hyperparameters)
 
 
 @pytest.mark.parametrize("name", data.DATASETS.declared())

@@ -167,6 +167,8 @@ def shrink(config: Config, root: Path) -> Config:
     changes = dict(TINY, data_root=str(root), device="cpu")
     if config.rho_ramp_rounds:
         changes["rho_ramp_rounds"] = 2  # the ramp is exercised within the 2 rounds
+    if config.topology_options.get("k", 0) >= TINY["clients"]:  # random-pull's 10 peers need 11 clients
+        changes["topology_options"] = {**config.topology_options, "k": TINY["clients"] - 1}
     shape, classes, _ = DATASETS[config.dataset]
     if num_params(build_model(config.model, shape, classes, **config.model_options)) > SMOKE_MAX_PARAMS:
         changes.update(model="logreg", model_options={})

@@ -305,14 +305,19 @@ def test_spectral_study_end_to_end(tmp_path, capsys):
 
 
 def test_threads_env_is_set_for_workers(tmp_path, monkeypatch):
-    # each worker gets cpu_count // parallel torch threads (at least 1); the parent's environment is left alone
-    before = os.environ.get("OMP_NUM_THREADS")
-    monkeypatch.setattr("dfl.workflows.launchers._cpu_count", lambda: 8)
+    # each worker gets its run's threads, or ("auto") this process's threads // parallel (at least 1): 8 cores,
+    # or OMP_NUM_THREADS = 4 when set; the parent's environment is left alone
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.setattr("dfl.threads.cores", lambda: 8)
     monkeypatch.setattr("dfl.workflows.launchers.WORKER", "import os, sys, json; print(json.dumps({'status': "
                         "'completed', 'error': None, 'test_acc': float(os.environ['OMP_NUM_THREADS'])}))")
     entries = run_sweep(tiny_sweep({"seed": [0, 1, 2]}), tmp_path / "s", parallel=3, log=None)
     assert [e["test_acc"] for e in entries] == [2.0, 2.0, 2.0]
-    assert os.environ.get("OMP_NUM_THREADS") == before
+    assert "OMP_NUM_THREADS" not in os.environ
+    monkeypatch.setenv("OMP_NUM_THREADS", "4")
+    entries = run_sweep(tiny_sweep({"threads": ["auto", 3]}), tmp_path / "t", parallel=2, log=None)
+    assert sorted(e["test_acc"] for e in entries) == [2.0, 3.0]
+    assert os.environ["OMP_NUM_THREADS"] == "4"
 
 
 def test_sweep_set_and_data_root_override_the_base(tmp_path, capsys):

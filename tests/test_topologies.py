@@ -12,7 +12,8 @@ import pytest
 from topologies import NAMES, SCHEMES, Topology, build, graphs
 from topologies.validation import check_gossip_matrix, check_stochastic
 
-OPTIONS = {"random-regular": {"degree": 3}, "erdos-renyi": {"p": 0.5, "seed": 1}, "random-k": {"k": 2}}
+OPTIONS = {"random-regular": {"degree": 3}, "erdos-renyi": {"p": 0.5, "seed": 1}, "random-k": {"k": 2},
+           "random-pull": {"k": 2}, "hierarchical": {"groups": 4}}
 
 
 def assert_doubly_stochastic(W, symmetric=True):
@@ -33,14 +34,17 @@ def test_every_topology_is_valid(name):
     for step in range(3):
         W = topo.matrix(step)
         assert W.shape == (n, n)
-        assert_doubly_stochastic(W, symmetric=topo.symmetric)
+        if topo.stochastic == "doubly":
+            assert_doubly_stochastic(W, symmetric=topo.symmetric)
+        else:  # random-pull: only the rows sum to 1 (tests/test_directed_topologies.py)
+            assert topo.stochastic == "row" and W.min() >= 0 and np.allclose(W.sum(axis=1), 1, atol=1e-12)
         for i in range(n):
             nbrs = topo.neighbors(i, step)
             assert nbrs == sorted(nbrs) and i not in nbrs
             # row = receiver: i takes weight exactly from itself and its in-neighbours
             assert set(np.nonzero(W[i])[0]) - {i} == set(nbrs)
     assert len(topo.degrees()) == n
-    assert topo.is_time_varying == (name in ("one-peer-exponential", "random-k"))
+    assert topo.is_time_varying == (name in ("one-peer-exponential", "one-peer", "random-k", "random-pull"))
     if not topo.is_time_varying:
         assert topo.period == 1 and topo.matrix(5) is topo.W
         assert 0 <= topo.second_eigenvalue() < 1

@@ -91,6 +91,17 @@ def ring(n: int) -> nx.Graph:
     return _with_nodes(n, _pairs(*ring_edges(n)))
 
 
+def directed_ring(n: int) -> nx.DiGraph:
+    """Directed cycle: i sends to i+1 (mod n) only (BlueFog's `RingGraph(n, connect_style=2)`).
+
+    Every node has in- and out-degree 1, so the uniform (or Metropolis) weights are W = (I + P)/2 with P the
+    cyclic shift: doubly stochastic, with lambda = ||W - J||_2 = cos(pi/n) (the undirected ring's 1/3 + 2/3
+    cos(2 pi/n) is smaller). n = 2 is the single edge both ways; n = 1 a lone node.
+    """
+    n = check_n(n)
+    return _with_nodes(n, _pairs(*ring_edges(n)), directed=n > 2)
+
+
 def grid_shape(n: int) -> tuple[int, int]:
     """Near-square factorisation n = r * c with r the largest divisor of n not above sqrt(n) ((1, n) for a prime)."""
     n = check_n(n)
@@ -165,36 +176,57 @@ def grid(n: int, shape: tuple[int, int] | None = None, periodic: bool = False) -
     return _with_nodes(n, _pairs(*grid_edges(n, shape, periodic)))
 
 
-def exponential_offsets(n: int) -> list[int]:
-    """Hops 2^k for k = 0..tau-1, tau = ceil(log2 n): all distinct and < n."""
-    n = check_n(n)
-    tau = math.ceil(math.log2(n)) if n > 1 else 0
-    return [2**k for k in range(tau)]
+def check_exponent_base(exponent_base: object) -> int:
+    """The base b of an exponential graph's hops b^k: an integer >= 2."""
+    if isinstance(exponent_base, bool) or not isinstance(exponent_base, (int, np.integer)) or exponent_base < 2:
+        raise TopologyError(f"exponent_base must be an integer >= 2, got {exponent_base!r}")
+    return int(exponent_base)
 
 
-def exponential_edges(n: int) -> tuple[np.ndarray, np.ndarray]:
-    """Edges i -> i + 2^k (mod n), k = 0..ceil(log2 n)-1 (per node, in increasing hop)."""
+def exponential_offsets(n: int, exponent_base: int = 2) -> list[int]:
+    """Hops b^k for k = 0, 1, ... while b^k < n (b = exponent_base): all distinct and < n.
+
+    For b = 2 these are 2^k, k = 0..ceil(log2 n) - 1. BlueFog's `ExponentialGraph(n, base)` takes the same
+    powers (every i < n with log_b i an integer); its default base is 2, its symmetric variant's 4.
+    """
     n = check_n(n)
-    hops = np.array(exponential_offsets(n), dtype=np.int64)
+    b = check_exponent_base(exponent_base)
+    hops, h = [], 1
+    while h < n:
+        hops.append(h)
+        h *= b
+    return hops
+
+
+def exponential_edges(n: int, exponent_base: int = 2) -> tuple[np.ndarray, np.ndarray]:
+    """Edges i -> i + b^k (mod n) for every hop b^k < n (per node, in increasing hop)."""
+    n = check_n(n)
+    hops = np.array(exponential_offsets(n, exponent_base), dtype=np.int64)
     i = np.repeat(np.arange(n, dtype=np.int64), len(hops))
     return i, (i + np.tile(hops, n)) % n
 
 
+def _check_flag(name: str, value: object) -> bool:
+    if not isinstance(value, (bool, np.bool_)):
+        raise TopologyError(f"{name} must be True or False, got {value!r}")
+    return bool(value)
+
+
 def _check_symmetric(symmetric: object) -> bool:
-    if not isinstance(symmetric, (bool, np.bool_)):
-        raise TopologyError(f"symmetric must be True or False, got {symmetric!r}")
-    return bool(symmetric)
+    return _check_flag("symmetric", symmetric)
 
 
-def exponential(n: int, symmetric: bool = False) -> nx.Graph:
-    """Static exponential graph (Ying et al. 2021): i -> i + 2^k (mod n), k = 0..ceil(log2 n)-1.
+def exponential(n: int, symmetric: bool = False, exponent_base: int = 2) -> nx.Graph:
+    """Static exponential graph (Ying et al., NeurIPS 2021): i -> i + b^k (mod n) for every b^k < n.
 
-    Directed (`nx.DiGraph`) by default; `symmetric=True` gives the undirected circulant graph with offsets
-    +-2^k (the offset n/2 adds a single neighbour).
+    Directed (`nx.DiGraph`, BlueFog's `ExponentialGraph(n, base=b)`) by default: every node has in- and
+    out-degree tau = the number of hops, so its uniform weights 1/(tau + 1) are doubly stochastic. `symmetric=True`
+    gives the undirected circulant graph with offsets +-b^k (the offset n/2 adds a single neighbour).
+    `exponent_base` b (default 2; BlueFog's symmetric variant uses 4) trades degree (log_b n) for mixing.
     """
     n = check_n(n)
     symmetric = _check_symmetric(symmetric)
-    return _with_nodes(n, _pairs(*exponential_edges(n)), directed=not symmetric)
+    return _with_nodes(n, _pairs(*exponential_edges(n, exponent_base)), directed=not symmetric)
 
 
 def full(n: int) -> nx.Graph:
@@ -202,16 +234,25 @@ def full(n: int) -> nx.Graph:
     return nx.complete_graph(check_n(n))
 
 
-def star_edges(n: int) -> tuple[np.ndarray, np.ndarray]:
-    """Edges 0 -- i for i = 1..n-1."""
-    leaves = np.arange(1, check_n(n), dtype=np.int64)
-    return np.zeros_like(leaves), leaves
+def _check_centre(n: int, centre: object) -> int:
+    if isinstance(centre, bool) or not isinstance(centre, (int, np.integer)) or not 0 <= centre < n:
+        raise TopologyError(f"centre must be a client index in 0..{n - 1}, got {centre!r}")
+    return int(centre)
 
 
-def star(n: int) -> nx.Graph:
-    """Star with centre 0 and leaves 1..n-1 (n nodes in total, unlike `nx.star_graph`)."""
+def star_edges(n: int, centre: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """Edges centre -- i for every other i."""
     n = check_n(n)
-    return _with_nodes(n, _pairs(*star_edges(n)))
+    centre = _check_centre(n, centre)
+    leaves = np.delete(np.arange(n, dtype=np.int64), centre)
+    return np.full_like(leaves, centre), leaves
+
+
+def star(n: int, centre: int = 0) -> nx.Graph:
+    """Star: every client linked to the client `centre` (default 0, as BlueFog's `StarGraph(n, center_rank)`);
+    n nodes in total, unlike `nx.star_graph`."""
+    n = check_n(n)
+    return _with_nodes(n, _pairs(*star_edges(n, centre)))
 
 
 def hypercube_edges(n: int) -> tuple[np.ndarray, np.ndarray]:
@@ -308,17 +349,23 @@ def _undirected(edges: tuple[np.ndarray, np.ndarray], n: int) -> tuple[sp.csr_ar
     return adjacency(n, *edges, directed=False), False
 
 
-def exponential_adjacency(n: int, symmetric: bool = False) -> tuple[sp.csr_array, bool]:
+def exponential_adjacency(n: int, symmetric: bool = False, exponent_base: int = 2) -> tuple[sp.csr_array, bool]:
     n = check_n(n)
     directed = not _check_symmetric(symmetric)
-    return adjacency(n, *exponential_edges(n), directed=directed), directed
+    return adjacency(n, *exponential_edges(n, exponent_base), directed=directed), directed
+
+
+def directed_ring_adjacency(n: int) -> tuple[sp.csr_array, bool]:
+    n = check_n(n)
+    return adjacency(n, *ring_edges(n), directed=n > 2), n > 2
 
 
 ADJACENCY = {
     "ring": lambda n: _undirected(ring_edges(n), n),
+    "directed-ring": directed_ring_adjacency,
     "grid": lambda n, shape=None, periodic=False: _undirected(grid_edges(n, shape, periodic), n),
     "exponential": exponential_adjacency,
-    "star": lambda n: _undirected(star_edges(n), n),
+    "star": lambda n, centre=0: _undirected(star_edges(n, centre), n),
     "hypercube": lambda n: _undirected(hypercube_edges(n), n),
     "random-regular": lambda n, degree=None, seed=0: _undirected(random_regular_edges(n, degree, seed), n),
     "erdos-renyi": lambda n, p=None, seed=0: _undirected(erdos_renyi_edges(n, p, seed), n),
@@ -347,13 +394,15 @@ def from_networkx(graph: nx.Graph, n: int | None = None) -> nx.Graph:
     return _with_nodes(len(nodes), edges, directed=graph.is_directed())
 
 
-def from_edge_list(path: str | Path, n: int | None = None, option: str = "path") -> nx.Graph:
-    """Undirected graph from a text file with one edge `u v` per line (integers in 0..n-1).
+def from_edge_list(path: str | Path, n: int | None = None, option: str = "path", directed: bool = False) -> nx.Graph:
+    """Graph from a text file with one edge `u v` per line (integers in 0..n-1): undirected, or with
+    `directed=True` a digraph whose line `u v` means u sends to v (networkx's and BlueFog's convention).
 
     Blank lines and `#` comments are ignored, and so is anything after the two node ids (the edge data that
     `networkx.write_edgelist` writes, e.g. `0 1 {}` or a weight: the weights come from the scheme). n defaults
     to the largest node + 1. `option` names the option in error messages (path or edges).
     """
+    directed = _check_flag("directed", directed)
     path = Path(path)
     if not path.is_file():
         raise ValueError(f"{option}: edge-list file {str(path)!r} does not exist")
@@ -380,7 +429,7 @@ def from_edge_list(path: str | Path, n: int | None = None, option: str = "path")
     n = check_n(n)
     if biggest >= n:
         raise ValueError(f"{path}: node id {biggest} is out of range for n = {n} (ids must be 0..n-1)")
-    return _with_nodes(n, edges)
+    return _with_nodes(n, edges, directed=directed)
 
 
 MATRIX_FORMATS = (".npy", ".csv", ".mtx")

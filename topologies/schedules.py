@@ -9,6 +9,8 @@ with `directed` saying whether it is a digraph) from index arithmetic and vector
 
 from __future__ import annotations
 
+import math
+
 import networkx as nx
 import numpy as np
 import scipy.sparse as sp
@@ -80,6 +82,26 @@ def _distinct_draws(rng: np.random.Generator, m: int, k: int, rows: int) -> np.n
     return chosen
 
 
+def _check_k(k: object, n: int, name: str) -> int:
+    if k is None:
+        raise TopologyError(f"{name} needs option k (peers drawn per node per step, 1 <= k <= n-1)")
+    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or not 1 <= k <= n - 1:
+        raise TopologyError(f"k must be an integer with 1 <= k <= n-1 = {n - 1}, got {k!r}")
+    return int(k)
+
+
+def draw_peers(n: int, k: int, seed: int, step: int) -> np.ndarray:
+    """[n, k]: row i holds k distinct peers drawn uniformly from the other n - 1 clients, from
+    `np.random.default_rng([seed, step])` alone (see `RandomK` for how)."""
+    rng = np.random.default_rng([seed, step])
+    if n <= RANDOM_K_LOOP_LIMIT:
+        draws = np.stack([rng.choice(n - 1, size=k, replace=False) for _ in range(n)])
+    else:
+        draws = _distinct_draws(rng, n - 1, k, n)
+    draws = draws.astype(np.int64)
+    return draws + (draws >= np.arange(n)[:, None])
+
+
 class RandomK:
     """Random k-peer gossip: at each step every node draws k distinct peers uniformly at random.
 
@@ -98,24 +120,13 @@ class RandomK:
 
     def __init__(self, n: int, k: int | None = None, seed: int = 0):
         self.n = check_n(n, minimum=2)
-        if k is None:
-            raise TopologyError("random-k needs option k (peers drawn per node per step, 1 <= k <= n-1)")
-        if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or not 1 <= k <= self.n - 1:
-            raise TopologyError(f"k must be an integer with 1 <= k <= n-1 = {self.n - 1}, got {k!r}")
-        self.k = int(k)
+        self.k = _check_k(k, self.n, "random-k")
         self.seed = _check_seed(seed)
         self.period = None
 
     def peers(self, step: int) -> np.ndarray:
         """[n, k] array: row i holds the k distinct peers node i draws at `step` (never i itself)."""
-        step = _check_step(step)
-        rng = np.random.default_rng([self.seed, step])
-        if self.n <= RANDOM_K_LOOP_LIMIT:
-            draws = np.stack([rng.choice(self.n - 1, size=self.k, replace=False) for _ in range(self.n)])
-        else:
-            draws = _distinct_draws(rng, self.n - 1, self.k, self.n)
-        draws = draws.astype(np.int64)
-        return draws + (draws >= np.arange(self.n)[:, None])
+        return draw_peers(self.n, self.k, self.seed, _check_step(step))
 
     def adjacency_at(self, step: int) -> sp.csr_array:
         """Undirected union of the draws: A[i, j] = A[j, i] = 1 if i drew j or j drew i."""
@@ -129,3 +140,99 @@ class RandomK:
     def union_graph(self) -> nx.Graph:
         """Without a period there is no finite union; this is the graph of step 0."""
         return self.graph_at(0)
+
+
+class RandomPull:
+    """The DisPFL `random` topology (Dai et al., ICML 2022, code option `cs='random'`): at every gossip step each
+    client pulls the models of k peers drawn uniformly from the others and averages them with its own.
+
+    Client i's draws at step t are `RandomK`'s (the same `draw_peers(n, k, seed, t)`), but the step graph stays
+    directed: j -> i for each peer j that i drew, so in-degree k everywhere and out-degrees vary. Its natural
+    weights are row-stochastic, w_ij = 1/(k + 1) on i's draws and itself (DisPFL's `_aggregate_func`:
+    x_i <- (x_i + sum_{j drawn} x_j)/(k + 1)), so W_t 1 = 1 but the columns do not sum to 1: the average drifts
+    (a biased consensus; `topologies.directed`). No period (`period` is None).
+    """
+
+    directed = True
+
+    def __init__(self, n: int, k: int | None = None, seed: int = 0):
+        self.n = check_n(n, minimum=2)
+        self.k = _check_k(k, self.n, "random-pull")
+        self.seed = _check_seed(seed)
+        self.period = None
+
+    def peers(self, step: int) -> np.ndarray:
+        """[n, k]: the peers each client pulls from at `step` (never itself)."""
+        return draw_peers(self.n, self.k, self.seed, _check_step(step))
+
+    def adjacency_at(self, step: int) -> sp.csr_array:
+        """A[i, j] = 1 when client i pulls from j at `step`."""
+        peers = self.peers(step)
+        return adjacency(self.n, peers.ravel(), np.repeat(np.arange(self.n, dtype=np.int64), self.k), directed=True)
+
+    def graph_at(self, step: int) -> nx.DiGraph:
+        return from_adjacency(self.adjacency_at(step), directed=True)
+
+    def union_graph(self) -> nx.DiGraph:
+        """Without a period there is no finite union; this is the graph of step 0."""
+        return self.graph_at(0)
+
+
+ONE_PEER_MAX_PERIOD = 100_000  # a longer cycle (the lcm of the out-degrees) is treated as having no period
+
+
+class OnePeer:
+    """One-peer schedule of any base graph (BlueFog's `GetDynamicOnePeerSendRecvRanks`): at step t client i sends to
+    one out-neighbour only, the (t mod d_i)-th of its out-neighbours in clockwise order, i.e. sorted by (j - i) mod n
+    (d_i its out-degree in the base graph; an undirected edge counts both ways).
+
+    Each step costs one message per client instead of d_i. On the static exponential graph this is exactly the
+    one-peer exponential graph (every node cycles through the hops 2^0, 2^1, ...); on a ring it alternates
+    i -> i+1 and i -> i-1. A step graph is a permutation (so the regular-digraph weights (I + P_t)/2 are doubly
+    stochastic) only when every client receives from exactly one; otherwise (irregular base graphs: a star, a
+    non-periodic grid) the receivers get 0, 1 or several models and the step needs the one-sided weights
+    ('row-stochastic': a receiver averages what it got; 'column-stochastic': push-sum's split).
+
+    `base`: the receive adjacency of the base graph (CSR, A[i, j] = 1 when i receives from j). `period` is the least
+    common multiple of the out-degrees, or None above ONE_PEER_MAX_PERIOD steps.
+    """
+
+    directed = True
+
+    def __init__(self, base: sp.csr_array, name: str = "one-peer"):
+        A = sp.csr_array(base)
+        self.n = n = A.shape[0]
+        self.name = name
+        coo = sp.coo_array(A)
+        keep = coo.row != coo.col
+        senders, targets = coo.col[keep].astype(np.int64), coo.row[keep].astype(np.int64)
+        # each sender's out-neighbours in clockwise order: sort by (sender, (target - sender) mod n)
+        order = np.lexsort(((targets - senders) % n, senders))
+        self._targets = targets[order]
+        self._degree = np.bincount(senders, minlength=n).astype(np.int64)
+        self._start = np.concatenate([[0], np.cumsum(self._degree)[:-1]]).astype(np.int64)
+        degrees = sorted(set(self._degree[self._degree > 0].tolist()))
+        period = math.lcm(*degrees) if degrees else 1
+        self.period = period if period <= ONE_PEER_MAX_PERIOD else None
+        self._base = A
+
+    def receivers(self, step: int) -> np.ndarray:
+        """[n]: whom each client sends to at `step` (-1 for a client without out-neighbours)."""
+        step = _check_step(step)
+        out = np.full(self.n, -1, dtype=np.int64)
+        has = self._degree > 0
+        out[has] = self._targets[self._start[has] + step % self._degree[has]]
+        return out
+
+    def adjacency_at(self, step: int) -> sp.csr_array:
+        dst = self.receivers(step)
+        src = np.arange(self.n, dtype=np.int64)
+        keep = dst >= 0
+        return adjacency(self.n, src[keep], dst[keep], directed=True)
+
+    def graph_at(self, step: int) -> nx.DiGraph:
+        return from_adjacency(self.adjacency_at(step), directed=True)
+
+    def union_graph(self) -> nx.DiGraph:
+        """The base graph, as a digraph (every edge one client can send along)."""
+        return from_adjacency(self._base, directed=True)

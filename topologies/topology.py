@@ -16,10 +16,16 @@ import networkx as nx
 import numpy as np
 import scipy.sparse as sp
 
-from topologies import graphs, limits, spectral
+from topologies import directed, graphs, limits, spectral
 from topologies.errors import TopologyError
 from topologies.schedules import _check_step
-from topologies.validation import check_gossip_matrix, check_stochastic, require_contraction
+from topologies.validation import (
+    check_connected,
+    check_gossip_matrix,
+    check_kind,
+    check_stochastic,
+    require_contraction,
+)
 
 MAX_CONSENSUS_STEPS = 100_000
 _RANDOM_CACHE = 256  # step matrices of a schedule without period kept at most (least recently used first out)
@@ -87,16 +93,29 @@ class Topology:
     support of W); neighbours and degrees come from the graph when one was given, else from W's sparse
     structure. Time-varying topologies take `step_matrix(step)` -> W_t (dense or sparse), or the older pair
     `weigh(schedule.graph_at(step))`.
+
+    `stochastic` says which sums of W are 1 (`topologies.directed`): "doubly" (the default, checked as above),
+    "row" or "column" (one-sided W of directed graphs and of the row-/column-stochastic weight schemes). A
+    one-sided static W must be primitive (strongly connected and aperiodic: `validation.check_primitive`); a
+    one-sided periodic schedule must have a strongly connected union and a positive self-weight at every step
+    (the B-connectivity of Nedić & Olshevsky 2015, which makes products of enough steps contract). Its spectral
+    quantities are those of `topologies.directed`: second_eigenvalue is |lambda_2| (the asymptotic rate),
+    gossip_lambda(Q) the kind's consensus error after Q steps; Phi and the effective number of neighbours are
+    defined for doubly stochastic W only. `groups` ([n] group index per client, or None) marks the groups of a
+    hierarchical topology (drawing only).
     """
 
     def __init__(self, name: str, *, graph: nx.Graph | Callable[[], nx.Graph] | None = None,
                  W: np.ndarray | sp.sparray | None = None,
                  schedule: object | None = None, weigh: Callable[[nx.Graph], np.ndarray] | None = None,
                  weights: str = "metropolis", symmetric: bool = True, averaging: float | None = None,
-                 n: int | None = None, step_matrix: Callable[[int], np.ndarray | sp.sparray] | None = None):
+                 n: int | None = None, step_matrix: Callable[[int], np.ndarray | sp.sparray] | None = None,
+                 stochastic: str = "doubly", groups: np.ndarray | None = None):
         self.name = name
         self.weights = weights
-        self.symmetric = symmetric
+        self.stochastic = check_kind(stochastic)
+        self.symmetric = symmetric and stochastic == "doubly"
+        self.groups = groups
         self._schedule = schedule
         self._averaging: float | None = None
         self._static: sp.csr_array | None = None
@@ -114,7 +133,7 @@ class Topology:
                 return
             if W is None:
                 raise TopologyError("a static Topology needs W (or averaging with n)")
-            checked = check_gossip_matrix(W, symmetric, f"W of {name}")
+            checked = check_gossip_matrix(W, self.symmetric, f"W of {name}", stochastic)
             self._static = spectral.as_csr(checked)
             self.n = self._static.shape[0]
             static = self._static
@@ -132,10 +151,23 @@ class Topology:
         self._dense_cache = _LRU(self.period or _RANDOM_CACHE, _DENSE_CACHE_BYTES)
         if self.period is None:
             self.sparse(0)
+        elif stochastic != "doubly":
+            self._check_one_sided_schedule()
         else:
             self._period_lambda = self._product_lambda(self.period)
             require_contraction(self._period_lambda, f"the product of the {self.period} step matrices of {name}")
 
+    def _check_one_sided_schedule(self) -> None:
+        """Every step of one period has a positive diagonal and their union is strongly connected."""
+        union = None
+        for step in range(self.period):
+            W = self.sparse(step)
+            if not np.all(W.diagonal() > 0.0):
+                i = int(np.flatnonzero(W.diagonal() <= 0.0)[0])
+                raise TopologyError(f"W_{step} of {self.name} gives client {i} no self-weight: a one-sided schedule "
+                                    "needs a positive self-weight at every step to converge")
+            union = W if union is None else union + W
+        check_connected(union, f"the union of the {self.period} step graphs of {self.name}")
     def __repr__(self) -> str:
         kind = f"time-varying, period={self.period}" if self.is_time_varying else "static"
         return f"Topology({self.name!r}, n={self.n}, weights={self.weights!r}, {kind})"
@@ -198,7 +230,8 @@ class Topology:
         W = self._sparse_cache.get(key)
         if W is None:
             label = f"W_{key} of {self.name}"
-            W = spectral.as_csr(check_stochastic(self._step_matrix(key), self.symmetric, label), label)
+            W = spectral.as_csr(check_stochastic(self._step_matrix(key), self.symmetric, label, self.stochastic),
+                                label)
             self._sparse_cache.put(key, W, W.nnz)
         return W
 
@@ -312,15 +345,26 @@ class Topology:
                 return spectral.circulant_lambda(spectra)
         return spectral.product_lambda([self.sparse(t) for t in range(steps)])
 
+    def _one_sided(self, what: str) -> None:
+        if self.stochastic != "doubly":
+            raise TopologyError(f"{what} is defined for a doubly stochastic W; {self.name} is "
+                                f"{self.stochastic}-stochastic (see topologies.directed for what applies to it)")
+
     def second_eigenvalue(self) -> float:
         """lambda = ||W - J||_2; for a periodic schedule the per-step rate ||prod_period - J||_2^(1/tau).
 
+        A row- or column-stochastic topology has |lambda_2(W)| instead (of the period's product, to the power
+        1/tau): the asymptotic rate at which W^t approaches its rank-one limit (`topologies.directed`).
         random-k has no period and raises: use gossip_lambda(Q) (the realised contraction of Q steps).
         """
         if self._lambda is None:
             if self.period is None:
                 raise TopologyError(f"{self.name} has no period, so no single lambda: use gossip_lambda(Q)")
-            if self._averaging is not None:
+            if self.stochastic != "doubly":
+                P = self.sparse(0) if not self.is_time_varying else directed.product(
+                    [self.sparse(t) for t in range(self.period)])
+                self._lambda = directed.second_eigenvalue_modulus(P) ** (1.0 / self.period)
+            elif self._averaging is not None:
                 self._lambda = 0.0 if self.n == 1 else self._averaging
             elif not self.is_time_varying:
                 self._lambda = spectral.second_eigenvalue(self._static)
@@ -333,8 +377,11 @@ class Topology:
         return 1.0 - self.second_eigenvalue()
 
     def gossip_lambda(self, Q: int) -> float:
-        """Contraction of Q gossip steps from step 0 (see `spectral.gossip_lambda`)."""
+        """Contraction of Q gossip steps from step 0 (see `spectral.gossip_lambda`); for a row- or column-stochastic
+        topology the kind's consensus error of the Q steps (`topologies.directed.consensus_error`)."""
         Q = spectral.check_steps(Q)
+        if self.stochastic != "doubly":
+            return directed.consensus_error([self.sparse(t) for t in range(Q)], self.stochastic)
         if not self.is_time_varying and self.symmetric:
             return self.second_eigenvalue() ** Q  # reuse the cached lambda
         if self.is_time_varying:
@@ -342,8 +389,21 @@ class Topology:
         return spectral.gossip_lambda(self, Q)
 
     def phi(self, Q: int) -> float:
-        """Phi(lambda, m = n, Q) of the DFedSAM-MGS bound."""
+        """Phi(lambda, m = n, Q) of the DFedSAM-MGS bound (doubly stochastic W only)."""
+        self._one_sided("Phi")
         return spectral.phi(self.second_eigenvalue(), self.n, Q)
+
+    def stationary(self) -> np.ndarray:
+        """The Perron vector pi of W (of the period's product when periodic): 1/n when doubly stochastic, the left
+        one for row-stochastic W (x <- W x reaches consensus on pi^T x), the right one for column-stochastic W
+        (push-sum's weights tend to n pi); see `topologies.directed.stationary`."""
+        if self.period is None:
+            raise TopologyError(f"{self.name} has no period, so no stationary vector")
+        if self.stochastic == "doubly":
+            return np.full(self.n, 1.0 / self.n)
+        P = self.sparse(0) if not self.is_time_varying else directed.product(
+            [self.sparse(t) for t in range(self.period)])
+        return directed.stationary(P, self.stochastic)
 
     def effective_neighbors(self, gamma: float = 0.951) -> float:
         """n_W(gamma) of Vogels et al. 2022; a periodic schedule is solved over one period.
@@ -354,6 +414,7 @@ class Topology:
         if self.period is None:
             raise TopologyError(f"{self.name} has no period: effective neighbours are defined for static and "
                                 "periodic topologies only")
+        self._one_sided("the effective number of neighbours")
         gamma = spectral.check_gamma(gamma)
         if self._averaging is not None:
             return spectral.averaging_neighbors(self._averaging, self.n, gamma)
@@ -371,8 +432,12 @@ class Topology:
         Static: ceil(ln(1/eps)/ln(1/lambda)). Time-varying: the first T with ||W_{T-1}...W_0 - J||_2 <= eps
         (the norm never grows, since each ||W_t - J||_2 <= 1); inf if not reached within 100000 steps. Above
         topologies.limits.DENSE_SPECTRAL_LIMIT clients only circulant periodic schedules (one-peer exponential) have
-        it (exactly, per Fourier mode); other time-varying topologies raise TopologyError.
+        it (exactly, per Fourier mode); other time-varying topologies raise ValueError. A row- or column-stochastic
+        topology: the first T <= topologies.directed.MAX_STEPS whose kind's consensus error is <= eps (dense, up to
+        DENSE_SPECTRAL_LIMIT clients), else inf.
         """
+        if self.stochastic != "doubly":
+            return directed.consensus_steps(self.sparse, self.stochastic, eps, directed.MAX_STEPS)
         if not self.is_time_varying:
             return spectral.consensus_steps_for(self.second_eigenvalue(), eps)
         eps = spectral.check_eps(eps)

@@ -13,7 +13,8 @@ import numpy as np
 import scipy.sparse as sp
 from scipy.sparse.csgraph import connected_components
 
-from topologies import spectral
+from topologies import directed, spectral
+from topologies.directed import KINDS, check_kind  # noqa: F401 (re-exported)
 from topologies.errors import TopologyError
 
 TOL = 1e-9
@@ -34,12 +35,14 @@ def _first_max(D: sp.sparray) -> tuple[int, int, float]:
     return int(coo.row[k]), int(coo.col[k]), float(top)
 
 
-def check_stochastic(W: object, symmetric: bool, label: str = "W") -> np.ndarray | sp.csr_array:
+def check_stochastic(W: object, symmetric: bool, label: str = "W", kind: str = "doubly") -> np.ndarray | sp.csr_array:
     """W must be a finite float64 [n, n] matrix, nonnegative, with rows and columns summing to 1.
 
-    With `symmetric=True` (the scheme promises it) W must also equal its transpose. Returns W as float64:
-    a dense array for dense input, canonical CSR for sparse input.
+    `kind` (one of KINDS) relaxes the sums: "row" checks only the rows, "column" only the columns. With
+    `symmetric=True` (the scheme promises it) W must also equal its transpose. Returns W as float64: a dense
+    array for dense input, canonical CSR for sparse input.
     """
+    check_kind(kind)
     dense = not sp.issparse(W)
     if dense:
         W = np.asarray(W, dtype=np.float64)
@@ -53,12 +56,14 @@ def check_stochastic(W: object, symmetric: bool, label: str = "W") -> np.ndarray
     if S.nnz and S.data.min() < -TOL:
         i, j = _position(S, int(np.argmin(S.data)))
         raise TopologyError(f"{label} is not nonnegative: W[{i}, {j}] = {S[i, j]:.6g}")
-    for axis, kind, what in ((1, "row", "row-stochastic"), (0, "column", "column-stochastic")):
+    for axis, line, what in ((1, "row", "row-stochastic"), (0, "column", "column-stochastic")):
+        if kind not in ("doubly", line):
+            continue
         sums = np.asarray(S.sum(axis=axis)).ravel()
         bad = np.nonzero(np.abs(sums - 1.0) > TOL)[0]
         if len(bad):
             total = sums[bad[0]]
-            raise TopologyError(f"{label} is not {what}: {kind} {bad[0]} sums to {total:.6g} "
+            raise TopologyError(f"{label} is not {what}: {line} {bad[0]} sums to {total:.6g} "
                                 f"(off by {total - 1.0:+.3g})")
     if symmetric:
         diff = abs(S - S.T)
@@ -111,9 +116,32 @@ def check_contraction(W: object, label: str = "W", force: bool = False) -> None:
     require_contraction(spectral.second_eigenvalue(S), label)
 
 
-def check_gossip_matrix(W: object, symmetric: bool, label: str = "W") -> np.ndarray | sp.csr_array:
-    """All checks for a static W: stochastic, (symmetric), connected, contracting. Returns W as in check_stochastic."""
-    W = check_stochastic(W, symmetric, label)
+def check_primitive(W: object, label: str = "W") -> None:
+    """A row- or column-stochastic W must be primitive (W^t converges to a rank-one limit): strongly connected
+    (`check_connected`) and aperiodic. A positive diagonal makes it aperiodic without an eigen-solve; otherwise
+    |lambda_2(W)| < 1 is checked densely, up to topologies.limits.DENSE_SPECTRAL_LIMIT clients."""
+    check_connected(W, label)
+    S = spectral.as_csr(W, label)
+    if np.all(S.diagonal() > 0.0):
+        return
+    if S.shape[0] > spectral.dense_spectral_limit():
+        raise TopologyError(f"{label} has a zero self-weight and n = {S.shape[0]} > topologies.limits."
+                            f"DENSE_SPECTRAL_LIMIT = {spectral.dense_spectral_limit()}, so whether W^t converges is "
+                            "not checked: give every client a positive self-weight")
+    slem = directed.second_eigenvalue_modulus(S)
+    if slem >= 1.0 - TOL:
+        raise TopologyError(f"{label} does not converge: |lambda_2(W)| = {slem:.6g} (must be < 1; e.g. a directed ring "
+                            "with no self weight is periodic: give every client a positive self-weight)")
+
+
+def check_gossip_matrix(W: object, symmetric: bool, label: str = "W",
+                        kind: str = "doubly") -> np.ndarray | sp.csr_array:
+    """All checks for a static W: stochastic (of `kind`), (symmetric), connected, and contracting (doubly: lambda =
+    ||W - J||_2 < 1) or primitive (row, column: `check_primitive`). Returns W as in check_stochastic."""
+    W = check_stochastic(W, symmetric, label, kind)
+    if kind != "doubly":
+        check_primitive(W, label)
+        return W
     check_connected(W, label)
     check_contraction(W, label)
     return W

@@ -7,6 +7,16 @@ d_i is the degree without self-loop. On undirected graphs:
 - max-degree: w_ij = 1/(1 + d_max) per edge, w_ii = 1 - d_i/(1 + d_max);
 - lazy:       (I + W_base)/2 of another scheme (option `base`, default metropolis): eigenvalues >= 0;
 - fastest:    fastest-mixing weights, see `topologies.fastest` (dense, n <= FASTEST_LIMIT).
+Three schemes give up one of the two sums, on any graph, directed or not (`KIND` says which sum is kept):
+- row-stochastic:    w_ij = 1/(d_in_i + 1) on each edge j -> i and on the diagonal: each client averages what it
+                     receives (BlueFog's receive weights; the DisPFL `random` topology). W 1 = 1.
+- column-stochastic: w_ij = 1/(d_out_j + 1) on each edge j -> i and w_jj = 1/(d_out_j + 1): each client splits what
+                     it sends equally among its out-neighbours and itself (push-sum's weights, Kempe et al. 2003;
+                     BlueFog's send weights). 1^T W = 1^T.
+- sample-count:      w_ij = s_j / (s_i + sum_{l -> i} s_l) for j = i and each in-neighbour j, with s the clients'
+                     sample counts (`sizes`): each client averages its neighbourhood weighted by sample count, as
+                     FedAvg weights clients (da-dpfl's neighbour averaging). W 1 = 1.
+On a regular digraph (in- = out-degree d everywhere) the first two are both 1/(d + 1): doubly stochastic.
 On directed graphs (edge j -> i puts weight in W[i, j]) only what stays doubly stochastic is offered:
 metropolis and uniform need a regular digraph (in-degree = out-degree = d at every node), where both are
 1/(d + 1) — the natural weights of the static exponential graph; max-degree needs in-degree = out-degree at
@@ -27,7 +37,10 @@ from topologies.errors import TopologyError
 from topologies.fastest import fastest_mixing
 from topologies.graphs import adjacency_of
 
-SCHEMES = ("metropolis", "uniform", "max-degree", "lazy", "fastest")
+SCHEMES = ("metropolis", "uniform", "max-degree", "lazy", "fastest", "row-stochastic", "column-stochastic",
+           "sample-count")
+# the sums each scheme keeps (`topologies.validation.KINDS`); the others are doubly stochastic
+KIND = {"row-stochastic": "row", "column-stochastic": "column", "sample-count": "row"}
 LAZY_BASES = ("metropolis", "uniform", "max-degree", "fastest")
 FASTEST_LIMIT = 2000  # one dense O(n^3) eigendecomposition per iteration, thousands of iterations
 
@@ -44,14 +57,15 @@ def _in_out_degrees(A: sp.csr_array) -> tuple[np.ndarray, np.ndarray]:
     return np.diff(A.indptr).astype(np.float64), np.bincount(A.indices, minlength=A.shape[0]).astype(np.float64)
 
 
-def _with_weights(A: sp.csr_array, offdiag: np.ndarray) -> sp.csr_array:
-    """W with the off-diagonal values `offdiag` on A's pattern and w_ii = 1 - sum_j w_ij.
+def _with_weights(A: sp.csr_array, offdiag: np.ndarray, columns: bool = False) -> sp.csr_array:
+    """W with the off-diagonal values `offdiag` on A's pattern and w_ii = 1 - sum_j w_ij (`columns`: 1 - sum_j w_ji,
+    so the columns sum to 1 instead of the rows).
 
     Canonical CSR without stored zeros (a zero diagonal is left out, so the pattern is the support).
     """
     n = A.shape[0]
     rows = _rows(A)
-    diag = 1.0 - np.bincount(rows, weights=offdiag, minlength=n)
+    diag = 1.0 - np.bincount(A.indices if columns else rows, weights=offdiag, minlength=n)
     idx = np.arange(n, dtype=np.int64)
     W = sp.csr_array((np.concatenate([offdiag, diag]),
                       (np.concatenate([rows, idx]), np.concatenate([A.indices.astype(np.int64), idx]))),
@@ -65,7 +79,8 @@ def _directed_regular_degree(A: sp.csr_array, scheme: str) -> int:
     indeg, outdeg = _in_out_degrees(A)
     if not (np.array_equal(indeg, outdeg) and np.all(indeg == indeg[0])):
         raise TopologyError(f"weights {scheme!r} on a directed graph need every node to have in-degree = "
-                            f"out-degree = d (a regular digraph); use 'max-degree' on a balanced digraph")
+                            "out-degree = d (a regular digraph); use 'max-degree' on a balanced digraph, or "
+                            "'row-stochastic' / 'column-stochastic' (only one of W's sums is 1) on any digraph")
     return int(indeg[0]) if len(indeg) else 0
 
 
@@ -97,6 +112,39 @@ def sparse_max_degree(A: sp.csr_array, directed: bool) -> sp.csr_array:
         raise TopologyError("weights 'max-degree' on a directed graph need in-degree = out-degree at every node")
     dmax = indeg.max() if len(indeg) else 0.0
     return _with_weights(A, np.full(A.nnz, 1.0 / (1.0 + dmax)))
+
+
+def sparse_row_stochastic(A: sp.csr_array) -> sp.csr_array:
+    """w_ij = 1/(d_in_i + 1) on each edge j -> i and on the diagonal (rows sum to 1)."""
+    indeg, _ = _in_out_degrees(A)
+    return _with_weights(A, 1.0 / (indeg[_rows(A)] + 1.0))
+
+
+def sparse_column_stochastic(A: sp.csr_array) -> sp.csr_array:
+    """w_ij = 1/(d_out_j + 1) on each edge j -> i and w_jj = 1/(d_out_j + 1) (columns sum to 1)."""
+    _, outdeg = _in_out_degrees(A)
+    return _with_weights(A, 1.0 / (outdeg[A.indices] + 1.0), columns=True)
+
+
+def check_sizes(sizes: object, n: int) -> np.ndarray:
+    """The clients' sample counts as a float array: n numbers > 0 (ValueError naming `sizes` otherwise)."""
+    if sizes is None:
+        raise TopologyError("weights 'sample-count' need the clients' sample counts: option sizes = [n_1, ..., n_m]")
+    try:
+        s = np.asarray(sizes, dtype=np.float64)
+    except (TypeError, ValueError):
+        s = None
+    if s is None or s.ndim != 1 or len(s) != n or not np.all(np.isfinite(s)) or np.any(s <= 0):
+        raise TopologyError(f"sizes must be {n} sample counts > 0 (one per client), got {sizes!r}")
+    return s
+
+
+def sparse_sample_count(A: sp.csr_array, sizes: object) -> sp.csr_array:
+    """w_ij = s_j / (s_i + sum_{l -> i} s_l) for each in-neighbour j and for j = i (rows sum to 1)."""
+    s = check_sizes(sizes, A.shape[0])
+    rows = _rows(A)
+    total = s + np.bincount(rows, weights=s[A.indices], minlength=A.shape[0])
+    return _with_weights(A, s[A.indices] / total[rows])
 
 
 def lazy(W: np.ndarray | sp.sparray) -> np.ndarray | sp.csr_array:
@@ -142,9 +190,18 @@ def check_scheme(scheme: str, base: str | None) -> str | None:
 
 
 def sparse_weights(A: sp.csr_array, directed: bool, scheme: str = "metropolis", base: str | None = None,
-                   name: str = "graph") -> sp.csr_array:
-    """Weights of a scheme (see SCHEMES) on the receive adjacency A, as canonical CSR; `base` is under 'lazy'."""
+                   name: str = "graph", sizes: object = None) -> sp.csr_array:
+    """Weights of a scheme (see SCHEMES) on the receive adjacency A, as canonical CSR; `base` is under 'lazy',
+    `sizes` (the clients' sample counts) are for 'sample-count' only."""
     base = check_scheme(scheme, base)
+    if sizes is not None and scheme != "sample-count":
+        raise TopologyError(f"option sizes (sample counts) applies to weights='sample-count' only, not to {scheme!r}")
+    if scheme == "row-stochastic":
+        return sparse_row_stochastic(A)
+    if scheme == "column-stochastic":
+        return sparse_column_stochastic(A)
+    if scheme == "sample-count":
+        return sparse_sample_count(A, sizes)
     if scheme == "lazy":
         return lazy(sparse_weights(A, directed, base, name=name))
     if scheme == "metropolis":

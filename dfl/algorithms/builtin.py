@@ -9,6 +9,7 @@ keeps every card equal to the class it declares.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,10 +32,19 @@ class AlgorithmCard:
     hyperparameters: dict[str, Any] = field(default_factory=dict)
     centralized: bool = False
     local_optimizers: tuple[str, ...] = SGD
+    check: Callable[[dict[str, Any]], None] | None = field(default=None, compare=False)
 
-    @staticmethod
-    def check_hyperparameters(hp: dict[str, Any]) -> None:
-        """No built-in refines the generic checks (`Algorithm.check_hyperparameters`)."""
+    def check_hyperparameters(self, hp: dict[str, Any]) -> None:
+        """The algorithm's own check of its resolved hyperparameters (`Algorithm.check_hyperparameters`), where it
+        refines the generic ones: the same function the class calls."""
+        if self.check is not None:
+            self.check(hp)
+
+
+def check_kgt(hp: dict[str, Any]) -> None:
+    """K-GT's outer step size eta_s must be positive (`dfl.algorithms.kgt.KGT.check_hyperparameters`)."""
+    if not hp["outer_lr"] > 0:
+        raise ValueError(f"algorithm_options.outer_lr (K-GT's eta_s) must be > 0, got {hp['outer_lr']}")
 
 
 def _central(hp: dict[str, Any], local_optimizers: tuple[str, ...] = SGD) -> AlgorithmCard:
@@ -46,6 +56,7 @@ _FEDCM = {**_FEDAVG, "fedcm_alpha": 0.1}
 _LM = {**_FEDAVG, "momentum": 0.9}
 _SLM = {**_LM, "server_momentum": 0.9}
 _DOMO = {"momentum": 0.9, "server_momentum": 0.9, "server_lr": 1.0, "domo_alpha": 1.0}
+_TRACKING = {"rho_schedule": "constant", "rho_ramp_rounds": 0, "sam": "sam", "asam_eta": 0.2}  # dsgt, kgt
 
 # name -> ("module:Class", card), in the order `dfl list algorithms` shows them
 BUILTINS: dict[str, tuple[str, AlgorithmCard]] = {
@@ -55,6 +66,11 @@ BUILTINS: dict[str, tuple[str, AlgorithmCard]] = {
     "dfedsam": ("dfl.algorithms.dfedsam:DFedSAM", AlgorithmCard({**_sam(0.01), "momentum": 0.9}, False, ADAPTIVE)),
     "dfedsam-mgs": ("dfl.algorithms.dfedsam:DFedSAMMGS",
                     AlgorithmCard({**_sam(0.01), "momentum": 0.9, "gossip_steps": 4}, False, ADAPTIVE)),
+    "dsgt": ("dfl.algorithms.dsgt:DSGT", AlgorithmCard({"rho": 0.0, **_TRACKING})),
+    "dsgt-sam": ("dfl.algorithms.dsgt:DSGTSAM", AlgorithmCard({"rho": 0.01, **_TRACKING})),
+    "kgt": ("dfl.algorithms.kgt:KGT", AlgorithmCard({"rho": 0.0, **_TRACKING, "outer_lr": 1.0}, check=check_kgt)),
+    "kgt-sam": ("dfl.algorithms.kgt:KGTSAM",
+                AlgorithmCard({"rho": 0.01, **_TRACKING, "outer_lr": 1.0}, check=check_kgt)),
     "fedavg": ("dfl.algorithms.fedavg:FedAvg", _central(_FEDAVG, ADAPTIVE)),
     "fedsam": ("dfl.algorithms.fedavg:FedSAM", _central({**_FEDAVG, **_sam(0.1)}, ADAPTIVE)),
     "mofedsam": ("dfl.algorithms.fedcm:MoFedSAM", _central({**_FEDCM, **_sam(0.1)})),

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import torch
 
-from dfl.algorithms.base import RoundStats
+from dfl.algorithms.base import Context, RoundStats
 from dfl.algorithms.server import SERVER_DEFAULTS, ServerAlgorithm
 from dfl.training.local import descent_direction
 
@@ -31,7 +31,7 @@ class DOMO(ServerAlgorithm):
         **SERVER_DEFAULTS, "momentum": 0.9, "server_momentum": 0.9, "server_lr": 1.0, "domo_alpha": 1.0,
     }
 
-    def __init__(self, ctx, X):
+    def __init__(self, ctx: Context, X: torch.Tensor):
         super().__init__(ctx, X)
         self.m = torch.zeros_like(self.x)
         if self.hp["participation"] < 1:

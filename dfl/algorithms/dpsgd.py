@@ -17,7 +17,7 @@ import math
 import numpy as np
 import torch
 
-from dfl.algorithms.base import ADAPTIVE, Algorithm, RoundStats
+from dfl.algorithms.base import ADAPTIVE, Algorithm, Context, RoundStats
 from dfl.training.adam import AdamState
 from dfl.training.local import descent_direction
 
@@ -27,7 +27,7 @@ class DPSGD(Algorithm):
     hyperparameters: dict = {}
     local_optimizers = ADAPTIVE
 
-    def __init__(self, ctx, X):
+    def __init__(self, ctx: Context, X: torch.Tensor):
         super().__init__(ctx, X)
         self.gossip_step = 0  # global gossip-step counter (time-varying topologies advance per step)
 
@@ -56,7 +56,7 @@ class DPSGD(Algorithm):
     def state(self):
         return {**super().state(), "gossip_step": torch.tensor(self.gossip_step)}
 
-    def load_state(self, state):
+    def load_state(self, state: dict[str, torch.Tensor]) -> None:
         state = dict(state)
         self.gossip_step = int(state.pop("gossip_step"))
         super().load_state(state)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import torch
 
-from dfl.algorithms.base import RHO_SCHEDULE_DEFAULTS, RoundStats
+from dfl.algorithms.base import RHO_SCHEDULE_DEFAULTS, Context, RoundStats
 from dfl.algorithms.fedavg import FedAvg
 
 
@@ -25,7 +25,7 @@ class FedCM(FedAvg):
     downlink = 2  # x_t and Δ_t
     local_optimizers = ("sgd",)  # Δ_t is normalized by η K: SGD steps
 
-    def __init__(self, ctx, X):
+    def __init__(self, ctx: Context, X: torch.Tensor):
         super().__init__(ctx, X)
         self.delta = torch.zeros_like(self.x)  # Δ_t
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import torch
 
-from dfl.algorithms.base import RoundStats
+from dfl.algorithms.base import Context, RoundStats
 from dfl.algorithms.server import SERVER_DEFAULTS, ServerAlgorithm
 
 
@@ -24,7 +24,7 @@ class FedDyn(ServerAlgorithm):
     hyperparameters = {**SERVER_DEFAULTS, "feddyn_alpha": 0.01}
     client_state = ("h",)  # h_i per client; x is server state
 
-    def __init__(self, ctx, X):
+    def __init__(self, ctx: Context, X: torch.Tensor):
         super().__init__(ctx, X)
         self.h = torch.zeros_like(self.X)  # h_i (rows = local clients)
 

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import torch
 
-from dfl.algorithms.base import RoundStats
+from dfl.algorithms.base import Context, RoundStats
 from dfl.algorithms.server import SERVER_DEFAULTS, ServerAlgorithm
 
 
@@ -38,7 +38,7 @@ class FedGLoSS(ServerAlgorithm):
     }
     client_state = ("sigma_k",)  # per-client σ_k; σ and Δ̃_prev are server state
 
-    def __init__(self, ctx, X):
+    def __init__(self, ctx: Context, X: torch.Tensor):
         super().__init__(ctx, X)
         self.sigma = torch.zeros_like(self.x)  # server σ
         self.delta_prev = torch.zeros_like(self.x)  # Δ̃_prev

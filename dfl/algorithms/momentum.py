@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import torch
 
+from dfl.algorithms.base import Context
 from dfl.algorithms.fedavg import FedAvg
 
 
@@ -23,7 +24,7 @@ class FedAvgLM(FedAvg):
     reset = False  # -Z variants start every round from u = 0
     local_optimizers = ("sgd",)  # local heavy-ball momentum by definition
 
-    def __init__(self, ctx, X):
+    def __init__(self, ctx: Context, X: torch.Tensor):
         super().__init__(ctx, X)
         if not self.reset:
             self.u = torch.zeros_like(self.x)  # u_t, the averaged local momentum buffer
@@ -50,7 +51,7 @@ class FedAvgSLM(FedAvgLM):
     name = "fedavgslm"
     hyperparameters = {**FedAvgLM.hyperparameters, "server_momentum": 0.9}
 
-    def __init__(self, ctx, X):
+    def __init__(self, ctx: Context, X: torch.Tensor):
         super().__init__(ctx, X)
         self.m = torch.zeros_like(self.x)
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import torch
 
-from dfl.algorithms.base import RoundStats
+from dfl.algorithms.base import Context, RoundStats
 from dfl.algorithms.fedavg import FedAvg
 
 
@@ -26,7 +26,7 @@ class Scaffold(FedAvg):
     client_state = ("ci",)  # c_i per client; x and c are server state
     local_optimizers = ("sgd",)  # option II's c_i⁺ is (x − y_K)/(K η): SGD steps
 
-    def __init__(self, ctx, X):
+    def __init__(self, ctx: Context, X: torch.Tensor):
         super().__init__(ctx, X)
         self.c = torch.zeros_like(self.x)  # server control variate
         self.ci = torch.zeros_like(self.X)  # client control variates (rows = local clients)

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from dfl.algorithms.base import Algorithm, RoundStats
+from dfl.algorithms.base import Algorithm, Context, RoundStats
 from dfl.config import AGGREGATIONS, PARTICIPATION_MODES  # noqa: F401 (re-exported)
 from dfl.errors import ConfigError
 
@@ -72,7 +72,7 @@ class ServerAlgorithm(Algorithm):
     downlink = 1  # model-sized vectors the server sends a participant per round
     hyperparameters = dict(SERVER_DEFAULTS)
 
-    def __init__(self, ctx, X):
+    def __init__(self, ctx: Context, X: torch.Tensor):
         super().__init__(ctx, X)
         self.hp = ctx.hp
         self.x = ctx.comm.mean_rows(X)  # x_0: every client starts from the same model

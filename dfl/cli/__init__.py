@@ -11,6 +11,9 @@ import difflib
 import importlib
 import sys
 
+from dfl import threads
+from dfl.errors import ConfigError
+
 # subcommand -> (module defining `add_parser(subparsers)`, which registers it, and its one-line help). The help
 # is repeated here so `dfl --help` lists every command without importing any; a test keeps both in sync.
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -72,6 +75,11 @@ def main(argv: list[str] | None = None) -> int:
     args, extra = parser.parse_known_args(argv)
     if extra:
         _unrecognized(parser, command, extra)
+    try:  # --threads is refused before a command loads torch (whose OpenMP runtime dfl prepares at import)
+        threads.check(getattr(args, "threads", threads.AUTO))
+    except ConfigError as exc:
+        print(f"dfl: error: {exc}", file=sys.stderr)
+        return 2
     if getattr(args, "handler", None) is None:
         parser.print_help()
         return 2

@@ -1,9 +1,10 @@
-"""`dfl topology`: spectral analysis of communication topologies, as a table, JSON, or a plot.
+"""`dfl topology`: spectral analysis of communication topologies, as a table, JSON, or a plot; or a drawing.
 
     dfl topology ring --clients 64 --gossip-steps 4
     dfl topology show custom --matrix W.npy          # your own W (.npy, .csv, .mtx), or --edges graph.edgelist
     dfl topology compare --clients 16 32 64 --topologies ring grid exponential full --plot gap.png
     dfl topology show two-cliques --clients 16 --options bridges=2   # a registered topology (dfl.topologies)
+    dfl topology draw one-peer --clients 8 --out one-peer.png        # the graph itself, one panel per step
 """
 
 from __future__ import annotations
@@ -18,17 +19,21 @@ from dfl.cli.run import key_value
 from dfl.errors import ConfigError
 from dfl.registry import suggest
 from dfl.topologies import TOPOLOGIES, topology_options
+from topologies import draw as drawing
 from topologies import spectral
 from topologies.weights import LAZY_BASES, SCHEMES
 
 DEFAULT_COMPARE = ("ring", "grid", "exponential", "full")
 # CLI flag -> build() option; a row gets only the options its topology accepts in `compare` mode
-OPTION_FLAGS = ("degree", "p", "k", "seed", "shape", "periodic", "symmetric", "path", "edges", "matrix")
+OPTION_FLAGS = ("degree", "p", "k", "seed", "shape", "periodic", "symmetric", "path", "edges", "matrix",
+                "exponent_base", "centre", "groups", "inner", "outer", "graph", "directed", "stochastic")
 COLUMNS = (
     ("topology", "topology"), ("n", "n"), ("weights", "weights"), ("degree", "degree min/mean/max"),
-    ("lambda", "lambda"), ("spectral_gap", "gap"), ("gossip_lambda", "lambda^Q"), ("phi", "Phi"),
-    ("effective_neighbors", "n_eff"), ("consensus_steps", "steps"),
+    ("lambda", "lambda"), ("spectral_gap", "gap"), ("gossip_lambda", "lambda^Q"), ("stochastic", "W"),
+    ("sigma2", "sigma_2"), ("pi_spread", "n*pi min/max"), ("phi", "Phi"), ("effective_neighbors", "n_eff"),
+    ("consensus_steps", "steps"),
 )
+COMMANDS = ("compare", "show", "draw")
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -37,18 +42,22 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         "topology", help="spectral analysis of communication topologies",
         description="Print lambda = ||W - J||_2, the spectral gap, lambda of Q gossip steps, the DFedSAM-MGS "
                     "Phi term, the effective number of neighbours and the consensus steps of a topology, or "
-                    "of several with 'compare'. Undefined values print as '-' (JSON null); infinite ones "
-                    "as inf (JSON \"inf\").")
+                    "of several with 'compare'; for a row- or column-stochastic W (directed graphs) lambda is "
+                    "|lambda_2(W)|, lambda^Q the consensus error of Q steps, and sigma_2 and the spread of n*pi "
+                    "(pi: the Perron vector) say how far W is from doubly stochastic. 'draw NAME --out FILE' draws "
+                    "the graph instead. Undefined values print as '-' (JSON null); infinite ones as inf (JSON "
+                    "\"inf\").")
     names = tuple(TOPOLOGIES)  # the built-ins, then registered ones (dfl.topologies)
 
     def canonical(text: str) -> str:  # "Ring", "random_regular": the registered spelling
-        close = suggest(text, (*names, "compare", "show"))
+        close = suggest(text, (*names, *COMMANDS))
         return close if close is not None and close.lower() == text.strip().lower().replace("_", "-") else text
 
-    p.add_argument("topology", choices=(*names, "compare", "show"), metavar="TOPOLOGY", type=canonical,
+    p.add_argument("topology", choices=(*names, *COMMANDS), metavar="TOPOLOGY", type=canonical,
                    help=f"one of {', '.join(names)}, or 'compare' (with --topologies); 'show NAME' is the "
-                        "same as NAME")
-    p.add_argument("name", nargs="?", choices=names, metavar="NAME", type=canonical, help="the topology after 'show'")
+                        "same as NAME; 'draw NAME --out FILE' draws it")
+    p.add_argument("name", nargs="?", choices=names, metavar="NAME", type=canonical,
+                   help="the topology after 'show' or 'draw'")
     p.add_argument("--clients", type=int, nargs="+", metavar="N", help="number(s) of clients n")
     p.add_argument("--topologies", nargs="+", metavar="NAME", help="topologies for 'compare' "
                    f"(default: {' '.join(DEFAULT_COMPARE)})")
@@ -67,6 +76,17 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--periodic", action="store_true", default=None, help="grid: wrap around (torus)")
     p.add_argument("--symmetric", action="store_true", default=None,
                    help="exponential: undirected variant; custom --matrix: require W = W^T")
+    p.add_argument("--exponent-base", dest="exponent_base", type=int, metavar="B",
+                   help="exponential: hops B^k (default 2; BlueFog's symmetric variant uses 4)")
+    p.add_argument("--centre", type=int, metavar="I", help="star: the centre client (default 0)")
+    p.add_argument("--groups", type=int, metavar="G", help="hierarchical: number of groups (divides --clients)")
+    p.add_argument("--inner", metavar="NAME", help="hierarchical: the graph inside each group (default full)")
+    p.add_argument("--outer", metavar="NAME", help="hierarchical: the graph between groups (default ring)")
+    p.add_argument("--graph", metavar="NAME", help="one-peer: the base graph (default exponential)")
+    p.add_argument("--directed", action="store_true", default=None,
+                   help="custom --edges/--path: read each line 'u v' as u -> v")
+    p.add_argument("--stochastic", choices=("doubly", "row", "column"),
+                   help="custom --matrix: which sums of W must be 1 (default doubly)")
     p.add_argument("--path", help="custom: edge-list file, one 'u v' per line")
     p.add_argument("--edges", metavar="FILE", help="custom: edge-list file (networkx format), same as --path")
     p.add_argument("--matrix", metavar="FILE",
@@ -76,6 +96,10 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                         "the flags above are the built-ins' options")
     p.add_argument("--json", action="store_true", help="print JSON (a list of rows) instead of a table")
     p.add_argument("--plot", metavar="FILE.png", help="draw the spectral gap against n per topology")
+    p.add_argument("--out", metavar="FILE", help=f"draw: the figure file ({', '.join(drawing.FORMATS)})")
+    p.add_argument("--steps", type=int, metavar="S",
+                   help=f"draw: panels of a time-varying topology (default one period, at most {drawing.STEP_LIMIT})")
+    p.add_argument("--layout", choices=drawing.LAYOUTS, default="auto", help="draw: node placement (default auto)")
     p.set_defaults(handler=run)
     return p
 
@@ -98,6 +122,9 @@ def _options(args: argparse.Namespace, name: str, compare: bool) -> dict:
 def _cell(value) -> str:
     if value is None:
         return "-"
+    if isinstance(value, list) and len(value) == 2:
+        lo, hi = value
+        return f"{lo:.3g}/{hi:.3g}"
     if isinstance(value, list):
         lo, mean, hi = value
         return f"{lo}/{mean:.3g}/{hi}"
@@ -128,9 +155,10 @@ def _jsonable(value):
 
 
 def _check_args(args: argparse.Namespace) -> None:
-    if args.topology == "show":
+    args.draw = args.topology == "draw"
+    if args.topology in ("show", "draw"):
         if args.name is None:
-            raise ConfigError(f"'dfl topology show' needs a topology name: one of {', '.join(TOPOLOGIES)}")
+            raise ConfigError(f"'dfl topology {args.topology}' needs a topology name: one of {', '.join(TOPOLOGIES)}")
         args.topology, args.name = args.name, None
     elif args.name is not None:
         raise ConfigError(f"unexpected argument {args.name!r} after {args.topology!r} (did you mean "
@@ -151,12 +179,31 @@ def _check_args(args: argparse.Namespace) -> None:
         raise ConfigError("--clients is required (one or more numbers of clients)")
     if args.clients is not None and any(n < 1 for n in args.clients):
         raise ConfigError(f"--clients must be integers >= 1, got {' '.join(map(str, args.clients))}")
+    drawing_flags = [f"--{flag}" for flag in ("out", "steps") if getattr(args, flag) is not None]
+    if args.layout != "auto":
+        drawing_flags.append("--layout")
+    if args.draw:
+        if args.out is None:
+            raise ConfigError("'dfl topology draw' needs --out FILE (.png, .svg or .pdf)")
+        if args.clients is not None and len(args.clients) > 1:
+            raise ConfigError("'dfl topology draw' draws one topology: give one --clients N")
+        if args.plot or args.json:
+            raise ConfigError("'dfl topology draw' makes a figure of the graph; --plot and --json belong to the "
+                             "analysis (dfl topology NAME)")
+    elif drawing_flags:
+        raise ConfigError(f"{', '.join(drawing_flags)} only apply to 'dfl topology draw NAME'")
 
 
 def run(args: argparse.Namespace) -> int:
     """Handler of `dfl topology`: 0 on success, 2 with a message on stderr for bad input."""
     try:
         _check_args(args)
+        if args.draw:
+            n = args.clients[0] if args.clients else None
+            topo = topology_registry.analyse(args.topology, n, args.weights, **_options(args, args.topology, False))
+            path = drawing.draw(topo, args.out, steps=args.steps, layout=args.layout)
+            print(f"wrote {path}")
+            return 0
         compare = args.topology == "compare"
         names = (args.topologies or list(DEFAULT_COMPARE)) if compare else [args.topology]
         rows = []

@@ -38,7 +38,7 @@ FILENAME = "checkpoint.pt"
 # different number of processes does.
 EXACT_FIELDS = ("rounds", "progress", "checkpoint_every", "dist_timeout", "data_root", "loggers", "target_accuracy",
                 "stop_at_target")
-EXECUTION_FIELDS = ("device", "backend", "gossip_mode", "client_chunk", "compile", "eval_batch_size")
+EXECUTION_FIELDS = ("device", "backend", "gossip_mode", "client_chunk", "compile", "eval_batch_size", "threads")
 RESUMABLE_FIELDS = EXACT_FIELDS + EXECUTION_FIELDS
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from dfl import threads
 from dfl.config import Config
 from dfl.engine.distributed import communicator_from_env  # before any process group: see its torch._dynamo note
 from dfl.engine.experiment import Experiment
@@ -65,6 +66,7 @@ def run(
 
         config = config.replace(model=spec_of(model))
     config = validate(config)
+    threads.apply(config.threads)  # this process's torch threads: "auto" or N (dfl.threads has the rule)
     own = comm is None
     if own:
         comm = communicator_from_env(config, config.clients)

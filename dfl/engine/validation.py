@@ -2,9 +2,9 @@
 
 `Config.validate()` checks each field on its own (the config layer knows no component). Here each component
 checks the options it owns, where it is registered (`dfl.algorithms`, `dfl.topologies`, `dfl.data`,
-`dfl.models`, `dfl.loggers`, `dfl.network.settings` for link faults, compressed gossip and the asynchronous
-mode), and the rules that join components are written once, below. Every check raises `ConfigError` naming the
-field and the allowed values.
+`dfl.models`, `dfl.loggers`, `dfl.threads`, `dfl.network.settings` for link faults, compressed gossip and the
+asynchronous mode), and the rules that join components are written once, below. Every check raises `ConfigError`
+naming the field and the allowed values.
 
 Nothing here imports torch (the built-in components are declared by card, `dfl.registry.Registry.declare`), so
 a wrong config is refused at once; only a plug-in named by entry point or "package.module:factory" is imported.
@@ -12,7 +12,7 @@ a wrong config is refused at once; only a plug-in named by entry point or "packa
 
 from __future__ import annotations
 
-from dfl import algorithms, data, loggers, models, topologies
+from dfl import algorithms, data, loggers, models, threads, topologies
 from dfl.config import Config
 from dfl.errors import ArgumentError, ConfigError
 from dfl.network import settings as network
@@ -32,6 +32,7 @@ def validate(config: Config) -> Config:
     _check_round_size(config, shape)
     models.check_config(config)
     loggers.check_config(config)
+    threads.check_config(config)  # "auto" or N >= 1 (dfl.threads: no torch, so the CLI checks it before torch loads)
     network.check_config(config, centralized)  # link faults, stragglers; compressed gossip; the asynchronous mode
     if config.mode == "async" and config.compressor != "none":
         raise ConfigError(f"compressor = {config.compressor} is not modelled in mode = async (CHOCO's public "

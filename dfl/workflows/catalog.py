@@ -167,7 +167,7 @@ def _weights() -> list[dict]:
     for name in registry.SCHEMES:
         fn = getattr(registry, name.replace("-", "_"), None)
         description = _bullet(registry.__doc__, name) or (_own_doc(fn) if fn is not None else "")
-        options = {"base": "metropolis"} if name == "lazy" else {}
+        options = {"base": "metropolis"} if name == "lazy" else {"sizes": REQUIRED} if name == "sample-count" else {}
         entry = {"name": name, "description": description, "options": options}
         if name == "lazy" and hasattr(registry, "LAZY_BASES"):
             entry["choices"] = {"base": list(registry.LAZY_BASES)}

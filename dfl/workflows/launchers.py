@@ -40,6 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from dfl import threads
 from dfl.config import Config
 from dfl.engine.results import atomic_write_bytes, to_json
 from dfl.errors import LauncherError, SweepInterrupted
@@ -130,17 +131,25 @@ def _metrics(summary: dict[str, Any]) -> dict[str, Any]:
     return {k: summary[k] for k in ("rounds_completed", "test_acc") if k in summary}
 
 
-def _cpu_count() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # pragma: no cover (macOS, Windows)
-        return os.cpu_count() or 1
+def worker_threads(config: Config, workers: int) -> int:
+    """The torch threads of a run that shares this machine with `workers - 1` other runs: the run's own
+    `threads` when it is a number, else ("auto") this process's threads (`dfl.threads.count`: OMP_NUM_THREADS,
+    or its cores) split evenly among the workers, at least 1. Every launcher splits the cores this way."""
+    if config.threads != threads.AUTO:
+        return threads.count(config.threads)
+    return max(1, threads.count() // max(1, workers))
+
+
+def _threads_env(n: int) -> dict[str, str]:
+    """The environment that gives a worker `n` threads: "auto" in its run reads OMP_NUM_THREADS."""
+    return {name: str(n) for name in threads.COUNT_VARIABLES}
 
 
 # ---------------------------------------------------------------------------------------------- local pool
 class LocalPool:
     """Today's pool: `parallel` = 1 runs the runs one after the other in this process; more runs that many
-    worker processes, each with cpu_count // parallel torch threads. SIGINT, SIGTERM and SIGHUP stop it (see
+    worker processes, each with its run's `threads`, or ("auto") this process's threads // parallel
+    (`worker_threads`). SIGINT, SIGTERM and SIGHUP stop it (see
     `dfl.workflows.sweep`); the workers get SIGTERM (SIGKILL after `STOP_GRACE_SECONDS`)."""
 
     kind = "local"
@@ -231,8 +240,6 @@ def _stop_workers(procs: list[subprocess.Popen], grace: float = STOP_GRACE_SECON
 def _run_parallel(tasks: list[RunTask], parallel: int, started, finished) -> None:
     """Worker subprocesses, at most `parallel` at once; each run's stdout/stderr go to temporary files, kept in
     the run directory as error.log when it fails."""
-    threads = max(1, _cpu_count() // parallel)
-    env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
     queue, running, count = list(enumerate(tasks, 1)), {}, 0
     preexec = _die_with_parent()
     try:
@@ -241,7 +248,8 @@ def _run_parallel(tasks: list[RunTask], parallel: int, started, finished) -> Non
                 count, task = queue.pop(0)
                 task.run_dir.mkdir(parents=True, exist_ok=True)
                 job = {"config": task.config.replace(progress=False).to_dict(), "out": str(task.run_dir),
-                       "action": task.action, "threads": threads}
+                       "action": task.action}
+                env = {**os.environ, **_threads_env(worker_threads(task.config, parallel))}
                 stdout, stderr = tempfile.TemporaryFile(), tempfile.TemporaryFile()
                 proc = subprocess.Popen([sys.executable, "-c", WORKER, json.dumps(job)], stdout=stdout,
                                         stderr=stderr, stdin=subprocess.DEVNULL, env=env,
@@ -273,15 +281,12 @@ WORKER = "import sys; from dfl.workflows.launchers import _worker_main; sys.exit
 
 
 def _worker_main(job_json: str) -> int:
-    import torch
-
     from dfl.engine.runner import raise_on_signal
 
     # the sweep stops its workers with SIGTERM (and so does the kernel when the sweep dies): the run then records
     # status "interrupted" with its last completed round instead of dying mid-summary
     signal.signal(signal.SIGTERM, raise_on_signal)
-    job = json.loads(job_json)
-    torch.set_num_threads(int(job["threads"]))
+    job = json.loads(job_json)  # its threads: OMP_NUM_THREADS, set by the pool (`worker_threads`), read by dfl.run
     try:
         outcome = execute_run(Config.from_dict(job["config"]), Path(job["out"]), job["action"])
     except KeyboardInterrupt as exc:
@@ -473,10 +478,8 @@ class RunJob:
         env = submitit.JobEnvironment()
         if env.num_tasks > 1:  # the CUDA device of a rank is cuda:LOCAL_RANK (dfl.engine.distributed)
             submitit.helpers.TorchDistributedEnvironment().export(set_cuda_visible_devices=False, overwrite=True)
-        if self.threads:
-            import torch
-
-            torch.set_num_threads(self.threads)
+        if self.threads:  # the run's "auto" reads it (dfl.threads); torch, if loaded, gets it from dfl.run
+            os.environ.update(_threads_env(self.threads))
         run_dir = Path(self.run_dir)
         action = self.action
         checkpoint = run_dir / "checkpoint.pt"
@@ -529,11 +532,16 @@ class SubmititLauncher:
         sweep_dir = Path(sweep_dir)
         folder = sweep_dir / JOBS_DIR / "%j"
         params = self.options.executor_parameters(self.executor, name=f"dfl-{sweep_dir.resolve().name}")
-        threads = 0  # torch's default; on Slurm the cores of --cpus-per-run, split over the run's processes
-        if self.executor == "slurm" and self.options.cpus_per_run:
-            threads = self.options.cpus_per_run // self.options.tasks_per_run
-        if self.executor == "local":  # share this machine's cores between the runs that run at once
-            threads = max(1, _cpu_count() // max(1, len(tasks) * self.options.tasks_per_run))
+        ranks = self.options.tasks_per_run
+
+        def run_threads(config: Config) -> int:  # 0: the run's "auto" decides where it runs (its CPU affinity)
+            if self.executor == "local":  # share this machine's cores between the runs that run at once
+                return worker_threads(config, len(tasks) * ranks)
+            if config.threads != threads.AUTO:
+                return threads.count(config.threads)
+            return self.options.cpus_per_run // ranks if self.options.cpus_per_run else 0
+
+        if self.executor == "local":
             executor = self.submitit.LocalExecutor(folder=folder)
         else:
             try:
@@ -548,8 +556,8 @@ class SubmititLauncher:
         now = time.time()
         for task in tasks:
             task.run_dir.mkdir(parents=True, exist_ok=True)
-        jobs = [RunJob(t.config.replace(progress=False).to_dict(), str(t.run_dir), t.action, now, threads)
-                for t in tasks]
+        jobs = [RunJob(t.config.replace(progress=False).to_dict(), str(t.run_dir), t.action, now,
+                       run_threads(t.config)) for t in tasks]
         handles: list[Handle] = []
         if self.executor == "slurm":  # one sbatch: the whole array is accepted, or nothing is
             try:

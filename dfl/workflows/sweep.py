@@ -413,8 +413,9 @@ def run_sweep(
     when `plan_run` gives a reason), job_id (submitit), plus rounds_completed, test_acc and seconds when known.
 
     `launcher` (`dfl.workflows.launchers`) executes the runs; by default a `LocalPool` of `parallel` (default:
-    the spec's) worker processes, each with cpu_count // parallel torch threads and no progress bar, and
-    `run_sweep` returns when every run has ended. A submitit launcher returns once the runs are queued.
+    the spec's) worker processes, each with its run's threads (for "auto": this process's // parallel,
+    `launchers.worker_threads`) and no progress bar, and `run_sweep` returns when every run has ended. A
+    submitit launcher returns once the runs are queued.
     `retry_diverged` starts diverged runs over from scratch (by default they are skipped, even when `rounds`
     grew)."""
     out = Path(out)

@@ -1,0 +1,130 @@
+"""How many threads a dfl process computes with, and how its OpenMP threads wait for each other.
+
+torch's CPU kernels run in OpenMP parallel regions; a step of a small model is ~100 of them, each ending in a
+barrier. At a barrier libgomp (the OpenMP runtime of torch's Linux CPU wheel) lets a thread spin before it
+sleeps: 300,000 rounds of a `pause` loop by default, milliseconds on a CPU whose `pause` takes ~140 cycles. On an
+idle machine the partner arrives within microseconds and the spin is free; on a busy one the partner has been
+descheduled, every barrier spins away the rest of a time slice, and a run of a few seconds takes minutes
+(docs/benchmarks.md, "Threads on a busy machine", has the measurements).
+
+The rule, for every process that imports dfl before torch (`dfl ...`, `python -m dfl`, torchrun ranks, sweep
+workers, scripts and notebooks that `import dfl` first):
+
+- Waiting: `GOMP_SPINCOUNT = SPIN_COUNT` (a waiting thread spins about SPIN_COUNT `pause`s, tens of
+  microseconds, then sleeps), set by `prepare_environment` at `import dfl`, before torch loads libgomp, unless
+  OMP_WAIT_POLICY or GOMP_SPINCOUNT is already set (the user's choice is kept). The variable is inherited by the
+  processes dfl starts.
+- Count (`Config.threads`, `--threads`, the TOML key `threads`): `"auto"` is the value of OMP_NUM_THREADS when
+  that is set (torchrun sets 1 when it starts several ranks on a machine; a sweep's pool sets each worker's
+  share), else the cores in this process's CPU affinity shared evenly among the ranks of this machine
+  (torchrun's LOCAL_WORLD_SIZE), at least 1. An integer N is N threads. `apply` sets it: torch.set_num_threads
+  when torch is loaded, else OMP_NUM_THREADS and MKL_NUM_THREADS for when it loads.
+
+When torch was imported before dfl, libgomp has read its environment already: the thread count still applies
+(torch.set_num_threads), but the spin cannot change any more; `apply` warns once per process when that happens
+with more than one thread. Set GOMP_SPINCOUNT yourself before importing torch, or import dfl first.
+
+This module imports no torch (it runs before torch loads): it finds torch in `sys.modules` when it is loaded.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import warnings
+from typing import Any
+
+from dfl.errors import ConfigError
+
+AUTO = "auto"
+# GOMP_SPINCOUNT set at import: see docs/benchmarks.md ("Threads on a busy machine") for the measurements
+SPIN_COUNT = 1_000
+WAIT_VARIABLES = ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")
+COUNT_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
+
+# at import of dfl: was torch already loaded (its OpenMP runtime has read the environment), and did dfl set the
+# spin count itself
+_state: dict[str, Any] = {"torch_first": None, "set_spin": False, "warned": False}
+
+
+def check(value: Any, where: str = "threads") -> None:
+    """Raise `ConfigError` (one line naming `where`) unless `value` is "auto" or an integer >= 1. No torch: the
+    CLI and `Config` checks may call it before torch loads."""
+    if value == AUTO and isinstance(value, str):
+        return
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigError(f'{where} must be "auto" or an integer >= 1 (torch threads of the process), got {value!r}')
+
+
+def check_config(config) -> None:
+    """`Config.threads`: "auto" or an integer >= 1."""
+    check(config.threads)
+
+
+def cores() -> int:
+    """The cores this process may run on: its CPU affinity (Slurm's and taskset's restrictions included)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover (macOS, Windows)
+        return os.cpu_count() or 1
+
+
+def share(processes: int) -> int:
+    """Threads for each of `processes` processes that share this process's cores: cores // processes, >= 1."""
+    return max(1, cores() // max(1, processes))
+
+
+def _env_count(name: str) -> int | None:
+    """A positive integer environment variable, or None when unset or not a positive integer."""
+    text = os.environ.get(name, "").strip()
+    return int(text) if text.isdigit() and int(text) > 0 else None
+
+
+def count(value: Any = AUTO) -> int:
+    """The number of threads `value` ("auto" or N) means in this process (see the module's rule)."""
+    check(value)
+    if value != AUTO:
+        return int(value)
+    given = _env_count("OMP_NUM_THREADS")
+    if given is not None:
+        return given
+    return share(_env_count("LOCAL_WORLD_SIZE") or 1)
+
+
+def prepare_environment() -> bool:
+    """At `import dfl`: set GOMP_SPINCOUNT = SPIN_COUNT unless torch is loaded already or OMP_WAIT_POLICY /
+    GOMP_SPINCOUNT is set. Returns whether it set it. Idempotent."""
+    if _state["torch_first"] is None:
+        _state["torch_first"] = "torch" in sys.modules
+    if _state["torch_first"] or any(name in os.environ for name in WAIT_VARIABLES):
+        return False
+    os.environ["GOMP_SPINCOUNT"] = str(SPIN_COUNT)
+    _state["set_spin"] = True
+    return True
+
+
+def spin_is_bounded() -> bool:
+    """Whether this process's OpenMP threads wait as the rule says or as the user set (False: torch was loaded
+    before dfl, with libgomp's default spin)."""
+    return bool(_state["set_spin"]) or not _state["torch_first"] or any(n in os.environ for n in WAIT_VARIABLES)
+
+
+def apply(value: Any = AUTO) -> int:
+    """Give this process `count(value)` threads (torch.set_num_threads when torch is loaded, else the
+    environment torch reads when it loads); returns the count. Warns once per process when torch was loaded
+    before dfl with libgomp's default spin and more than one thread (the case that collapses on a busy machine)."""
+    n = count(value)
+    torch = sys.modules.get("torch")
+    if torch is None:
+        for name in COUNT_VARIABLES:
+            os.environ[name] = str(n)
+        return n
+    if torch.get_num_threads() != n:
+        torch.set_num_threads(n)
+    if n > 1 and not spin_is_bounded() and not _state["warned"]:
+        _state["warned"] = True
+        warnings.warn(f"torch was imported before dfl, so its {n} OpenMP threads spin for milliseconds at every "
+                      f"barrier, which is slow on a busy machine: import dfl before torch, or set "
+                      f"GOMP_SPINCOUNT={SPIN_COUNT} (or threads = 1) before starting Python", RuntimeWarning,
+                      stacklevel=2)
+    return n

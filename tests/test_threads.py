@@ -1,0 +1,111 @@
+"""dfl.threads: the `threads` option ("auto" or N) and the OpenMP wait dfl sets before torch loads."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+import dfl
+from dfl import threads
+from dfl.errors import ConfigError
+
+
+@pytest.mark.parametrize("value", ["auto", 1, 2, 64])
+def test_good_values_pass(value):
+    threads.check(value)
+    assert threads.count(value) >= 1
+
+
+@pytest.mark.parametrize("value", [0, -1, True, False, 1.5, "2", "two", "AUTO", None, [2]])
+def test_bad_values_are_refused_in_one_line(value):
+    with pytest.raises(ConfigError, match=r'^threads must be "auto" or an integer >= 1 .*got') as info:
+        threads.check(value)
+    assert "\n" not in str(info.value)
+    with pytest.raises(ConfigError, match="threads must be"):
+        dfl.validate(dfl.Config(threads=value))
+
+
+def test_auto_is_omp_num_threads_else_the_cores_shared_among_local_ranks(monkeypatch):
+    monkeypatch.setattr(threads, "cores", lambda: 8)
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.delenv("LOCAL_WORLD_SIZE", raising=False)
+    assert threads.count() == 8 and threads.count(3) == 3
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "3")  # a torchrun rank of three on this machine
+    assert threads.count() == 2 and threads.count(5) == 5
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")  # what torchrun sets when it starts several ranks
+    assert threads.count() == 1 and threads.count(4) == 4
+    monkeypatch.setenv("OMP_NUM_THREADS", "junk")  # not a count: ignored
+    assert threads.count() == 2
+    assert threads.share(3) == 2 and threads.share(100) == 1 and threads.share(0) == 8
+
+
+def python(code: str, **env: str) -> dict:
+    """Run `code` in a fresh interpreter (the OpenMP variables of this one removed, `env` added); its last
+    stdout line is JSON."""
+    clean = {k: v for k, v in os.environ.items() if k not in (*threads.WAIT_VARIABLES, *threads.COUNT_VARIABLES)}
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                          env={**clean, **env})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return {**json.loads(proc.stdout.strip().splitlines()[-1]), "stderr": proc.stderr}
+
+
+REPORT = ("import json, os, sys; print(json.dumps({'spin': os.environ.get('GOMP_SPINCOUNT'), "
+          "'policy': os.environ.get('OMP_WAIT_POLICY'), 'torch': 'torch' in sys.modules}))")
+
+
+def test_import_dfl_bounds_the_spin_before_torch_loads_and_keeps_the_users_choice():
+    got = python("import dfl; " + REPORT)
+    assert got == {**got, "spin": str(threads.SPIN_COUNT), "policy": None, "torch": False}
+    assert python("import dfl; " + REPORT, GOMP_SPINCOUNT="5")["spin"] == "5"
+    got = python("import dfl; " + REPORT, OMP_WAIT_POLICY="PASSIVE")
+    assert (got["spin"], got["policy"]) == (None, "PASSIVE")
+    # `python -m dfl` and the console script import dfl through dfl.cli, before any command loads torch
+    assert python("import dfl.cli; " + REPORT)["spin"] == str(threads.SPIN_COUNT)
+
+
+def test_run_applies_threads_and_warns_once_when_torch_came_first():
+    run = ("dfl.run(dfl.Config(rounds=1, clients=2, model='logreg', dataset_options={{'num_samples': 200}}, "
+           "local_steps=1, eval_every=1, progress=False, threads={n}))")
+    got = python("import dfl, torch, json, warnings; warnings.simplefilter('error'); " + run.format(n=1)
+                 + "; print(json.dumps({'threads': torch.get_num_threads()}))")
+    assert got["threads"] == 1
+    # torch first: the count still applies; the spin cannot change any more, and dfl.run says so, once
+    code = ("import torch, dfl, json, warnings\nwith warnings.catch_warnings(record=True) as seen:\n"
+            "    warnings.simplefilter('always')\n    " + run.format(n=2) + "\n    " + run.format(n=2)
+            + "\nprint(json.dumps({'threads': torch.get_num_threads(), 'warnings': [str(w.message) for w in seen "
+              "if 'GOMP_SPINCOUNT' in str(w.message)]}))")
+    got = python(code)
+    assert got["threads"] == 2 and len(got["warnings"]) == 1 and "import dfl before torch" in got["warnings"][0]
+    assert python(code, GOMP_SPINCOUNT="1000")["warnings"] == []  # the user bounded the spin: nothing to say
+
+
+def test_apply_before_torch_loads_sets_the_environment_it_reads():
+    got = python("import dfl, json, os; from dfl import threads; n = threads.apply(1); import torch; "
+                 "print(json.dumps({'n': n, 'omp': os.environ['OMP_NUM_THREADS'], 'torch': torch.get_num_threads()}))")
+    assert got == {**got, "n": 1, "omp": "1", "torch": 1}
+
+
+def test_cli_refuses_bad_threads_before_loading_torch():
+    code = ("import contextlib, io, json, sys; from dfl.cli import main; err = io.StringIO()\n"
+            "with contextlib.redirect_stderr(err):\n    rc = main(['run', '--threads', '{v}'])\n"
+            "print(json.dumps({{'rc': rc, 'err': err.getvalue(), 'torch': 'torch' in sys.modules}}))")
+    for value in ("0", "two", "-3"):
+        got = python(code.format(v=value))
+        assert got["rc"] == 2 and not got["torch"], got
+        assert got["err"].startswith("dfl: error: threads must be") and got["err"].count("\n") == 1
+
+
+def test_threads_and_conv_layouts_benchmarks_run_at_toy_size(tmp_path):
+    from tests.test_benchmarks import run_script
+
+    out = run_script("threads.py", "--loads", "0", "--settings", "today", "auto", "threads:1", "--workloads",
+                     "main", "--rounds", "1", "--repeats", "1", "--markdown", str(tmp_path / "t.md"))
+    row = next(line for line in out.splitlines() if line.startswith("| main | 0 × torch |"))
+    assert row.count("×") >= 5  # each setting's ratio to the best, auto / best, auto / today
+    assert "auto / today" in (tmp_path / "t.md").read_text()
+    out = run_script("conv_layouts.py", "--clients", "2", "--repeats", "1")
+    assert "| conv 32→32, k 3 |" in out and "| NHWC grouped convolutions" in out
