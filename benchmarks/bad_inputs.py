@@ -79,6 +79,17 @@ COMBOS = [
     "--batch-size 100000000", "--hessian-every 1 --hessian-samples 1000000000", "--eval-batch-size 1000000000",
     "--client-eval-samples 1000000000", "--lr 1e30 --lr-decay 1 --rounds 3 --eval-every 1", "--rounds 1000000000",
     "--eval-every 1000000000", "--checkpoint-every 1000000000", "--seed 18446744073709551616",
+    "--topology hierarchical", "--topology hierarchical --topology-options groups=3",
+    "--topology hierarchical --topology-options groups=2 inner=rng",
+    "--topology hierarchical --clients 1000000000 --topology-options groups=10",
+    "--topology hierarchical --topology-options groups=2 inner_options=5",
+    "--topology random-pull --weights metropolis", "--topology random-pull --link-failure 0.1",
+    "--topology one-peer --topology-options graph=x", "--topology one-peer --clients 1000000000",
+    "--topology one-peer --topology-options graph=star graph_options={centre=99}",
+    "--topology exponential --topology-options exponent_base=1", "--topology star --topology-options centre=-1",
+    "--topology directed-ring --offline 0.2", "--weights sample-count", "--weights column-stochastic",
+    "--weights sample-count --topology-options sizes=[1,2]", "--algorithm kgt --algorithm-options outer_lr=0",
+    "--algorithm dsgt --local-optimizer adam", "--algorithm KGT", "--threads 0", "--threads two",
 ]
 SNIPPETS = {  # the Python API: each must raise a dfl error (one line), as the CLI does
     "run a str": "dfl.run('not a config')",
@@ -152,7 +163,11 @@ def cases() -> list[Case]:
                  "erdos-renyi --clients 8 --p 2", "custom", "custom --matrix missing.npy", "compare --clients 0",
                  "compare --clients 16 --topologies rng", "ring --clients 8 --gossip-steps 0",
                  "ring --clients 8 --eps 2", "show", "show nosuch", "ring --clients 8 --options x=1",
-                 "ring --clients -3", "full --clients 1000000", "star --clients 8 --weights uniform"]:
+                 "ring --clients -3", "full --clients 1000000", "star --clients 8 --weights uniform",
+                 "hierarchical --clients 12 --groups 5", "hierarchical --clients 1000000000 --groups 7",
+                 "one-peer --clients 1000000000", "random-pull --clients 8 --k 2 --weights metropolis",
+                 "exponential --clients 8 --exponent-base 1", "star --clients 8 --centre 9", "draw ring --clients 8",
+                 "draw ring --clients 8 --out x.txt", "ring --clients 8 --steps 3"]:
         out.append(Case("dfl topology", args, ["topology", *args.split()]))
     for args in ["compare-topologies --algorithms fedavg", "compare-topologies --algorithms DFedSAM",
                  "compare-topologies --topologies rng", "compare-topologies --seeds 0",

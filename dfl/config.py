@@ -37,7 +37,7 @@ else:  # pragma: no cover
 
 import tomli_w
 
-from dfl.errors import ConfigError
+from dfl.errors import ArgumentError, ConfigError
 
 # fp32: true fp32 everywhere (TF32 off: exact-averaging tests need it). bf16: the clients' forward and backward
 # passes run under torch.autocast(bfloat16); parameters, updates, gossip and evaluation stay fp32. tf32: fp32
@@ -324,6 +324,15 @@ class Config:
         "locally)", choices=("p2p", "allgather"))
     dist_timeout: float = option(300.0, "torchrun: seconds before a collective waiting on a dead rank fails",
         interval="(0, inf)")
+
+    def __post_init__(self) -> None:
+        """A value of the wrong type is refused at once: `ArgumentError` (a ConfigError and the TypeError Python
+        users expect) listing every wrong field and what it takes, the message `validate` gives. A config whose
+        values all have their types is built even when some are out of range: `validate` refuses those, so a
+        config can be built, changed and then checked."""
+        if any(_type_problem(getattr(self, f.name), str(f.type)) is not None for f in fields(self)):
+            problems = self.problems()  # every wrong field at once, those of the right type but out of range too
+            raise ArgumentError("; ".join(problems), problems)
 
     # ------------------------------------------------------------------ conversion
     def to_dict(self) -> dict[str, Any]:

@@ -56,7 +56,11 @@ FAMILIES: list[tuple[str, str, list[Case]]] = [
         "dfl run --topology-options degree=4", "dfl run --dataset-options num_sample=100",
         "dfl run --dataset-options test_fraction=1", "dfl run --partition similarity",
         "dfl run --model mlp --model-options width=3", "dfl run --algorithm-options clip=0.5",
-        "dfl run --algorithm-options rho=0.05", "dfl run --dataset cifar10",
+        "dfl run --algorithm-options rho=0.05", "dfl run --algorithm kgt --algorithm-options outer_lr=0",
+        "dfl run --topology hierarchical --topology-options groups=5",
+        "dfl run --topology one-peer --topology-options graph=random-k",
+        "dfl run --topology random-pull --weights metropolis", "dfl run --weights sample-count",
+        "dfl run --threads 0", "dfl run --dataset cifar10",
         "dfl run --dataset cifar10 --data-root no/such/dir"]]),
     ("One setting, one place", "A value given twice is refused naming both places; one that does nothing for the "
      "chosen component is refused, or, like an algorithm option the algorithm does not read, warned about and "
@@ -72,6 +76,8 @@ FAMILIES: list[tuple[str, str, list[Case]]] = [
         "dfl run --dataset-options num_samples=1000000000",
         "dfl run --dataset synthetic --dataset-options size_log_sigma=1000",
         "dfl topology ring --clients 1000000000", "dfl topology ring --clients 100000000000000000000",
+        "dfl topology hierarchical --clients 1000000000 --groups 7",
+        "dfl run --topology hierarchical --clients 1000000000 --topology-options groups=10",
         "dfl spectral-study --clients 1000000000 --dry-run"]]),
     ("Fields that go together", "Rules between fields: schedules, optimizers, stopping, unreliable networks, "
      "compressed gossip, the asynchronous mode.", [Case(c) for c in [
@@ -93,6 +99,7 @@ FAMILIES: list[tuple[str, str, list[Case]]] = [
         Case("dfl run exp.toml", {"exp.toml": "name = 'é'\n".encode("latin-1")}),
         Case("dfl run exp.toml", {"exp.toml": b"rounds = \n"}),
         Case("dfl run exp.toml", {"exp.toml": b'topology = ["ring"]\n'}),
+        Case("dfl run exp.toml", {"exp.toml": b'topology = "Ring"\n'}),
         Case("dfl run exp.toml", {"exp.toml": b"clients = 0\nlr = -1\nrnds = 3\n"}),
         Case("dfl run exp.toml", {"exp.toml": b'topology = "custom"\nmatrix = "W.npy"\n'})]),
     ("What happens during a run", "A run that diverges (NaN/inf parameters, losses or consensus distance, or the "
@@ -102,9 +109,10 @@ FAMILIES: list[tuple[str, str, list[Case]]] = [
         "--dataset-options num_samples=400 --no-progress"]]),
 ]
 API = [Case(c) for c in [
-    'dfl.run("not a config")', 'dfl.run(dfl.Config(rounds=1), data="garbage")', "dfl.validate(dfl.Config(data_root=5))",
+    'dfl.run("not a config")', 'dfl.run(dfl.Config(rounds=1), data="garbage")', "dfl.Config(data_root=5)",
     "dfl.Config.from_dict([1, 2])", 'dfl.Config.from_toml("missing.toml")', 'topologies.build("ring", 10**12)',
-    'dfl.validate(dfl.Config(algorithm="DFedSAM"))']]
+    'dfl.validate(dfl.Config(algorithm="DFedSAM"))', "dfl.validate(dfl.Config(threads=0))",
+    'topologies.build("hierarchical", 12, groups=5)']]
 
 
 def run(case: Case) -> tuple[int | str, str, str]:

@@ -95,8 +95,13 @@ def test_python_api_wrong_types_raise_dfl_errors():
         dfl.run(Config(rounds=1), data="garbage")
     with pytest.raises(ArgumentError, match="out must be a directory path"):
         dfl.run(Config(rounds=1), out=5)
-    with pytest.raises(ConfigError, match="data_root must be a string, got 5"):
-        dfl.validate(Config(data_root=5))
+    with pytest.raises(ArgumentError, match="data_root must be a string, got 5"):  # when the Config is built
+        Config(data_root=5)
+    with pytest.raises(ArgumentError, match="topology must be a string, got list"):
+        Config().replace(topology=["ring"])
+    config = Config(clients=0)  # the right type, out of range: built, and refused by validate
+    with pytest.raises(ConfigError, match="clients must be >= 1, got 0"):
+        dfl.validate(config)
     with pytest.raises(ConfigError, match="a config is a table of fields .*got list"):
         Config.from_dict([("rounds", 3)])
     with pytest.raises(ConfigError, match="config keys are field names"):
@@ -104,9 +109,23 @@ def test_python_api_wrong_types_raise_dfl_errors():
 
 
 def test_all_wrong_fields_of_a_config_are_reported_at_once():
-    with pytest.raises(ConfigError) as info:
-        Config(clients=0, lr="fast", device="gpu", loggers="tensorboard").validate()
+    with pytest.raises(ArgumentError) as info:  # two of the wrong type: refused when built, with the other two
+        Config(clients=0, lr="fast", device="gpu", loggers="tensorboard")
     assert len(info.value.problems) == 4
+    with pytest.raises(ConfigError) as info:
+        Config(clients=0, lr=-1.0, device="gpu").validate()
+    assert len(info.value.problems) == 3
+
+
+def test_a_refused_value_of_the_config_file_names_the_file(tmp_path, capsys):
+    # a value the file set and no flag replaced: the message names the file, as its type errors do
+    path = _toml(tmp_path, 'topology = "Ring"\n')
+    assert dfl.cli.main(["run", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"dfl run: error: config file {path}: topology must be one of") and "'ring'" in err
+    assert dfl.cli.main(["run", str(path), "--topology", "Rnig"]) == 2  # the flag's value: no file named
+    err = capsys.readouterr().err
+    assert err.startswith("dfl run: error: topology must be one of") and err.count("\n") == 1
 
 
 @pytest.mark.parametrize("changes,message", [

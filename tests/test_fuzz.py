@@ -26,7 +26,7 @@ from hypothesis import strategies as st
 import dfl
 from dfl.cli import main
 from dfl.config import Config, tomllib
-from dfl.errors import ConfigError
+from dfl.errors import ArgumentError, ConfigError
 
 pytestmark = pytest.mark.timeout(240)  # a hang guard only
 
@@ -72,13 +72,24 @@ def _validates(config: Config) -> bool:
     return True
 
 
+def _built(values: dict) -> Config | None:
+    """Config(**values), or None when it refuses a value of the wrong type (an ArgumentError: a ConfigError and a
+    TypeError, one line)."""
+    try:
+        return Config(**values)
+    except TypeError as exc:
+        assert isinstance(exc, ArgumentError), f"{type(exc).__name__}: {exc}"
+        _one_line_dfl_error(exc)
+        return None
+
+
 # ------------------------------------------------------------------------------------------------ Config
 @SETTINGS
 @given(st.dictionaries(st.sampled_from(FIELDS), values, min_size=1, max_size=3))
 def test_any_field_values_are_a_one_line_error_or_valid(changes):
     changes = {k: v for k, v in changes.items() if not (k == "model" and isinstance(v, str) and ":" in v)}
-    config = Config(**{**TINY, **changes})
-    if _validates(config):  # then what config.toml holds reads back and validates too
+    config = _built({**TINY, **changes})
+    if config is not None and _validates(config):  # then what config.toml holds reads back and validates too
         assert _validates(Config.from_dict(tomllib.loads(config.to_toml())))
 
 
@@ -89,8 +100,9 @@ def test_any_field_values_are_a_one_line_error_or_valid(changes):
        st.sampled_from(["dirichlet", "iid", "shards", "similarity", "dirichlet-class"]),
        st.sampled_from(["mnist1d", "synthetic", "digits"]))
 def test_any_component_options_are_a_one_line_error_or_valid(table, options, topology, partition, dataset):
-    _validates(Config(**{**TINY, "topology": topology, "partition": partition, "dataset": dataset,
-                         table: options}))
+    config = _built({**TINY, "topology": topology, "partition": partition, "dataset": dataset, table: options})
+    if config is not None:
+        _validates(config)
 
 
 # ------------------------------------------------------------------------------------------------ TOML files
@@ -199,8 +211,8 @@ def test_any_dfl_run_arguments(argv):
     "rho": st.sampled_from([0.0, 1e6]),
 }))
 def test_accepted_configs_run_tiny(changes):
-    config = Config(**{**TINY, **changes})
-    if not _validates(config):
+    config = _built({**TINY, **changes})
+    if config is None or not _validates(config):
         return
     try:
         result = dfl.run(config)

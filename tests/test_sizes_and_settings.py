@@ -53,6 +53,35 @@ def test_a_topology_check_needs_no_construction():
     assert isinstance(TopologyError("x"), ValueError)
 
 
+@pytest.mark.parametrize("name,n,options,message", [
+    ("exponential", 8, {"exponent_base": 1}, "exponent_base must be an integer >= 2, got 1"),
+    ("star", 8, {"centre": 8}, r"centre must be a client index in 0..7, got 8"),
+    ("random-pull", 8, {"k": 8}, "k must be an integer with 1 <= k <= n-1 = 7"),
+    ("random-pull", 8, {"k": 2, "weights": "metropolis"}, "random-pull .* supports weights row-stochastic"),
+    ("one-peer", 8, {"graph": "random-k"}, "one-peer option graph must be a static topology"),
+    ("one-peer", 8, {"graph": "star", "graph_options": {"centre": 9}}, r"one-peer base graph \(star on 8 clients\): "
+                                                                       "centre must be"),
+    ("hierarchical", 12, {}, "hierarchical needs option groups"),
+    ("hierarchical", 12, {"groups": 5}, "groups must be an integer that divides n = 12 .*one of 1, 2, 3, 4, 6, 12; "
+                                        "got 5"),
+    ("hierarchical", 12, {"groups": 4, "inner": "random-regular"}, r"hierarchical inner graph \(random-regular on 3 "
+                                                                   r"clients\): random-regular needs option degree"),
+    ("hierarchical", 12, {"groups": 4, "outer_options": 5}, "outer_options must be a table"),
+    ("hierarchical", 10**9, {"groups": 7}, "divides n = 1000000000 .*one of 1, 2, 4, 5, 8, .*, ...; got 7"),
+    ("hierarchical", 10**15 + 1, {"groups": 2}, r"a divisor of n; got 2"),  # too large to list (no n-step loop)
+    ("hierarchical", 10**9, {"groups": 10}, r"hierarchical inner graph \(full on 100000000 clients\): full on n = "
+                                            "100,000,000 clients needs"),
+    ("one-peer", 10**12, {}, r"one-peer base graph \(exponential on 1,000,000,000,000 clients\): .* needs"),
+    ("random-pull", 10**9, {"k": 1000}, "random-pull on n = 1,000,000,000 clients needs"),
+    ("full", 10**6, {"weights": "row-stochastic"}, r"full on n = 1,000,000 clients needs .*1,000,000,000,000 edges"),
+])
+def test_the_newer_topologies_are_checked_before_they_are_built(one_gib, name, n, options, message):
+    with pytest.raises(TopologyError, match=message):
+        topologies.check(name, n, **options)
+    with pytest.raises(TopologyError, match=message):  # build runs the same checks first
+        topologies.build(name, n, **options)
+
+
 @pytest.mark.parametrize("changes,message", [
     ({"clients": 10**9}, "ring on n = 1,000,000,000 clients needs"),
     ({"clients": 5000}, "clients = 5,000 exceeds the 3,200 training samples of mnist1d .num_samples = 4,000.: every "

@@ -96,7 +96,7 @@ def test_cli_refuses_bad_threads_before_loading_torch():
     for value in ("0", "two", "-3"):
         got = python(code.format(v=value))
         assert got["rc"] == 2 and not got["torch"], got
-        assert got["err"].startswith("dfl: error: threads must be") and got["err"].count("\n") == 1
+        assert got["err"].startswith("dfl run: error: threads must be") and got["err"].count("\n") == 1
 
 
 def test_threads_and_conv_layouts_benchmarks_run_at_toy_size(tmp_path):

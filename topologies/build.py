@@ -191,7 +191,10 @@ def _check_one_peer(n: int, graph: object = "exponential", graph_options: object
     if unknown:
         raise TopologyError(f"unknown graph_options {', '.join(unknown)} for base graph {graph!r}; allowed: "
                             f"{', '.join(STATIC[graph][1]) or 'none'}")
-    check(graph, n, **graph_options)
+    try:
+        check(graph, n, **graph_options)
+    except TopologyError as err:
+        raise TopologyError(f"one-peer base graph ({graph} on {n:,} clients): {err}") from None
 
 
 def _check_hierarchical(n: int, weights: str | None, base: str | None, options: dict) -> None:

@@ -15,7 +15,7 @@ import warnings
 from dataclasses import fields
 from pathlib import Path
 
-from dfl.config import Config, options
+from dfl.config import Config, options, read_toml
 from dfl.errors import ConfigError
 
 
@@ -110,6 +110,20 @@ def config_from_args(args: argparse.Namespace) -> Config:
     return config.replace(**changes)
 
 
+def validate_args(args: argparse.Namespace, validate) -> Config:
+    """`validate(config_from_args(args))`; a refusal of a field that the config file set (and no flag replaced)
+    names the file, as the file's own type and range errors do (`Config.from_toml`)."""
+    config = config_from_args(args)
+    try:
+        return validate(config)
+    except ConfigError as exc:
+        path = vars(args).get("config_file")
+        field = str(exc).split(" ", 1)[0].split(".", 1)[0].rstrip(":")  # "topology must ...", "x_options.key = ..."
+        if path and field not in vars(args) and field in read_toml(path, "config file"):
+            raise type(exc)(f"config file {path}: {exc}") from None
+        raise
+
+
 def resume_args(args: argparse.Namespace) -> argparse.Namespace:
     """`--resume DIR`: the config file is DIR/config.toml and the run directory DIR."""
     from dfl.engine.checkpoint import FILENAME, NoCheckpoint
@@ -149,7 +163,7 @@ def main(args: argparse.Namespace) -> int:
         resume = getattr(args, "resume", None)
         if resume is not None:
             args = resume_args(args)
-        config = validate(config_from_args(args))
+        config = validate_args(args, validate)
         out = Path(getattr(args, "out", None) or Path("runs") / config.name)
         from dfl.engine.runner import run  # torch loads here, once the config is known to be good
 
