@@ -22,7 +22,7 @@ def test_good_values_pass(value):
 
 @pytest.mark.parametrize("value", [0, -1, True, False, 1.5, "2", "two", "AUTO", None, [2]])
 def test_bad_values_are_refused_in_one_line(value):
-    with pytest.raises(ConfigError, match=r'^threads must be "auto" or an integer >= 1 .*got') as info:
+    with pytest.raises(ConfigError, match=r'^threads must be "auto" or an integer in \[1, 1024\] .*got') as info:
         threads.check(value)
     assert "\n" not in str(info.value)
     with pytest.raises(ConfigError, match="threads must be"):
