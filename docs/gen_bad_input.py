@@ -76,8 +76,9 @@ FAMILIES: list[tuple[str, str, list[Case]]] = [
         "dfl run --dataset-options num_samples=1000000000",
         "dfl run --dataset synthetic --dataset-options size_log_sigma=1000",
         "dfl topology ring --clients 1000000000", "dfl topology ring --clients 100000000000000000000",
-        "dfl topology hierarchical --clients 1000000000 --groups 7",
-        "dfl run --topology hierarchical --clients 1000000000 --topology-options groups=10",
+        "dfl topology hierarchical --clients 1000000000 --groups 7", "dfl run --gossip-steps 1000000000000",
+        "dfl run --threads 1000000000",
+        "dfl run --topology hierarchical --clients 1000000000000 --topology-options groups=10",
         "dfl spectral-study --clients 1000000000 --dry-run"]]),
     ("Fields that go together", "Rules between fields: schedules, optimizers, stopping, unreliable networks, "
      "compressed gossip, the asynchronous mode.", [Case(c) for c in [

@@ -84,6 +84,8 @@ def test_the_newer_topologies_are_checked_before_they_are_built(one_gib, name, n
 
 @pytest.mark.parametrize("changes,message", [
     ({"clients": 10**9}, "ring on n = 1,000,000,000 clients needs"),
+    ({"gossip_steps": 10**8}, "gossip_steps = 100,000,000: a round keeps a record of each gossip step it mixes, "
+                              "~3.0 GiB, more than the 1.0 GiB available"),
     ({"clients": 5000}, "clients = 5,000 exceeds the 3,200 training samples of mnist1d .num_samples = 4,000.: every "
                         "client needs at least one; use at most 3,200 clients or raise num_samples"),
     ({"dataset_options": {"num_samples": 10**7}}, r"dataset_options: mnist1d \(num_samples = 10,000,000\) needs "

@@ -45,10 +45,21 @@ def validate(config: Config) -> Config:
 SCHEDULE_BYTES = 8
 
 
+# bytes a round's gossip keeps per step it mixes: the step's key, its nonzero count and its operator's reference
+# (`dfl.network.gossip.Gossip.mix` lists them to choose dense, composed or step-by-step mixing)
+GOSSIP_STEP_BYTES = 32
+
+
 def _check_round_size(config: Config, shape) -> None:
-    """The local work of a round against the memory free: its schedule keeps a row id per sample each client
-    visits (`dfl.data.sampler`), so local_steps (or local_epochs) x clients x batch cannot be made arbitrarily
-    large. Needs the dataset's size (`DataShape`), known for the built-in datasets."""
+    """The work of a round against the memory free: its gossip keeps a record per step (so gossip_steps cannot be
+    made arbitrarily large: 10^9 grew until killed), and its schedule keeps a row id per sample each client
+    visits (`dfl.data.sampler`), so local_steps (or local_epochs) x clients x batch cannot either. The latter
+    needs the dataset's size (`DataShape`), known for the built-in datasets."""
+    steps = config.gossip_steps or 1
+    need, free = GOSSIP_STEP_BYTES * steps, limits.available_memory()
+    if need > free:
+        raise ConfigError(f"gossip_steps = {steps:,}: a round keeps a record of each gossip step it mixes, "
+                          f"~{limits.gib(need)}, more than the {limits.gib(free)} available; use fewer gossip steps")
     if shape is None:
         return
     m = max(1, config.clients)
