@@ -712,6 +712,7 @@ _TYPE_MESSAGES: dict[str, Callable[[Any], str]] = {
                             f"{type(value).__name__} (pass an nn.Module or a factory as dfl.run(config, model=...))"),
     "loggers": lambda value: f"loggers must be a list of logger names (dfl list loggers), got {_shown(value)}",
     "adam_betas": lambda value: f"adam_betas must be two numbers (beta1, beta2) in [0, 1), got {_shown(value)}",
+    "max_staleness": lambda value: f"max_staleness must be an integer >= 0, or -1 for unbounded, got {_shown(value)}",
 }
 
 

@@ -58,7 +58,7 @@ def check(value: Any, where: str = "threads") -> None:
     if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_THREADS:
         shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:40] + "..."
         raise ConfigError(f'{where} must be "auto" or an integer in [1, {MAX_THREADS}] (torch threads of the '
-                          f"process; this machine has {cores()} cores), got {shown}")
+                          f"process), got {shown}")
 
 
 def check_config(config) -> None:
