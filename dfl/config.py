@@ -21,10 +21,12 @@ it declares.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import math
 import re
 import sys
-from dataclasses import MISSING, dataclass, field, fields
+from collections.abc import Callable
+from dataclasses import MISSING, Field, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +37,7 @@ else:  # pragma: no cover
 
 import tomli_w
 
-from dfl.errors import ConfigError
+from dfl.errors import ArgumentError, ConfigError
 
 # fp32: PyTorch's defaults (fp32 matmuls in IEEE fp32; cuDNN may run convolutions in TF32 on Ampere and later, as
 # PyTorch allows by default). bf16: the clients' forward and backward passes run under torch.autocast(bfloat16);
@@ -63,6 +65,10 @@ MAX_NAME = 200
 # Seeds reach torch.manual_seed (< 2^64), numpy SeedSequence (any), the sampler's 64-bit hash and config.toml,
 # whose integers are signed 64-bit: the largest seed that is valid everywhere is 2^63 - 1.
 MAX_SEED = 2**63 - 1
+# Every integer a config holds goes to numpy, torch or C as a signed 64-bit integer (and TOML's integers are
+# 64-bit): a larger one is refused as such, before anything tries to convert it (OverflowError).
+MAX_INT = 2**63 - 1
+DEVICES = ("auto", "cpu", "cuda")
 # Centralized server rules (ALGORITHMS.md §4): who takes part in a round and how the server weighs them.
 PARTICIPATION_MODES = ("uniform", "bernoulli")
 AGGREGATIONS = ("uniform", "size")
@@ -324,42 +330,56 @@ class Config:
     dist_timeout: float = option(300.0, "torchrun: seconds before a collective waiting on a dead rank fails",
         interval="(0, inf)")
 
+    def __post_init__(self) -> None:
+        """A value of the wrong type is refused at once: `ArgumentError` (a ConfigError and the TypeError Python
+        users expect) listing every wrong field and what it takes, the message `validate` gives. A config whose
+        values all have their types is built even when some are out of range: `validate` refuses those, so a
+        config can be built, changed and then checked."""
+        if any(_type_problem(getattr(self, f.name), str(f.type)) is not None for f in fields(self)):
+            problems = self.problems()  # every wrong field at once, those of the right type but out of range too
+            raise ArgumentError("; ".join(problems), problems)
+
     # ------------------------------------------------------------------ conversion
     def to_dict(self) -> dict[str, Any]:
         """Every field by name (what config.toml holds, with `None` fields kept)."""
         return dataclasses.asdict(self)
 
     @classmethod
-    def from_dict(cls, values: dict[str, Any]) -> Config:
-        """A Config of these fields, the others at their defaults.
+    def from_dict(cls, values: dict[str, Any], source: str | None = None,
+                  owner: Callable[[str], str | None] | None = None) -> Config:
+        """A Config of these fields, the others at their defaults; each value has its field's type.
+
+        `source` (e.g. "config file run.toml") starts every message. `owner(key)` may say where a key that is no
+        field belongs (e.g. "[topology_options]"): `dfl.engine.validation.option_owner` knows the components'
+        options, which this module does not.
 
         Raises:
-            ConfigError: a key that is no field (naming it and the known fields).
+            ConfigError: `values` is not a table, or has keys that are no field or values of the wrong type:
+                every such key in one message (one line), each with its key and what it takes.
         """
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(values) - known)
-        if unknown:
-            raise ConfigError(
-                f"unknown config field(s) {', '.join(unknown)}; known fields: {', '.join(sorted(known))}"
-            )
+        where = f"{source}: " if source else ""
+        if not isinstance(values, dict):
+            raise ConfigError(f"{where}a config is a table of fields (key = value), got {_shown(values)}")
+        problems = [f"{where}{message}" for message in _structure(values, owner)]
+        if problems:
+            raise ConfigError("; ".join(problems), problems)
         return cls(**values)
 
     @classmethod
-    def from_toml(cls, path: str | Path) -> Config:
+    def from_toml(cls, path: str | Path, owner: Callable[[str], str | None] | None = None) -> Config:
         """A Config from a TOML file of fields (a run directory's config.toml, or one written by hand).
 
         Raises:
-            ConfigError: the file is missing, is not TOML, or has a key that is no field.
+            ConfigError: the file cannot be read as TOML (missing, a directory, not UTF-8, a syntax error: one
+                line naming the file, `read_toml`), or keys that are no field, or values of the wrong type or out
+                of range: every wrong key of the file in one message, each with the file and the key. (Rules
+                between fields and the components' own checks are `dfl.validate`'s.)
         """
-        path = Path(path)
-        if not path.is_file():
-            raise ConfigError(f"config file {path} does not exist")
-        with path.open("rb") as fh:
-            try:
-                values = tomllib.load(fh)
-            except tomllib.TOMLDecodeError as exc:
-                raise ConfigError(f"config file {path} is not valid TOML: {exc}") from exc
-        return cls.from_dict(values)
+        values = read_toml(path, "config file")
+        problems = [f"config file {path}: {message}" for message in _structure(values, owner, check_values=True)]
+        if problems:
+            raise ConfigError("; ".join(problems), problems)
+        return cls(**values)
 
     def to_toml(self) -> str:
         """TOML text; `None` fields are omitted (TOML has no null), so loading it back restores them.
@@ -387,50 +407,40 @@ class Config:
 
     # ------------------------------------------------------------------ validation
     def validate(self) -> Config:
-        """Check each field on its own: type, range, fixed choices, and the rules between fields of one concern
-        (schedules, local optimizer); raise `ConfigError` naming the field and the allowed values. The names of
-        registered components and the rules that join components are checked by `dfl.validate(config)`."""
-        _name(self.name)
-        _integer("seed", self.seed, minimum=0)
-        if self.seed > MAX_SEED:
-            raise ConfigError(f"seed must be an integer in [0, 2^63 - 1] (0 .. {MAX_SEED}), got {self.seed}")
-        for f in fields(self):  # the allowed values declared on the fields: a fixed set, or a number's interval
-            value, meta = getattr(self, f.name), f.metadata
-            if value is None and "None" in str(f.type):  # unset: the algorithm's (or the component's) default
-                continue
-            if meta["choices"] is not None:
-                _choice(f.name, value, meta["choices"])
-            if meta["interval"] is not None:
-                meta["interval"].check(f.name, value, integer=str(f.type).startswith("int"), note=meta["note"])
-        if not isinstance(self.device, str):
-            raise ConfigError(f"device must be one of auto, cpu, cuda; got {self.device!r}")
-        _choice("device", self.device.split(":")[0], ("auto", "cpu", "cuda"))
-        if self.client_chunk != "auto":
-            if isinstance(self.client_chunk, str):
-                raise ConfigError(f"client_chunk must be \"auto\", 0 (all clients in one call) or a positive "
-                                  f"integer, got {self.client_chunk!r}")
-            _integer("client_chunk", self.client_chunk, minimum=0)
-            if isinstance(self.clients, int) and self.client_chunk > self.clients:
-                raise ConfigError(f"client_chunk = {self.client_chunk} is larger than clients = {self.clients}; "
-                                  "use a chunk <= clients, 0 (all at once) or \"auto\"")
-        _boolean("compile", self.compile)
-        _boolean("progress", self.progress)
+        """Check each field on its own (type, range, fixed choices: every wrong field in one message), then the
+        rules between fields of one concern (schedules, local optimizer); raise `ConfigError` naming the field and
+        the allowed values. The names of registered components and the rules that join components are checked by
+        `dfl.validate(config)`."""
+        problems = self.problems()
+        if problems:
+            raise ConfigError("; ".join(problems), problems)
+        if self.client_chunk not in ("auto", 0) and self.client_chunk > self.clients:
+            raise ConfigError(f"client_chunk = {self.client_chunk} is larger than clients = {self.clients}; "
+                              "use a chunk <= clients, 0 (all at once) or \"auto\"")
         self._validate_stopping()
         if self.local_epochs is not None and self.local_steps is not None:
             raise ConfigError("set only one of local_epochs and local_steps (got both)")
         self._validate_lr_schedule()
-        for name in ("topology_options", "dataset_options", "partition_options", "model_options", "algorithm_options"):
-            if not isinstance(getattr(self, name), dict):
-                raise ConfigError(f"{name} must be a table of key = value, got {getattr(self, name)!r}")
         self._validate_local_optimizer()
+        if self.precision == "tf32" and self.device == "cpu":  # device auto: known when the run resolves it
+            raise ConfigError("precision = tf32 needs a CUDA device (the run is on cpu); use fp32 or bf16")
         return self
+
+    def problems(self, names: Any = None) -> list[str]:
+        """What is wrong with each field on its own (its type, then its allowed values), one message per wrong
+        field, for the fields `names` (default: all)."""
+        found = []
+        for f in fields(self):
+            if names is not None and f.name not in names:
+                continue
+            try:
+                _check_field(f, getattr(self, f.name))
+            except ConfigError as exc:
+                found.append(str(exc))
+        return found
 
     def _validate_local_optimizer(self) -> None:
         """Adam's options only with Adam (which algorithms accept Adam: `dfl.algorithms.check_config`)."""
-        betas = self.adam_betas
-        if not isinstance(betas, (list, tuple)) or len(betas) != 2 or any(
-                isinstance(b, bool) or not isinstance(b, (int, float)) or not 0 <= b < 1 for b in betas):
-            raise ConfigError(f"adam_betas must be two numbers (beta1, beta2) in [0, 1), got {betas!r}")
         if self.local_optimizer == "sgd":
             for name, default in ADAM_DEFAULTS.items():
                 value = getattr(self, name)
@@ -443,21 +453,12 @@ class Config:
                               f"{self.local_optimizer} has its own first moment (adam_betas[0]): remove momentum")
 
     def _validate_stopping(self) -> None:
-        names = self.loggers  # the names themselves are the loggers registry's (`dfl.loggers.check_config`)
-        if not isinstance(names, (list, tuple)) or not all(isinstance(n, str) for n in names):
-            raise ConfigError(f"loggers must be a list of logger names (dfl list loggers), got {names!r}")
-        if len(set(names)) < len(names):
-            raise ConfigError(f"loggers names a logger twice: {list(names)}")
-        _boolean("stop_at_target", self.stop_at_target)
         if self.stop_at_target and self.target_accuracy is None:
             raise ConfigError("stop_at_target = true needs target_accuracy (the test accuracy in (0, 1] to stop at, "
                               "e.g. --target-accuracy 0.8)")
 
     def _validate_lr_schedule(self) -> None:
         milestones = self.lr_milestones
-        if not isinstance(milestones, (list, tuple)) or any(
-                isinstance(m, bool) or not isinstance(m, int) for m in milestones):
-            raise ConfigError(f"lr_milestones must be a list of integers (rounds), got {milestones!r}")
         if self.warmup_rounds >= self.rounds:
             raise ConfigError(f"warmup_rounds must be < rounds = {self.rounds} (the schedule runs on the rounds "
                               f"after the warmup), got {self.warmup_rounds}")
@@ -494,7 +495,249 @@ class Config:
 
 def _choice(name: str, value: Any, allowed: tuple[str, ...]) -> None:
     if not (isinstance(value, str) and value in allowed):
-        raise ConfigError(f"{name} must be one of {', '.join(allowed)}; got {value!r}")
+        close = [c for c in allowed if isinstance(value, str) and c.lower() == value.strip().lower()]
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise ConfigError(f"{name} must be one of {', '.join(allowed)}; got {_shown(value)}{hint}")
+
+
+# ---------------------------------------------------------------------------------------------- reading
+def read_toml(path: str | Path, what: str = "TOML file") -> dict[str, Any]:
+    """The table a TOML file holds. Any failure is one `ConfigError` line naming the file (`what` says what it
+    is: "config file", "sweep file") and what is wrong: missing, a directory, unreadable, UTF-16 or otherwise
+    not UTF-8, or not TOML (with tomllib's line and column). A UTF-8 byte-order mark, which some editors
+    write, is skipped."""
+    try:
+        path = Path(path)
+        special = path.exists() and not path.is_dir() and not path.is_file()  # a FIFO would block: never opened
+        raw = b"" if special else path.read_bytes()
+    except FileNotFoundError:
+        raise ConfigError(f"{what} {path} does not exist") from None
+    except IsADirectoryError:
+        raise ConfigError(f"{what} {path} is a directory, not a TOML file") from None
+    except (OSError, ValueError, TypeError) as exc:  # permissions, a NUL in the name, a path that is no path
+        raise ConfigError(f"{what} {path} cannot be read: {getattr(exc, 'strerror', None) or exc}") from None
+    if special:
+        raise ConfigError(f"{what} {path} is not a regular file (a device, pipe or socket)")
+    if raw.startswith(b"\xef\xbb\xbf"):
+        raw = raw[3:]
+    if raw.startswith((b"\xff\xfe", b"\xfe\xff")) or b"\x00" in raw:
+        raise ConfigError(f"{what} {path} is UTF-16 or binary (it holds NUL bytes); TOML files are UTF-8 text: save it "
+                          "as UTF-8")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{what} {path} is not UTF-8 text (byte 0x{raw[exc.start]:02x} at offset {exc.start}); "
+                          "TOML files are UTF-8: save it as UTF-8") from None
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{what} {path} is not valid TOML: {exc}") from None
+    except RecursionError:
+        raise ConfigError(f"{what} {path} is not valid TOML: arrays or tables nested too deeply") from None
+
+
+def _structure(values: dict[Any, Any], owner: Callable[[str], str | None] | None,
+               check_values: bool = False) -> list[str]:
+    """What is wrong with the keys of a table of fields, in the table's order: keys that are no field (with the
+    field meant, or where the key belongs), values of the wrong type and, with `check_values`, values outside
+    their field's allowed ones (`_check_field`)."""
+    known = {f.name: f for f in fields(Config)}
+    problems = []
+    for key, value in values.items():
+        if not isinstance(key, str):
+            problems.append(f"config keys are field names (strings), got {_shown(key)}")
+        elif key not in known:
+            problems.append(f"unknown config field {key!r}{_unknown_hint(key, known, owner)}")
+        elif check_values:
+            try:
+                _check_field(known[key], value)
+            except ConfigError as exc:
+                problems.append(str(exc))
+        else:
+            problem = _type_problem(value, str(known[key].type))
+            if problem is not None:
+                problems.append(f"{key} must be {problem}, got {_shown(value)}")
+    return problems
+
+
+def _unknown_hint(key: str, known: dict[str, Any], owner: Callable[[str], str | None] | None) -> str:
+    """Where a key that is no field belongs: a component's option table (`owner`), or a field of a close name."""
+    table = owner(key) if owner is not None else None
+    if table:
+        return f": {key} is {table}"
+    normal = key.strip().lower().replace("-", "_")
+    if normal in known:
+        return f" (did you mean {normal!r}?)"
+    close = difflib.get_close_matches(normal, list(known), n=1)
+    if close:
+        return f" (did you mean {close[0]!r}?)"
+    tables = ", ".join(f"[{name}]" for name in known if name.endswith("_options"))
+    return f"; an option of a component goes in its table ({tables}); the fields are listed by dfl run --help"
+
+
+def _type_problem(value: Any, kind: str) -> str | None:
+    """None when `value` has the type `kind` (a field's annotation as written), else what the field takes."""
+    base = kind.replace(" | None", "")
+    if value is None:
+        return None if "None" in kind else _type_problem(_MISSING, base)
+    if base == "int | str":
+        return None if isinstance(value, str) else _int_problem(value, "an integer or \"auto\"")
+    if base.startswith("list["):
+        item = base[5:-1]
+        ok = isinstance(value, (list, tuple)) and all(_type_problem(v, item) is None for v in value)
+        return None if ok else {"int": "a list of integers", "float": "a list of numbers"}.get(item, "a list of names")
+    if base.startswith("dict["):
+        ok = isinstance(value, dict) and all(isinstance(k, str) for k in value)
+        return None if ok else "a table of key = value (keys are option names)"
+    if base == "int":
+        return _int_problem(value, "an integer")
+    if base == "float":
+        return _float_problem(value)
+    if base == "str":
+        return None if isinstance(value, str) else "a string"
+    return None if isinstance(value, bool) else "true or false"
+
+
+_MISSING = object()  # a value of no field's type: what `_type_problem` describes for None in a field without None
+
+
+def _int_problem(value: Any, kind: str) -> str | None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        return kind
+    if not -MAX_INT - 1 <= value <= MAX_INT:  # numpy, torch and TOML hold 64-bit integers
+        return "an integer that fits in 64 bits (at most 2^63 - 1)"
+    return None
+
+
+def _float_problem(value: Any) -> str | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return "a finite number"
+    try:
+        float(value)
+    except OverflowError:  # an int beyond the largest float
+        return "a number within the float range (about 1.8e308)"
+    return None
+
+
+def _shown(value: Any, limit: int = 80) -> str:
+    """`value` as a message shows it: its repr on one line, cut at `limit` characters, with its type when that is
+    not plain from the repr (a list, a table, ...)."""
+    if isinstance(value, int) and value.bit_length() > 256:  # repr refuses ints above 4300 digits
+        return f"an integer of {value.bit_length()} bits"
+    try:
+        text = repr(value).replace("\n", "\\n")
+    except Exception:  # noqa: BLE001 (an object whose repr fails still gets a message)
+        text = f"<{type(value).__name__} object>"
+    if len(text) > limit:
+        text = text[: limit - 3] + "..."
+    scalar = isinstance(value, (bool, int, float, str)) or value is None
+    return text if scalar else f"{type(value).__name__} {text}"
+
+
+def _check_field(f: Field, value: Any) -> None:
+    """ConfigError unless `value` suits field `f` on its own: its type, then its allowed values (a fixed set, a
+    number's interval, and the rules of a few fields: name, seed, device, client_chunk, adam_betas, loggers)."""
+    name, meta, kind = f.name, f.metadata, str(f.type)
+    if value is None and "None" in kind:  # unset: the algorithm's (or the component's) default
+        return
+    problem = _type_problem(value, kind)
+    if problem is not None:
+        if name in _OWN_TYPE_CHECK:  # a field whose own check names its type and range says more
+            _FIELD_CHECKS[name](value)
+        if name in _TYPE_MESSAGES:
+            raise ConfigError(_TYPE_MESSAGES[name](value))
+        if meta["interval"] is not None and "64 bits" not in problem:  # "an integer >= 1", "a finite number > 0"
+            problem = f"{problem} {meta['interval'].describe()}"
+        raise ConfigError(f"{name} must be {problem}, got {_shown(value)}")
+    if meta["choices"] is not None:
+        _choice(name, value, meta["choices"])
+    if meta["interval"] is not None:
+        meta["interval"].check(name, value, integer=kind.startswith("int"), note=meta["note"])
+    if isinstance(value, dict):
+        _toml_table(name, value)
+    check = _FIELD_CHECKS.get(name)
+    if check is not None:
+        check(value)
+
+
+def _toml_table(name: str, table: dict[str, Any]) -> None:
+    """The values of an options table must be what config.toml can record (so the run can be run again from it):
+    strings, 64-bit integers, numbers, booleans, lists and tables of them; a ConfigError names the first key that
+    is not."""
+    for key, value in table.items():
+        bad = _not_toml(value)
+        if isinstance(bad, int) and not isinstance(bad, bool):
+            raise ConfigError(f"{name}.{key} must be an integer that fits in 64 bits (at most 2^63 - 1), got "
+                              f"{_shown(bad)}")
+        if bad is not _TOML:
+            hint = " (an array: pass .tolist(), or save it to a file and give its path)" if hasattr(
+                bad, "tolist") else ""
+            raise ConfigError(f"{name}.{key} must be a TOML value (a string, number, true/false, or a list or table "
+                              f"of them), which config.toml records; got {_shown(bad)}{hint}")
+
+
+_TOML = object()  # what `_not_toml` answers for a value TOML can hold
+
+
+def _not_toml(value: Any) -> Any:
+    """The first part of `value` that TOML cannot hold (None included), or `_TOML`."""
+    if isinstance(value, (bool, str, float)):
+        return _TOML
+    if isinstance(value, int):
+        return _TOML if _int_problem(value, "") is None else value
+    if isinstance(value, (list, tuple)):
+        return next((bad for bad in map(_not_toml, value) if bad is not _TOML), _TOML)
+    if isinstance(value, dict):
+        if not all(isinstance(k, str) for k in value):
+            return value
+        return next((bad for bad in map(_not_toml, value.values()) if bad is not _TOML), _TOML)
+    return value
+
+
+def _seed(value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_SEED:
+        raise ConfigError(f"seed must be an integer in [0, 2^63 - 1] (0 .. {MAX_SEED}), got {_shown(value)}")
+
+
+def _device(value: str) -> None:
+    kind, _, index = value.partition(":")
+    if kind not in DEVICES or (index and (kind != "cuda" or not index.isdigit())):
+        raise ConfigError(f"device must be one of {', '.join(DEVICES)} or cuda:N; got {_shown(value)}")
+
+
+def _client_chunk(value: int | str) -> None:
+    if isinstance(value, int) and value < 0:
+        raise ConfigError(f"client_chunk must be >= 0, got {value}")
+    if value != "auto" and isinstance(value, str):
+        raise ConfigError(f"client_chunk must be \"auto\", 0 (all clients in one call) or a positive "
+                          f"integer, got {_shown(value)}")
+
+
+def _adam_betas(betas: list[float]) -> None:
+    if len(betas) != 2 or not all(0 <= b < 1 for b in betas):
+        raise ConfigError(f"adam_betas must be two numbers (beta1, beta2) in [0, 1), got {betas!r}")
+
+
+def _loggers(names: list[str]) -> None:
+    # the names themselves are the loggers registry's (`dfl.loggers.check_config`)
+    if len(set(names)) < len(names):
+        raise ConfigError(f"loggers names a logger twice: {list(names)}")
+
+
+_FIELD_CHECKS: dict[str, Callable[[Any], None]] = {
+    "name": lambda value: _name(value), "seed": _seed, "device": _device, "client_chunk": _client_chunk,
+    "adam_betas": _adam_betas, "loggers": _loggers,
+}
+# fields whose own check runs before the type's message (it names the type and the range together)
+_OWN_TYPE_CHECK = ("name", "seed")
+# fields whose wrong type gets a message of its own, saying what to do
+_TYPE_MESSAGES: dict[str, Callable[[Any], str]] = {
+    "model": lambda value: (f"model must be a name or a \"package.module:factory\" string; got a "
+                            f"{type(value).__name__} (pass an nn.Module or a factory as dfl.run(config, model=...))"),
+    "loggers": lambda value: f"loggers must be a list of logger names (dfl list loggers), got {_shown(value)}",
+    "adam_betas": lambda value: f"adam_betas must be two numbers (beta1, beta2) in [0, 1), got {_shown(value)}",
+    "max_staleness": lambda value: f"max_staleness must be an integer >= 0, or -1 for unbounded, got {_shown(value)}",
+}
 
 
 def options() -> list[Option]:

@@ -8,21 +8,48 @@ import signal
 from pathlib import Path
 
 __all__ = [
-    "CheckpointError", "ConfigError", "DeviceMismatch", "DivergenceError", "FileReadError", "ModelError",
-    "NoCheckpoint", "OutputPathError", "PeerFailure", "RegistryError", "ReportError", "RunDirectoryExists",
-    "RunInterrupted", "SweepError", "SweepInterrupted",
+    "ArgumentError", "CheckpointError", "ConfigError", "DataError", "DeviceMismatch", "DivergenceError",
+    "FileReadError", "ModelError", "NoCheckpoint", "OutputPathError", "PeerFailure", "RegistryError", "ReportError",
+    "RunDirectoryExists", "RunInterrupted", "SweepError", "SweepInterrupted",
 ]
 
 
-class ConfigError(ValueError):
-    """A configuration value is invalid; the message names the field and the allowed values."""
+def one_line(text: object) -> str:
+    """`text` on one line: a line break inside user text (a key, a file name, a value) shows as \\n."""
+    return str(text).replace("\r", "\\r").replace("\n", "\\n")
 
 
-class RegistryError(ValueError):
+class OneLine(Exception):
+    """An error whose message is one line whatever it quotes (a mixin of the classes below)."""
+
+    def __init__(self, message: object = "", *args: object):
+        super().__init__(one_line(message), *args)
+
+
+class ConfigError(OneLine, ValueError):
+    """A configuration value is invalid; the message names the field and the allowed values. A config with several
+    wrong fields gives one error listing them all (one line, "; " between them); `problems` holds each message."""
+
+    def __init__(self, message: str, problems: list[str] | None = None):
+        super().__init__(message)
+        self.problems = [one_line(p) for p in problems] if problems else [str(self)]
+
+
+class ArgumentError(ConfigError, TypeError):
+    """An argument of the Python API of the wrong type (`dfl.run("a string")`, `dfl.run(config, data=[...])`): a
+    ConfigError that is also the TypeError Python users expect; the message names the argument and its type."""
+
+
+class DataError(OneLine, ValueError):
+    """Data that cannot be used (a partition that leaves a client empty, arrays of the wrong shape, labels out of
+    range, an empty test set); the message names the dataset, option or array and what is allowed."""
+
+
+class RegistryError(OneLine, ValueError):
     """A registration clash or a plug-in that cannot be loaded (the message names the name and the source)."""
 
 
-class ModelError(ValueError):
+class ModelError(OneLine, ValueError):
     """A model that cannot be built or trained by the engine; the message names the model spec."""
 
 

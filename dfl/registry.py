@@ -13,15 +13,24 @@ A registry is a name → object table (a class or a factory), filled three ways:
     #    [project.entry-points."dfl.algorithms"]
     #    my-algo = "my_package.algo:MyAlgo"
 
-`get(name)` returns the object or raises ValueError naming the kind and listing the choices; `names()` lists
-them in registration order (built-ins first), which is what `dfl list`, the config validation and the CLI read.
-A name registered twice (by different objects) is an error naming both, unless `replace=True`. A `check(name,
-obj)` given to the registry vets every entry before it is added, by any of the three routes (raise to refuse it).
+`get(name)` returns the object or raises ValueError naming the kind and listing the choices (a name that
+differs only in case, or a close one, is suggested); `names()` lists them in registration order (built-ins
+first), which is what `dfl list`, the config validation and the CLI read. A name registered twice (by different
+objects) is an error naming both, unless `replace=True`. A `check(name, obj)` given to the registry vets every
+entry before it is added, by any of the three routes (raise to refuse it).
+
+A built-in whose module imports torch is *declared* instead (`declare(name, "module:attr", card)`): its name is
+known at once and its module is imported on first `get`. Its `card` is what validation reads of it (an
+algorithm's hyperparameters, a dataset's options, ...) without importing it, so `dfl.validate` and the CLI's
+refusals answer before torch loads. `card(name)` returns the declared card of a built-in, or
+`describe(name, obj)` of any other entry (the object itself without a `describe`); a test keeps
+every declared card equal to `describe` of the object it declares.
 """
 
 from __future__ import annotations
 
 import difflib
+import importlib
 import warnings
 from collections.abc import Callable, Iterator
 from importlib import metadata
@@ -30,6 +39,18 @@ from typing import Any, Generic, TypeVar
 from dfl.errors import ConfigError, RegistryError
 
 T = TypeVar("T")
+
+
+def suggest(name: str, choices: Any) -> str | None:
+    """The choice `name` was probably meant to be: the same name in other case or with `_` for `-` ("DFedSAM" ->
+    "dfedsam", "random_regular" -> "random-regular"), else the closest one by `difflib`, else None."""
+    choices = [c for c in choices if isinstance(c, str)]
+    folded = {c.lower().replace("_", "-"): c for c in choices}
+    key = name.strip().lower().replace("_", "-")
+    if key in folded:
+        return folded[key]
+    close = difflib.get_close_matches(key, list(folded), n=1)
+    return folded[close[0]] if close else None
 
 
 def _origin(obj: Any) -> str:
@@ -42,11 +63,15 @@ def _origin(obj: Any) -> str:
 class Registry(Generic[T]):
     """A name → object table with a `register` decorator and an entry-point group for installed packages."""
 
-    def __init__(self, kind: str, group: str | None = None, check: Callable[[str, T], None] | None = None):
+    def __init__(self, kind: str, group: str | None = None, check: Callable[[str, T], None] | None = None,
+                 describe: Callable[[str, T], Any] | None = None):
         self.kind = kind  # singular noun for messages: "algorithm", "model", ...
         self.group = group  # entry-point group, e.g. "dfl.algorithms" (None: no plug-ins)
         self.check = check  # check(name, obj) raises when obj cannot be registered as name
+        self.describe = describe  # (name, obj) -> its card (what validation reads); None: the object itself
         self._table: dict[str, T] = {}
+        self._lazy: dict[str, str] = {}  # declared built-ins not imported yet: name -> "module:attr"
+        self._cards: dict[str, Any] = {}  # name -> the card declared with a built-in
         self._sources: dict[str, str] = {}  # name -> where it came from (module, or entry point's distribution)
         self._plugins_loaded = group is None
         self._plugin_errors: dict[str, str] = {}  # entry-point name -> why it failed to load
@@ -66,7 +91,26 @@ class Registry(Generic[T]):
         self._add(name, obj, replace, _origin(obj))
         return obj
 
+    def declare(self, name: str, target: str, card: Any) -> None:
+        """Register the built-in `target` ("module:attr") as `name` without importing it: it is imported (and
+        checked) on the first `get(name)`; `card` is what validation reads of it until then (and after)."""
+        self._table[name] = None  # type: ignore[assignment]  # resolved by `get`
+        self._lazy[name] = target
+        self._cards[name] = card
+        self._sources[name] = target.replace(":", ".")
+
+    def _resolve(self, name: str) -> None:
+        """Import a declared built-in (its module, then the attribute) and register the object."""
+        target = self._lazy.pop(name)
+        module, _, attr = target.partition(":")
+        obj = getattr(importlib.import_module(module), attr)
+        if self.check is not None:
+            self.check(name, obj)
+        self._table[name] = obj
+
     def _add(self, name: str, obj: T, replace: bool, source: str) -> None:
+        if name in self._lazy and not replace:  # a declared built-in: the object it names, or a clash
+            self._resolve(name)
         current = self._table.get(name)
         if current is not None and current is not obj and not replace:
             raise RegistryError(
@@ -75,13 +119,16 @@ class Registry(Generic[T]):
             )
         if self.check is not None:
             self.check(name, obj)
+        if current is not obj:  # another object under a declared name: its card no longer describes it
+            self._cards.pop(name, None)
+        self._lazy.pop(name, None)
         self._table[name] = obj
         self._sources[name] = source
 
     def unregister(self, name: str) -> None:
         """Remove `name` (tests and notebooks that register temporary entries)."""
-        self._table.pop(name, None)
-        self._sources.pop(name, None)
+        for table in (self._table, self._sources, self._lazy, self._cards):
+            table.pop(name, None)
 
     def _load_plugins(self) -> None:
         """Register every entry point of `group` once: an entry point's object is registered under its name.
@@ -122,8 +169,15 @@ class Registry(Generic[T]):
         return len(self.names())
 
     def items(self) -> list[tuple[str, T]]:
+        """(name, object) of every entry: the declared built-ins are imported."""
         self._load_plugins()
+        for name in list(self._lazy):
+            self._resolve(name)
         return list(self._table.items())
+
+    def declared(self) -> tuple[str, ...]:
+        """The names registered with a card by `declare` (built-ins), imported or not."""
+        return tuple(self._cards)
 
     def source(self, name: str) -> str:
         """Where `name` was registered from (a module.qualname, or a distribution's entry point)."""
@@ -131,18 +185,38 @@ class Registry(Generic[T]):
         return self._sources[name]
 
     def get(self, name: str, field: str | None = None) -> T:
-        """The object registered as `name`; a ValueError naming `field` (default: the kind) and the choices
-        otherwise, with a close match suggested."""
+        """The object registered as `name`; a ConfigError (a ValueError) naming `field` (default: the kind) and the
+        choices otherwise, with a close match suggested."""
         self._load_plugins()
-        if name in self._table:
+        if isinstance(name, str) and name in self._table:
+            if name in self._lazy:
+                self._resolve(name)
             return self._table[name]
-        if name in self._plugin_errors:
+        self._unknown(name, field)
+
+    def _unknown(self, name: Any, field: str | None) -> None:
+        """Raise the error for a name that is not registered: why its plug-in failed to load, or the choices
+        and a suggestion (the same name in other case, else a close one)."""
+        if isinstance(name, str) and name in self._plugin_errors:
             raise RegistryError(self._plugin_errors[name])
         field = field or self.kind
         choices = ", ".join(self._table)
-        close = difflib.get_close_matches(str(name), list(self._table), n=1)
-        hint = f" (did you mean {close[0]!r}?)" if close else ""
-        raise ValueError(f"{field} must be one of {choices}; got {name!r}{hint}")
+        if not isinstance(name, str):
+            raise ConfigError(f"{field} must be a name, one of {choices}; got {type(name).__name__} "
+                              f"{repr(name)[:80]}")
+        close = suggest(name, self._table)
+        hint = f" (did you mean {close!r}?)" if close else ""
+        raise ConfigError(f"{field} must be one of {choices}; got {repr(name)[:80]}{hint}")
+
+    def card(self, name: Any, field: str | None = None) -> Any:
+        """What validation reads of `name` without importing a declared built-in: its declared card, else
+        `describe(obj)` (the object itself without `describe`). A ConfigError naming `field` (default: the
+        kind), the choices and a suggestion for a name that is not registered."""
+        self._load_plugins()
+        if isinstance(name, str) and name in self._cards:
+            return self._cards[name]
+        obj = self.require(name, field or self.kind)
+        return obj if self.describe is None else self.describe(name, obj)
 
     def __getitem__(self, name: str) -> T:
         return self.get(name)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import inspect
 from typing import Any
 
+from dfl.errors import ConfigError
 from dfl.registry import RegistryError
 
 REQUIRED = "required"  # how an option without a default is shown
@@ -65,13 +66,25 @@ def options(fn: Any) -> dict[str, Any]:
 def resolve(kind: str, name: str, fn: Any, given: dict[str, Any], hints: dict[str, str] | None = None) -> dict:
     """`given` checked against fn's options and completed with their defaults. `hints` may say how to give a
     required option (option -> text shown instead of its bare name)."""
-    params = [p for p in _parameters(fn) or [] if p.kind is inspect.Parameter.KEYWORD_ONLY]
-    unknown = sorted(set(given) - {p.name for p in params})
+    return resolve_declared(kind, name, options(fn), given, hints)
+
+
+def resolve_declared(kind: str, name: str, declared: dict[str, Any], given: dict[str, Any],
+                     hints: dict[str, str] | None = None) -> dict:
+    """`resolve` against options as `options` lists them (name -> default, or REQUIRED): a ValueError naming an
+    unknown option and the allowed ones, or a missing required one."""
+    if not isinstance(given, dict):
+        raise ConfigError(f"the options of {kind} {name!r} must be a table of key = value, got {given!r}")
+    unknown = sorted(set(given) - set(declared), key=str)
     if unknown:
-        listed = ", ".join(f"{p.name}={REQUIRED if p.default is _EMPTY else repr(p.default)}" for p in params)
-        raise ValueError(f"unknown option(s) {', '.join(unknown)} for {kind} {name!r}; allowed options: "
-                         f"{listed or 'none'}")
-    missing = [p.name for p in params if p.default is _EMPTY and p.name not in given]
+        listed = ", ".join(f"{k}={v if _required(v) else repr(v)}" for k, v in declared.items())
+        raise ConfigError(f"unknown option(s) {', '.join(map(str, unknown))} for {kind} {name!r}; allowed options: "
+                          f"{listed or 'none'}")
+    missing = [k for k, v in declared.items() if _required(v) and k not in given]
     if missing:
-        raise ValueError(f"{kind} {name!r} needs option {(hints or {}).get(missing[0], missing[0])}")
-    return {**{p.name: p.default for p in params if p.default is not _EMPTY}, **given}
+        raise ConfigError(f"{kind} {name!r} needs option {(hints or {}).get(missing[0], missing[0])}")
+    return {**{k: v for k, v in declared.items() if not _required(v)}, **given}
+
+
+def _required(default: Any) -> bool:
+    return isinstance(default, str) and default == REQUIRED

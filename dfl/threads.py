@@ -41,6 +41,9 @@ AUTO = "auto"
 SPIN_COUNT = 1_000
 WAIT_VARIABLES = ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")
 COUNT_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
+# the most threads a process may ask for: every OpenMP thread reserves a stack, so threads = 10^9 took memory until
+# the process was killed (issue 35); 1024 is above the cores of any one machine dfl runs on
+MAX_THREADS = 1024
 
 # at import of dfl: was torch already loaded (its OpenMP runtime has read the environment), and did dfl set the
 # spin count itself
@@ -48,16 +51,18 @@ _state: dict[str, Any] = {"torch_first": None, "set_spin": False, "warned": Fals
 
 
 def check(value: Any, where: str = "threads") -> None:
-    """Raise `ConfigError` (one line naming `where`) unless `value` is "auto" or an integer >= 1. No torch: the
-    CLI and `Config` checks may call it before torch loads."""
+    """Raise `ConfigError` (one line naming `where`) unless `value` is "auto" or an integer in [1, MAX_THREADS]. No
+    torch: the CLI and `Config` checks may call it before torch loads."""
     if value == AUTO and isinstance(value, str):
         return
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ConfigError(f'{where} must be "auto" or an integer >= 1 (torch threads of the process), got {value!r}')
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_THREADS:
+        shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:40] + "..."
+        raise ConfigError(f'{where} must be "auto" or an integer in [1, {MAX_THREADS}] (torch threads of the '
+                          f"process), got {shown}")
 
 
 def check_config(config) -> None:
-    """`Config.threads`: "auto" or an integer >= 1."""
+    """`Config.threads`: "auto" or an integer in [1, MAX_THREADS]."""
     check(config.threads)
 
 

@@ -47,6 +47,7 @@ from dfl.errors import ConfigError
 from dfl.registry import Registry
 from topologies import directed, graphs
 from topologies.build import CUSTOM_OPTIONS, HIERARCHICAL, STATIC, TIME_VARYING, default_weights
+from topologies.errors import TopologyError
 from topologies.validation import check_connected, check_stochastic
 from topologies.weights import KIND
 
@@ -125,7 +126,7 @@ def build(name: str, n: int | None, weights: str | None = None, *, push_sum: boo
     docstring; `analyse` builds any W for `dfl topology`)."""
     topo = analyse(name, n, weights, **options)
     if topo.stochastic == "column" and not push_sum:
-        raise ValueError(column_refusal(f"{name}'s W"))
+        raise TopologyError(column_refusal(f"{name}'s W"))
     return topo
 
 
@@ -161,15 +162,15 @@ def analyse(name: str, n: int | None, weights: str | None = None, **options: Any
         try:
             topo = topologies.build("custom", n, weights, graph=made)
         except ValueError as exc:
-            raise ValueError(f"the graph of {name!r}: {exc}") from None
+            raise TopologyError(f"the graph of {name!r}: {exc}") from None
         topo.name = name
         return topo
     if weights is not None:
-        raise ValueError(f"weights = {weights!r} does not apply to {name!r}: it gives its own gossip matrix "
+        raise TopologyError(f"weights = {weights!r} does not apply to {name!r}: it gives its own gossip matrix "
                          "(leave weights unset)")
     if isinstance(made, topologies.Topology):
         if made.n != n:
-            raise ValueError(f"{name!r} built a topology on {made.n} clients for n = {n}")
+            raise TopologyError(f"{name!r} built a topology on {made.n} clients for n = {n}")
         made.name = name
         return made
     return _from_matrix(name, made, n)
@@ -182,10 +183,10 @@ def _from_matrix(name: str, made: Any, n: int) -> topologies.Topology:
     except (TypeError, ValueError):
         W = None
     if W is None or W.ndim != 2:
-        raise ValueError(f"{name!r} returned {type(made).__name__}; a topology factory returns a gossip matrix "
+        raise TopologyError(f"{name!r} returned {type(made).__name__}; a topology factory returns a gossip matrix "
                          "W ([n, n] array or scipy sparse), a networkx graph or a topologies.Topology")
     if W.shape != (n, n):
-        raise ValueError(f"{label} must be [n, n] = [{n}, {n}], got shape {list(W.shape)}")
+        raise TopologyError(f"{label} must be [n, n] = [{n}, {n}], got shape {list(W.shape)}")
     W = check_stochastic(W, False, label)  # located errors: the row or column, and by how much
     check_connected(W, label)
     S = W if sp.issparse(W) else sp.csr_array(W)
@@ -193,18 +194,29 @@ def _from_matrix(name: str, made: Any, n: int) -> topologies.Topology:
     return topologies.Topology(name, W=W, weights="given", symmetric=symmetric)
 
 
+def run_options(config) -> dict[str, Any]:
+    """The options the run builds its topology with: `topology_options`, and the run's seed for a topology
+    with a seed option (random graphs follow the run's seed) unless they set one."""
+    options = dict(config.topology_options)
+    if "seed" in topology_options(config.topology):
+        options.setdefault("seed", config.seed)
+    return options
+
+
 LINK_FAULTS = ("link_failure", "offline")  # Config fields of the unreliable network (dfl.network.faults)
 
 
-def check_config(config, push_sum: bool = False) -> None:
-    """The topology's part of `dfl.validate`: `topology` is registered and `weights`, when set, is a scheme of
-    `topologies.SCHEMES`; a column-stochastic W is refused unless the algorithm mixes by push-sum (`push_sum`:
-    `Algorithm.push_sum`, module docstring), and with push-sum only synchronous, exact gossip; sample-count weights
-    have their `sizes`, one per client, when given (a run passes its partition's by default); a directed or
-    one-sided topology is not combined with link faults (a failed
-    directed link breaks the balance that keeps W doubly stochastic). Whether the graph can be built on `clients`
-    nodes is known only when it is built."""
-    TOPOLOGIES.require(config.topology, "topology")
+def check_config(config, centralized: bool = False, push_sum: bool = False) -> None:
+    """The topology's part of `dfl.validate`, before anything is built: `topology` is registered, `weights`
+    (when set) is a scheme of `topologies.SCHEMES`; a column-stochastic W is refused unless the algorithm mixes by
+    push-sum (`push_sum`: `Algorithm.push_sum`, module docstring), and with push-sum only synchronous, exact
+    gossip; sample-count weights have their `sizes`, one per client, when given (a run passes its partition's by
+    default); a directed or one-sided topology is not combined with link faults (a failed directed link breaks
+    the balance that keeps W doubly stochastic); and the options fit the topology: for a built-in, also their
+    values on `clients` nodes and the memory building it takes (`topologies.check`). A centralized algorithm
+    mixes over the complete graph, checked instead. What needs the graph itself (a random graph's connectivity,
+    uniform weights on an irregular graph, a custom graph or file) is known when it is built."""
+    factory = TOPOLOGIES.require(config.topology, "topology")
     if config.weights is not None and config.weights not in topologies.SCHEMES:
         raise ConfigError(f"weights must be one of {', '.join(topologies.SCHEMES)}; got {config.weights!r}")
     options = config.topology_options
@@ -238,6 +250,15 @@ def check_config(config, push_sum: bool = False) -> None:
         raise ConfigError(f"{fault} = {getattr(config, fault)} needs an undirected topology with doubly stochastic "
                           f"weights, but {what} is not: a failed link would break the balance of W's sums; use an "
                           "undirected topology (ring, grid, ...) with metropolis, max-degree or lazy weights")
+    try:
+        if centralized:
+            topologies.check("full", config.clients)
+        elif isinstance(factory, BuiltinTopology):
+            topologies.check(config.topology, config.clients, config.weights, **run_options(config))
+        else:
+            signatures.resolve("topology", config.topology, factory, run_options(config))
+    except ValueError as exc:
+        raise ConfigError(f"topology: {exc}") from None
 
 
 def spectral_summary(name: str, n: int | None, weights: str | None = None, *, gossip_steps: int = 1,

@@ -65,3 +65,28 @@ def test_nonfinite_rows_finds_nan_inf_and_not_finite_rows_whose_sum_overflows():
     assert nonfinite_rows(X).tolist() == [False, True, False, True, True, False]
     loss = torch.tensor([0.0, 1.0, float("nan"), 0.0, 0.0, 0.0])
     assert nonfinite_clients(X, loss).tolist() == [False, True, True, True, True, False]
+
+
+def test_a_non_finite_metric_is_divergence_even_with_finite_parameters():
+    from dfl.engine.experiment import _check_finite_metrics
+
+    _check_finite_metrics({"round": 3, "test_loss": 0.5, "consensus_distance": 1e30, "train_loss": float("nan")})
+    with pytest.raises(DivergenceError, match=r"training diverged by round 3: consensus_distance = inf \(not finite\)"):
+        _check_finite_metrics({"round": 3, "test_loss": 0.5, "consensus_distance": float("inf")})
+    with pytest.raises(DivergenceError, match="test_loss = nan"):
+        _check_finite_metrics({"round": 1, "test_loss": float("nan"), "consensus_distance": 0.0})
+
+
+def test_lr_1e30_ends_diverged_with_its_metrics_and_exit_status_1(tmp_path, capsys):
+    from dfl.cli import main
+
+    out = tmp_path / "run"
+    status = main(["run", "--lr", "1e30", "--lr-decay", "1", "--clients", "4", "--rounds", "4", "--eval-every", "1",
+                   "--model", "logreg", "--local-steps", "2", "--dataset-options", "num_samples=400",
+                   "--train-eval-samples", "0", "--no-progress", "--device", "cpu", "--out", str(out)])
+    assert status == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "training diverged" in err
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["status"] == "diverged" and "diverged" in summary["error"]
+    assert (out / "metrics.jsonl").exists() or "before its first evaluation" in err

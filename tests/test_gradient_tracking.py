@@ -216,7 +216,9 @@ def test_row_stochastic_random_pull_runs_and_a_column_stochastic_w_is_refused():
     with pytest.raises(dfl.ConfigError, match="column-stochastic: gossip X <- W X keeps its sum but not its average"):
         dfl.validate(config("dsgt", topology="directed-ring", weights="column-stochastic"))
     with pytest.raises(dfl.ConfigError, match="stochastic = column"):
-        dfl.validate(config("dsgt", topology="custom", topology_options={"matrix": np.eye(M), "stochastic": "column"}))
+        # a matrix in topology_options is a TOML value (config.toml records it): a list of rows
+        dfl.validate(config("dsgt", topology="custom",
+                            topology_options={"matrix": np.eye(M).tolist(), "stochastic": "column"}))
     with pytest.raises(dfl.ConfigError, match="must list 6 sample counts"):
         dfl.validate(config("dsgt", weights="sample-count", topology_options={"sizes": [1, 2]}))
     with pytest.raises(dfl.ConfigError, match="link_failure = 0.1 needs an undirected topology"):

@@ -126,7 +126,8 @@ def test_auto_chunk_gives_the_same_run_as_explicit_chunks():
 
 def test_run_that_cannot_fit_stops_before_training_and_writes_nothing(monkeypatch, tmp_path):
     monkeypatch.setattr(memory, "available_bytes", lambda device: 10_000)
-    with pytest.raises(ConfigError, match="client_chunk: not even one client fits"):
+    # the client stacks alone do not fit: refused before they are allocated (`memory.check_stacks`)
+    with pytest.raises(ConfigError, match=r"clients = \d+: the run keeps 5 \[m, d\] stacks .* more than its budget"):
         dfl.run(_small(), out=tmp_path / "run")
     assert not (tmp_path / "run").exists()
 

@@ -21,7 +21,9 @@ from tests.test_gradient_tracking import M, config, heterogeneous_data, logreg_g
 
 # an irregular digraph on M = 6 nodes: out-degrees 3, 1, 2, 1, 1, 1, so column-stochastic weights are not doubly
 DIGRAPH = nx.DiGraph([(0, 1), (0, 2), (0, 3), (1, 2), (2, 3), (2, 5), (3, 4), (4, 5), (5, 0)])
-DIRECTED = dict(topology="custom", weights="column-stochastic", topology_options={"graph": DIGRAPH})
+EDGES = Path(__file__).with_name("data") / "push_sum_digraph.edgelist"  # DIGRAPH's edges, "u v" per line
+DIRECTED = dict(topology="custom", weights="column-stochastic",
+                topology_options={"edges": str(EDGES), "directed": True})
 
 
 def column_w() -> np.ndarray:
@@ -94,11 +96,14 @@ def test_column_stochastic_w_is_refused_where_push_sum_does_not_apply():
     dfl.validate(config("dfedsam-mgs", **DIRECTED))  # accepted
 
 
+def test_the_edge_file_is_the_digraph():
+    assert sorted(topologies.build("custom", M, "column-stochastic", **DIRECTED["topology_options"]).graph.edges) \
+        == sorted(DIGRAPH.edges)
+
+
 def test_a_checkpoint_keeps_the_push_sum_weights(tmp_path):
     data = heterogeneous_data()
-    edges = tmp_path / "digraph.txt"  # the digraph as an edge file, so the run's config.toml can name it
-    edges.write_text("".join(f"{i} {j}\n" for i, j in DIGRAPH.edges))
-    directed = dict(DIRECTED, topology_options={"edges": str(edges), "directed": True})
+    directed = DIRECTED
     whole = dfl.run(config("dfedavg", rounds=4, eval_every=2, **directed), data=data)
     first = dfl.run(config("dfedavg", rounds=2, eval_every=2, checkpoint_every=2, **directed), data=data,
                     out=tmp_path / "run")

@@ -87,20 +87,27 @@ name = "demo"
 rounds = 7
 clients = 8
 [vary]
-topology = ["ring", "random-k"]
-topology_options = [{}, {k = 2}]
+topology = ["random-k", "random-pull"]
+topology_options = [{k = 1}, {k = 2}]
 lr = [0.1, 1e-05]
 """)
     sweep = load_sweep(spec)
     runs = sweep.runs()
     assert sweep.name == "demo" and len(runs) == 8
     names = [name for name, _ in runs]
-    assert names[:3] == ["topology=ring,topology_options=default,lr=0.1",
-                         "topology=ring,topology_options=default,lr=1e-05",
-                         "topology=ring,topology_options=k=2,lr=0.1"]
-    assert names[-1] == "topology=random-k,topology_options=k=2,lr=1e-05"
+    assert names[:3] == ["topology=random-k,topology_options=k=1,lr=0.1",
+                         "topology=random-k,topology_options=k=1,lr=1e-05",
+                         "topology=random-k,topology_options=k=2,lr=0.1"]
+    assert names[-1] == "topology=random-pull,topology_options=k=2,lr=1e-05"
     name, config = runs[-1]
-    assert config == Config(name=name, rounds=7, clients=8, topology="random-k", topology_options={"k": 2}, lr=1e-5)
+    assert config == Config(name=name, rounds=7, clients=8, topology="random-pull", topology_options={"k": 2},
+                            lr=1e-5)
+    assert run_name({"topology_options": {}, "loggers": []}) == "topology_options=default,loggers=none"
+    # every run is validated as it is planned: an option its topology does not take is refused, naming the run
+    bad = write_spec(tmp_path / "bad.toml", "[sweep]\nname = 'bad'\n[vary]\ntopology = ['ring', 'random-k']\n"
+                     "topology_options = [{k = 2}]\n")
+    with pytest.raises(SweepError, match="run topology=ring,topology_options=k=2: topology: unknown option"):
+        load_sweep(bad).runs()
     assert run_name({"model_options": {"hidden": [32, 16]}, "dataset": "a b/c"}) == \
         "model_options=hidden=32-16,dataset=a_b_c"
     # the written spec loads back to the same runs
@@ -192,8 +199,10 @@ def test_more_rounds_extend_finished_runs_and_a_changed_config_is_an_error(tmp_p
 
 
 def test_failed_run_is_reported_and_the_others_complete(tmp_path, capsys):
-    # cifar10 validates, but its data directory does not exist: the run fails when it starts
-    sweep = tiny_sweep({"dataset": ["mnist1d", "cifar10", "digits"]}, data_root=str(tmp_path / "nowhere"),
+    # cifar10 validates (its data directory exists), but the directory holds no cifar10 files: the run fails when
+    # it starts
+    (tmp_path / "empty").mkdir()
+    sweep = tiny_sweep({"dataset": ["mnist1d", "cifar10", "digits"]}, data_root=str(tmp_path / "empty"),
                        dataset_options={})
     out = tmp_path / "sweep"
     (tmp_path / "spec.toml").write_text(sweep.to_toml())
@@ -223,7 +232,8 @@ def test_diverged_run_is_recorded_and_kept(tmp_path):
 @pytest.mark.slow
 def test_parallel_equals_sequential_and_reports_failures(tmp_path, capsys):
     vary = {"topology": ["ring", "full"], "dataset": ["mnist1d", "cifar10"]}
-    sweep = tiny_sweep(vary, data_root=str(tmp_path / "nowhere"), dataset_options={}, algorithm="dfedsam")
+    (tmp_path / "empty").mkdir()  # exists (validation checks that), holds no cifar10 files: those runs fail
+    sweep = tiny_sweep(vary, data_root=str(tmp_path / "empty"), dataset_options={}, algorithm="dfedsam")
     seq = run_sweep(sweep, tmp_path / "seq", log=None)
     par = run_sweep(sweep, tmp_path / "par", parallel=2)
     assert "2 at a time" in capsys.readouterr().out
@@ -259,10 +269,11 @@ def test_compare_topologies_dry_run_lists_20_runs(tmp_path, capsys):
     assert lines[0].startswith("20 runs") and len(lines) == 21
     assert lines[1].split() == ["start", "algorithm=dpsgd,topology=ring,seed=0"]
     assert not (tmp_path / "ct").exists()
-    sweep = compare_topologies_sweep(full=True, seeds=2, data_root="/data", overrides={"client_chunk": 25})
+    # each run is validated as it is planned: its data_root must exist
+    sweep = compare_topologies_sweep(full=True, seeds=2, data_root=str(tmp_path), overrides={"client_chunk": 25})
     runs = sweep.runs()
     assert len(runs) == 40 and runs[0][1].dataset == "cifar10" and runs[0][1].clients == 100
-    assert runs[0][1].client_chunk == 25 and runs[0][1].data_root == "/data"
+    assert runs[0][1].client_chunk == 25 and runs[0][1].data_root == str(tmp_path)
     assert main(["compare-topologies", "--full", "--out", str(tmp_path / "f")]) == 2
     assert "--data-root" in capsys.readouterr().err
     with pytest.raises(SweepError, match="--set topology"):

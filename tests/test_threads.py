@@ -22,7 +22,7 @@ def test_good_values_pass(value):
 
 @pytest.mark.parametrize("value", [0, -1, True, False, 1.5, "2", "two", "AUTO", None, [2]])
 def test_bad_values_are_refused_in_one_line(value):
-    with pytest.raises(ConfigError, match=r'^threads must be "auto" or an integer >= 1 .*got') as info:
+    with pytest.raises(ConfigError, match=r'^threads must be "auto" or an integer in \[1, 1024\] .*got') as info:
         threads.check(value)
     assert "\n" not in str(info.value)
     with pytest.raises(ConfigError, match="threads must be"):
@@ -97,7 +97,7 @@ def test_cli_refuses_bad_threads_before_loading_torch():
     for value in ("0", "two", "-3"):
         got = python(code.format(v=value))
         assert got["rc"] == 2 and not got["torch"], got
-        assert got["err"].startswith("dfl: error: threads must be") and got["err"].count("\n") == 1
+        assert got["err"].startswith("dfl run: error: threads must be") and got["err"].count("\n") == 1
 
 
 @pytest.mark.slow

@@ -1,6 +1,8 @@
 """Communication topologies for decentralized learning: graphs, gossip weights, spectral analysis.
 
-Pure numpy/scipy/networkx (no torch). `build(name, n, weights, **options)` returns a validated `Topology`;
+Pure numpy/scipy/networkx (no torch). `build(name, n, weights, **options)` returns a validated `Topology`
+(`check(...)` runs the checks that need no construction, the memory it would take included); bad input raises
+`TopologyError` (a ValueError) naming the argument;
 the spectral functions work on plain matrices too (dense arrays or scipy sparse). Convention:
 x_i <- sum_l W[i, l] x_l (row = receiver).
 
@@ -15,7 +17,8 @@ live in `topologies.limits` and are read at call time, so `monkeypatch.setattr(t
 from __future__ import annotations
 
 from topologies import limits
-from topologies.build import NAMES, build
+from topologies.build import NAMES, build, check
+from topologies.errors import TopologyError
 from topologies.spectral import (
     consensus_steps,
     effective_neighbors,
@@ -28,10 +31,12 @@ from topologies.topology import Topology
 from topologies.weights import SCHEMES
 
 __all__ = [
-        "NAMES",
+    "NAMES",
     "SCHEMES",
     "Topology",
+    "TopologyError",
     "build",
+    "check",
     "limits",
     "consensus_steps",
     "effective_neighbors",

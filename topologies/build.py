@@ -8,7 +8,8 @@ import networkx as nx
 import numpy as np
 import scipy.sparse as sp
 
-from topologies import graphs
+from topologies import graphs, limits
+from topologies.errors import TopologyError
 from topologies.hierarchical import Hierarchical
 from topologies.schedules import OnePeer, OnePeerExponential, RandomK, RandomPull
 from topologies.topology import Topology
@@ -67,10 +68,164 @@ def _split_options(name: str, options: dict) -> tuple[dict, str | None, object]:
     unknown = sorted(set(options) - set(allowed) - set(SCHEME_OPTIONS))
     if unknown:
         listed = ", ".join((*allowed, "base (with weights='lazy')", "sizes (with weights='sample-count')"))
-        raise ValueError(f"unknown option(s) {', '.join(unknown)} for topology {name!r}; allowed: {listed}")
+        raise TopologyError(f"unknown option(s) {', '.join(unknown)} for topology {name!r}; allowed: {listed}")
     base = options.pop("base", None)
     sizes = options.pop("sizes", None)
     return options, base, sizes
+
+
+def edge_count(name: str, n: int, options: dict, scheme: str = "metropolis") -> int:
+    """The directed edges the graph of `name` on n clients holds while it is built (time-varying: those of the
+    steps a schedule keeps; hierarchical: the nonzeros of W_out ⊗ W_in), from n and the options alone; an option
+    of the wrong type counts as its minimum (the builder refuses it)."""
+    log = max(1, (n - 1).bit_length())
+    if name in ("ring", "star"):
+        return 2 * n
+    if name in ("grid", "directed-ring"):
+        return 4 * n
+    if name in ("exponential", "hypercube", "one-peer-exponential"):
+        return 2 * n * log
+    per_node = {"random-regular": "degree", "random-k": "k", "random-pull": "k"}.get(name)
+    if per_node is not None:
+        value = options.get(per_node)
+        return n * value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else n
+    if name == "erdos-renyi":
+        p = options.get("p")
+        ok = isinstance(p, (int, float)) and not isinstance(p, bool) and 0 <= p <= 1
+        return int(p * n * n) if ok else n
+    if name == "one-peer":
+        graph, graph_options = options.get("graph", "exponential"), options.get("graph_options") or {}
+        ok = isinstance(graph, str) and graph in STATIC and isinstance(graph_options, dict)
+        return edge_count(graph, n, graph_options) if ok else n
+    if name == "hierarchical":
+        groups = options.get("groups")
+        if isinstance(groups, bool) or not isinstance(groups, int) or not 1 <= groups <= n:
+            return n
+        inner, outer = _level_edges(options, "inner", n // groups), _level_edges(options, "outer", groups)
+        return (outer + groups) * (inner + n // groups)
+    # full: W = a I + (1 - a) J is described by a alone; a one-sided scheme weighs K_n's n(n - 1) edges
+    return n if KIND.get(scheme, "doubly") == "doubly" else n * n
+
+
+def _level_edges(options: dict, level: str, size: int) -> int:
+    """The edges of one level of a hierarchical topology (`full` inside a group is its dense s x s block)."""
+    name = options.get(level, "full" if level == "inner" else "ring")
+    level_options = options.get(f"{level}_options") or {}
+    if not isinstance(name, str) or name not in STATIC or not isinstance(level_options, dict):
+        return size
+    return size * size if name == "full" else edge_count(name, size, level_options)
+
+
+def check_size(name: str, n: int, options: dict, scheme: str = "metropolis") -> None:
+    """Refuse a topology whose construction would need more memory than this machine has free (an estimate
+    from `edge_count` and `limits.EDGE_BYTES`), before anything is allocated."""
+    edges = edge_count(name, n, options, scheme)
+    need = limits.EDGE_BYTES * edges + limits.NODE_BYTES * n
+    free = limits.available_memory()
+    if need > free:
+        raise TopologyError(f"{name} on n = {n:,} clients needs ~{limits.gib(need)} of memory to build ({edges:,} "
+                            f"edges), more than the {limits.gib(free)} available; use fewer clients")
+
+
+def check(name: str, n: int | None, weights: str | None = None, **options) -> tuple[dict, str | None, object]:
+    """Every check of `build` that needs no construction, in microseconds: the name, the options and their
+    values (grid shape, exponential symmetric and exponent_base, star centre, hypercube n, random-regular degree,
+    erdos-renyi p, random-k and random-pull k, seeds, one-peer's base graph, hierarchical groups and levels), the
+    weights scheme, n, and the memory building it would take. What needs the graph itself (uniform weights on an
+    irregular graph, a random graph's connectivity, sample counts, a custom graph, file or matrix) is checked by
+    `build`. Returns (the options without base and sizes, base, sizes)."""
+    if not isinstance(name, str) or name not in NAMES:
+        raise TopologyError(f"unknown topology {name!r}; allowed: {', '.join(NAMES)}")
+    options, base, sizes = _split_options(name, dict(options))
+    if weights is not None and weights not in SCHEMES:
+        raise TopologyError(f"weights must be one of {', '.join(SCHEMES)}; got {weights!r}")
+    if name == "custom":
+        _check_sources(options)
+        return options, base, sizes
+    n = graphs.check_n(n)
+    scheme = weights or default_weights(name)
+    check_scheme(scheme, base)
+    label = _scheme_label(scheme, base)
+    if name == "random-k" and (scheme not in RANDOM_K_SCHEMES or base not in (None, "metropolis", "max-degree")):
+        raise TopologyError(f"random-k supports weights {', '.join(RANDOM_K_SCHEMES)} (lazy with base "
+                            f"metropolis or max-degree); got weights={label!r}")
+    if name == "random-pull" and scheme not in RANDOM_PULL_SCHEMES:
+        raise TopologyError(f"random-pull (each client averages k peers it pulls: in-degree k, uneven out-degrees) "
+                            f"supports weights {', '.join(RANDOM_PULL_SCHEMES)}; got weights={label!r}")
+    if "seed" in options:
+        graphs._check_seed(options["seed"])
+    if name == "grid":
+        graphs._grid_shape_option(n, options.get("shape"), options.get("periodic", False))
+    elif name == "exponential":
+        graphs._check_symmetric(options.get("symmetric", False))
+        graphs.check_exponent_base(options.get("exponent_base", 2))
+    elif name == "star":
+        graphs._check_centre(n, options.get("centre", 0))
+    elif name == "hypercube":
+        graphs.check_hypercube(n)
+    elif name == "random-regular":
+        graphs.check_degree(n, options.get("degree"))
+    elif name == "erdos-renyi":
+        graphs.check_probability(options.get("p"))
+    elif name in ("random-k", "random-pull"):
+        TIME_VARYING[name][0](n, **options)  # its constructor checks n, k and seed and allocates nothing
+    elif name == "one-peer":
+        _check_one_peer(n, **options)
+    elif name == "hierarchical":
+        _check_hierarchical(n, weights, base, options)
+    check_size(name, n, options, scheme)
+    return options, base, sizes
+
+
+def _check_one_peer(n: int, graph: object = "exponential", graph_options: object = None) -> None:
+    """one-peer's base graph, named with its options (checked as that topology), before anything is built."""
+    if isinstance(graph, nx.Graph):
+        return  # its nodes are checked against n when it is read (`graphs.from_networkx`)
+    graph_options = {} if graph_options is None else graph_options
+    if not isinstance(graph_options, dict):
+        raise TopologyError(f"graph_options must be a table of the base graph's options, got {graph_options!r}")
+    if not isinstance(graph, str) or graph not in BASE_GRAPHS:
+        raise TopologyError(f"one-peer option graph must be a static topology ({', '.join(BASE_GRAPHS)}) or a "
+                            f"networkx graph, got {graph!r}")
+    unknown = sorted(set(graph_options) - set(STATIC[graph][1]))
+    if unknown:
+        raise TopologyError(f"unknown graph_options {', '.join(unknown)} for base graph {graph!r}; allowed: "
+                            f"{', '.join(STATIC[graph][1]) or 'none'}")
+    try:
+        check(graph, n, **graph_options)
+    except TopologyError as err:
+        raise TopologyError(f"one-peer base graph ({graph} on {n:,} clients): {err}") from None
+
+
+def _check_hierarchical(n: int, weights: str | None, base: str | None, options: dict) -> None:
+    """hierarchical: groups divides n, and each level is a static topology whose options fit it on its size."""
+    hierarchy = Hierarchical(n, options.get("groups"))
+    for level, default, size in (("inner", "full", hierarchy.size), ("outer", "ring", hierarchy.groups)):
+        name = options.get(level, default)
+        if not isinstance(name, str) or name not in BASE_GRAPHS:
+            raise TopologyError(f"hierarchical option {level} must be a static topology ({', '.join(BASE_GRAPHS)}), "
+                                f"got {name!r}")
+        level_options = options.get(f"{level}_options") or {}
+        if not isinstance(level_options, dict):
+            raise TopologyError(f"{level}_options must be a table of the {level} graph's options, got "
+                                f"{level_options!r}")
+        try:
+            check(name, size, weights, **level_options, **({"base": base} if base is not None else {}))
+        except TopologyError as err:
+            raise TopologyError(f"hierarchical {level} graph ({name} on {size} clients): {err}") from None
+
+
+def _check_sources(options: dict) -> None:
+    """custom: exactly one source, and a source file that exists (what is in it is read by `build`)."""
+    given = [key for key in (*CUSTOM_SOURCES, EDGES_ALIAS) if options.get(key) is not None]
+    if len(given) != 1:
+        raise TopologyError(f"custom needs exactly one of the options {', '.join(CUSTOM_SOURCES)}; "
+                            f"got {', '.join(given) or 'none'} ({EDGES_ALIAS}= is another name for path=)")
+    value = options[given[0]]
+    if given[0] != "graph" and isinstance(value, (str, Path)) and not Path(value).is_file():
+        what = "matrix file" if given[0] == "matrix" else f"{given[0]}: edge-list file"
+        state = "is not a file" if Path(value).exists() else "does not exist"
+        raise TopologyError(f"{what} {str(value)!r} {state}")
 
 
 def _scheme_label(scheme: str, base: str | None) -> str:
@@ -95,13 +250,7 @@ def build(name: str, n: int | None, weights: str | None = None, **options) -> To
     exponential, or a networkx graph), graph_options=; hierarchical groups=, inner=, outer=, inner_options=,
     outer_options= (`topologies.hierarchical`).
     """
-    if name not in NAMES:
-        raise ValueError(f"unknown topology {name!r}; allowed: {', '.join(NAMES)}")
-    options, base, sizes = _split_options(name, dict(options))
-    if weights is not None and weights not in SCHEMES:
-        raise ValueError(f"weights must be one of {', '.join(SCHEMES)}; got {weights!r}")
-    if name != "custom":
-        graphs.check_n(n)
+    options, base, sizes = check(name, n, weights, **options)
     if name == "custom":
         return _build_custom(n, weights, base, sizes, options)
     scheme = weights or default_weights(name)
@@ -110,13 +259,6 @@ def build(name: str, n: int | None, weights: str | None = None, **options) -> To
     if name == "hierarchical":
         return _build_hierarchical(n, weights, base, sizes, options)
     if name in TIME_VARYING:
-        bad_base = base not in (None, "metropolis", "max-degree")
-        if name == "random-k" and (scheme not in RANDOM_K_SCHEMES or bad_base):
-            raise ValueError(f"random-k supports weights {', '.join(RANDOM_K_SCHEMES)} (lazy with base "
-                             f"metropolis or max-degree); got weights={label!r}")
-        if name == "random-pull" and scheme not in RANDOM_PULL_SCHEMES:
-            raise ValueError(f"random-pull (each client averages k peers it pulls: in-degree k, uneven out-degrees) "
-                             f"supports weights {', '.join(RANDOM_PULL_SCHEMES)}; got weights={label!r}")
         schedule = _one_peer(n, **options) if name == "one-peer" else TIME_VARYING[name][0](n, **options)
 
         def step_matrix(step: int) -> sp.csr_array:
@@ -127,9 +269,9 @@ def build(name: str, n: int | None, weights: str | None = None, **options) -> To
     if name == "full" and kind == "doubly":
         # every scheme averages exactly on K_n: W = a I + (1 - a) J is described by a alone (n^2 entries would
         # not fit at 100,000 clients), and the n(n-1)/2-edge networkx graph is built only if someone asks
-        check_scheme(scheme, base)
         if sizes is not None:
-            raise ValueError(f"option sizes (sample counts) applies to weights='sample-count' only, not to {scheme!r}")
+            raise TopologyError(f"option sizes (sample counts) applies to weights='sample-count' only, not to "
+                                f"{scheme!r}")
         return Topology(name, n=n, averaging=0.5 if scheme == "lazy" else 0.0, graph=lambda: graphs.full(n),
                         weights=label, symmetric=True)
     A, directed = _adjacency(name, n, options)
@@ -151,34 +293,35 @@ def _one_peer(n: int, graph: object = "exponential", graph_options: object = Non
     """BlueFog's one-peer schedule of a base graph: a static built-in's name (with its options) or a networkx graph."""
     graph_options = {} if graph_options is None else graph_options
     if not isinstance(graph_options, dict):
-        raise ValueError(f"graph_options must be a table of the base graph's options, got {graph_options!r}")
+        raise TopologyError(f"graph_options must be a table of the base graph's options, got {graph_options!r}")
     if isinstance(graph, nx.Graph):
         if graph_options:
-            raise ValueError("graph_options apply to a named base graph, not to a networkx graph")
+            raise TopologyError("graph_options apply to a named base graph, not to a networkx graph")
         return OnePeer(graphs.adjacency_of(graphs.from_networkx(graph, n))[0])
     if graph not in BASE_GRAPHS:
-        raise ValueError(f"one-peer option graph must be a static topology ({', '.join(BASE_GRAPHS)}) or a "
-                         f"networkx graph, got {graph!r}")
+        raise TopologyError(f"one-peer option graph must be a static topology ({', '.join(BASE_GRAPHS)}) or a "
+                            f"networkx graph, got {graph!r}")
     _, allowed = STATIC[graph]
     unknown = sorted(set(graph_options) - set(allowed))
     if unknown:
-        raise ValueError(f"unknown graph_options {', '.join(unknown)} for base graph {graph!r}; allowed: "
-                         f"{', '.join(allowed) or 'none'}")
+        raise TopologyError(f"unknown graph_options {', '.join(unknown)} for base graph {graph!r}; allowed: "
+                            f"{', '.join(allowed) or 'none'}")
     return OnePeer(_adjacency(graph, n, dict(graph_options))[0])
 
 
 def _build_hierarchical(n: int, weights: str | None, base: str | None, sizes: object, options: dict) -> Topology:
     if sizes is not None:
-        raise ValueError("hierarchical does not take sizes: weights='sample-count' is not offered for it")
+        raise TopologyError("hierarchical does not take sizes: weights='sample-count' is not offered for it")
     parts = {}
     for level, default in (("inner", "full"), ("outer", "ring")):
         name = options.get(level, default)
         if name not in BASE_GRAPHS:
-            raise ValueError(f"hierarchical option {level} must be a static topology ({', '.join(BASE_GRAPHS)}), "
-                             f"got {name!r}")
+            raise TopologyError(f"hierarchical option {level} must be a static topology ({', '.join(BASE_GRAPHS)}), "
+                                f"got {name!r}")
         level_options = options.get(f"{level}_options") or {}
         if not isinstance(level_options, dict):
-            raise ValueError(f"{level}_options must be a table of the {level} graph's options, got {level_options!r}")
+            raise TopologyError(f"{level}_options must be a table of the {level} graph's options, got "
+                                f"{level_options!r}")
         parts[level] = (name, dict(level_options))
     hierarchy = Hierarchical(n, options.get("groups"))
 
@@ -188,11 +331,11 @@ def _build_hierarchical(n: int, weights: str | None, base: str | None, sizes: ob
         try:
             return build(name, size, weights, **level_options, **lazy_base)
         except ValueError as err:
-            raise ValueError(f"hierarchical {which} graph ({name} on {size} clients): {err}") from None
+            raise TopologyError(f"hierarchical {which} graph ({name} on {size} clients): {err}") from None
 
     inner, outer = level("inner", hierarchy.size), level("outer", hierarchy.groups)
     if inner.stochastic != outer.stochastic:  # one scheme weighs both, so this cannot happen; keep it explicit
-        raise ValueError("hierarchical: the inner and outer graphs must have the same kind of W")
+        raise TopologyError("hierarchical: the inner and outer graphs must have the same kind of W")
     return Topology("hierarchical", W=hierarchy.matrix(outer.sparse(0), inner.sparse(0)),
                     weights=_scheme_label(weights or "metropolis", base),
                     symmetric=inner.symmetric and outer.symmetric, stochastic=inner.stochastic,
@@ -203,24 +346,24 @@ def _build_custom(n: int | None, weights: str | None, base: str | None, sizes: o
                   options: dict) -> Topology:
     given = [key for key in (*CUSTOM_SOURCES, EDGES_ALIAS) if options.get(key) is not None]
     if len(given) != 1:
-        raise ValueError(f"custom needs exactly one of the options {', '.join(CUSTOM_SOURCES)}; "
-                         f"got {', '.join(given) or 'none'} ({EDGES_ALIAS}= is another name for path=)")
+        raise TopologyError(f"custom needs exactly one of the options {', '.join(CUSTOM_SOURCES)}; "
+                            f"got {', '.join(given) or 'none'} ({EDGES_ALIAS}= is another name for path=)")
     source = given[0]
     symmetric = options.get("symmetric")
     if symmetric is not None and (source != "matrix" or not isinstance(symmetric, bool)):
-        raise ValueError("custom option symmetric= is True or False, and applies to matrix= only "
-                         "(a graph's weights are symmetric when the graph is undirected)")
+        raise TopologyError("custom option symmetric= is True or False, and applies to matrix= only "
+                            "(a graph's weights are symmetric when the graph is undirected)")
     stochastic = options.get("stochastic")
     if stochastic is not None and source != "matrix":
-        raise ValueError("custom option stochastic= applies to matrix= only (a graph's W is as stochastic as its "
-                         "weights scheme makes it: row-stochastic, column-stochastic, or doubly for the others)")
+        raise TopologyError("custom option stochastic= applies to matrix= only (a graph's W is as stochastic as its "
+                            "weights scheme makes it: row-stochastic, column-stochastic, or doubly for the others)")
     directed = options.get("directed")
     if directed is not None and source not in ("path", EDGES_ALIAS):
-        raise ValueError("custom option directed= applies to an edge-list file (path= or edges=); a networkx graph "
-                         "is directed when it is a DiGraph")
+        raise TopologyError("custom option directed= applies to an edge-list file (path= or edges=); a networkx graph "
+                            "is directed when it is a DiGraph")
     if source == "matrix":
         if sizes is not None:
-            raise ValueError("custom with matrix= uses the matrix as W: option sizes does not apply")
+            raise TopologyError("custom with matrix= uses the matrix as W: option sizes does not apply")
         return _custom_matrix(n, weights, base, options["matrix"], bool(symmetric),
                               check_kind("doubly" if stochastic is None else stochastic))
     if source == "graph":
@@ -237,7 +380,7 @@ def _build_custom(n: int | None, weights: str | None, base: str | None, sizes: o
 def _custom_matrix(n: int | None, weights: str | None, base: str | None, given: object,
                    symmetric: bool, stochastic: str = "doubly") -> Topology:
     if weights is not None or base is not None:
-        raise ValueError("custom with matrix= uses the matrix as W: leave weights (and base) unset")
+        raise TopologyError("custom with matrix= uses the matrix as W: leave weights (and base) unset")
     label = "matrix"
     if isinstance(given, (str, Path)):
         label = str(given)
@@ -248,11 +391,11 @@ def _custom_matrix(n: int | None, weights: str | None, base: str | None, given: 
         try:
             W = np.array(given, dtype=np.float64)
         except (TypeError, ValueError):
-            raise ValueError("matrix must be a square [n, n] array of numbers") from None
+            raise TopologyError("matrix must be a square [n, n] array of numbers") from None
     if W.ndim != 2 or W.shape[0] != W.shape[1] or W.shape[0] < 1:
-        raise ValueError(f"matrix must be a square [n, n] array with n >= 1, got shape {W.shape}")
+        raise TopologyError(f"matrix must be a square [n, n] array with n >= 1, got shape {W.shape}")
     if n is not None and graphs.check_n(n) != W.shape[0]:
-        raise ValueError(f"n = {n} does not match the {label} of shape {W.shape}")
+        raise TopologyError(f"n = {n} does not match the {label} of shape {W.shape}")
     if label == "matrix":
         return Topology("custom", W=W, weights="given", symmetric=symmetric, stochastic=stochastic)
     # the checks the Topology repeats (O(nnz)), here so the message names the file
@@ -261,4 +404,4 @@ def _custom_matrix(n: int | None, weights: str | None, base: str | None, given: 
     try:
         return Topology("custom", W=W, weights="given", symmetric=symmetric, stochastic=stochastic)
     except ValueError as err:  # the contraction check (an eigen-solve: not repeated here): name the file too
-        raise ValueError(f"{label}: {err}") from None
+        raise TopologyError(f"{label}: {err}") from None

@@ -37,6 +37,7 @@ import scipy.sparse as sp
 import scipy.sparse.linalg as spla
 
 from topologies import spectral
+from topologies.errors import TopologyError
 
 # What a gossip matrix promises (`Topology.stochastic`): rows and columns sum to 1 ("doubly", the default: gossip
 # keeps the average), only its rows ("row") or only its columns ("column")
@@ -48,7 +49,7 @@ MAX_STEPS = 10_000
 def check_kind(kind: object) -> str:
     """Return `kind` if it is one of KINDS, else raise naming the allowed values."""
     if not isinstance(kind, str) or kind not in KINDS:
-        raise ValueError(f"stochastic must be one of {', '.join(KINDS)}; got {kind!r}")
+        raise TopologyError(f"stochastic must be one of {', '.join(KINDS)}; got {kind!r}")
     return kind
 
 
@@ -59,8 +60,8 @@ def _dense(W: object, what: str) -> np.ndarray:
     M = spectral.as_csr(W) if sp.issparse(W) else np.asarray(W, dtype=np.float64)
     n = M.shape[0]
     if n > spectral.dense_spectral_limit():
-        raise ValueError(f"{what} uses dense O(n^3) math, refused for n = {n} > "
-                         f"topologies.limits.DENSE_SPECTRAL_LIMIT = {spectral.dense_spectral_limit()}")
+        raise TopologyError(f"{what} uses dense O(n^3) math, refused for n = {n} > "
+                            f"topologies.limits.DENSE_SPECTRAL_LIMIT = {spectral.dense_spectral_limit()}")
     return M.toarray() if sp.issparse(M) else M
 
 
@@ -84,7 +85,7 @@ def stationary(W: object, kind: str) -> np.ndarray:
         pi = spla.spsolve(sp.csc_array(M), b)
     residual = (S.T @ pi if kind == "row" else S @ pi) - pi if np.all(np.isfinite(pi)) else None
     if residual is None or np.abs(residual).max() > 1e-8:
-        raise ValueError("W has no unique stationary vector (its graph is not strongly connected)")
+        raise TopologyError("W has no unique stationary vector (its graph is not strongly connected)")
     return np.clip(pi, 0.0, None) / np.clip(pi, 0.0, None).sum()
 
 

@@ -21,6 +21,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from topologies import spectral
+from topologies.errors import TopologyError
 from topologies.topology import Topology
 
 FORMATS = (".png", ".svg", ".pdf")
@@ -35,8 +36,8 @@ GROUP_COLOURS = ("#4c72b0", "#dd8452", "#55a868", "#c44e52", "#8172b3", "#937860
 def _check_path(path: str | Path) -> Path:
     path = Path(path)
     if path.suffix.lower() not in FORMATS:
-        raise ValueError(f"figure file {str(path)!r}: unsupported extension {path.suffix or '(none)'!r}; use one of "
-                         f"{', '.join(FORMATS)}")
+        raise TopologyError(f"figure file {str(path)!r}: unsupported extension {path.suffix or '(none)'!r}; use one of "
+                            f"{', '.join(FORMATS)}")
     return path
 
 
@@ -46,7 +47,7 @@ def _steps(topology, steps: int | None) -> tuple[int, str]:
         return 1, ""
     if steps is not None:
         if isinstance(steps, bool) or not isinstance(steps, (int, np.integer)) or not 1 <= steps <= STEP_LIMIT:
-            raise ValueError(f"steps must be an integer in 1..{STEP_LIMIT}, got {steps!r}")
+            raise TopologyError(f"steps must be an integer in 1..{STEP_LIMIT}, got {steps!r}")
         return int(steps), ""
     period = topology.period
     if period is None:
@@ -140,10 +141,10 @@ def draw(topology: Topology, path: str | Path, *, steps: int | None = None, layo
     """
     path = _check_path(path)
     if layout not in LAYOUTS:
-        raise ValueError(f"layout must be one of {', '.join(LAYOUTS)}; got {layout!r}")
+        raise TopologyError(f"layout must be one of {', '.join(LAYOUTS)}; got {layout!r}")
     n = topology.n
     if n > DRAW_LIMIT:
-        raise ValueError(f"{topology.name} has n = {n} clients; a drawing is readable up to {DRAW_LIMIT}")
+        raise TopologyError(f"{topology.name} has n = {n} clients; a drawing is readable up to {DRAW_LIMIT}")
     count, note = _steps(topology, steps)
     import matplotlib
 

@@ -23,11 +23,18 @@ import numpy as np
 import scipy.sparse as sp
 from scipy.sparse.csgraph import connected_components
 
+from topologies.errors import TopologyError
+
+MAX_N = 2**63 - 1  # numpy and scipy index with 64-bit integers
+
 
 def check_n(n: object, minimum: int = 1) -> int:
-    """Return n as an int, or raise if it is not an integer >= minimum."""
+    """Return n as an int, or raise if it is not an integer >= minimum (that fits in 64 bits)."""
     if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < minimum:
-        raise ValueError(f"n (number of clients) must be an integer >= {minimum}, got {n!r}")
+        raise TopologyError(f"n (number of clients) must be an integer >= {minimum}, got {str(n)[:80]!r}")
+    if n > MAX_N:
+        raise TopologyError(f"n (number of clients) must be an integer that fits in 64 bits (at most 2^63 - 1), "
+                            f"got {n}"[:300])
     return int(n)
 
 
@@ -120,13 +127,13 @@ def _nearest_grid_counts(n: int) -> str:
 
 def _grid_shape_option(n: int, shape: object, periodic: object) -> tuple[int, int]:
     if not isinstance(periodic, (bool, np.bool_)):
-        raise ValueError(f"periodic must be True or False, got {periodic!r}")
+        raise TopologyError(f"periodic must be True or False, got {periodic!r}")
     if shape is None:
         r, c = grid_shape(n)
         if r == 1 and n > 3:
             what, force = (("torus, i.e. a ring", "topology ring, or shape=(1, {n}) to mean it") if periodic else
                            ("path (a ring without its wrap-around edge)", "or shape=(1, {n}) to mean that path"))
-            raise ValueError(
+            raise TopologyError(
                 f"grid: n = {n} clients is prime, so the near-square grid would be a 1 × {n} {what}; use "
                 f"{_nearest_grid_counts(n)} clients, {force.format(n=n)} "
                 f"(dfl run: --topology-options 'shape=(1,{n})'; dfl topology: --shape 1 {n})")
@@ -137,8 +144,8 @@ def _grid_shape_option(n: int, shape: object, periodic: object) -> tuple[int, in
     except (TypeError, ValueError):
         ok = False
     if not ok or r < 1 or c < 1 or r * c != n:
-        raise ValueError(f"shape must be two positive integers (rows, cols) with rows*cols = n = {n}, "
-                         f"got {shape!r}")
+        raise TopologyError(f"shape must be two positive integers (rows, cols) with rows*cols = n = {n}, "
+                            f"got {shape!r}")
     return r, c
 
 
@@ -176,7 +183,7 @@ def grid(n: int, shape: tuple[int, int] | None = None, periodic: bool = False) -
 def check_exponent_base(exponent_base: object) -> int:
     """The base b of an exponential graph's hops b^k: an integer >= 2."""
     if isinstance(exponent_base, bool) or not isinstance(exponent_base, (int, np.integer)) or exponent_base < 2:
-        raise ValueError(f"exponent_base must be an integer >= 2, got {exponent_base!r}")
+        raise TopologyError(f"exponent_base must be an integer >= 2, got {exponent_base!r}")
     return int(exponent_base)
 
 
@@ -205,7 +212,7 @@ def exponential_edges(n: int, exponent_base: int = 2) -> tuple[np.ndarray, np.nd
 
 def _check_flag(name: str, value: object) -> bool:
     if not isinstance(value, (bool, np.bool_)):
-        raise ValueError(f"{name} must be True or False, got {value!r}")
+        raise TopologyError(f"{name} must be True or False, got {value!r}")
     return bool(value)
 
 
@@ -233,7 +240,7 @@ def full(n: int) -> nx.Graph:
 
 def _check_centre(n: int, centre: object) -> int:
     if isinstance(centre, bool) or not isinstance(centre, (int, np.integer)) or not 0 <= centre < n:
-        raise ValueError(f"centre must be a client index in 0..{n - 1}, got {centre!r}")
+        raise TopologyError(f"centre must be a client index in 0..{n - 1}, got {centre!r}")
     return int(centre)
 
 
@@ -254,9 +261,7 @@ def star(n: int, centre: int = 0) -> nx.Graph:
 
 def hypercube_edges(n: int) -> tuple[np.ndarray, np.ndarray]:
     """Edges i -- i XOR 2^b for each bit b of n = 2^d (refused for other n)."""
-    n = check_n(n)
-    if n & (n - 1):
-        raise ValueError(f"hypercube needs n to be a power of 2 (1, 2, 4, 8, ...), got n = {n}")
+    n = check_hypercube(check_n(n))
     bits = 1 << np.arange(n.bit_length() - 1, dtype=np.int64)
     i = np.repeat(np.arange(n, dtype=np.int64), len(bits))
     return i, i ^ np.tile(bits, n)
@@ -270,7 +275,7 @@ def hypercube(n: int) -> nx.Graph:
 
 def _check_seed(seed: object) -> int:
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
-        raise ValueError(f"seed must be an integer >= 0, got {seed!r}")
+        raise TopologyError(f"seed must be an integer >= 0, got {seed!r}")
     return int(seed)
 
 
@@ -278,20 +283,41 @@ def _require_connected(A: sp.sparray, what: str, advice: str) -> sp.sparray:
     """Raise unless the undirected graph of the symmetric adjacency A is connected (scipy csgraph)."""
     k, _ = connected_components(A, directed=False)
     if A.shape[0] > 0 and k > 1:
-        raise ValueError(f"{what} is disconnected ({k} components): {advice}")
+        raise TopologyError(f"{what} is disconnected ({k} components): {advice}")
     return A
+
+
+def check_degree(n: int, degree: object) -> int:
+    """random-regular's degree: an integer, 0 <= degree < n, n*degree even."""
+    if degree is None:
+        raise TopologyError("random-regular needs option degree (an integer, 0 <= degree < n, n*degree even)")
+    if isinstance(degree, bool) or not isinstance(degree, (int, np.integer)) or not 0 <= degree < n \
+            or (n * degree) % 2:
+        raise TopologyError(f"degree must be an integer with 0 <= degree < n = {n} and n*degree even, "
+                            f"got {degree!r}")
+    return int(degree)
+
+
+def check_probability(p: object) -> float:
+    """erdos-renyi's edge probability p in [0, 1]."""
+    if p is None:
+        raise TopologyError("erdos-renyi needs option p (edge probability, 0 <= p <= 1)")
+    if isinstance(p, bool) or not isinstance(p, (int, float, np.floating)) or not 0 <= p <= 1:
+        raise TopologyError(f"p must be a number with 0 <= p <= 1, got {p!r}")
+    return float(p)
+
+
+def check_hypercube(n: int) -> int:
+    if n & (n - 1):
+        raise TopologyError(f"hypercube needs n to be a power of 2 (1, 2, 4, 8, ...), got n = {n}")
+    return n
 
 
 def random_regular_edges(n: int, degree: int | None = None, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
     """Edges of the random `degree`-regular graph `nx.random_regular_graph(degree, n, seed)`; must be connected."""
     n = check_n(n)
     seed = _check_seed(seed)
-    if degree is None:
-        raise ValueError("random-regular needs option degree (an integer, 0 <= degree < n, n*degree even)")
-    if isinstance(degree, bool) or not isinstance(degree, (int, np.integer)) or not 0 <= degree < n \
-            or (n * degree) % 2:
-        raise ValueError(f"degree must be an integer with 0 <= degree < n = {n} and n*degree even, "
-                         f"got {degree!r}")
+    degree = check_degree(n, degree)
     src, dst = _edge_arrays(nx.random_regular_graph(int(degree), n, seed=seed))
     _require_connected(adjacency(n, src, dst, directed=False),
                        f"random-regular graph (n={n}, degree={degree}, seed={seed})", "raise degree or change seed")
@@ -308,11 +334,8 @@ def erdos_renyi_edges(n: int, p: float | None = None, seed: int = 0) -> tuple[np
     """Edges of the Erdős–Rényi graph `nx.erdos_renyi_graph(n, p, seed)` (O(n^2) draws); must be connected."""
     n = check_n(n)
     seed = _check_seed(seed)
-    if p is None:
-        raise ValueError("erdos-renyi needs option p (edge probability, 0 <= p <= 1)")
-    if isinstance(p, bool) or not isinstance(p, (int, float, np.floating)) or not 0 <= p <= 1:
-        raise ValueError(f"p must be a number with 0 <= p <= 1, got {p!r}")
-    src, dst = _edge_arrays(nx.erdos_renyi_graph(n, float(p), seed=seed))
+    p = check_probability(p)
+    src, dst = _edge_arrays(nx.erdos_renyi_graph(n, p, seed=seed))
     _require_connected(adjacency(n, src, dst, directed=False), f"erdos-renyi graph G(n={n}, p={p}, seed={seed})",
                        "raise p (connected w.h.p. when p > ln(n)/n) or change seed")
     return src, dst
@@ -359,16 +382,16 @@ def from_networkx(graph: nx.Graph, n: int | None = None) -> nx.Graph:
     Self-loops are dropped (self weights come from the weight scheme); directedness is kept.
     """
     if not isinstance(graph, nx.Graph):
-        raise ValueError(f"graph must be a networkx Graph or DiGraph, got {type(graph).__name__}")
+        raise TopologyError(f"graph must be a networkx Graph or DiGraph, got {type(graph).__name__}")
     if isinstance(graph, nx.MultiGraph):
-        raise ValueError("graph must be a simple networkx Graph or DiGraph, not a multigraph")
+        raise TopologyError("graph must be a simple networkx Graph or DiGraph, not a multigraph")
     nodes = list(graph)
     try:
         nodes = sorted(nodes)
     except TypeError:
         pass
     if n is not None and check_n(n) != len(nodes):
-        raise ValueError(f"n = {n} does not match the {len(nodes)} nodes of the given graph")
+        raise TopologyError(f"n = {n} does not match the {len(nodes)} nodes of the given graph")
     check_n(len(nodes))
     index = {v: i for i, v in enumerate(nodes)}
     edges = ((index[u], index[v]) for u, v in graph.edges())

@@ -21,8 +21,22 @@ same size (BlueFog's hierarchical operations likewise require a homogeneous worl
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import scipy.sparse as sp
+
+from topologies.errors import TopologyError
+
+DIVISORS_LISTED = 10**12  # above this n the message says "a divisor of n" instead of listing them (sqrt(n) steps)
+
+
+def _divisors(n: int) -> list[int]:
+    """The divisors of n in increasing order, by trial division up to sqrt(n) (n <= DIVISORS_LISTED)."""
+    if n > DIVISORS_LISTED:
+        return []
+    small = [g for g in range(1, math.isqrt(n) + 1) if n % g == 0]
+    return sorted({*small, *(n // g for g in small)})
 
 
 class Hierarchical:
@@ -30,13 +44,15 @@ class Hierarchical:
 
     def __init__(self, n: int, groups: object):
         if groups is None:
-            raise ValueError("hierarchical needs option groups (the number of groups, e.g. the number of processes; "
-                             "it must divide the number of clients)")
+            raise TopologyError("hierarchical needs option groups (the number of groups, e.g. the number of processes; "
+                                "it must divide the number of clients)")
         if isinstance(groups, bool) or not isinstance(groups, (int, np.integer)) or not 1 <= groups <= n \
                 or n % groups:
-            divisors = [g for g in range(1, n + 1) if n % g == 0]
-            raise ValueError(f"groups must be an integer that divides n = {n} (groups of equal size), one of "
-                             f"{', '.join(map(str, divisors))}; got {groups!r}")
+            divisors = _divisors(n)
+            listed = ", ".join(map(str, divisors[:24])) + (", ..." if len(divisors) > 24 else "")
+            which = f"one of {listed}" if divisors else "a divisor of n"
+            raise TopologyError(f"groups must be an integer that divides n = {n} (groups of equal size), {which}; "
+                                f"got {groups!r}")
         self.n, self.groups, self.size = n, int(groups), n // int(groups)
 
     def labels(self) -> np.ndarray:
@@ -46,8 +62,8 @@ class Hierarchical:
     def matrix(self, W_out: sp.sparray, W_in: sp.sparray) -> sp.csr_array:
         """W = W_out ⊗ W_in as canonical CSR (W_out: G x G, W_in: s x s)."""
         if W_out.shape != (self.groups, self.groups) or W_in.shape != (self.size, self.size):
-            raise ValueError(f"hierarchical: the outer W must be {self.groups} x {self.groups} and the inner "
-                             f"{self.size} x {self.size}, got {W_out.shape} and {W_in.shape}")
+            raise TopologyError(f"hierarchical: the outer W must be {self.groups} x {self.groups} and the inner "
+                                f"{self.size} x {self.size}, got {W_out.shape} and {W_in.shape}")
         W = sp.csr_array(sp.kron(sp.csr_array(W_out), sp.csr_array(W_in), format="csr"))
         W.sum_duplicates()
         W.eliminate_zeros()

@@ -15,6 +15,7 @@ import networkx as nx
 import numpy as np
 import scipy.sparse as sp
 
+from topologies.errors import TopologyError
 from topologies.graphs import _check_seed, adjacency, check_n, exponential, exponential_offsets, from_adjacency
 
 # random-k draws node by node with `rng.choice` (the original definition, ~6 us per node) up to this many
@@ -24,7 +25,7 @@ RANDOM_K_LOOP_LIMIT = 4096
 
 def _check_step(step: object) -> int:
     if isinstance(step, bool) or not isinstance(step, (int, np.integer)) or step < 0:
-        raise ValueError(f"step must be an integer >= 0, got {step!r}")
+        raise TopologyError(f"step must be an integer >= 0, got {step!r}")
     return int(step)
 
 
@@ -83,9 +84,9 @@ def _distinct_draws(rng: np.random.Generator, m: int, k: int, rows: int) -> np.n
 
 def _check_k(k: object, n: int, name: str) -> int:
     if k is None:
-        raise ValueError(f"{name} needs option k (peers drawn per node per step, 1 <= k <= n-1)")
+        raise TopologyError(f"{name} needs option k (peers drawn per node per step, 1 <= k <= n-1)")
     if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or not 1 <= k <= n - 1:
-        raise ValueError(f"k must be an integer with 1 <= k <= n-1 = {n - 1}, got {k!r}")
+        raise TopologyError(f"k must be an integer with 1 <= k <= n-1 = {n - 1}, got {k!r}")
     return int(k)
 
 

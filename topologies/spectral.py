@@ -26,6 +26,7 @@ from scipy.linalg import eigvalsh_tridiagonal, solve_discrete_lyapunov
 from scipy.sparse.csgraph import connected_components
 
 from topologies import limits
+from topologies.errors import TopologyError
 
 ROUNDOFF = 1e-12
 CIRCULANT_ATOL = 1e-13  # rows of a circulant built from the same weights agree to round-off
@@ -53,7 +54,7 @@ def as_csr(W: object, name: str = "W") -> sp.csr_array:
         D = _square_dense(W, name)
         M = sp.csr_array(D)
     if M.ndim != 2 or M.shape[0] != M.shape[1] or M.shape[0] < 1:
-        raise ValueError(f"{name} must be a square [n, n] matrix with n >= 1, got shape {M.shape}")
+        raise TopologyError(f"{name} must be a square [n, n] matrix with n >= 1, got shape {M.shape}")
     if not M.has_canonical_format or (M.nnz and not np.all(M.data != 0)):
         M = M.copy()  # never re-sort or prune the caller's arrays in place
         M.sum_duplicates()
@@ -64,7 +65,7 @@ def as_csr(W: object, name: str = "W") -> sp.csr_array:
 def _square_dense(W: object, name: str = "W") -> np.ndarray:
     W = np.asarray(W, dtype=np.float64)
     if W.ndim != 2 or W.shape[0] != W.shape[1] or W.shape[0] < 1:
-        raise ValueError(f"{name} must be a square [n, n] matrix with n >= 1, got shape {W.shape}")
+        raise TopologyError(f"{name} must be a square [n, n] matrix with n >= 1, got shape {W.shape}")
     return W
 
 
@@ -104,7 +105,7 @@ def disagreement_norm(M: np.ndarray) -> float:
 
 def check_steps(Q: object) -> int:
     if isinstance(Q, bool) or not isinstance(Q, (int, np.integer)) or Q < 1:
-        raise ValueError(f"Q (gossip steps) must be an integer >= 1, got {Q!r}")
+        raise TopologyError(f"Q (gossip steps) must be an integer >= 1, got {Q!r}")
     return int(Q)
 
 
@@ -262,8 +263,8 @@ def lanczos_extremes(apply: Callable[[np.ndarray], np.ndarray], n: int, tol: flo
                 return lo, hi
             last = estimate
     lo, hi = extremes()
-    raise ValueError(f"the Lanczos eigensolver did not converge in {maxiter} iterations (n = {n}; last estimate "
-                     f"{max(abs(lo), abs(hi)):.12g}): lambda is unknown")
+    raise TopologyError(f"the Lanczos eigensolver did not converge in {maxiter} iterations (n = {n}; last estimate "
+                        f"{max(abs(lo), abs(hi)):.12g}): lambda is unknown")
 
 
 def _is_doubly_stochastic(W: sp.csr_array) -> bool:
@@ -314,12 +315,12 @@ def product_lambda(mats: Sequence[object], method: str = "auto") -> float:
     else iterative.
     """
     if method not in METHODS:
-        raise ValueError(f"method must be one of {', '.join(METHODS)}; got {method!r}")
+        raise TopologyError(f"method must be one of {', '.join(METHODS)}; got {method!r}")
     if len(mats) == 0:
-        raise ValueError("product_lambda needs at least one matrix")
+        raise TopologyError("product_lambda needs at least one matrix")
     mats = [_square(M) for M in mats]
     if len({M.shape for M in mats}) != 1:
-        raise ValueError("the matrices of a product must all have the same shape")
+        raise TopologyError("the matrices of a product must all have the same shape")
     n = mats[0].shape[0]
     if method == "dense" or (method == "auto" and n <= dense_spectral_limit()):
         P = _dense(mats[0])
@@ -331,7 +332,7 @@ def product_lambda(mats: Sequence[object], method: str = "auto") -> float:
         if all(c is not None for c in rows):
             return circulant_lambda([circulant_spectrum(c) for c in rows])
         if method == "circulant":
-            raise ValueError("method 'circulant' needs every matrix to be circulant (row i = row 0 rolled by i)")
+            raise TopologyError("method 'circulant' needs every matrix to be circulant (row i = row 0 rolled by i)")
     return iterative_lambda(mats)
 
 
@@ -388,9 +389,9 @@ def phi(lam: float, m: int, Q: int) -> float:
     """
     Q = check_steps(Q)
     if isinstance(m, bool) or not isinstance(m, (int, np.integer)) or m < 1:
-        raise ValueError(f"m (number of clients) must be an integer >= 1, got {m!r}")
+        raise TopologyError(f"m (number of clients) must be an integer >= 1, got {m!r}")
     if not 0.0 <= lam <= 1.0 + 1e-9:
-        raise ValueError(f"lam must be in [0, 1], got {lam!r}")
+        raise TopologyError(f"lam must be in [0, 1], got {lam!r}")
     if lam >= 1.0:
         return math.inf
     lq = lam**Q
@@ -401,7 +402,7 @@ def phi(lam: float, m: int, Q: int) -> float:
 
 def check_gamma(gamma: object) -> float:
     if isinstance(gamma, bool) or not isinstance(gamma, (int, float, np.floating)) or not 0.0 <= gamma < 1.0:
-        raise ValueError(f"gamma must be a number with 0 <= gamma < 1, got {gamma!r}")
+        raise TopologyError(f"gamma must be a number with 0 <= gamma < 1, got {gamma!r}")
     return float(gamma)
 
 
@@ -452,7 +453,7 @@ def effective_neighbors(W: object, gamma: float = 0.951) -> float:
             and (sp.issparse(W[0]) or np.ndim(W[0]) == 2):
         Ws = [_square(M, "each matrix of the schedule") for M in W]
         if len({M.shape for M in Ws}) != 1:
-            raise ValueError("the matrices of a periodic schedule must all have the same shape")
+            raise TopologyError("the matrices of a periodic schedule must all have the same shape")
         n = Ws[0].shape[0]
         if n > dense_spectral_limit():
             rows = [circulant_row(M) for M in Ws]
@@ -481,7 +482,7 @@ def effective_neighbors(W: object, gamma: float = 0.951) -> float:
 
 def check_eps(eps: object) -> float:
     if isinstance(eps, bool) or not isinstance(eps, (int, float, np.floating)) or not 0.0 < eps < 1.0:
-        raise ValueError(f"eps must be a number with 0 < eps < 1, got {eps!r}")
+        raise TopologyError(f"eps must be a number with 0 < eps < 1, got {eps!r}")
     return float(eps)
 
 

@@ -17,6 +17,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from topologies import directed, graphs, limits, spectral
+from topologies.errors import TopologyError
 from topologies.schedules import _check_step
 from topologies.validation import (
     check_connected,
@@ -58,7 +59,7 @@ class _LRU:
 
 def _check_averaging(a: object) -> float:
     if isinstance(a, bool) or not isinstance(a, (int, float, np.floating)) or not 0.0 <= a < 1.0:
-        raise ValueError(f"averaging must be a number with 0 <= a < 1, got {a!r}")
+        raise TopologyError(f"averaging must be a number with 0 <= a < 1, got {a!r}")
     return float(a)
 
 
@@ -131,7 +132,7 @@ class Topology:
                 self._graph = graph if graph is not None else (lambda: graphs.full(self.n))
                 return
             if W is None:
-                raise ValueError("a static Topology needs W (or averaging with n)")
+                raise TopologyError("a static Topology needs W (or averaging with n)")
             checked = check_gossip_matrix(W, self.symmetric, f"W of {name}", stochastic)
             self._static = spectral.as_csr(checked)
             self.n = self._static.shape[0]
@@ -142,7 +143,7 @@ class Topology:
         self.period = schedule.period
         if step_matrix is None:
             if weigh is None:
-                raise ValueError("a time-varying Topology needs step_matrix (or weigh)")
+                raise TopologyError("a time-varying Topology needs step_matrix (or weigh)")
             step_matrix = lambda step: weigh(schedule.graph_at(step))  # noqa: E731
         self._step_matrix = step_matrix
         self._graph = schedule.union_graph  # built on first use
@@ -163,8 +164,8 @@ class Topology:
             W = self.sparse(step)
             if not np.all(W.diagonal() > 0.0):
                 i = int(np.flatnonzero(W.diagonal() <= 0.0)[0])
-                raise ValueError(f"W_{step} of {self.name} gives client {i} no self-weight: a one-sided schedule needs "
-                                 "a positive self-weight at every step to converge")
+                raise TopologyError(f"W_{step} of {self.name} gives client {i} no self-weight: a one-sided schedule "
+                                    "needs a positive self-weight at every step to converge")
             union = W if union is None else union + W
         check_connected(union, f"the union of the {self.period} step graphs of {self.name}")
     def __repr__(self) -> str:
@@ -219,10 +220,10 @@ class Topology:
             if self._static is None:
                 limit = limits.FULL_SPARSE_LIMIT
                 if self.n > limit:
-                    raise ValueError(f"{self.name} on n = {self.n} clients is a dense matrix (n^2 = {self.n**2} "
-                                     f"nonzeros; sparse() stops at topologies.limits.FULL_SPARSE_LIMIT = {limit}): "
-                                     f"its W is a I + (1 - a) J with a = averaging = {self._averaging}, so use "
-                                     "Topology.averaging (x_i <- a x_i + (1 - a) mean(x)) instead")
+                    raise TopologyError(f"{self.name} on n = {self.n} clients is a dense matrix (n^2 = {self.n**2} "
+                                        f"nonzeros; sparse() stops at topologies.limits.FULL_SPARSE_LIMIT = {limit}): "
+                                        f"its W is a I + (1 - a) J with a = averaging = {self._averaging}, so use "
+                                        "Topology.averaging (x_i <- a x_i + (1 - a) mean(x)) instead")
                 self._static = sp.csr_array(averaging_matrix(self._averaging, self.n))
             return self._static
         key = self._key(step)
@@ -237,15 +238,15 @@ class Topology:
     def _check_dense(self) -> None:
         limit = limits.DENSE_LIMIT
         if self.n > limit:
-            raise ValueError(f"{self.name} has n = {self.n} clients, above topologies.limits.DENSE_LIMIT = "
-                             f"{limit}: a dense [n, n] float64 matrix would take {8 * self.n**2 / 2**30:.1f} GiB; use "
-                             "sparse(step) (scipy CSR) instead")
+            raise TopologyError(f"{self.name} has n = {self.n} clients, above topologies.limits.DENSE_LIMIT = "
+                                f"{limit}: a dense [n, n] float64 matrix would take {8 * self.n**2 / 2**30:.1f} GiB; "
+                                "use sparse(step) (scipy CSR) instead")
 
     @property
     def W(self) -> np.ndarray:
         """The gossip matrix of a static topology, dense (read-only); time-varying ones raise, use matrix(step)."""
         if self.is_time_varying:
-            raise ValueError(f"{self.name} is time-varying and has no single W: use matrix(step)")
+            raise TopologyError(f"{self.name} is time-varying and has no single W: use matrix(step)")
         return self.matrix(0)
 
     def matrix(self, step: int = 0) -> np.ndarray:
@@ -273,7 +274,7 @@ class Topology:
     def period_matrix(self) -> np.ndarray:
         """W_{tau-1} ... W_1 W_0: the product over one period (W itself when static), dense."""
         if self.period is None:
-            raise ValueError(f"{self.name} has no period (random-k never repeats)")
+            raise TopologyError(f"{self.name} has no period (random-k never repeats)")
         P = self.matrix(0)
         for step in range(1, self.period):
             P = self.matrix(step) @ P
@@ -284,7 +285,7 @@ class Topology:
     def neighbors(self, i: int, step: int = 0) -> list[int]:
         """Sorted in-neighbours of client i at gossip step `step` (those i receives from), without i."""
         if isinstance(i, bool) or not isinstance(i, (int, np.integer)) or not 0 <= i < self.n:
-            raise ValueError(f"i must be a client index in 0..{self.n - 1}, got {i!r}")
+            raise TopologyError(f"i must be a client index in 0..{self.n - 1}, got {i!r}")
         step = _check_step(step)
         if self._averaging is not None:
             return [j for j in range(self.n) if j != i]
@@ -346,8 +347,8 @@ class Topology:
 
     def _one_sided(self, what: str) -> None:
         if self.stochastic != "doubly":
-            raise ValueError(f"{what} is defined for a doubly stochastic W; {self.name} is "
-                             f"{self.stochastic}-stochastic (see topologies.directed for what applies to it)")
+            raise TopologyError(f"{what} is defined for a doubly stochastic W; {self.name} is "
+                                f"{self.stochastic}-stochastic (see topologies.directed for what applies to it)")
 
     def second_eigenvalue(self) -> float:
         """lambda = ||W - J||_2; for a periodic schedule the per-step rate ||prod_period - J||_2^(1/tau).
@@ -358,7 +359,7 @@ class Topology:
         """
         if self._lambda is None:
             if self.period is None:
-                raise ValueError(f"{self.name} has no period, so no single lambda: use gossip_lambda(Q)")
+                raise TopologyError(f"{self.name} has no period, so no single lambda: use gossip_lambda(Q)")
             if self.stochastic != "doubly":
                 P = self.sparse(0) if not self.is_time_varying else directed.product(
                     [self.sparse(t) for t in range(self.period)])
@@ -397,7 +398,7 @@ class Topology:
         one for row-stochastic W (x <- W x reaches consensus on pi^T x), the right one for column-stochastic W
         (push-sum's weights tend to n pi); see `topologies.directed.stationary`."""
         if self.period is None:
-            raise ValueError(f"{self.name} has no period, so no stationary vector")
+            raise TopologyError(f"{self.name} has no period, so no stationary vector")
         if self.stochastic == "doubly":
             return np.full(self.n, 1.0 / self.n)
         P = self.sparse(0) if not self.is_time_varying else directed.product(
@@ -411,8 +412,8 @@ class Topology:
         circulant (periodic) topologies, and a ValueError otherwise.
         """
         if self.period is None:
-            raise ValueError(f"{self.name} has no period: effective neighbours are defined for static and "
-                             "periodic topologies only")
+            raise TopologyError(f"{self.name} has no period: effective neighbours are defined for static and "
+                                "periodic topologies only")
         self._one_sided("the effective number of neighbours")
         gamma = spectral.check_gamma(gamma)
         if self._averaging is not None:
@@ -443,10 +444,10 @@ class Topology:
         if self._large():
             spectra = self._circulant_spectra(self.period or 1)
             if spectra is None:
-                raise ValueError(f"consensus_steps of the time-varying {self.name} multiplies dense [n, n] step "
-                                 f"matrices, refused for n = {self.n} > topologies.limits.DENSE_SPECTRAL_LIMIT = "
-                                 f"{spectral.dense_spectral_limit()} (only circulant periodic schedules have a "
-                                 "closed form); use gossip_lambda(Q) for given Q instead")
+                raise TopologyError(f"consensus_steps of the time-varying {self.name} multiplies dense [n, n] step "
+                                    f"matrices, refused for n = {self.n} > topologies.limits.DENSE_SPECTRAL_LIMIT = "
+                                    f"{spectral.dense_spectral_limit()} (only circulant periodic schedules have a "
+                                    "closed form); use gossip_lambda(Q) for given Q instead")
             return spectral.circulant_consensus_steps(spectra, eps, MAX_CONSENSUS_STEPS)
         P = np.eye(self.n)
         for T in range(1, MAX_CONSENSUS_STEPS + 1):

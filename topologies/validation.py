@@ -15,6 +15,7 @@ from scipy.sparse.csgraph import connected_components
 
 from topologies import directed, spectral
 from topologies.directed import KINDS, check_kind  # noqa: F401 (re-exported)
+from topologies.errors import TopologyError
 
 TOL = 1e-9
 NORMAL_CHECK_NNZ = 50_000_000  # largest estimated nnz of W W^T for the sparse normality test
@@ -46,15 +47,15 @@ def check_stochastic(W: object, symmetric: bool, label: str = "W", kind: str = "
     if dense:
         W = np.asarray(W, dtype=np.float64)
         if W.ndim != 2 or W.shape[0] != W.shape[1] or W.shape[0] < 1:
-            raise ValueError(f"{label} must be a square [n, n] matrix with n >= 1, got shape {W.shape}")
+            raise TopologyError(f"{label} must be a square [n, n] matrix with n >= 1, got shape {W.shape}")
     S = spectral.as_csr(W, label)
     bad = np.nonzero(~np.isfinite(S.data))[0]
     if len(bad):
         i, j = _position(S, bad[0])
-        raise ValueError(f"{label} has a non-finite entry at [{i}, {j}]: W[{i}, {j}] = {S.data[bad[0]]}")
+        raise TopologyError(f"{label} has a non-finite entry at [{i}, {j}]: W[{i}, {j}] = {S.data[bad[0]]}")
     if S.nnz and S.data.min() < -TOL:
         i, j = _position(S, int(np.argmin(S.data)))
-        raise ValueError(f"{label} is not nonnegative: W[{i}, {j}] = {S[i, j]:.6g}")
+        raise TopologyError(f"{label} is not nonnegative: W[{i}, {j}] = {S[i, j]:.6g}")
     for axis, line, what in ((1, "row", "row-stochastic"), (0, "column", "column-stochastic")):
         if kind not in ("doubly", line):
             continue
@@ -62,14 +63,14 @@ def check_stochastic(W: object, symmetric: bool, label: str = "W", kind: str = "
         bad = np.nonzero(np.abs(sums - 1.0) > TOL)[0]
         if len(bad):
             total = sums[bad[0]]
-            raise ValueError(f"{label} is not {what}: {line} {bad[0]} sums to {total:.6g} "
-                             f"(off by {total - 1.0:+.3g})")
+            raise TopologyError(f"{label} is not {what}: {line} {bad[0]} sums to {total:.6g} "
+                                f"(off by {total - 1.0:+.3g})")
     if symmetric:
         diff = abs(S - S.T)
         if diff.nnz and diff.max() > TOL:
             i, j, gap = _first_max(diff)
-            raise ValueError(f"{label} is not symmetric: W[{i}, {j}] = {S[i, j]:.6g} but "
-                             f"W[{j}, {i}] = {S[j, i]:.6g} (difference {gap:.3g})")
+            raise TopologyError(f"{label} is not symmetric: W[{i}, {j}] = {S[i, j]:.6g} but "
+                                f"W[{j}, {i}] = {S[j, i]:.6g} (difference {gap:.3g})")
     return W if dense else S
 
 
@@ -79,8 +80,8 @@ def check_connected(W: object, label: str = "W") -> None:
     k, labels = connected_components(S, directed=True, connection="strong")
     if k > 1:
         lonely = int(np.nonzero(labels != labels[0])[0][0])
-        raise ValueError(f"{label} is disconnected: its graph has {k} (strongly) connected components "
-                         f"(client 0 and client {lonely} never exchange information)")
+        raise TopologyError(f"{label} is disconnected: its graph has {k} (strongly) connected components "
+                            f"(client 0 and client {lonely} never exchange information)")
 
 
 def _is_normal(W: sp.csr_array) -> bool:
@@ -103,8 +104,8 @@ def _contraction_is_guaranteed(W: sp.csr_array) -> bool:
 def require_contraction(lam: float, label: str = "W") -> None:
     """Raise unless lambda = ||label - J||_2 < 1."""
     if lam >= 1.0 - TOL:
-        raise ValueError(f"{label} does not contract: lambda = ||{label} - J||_2 = {lam:.6g} (must be < 1; "
-                         "e.g. a bipartite graph with no self weight, use weights 'lazy')")
+        raise TopologyError(f"{label} does not contract: lambda = ||{label} - J||_2 = {lam:.6g} (must be < 1; "
+                            "e.g. a bipartite graph with no self weight, use weights 'lazy')")
 
 
 def check_contraction(W: object, label: str = "W", force: bool = False) -> None:
@@ -124,13 +125,13 @@ def check_primitive(W: object, label: str = "W") -> None:
     if np.all(S.diagonal() > 0.0):
         return
     if S.shape[0] > spectral.dense_spectral_limit():
-        raise ValueError(f"{label} has a zero self-weight and n = {S.shape[0]} > topologies.limits."
-                         f"DENSE_SPECTRAL_LIMIT = {spectral.dense_spectral_limit()}, so whether W^t converges is "
-                         "not checked: give every client a positive self-weight")
+        raise TopologyError(f"{label} has a zero self-weight and n = {S.shape[0]} > topologies.limits."
+                            f"DENSE_SPECTRAL_LIMIT = {spectral.dense_spectral_limit()}, so whether W^t converges is "
+                            "not checked: give every client a positive self-weight")
     slem = directed.second_eigenvalue_modulus(S)
     if slem >= 1.0 - TOL:
-        raise ValueError(f"{label} does not converge: |lambda_2(W)| = {slem:.6g} (must be < 1; e.g. a directed ring "
-                         "with no self weight is periodic: give every client a positive self-weight)")
+        raise TopologyError(f"{label} does not converge: |lambda_2(W)| = {slem:.6g} (must be < 1; e.g. a directed ring "
+                            "with no self weight is periodic: give every client a positive self-weight)")
 
 
 def check_gossip_matrix(W: object, symmetric: bool, label: str = "W",

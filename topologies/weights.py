@@ -33,6 +33,7 @@ import networkx as nx
 import numpy as np
 import scipy.sparse as sp
 
+from topologies.errors import TopologyError
 from topologies.fastest import fastest_mixing
 from topologies.graphs import adjacency_of
 
@@ -77,9 +78,9 @@ def _with_weights(A: sp.csr_array, offdiag: np.ndarray, columns: bool = False) -
 def _directed_regular_degree(A: sp.csr_array, scheme: str) -> int:
     indeg, outdeg = _in_out_degrees(A)
     if not (np.array_equal(indeg, outdeg) and np.all(indeg == indeg[0])):
-        raise ValueError(f"weights {scheme!r} on a directed graph need every node to have in-degree = "
-                         "out-degree = d (a regular digraph); use 'max-degree' on a balanced digraph, or "
-                         "'row-stochastic' / 'column-stochastic' (only one of W's sums is 1) on any digraph")
+        raise TopologyError(f"weights {scheme!r} on a directed graph need every node to have in-degree = "
+                            "out-degree = d (a regular digraph); use 'max-degree' on a balanced digraph, or "
+                            "'row-stochastic' / 'column-stochastic' (only one of W's sums is 1) on any digraph")
     return int(indeg[0]) if len(indeg) else 0
 
 
@@ -99,8 +100,8 @@ def sparse_uniform(A: sp.csr_array, directed: bool, name: str = "graph") -> sp.c
         return _with_weights(A, np.full(A.nnz, 1.0 / (d + 1.0)))
     deg, _ = _in_out_degrees(A)
     if len(deg) and deg.min() != deg.max():
-        raise ValueError(f"weights 'uniform' (1/(deg+1)) are not doubly stochastic on the irregular {name} "
-                         f"(degrees {int(deg.min())}..{int(deg.max())}): use 'metropolis' or 'max-degree'")
+        raise TopologyError(f"weights 'uniform' (1/(deg+1)) are not doubly stochastic on the irregular {name} "
+                            f"(degrees {int(deg.min())}..{int(deg.max())}): use 'metropolis' or 'max-degree'")
     return _with_weights(A, 1.0 / (deg[_rows(A)] + 1.0))
 
 
@@ -108,7 +109,7 @@ def sparse_max_degree(A: sp.csr_array, directed: bool) -> sp.csr_array:
     """w_ij = 1/(1 + d_max) on each edge, w_ii = 1 - d_i/(1 + d_max) (d = in-degree on digraphs)."""
     indeg, outdeg = _in_out_degrees(A)
     if directed and not np.array_equal(indeg, outdeg):
-        raise ValueError("weights 'max-degree' on a directed graph need in-degree = out-degree at every node")
+        raise TopologyError("weights 'max-degree' on a directed graph need in-degree = out-degree at every node")
     dmax = indeg.max() if len(indeg) else 0.0
     return _with_weights(A, np.full(A.nnz, 1.0 / (1.0 + dmax)))
 
@@ -128,13 +129,13 @@ def sparse_column_stochastic(A: sp.csr_array) -> sp.csr_array:
 def check_sizes(sizes: object, n: int) -> np.ndarray:
     """The clients' sample counts as a float array: n numbers > 0 (ValueError naming `sizes` otherwise)."""
     if sizes is None:
-        raise ValueError("weights 'sample-count' need the clients' sample counts: option sizes = [n_1, ..., n_m]")
+        raise TopologyError("weights 'sample-count' need the clients' sample counts: option sizes = [n_1, ..., n_m]")
     try:
         s = np.asarray(sizes, dtype=np.float64)
     except (TypeError, ValueError):
         s = None
     if s is None or s.ndim != 1 or len(s) != n or not np.all(np.isfinite(s)) or np.any(s <= 0):
-        raise ValueError(f"sizes must be {n} sample counts > 0 (one per client), got {sizes!r}")
+        raise TopologyError(f"sizes must be {n} sample counts > 0 (one per client), got {sizes!r}")
     return s
 
 
@@ -160,12 +161,12 @@ def sparse_fastest(A: sp.csr_array, directed: bool) -> sp.csr_array:
     """Fastest-mixing symmetric weights (projected subgradient from Metropolis, `topologies.fastest`); dense inside."""
     n = A.shape[0]
     if directed:
-        raise ValueError("weights 'fastest' need an undirected graph (the method optimises a symmetric W); "
-                         "use 'metropolis', 'uniform', 'max-degree' or 'lazy' on directed graphs")
+        raise TopologyError("weights 'fastest' need an undirected graph (the method optimises a symmetric W); "
+                            "use 'metropolis', 'uniform', 'max-degree' or 'lazy' on directed graphs")
     if n > FASTEST_LIMIT:
-        raise ValueError(f"weights 'fastest' optimise a dense n x n matrix (an O(n^3) eigendecomposition per "
-                         f"iteration) and are limited to n <= {FASTEST_LIMIT} clients, got n = {n}: "
-                         "use weights='metropolis'")
+        raise TopologyError(f"weights 'fastest' optimise a dense n x n matrix (an O(n^3) eigendecomposition per "
+                            f"iteration) and are limited to n <= {FASTEST_LIMIT} clients, got n = {n}: "
+                            "use weights='metropolis'")
     W0 = sparse_metropolis(A, directed=False)
     upper = sp.triu(A, k=1, format="coo")  # edges i < j, in row-major order
     order = np.lexsort((upper.col, upper.row))
@@ -177,14 +178,14 @@ def sparse_fastest(A: sp.csr_array, directed: bool) -> sp.csr_array:
 def check_scheme(scheme: str, base: str | None) -> str | None:
     """Validate a scheme name and its `base`; return the base scheme under 'lazy' (None otherwise)."""
     if scheme not in SCHEMES:
-        raise ValueError(f"weights must be one of {', '.join(SCHEMES)}; got {scheme!r}")
+        raise TopologyError(f"weights must be one of {', '.join(SCHEMES)}; got {scheme!r}")
     if base is not None and scheme != "lazy":
-        raise ValueError(f"option base only applies to weights='lazy', not to weights={scheme!r}")
+        raise TopologyError(f"option base only applies to weights='lazy', not to weights={scheme!r}")
     if scheme != "lazy":
         return None
     base = "metropolis" if base is None else base
     if base not in LAZY_BASES:
-        raise ValueError(f"base (the scheme under 'lazy') must be one of {', '.join(LAZY_BASES)}; got {base!r}")
+        raise TopologyError(f"base (the scheme under 'lazy') must be one of {', '.join(LAZY_BASES)}; got {base!r}")
     return base
 
 
@@ -194,7 +195,7 @@ def sparse_weights(A: sp.csr_array, directed: bool, scheme: str = "metropolis", 
     `sizes` (the clients' sample counts) are for 'sample-count' only."""
     base = check_scheme(scheme, base)
     if sizes is not None and scheme != "sample-count":
-        raise ValueError(f"option sizes (sample counts) applies to weights='sample-count' only, not to {scheme!r}")
+        raise TopologyError(f"option sizes (sample counts) applies to weights='sample-count' only, not to {scheme!r}")
     if scheme == "row-stochastic":
         return sparse_row_stochastic(A)
     if scheme == "column-stochastic":

@@ -14,55 +14,49 @@ from __future__ import annotations
 
 import warnings
 
-from dfl.algorithms.base import Algorithm, Context, RoundStats
-from dfl.algorithms.dfedavg import DFedAvg, DFedAvgM
-from dfl.algorithms.dfedsam import DFedSAM, DFedSAMMGS
-from dfl.algorithms.domo import DOMO, DOMOS
-from dfl.algorithms.dpsgd import DPSGD
-from dfl.algorithms.dsgt import DSGT, DSGTSAM
-from dfl.algorithms.fedavg import FedAvg, FedAvgSM, FedSAM
-from dfl.algorithms.fedcm import FedCM, MoFedSAM
-from dfl.algorithms.feddyn import FedDyn
-from dfl.algorithms.fedgloss import FedGLoSS
-from dfl.algorithms.kgt import KGT, KGTSAM
-from dfl.algorithms.mimelite import MimeLite
-from dfl.algorithms.momentum import FedAvgLM, FedAvgLMZ, FedAvgSLM, FedAvgSLMZ
+from dfl.algorithms.builtin import BUILTINS, AlgorithmCard
 from dfl.algorithms.registration import HYPERPARAMETERS, check_algorithm, option_defaults, resolve_options
-from dfl.algorithms.scaffold import Scaffold
-from dfl.algorithms.server import ServerAlgorithm
 from dfl.errors import ConfigError
+from dfl.lazy import submodules
 from dfl.registry import Registry
-from dfl.training.local import LocalResult, LocalRule
 
-ALGORITHMS: Registry[type[Algorithm]] = Registry("algorithm", group="dfl.algorithms", check=check_algorithm)
+# the built-ins are declared by card (`dfl.algorithms.builtin`): naming and checking one imports no torch; its
+# class is imported when a run builds it (`algorithm_class`)
+ALGORITHMS: Registry = Registry("algorithm", group="dfl.algorithms", check=check_algorithm)
+for _name, (_target, _card) in BUILTINS.items():
+    ALGORITHMS.declare(_name, _target, _card)
+del _name, _target, _card
 register = ALGORITHMS.register  # @register("name") class ...: or register("name", cls)
 
-DECENTRALIZED: tuple[type[Algorithm], ...] = (DPSGD, DFedAvg, DFedAvgM, DFedSAM, DFedSAMMGS, DSGT, DSGTSAM, KGT, KGTSAM)
-# Centralized FL: the complete-topology case, aggregation over sampled clients (dfl.algorithms.server).
-CENTRALIZED: tuple[type[Algorithm], ...] = (
-    FedAvg, FedSAM, MoFedSAM, FedCM, Scaffold, FedAvgSM, FedAvgLM, FedAvgLMZ, FedAvgSLM, FedAvgSLMZ,
-    DOMO, DOMOS, MimeLite, FedDyn, FedGLoSS,
-)
-for _cls in DECENTRALIZED + CENTRALIZED:
-    register(_cls.name, _cls)
-del _cls
+# the interface for writing an algorithm, imported on first use (it imports torch)
+__getattr__ = submodules(__name__, {
+    "Algorithm": "dfl.algorithms.base", "Context": "dfl.algorithms.base", "RoundStats": "dfl.algorithms.base",
+    "ServerAlgorithm": "dfl.algorithms.server", "LocalResult": "dfl.training.local", "LocalRule": "dfl.training.local",
+})
 
 __all__ = [
-    "ALGORITHMS", "HYPERPARAMETERS", "Algorithm", "Context", "LocalResult", "LocalRule", "RoundStats",
-    "ServerAlgorithm", "algorithm_class", "check_config", "is_centralized", "option_defaults", "register",
-    "resolve_hyperparameters",
+    "ALGORITHMS", "HYPERPARAMETERS", "Algorithm", "AlgorithmCard", "Context", "LocalResult", "LocalRule",
+    "RoundStats", "ServerAlgorithm", "algorithm_class", "check_config", "is_centralized", "mixes_by_push_sum",
+    "option_defaults",
+    "register", "resolve_hyperparameters",
 ]
 
 
-def algorithm_class(name: str) -> type[Algorithm]:
-    """The class registered as `name` (ValueError listing the registered names otherwise)."""
+def algorithm_class(name: str):
+    """The class registered as `name` (imported now; ValueError listing the registered names otherwise)."""
     return ALGORITHMS.get(name)
 
 
 def is_centralized(name: str) -> bool:
     """Whether the algorithm registered as `name` aggregates at a server (the complete-graph case) instead of
-    gossiping with neighbours."""
-    return bool(getattr(algorithm_class(name), "centralized", False))
+    gossiping with neighbours (read from its card: imports nothing)."""
+    return bool(getattr(ALGORITHMS.card(name, "algorithm"), "centralized", False))
+
+
+def mixes_by_push_sum(name: str) -> bool:
+    """Whether the algorithm registered as `name` gossips through `Algorithm.mix`, so runs on a column-stochastic W
+    by push-sum (read from its card: imports nothing)."""
+    return bool(getattr(ALGORITHMS.card(name, "algorithm"), "push_sum", False))
 
 
 def resolve_hyperparameters(config, warn: bool = True) -> tuple[dict, list[str]]:
@@ -70,7 +64,7 @@ def resolve_hyperparameters(config, warn: bool = True) -> tuple[dict, list[str]]
     `config.algorithm_options`) and the names of Config fields that were set but do not apply to it (warned
     about, never silently dropped). ValueError for an algorithm option that is unknown or of the wrong type,
     or for values the algorithm's `check_hyperparameters` refuses."""
-    cls = algorithm_class(config.algorithm)
+    cls = ALGORITHMS.card(config.algorithm, "algorithm")  # a built-in's card, or a registered class itself
     hp = dict(cls.hyperparameters)
     ignored = []
     for name in HYPERPARAMETERS:
@@ -97,13 +91,12 @@ def resolve_hyperparameters(config, warn: bool = True) -> tuple[dict, list[str]]
     return hp, ignored
 
 
-
 def check_config(config) -> None:
     """The algorithm's part of `dfl.validate`: `algorithm` is registered; participation < 1 only for a
     centralized one; `algorithm_options` fit its declared defaults and its `check_hyperparameters` accepts the
     resolved values; the SAM radius schedule is complete; the local optimizer is one its update rule is written
     for. Raises `ConfigError` naming the field."""
-    cls = ALGORITHMS.require(config.algorithm, "algorithm")
+    cls = ALGORITHMS.card(config.algorithm, "algorithm")
     centralized = getattr(cls, "centralized", False)
     if config.participation is not None and config.participation < 1 and not centralized:
         raise ConfigError(
@@ -123,8 +116,8 @@ def check_config(config) -> None:
             raise ConfigError(f"rho_schedule = linear needs rho_ramp_rounds >= 2 (the rounds of the ramp up to rho), "
                               f"got {hp['rho_ramp_rounds']}")
     if config.local_optimizer != "sgd" and config.local_optimizer not in cls.local_optimizers:
-        able = [name for name, c in ALGORITHMS.items()
-                if config.local_optimizer in getattr(c, "local_optimizers", ("sgd",))]
+        able = [name for name in ALGORITHMS.names()
+                if config.local_optimizer in getattr(ALGORITHMS.card(name), "local_optimizers", ("sgd",))]
         raise ConfigError(f"local_optimizer = {config.local_optimizer} is not defined for {config.algorithm}, whose "
                           f"update rule is written in SGD steps; use local_optimizer = sgd, or one of "
                           f"{', '.join(able)}")

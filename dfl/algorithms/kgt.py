@@ -35,6 +35,7 @@ from typing import Any
 import torch
 
 from dfl.algorithms.base import RHO_SCHEDULE_DEFAULTS, SAM_VARIANT_DEFAULTS, Algorithm, Context, RoundStats
+from dfl.algorithms.builtin import check_kgt
 
 SAM_OPTIONS = {**RHO_SCHEDULE_DEFAULTS, **SAM_VARIANT_DEFAULTS}
 
@@ -67,8 +68,7 @@ class KGT(Algorithm):
 
     @classmethod
     def check_hyperparameters(cls, hp: dict[str, Any]) -> None:
-        if not hp["outer_lr"] > 0:
-            raise ValueError(f"algorithm_options.outer_lr (K-GT's eta_s) must be > 0, got {hp['outer_lr']}")
+        check_kgt(hp)  # torch-free, so that validation reads it from the card without importing this module
 
     def round(self, t: int) -> RoundStats:
         ctx, eta_c, eta_s = self.ctx, self.ctx.lr(t), self.ctx.hp["outer_lr"]

@@ -14,8 +14,8 @@ import math
 from dataclasses import fields
 from typing import Any
 
-from dfl.algorithms.base import Algorithm
 from dfl.config import Config
+from dfl.errors import ArgumentError
 
 # Config fields that only some algorithms read (None in the Config = the algorithm's default).
 HYPERPARAMETERS: tuple[str, ...] = (
@@ -29,35 +29,38 @@ _CONFIG_FIELDS = frozenset(f.name for f in fields(Config))
 
 def check_algorithm(name: str, cls: Any) -> None:
     """Refuse a class that cannot run as an algorithm (one line naming it and what is wrong); set `cls.name`."""
+    from dfl.algorithms.base import Algorithm  # here: a class to check has imported it (and torch) already
+
     where = f"algorithm {name!r} ({getattr(cls, '__module__', '?')}.{getattr(cls, '__qualname__', cls)!s})"
     if not isinstance(cls, type) or not issubclass(cls, Algorithm):
-        raise TypeError(f"{where} must be a subclass of dfl.algorithms.Algorithm, got {cls!r}")
+        raise ArgumentError(f"{where} must be a subclass of dfl.algorithms.Algorithm, got {cls!r}")
     if cls.round is Algorithm.round:
-        raise TypeError(f"{where} must define round(self, t) -> RoundStats")
+        raise ArgumentError(f"{where} must define round(self, t) -> RoundStats")
     hp = cls.hyperparameters
     if not isinstance(hp, dict):
-        raise TypeError(f"{where}: hyperparameters must be a dict of name -> default, got {hp!r}")
+        raise ArgumentError(f"{where}: hyperparameters must be a dict of name -> default, got {hp!r}")
     for key in hp:
         if not isinstance(key, str) or not key.isidentifier():
-            raise TypeError(f"{where}: hyperparameter names must be identifiers (they are TOML keys and "
-                            f"--algorithm-options keys), got {key!r}")
+            raise ArgumentError(f"{where}: hyperparameter names must be identifiers (they are TOML keys and "
+                                f"--algorithm-options keys), got {key!r}")
         if key in _CONFIG_FIELDS and key not in HYPERPARAMETERS:
-            raise TypeError(f"{where}: hyperparameter {key!r} is a Config field that algorithms do not own "
-                            f"(read it from ctx.config.{key}); rename the option")
+            raise ArgumentError(f"{where}: hyperparameter {key!r} is a Config field that algorithms do not own "
+                                f"(read it from ctx.config.{key}); rename the option")
     if not isinstance(cls.client_state, tuple) or not all(isinstance(k, str) for k in cls.client_state):
-        raise TypeError(f"{where}: client_state must be a tuple of state() keys, got {cls.client_state!r}")
+        raise ArgumentError(f"{where}: client_state must be a tuple of state() keys, got {cls.client_state!r}")
     declared = cls.__dict__.get("name")
     if declared is not None and declared != name:
-        raise TypeError(f"{where} declares name = {declared!r} but is registered as {name!r}; use one name")
+        raise ArgumentError(f"{where} declares name = {declared!r} but is registered as {name!r}; use one name")
     cls.name = name
 
 
-def option_defaults(cls: type[Algorithm]) -> dict[str, Any]:
-    """The algorithm options of `cls` (its hyperparameters that are not Config fields) with their defaults."""
+def option_defaults(cls: Any) -> dict[str, Any]:
+    """The algorithm options of `cls` (a class or its card: its hyperparameters that are not Config fields) with
+    their defaults."""
     return {k: v for k, v in cls.hyperparameters.items() if k not in HYPERPARAMETERS}
 
 
-def resolve_options(algorithm: str, cls: type[Algorithm], options: dict[str, Any]) -> dict[str, Any]:
+def resolve_options(algorithm: str, cls: Any, options: dict[str, Any]) -> dict[str, Any]:
     """`options` checked against the defaults of `cls` (ValueError naming the key and the allowed keys)."""
     if not isinstance(options, dict):
         raise ValueError(f"algorithm_options must be a table of key = value, got {options!r}")

@@ -29,6 +29,7 @@ import torch
 
 from dfl.algorithms.base import Algorithm, Context, RoundStats
 from dfl.config import AGGREGATIONS, PARTICIPATION_MODES  # noqa: F401 (re-exported)
+from dfl.errors import ConfigError
 
 # Hyperparameters every centralized algorithm reads, with their defaults (full participation, mean).
 SERVER_DEFAULTS = {"participation": 1.0, "participation_mode": "uniform", "aggregation": "uniform"}
@@ -38,9 +39,9 @@ _SAMPLING_STREAM = 0x5A3D  # separates the participation stream from the per-cli
 def sample_participants(seed: int, round_index: int, num_clients: int, fraction: float, mode: str) -> np.ndarray:
     """The [N] boolean mask of S_t; a function of (seed, t, N, f, mode) only (never of rank or world size)."""
     if mode not in PARTICIPATION_MODES:
-        raise ValueError(f"participation_mode must be one of {', '.join(PARTICIPATION_MODES)}; got {mode!r}")
+        raise ConfigError(f"participation_mode must be one of {', '.join(PARTICIPATION_MODES)}; got {mode!r}")
     if not 0 < fraction <= 1:
-        raise ValueError(f"participation must be in (0, 1], got {fraction}")
+        raise ConfigError(f"participation must be in (0, 1], got {fraction}")
     if fraction == 1:
         return np.ones(num_clients, dtype=bool)
     rng = np.random.default_rng(np.random.SeedSequence([seed, round_index, _SAMPLING_STREAM]))

@@ -78,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
     try:  # --threads is refused before a command loads torch (whose OpenMP runtime dfl prepares at import)
         threads.check(getattr(args, "threads", threads.AUTO))
     except ConfigError as exc:
-        print(f"dfl: error: {exc}", file=sys.stderr)
+        print(f"dfl {command or ''}".rstrip() + f": error: {exc}", file=sys.stderr)  # as the command's own errors
         return 2
     if getattr(args, "handler", None) is None:
         parser.print_help()

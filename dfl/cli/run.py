@@ -15,7 +15,7 @@ import warnings
 from dataclasses import fields
 from pathlib import Path
 
-from dfl.config import Config, options
+from dfl.config import Config, options, read_toml
 from dfl.errors import ConfigError
 
 
@@ -98,14 +98,30 @@ def key_value(text: str, form: str = "KEY=VALUE") -> tuple[str, object]:
 
 
 def config_from_args(args: argparse.Namespace) -> Config:
+    from dfl.engine.validation import option_owner  # no torch
+
     values = vars(args)
-    config = Config.from_toml(values["config_file"]) if values.get("config_file") else Config()
+    config = Config.from_toml(values["config_file"], owner=option_owner) if values.get("config_file") else Config()
     changes = {}
     for f in fields(Config):
         if f.name in values:
             value = values[f.name]
             changes[f.name] = dict(value) if str(f.type).startswith("dict") else value
     return config.replace(**changes)
+
+
+def validate_args(args: argparse.Namespace, validate) -> Config:
+    """`validate(config_from_args(args))`; a refusal of a field that the config file set (and no flag replaced)
+    names the file, as the file's own type and range errors do (`Config.from_toml`)."""
+    config = config_from_args(args)
+    try:
+        return validate(config)
+    except ConfigError as exc:
+        path = vars(args).get("config_file")
+        field = str(exc).split(" ", 1)[0].split(".", 1)[0].rstrip(":")  # "topology must ...", "x_options.key = ..."
+        if path and field not in vars(args) and field in read_toml(path, "config file"):
+            raise type(exc)(f"config file {path}: {exc}") from None
+        raise
 
 
 def resume_args(args: argparse.Namespace) -> argparse.Namespace:
@@ -148,8 +164,11 @@ def main(args: argparse.Namespace) -> int:
         return 2
 
     from dfl.engine.results import RunDirectoryExists, format_summary
-    from dfl.engine.runner import DivergenceError, raise_on_signal, run
-    from dfl.engine.validation import validate
+    from dfl.engine.validation import validate  # no torch: every check that needs no data answers at once
+    from dfl.errors import DivergenceError, RunInterrupted
+
+    def raise_on_signal(signum, frame) -> None:  # as dfl.engine.runner.raise_on_signal, without importing torch
+        raise RunInterrupted(signum)
 
     # SIGTERM (kill, torchrun, schedulers) and SIGHUP (a closed terminal) stop the run like Ctrl-C does: it
     # records status "interrupted", keeps its metrics and last checkpoint, and exits 128 + the signal number
@@ -162,8 +181,10 @@ def main(args: argparse.Namespace) -> int:
         resume = getattr(args, "resume", None)
         if resume is not None:
             args = resume_args(args)
-        config = validate(config_from_args(args))
+        config = validate_args(args, validate)
         out = Path(getattr(args, "out", None) or Path("runs") / config.name)
+        from dfl.engine.runner import run  # torch loads here, once the config is known to be good
+
         with warnings.catch_warnings():
             warnings.simplefilter("always")
             warnings.formatwarning = lambda message, *a, **k: f"dfl run: warning: {message}\n"

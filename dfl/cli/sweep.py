@@ -258,7 +258,7 @@ def compare_topologies_main(args: argparse.Namespace) -> int:
     if _out_refused("compare-topologies", args):
         return 2
     data_root = args.data_root
-    if args.full and data_root is None and "data_root" not in dict(args.overrides) and not args.dry_run:
+    if args.full and data_root is None and "data_root" not in dict(args.overrides):  # checked by a dry run too
         return _error("compare-topologies", "--full trains on CIFAR-10 and needs --data-root DIR (the directory "
                       "holding cifar-10-batches-py)")
     try:

@@ -17,6 +17,8 @@ from pathlib import Path
 
 from dfl import topologies as topology_registry
 from dfl.cli.run import key_value
+from dfl.errors import ConfigError
+from dfl.registry import suggest
 from dfl.topologies import TOPOLOGIES, topology_options
 from topologies import draw as drawing
 from topologies import spectral
@@ -47,10 +49,16 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                     "the graph instead. Undefined values print as '-' (JSON null); infinite ones as inf (JSON "
                     "\"inf\").")
     names = tuple(TOPOLOGIES)  # the built-ins, then registered ones (dfl.topologies)
-    p.add_argument("topology", choices=(*names, *COMMANDS), metavar="TOPOLOGY",
+
+    def canonical(text: str) -> str:  # "Ring", "random_regular": the registered spelling
+        close = suggest(text, (*names, *COMMANDS))
+        return close if close is not None and close.lower() == text.strip().lower().replace("_", "-") else text
+
+    p.add_argument("topology", choices=(*names, *COMMANDS), metavar="TOPOLOGY", type=canonical,
                    help=f"one of {', '.join(names)}, or 'compare' (with --topologies); 'show NAME' is the "
                         "same as NAME; 'draw NAME --out FILE' draws it")
-    p.add_argument("name", nargs="?", choices=names, metavar="NAME", help="the topology after 'show' or 'draw'")
+    p.add_argument("name", nargs="?", choices=names, metavar="NAME", type=canonical,
+                   help="the topology after 'show' or 'draw'")
     p.add_argument("--clients", type=int, nargs="+", metavar="N", help="number(s) of clients n")
     p.add_argument("--topologies", nargs="+", metavar="NAME", help="topologies for 'compare' "
                    f"(default: {' '.join(DEFAULT_COMPARE)})")
@@ -101,7 +109,7 @@ def _options(args: argparse.Namespace, name: str, compare: bool) -> dict:
     given = {flag: getattr(args, flag) for flag in OPTION_FLAGS if getattr(args, flag) is not None}
     for key, value in args.options:
         if key in given:
-            raise ValueError(f"option {key} is given twice (--{key.replace('_', '-')} and --options {key}=...)")
+            raise ConfigError(f"option {key} is given twice (--{key.replace('_', '-')} and --options {key}=...)")
         given[key] = value
     if args.base is not None:
         given["base"] = args.base
@@ -151,11 +159,11 @@ def _check_args(args: argparse.Namespace) -> None:
     args.draw = args.topology == "draw"
     if args.topology in ("show", "draw"):
         if args.name is None:
-            raise ValueError(f"'dfl topology {args.topology}' needs a topology name: one of {', '.join(TOPOLOGIES)}")
+            raise ConfigError(f"'dfl topology {args.topology}' needs a topology name: one of {', '.join(TOPOLOGIES)}")
         args.topology, args.name = args.name, None
     elif args.name is not None:
-        raise ValueError(f"unexpected argument {args.name!r} after {args.topology!r} (did you mean "
-                         f"'dfl topology show {args.name}'?)")
+        raise ConfigError(f"unexpected argument {args.name!r} after {args.topology!r} (did you mean "
+                          f"'dfl topology show {args.name}'?)")
     spectral.check_steps(args.gossip_steps)
     spectral.check_gamma(args.gamma)
     spectral.check_eps(args.eps)
@@ -164,27 +172,27 @@ def _check_args(args: argparse.Namespace) -> None:
         bad = [t for t in names if t not in TOPOLOGIES or t == "custom"]
         if bad:
             allowed = ", ".join(t for t in TOPOLOGIES if t != "custom")
-            raise ValueError(f"--topologies: unknown {', '.join(bad)}; allowed: {allowed}")
+            raise ConfigError(f"--topologies: unknown {', '.join(bad)}; allowed: {allowed}")
     elif args.topologies:
-        raise ValueError("--topologies only applies to 'dfl topology compare'")
+        raise ConfigError("--topologies only applies to 'dfl topology compare'")
     from_file = args.path or args.edges or args.matrix
     if args.clients is None and not (args.topology == "custom" and from_file):
-        raise ValueError("--clients is required (one or more numbers of clients)")
+        raise ConfigError("--clients is required (one or more numbers of clients)")
     if args.clients is not None and any(n < 1 for n in args.clients):
-        raise ValueError(f"--clients must be integers >= 1, got {' '.join(map(str, args.clients))}")
+        raise ConfigError(f"--clients must be integers >= 1, got {' '.join(map(str, args.clients))}")
     drawing_flags = [f"--{flag}" for flag in ("out", "steps") if getattr(args, flag) is not None]
     if args.layout != "auto":
         drawing_flags.append("--layout")
     if args.draw:
         if args.out is None:
-            raise ValueError("'dfl topology draw' needs --out FILE (.png, .svg or .pdf)")
+            raise ConfigError("'dfl topology draw' needs --out FILE (.png, .svg or .pdf)")
         if args.clients is not None and len(args.clients) > 1:
-            raise ValueError("'dfl topology draw' draws one topology: give one --clients N")
+            raise ConfigError("'dfl topology draw' draws one topology: give one --clients N")
         if args.plot or args.json:
-            raise ValueError("'dfl topology draw' makes a figure of the graph; --plot and --json belong to the "
+            raise ConfigError("'dfl topology draw' makes a figure of the graph; --plot and --json belong to the "
                              "analysis (dfl topology NAME)")
     elif drawing_flags:
-        raise ValueError(f"{', '.join(drawing_flags)} only apply to 'dfl topology draw NAME'")
+        raise ConfigError(f"{', '.join(drawing_flags)} only apply to 'dfl topology draw NAME'")
     for option, path in (("--plot", args.plot), ("--out", args.out if args.draw else None)):
         if path:  # a file dfl did not write is never replaced (dfl.directories), checked before any work
             from dfl.directories import check_output_plot

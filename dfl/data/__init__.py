@@ -4,27 +4,55 @@ Both datasets and partitions are registries (`dfl.registry.Registry`): `@dfl.dat
 dataset loader, `@dfl.data.register_partition("name")` a partition method (entry-point groups `dfl.datasets`
 and `dfl.partitions`).
 
-Import graph, one direction: types, checks, files <- the loaders <- dataset (the dataset registry);
-dirichlet <- partitioners; dataset, partitioners <- federated.
+Import graph, one direction: types, checks, files <- the loaders <- builtin (their cards) <- dataset (the dataset
+registry); dirichlet <- partitioners; dataset, partitioners <- federated. Checking a config (`check_config`)
+imports no torch: the built-in datasets are declared by card (`dfl.data.builtin`), and `FederatedData`, the
+augmentations and the loaders themselves load on first use.
 """
 
 from __future__ import annotations
 
-from dfl.data.augment import crop_flip, random_crop_flip
-from dfl.data.dataset import DATASETS, dataset_options, load_dataset, needs_root, register
-from dfl.data.federated import FederatedData
-from dfl.data.partitioners import PARTITIONS, label_histograms, partition, partition_options
+import warnings
+from pathlib import Path
+from typing import Any
+
+from dfl.data.dataset import (
+    DATASETS,
+    check_options,
+    data_shape,
+    dataset_options,
+    load_dataset,
+    needs_root,
+    register,
+    with_clients,
+)
+from dfl.data.partitioners import PARTITIONS, check_partition_options, label_histograms, partition, partition_options
 from dfl.data.partitioners import register as register_partition
-from dfl.data.types import Dataset
+from dfl.data.types import Dataset, DataShape
+from dfl.errors import ConfigError
+from dfl.lazy import submodules
+from topologies import limits
+
+DIRICHLET = ("dirichlet", "dirichlet-class")  # the partitions that take the Config field alpha
+ALPHA_DEFAULT = 0.3
+# partition options that a Config field gives: the field, and how to set it
+FIELD_OPTIONS = {"alpha": "alpha (--alpha)", "seed": "seed (--seed: the partition is drawn from the run's seed)"}
+
+# what imports torch, on first use
+__getattr__ = submodules(__name__, {"FederatedData": "dfl.data.federated", "crop_flip": "dfl.data.augment",
+                                    "random_crop_flip": "dfl.data.augment"})
 
 __all__ = [
     "DATASETS",
     "PARTITIONS",
+    "DataShape",
     "Dataset",
     "FederatedData",
     "check_config",
     "crop_flip",
+    "data_shape",
     "dataset_options",
+    "ignored_options",
     "label_histograms",
     "load_dataset",
     "needs_root",
@@ -33,11 +61,97 @@ __all__ = [
     "random_crop_flip",
     "register",
     "register_partition",
+    "run_partition_options",
 ]
 
 
-def check_config(config) -> None:
-    """The data's part of `dfl.validate`: `dataset` and `partition` are registered. Whether a partition fits the
-    dataset and the client count is known only when the data is built (`FederatedData.build`)."""
-    DATASETS.require(config.dataset, "dataset")
+def check_config(config) -> DataShape | None:
+    """The data's part of `dfl.validate`, before anything is loaded: `dataset` and `partition` are registered,
+    their options are known (and a built-in dataset's values in range), each setting is given once (the
+    dataset's directory is `data_root`, never `dataset_options.root`; alpha and seed are Config fields, not
+    partition options), a dataset read from a directory has `data_root`, alpha goes with a Dirichlet
+    partition, every client can get a sample and the dataset fits in the memory free. Returns the dataset's size
+    when its card knows it, else None. Whether a partition fits the labels is known
+    only when the data is built (`FederatedData.build`)."""
+    options = config.dataset_options
+    if "root" in options:
+        raise ConfigError(f"dataset_options.root = {options['root']!r}: a dataset's directory is the field data_root "
+                          f"(--data-root), set once; remove root from dataset_options")
+    DATASETS.card(config.dataset, "dataset")  # a registered name (or the one meant)
+    try:
+        card, resolved = check_options(config.dataset, with_clients(config.dataset, options, config.clients))
+    except ValueError as exc:
+        raise ConfigError(f"dataset_options: {exc}") from None
+    if card.root:
+        if config.data_root is None:
+            raise ConfigError(f"dataset {config.dataset!r} is read from a local directory: pass root (config field "
+                              "data_root, --data-root DIR); nothing is downloaded")
+        if not Path(config.data_root).is_dir():
+            what = "is not a directory" if Path(config.data_root).exists() else "does not exist"
+            raise ConfigError(f"data_root = {config.data_root!r} {what}; it must be the directory that holds the "
+                              f"{config.dataset} files")
+    _check_partition(config)
+    if config.partition == "natural":
+        if card.natural is False:
+            raise ConfigError(f"partition 'natural' needs a dataset with its own client split; dataset "
+                              f"{config.dataset!r} has none (synthetic has): use iid, dirichlet, dirichlet-class, "
+                              "shards or similarity")
+        if "num_clients" in resolved and resolved["num_clients"] != config.clients:
+            raise ConfigError(f"partition 'natural': the natural split of {config.dataset} has num_clients = "
+                              f"{resolved['num_clients']} clients but clients = {config.clients}; set them equal "
+                              "(or leave dataset_options num_clients out: it follows clients)")
+    shape = card.shape(resolved) if card.shape is not None else None
+    if shape is None:
+        return None
+    sizes = ", ".join(f"{k} = {resolved[k]:,}" for k in card.size_options if k in resolved)
+    of = f"{config.dataset}{f' ({sizes})' if sizes else ''}"
+    if config.partition != "natural" and config.clients > shape.train:
+        raise ConfigError(f"clients = {config.clients:,} exceeds the {shape.train:,} training samples of {of}: every "
+                          f"client needs at least one; use at most {shape.train:,} clients"
+                          f"{' or raise ' + card.size_options[0] if sizes else ''}")
+    free = limits.available_memory()
+    if shape.nbytes > free:
+        raise ConfigError(f"dataset_options: {of} needs ~{limits.gib(shape.nbytes)} of memory to load "
+                          f"({shape.train + shape.test:,} samples of shape {shape.input_shape}), more than the "
+                          f"{limits.gib(free)} available{'; lower ' + card.size_options[0] if sizes else ''}")
+    return shape
+
+
+def _check_partition(config) -> None:
     PARTITIONS.require(config.partition, "partition")
+    given = config.partition_options
+    for key, field in FIELD_OPTIONS.items():
+        if key in given:
+            raise ConfigError(f"partition_options.{key} = {given[key]!r}: {key} is a Config field; set it once, as "
+                              f"{field}, not in partition_options")
+    if config.alpha is not None and config.partition not in DIRICHLET:
+        raise ConfigError(f"alpha applies only to the dirichlet partitions ({', '.join(DIRICHLET)}), not to "
+                          f"partition = {config.partition!r}; remove alpha")
+    if config.partition == "natural" and "split" in given:
+        raise ConfigError("partition 'natural' takes the split from the dataset; do not pass option split")
+    try:
+        run_partition_options(config, check=True)
+    except ValueError as exc:
+        raise ConfigError(f"partition_options: {exc}") from None
+
+
+def run_partition_options(config, check: bool = False) -> dict[str, Any]:
+    """The options the run passes to its partition: `partition_options`, with `alpha` for a Dirichlet partition
+    (default 0.3). `check`: also that they are the partition's (unknown or missing ones: ValueError)."""
+    options = dict(config.partition_options)
+    if config.partition in DIRICHLET:
+        options["alpha"] = ALPHA_DEFAULT if config.alpha is None else config.alpha
+    if check and config.partition != "natural":
+        check_partition_options(config.partition, options)
+    return options
+
+
+def ignored_options(config, warn: bool = True) -> list[str]:
+    """Config fields set for the data that the chosen dataset does not use (warned about unless `warn` is
+    False, and listed in summary.json as the algorithm's are): data_root with an embedded dataset."""
+    if config.data_root is None or needs_root(config.dataset):
+        return []
+    if warn:
+        warnings.warn(f"dataset {config.dataset} is embedded (it is not read from a directory); ignoring "
+                      f"data_root={config.data_root!r}", stacklevel=2)
+    return ["data_root"]

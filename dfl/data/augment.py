@@ -11,17 +11,19 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from dfl.errors import DataError
+
 PADDING = 4
 
 
 def crop_flip(x: torch.Tensor, shifts: torch.Tensor, flips: torch.Tensor, padding: int = PADDING) -> torch.Tensor:
     """Crop-and-flip x [..., C, H, W] with explicit per-sample shifts [..., 2] (dy, dx) and flips [...] (bool)."""
     if x.dim() < 3:
-        raise ValueError(f"x must have shape [..., C, H, W], got {list(x.shape)}")
+        raise DataError(f"x must have shape [..., C, H, W], got {list(x.shape)}")
     lead, (C, H, W) = x.shape[:-3], x.shape[-3:]
     if shifts.shape != (*lead, 2) or flips.shape != lead:
-        raise ValueError(f"shifts must be {[*lead, 2]} and flips {list(lead)}, got {list(shifts.shape)} and "
-                         f"{list(flips.shape)}")
+        raise DataError(f"shifts must be {[*lead, 2]} and flips {list(lead)}, got {list(shifts.shape)} and "
+                        f"{list(flips.shape)}")
     flat = x.reshape(-1, C, H, W)
     n = flat.shape[0]
     shifts = shifts.reshape(n, 2).to(x.device)
@@ -43,7 +45,7 @@ def random_crop_flip(x: torch.Tensor, generator: torch.Generator, padding: int =
     augmentation for a CUDA x) and applied on x's device.
     """
     if x.dim() < 3:
-        raise ValueError(f"x must have shape [..., C, H, W], got {list(x.shape)}")
+        raise DataError(f"x must have shape [..., C, H, W], got {list(x.shape)}")
     lead = x.shape[:-3]
     dev = generator.device
     shifts = torch.randint(0, 2 * padding + 1, (*lead, 2), generator=generator, device=dev)

@@ -18,15 +18,11 @@ from collections.abc import Callable
 from typing import Any
 
 from dfl import signatures
-from dfl.data.cifar import load_cifar10, load_cifar100
-from dfl.data.digits import load_digits
-from dfl.data.idx import load_fashion_mnist, load_mnist
-from dfl.data.mnist1d import load_mnist1d
-from dfl.data.synthetic import load_synthetic
-from dfl.data.types import Dataset
+from dfl.data.builtin import BUILTINS, DatasetCard
+from dfl.data.types import Dataset, DataShape
+from dfl.errors import DataError
 from dfl.registry import Registry
 
-DATASETS: Registry[Callable[..., Dataset]] = Registry("dataset", group="dfl.datasets")
 USAGE = "f(*, option=default, ...) -> Dataset, or f(root, *, option=default, ...) -> Dataset to read data_root"
 
 
@@ -35,7 +31,19 @@ def _check(name: str, loader: Any) -> int:
     return signatures.check("dataset", name, loader, (0, 1), USAGE)
 
 
-def register(name: str, loader: Callable[..., Dataset] | None = None, *, replace: bool = False) -> Any:
+def describe(name: str, loader: Any) -> DatasetCard:
+    """The card of a registered loader, read from its signature: whether it takes root, and its options."""
+    return DatasetCard(_check(name, loader) == 1, signatures.options(loader))
+
+
+# the built-ins are declared by card (`dfl.data.builtin`): checking a config against one loads nothing
+DATASETS: Registry = Registry("dataset", group="dfl.datasets", describe=describe)
+for _name, (_target, _card) in BUILTINS.items():
+    DATASETS.declare(_name, _target, _card)
+del _name, _target, _card
+
+
+def register(name: str, loader: Callable | None = None, *, replace: bool = False) -> Any:
     """Register `loader` as dataset `name` (a decorator without `loader`). Its signature is checked here:
     f(*, option=default, ...) for an embedded dataset, f(root, *, ...) for one read from data_root."""
     if loader is None:
@@ -44,23 +52,37 @@ def register(name: str, loader: Callable[..., Dataset] | None = None, *, replace
     return DATASETS.register(name, loader, replace=replace)
 
 
-for _name, _loader in (("mnist1d", load_mnist1d), ("digits", load_digits), ("synthetic", load_synthetic),
-                       ("cifar10", load_cifar10), ("cifar100", load_cifar100), ("mnist", load_mnist),
-                       ("fashion-mnist", load_fashion_mnist)):
-    register(_name, _loader)
-del _name, _loader
-
-
 def needs_root(name: str) -> bool:
     """Whether dataset `name` is read from a local directory (its loader takes `root`)."""
-    return _check(name, DATASETS.get(name)) == 1
+    return DATASETS.card(name, "dataset").root
 
 
 def dataset_options(name: str) -> dict[str, Any]:
     """The options `name` accepts, with their defaults ("required" for one without a default)."""
-    fn = DATASETS.get(name)
-    _check(name, fn)  # entry points are not checked at registration
-    return signatures.options(fn)
+    return dict(DATASETS.card(name, "dataset").options)
+
+
+def with_clients(name: str, options: dict[str, Any], clients: int) -> dict[str, Any]:
+    """The dataset options a run with `clients` clients loads `name` with: synthetic's own client count (its
+    natural split) is the run's unless the options set it."""
+    return {"num_clients": clients, **options} if name == "synthetic" else dict(options)
+
+
+def check_options(name: str, options: dict[str, Any]) -> tuple[DatasetCard, dict[str, Any]]:
+    """(card, options completed with their defaults) of dataset `name`, before anything is loaded: unknown or
+    missing options, and a built-in's own checks of their values (ValueError naming the option)."""
+    card = DATASETS.card(name, "dataset")
+    resolved = signatures.resolve_declared("dataset", name, card.options, options)
+    if card.check is not None:
+        resolved = card.check(**resolved)
+    return card, resolved
+
+
+def data_shape(name: str, options: dict[str, Any]) -> DataShape | None:
+    """How large dataset `name` is with `options` (checked), before it is loaded; None when its card does not
+    say (a registered loader)."""
+    card, resolved = check_options(name, options)
+    return card.shape(resolved) if card.shape is not None else None
 
 
 def load_dataset(name: str, root: str | None = None, **options: Any) -> Dataset:
@@ -70,7 +92,7 @@ def load_dataset(name: str, root: str | None = None, **options: Any) -> Dataset:
     signatures.resolve("dataset", name, fn, options)  # unknown or missing options: an error naming the allowed ones
     if takes_root:
         if root is None:
-            raise ValueError(
+            raise DataError(
                 f"dataset {name!r} is read from a local directory: pass root (config field data_root); "
                 "nothing is downloaded"
             )
@@ -78,12 +100,12 @@ def load_dataset(name: str, root: str | None = None, **options: Any) -> Dataset:
     else:
         ds = fn(**options)
     if not isinstance(ds, Dataset):
-        raise ValueError(f"dataset {name!r}: its loader {DATASETS.source(name)} returned {type(ds).__name__}, "
-                         "not a dfl.data.Dataset")
+        raise DataError(f"dataset {name!r}: its loader {DATASETS.source(name)} returned {type(ds).__name__}, "
+                        "not a dfl.data.Dataset")
     for split, x in (("train", ds.train_x), ("test", ds.test_x)):  # e.g. a data folder whose test files are empty
         if len(x) == 0:
-            raise ValueError(f"dataset {name!r}: its {split} split holds no samples (loaded by "
-                             f"{DATASETS.source(name)}{f' from {root}' if takes_root else ''}); training and "
-                             "evaluation need at least one")
+            raise DataError(f"dataset {name!r}: its {split} split holds no samples (loaded by "
+                            f"{DATASETS.source(name)}{f' from {root}' if takes_root else ''}); training and "
+                            "evaluation need at least one")
     # the run records the name it was asked for, whatever the loader called its data
     return ds if ds.name == name else dataclasses.replace(ds, name=name)

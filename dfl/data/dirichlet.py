@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from dfl.errors import DataError
+
 WINDOW = 8192  # steps drawn at once by the vectorized popping loop
 
 
@@ -43,7 +45,7 @@ def dirichlet_balanced(labels: np.ndarray, num_clients: int, alpha: float, sigma
     sizes = balanced_sizes(n_total, num_clients, sigma, rng)
     empty = np.flatnonzero(sizes < 1)
     if empty.size:
-        raise ValueError(
+        raise DataError(
             f"dirichlet with sigma={sigma} gives client(s) {_listed(empty)} 0 samples; every client needs at least "
             "1: lower sigma or use fewer clients"
         )
@@ -86,7 +88,17 @@ def log_dirichlet(alpha: float, rows: int, dim: int, rng: np.random.Generator) -
     """log q for q ~ Dir(alpha 1_dim), one row per client, without underflow for tiny alpha:
     q = g / sum g with g_c ~ Gamma(alpha), and Gamma(alpha) = Gamma(alpha + 1) * U^(1/alpha) in distribution,
     so log g_c = log Gamma(alpha + 1) + log(U) / alpha stays finite where q_c itself would round to 0."""
-    log_g = np.log(rng.standard_gamma(alpha + 1.0, (rows, dim))) + np.log1p(-rng.random((rows, dim))) / alpha
+    log_gamma = np.log(rng.standard_gamma(alpha + 1.0, (rows, dim)))
+    log_u = np.log1p(-rng.random((rows, dim)))
+    with np.errstate(over="ignore", divide="ignore"):
+        log_g = log_gamma + log_u / alpha
+    overflow = ~np.isfinite(log_g).all(axis=1)
+    if overflow.any():
+        # alpha so small (1e-320) that log(U) / alpha overflows: the classes are then infinitely far apart, in the
+        # order of their log U; keep that order at finite (1e300) distances, so that a client whose class runs out
+        # draws the next one (exp of the distances is 0 or 1) instead of nothing at all
+        rank = np.argsort(np.argsort(-log_u[overflow], axis=1), axis=1)
+        log_g[overflow] = -1e300 * rank
     return log_g - np.logaddexp.reduce(log_g, axis=1, keepdims=True)
 
 
@@ -106,6 +118,8 @@ def _class_stream(clients: np.ndarray, log_priors: np.ndarray, available: np.nda
         c = np.minimum((cdf < u[:, None]).sum(axis=1), log_priors.shape[1] - 1)
         over = np.flatnonzero(_ranks(c) >= available[c])
         t = int(over[0]) if over.size else cl.size
+        if t == 0:  # a closed class drawn first: the weights were not finite (no progress would ever be made)
+            raise DataError("dirichlet: the class draws of a client are not finite numbers; raise alpha")
         out[pos: pos + t] = c[:t]
         available -= np.bincount(c[:t], minlength=available.size)
         pos += t  # at step t class c[t] ran out; it is redrawn with that class closed
@@ -137,7 +151,7 @@ def dirichlet_per_class(labels: np.ndarray, num_clients: int, alpha: float, min_
                 sizes[i] += chunk.size
         if sizes.min() >= min_size:
             return [np.sort(np.concatenate(p)) for p in parts]
-    raise ValueError(
+    raise DataError(
         f"dirichlet-class could not reach min_size={min_size} samples on every client after {max_retries} retries "
         f"(the smallest got {int(sizes.min())}); lower min_size or raise alpha (or use fewer clients, or raise "
         "max_retries)"

@@ -24,6 +24,7 @@ from dfl.data.local_test import check_fraction, stratified_split
 from dfl.data.partitioners import label_histograms
 from dfl.data.partitioners import partition as split_indices  # renamed: build() has arguments of these names
 from dfl.data.partitioners import partition_options as method_options
+from dfl.errors import DataError
 
 AUGMENTATIONS = (None, "crop-flip")
 
@@ -53,35 +54,35 @@ class FederatedData:
         self.input_shape = tuple(int(s) for s in self.input_shape)
         self.client_indices = [torch.as_tensor(i, dtype=torch.long).cpu().reshape(-1) for i in self.client_indices]
         if self.augment not in AUGMENTATIONS:
-            raise ValueError(f"augment must be one of {AUGMENTATIONS}, got {self.augment!r}")
+            raise DataError(f"augment must be one of {AUGMENTATIONS}, got {self.augment!r}")
         for which, x, y in (("train", self.train_x, self.train_y), ("test", self.test_x, self.test_y)):
             if tuple(x.shape[1:]) != self.input_shape:
-                raise ValueError(f"{which}_x has sample shape {list(x.shape[1:])}, expected {list(self.input_shape)}")
+                raise DataError(f"{which}_x has sample shape {list(x.shape[1:])}, expected {list(self.input_shape)}")
             if y.dim() != 1 or y.shape[0] != x.shape[0]:
-                raise ValueError(f"{which}_y must be [{x.shape[0]}], got {list(y.shape)}")
+                raise DataError(f"{which}_y must be [{x.shape[0]}], got {list(y.shape)}")
         if not self.client_indices:
-            raise ValueError("client_indices must hold at least one client")
+            raise DataError("client_indices must hold at least one client")
         n = self.train_x.shape[0]
         flat, offsets, sizes = self.flat_indices()  # validated in bulk: no per-client tensor ops at 100k clients
         empty = (sizes == 0).nonzero()
         if empty.numel():
-            raise ValueError(f"client {int(empty[0])} has no samples; every client needs at least 1")
+            raise DataError(f"client {int(empty[0])} has no samples; every client needs at least 1")
         bad = ((flat < 0) | (flat >= n)).nonzero()
         if bad.numel():
             client = int(torch.searchsorted(offsets, bad[0], right=True)) - 1
-            raise ValueError(f"client {client} has indices outside [0, {n - 1}]")
+            raise DataError(f"client {client} has indices outside [0, {n - 1}]")
         if self.local_test_indices is not None:
             self.local_test_indices = [torch.as_tensor(i, dtype=torch.long).cpu().reshape(-1)
                                        for i in self.local_test_indices]
             if len(self.local_test_indices) != self.num_clients:
-                raise ValueError(f"local_test_indices must hold one index tensor per client ({self.num_clients}), "
-                                 f"got {len(self.local_test_indices)}")
+                raise DataError(f"local_test_indices must hold one index tensor per client ({self.num_clients}), "
+                                f"got {len(self.local_test_indices)}")
             flat = torch.cat(self.local_test_indices)
             sizes = self.local_test_sizes
             if (sizes == 0).any():
-                raise ValueError(f"client {int((sizes == 0).nonzero()[0])} has an empty local test set")
+                raise DataError(f"client {int((sizes == 0).nonzero()[0])} has an empty local test set")
             if ((flat < 0) | (flat >= n)).any():
-                raise ValueError(f"local_test_indices hold indices outside [0, {n - 1}]")
+                raise DataError(f"local_test_indices hold indices outside [0, {n - 1}]")
 
     # ------------------------------------------------------------------ views
     @property
@@ -158,8 +159,8 @@ class FederatedData:
         Deterministic in (the split, f, seed); the pooled arrays are shared, not copied."""
         fraction = check_fraction(fraction)
         if self.local_test_indices is not None:
-            raise ValueError(f"the data already has local test sets (local_test_fraction = "
-                             f"{self.local_test_fraction}); split the unsplit data once")
+            raise DataError(f"the data already has local test sets (local_test_fraction = "
+                            f"{self.local_test_fraction}); split the unsplit data once")
         flat, _, sizes = self.flat_indices()
         mask = torch.from_numpy(stratified_split(self.train_y.cpu().numpy(), flat.numpy(), sizes.numpy(),
                                                  fraction, seed))
@@ -190,13 +191,13 @@ class FederatedData:
             dataset_options.setdefault("num_clients", num_clients)
         method_options(partition)  # validates the method name before loading anything
         if partition == "natural" and "split" in popts:
-            raise ValueError("partition 'natural' takes the split from the dataset; do not pass option split")
+            raise DataError("partition 'natural' takes the split from the dataset; do not pass option split")
         ds = load_dataset(dataset, root, **dataset_options)
         if partition == "natural":
             if ds.natural_split is None:
-                raise ValueError(f"partition 'natural' needs a dataset with its own client split; only synthetic has "
-                                 f"one, dataset {dataset!r} does not: use iid, dirichlet, dirichlet-class, shards or "
-                                 "similarity")
+                raise DataError(f"partition 'natural' needs a dataset with its own client split; only synthetic has "
+                                f"one, dataset {dataset!r} does not: use iid, dirichlet, dirichlet-class, shards or "
+                                "similarity")
             parts = split_indices(ds.train_y, num_clients, "natural", seed=seed, split=ds.natural_split)
             recorded: dict[str, Any] = {}
         else:
@@ -221,9 +222,9 @@ class FederatedData:
         their data as given; the pooled train set is their concatenation in client order.
         """
         if isinstance(train, tuple) and len(train) == 2 and not isinstance(train[0], (tuple, list)):
-            raise ValueError("train must be a list of (x, y) pairs, one per client, not a single (x, y) pair")
+            raise DataError("train must be a list of (x, y) pairs, one per client, not a single (x, y) pair")
         if not isinstance(train, (list, tuple)) or len(train) == 0:
-            raise ValueError("train must be a non-empty list of (x, y) pairs, one per client")
+            raise DataError("train must be a non-empty list of (x, y) pairs, one per client")
         xs, ys = [], []
         for i, pair in enumerate(train):
             x, y = _pair(f"train[{i}]", pair)
@@ -233,18 +234,18 @@ class FederatedData:
         shape = xs[0].shape[1:]
         for where, x in [*((f"train[{i}]", x) for i, x in enumerate(xs)), ("test", tx)]:
             if x.shape[1:] != shape:
-                raise ValueError(f"{where} x has sample shape {list(x.shape[1:])} but train[0] has {list(shape)}; "
-                                 "every x must share the same input shape")
+                raise DataError(f"{where} x has sample shape {list(x.shape[1:])} but train[0] has {list(shape)}; "
+                                "every x must share the same input shape")
         top = max(int(y.max()) for y in [*ys, ty] if y.numel()) + 1
         if num_classes is None:
             num_classes = top
         elif isinstance(num_classes, bool) or not isinstance(num_classes, (int, np.integer)) or num_classes < 1:
-            raise ValueError(f"num_classes must be a positive int, got {num_classes!r}")
+            raise DataError(f"num_classes must be a positive int, got {num_classes!r}")
         elif top > num_classes:
-            raise ValueError(f"labels go up to {top - 1} but num_classes={num_classes}; labels must be in "
-                             f"[0, {num_classes - 1}]")
+            raise DataError(f"labels go up to {top - 1} but num_classes={num_classes}; labels must be in "
+                            f"[0, {num_classes - 1}]")
         if augment == "crop-flip" and len(shape) != 3:
-            raise ValueError(f"augment='crop-flip' needs image inputs [C, H, W], got input shape {list(shape)}")
+            raise DataError(f"augment='crop-flip' needs image inputs [C, H, W], got input shape {list(shape)}")
         offsets = np.cumsum([0] + [x.shape[0] for x in xs])
         return cls(
             train_x=torch.cat(xs), train_y=torch.cat(ys),
@@ -256,22 +257,22 @@ class FederatedData:
 
 def _pair(where: str, pair: Any) -> tuple[torch.Tensor, torch.Tensor]:
     if not isinstance(pair, (tuple, list)) or len(pair) != 2:
-        raise ValueError(f"{where} must be an (x, y) pair")
+        raise DataError(f"{where} must be an (x, y) pair")
     x, y = (_tensor(v) for v in pair)
     if x.dtype == torch.bool or x.is_complex() or not (x.is_floating_point() or _is_int(x.dtype)):
-        raise ValueError(f"{where} x must be real-valued (float or int), got {x.dtype}")
+        raise DataError(f"{where} x must be real-valued (float or int), got {x.dtype}")
     if x.dim() < 2 or x.shape[0] < 1:
-        raise ValueError(f"{where} x must be [n, *input_shape] with n >= 1, got shape {list(x.shape)}")
+        raise DataError(f"{where} x must be [n, *input_shape] with n >= 1, got shape {list(x.shape)}")
     if not _is_int(y.dtype):
-        raise ValueError(f"{where} y must hold integer class ids, got dtype {y.dtype}; cast it, e.g. y.astype(int)")
+        raise DataError(f"{where} y must hold integer class ids, got dtype {y.dtype}; cast it, e.g. y.astype(int)")
     if y.dim() != 1 or y.shape[0] != x.shape[0]:
-        raise ValueError(f"{where} y must be 1-D with one label per sample of x ({x.shape[0]}), got shape "
-                         f"{list(y.shape)}")
+        raise DataError(f"{where} y must be 1-D with one label per sample of x ({x.shape[0]}), got shape "
+                        f"{list(y.shape)}")
     if int(y.min()) < 0:
-        raise ValueError(f"{where} y has negative label {int(y.min())}; labels must be >= 0")
+        raise DataError(f"{where} y has negative label {int(y.min())}; labels must be >= 0")
     x = x.to(torch.float32)
     if not torch.isfinite(x).all():
-        raise ValueError(f"{where} x contains NaN or inf")
+        raise DataError(f"{where} x contains NaN or inf")
     return x, y.to(torch.int64)
 
 
@@ -280,7 +281,7 @@ def _tensor(value: Any) -> torch.Tensor:
         return value.detach().cpu()
     arr = np.asarray(value)
     if arr.dtype == object:
-        raise ValueError(f"expected a numeric array, got an object array of shape {list(arr.shape)}")
+        raise DataError(f"expected a numeric array, got an object array of shape {list(arr.shape)}")
     return torch.from_numpy(np.ascontiguousarray(arr))
 
 

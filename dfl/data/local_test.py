@@ -21,14 +21,16 @@ from __future__ import annotations
 
 import numpy as np
 
+from dfl.errors import DataError
+
 STREAM = 0x10CA17E57  # mixed into the seed: the local split's draws are not the partition's
 
 
 def check_fraction(fraction) -> float:
     """f as a float, or ValueError unless 0 < f < 1."""
     if isinstance(fraction, bool) or not isinstance(fraction, (int, float, np.floating)) or not 0 < fraction < 1:
-        raise ValueError(f"local_test_fraction must be a number in (0, 1) to split (0 = no local test sets), "
-                         f"got {fraction!r}")
+        raise DataError(f"local_test_fraction must be a number in (0, 1) to split (0 = no local test sets), "
+                        f"got {fraction!r}")
     return float(fraction)
 
 
@@ -38,9 +40,9 @@ def split_sizes(sizes: np.ndarray, fraction: float) -> np.ndarray:
     small = np.flatnonzero(sizes < 2)
     if small.size:
         i = int(small[0])
-        raise ValueError(f"local_test_fraction: client {i} has {int(sizes[i])} sample(s); a local test split needs "
-                         f"at least 2 per client (1 to train on, 1 to test on), and {small.size} client(s) have "
-                         "fewer: use fewer clients, another partition, or local_test_fraction = 0")
+        raise DataError(f"local_test_fraction: client {i} has {int(sizes[i])} sample(s); a local test split needs "
+                        f"at least 2 per client (1 to train on, 1 to test on), and {small.size} client(s) have "
+                        "fewer: use fewer clients, another partition, or local_test_fraction = 0")
     return np.clip(np.floor(check_fraction(fraction) * sizes + 0.5).astype(np.int64), 1, sizes - 1)
 
 
@@ -88,7 +90,7 @@ def _key(major: np.ndarray, minor: np.ndarray, minor_bits: int, rng: np.random.G
     major_bits = int(major.max()).bit_length() if len(major) else 0
     bits = min(32, 63 - major_bits - minor_bits)
     if bits < 0:
-        raise ValueError(f"local_test_fraction: the split's sort key needs {major_bits + minor_bits} bits (clients "
-                         "x labels, or x sample counts), more than the 63 of an int64")
+        raise DataError(f"local_test_fraction: the split's sort key needs {major_bits + minor_bits} bits (clients "
+                        "x labels, or x sample counts), more than the 63 of an int64")
     noise = rng.integers(0, 1 << bits, len(major), dtype=np.int64)
     return (((major << minor_bits) | minor) << bits) | noise

@@ -11,10 +11,12 @@ import random
 from functools import lru_cache
 
 import numpy as np
-import torch
 
 from dfl.data.checks import check_float, check_int
-from dfl.data.types import Dataset
+from dfl.data.types import Dataset, DataShape
+from dfl.errors import DataError
+
+INPUT_SHAPE, CLASSES = (1, 40), 10
 
 
 @lru_cache(maxsize=4)
@@ -38,6 +40,26 @@ def _generate(num_samples: int, seed: int, test_fraction: float) -> tuple[np.nda
     return arrays
 
 
+def mnist1d_options(*, num_samples: int = 4000, seed: int = 42, test_fraction: float = 0.2) -> dict:
+    """The options of `load_mnist1d`, checked (ValueError naming the option) before anything is generated."""
+    num_samples = check_int("num_samples", num_samples, 20)
+    seed = check_int("seed", seed, 0)
+    test_fraction = check_float("test_fraction", test_fraction, 0.0, 1.0)
+    shape = mnist1d_shape({"num_samples": num_samples, "test_fraction": test_fraction})
+    if shape.train < 1 or shape.test < 1:
+        raise DataError(f"test_fraction={test_fraction} leaves an empty train or test set of "
+                        f"num_samples={num_samples // 10 * 10}")
+    return {"num_samples": num_samples, "seed": seed, "test_fraction": test_fraction}
+
+
+def mnist1d_shape(options: dict) -> DataShape:
+    """Train and test samples of `options` (as `mnist1d_options` returns them): num_samples rounded down to a
+    multiple of 10, split by test_fraction."""
+    n = options["num_samples"] // 10 * 10
+    split = int(n * (1.0 - options["test_fraction"]))
+    return DataShape(split, n - split, INPUT_SHAPE, CLASSES)
+
+
 def load_mnist1d(*, num_samples: int = 4000, seed: int = 42, test_fraction: float = 0.2) -> Dataset:
     """MNIST-1D: 10 classes, sequences of length 40 as shape (1, 40), standardized by the generator.
 
@@ -45,13 +67,10 @@ def load_mnist1d(*, num_samples: int = 4000, seed: int = 42, test_fraction: floa
     `test_fraction`. The default 4000 keeps a default run fast; the package default is 5000. `seed` fixes
     the data (42 is the package default); the partition seed is separate.
     """
-    num_samples = check_int("num_samples", num_samples, 20)
-    seed = check_int("seed", seed, 0)
-    test_fraction = check_float("test_fraction", test_fraction, 0.0, 1.0)
-    n = num_samples // 10 * 10
-    split = int(n * (1.0 - test_fraction))
-    if split < 1 or split >= n:
-        raise ValueError(f"test_fraction={test_fraction} leaves an empty train or test set of num_samples={n}")
+    import torch  # here: the module is imported when a config is checked, before torch is needed
+
+    options = mnist1d_options(num_samples=num_samples, seed=seed, test_fraction=test_fraction)
+    num_samples, seed, test_fraction = options["num_samples"], options["seed"], options["test_fraction"]
     x, y, xt, yt = _generate(num_samples, seed, test_fraction)
     return Dataset(
         name="mnist1d",
@@ -59,7 +78,7 @@ def load_mnist1d(*, num_samples: int = 4000, seed: int = 42, test_fraction: floa
         train_y=torch.tensor(y),
         test_x=torch.tensor(xt).unsqueeze(1),
         test_y=torch.tensor(yt),
-        num_classes=10,
+        num_classes=CLASSES,
         input_shape=(1, x.shape[1]),
-        options={"num_samples": num_samples, "seed": seed, "test_fraction": test_fraction},
+        options=options,
     )

@@ -27,6 +27,7 @@ import numpy as np
 
 from dfl import signatures
 from dfl.data.dirichlet import _listed, dirichlet_balanced, dirichlet_per_class
+from dfl.errors import DataError
 from dfl.registry import Registry
 
 PARTITIONS: Registry = Registry("partition", group="dfl.partitions")
@@ -64,19 +65,25 @@ def partition_options(method: str) -> dict[str, Any]:
     return signatures.options(_method(method))
 
 
+def check_partition_options(method: str, options: dict[str, Any]) -> dict[str, Any]:
+    """`options` checked against the options of `method` (unknown or missing ones: ValueError naming the
+    allowed ones) and completed with their defaults, before any labels are split."""
+    return signatures.resolve_declared("partition", method, partition_options(method), options, _REQUIRED_HINTS)
+
+
 def _number(name: str, value: Any, *, low: float, high: float | None = None, low_open: bool = True) -> float:
     ok = isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool) and np.isfinite(value)
     if ok:
         ok = (value > low if low_open else value >= low) and (high is None or value <= high)
     if not ok:
         rng = f"{'(' if low_open else '['}{low}, {'inf)' if high is None else f'{high}]'}"
-        raise ValueError(f"{name} must be a number in {rng}, got {value!r}")
+        raise DataError(f"{name} must be a number in {rng}, got {value!r}")
     return float(value)
 
 
 def _integer(name: str, value: Any, minimum: int) -> int:
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
-        raise ValueError(f"{name} must be an int >= {minimum}, got {value!r}")
+        raise DataError(f"{name} must be an int >= {minimum}, got {value!r}")
     return int(value)
 
 
@@ -86,9 +93,9 @@ def as_labels(labels: Any) -> np.ndarray:
         labels = labels.detach().cpu().numpy()
     arr = np.asarray(labels)
     if arr.ndim != 1 or not (np.issubdtype(arr.dtype, np.integer)) or arr.dtype == np.bool_:
-        raise ValueError(f"labels must be a 1-D integer array, got dtype {arr.dtype} and shape {list(arr.shape)}")
+        raise DataError(f"labels must be a 1-D integer array, got dtype {arr.dtype} and shape {list(arr.shape)}")
     if arr.size and arr.min() < 0:
-        raise ValueError(f"labels must be >= 0, found {int(arr.min())}")
+        raise DataError(f"labels must be >= 0, found {int(arr.min())}")
     return arr.astype(np.int64, copy=False)
 
 
@@ -101,7 +108,7 @@ def partition(labels: Any, num_clients: int, method: str, *, seed: int, **option
     seed = _integer("seed", seed, 0)
     n = labels.shape[0]
     if num_clients > n:
-        raise ValueError(f"num_clients={num_clients} exceeds the {n} training samples; use at most {n} clients")
+        raise DataError(f"num_clients={num_clients} exceeds the {n} training samples; use at most {n} clients")
     parts = fn(labels, num_clients, np.random.default_rng(seed), **opts)
     return _checked(parts, method, num_clients, n)
 
@@ -110,26 +117,26 @@ def _checked(parts: Any, method: str, num_clients: int, n: int) -> list[np.ndarr
     """What a method returned, as sorted int64 arrays: one per client, indices in [0, n), none empty."""
     if not isinstance(parts, (list, tuple)) or len(parts) != num_clients:
         got = f"{len(parts)} arrays" if isinstance(parts, (list, tuple)) else type(parts).__name__
-        raise ValueError(f"partition {method!r} must return a list of {num_clients} index arrays (one per "
-                         f"client), got {got}")
+        raise DataError(f"partition {method!r} must return a list of {num_clients} index arrays (one per "
+                        f"client), got {got}")
     out = []
     for i, p in enumerate(parts):
         arr = np.asarray(p.detach().cpu().numpy() if hasattr(p, "detach") else p)
         if arr.ndim != 1 or (arr.size and arr.dtype.kind not in "iu"):
-            raise ValueError(f"partition {method!r} gave client {i} indices of dtype {arr.dtype} and shape "
-                             f"{list(arr.shape)}; each client needs a 1-D integer array")
+            raise DataError(f"partition {method!r} gave client {i} indices of dtype {arr.dtype} and shape "
+                            f"{list(arr.shape)}; each client needs a 1-D integer array")
         out.append(np.sort(arr.astype(np.int64, copy=False)))
     sizes = np.array([p.size for p in out])
     flat = np.concatenate(out)
     outside = np.flatnonzero((flat < 0) | (flat >= n))
     if outside.size:
         client = int(np.searchsorted(np.cumsum(sizes), outside[0], side="right"))
-        raise ValueError(f"partition {method!r} gave client {client} index {int(flat[outside[0]])}, outside the "
-                         f"train set's [0, {n - 1}]")
+        raise DataError(f"partition {method!r} gave client {client} index {int(flat[outside[0]])}, outside the "
+                        f"train set's [0, {n - 1}]")
     empty = np.flatnonzero(sizes == 0)
     if empty.size:
-        raise ValueError(f"partition {method!r} leaves client(s) {_listed(empty)} with 0 samples; every client needs "
-                         f"at least 1: {_HINTS.get(method, 'change the partition or use fewer clients')}")
+        raise DataError(f"partition {method!r} leaves client(s) {_listed(empty)} with 0 samples; every client needs "
+                        f"at least 1: {_HINTS.get(method, 'change the partition or use fewer clients')}")
     return out
 
 
@@ -161,11 +168,11 @@ def dirichlet_class(labels: np.ndarray, num_clients: int, rng: np.random.Generat
     min_size = _integer("min_size", min_size, 1)
     max_retries = _integer("max_retries", max_retries, 0)
     if not isinstance(self_balancing, (bool, np.bool_)):
-        raise ValueError(f"self_balancing must be true or false, got {self_balancing!r}")
+        raise DataError(f"self_balancing must be true or false, got {self_balancing!r}")
     n = labels.shape[0]
     if min_size * num_clients > n:
-        raise ValueError(f"min_size={min_size} x num_clients={num_clients} exceeds the {n} training samples; "
-                         "lower min_size or use fewer clients")
+        raise DataError(f"min_size={min_size} x num_clients={num_clients} exceeds the {n} training samples; "
+                        "lower min_size or use fewer clients")
     return dirichlet_per_class(labels, num_clients, alpha, min_size, max_retries, bool(self_balancing), rng)
 
 
@@ -183,8 +190,8 @@ def shards(labels: np.ndarray, num_clients: int, rng: np.random.Generator, *,
     n = labels.shape[0]
     total = num_clients * k
     if total > n:
-        raise ValueError(f"shards: num_clients * classes_per_client = {num_clients} * {k} = {total} exceeds the {n} "
-                         "training samples; lower classes_per_client or use fewer clients")
+        raise DataError(f"shards: num_clients * classes_per_client = {num_clients} * {k} = {total} exceeds the {n} "
+                        "training samples; lower classes_per_client or use fewer clients")
     perm = rng.permutation(n)
     ordered = perm[np.argsort(labels[perm], kind="stable")]
     classes, counts = np.unique(labels, return_counts=True)
@@ -228,16 +235,16 @@ def natural(labels: np.ndarray, num_clients: int, rng: np.random.Generator, *, s
     Checked: `num_clients` disjoint index arrays into the train set."""
     n = labels.shape[0]
     if isinstance(split, (str, bytes)) or not hasattr(split, "__len__"):
-        raise ValueError("split must be a list with one index array per client")
+        raise DataError("split must be a list with one index array per client")
     if len(split) != num_clients:
-        raise ValueError(f"the natural split has {len(split)} clients but num_clients={num_clients}; use "
-                         f"num_clients={len(split)} (for synthetic, the dataset option num_clients sets it)")
+        raise DataError(f"the natural split has {len(split)} clients but num_clients={num_clients}; use "
+                        f"num_clients={len(split)} (for synthetic, the dataset option num_clients sets it)")
     parts = [as_labels(p).copy() for p in split]
     flat = np.concatenate(parts) if parts else np.empty(0, np.int64)
     if flat.size and flat.max() >= n:
-        raise ValueError(f"split holds index {int(flat.max())} but the train set has {n} samples")
+        raise DataError(f"split holds index {int(flat.max())} but the train set has {n} samples")
     if np.unique(flat).size != flat.size:
-        raise ValueError("split must give every sample to at most one client (found an index twice)")
+        raise DataError("split must give every sample to at most one client (found an index twice)")
     return parts
 
 
@@ -248,7 +255,7 @@ def label_histograms(labels: Any, parts: list[Any], num_classes: int | None = No
     if num_classes is None:
         num_classes = top
     elif top > num_classes:
-        raise ValueError(f"labels go up to {top - 1} but num_classes={num_classes}")
+        raise DataError(f"labels go up to {top - 1} but num_classes={num_classes}")
     out = np.zeros((len(parts), num_classes), dtype=np.int64)
     for i, p in enumerate(parts):
         p = p.detach().cpu().numpy() if hasattr(p, "detach") else np.asarray(p, dtype=np.int64)

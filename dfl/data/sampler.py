@@ -46,6 +46,7 @@ import numpy as np
 import torch
 
 from dfl.data.augment import crop_flip
+from dfl.errors import DataError
 
 CROP_PADDING = 4
 STREAM_ORDER, STREAM_AUGMENT = 0, 1
@@ -145,7 +146,7 @@ class RoundSchedule:
         max_steps: np.ndarray | None = None,
     ):
         if mode not in ("epochs", "steps"):
-            raise ValueError(f"mode must be 'epochs' or 'steps', got {mode!r}")
+            raise DataError(f"mode must be 'epochs' or 'steps', got {mode!r}")
         self.data = data
         self.round_index, self.seed = round_index, seed
         flat, offsets, all_sizes = data.flat_indices()
@@ -250,8 +251,8 @@ class RoundSchedule:
         steps = np.asarray(steps, dtype=np.int64)
         if steps.shape != (len(self.client_ids),) or (steps < 0).any() or \
                 (steps >= self.steps_per_client.numpy()).any():
-            raise ValueError(f"steps must give every row a step below its step count {self.steps_per_client.tolist()}"
-                             f", got {steps.tolist()}")
+            raise DataError(f"steps must give every row a step below its step count {self.steps_per_client.tolist()}"
+                            f", got {steps.tolist()}")
         k = torch.from_numpy(steps).to(self._rows.device, non_blocking=True)
         epoch = k // self._per_epoch
         j = (k - epoch * self._per_epoch) * B

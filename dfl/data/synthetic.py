@@ -13,12 +13,74 @@ order, are the pooled train set and their index ranges are the natural split; th
 from __future__ import annotations
 
 import numpy as np
-import torch
 
 from dfl.data.checks import check_float, check_int
-from dfl.data.types import Dataset
+from dfl.data.types import Dataset, DataShape
+from dfl.errors import DataError
 
 DIM, CLASSES = 60, 10
+# sizes are drawn (from the seed, as the loader draws them) only up to this many samples in all at the minimum
+# size: beyond it the minimum alone is far more than any machine holds, and the bound is the answer
+DRAW_LIMIT = 2**31
+MAX_CLIENT_SAMPLES = 2**40  # a drawn client size above this is a typo in size_log_mean / size_log_sigma
+
+
+def synthetic_options(
+    *,
+    alpha: float = 1.0,
+    beta: float = 1.0,
+    num_clients: int = 30,
+    size_log_mean: float = 4.0,
+    size_log_sigma: float = 2.0,
+    min_samples: int = 50,
+    test_fraction: float = 0.1,
+    seed: int = 0,
+) -> dict:
+    """The options of `load_synthetic`, checked (ValueError naming the option) before anything is drawn."""
+    options = {
+        "alpha": check_float("alpha", alpha, 0.0, open_low=False),
+        "beta": check_float("beta", beta, 0.0, open_low=False),
+        "num_clients": check_int("num_clients", num_clients, 1),
+        "size_log_mean": check_float("size_log_mean", size_log_mean, -np.inf),
+        "size_log_sigma": check_float("size_log_sigma", size_log_sigma, 0.0, open_low=False),
+        "min_samples": check_int("min_samples", min_samples, 2),
+        "test_fraction": check_float("test_fraction", test_fraction, 0.0, 1.0),
+        "seed": check_int("seed", seed, 0),
+    }
+    if synthetic_shape(options).test == 0:  # sizes that overflow are refused here too, not in the generator
+        raise DataError(f"test_fraction={options['test_fraction']} gives an empty test set; raise it or min_samples")
+    return options
+
+
+def _sizes(rng: np.random.Generator, options: dict) -> np.ndarray:
+    """n_k = floor(LogNormal(size_log_mean, size_log_sigma)) + min_samples, the first draws of the loader's rng."""
+    draws = rng.lognormal(options["size_log_mean"], options["size_log_sigma"], options["num_clients"])
+    largest = float(draws.max())
+    if not np.isfinite(largest) or largest > MAX_CLIENT_SAMPLES:
+        raise DataError(f"size_log_mean = {options['size_log_mean']:g} and size_log_sigma = "
+                        f"{options['size_log_sigma']:g} draw a client of {largest:.3g} samples (LogNormal sizes); "
+                        f"keep them near FedProx's 4 and 2")
+    return draws.astype(np.int64) + options["min_samples"]
+
+
+def _split(size: int, test_fraction: float) -> tuple[int, int]:
+    """(train, test) samples of a client of `size`: test_fraction of them tested, at least one trained."""
+    n_test = int(size * test_fraction)
+    n_train = size - n_test
+    return (1, size - 1) if n_train < 1 else (n_train, n_test)
+
+
+def synthetic_shape(options: dict) -> DataShape:
+    """Train and test samples of `options`: the client sizes the loader will draw (from the seed), or, past
+    `DRAW_LIMIT` samples at the minimum size, that minimum (a lower bound)."""
+    clients, least = options["num_clients"], options["min_samples"]
+    if clients * least > DRAW_LIMIT:
+        test = int(least * options["test_fraction"])
+        return DataShape(clients * (least - test), clients * test, (DIM,), CLASSES)
+    sizes = _sizes(np.random.default_rng(options["seed"]), options)
+    n_test = (sizes * options["test_fraction"]).astype(np.int64)
+    n_train = np.where(sizes - n_test < 1, 1, sizes - n_test)
+    return DataShape(int(n_train.sum()), int((sizes - n_train).sum()), (DIM,), CLASSES)
 
 
 def load_synthetic(
@@ -33,17 +95,16 @@ def load_synthetic(
     seed: int = 0,
 ) -> Dataset:
     """Synthetic(alpha, beta) with `num_clients` clients; defaults are FedProx's Synthetic(1, 1) with 30 clients."""
-    alpha = check_float("alpha", alpha, 0.0, open_low=False)
-    beta = check_float("beta", beta, 0.0, open_low=False)
-    num_clients = check_int("num_clients", num_clients, 1)
-    size_log_mean = check_float("size_log_mean", size_log_mean, -np.inf)
-    size_log_sigma = check_float("size_log_sigma", size_log_sigma, 0.0, open_low=False)
-    min_samples = check_int("min_samples", min_samples, 2)
-    test_fraction = check_float("test_fraction", test_fraction, 0.0, 1.0)
-    seed = check_int("seed", seed, 0)
+    import torch  # here: the module is imported when a config is checked, before torch is needed
+
+    options = synthetic_options(alpha=alpha, beta=beta, num_clients=num_clients, size_log_mean=size_log_mean,
+                                size_log_sigma=size_log_sigma, min_samples=min_samples, test_fraction=test_fraction,
+                                seed=seed)
+    alpha, beta, num_clients = options["alpha"], options["beta"], options["num_clients"]
+    test_fraction, seed = options["test_fraction"], options["seed"]
 
     rng = np.random.default_rng(seed)
-    sizes = rng.lognormal(size_log_mean, size_log_sigma, num_clients).astype(np.int64) + min_samples
+    sizes = _sizes(rng, options)
     u = rng.normal(0.0, alpha, num_clients)
     B = rng.normal(0.0, beta, num_clients)
     sigma_sqrt = np.arange(1, DIM + 1, dtype=np.float64) ** (-1.2 / 2)
@@ -55,18 +116,13 @@ def load_synthetic(
         b = rng.normal(u[k], 1.0, CLASSES)
         x = v + sigma_sqrt * rng.standard_normal((sizes[k], DIM))
         y = np.argmax(x @ W + b, axis=1)  # argmax of softmax = argmax of the logits
-        n_test = int(sizes[k] * test_fraction)
-        n_train = sizes[k] - n_test
-        if n_train < 1:  # keep every client non-empty
-            n_train, n_test = 1, sizes[k] - 1
+        n_train, n_test = _split(int(sizes[k]), test_fraction)  # every client keeps a train sample
         train_x.append(x[:n_train])
         train_y.append(y[:n_train])
         test_x.append(x[n_train:])
         test_y.append(y[n_train:])
         split.append(np.arange(offset, offset + n_train, dtype=np.int64))
         offset += n_train
-    if sum(len(t) for t in test_y) == 0:
-        raise ValueError(f"test_fraction={test_fraction} gives an empty test set; raise it or min_samples")
     return Dataset(
         name="synthetic",
         train_x=torch.tensor(np.concatenate(train_x), dtype=torch.float32),
@@ -76,7 +132,5 @@ def load_synthetic(
         num_classes=CLASSES,
         input_shape=(DIM,),
         natural_split=split,
-        options={"alpha": alpha, "beta": beta, "num_clients": num_clients, "size_log_mean": size_log_mean,
-                 "size_log_sigma": size_log_sigma, "min_samples": min_samples, "test_fraction": test_fraction,
-                 "seed": seed},
+        options=options,
     )

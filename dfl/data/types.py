@@ -1,13 +1,16 @@
-"""`Dataset`: what a dataset loader returns (a train/test pair as tensors). It imports no loader, so every
-loader and the dataset registry (`dfl.data.dataset`) can import it."""
+"""`Dataset`: what a dataset loader returns (a train/test pair as tensors), and `DataShape`: how large a dataset
+will be, known from its options before it is loaded. It imports no loader (and no torch), so every loader and
+the dataset registry (`dfl.data.dataset`) can import it."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
-import torch
+if TYPE_CHECKING:
+    import numpy as np
+    import torch
 
 
 @dataclass
@@ -29,3 +32,20 @@ class Dataset:
     augment: str | None = None
     natural_split: list[np.ndarray] | None = None
     options: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class DataShape:
+    """How large a dataset is, before it is loaded: train and test samples, a sample's shape, the classes.
+
+    `nbytes` is what loading it holds at its peak: every sample as float32 with an int64 label, twice (the
+    loader's numpy arrays and the tensors made from them exist together for a moment)."""
+
+    train: int
+    test: int
+    input_shape: tuple[int, ...]
+    num_classes: int
+
+    @property
+    def nbytes(self) -> int:
+        return 2 * (self.train + self.test) * (4 * math.prod(self.input_shape) + 8)

@@ -38,9 +38,7 @@ sums its terms in the same order, so results do not depend on the world size.
 from __future__ import annotations
 
 import copy
-import math
 from collections import defaultdict
-from dataclasses import fields
 
 import numpy as np
 import scipy.sparse as sp
@@ -52,64 +50,10 @@ from dfl.errors import ConfigError
 from dfl.network.async_events import ComputeTimes, EventSchedule, Local, Mix
 from dfl.network.comm import even_blocks
 from dfl.network.gossip import RowsOperator
+from dfl.network.settings import ASYNC_ALGORITHMS, ASYNC_FIELDS, MODES, check_async  # noqa: F401 (the checks)
 from dfl.training.local import descent_direction
 
-MODES = ("sync", "async")
-# The algorithms the asynchronous mode runs, and the form of their update: "local" = K local steps, then one mix
-# of the trained models; "step" = one SGD step whose gradient is taken at the model sent (AD-PSGD).
-ASYNC_ALGORITHMS = {"dpsgd": "step", "dfedavg": "local", "dfedavgm": "local", "dfedsam": "local",
-                    "dfedsam-mgs": "local"}
-ASYNC_FIELDS = ("link_latency", "link_bandwidth", "max_staleness")  # fields that apply only to mode = async
 EMPTY = -2  # checkpoint: an unused message slot (version −1 is x⁰)
-
-
-# ----------------------------------------------------------------------------------------- configuration
-def check_config(config, centralized: bool) -> None:
-    """`mode` and the asynchronous fields of a Config (`dfl.validate`; `centralized`: the algorithm aggregates at a
-    server): ranges, and what async cannot run."""
-    from topologies.build import TIME_VARYING
-
-    if config.mode not in MODES:
-        raise ConfigError(f"mode must be one of {', '.join(MODES)}; got {config.mode!r}")
-    for name in ("link_latency", "link_bandwidth"):
-        value = getattr(config, name)
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
-            raise ConfigError(f"{name} must be a finite number >= 0{' (0 = unlimited)' if 'band' in name else ''}, "
-                              f"got {value!r}")
-    staleness = config.max_staleness
-    if isinstance(staleness, bool) or not isinstance(staleness, int) or staleness < -1:
-        raise ConfigError(f"max_staleness must be an integer >= 0, or -1 for unbounded, got {staleness!r}")
-    if config.mode == "sync":
-        defaults = {f.name: f.default for f in fields(config) if f.name in ASYNC_FIELDS}
-        for name, default in defaults.items():
-            if getattr(config, name) != default:
-                raise ConfigError(f"{name} = {getattr(config, name)!r} applies only to mode = async (the "
-                                  f"synchronous rounds' sim_time counts computation only); set mode = \"async\" "
-                                  f"or remove it (default {default!r})")
-        return
-    algorithm = config.algorithm
-    if centralized:
-        raise ConfigError(f"mode = async applies to gossip, not to the centralized {algorithm!r}, which waits for "
-                          f"its clients at a server every round; use one of {', '.join(ASYNC_ALGORITHMS)}")
-    if algorithm not in ASYNC_ALGORITHMS:
-        raise ConfigError(f"algorithm: mode = async runs {', '.join(ASYNC_ALGORITHMS)}, not {algorithm!r} (an "
-                          "asynchronous update needs the algorithm's rule for one client at a time)")
-    if algorithm == "dfedsam-mgs" and (config.gossip_steps or 4) != 1:
-        raise ConfigError(f"gossip_steps = {config.gossip_steps or 4} (dfedsam-mgs): mode = async mixes once per "
-                          "update, with the neighbour models that have arrived; set gossip_steps = 1, or use "
-                          "algorithm = dfedsam")
-    for name in ("link_failure", "offline", "round_deadline"):
-        if getattr(config, name):
-            what = "rounds to cut short" if name == "round_deadline" else "lost messages"
-            raise ConfigError(f"{name} = {getattr(config, name)} applies to mode = sync: the asynchronous mode has "
-                              f"no {what} (a slow link is link_latency / link_bandwidth); set it to 0")
-    if config.local_optimizer != "sgd":
-        raise ConfigError(f"local_optimizer = {config.local_optimizer} is not supported with mode = async, which "
-                          "updates one client at a time with SGD steps; use local_optimizer = sgd")
-    if config.topology in TIME_VARYING:
-        raise ConfigError(f"topology: mode = async needs a static topology, but {config.topology} changes every "
-                          "gossip step (an asynchronous client has no global step); use e.g. ring, exponential, "
-                          "random-regular")
 
 
 def transmit_seconds(model_bytes: int, bandwidth: float) -> float:

@@ -22,8 +22,9 @@ import torch
 from dfl.algorithms import Context, is_centralized, resolve_hyperparameters
 from dfl.algorithms.server import sample_participants
 from dfl.config import Config
+from dfl.data import ignored_options
 from dfl.engine import checkpoint as ckpt
-from dfl.engine.hooks import Hooks, RunInfo
+from dfl.engine.hooks import Hooks, Progress, RunInfo
 from dfl.engine.results import Result, RunDirectory
 from dfl.engine.setup import (
     build_data,
@@ -58,6 +59,8 @@ from dfl.training.local import LocalTrainer
 DIVERGENCE_LOSS_FACTOR = 10.0
 
 DIVERGENCE_PATIENCE = 3
+# Metrics that are finite in any run that has not diverged (train_loss may be NaN in a round nobody trained in)
+FINITE_METRICS = ("test_loss", "train_eval_loss", "consensus_distance")
 
 # Per-client accuracy on the whole test set above this many (client, sample) forward passes per evaluation gets a
 # warning that points at client_eval_samples (an mlp on 2 CPU cores: 10,000 clients × 200 samples took 6.4 s, so
@@ -78,6 +81,7 @@ class Experiment:
             ckpt.check_config(saved, config, out)
         self.hooks = Hooks(config, callbacks, comm, out)  # loggers' packages and callbacks checked before any work
         hp, ignored = resolve_hyperparameters(config)
+        ignored += ignored_options(config)  # data_root with an embedded dataset: warned and recorded the same way
         device = getattr(comm, "device", None) or resolve_device(config.device)
         if device.type == "cpu":
             memory.keep_freed_memory()  # reuse freed heap instead of zero-filled fresh mappings every round
@@ -112,6 +116,7 @@ class Experiment:
         model = model_for_run(config.model, config.model_options, tuple(data.input_shape), data.num_classes,
                               config.seed, device, (data.train_x[:2], data.train_y[:2]), given_model)
         layout = ParamLayout.of(model)
+        memory.check_stacks(len(comm.client_ids), layout.dim, device, int(network.compressor is not None))
         # this process's block only: every client starts from the same x_0, so the block is x_0 repeated (a view of
         # one row; the algorithm's X is its own copy), the same numbers as the rows of the whole stack
         X0 = common_start(model, len(comm.client_ids), device)
@@ -240,7 +245,7 @@ class Experiment:
         self._last_round = (bytes_round, moved_round)
         self.summary["rounds_completed"] = t + 1
         if self.progress is not None:
-            self.progress.update(1)
+            self.progress.round_done()
         return stats
 
     def hessian_due(self, t: int) -> bool:
@@ -285,10 +290,11 @@ class Experiment:
         if self.run_dir:
             self.run_dir.append_metrics(record)
         if self.progress is not None:
-            self.progress.set_postfix(acc=f"{record['test_acc']:.3f}", refresh=False)
+            self.progress.evaluated(record)
         self.hooks.round_end(record, self.device)  # loggers, target accuracy, callbacks; a stop agreed by all
         self.summary.update(self.hooks.summary_fields())
         train_loss, n = record["train_loss"], record["round"]
+        _check_finite_metrics(record)
         self.above_bound = self.above_bound + 1 if train_loss > self.loss_bound else 0
         if self.above_bound >= DIVERGENCE_PATIENCE or (self.above_bound and n == self.config.rounds):
             raise DivergenceError(
@@ -466,6 +472,16 @@ def _check_finite(X: torch.Tensor, train_loss: torch.Tensor, t: int, comm) -> No
         )
 
 
+def _check_finite_metrics(record: dict[str, Any]) -> None:
+    """A metric of the averaged model or of the clients' spread that is NaN/inf means the run diverged, even when
+    every parameter is finite (lr = 1e30: parameters near 1e30 whose squared distances overflow)."""
+    bad = [key for key in FINITE_METRICS if isinstance(record.get(key), float) and not math.isfinite(record[key])]
+    if bad:
+        values = ", ".join(f"{key} = {record[key]}" for key in bad)
+        raise DivergenceError(f"training diverged by round {record['round']}: {values} (not finite); the last good "
+                              "checkpoint, if any, is kept; try a smaller lr, a smaller rho, or clip_grad_norm")
+
+
 def _final_metrics(history: list[dict[str, Any]]) -> dict[str, Any]:
     if not history:
         return {}
@@ -473,13 +489,16 @@ def _final_metrics(history: list[dict[str, Any]]) -> dict[str, Any]:
     accs = [h["test_acc"] for h in history if not math.isnan(h["test_acc"])]
     last["best_test_acc"] = max(accs) if accs else float("nan")
     last["final_round"] = last.pop("round")
+    # each record's seconds_per_round is the mean over the rounds since the previous one: weigh them by those
+    # rounds for the mean of the whole run (the last record's alone is `seconds_per_round`, over `..._rounds`)
+    rounds = [h["round"] - before for h, before in zip(history, [0] + [h["round"] for h in history[:-1]])]
+    timed = [(r, h["seconds_per_round"]) for r, h in zip(rounds, history) if "seconds_per_round" in h]
+    if timed and sum(r for r, _ in timed):
+        last["seconds_per_round_mean"] = sum(r * s for r, s in timed) / sum(r for r, _ in timed)
+        last["seconds_per_round_rounds"] = rounds[-1]
     return last
 
 
 def _progress(config: Config, comm, start: int = 0):
-    if not (config.progress and comm.is_main):
-        return None
-    from tqdm.auto import tqdm
-
-    return tqdm(total=config.rounds, initial=start, desc=f"{config.algorithm}", unit="round", leave=False,
-                disable=None)  # None: no bar when stderr is not a terminal (log files, sweep workers)
+    """The progress bar (a terminal) or plain lines (stdout a file) of the main process (`hooks.Progress`)."""
+    return Progress(config.algorithm, config.rounds, start) if config.progress and comm.is_main else None

@@ -175,7 +175,8 @@ SUMMARY_ROWS = (
     ("steps_done_mean", "local steps done (mean)", "{:.2f}"),  # ... and when stragglers are
     ("sim_time", "simulated time (s)", "{:.6g}"),
     ("bytes_sent_total", "bytes sent (all clients)", "{}"),
-    ("seconds_per_round", "seconds per round", "{:.3f}"),
+    ("seconds_per_round_mean", "seconds per round (mean)", "{:.3f}"),
+    ("seconds_per_round", "seconds per round (last {rounds})", "{:.3f}"),
 )
 
 
@@ -187,8 +188,11 @@ def format_summary(summary: dict[str, Any]) -> str:
         f"{summary['rounds_completed']}/{summary['rounds']} rounds — {summary['status']}"
     )
     lines = [head]
-    width = max(len(label) for _, label, _ in SUMMARY_ROWS)
-    for key, label, fmt in SUMMARY_ROWS:
+    last = summary.get("seconds_per_round_rounds") or 1
+    rows = [(key, label.format(rounds="round" if last == 1 else f"{last} rounds"), fmt)
+            for key, label, fmt in SUMMARY_ROWS]
+    width = max(len(label) for _, label, _ in rows)
+    for key, label, fmt in rows:
         value = summary.get(key)
         if value is None or (isinstance(value, float) and math.isnan(value)):
             continue

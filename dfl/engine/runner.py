@@ -8,6 +8,7 @@ already holds: the communicator (`dfl.network.comm.LocalCommunicator` or `dfl.en
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from dfl import threads
@@ -17,7 +18,7 @@ from dfl.engine.experiment import Experiment
 from dfl.engine.results import Result
 from dfl.engine.setup import build_data, build_topology, resolve_device  # noqa: F401 (the run's set-up, re-exported)
 from dfl.engine.validation import validate
-from dfl.errors import DivergenceError, RunInterrupted  # noqa: F401 (re-exported)
+from dfl.errors import ArgumentError, ConfigError, DivergenceError, RunInterrupted  # noqa: F401 (re-exported)
 from dfl.training import memory
 
 
@@ -58,17 +59,14 @@ def run(
     `callbacks` are objects with `on_round_end(round, metrics)` (`dfl.engine.hooks`), called after every evaluated
     round on the main process; True stops the run after that round (checkpointed; status "stopped").
     """
+    config = Config() if config is None else config
+    _check_arguments(config, data, out, overwrite, resume)
     if model is not None:
         from dfl.models import spec_of
 
-        config = (config or Config()).replace(model=spec_of(model))
-    config = validate(config or Config())
+        config = config.replace(model=spec_of(model))
+    config = validate(config)
     threads.apply(config.threads)  # this process's torch threads: "auto" or N (dfl.threads has the rule)
-    if resume and out is None:
-        raise ValueError("resume=True needs out= (the run directory holding checkpoint.pt)")
-    if resume and overwrite:
-        raise ValueError("resume and overwrite exclude each other: resume continues the run in out, overwrite "
-                         "deletes it")
     own = comm is None
     if own:
         comm = communicator_from_env(config, config.clients)
@@ -84,6 +82,29 @@ def run(
         if own:
             comm.close()
         memory.release_free_heap()  # the run's freed stacks go back to the OS, not held until the process exits
+
+
+def _check_arguments(config, data, out, overwrite, resume) -> None:
+    """The arguments of `run` that are not the config: an `ArgumentError` (a ConfigError and a TypeError) naming
+    the argument for a wrong type, a ConfigError for a wrong combination."""
+    from dfl.data import FederatedData
+
+    if not isinstance(config, Config):
+        raise ArgumentError(f"config must be a dfl.Config (dfl.Config(...), Config.from_toml(path) or "
+                            f"Config.from_dict(table)), got {type(config).__name__}")
+    if data is not None and not isinstance(data, FederatedData):
+        raise ArgumentError(f"data must be a dfl.data.FederatedData (FederatedData.build(...) or "
+                            f"FederatedData.from_arrays(...)) or None, got {type(data).__name__}")
+    if out is not None and not isinstance(out, (str, os.PathLike)):
+        raise ArgumentError(f"out must be a directory path (str or pathlib.Path) or None, got {type(out).__name__}")
+    for name, value in (("overwrite", overwrite), ("resume", resume)):
+        if not isinstance(value, bool):
+            raise ArgumentError(f"{name} must be True or False, got {type(value).__name__} {value!r}")
+    if resume and out is None:
+        raise ConfigError("resume=True needs out= (the run directory holding checkpoint.pt)")
+    if resume and overwrite:
+        raise ConfigError("resume and overwrite exclude each other: resume continues the run in out, overwrite "
+                          "deletes it")
 
 
 def _run(config: Config, data, out, overwrite: bool, comm, resume: bool, given_model=None, callbacks=None) -> Result:

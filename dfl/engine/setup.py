@@ -9,9 +9,9 @@ import torch
 
 import topologies
 from dfl import topologies as topology_registry
-from dfl.algorithms import algorithm_class, is_centralized
+from dfl.algorithms import algorithm_class, is_centralized, mixes_by_push_sum
 from dfl.config import Config
-from dfl.data import FederatedData
+from dfl.data import FederatedData, run_partition_options
 from dfl.errors import ConfigError
 
 
@@ -31,29 +31,22 @@ def build_topology(config: Config, n: int, sizes: Sequence[int] | None = None):
     options give their own."""
     if is_centralized(config.algorithm):
         return topologies.build("full", n)
-    options = dict(config.topology_options)
+    options = topology_registry.run_options(config)  # random graphs follow the run's seed unless options set one
     if config.weights == "sample-count" and "sizes" not in options:
         if sizes is None:
             raise ConfigError("weights = sample-count needs the clients' sample counts: topology_options sizes = "
                               "[n_1, ..., n_m], one per client, or a run, which passes its partition's")
         options["sizes"] = [int(size) for size in sizes]
     try:
-        if "seed" in topology_registry.topology_options(config.topology):  # random graphs follow the run's seed
-            options.setdefault("seed", config.seed)
         return topology_registry.build(config.topology, n, config.weights,
-                                       push_sum=algorithm_class(config.algorithm).push_sum, **options)
+                                       push_sum=mixes_by_push_sum(config.algorithm), **options)
     except ValueError as exc:
         raise ConfigError(f"topology: {exc}") from exc
 
 
 def build_data(config: Config) -> FederatedData:
     """The run's dataset split among `config.clients` clients by `config.partition` (Dirichlet partitions take
-    `alpha`, default 0.3), seeded by `config.seed`."""
-    partition_options = dict(config.partition_options)
-    if config.partition in ("dirichlet", "dirichlet-class"):
-        partition_options.setdefault("alpha", 0.3 if config.alpha is None else config.alpha)
-    elif config.alpha is not None:
-        raise ConfigError(f"alpha applies only to the dirichlet partitions, not to partition={config.partition!r}")
+    `alpha`, default 0.3: `dfl.data.run_partition_options`), seeded by `config.seed`."""
     return FederatedData.build(
         config.dataset,
         config.clients,
@@ -61,7 +54,7 @@ def build_data(config: Config) -> FederatedData:
         seed=config.seed,
         root=config.data_root,
         dataset_options=dict(config.dataset_options),
-        partition_options=partition_options,
+        partition_options=run_partition_options(config),
     )
 
 

@@ -2,34 +2,103 @@
 
 `Config.validate()` checks each field on its own (the config layer knows no component). Here each component
 checks the options it owns, where it is registered (`dfl.algorithms`, `dfl.topologies`, `dfl.data`,
-`dfl.models`, `dfl.loggers`, `dfl.threads`, `dfl.network.faults`, `dfl.network.choco`,
-`dfl.engine.asynchronous`), and the rules that join components are written once, below. Every check raises
-`ConfigError` naming the field and the allowed values.
+`dfl.models`, `dfl.loggers`, `dfl.threads`, `dfl.network.settings` for link faults, compressed gossip and the
+asynchronous mode), and the rules that join components are written once, below. Every check raises `ConfigError`
+naming the field and the allowed values.
+
+Nothing here imports torch (the built-in components are declared by card, `dfl.registry.Registry.declare`), so
+a wrong config is refused at once; only a plug-in named by entry point or "package.module:factory" is imported.
 """
 
 from __future__ import annotations
 
 from dfl import algorithms, data, loggers, models, threads, topologies
 from dfl.config import Config
-from dfl.engine import asynchronous
-from dfl.errors import ConfigError
-from dfl.network import choco, faults
+from dfl.errors import ArgumentError, ConfigError
+from dfl.network import settings as network
+from topologies import limits
 
 
 def validate(config: Config) -> Config:
     """Check `config` as a run would, before any work; return it (so `config = validate(config)` reads well)."""
+    if not isinstance(config, Config):
+        raise ArgumentError(f"config must be a dfl.Config (dfl.Config(...), Config.from_toml(path) or "
+                            f"Config.from_dict(table)), got {type(config).__name__}")
     config.validate()
     algorithms.check_config(config)
-    topologies.check_config(config, push_sum=algorithms.algorithm_class(config.algorithm).push_sum)
-    data.check_config(config)
+    centralized = algorithms.is_centralized(config.algorithm)
+    topologies.check_config(config, centralized, push_sum=algorithms.mixes_by_push_sum(config.algorithm))
+    shape = data.check_config(config)
+    _check_round_size(config, shape)
     models.check_config(config)
     loggers.check_config(config)
     threads.check_config(config)  # "auto" or N >= 1 (dfl.threads: no torch, so the CLI checks it before torch loads)
-    centralized = algorithms.is_centralized(config.algorithm)
-    faults.check_config(config, centralized)  # link_failure, offline, bursts, stragglers, round_deadline
-    choco.check_config(config, centralized)  # compressor, compression, consensus_lr
-    asynchronous.check_config(config, centralized)  # mode, link_latency, link_bandwidth, max_staleness
+    network.check_config(config, centralized)  # link faults, stragglers; compressed gossip; the asynchronous mode
     if config.mode == "async" and config.compressor != "none":
         raise ConfigError(f"compressor = {config.compressor} is not modelled in mode = async (CHOCO's public "
                           "copies need every neighbour to see every message in order); use mode = sync")
     return config
+
+
+# bytes a round's minibatch schedule keeps per sample a client visits: one row id (int64 at worst;
+# `dfl.data.sampler`), its hash keys are made in bounded groups
+SCHEDULE_BYTES = 8
+
+
+# bytes a round's gossip keeps per step it mixes: the step's key, its nonzero count and its operator's reference
+# (`dfl.network.gossip.Gossip.mix` lists them to choose dense, composed or step-by-step mixing)
+GOSSIP_STEP_BYTES = 32
+
+
+def _check_round_size(config: Config, shape) -> None:
+    """The work of a round against the memory free: its gossip keeps a record per step (so gossip_steps cannot be
+    made arbitrarily large: 10^9 grew until killed), and its schedule keeps a row id per sample each client
+    visits (`dfl.data.sampler`), so local_steps (or local_epochs) x clients x batch cannot either. The latter
+    needs the dataset's size (`DataShape`), known for the built-in datasets."""
+    steps = config.gossip_steps or 1
+    need, free = GOSSIP_STEP_BYTES * steps, limits.available_memory()
+    if need > free:
+        raise ConfigError(f"gossip_steps = {steps:,}: a round keeps a record of each gossip step it mixes, "
+                          f"~{limits.gib(need)}, more than the {limits.gib(free)} available; use fewer gossip steps")
+    if shape is None:
+        return
+    m = max(1, config.clients)
+    per_client = max(1, shape.train // m)
+    mode, amount = config.epochs_or_steps
+    if mode == "steps":
+        batch = min(config.batch_size or per_client, per_client)
+        visits = m * amount * batch
+        what = f"{m:,} clients x {amount:,} steps x {batch:,} samples"
+    else:
+        visits = amount * shape.train
+        what = f"{amount:,} epochs x {shape.train:,} samples"
+    need, free = SCHEDULE_BYTES * visits, limits.available_memory()
+    if need > free:
+        field = "local_steps" if mode == "steps" else "local_epochs"
+        raise ConfigError(f"{field} = {amount:,}: a round's minibatch schedule keeps one row id per sample a client "
+                          f"visits, {what}, ~{limits.gib(need)}, more than the {limits.gib(free)} available; use "
+                          f"fewer {mode} per round (or fewer clients, a smaller batch_size)")
+
+
+def option_owner(key: str) -> str | None:
+    """Where a key that is no Config field belongs, when it is an option of a component: "an option of topology
+    custom: set it in [topology_options] ...", for the message that refuses it (`Config.from_toml(path,
+    owner=option_owner)`); None when no component has such an option."""
+    tables = (
+        ("topology", "topology_options", lambda: ((n, topologies.topology_options(n)) for n in topologies.TOPOLOGIES)),
+        ("dataset", "dataset_options", lambda: ((n, data.DATASETS.card(n).options) for n in data.DATASETS)),
+        ("partition", "partition_options", lambda: ((n, data.partition_options(n)) for n in data.PARTITIONS)),
+        ("model", "model_options", lambda: ((n, models.MODELS.card(n).options or {}) for n in models.MODELS)),
+        ("algorithm", "algorithm_options",
+         lambda: ((n, algorithms.option_defaults(algorithms.ALGORITHMS.card(n))) for n in algorithms.ALGORITHMS)),
+    )
+    for kind, table, listing in tables:
+        try:
+            owners = [name for name, options in listing() if key in options]
+        except Exception:  # noqa: BLE001 (a broken plug-in must not hide the message this serves)
+            continue
+        if owners:
+            shown = ", ".join(owners[:4]) + (", ..." if len(owners) > 4 else "")
+            return (f"an option of {kind} {shown}: set it in [{table}] (TOML: {table} = {{ {key} = ... }}; flag: "
+                    f"--{table.replace('_', '-')} {key}=...)")
+    return None

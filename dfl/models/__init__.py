@@ -9,27 +9,49 @@ mlp and cnn1d also define `batched_forward`, every client's forward at once with
 Names in `MODELS` (a `dfl.registry.Registry`); options per model in `model_options(name)`. Convolutions take
 `conv_impl` in ("auto", "unfold", "native"); see `dfl.models.layers` for what "auto" picks and why. What a model
 of your own must satisfy (and why BatchNorm with running statistics is rejected): `dfl.models.check`.
+
+Checking a config (`check_config`) imports no torch: the built-ins are declared by card (`dfl.models.builtin`),
+and the model code loads on first use.
 """
 
 from __future__ import annotations
 
-from dfl.errors import ConfigError
-from dfl.models.check import check_model
-from dfl.models.custom import ModelError, check_spec, spec_of
-from dfl.models.layers import CONV_IMPLS
-from dfl.models.layout import num_params, param_layout
-from dfl.models.modes import eval_mode
-from dfl.models.registry import MODELS, build_model, model_options, register, resolve
-from dfl.models.setup import model_for_run
+from dfl import signatures
+from dfl.errors import ConfigError, ModelError
+from dfl.lazy import submodules
+from dfl.models.builtin import BUILTINS, ModelCard, describe
+from dfl.models.custom import check_spec, spec_of
+from dfl.registry import Registry
 
-__all__ = ["CONV_IMPLS", "MODELS", "ModelError", "build_model", "check_model", "check_spec", "eval_mode",
-           "model_for_run", "model_options", "num_params", "param_layout", "register", "resolve", "spec_of"]
+MODELS: Registry = Registry("model", group="dfl.models", describe=describe)
+for _name, (_target, _card) in BUILTINS.items():
+    MODELS.declare(_name, _target, _card)
+del _name, _target, _card
+
+# the model code, on first use (it imports torch)
+__getattr__ = submodules(__name__, {
+    "check_model": "dfl.models.check", "CONV_IMPLS": "dfl.models.layers", "num_params": "dfl.models.layout",
+    "param_layout": "dfl.models.layout", "eval_mode": "dfl.models.modes", "build_model": "dfl.models.registry",
+    "model_options": "dfl.models.registry", "register": "dfl.models.registry", "resolve": "dfl.models.registry",
+    "model_for_run": "dfl.models.setup",
+})
+
+__all__ = ["CONV_IMPLS", "MODELS", "ModelCard", "ModelError", "build_model", "check_model", "check_spec",
+           "eval_mode", "model_for_run", "model_options", "num_params", "param_layout", "register", "resolve",
+           "spec_of"]
 
 
 def check_config(config) -> None:
-    """The model's part of `dfl.validate`: `model` is a registered name or an importable
-    "package.module:factory" (imported now, so a typo fails before any work)."""
+    """The model's part of `dfl.validate`: `model` is a registered name (its `model_options` are its options)
+    or an importable "package.module:factory" (imported now, so a typo fails before any work)."""
     try:
-        check_spec(config.model, MODELS)
+        check_spec(config.model, MODELS.names())
     except ValueError as exc:
         raise ConfigError(str(exc)) from exc
+    if config.model in MODELS:
+        card = MODELS.card(config.model)
+        if card.options is not None:
+            try:
+                signatures.resolve_declared("model", config.model, card.options, config.model_options)
+            except ValueError as exc:
+                raise ConfigError(f"model_options: {exc}") from None

@@ -16,7 +16,6 @@ keyword-only parameters are its options, as for the built-ins.
 
 from __future__ import annotations
 
-import difflib
 import importlib
 import inspect
 import os
@@ -25,13 +24,19 @@ import sys
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from torch import nn
-
 from dfl.errors import ModelError  # noqa: F401 (re-exported)
+from dfl.registry import suggest
 
 IMPORT_SPEC = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*(\.[A-Za-z_]\w*)*")
 OBJECT_SPEC = re.compile(r"\S+ \((instance|factory)\)")
 SIGNATURE = "f(input_shape, num_classes, *, option=default, ...) -> nn.Module"
+
+
+def is_module(obj: Any) -> bool:
+    """Whether `obj` is an `nn.Module` instance, without importing torch (no torch loaded: none can exist), so
+    checking a model spec does not wait for torch."""
+    torch = sys.modules.get("torch")
+    return torch is not None and isinstance(obj, torch.nn.Module)
 
 
 def is_import_spec(spec: Any) -> bool:
@@ -54,13 +59,13 @@ def check_spec(spec: Any, names: Iterable[str]) -> None:
     if is_import_spec(spec):
         check_signature(factory_of(spec, names), repr(spec))
         return
-    close = difflib.get_close_matches(str(spec), names, n=1)
-    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    close = suggest(spec, names)
+    hint = f" (did you mean {close!r}?)" if close else ""
     raise ModelError(f"model must be one of {', '.join(names)}, or \"package.module:factory\" for your own "
                      f"(importable from the working directory); got {spec!r}{hint}")
 
 
-def factory_of(spec: str, names: Iterable[str] = ()) -> Callable[..., nn.Module]:
+def factory_of(spec: str, names: Iterable[str] = ()) -> Callable:
     """The factory a non-registered spec names: imported for "module:factory"; an error otherwise."""
     if is_object_spec(spec):
         raise ModelError(
@@ -81,7 +86,7 @@ def factory_of(spec: str, names: Iterable[str] = ()) -> Callable[..., nn.Module]
         if not hasattr(obj, part):
             raise ModelError(f"model {spec!r}: module {module_name!r} has no attribute {attr!r}")
         obj = getattr(obj, part)
-    if isinstance(obj, nn.Module):
+    if is_module(obj):
         raise ModelError(f"model {spec!r} is an nn.Module instance; name a factory {SIGNATURE} (a function or an "
                          "nn.Module class), which dfl calls after seeding, so that runs are reproducible")
     if not callable(obj):
@@ -113,7 +118,7 @@ def spec_of(obj: Any) -> str:
     configs, sweeps and resume rebuild it), else "module.Name (instance)" / "module.name (factory)"."""
     if isinstance(obj, str):
         return obj
-    if isinstance(obj, nn.Module):
+    if is_module(obj):
         cls = type(obj)
         return f"{cls.__module__}.{cls.__qualname__} (instance)"
     if not callable(obj):

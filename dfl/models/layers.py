@@ -21,12 +21,14 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from dfl.errors import ModelError
+
 CONV_IMPLS = ("auto", "unfold", "native")
 
 
 def check_conv_impl(conv_impl: str) -> str:
     if conv_impl not in CONV_IMPLS:
-        raise ValueError(f"conv_impl must be one of {CONV_IMPLS}, got {conv_impl!r}")
+        raise ModelError(f"conv_impl must be one of {CONV_IMPLS}, got {conv_impl!r}")
     return conv_impl
 
 

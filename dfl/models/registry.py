@@ -1,7 +1,9 @@
 """`build_model(spec, input_shape, num_classes, **options)`: the model zoo behind one name table, `MODELS`.
 
-`MODELS` is a `dfl.registry.Registry("model", group="dfl.models")`: the built-ins below, factories registered
-with `@dfl.models.register("name")`, and those of installed packages (entry points in group `dfl.models`).
+`MODELS` (`dfl.models`) is a `dfl.registry.Registry("model", group="dfl.models")`: the built-ins below (declared
+there by card, `dfl.models.builtin`, so a config is checked without importing this module and torch), factories
+registered with `@dfl.models.register("name")`, and those of installed packages (entry points in group
+`dfl.models`).
 A spec is a registered name or your own factory, "package.module:factory" (`dfl.models.custom`).
 
 Every factory takes (input_shape, num_classes) plus keyword-only options; those keyword names are the only
@@ -17,6 +19,7 @@ from collections.abc import Callable
 
 from torch import nn
 
+from dfl.models import MODELS
 from dfl.models.cnn import CNN, CNN1d
 from dfl.models.custom import ModelError, check_signature, factory_of
 from dfl.models.layers import check_conv_impl
@@ -24,14 +27,13 @@ from dfl.models.resnet import resnet18, resnet20
 from dfl.models.shapes import as_shape, image_shape, sequence_shape
 from dfl.models.simple import MLP, LogReg
 from dfl.models.vgg import VGG
-from dfl.registry import Registry
 
 CNN_VARIANTS = ("auto", "mcmahan", "cifar")
 
 
 def _positive_int(field: str, value) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{field} must be a positive int, got {value!r}")
+        raise ModelError(f"{field} must be a positive int, got {value!r}")
     return value
 
 
@@ -41,7 +43,7 @@ def _logreg(input_shape, num_classes):
 
 def _mlp(input_shape, num_classes, *, hidden=(200, 200)):
     if isinstance(hidden, (str, bytes)) or not hasattr(hidden, "__iter__"):
-        raise ValueError(f"hidden must be a sequence of positive ints (layer widths), got {hidden!r}")
+        raise ModelError(f"hidden must be a sequence of positive ints (layer widths), got {hidden!r}")
     hidden = tuple(_positive_int("hidden[i]", h) for h in hidden)
     return MLP(input_shape, num_classes, hidden)
 
@@ -53,7 +55,7 @@ def _cnn1d(input_shape, num_classes, *, conv_impl="auto"):
 
 def _cnn(input_shape, num_classes, *, variant="auto", conv_impl="auto"):
     if variant not in CNN_VARIANTS:
-        raise ValueError(f"variant must be one of {CNN_VARIANTS}, got {variant!r}")
+        raise ModelError(f"variant must be one of {CNN_VARIANTS}, got {variant!r}")
     if variant == "auto":  # colour images get the CIFAR CNN, grey-scale ones McMahan's
         variant = "cifar" if len(input_shape) == 3 and input_shape[0] == 3 else "mcmahan"
     shape = image_shape("cnn", input_shape, min_side=4 if variant == "mcmahan" else 16)
@@ -65,7 +67,7 @@ def _resnet(depth: int):
         c, _, _ = image_shape(f"resnet{depth}", input_shape, min_side=8)
         widths = (64, 128, 256, 512) if depth == 18 else (16, 32, 64)
         if any(w % _positive_int("groups", groups) for w in widths):
-            raise ValueError(f"groups must divide every stage width {widths} of resnet{depth}, got {groups}")
+            raise ModelError(f"groups must divide every stage width {widths} of resnet{depth}, got {groups}")
         return (resnet18 if depth == 18 else resnet20)(c, num_classes, groups, check_conv_impl(conv_impl))
 
     return build
@@ -76,12 +78,9 @@ def _vgg11(input_shape, num_classes, *, conv_impl="auto"):
     return VGG(c, num_classes, check_conv_impl(conv_impl))
 
 
-Factory = Callable[..., nn.Module]  # f(input_shape, num_classes, *, option=default, ...) -> nn.Module
+_resnet18, _resnet20 = _resnet(18), _resnet(20)
 
-MODELS: Registry[Factory] = Registry("model", group="dfl.models")
-for _name, _factory in (("logreg", _logreg), ("mlp", _mlp), ("cnn1d", _cnn1d), ("cnn", _cnn),
-                        ("resnet18", _resnet(18)), ("resnet20", _resnet(20)), ("vgg11", _vgg11)):
-    MODELS.register(_name, _factory)
+Factory = Callable[..., nn.Module]  # f(input_shape, num_classes, *, option=default, ...) -> nn.Module
 
 
 def register(name: str, factory: Factory | None = None, *, replace: bool = False):
@@ -139,7 +138,7 @@ def call_factory(factory: Factory, spec: str, input_shape, num_classes: int, opt
             raise ModelError(f"unknown option(s) {unknown} for model {spec!r}; allowed: {sorted(allowed) or 'none'}")
     shape = as_shape(input_shape)
     if isinstance(num_classes, bool) or not isinstance(num_classes, int) or num_classes < 2:
-        raise ValueError(f"num_classes must be an int >= 2, got {num_classes!r}")
+        raise ModelError(f"num_classes must be an int >= 2, got {num_classes!r}")
     check_signature(factory, repr(spec), options)
     try:
         model = factory(shape, num_classes, **options)

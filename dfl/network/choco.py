@@ -46,53 +46,13 @@ Choices of this implementation:
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 import torch
 
-from dfl.errors import ConfigError
 from dfl.network import compression as compressors
+from dfl.network.settings import check_compression, check_topology  # noqa: F401 (checks of the config)
 
-TIME_VARYING = ("one-peer-exponential", "random-k")  # built-in time-varying topologies (others: `check_topology`)
 STATE_KEY = "choco_public"  # the checkpoint's name for the public copies x̂
-
-
-def check_config(config, centralized: bool) -> None:
-    """compressor, compression and consensus_lr of a Config (`dfl.validate`; `centralized`: the algorithm
-    aggregates at a server): ConfigError naming the field."""
-    name = config.compressor
-    names = (compressors.NONE, *compressors.COMPRESSORS.names())
-    if name not in names:
-        raise ConfigError(f"compressor must be one of {', '.join(names)}; got {name!r}")
-    if name == compressors.NONE:
-        for field in ("compression", "consensus_lr"):
-            if getattr(config, field) is not None:
-                raise ConfigError(f"{field} = {getattr(config, field)} applies to compressed gossip, but compressor "
-                                  f"= none (exact gossip); set compressor = top-k, random-k or qsgd, or unset {field}")
-        return
-    if config.compression is not None:
-        try:
-            compressors.COMPRESSORS.get(name).check(config.compression)
-        except ValueError as exc:
-            raise ConfigError(str(exc)) from exc
-    gamma = config.consensus_lr
-    if gamma is not None and (isinstance(gamma, bool) or not isinstance(gamma, (int, float))
-                              or not math.isfinite(gamma) or not 0 < gamma <= 1):
-        raise ConfigError(f"consensus_lr must be CHOCO's consensus step size gamma in (0, 1], got {gamma!r}")
-    if centralized:
-        raise ConfigError(f"compressor = {name} compresses gossip, but {config.algorithm!r} is centralized (it "
-                          "aggregates at a server and does not gossip); use a decentralized algorithm (dpsgd, "
-                          "dfedavg, dfedavgm, dfedsam, dfedsam-mgs)")
-    if config.topology in TIME_VARYING:
-        check_topology(name, config.topology, True)
-
-
-def check_topology(name: str, topology_name: str, time_varying: bool) -> None:
-    if time_varying:
-        raise ConfigError(f"compressor = {name} needs a static topology, but {topology_name} changes every gossip "
-                          "step: CHOCO keeps each client's public copy at its neighbours, so they must stay the same "
-                          "(use ring, grid, exponential, random-regular, ...)")
 
 
 class ChocoGossip:

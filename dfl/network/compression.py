@@ -35,10 +35,9 @@ import numpy as np
 import torch
 
 from dfl.data.sampler import client_keys
-from dfl.registry import Registry
+from dfl.network.settings import COMPRESSORS, NONE, QSGD_BITS, fraction, qsgd_bits  # noqa: F401 (re-exported)
 
 STREAM_COMPRESS = 0x434D5052  # hash stream "CMPR" (the sampler uses 0 and 1, the network LINK, OFFL, SLOW)
-QSGD_BITS = (2, 16)  # bits per coordinate: 2 = sign + 1 level bit (s = 1), 16 = sign + 15 (s = 32,767)
 
 
 def kept(fraction: float, d: int) -> int:
@@ -89,20 +88,12 @@ class Compressor:
         raise NotImplementedError
 
 
-def _fraction(name: str, value) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
-            or not 0 < value <= 1:
-        raise ValueError(f"compression must be the fraction of coordinates kept, in (0, 1], for compressor = {name};"
-                         f" got {value!r}")
-    return float(value)
-
-
 class TopK(Compressor):
     name, default = "top-k", 0.1
 
     @classmethod
     def check(cls, value) -> float:
-        return _fraction(cls.name, value)
+        return fraction(cls.name, value)
 
     def __call__(self, D, U=None):
         k = kept(self.compression, D.shape[1])
@@ -132,12 +123,7 @@ class QSGD(Compressor):
 
     @classmethod
     def check(cls, value) -> float:
-        lo, hi = QSGD_BITS
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
-                or value != int(value) or not lo <= value <= hi:
-            raise ValueError(f"compression must be the bits per coordinate (sign included), an integer in [{lo}, "
-                             f"{hi}], for compressor = qsgd; got {value!r}")
-        return int(value)
+        return qsgd_bits(value)
 
     @property
     def levels(self) -> int:
@@ -161,11 +147,6 @@ class QSGD(Compressor):
         return 1 / self.tau(d)
 
 
-COMPRESSORS: Registry[type[Compressor]] = Registry("compressor")
-for _cls in (TopK, RandomK, QSGD):
-    COMPRESSORS.register(_cls.name, _cls)
-del _cls
-NONE = "none"  # the exact gossip of the run's topology (`dfl.network.gossip.Gossip`), no compressor
 
 
 def build(name: str, compression=None) -> Compressor:

@@ -48,7 +48,6 @@ Metrics (`Network.metrics`, in each evaluated round's record; only for the parts
 
 from __future__ import annotations
 
-import math
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -61,6 +60,7 @@ from scipy.sparse.csgraph import connected_components
 import topologies
 from dfl.data.sampler import absorb, batch_width, client_keys, local_step_counts
 from dfl.errors import ConfigError
+from dfl.network.settings import BURST_FIELDS, NETWORK_FIELDS, check_faults, faults_field  # noqa: F401
 from topologies import spectral
 from topologies.schedules import _check_step
 from topologies.weights import drop_links
@@ -72,89 +72,11 @@ SPECTRAL_METRIC_LIMIT = 256  # clients: one dense eigendecomposition per gossip 
 _CACHE_STEPS = 64  # realised step matrices kept (a round's steps are used by the mix, then by the byte count) ...
 _CACHE_NNZ = 1 << 22  # ... and at most this many stored entries in all (~50 MB), one matrix at least
 _DENSE_CACHE = 8
-NETWORK_FIELDS = ("link_failure", "offline")  # the per-gossip-step faults
-BURST_FIELDS = {"link_failure_burst": "link_failure", "offline_burst": "offline"}  # burst length -> its probability
 
 
 def uniform(h: np.ndarray) -> np.ndarray:
     """u in [0, 1) from the top 53 bits of uint64 hashes: P(u < p) = p to 2^-53."""
     return (h >> np.uint64(11)).astype(np.float64) * 2.0**-53
-
-
-# ----------------------------------------------------------------------------------------- configuration
-def _probability(config, name: str, closed: bool) -> float:
-    value = getattr(config, name)
-    upper = "1]" if closed else "1)"
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
-            or value < 0 or value > 1 or (value == 1 and not closed):
-        raise ConfigError(f"{name} must be a probability in [0, {upper}, got {value!r}")
-    return float(value)
-
-
-def _seconds(config, name: str, minimum: float) -> float:
-    value = getattr(config, name)
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < minimum:
-        raise ConfigError(f"{name} must be a finite number >= {minimum:g}, got {value!r}")
-    return float(value)
-
-
-def faults_field(config) -> str | None:
-    """The first of link_failure / offline that is on (> 0), or None: the field a refusal names."""
-    return next((name for name in NETWORK_FIELDS if getattr(config, name)), None)
-
-
-def check_config(config, centralized: bool) -> None:
-    """The network fields of a Config (`dfl.validate`; `centralized`: the algorithm aggregates at a
-    server): ranges, and where link faults cannot apply (the
-    checks that need the built topology, e.g. a custom directed graph, are in `Network`)."""
-    for name in NETWORK_FIELDS:
-        _probability(config, name, closed=False)
-    for name, of in BURST_FIELDS.items():
-        burst, p = getattr(config, name), getattr(config, of)
-        if isinstance(burst, bool) or not isinstance(burst, (int, float)) or not math.isfinite(burst) or burst < 0:
-            raise ConfigError(f"{name} must be 0 (independent {of} per gossip step) or a mean outage length in gossip "
-                              f"steps >= 1 / (1 - {of}), got {burst!r}")
-        if burst and not p:
-            raise ConfigError(f"{name} = {burst:g} sets the mean length of {of} bursts, but {of} = 0: set {of} > 0 "
-                              "(the fraction of steps down), or leave the burst length at 0")
-        if burst and burst < 1 / (1 - p):
-            raise ConfigError(f"{name} must be 0 (independent) or >= 1 / (1 - {of}) = {1 / (1 - p):.4g} gossip steps "
-                              f"(the mean outage of independent draws; longer = burstier), got {burst:g}")
-    fraction = _probability(config, "stragglers", closed=True)
-    slowdown = _seconds(config, "straggler_slowdown", 1.0)
-    deadline = _seconds(config, "round_deadline", 0.0)
-    slowest = slowdown if fraction > 0 else 1.0
-    if 0 < deadline < slowest:
-        raise ConfigError(f"round_deadline = {deadline:g} is shorter than one local step of the slowest client "
-                          f"({slowest:g} simulated seconds{', straggler_slowdown' if fraction > 0 else ''}): every "
-                          f"client must finish a step by the deadline; use 0 (no deadline) or >= {slowest:g}")
-    name = faults_field(config)
-    if name is None:
-        return
-    value = getattr(config, name)
-    if centralized:
-        raise ConfigError(f"{name} = {value} applies to gossip, not to the centralized {config.algorithm!r}, which "
-                          "aggregates at a server every round; for clients that miss rounds use participation "
-                          "with participation_mode = bernoulli")
-    directed = config.topology == "one-peer-exponential" or (
-        config.topology == "exponential" and not config.topology_options.get("symmetric", False))
-    if directed:
-        hint = " (or topology_options symmetric = true)" if config.topology == "exponential" else ""
-        raise ConfigError(f"{name} = {value} needs an undirected topology, but {config.topology} is directed: a "
-                          "failed directed link breaks the in/out balance that keeps W doubly stochastic; use ring, "
-                          f"grid, exponential with symmetric = true, random-regular, ...{hint}")
-    scheme, base = config.weights or "metropolis", config.topology_options.get("base")
-    if "uniform" in (scheme, base) or "fastest" in (scheme, base):
-        bad = "uniform" if "uniform" in (scheme, base) else "fastest"
-        why = ("is doubly stochastic on regular graphs only, and failures make the graph irregular" if bad == "uniform"
-               else "optimises W for one graph, and every gossip step has another")
-        raise ConfigError(f"weights: {name} = {value} reweights the surviving links of each gossip step with the "
-                          f"weight scheme, but {bad} {why}; use metropolis (the default), max-degree or lazy")
-    limit = topologies.limits.FULL_SPARSE_LIMIT
-    if config.topology == "full" and isinstance(config.clients, int) and config.clients > limit:
-        raise ConfigError(f"{name} = {value} on full draws all n(n-1)/2 links per gossip step: at most "
-                          f"topologies.limits.FULL_SPARSE_LIMIT = {topologies.limits.FULL_SPARSE_LIMIT} clients, got "
-                          f"clients = {config.clients}; use a sparse topology (e.g. random-regular)")
 
 
 # ----------------------------------------------------------------------------------- link failures, offline
@@ -403,7 +325,7 @@ class Network:
     def __init__(self, config, topology, data, participants: Callable[[int], np.ndarray] | None = None):
         """`participants(t)`: the [N] mask of the clients that train in round t, for an algorithm that samples
         them (centralized partial participation); None: every client trains every round."""
-        check_config(config, centralized=participants is not None)
+        check_faults(config, centralized=participants is not None)
         self.topology = topology
         self.realised: RealisedTopology | None = None
         name = faults_field(config)

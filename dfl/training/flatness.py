@@ -17,6 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch.func import functional_call, grad, jvp, vmap
 
+from dfl.errors import ConfigError
 from dfl.models.modes import eval_mode
 
 
@@ -131,11 +132,11 @@ def loss_landscape(model, layout, params: torch.Tensor, x: torch.Tensor, y: torc
     Returns the axes, the loss and accuracy grids ([points, points], indexed [a, b]) and the centre's loss and
     accuracy (an odd `points` puts θ itself on the grid). `chunk` grid points are evaluated per vmapped call."""
     if isinstance(points, bool) or not isinstance(points, int) or points < 3:
-        raise ValueError(f"points must be an int >= 3, got {points!r}")
+        raise ConfigError(f"points must be an int >= 3, got {points!r}")
     if not span > 0:
-        raise ValueError(f"span must be > 0, got {span}")
+        raise ConfigError(f"span must be > 0, got {span}")
     if isinstance(chunk, bool) or not isinstance(chunk, int) or chunk < 1:
-        raise ValueError(f"chunk must be an int >= 1, got {chunk!r}")
+        raise ConfigError(f"chunk must be an int >= 1, got {chunk!r}")
     generator = torch.Generator().manual_seed(seed)
     d1 = filter_normalized_direction(layout, params, generator)
     d2 = filter_normalized_direction(layout, params, generator)

@@ -32,6 +32,7 @@ from torch.func import functional_call, grad_and_value, vmap
 
 from dfl.config import LOCAL_OPTIMIZERS
 from dfl.data.sampler import Batch, RoundSchedule
+from dfl.errors import ConfigError
 from dfl.training import memory
 from dfl.training.adam import AdamState
 from dfl.training.batched import batched_forward_of, batched_grad_and_value
@@ -59,10 +60,10 @@ class LocalRule:
 
     def __post_init__(self):
         if self.optimizer not in LOCAL_OPTIMIZERS:
-            raise ValueError(f"optimizer must be one of {', '.join(LOCAL_OPTIMIZERS)}; got {self.optimizer!r}")
+            raise ConfigError(f"optimizer must be one of {', '.join(LOCAL_OPTIMIZERS)}; got {self.optimizer!r}")
         if self.optimizer != "sgd" and self.momentum > 0:
-            raise ValueError(f"momentum = {self.momentum} is SGD's heavy ball; {self.optimizer} has its own first "
-                             "moment (adam_betas[0])")
+            raise ConfigError(f"momentum = {self.momentum} is SGD's heavy ball; {self.optimizer} has its own first "
+                              "moment (adam_betas[0])")
 
 
 @dataclass
@@ -312,8 +313,8 @@ def require_cpp_compiler() -> None:
     """torch.compile (inductor) builds C++ kernels on CPU: fail at start, not after the first round."""
     candidates = [os.environ.get("CXX"), "g++", "clang++", "c++"]
     if not any(c and shutil.which(c) for c in candidates):
-        raise ValueError("compile = true on CPU needs a C++ compiler (g++ or clang++ on PATH, or $CXX); "
-                         "install one or set compile = false")
+        raise ConfigError("compile = true on CPU needs a C++ compiler (g++ or clang++ on PATH, or $CXX); "
+                          "install one or set compile = false")
 
 
 TRITON_MIN_CAPABILITY = (7, 0)  # Triton's GPU code generation starts at Volta

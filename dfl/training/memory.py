@@ -124,6 +124,23 @@ def release_free_heap() -> bool:
     return True
 
 
+def check_stacks(clients: int, dim: int, device: torch.device, extra_stacks: int = 0, itemsize: int = 4) -> None:
+    """Refuse, before the client stack is allocated, a run whose `[m, d]` stacks alone (X and `STACK_COPIES` more,
+    `extra_stacks` beyond them) would not fit in the memory budget: a ConfigError naming clients, the memory they
+    need and what is free. `choose_chunk` then sizes the gradient calls in what is left."""
+    kind = "cuda" if device.type == "cuda" else "cpu"
+    copies = 1 + STACK_COPIES + extra_stacks
+    need = copies * clients * dim * itemsize
+    free = available_bytes(device)
+    budget = int(free * MEMORY_FRACTION[kind])
+    if need > budget:
+        raise ConfigError(
+            f"clients = {clients:,}: the run keeps {copies} [m, d] stacks of {clients:,} clients x {dim:,} parameters, "
+            f"~{_gib(need)}, more than its budget of {_gib(budget)} ({MEMORY_FRACTION[kind]:.0%} of {_gib(free)} free "
+            f"on {device}); use fewer clients, more processes (torchrun) or a smaller model"
+        )
+
+
 def choose_chunk(
     clients: int, fixed: int, per_client: int, row_bytes: int, free: int, device: torch.device,
     held_bytes: int | None = None,

@@ -7,6 +7,7 @@ import warnings
 from typing import Any
 
 from dfl.config import Config
+from dfl.errors import ConfigError
 from dfl.workflows.sweep import Sweep, SweepError, apply_overrides
 
 # The laptop-scale setting of both presets: MNIST-1D, 16 clients, Dirichlet(0.3), the cnn1d model, one local
@@ -41,6 +42,8 @@ def compare_topologies_sweep(
     base = dict(FULL_BASE if full else LAPTOP_BASE)
     if data_root is not None:
         base["data_root"] = data_root
+    for algorithm in algorithms or ():
+        _decentralized("--algorithms", algorithm)
     vary = {"algorithm": list(algorithms or PAPER_ALGORITHMS), "topology": list(topologies or PAPER_TOPOLOGIES),
             "seed": _seeds(seeds)}
     return _preset("compare-topologies-full" if full else "compare-topologies", base, vary, rounds, overrides)
@@ -53,10 +56,13 @@ def spectral_study_sweep(
 ) -> Sweep:
     """topology x (clients) x gossip_steps x seed for one algorithm on the laptop setting. An algorithm without
     multiple gossip steps (no `gossip_steps` hyperparameter) gets no Q axis, and giving one is an error."""
-    from dfl.algorithms import ALGORITHMS, resolve_hyperparameters  # here: `dfl sweep --help` loads no torch
+    from dfl.algorithms import ALGORITHMS, resolve_hyperparameters  # no torch: the algorithms' cards
 
-    if algorithm not in ALGORITHMS:
-        raise SweepError(f"--algorithm must be one of {', '.join(ALGORITHMS)}; got {algorithm!r}")
+    try:
+        ALGORITHMS.card(algorithm, "--algorithm")  # a registered name (or the closest one suggested)
+    except ConfigError as exc:
+        raise SweepError(str(exc)) from None
+    _decentralized("--algorithm", algorithm)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         takes_q = "gossip_steps" not in resolve_hyperparameters(Config(algorithm=algorithm, gossip_steps=2))[1]
@@ -73,6 +79,18 @@ def spectral_study_sweep(
     if clients:
         base.pop("clients")
     return _preset("spectral-study", base, vary, rounds, overrides)
+
+
+def _decentralized(flag: str, algorithm: str) -> None:
+    """A study that varies the topology needs an algorithm that gossips over it: a centralized one aggregates at a
+    server (the complete graph) whatever the topology, so every topology would be the same run."""
+    from dfl.algorithms import ALGORITHMS, is_centralized  # no torch: the algorithms' cards
+
+    if algorithm in ALGORITHMS and is_centralized(algorithm):
+        decentralized = [name for name in ALGORITHMS if not is_centralized(name)]
+        raise SweepError(f"{flag}: {algorithm} is centralized (it aggregates at a server over the complete graph), "
+                         f"so varying the topology changes nothing; use decentralized algorithms: "
+                         f"{', '.join(decentralized)}")
 
 
 def _seeds(n: int) -> list[int]:

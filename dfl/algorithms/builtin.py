@@ -1,0 +1,98 @@
+"""The built-in algorithms as the registry declares them: where each class lives, and its card.
+
+The card holds what validation reads of an algorithm (`dfl.algorithms.check_config`): whether it is centralized,
+the hyperparameters it reads with their defaults, and the local optimizers its rule is written for. Declaring the
+built-ins by card keeps their modules (and torch) unimported until a run builds one, so a wrong config is refused
+at once (`dfl.validate`, `dfl run`). The cards repeat the classes' attributes; `tests/test_fast_refusals.py`
+keeps every card equal to the class it declares.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+ADAPTIVE = ("sgd", "adam", "adamw")  # algorithms whose rule uses local training only through its result
+SGD = ("sgd",)
+# the server rule's defaults (dfl.algorithms.server.SERVER_DEFAULTS)
+SERVER = {"participation": 1.0, "participation_mode": "uniform", "aggregation": "uniform"}
+RHO = {"rho_schedule": "constant", "rho_ramp_rounds": 0}  # the SAM radius schedule of every SAM algorithm
+
+
+# the SAM variant of every SAM algorithm (dfl.algorithms.base.SAM_VARIANT_DEFAULTS)
+SAM_VARIANT = {"sam": "sam", "asam_eta": 0.2, "asam_form": "kwon"}
+
+
+def _sam(rho: float) -> dict[str, Any]:
+    return {"rho": rho, **RHO, **SAM_VARIANT}
+
+
+@dataclass(frozen=True)
+class AlgorithmCard:
+    """What validation reads of an algorithm class, without importing it: a registered class answers the same
+    attributes itself (the registry's card of a class is the class)."""
+
+    hyperparameters: dict[str, Any] = field(default_factory=dict)
+    centralized: bool = False
+    local_optimizers: tuple[str, ...] = SGD
+    check: Callable[[dict[str, Any]], None] | None = field(default=None, compare=False)
+    push_sum: bool = False  # gossips through `Algorithm.mix`: runs on a column-stochastic W (push-sum)
+
+    def check_hyperparameters(self, hp: dict[str, Any]) -> None:
+        """The algorithm's own check of its resolved hyperparameters (`Algorithm.check_hyperparameters`), where it
+        refines the generic ones: the same function the class calls."""
+        if self.check is not None:
+            self.check(hp)
+
+
+def check_kgt(hp: dict[str, Any]) -> None:
+    """K-GT's outer step size eta_s must be positive (`dfl.algorithms.kgt.KGT.check_hyperparameters`)."""
+    if not hp["outer_lr"] > 0:
+        raise ValueError(f"algorithm_options.outer_lr (K-GT's eta_s) must be > 0, got {hp['outer_lr']}")
+
+
+def _central(hp: dict[str, Any], local_optimizers: tuple[str, ...] = SGD) -> AlgorithmCard:
+    return AlgorithmCard({**SERVER, **hp}, True, local_optimizers)
+
+
+_FEDAVG = {"server_lr": 1.0}
+_FEDCM = {**_FEDAVG, "fedcm_alpha": 0.1}
+_LM = {**_FEDAVG, "momentum": 0.9}
+_SLM = {**_LM, "server_momentum": 0.9}
+_DOMO = {"momentum": 0.9, "server_momentum": 0.9, "server_lr": 1.0, "domo_alpha": 1.0}
+_TRACKING = {"rho_schedule": "constant", "rho_ramp_rounds": 0, **SAM_VARIANT}  # dsgt, kgt
+
+# name -> ("module:Class", card), in the order `dfl list algorithms` shows them
+BUILTINS: dict[str, tuple[str, AlgorithmCard]] = {
+    "dpsgd": ("dfl.algorithms.dpsgd:DPSGD", AlgorithmCard({}, False, ADAPTIVE)),
+    "dfedavg": ("dfl.algorithms.dfedavg:DFedAvg", AlgorithmCard({}, False, ADAPTIVE, push_sum=True)),
+    "dfedavgm": ("dfl.algorithms.dfedavg:DFedAvgM", AlgorithmCard({"momentum": 0.9}, False, SGD, push_sum=True)),
+    "dfedsam": ("dfl.algorithms.dfedsam:DFedSAM",
+                AlgorithmCard({**_sam(0.01), "momentum": 0.9}, False, ADAPTIVE, push_sum=True)),
+    "dfedsam-mgs": ("dfl.algorithms.dfedsam:DFedSAMMGS",
+                    AlgorithmCard({**_sam(0.01), "momentum": 0.9, "gossip_steps": 4}, False, ADAPTIVE,
+                                  push_sum=True)),
+    "dsgt": ("dfl.algorithms.dsgt:DSGT", AlgorithmCard({"rho": 0.0, **_TRACKING})),
+    "dsgt-sam": ("dfl.algorithms.dsgt:DSGTSAM", AlgorithmCard({"rho": 0.01, **_TRACKING})),
+    "kgt": ("dfl.algorithms.kgt:KGT", AlgorithmCard({"rho": 0.0, **_TRACKING, "outer_lr": 1.0}, check=check_kgt)),
+    "kgt-sam": ("dfl.algorithms.kgt:KGTSAM",
+                AlgorithmCard({"rho": 0.01, **_TRACKING, "outer_lr": 1.0}, check=check_kgt)),
+    "fedavg": ("dfl.algorithms.fedavg:FedAvg", _central(_FEDAVG, ADAPTIVE)),
+    "fedsam": ("dfl.algorithms.fedavg:FedSAM", _central({**_FEDAVG, **_sam(0.1)}, ADAPTIVE)),
+    "mofedsam": ("dfl.algorithms.fedcm:MoFedSAM", _central({**_FEDCM, **_sam(0.1)})),
+    "fedcm": ("dfl.algorithms.fedcm:FedCM", _central(_FEDCM)),
+    "scaffold": ("dfl.algorithms.scaffold:Scaffold", _central(_FEDAVG)),
+    "fedavgsm": ("dfl.algorithms.fedavg:FedAvgSM", _central({**_FEDAVG, "server_momentum": 0.9}, ADAPTIVE)),
+    "fedavglm": ("dfl.algorithms.momentum:FedAvgLM", _central(_LM)),
+    "fedavglm-z": ("dfl.algorithms.momentum:FedAvgLMZ", _central(_LM)),
+    "fedavgslm": ("dfl.algorithms.momentum:FedAvgSLM", _central(_SLM)),
+    "fedavgslm-z": ("dfl.algorithms.momentum:FedAvgSLMZ", _central(_SLM)),
+    "domo": ("dfl.algorithms.domo:DOMO", _central(_DOMO)),
+    "domo-s": ("dfl.algorithms.domo:DOMOS", _central(_DOMO)),
+    "mimelite": ("dfl.algorithms.mimelite:MimeLite", _central({**_FEDAVG, "server_momentum": 0.9})),
+    "feddyn": ("dfl.algorithms.feddyn:FedDyn", _central({"feddyn_alpha": 0.01})),
+    "fedgloss": ("dfl.algorithms.fedgloss:FedGLoSS", _central({
+        **_FEDAVG, "rho": 0.15, **SAM_VARIANT, "server_rho": 0.15, "fedgloss_beta": 10.0,
+        "rho_schedule": "linear", "rho_ramp_rounds": 0})),
+}

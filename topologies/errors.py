@@ -1,0 +1,13 @@
+"""`TopologyError`: what the topologies package raises for bad input (a ValueError, as before it had a class of its
+own). The package imports nothing of dfl, so dfl turns it into its own errors where it calls in
+(`dfl.topologies`: a ConfigError naming the topology)."""
+
+from __future__ import annotations
+
+
+class TopologyError(ValueError):
+    """A topology that cannot be built as asked; the message names the argument or option and what is allowed, on
+    one line (a line break in a quoted file name or value shows as \\n)."""
+
+    def __init__(self, message: object = "", *args: object):
+        super().__init__(str(message).replace("\r", "\\r").replace("\n", "\\n"), *args)
