@@ -69,7 +69,8 @@ MAX_SEED = 2**63 - 1
 # 64-bit): a larger one is refused as such, before anything tries to convert it (OverflowError).
 MAX_INT = 2**63 - 1
 DEVICES = ("auto", "cpu", "cuda")
-# Centralized server rules (ALGORITHMS.md §4): who takes part in a round and how the server weighs them.
+# Centralized server rules (docs/reference/update-rules.md#centralized-conventions): who takes part in a round and
+# how the server weighs them.
 PARTICIPATION_MODES = ("uniform", "bernoulli")
 AGGREGATIONS = ("uniform", "size")
 
@@ -178,7 +179,7 @@ class Config:
     momentum: float | None = option(None, "local momentum (unset = the algorithm's default)", interval="[0, 1)")
     gossip_steps: int | None = option(None, "gossip steps Q per round (unset = the algorithm's default)",
         interval="[1, inf)")
-    # centralized FL (ALGORITHMS.md §4; None = the algorithm's default)
+    # centralized FL (docs/reference/update-rules.md#centralized-conventions; None = the algorithm's default)
     participation: float | None = option(None, "centralized: fraction of clients per round (unset = 1, all)",
         interval="(0, 1]")
     participation_mode: str | None = option(None, "centralized: uniform (round(f*N) without replacement) or bernoulli "
@@ -262,7 +263,7 @@ class Config:
     partition_options: dict[str, Any] = option(factory=dict, help="partition options, e.g. shards_per_client=2")
     # model
     model: str = option("cnn1d", "logreg, mlp, cnn1d, cnn, resnet18, resnet20, vgg11, or your own factory as "
-        "package.module:factory (importable from the working directory; README, Your own model)")
+        "package.module:factory (importable from the working directory; docs/how-to/own-model.md)")
     model_options: dict[str, Any] = option(factory=dict, help="model options, e.g. hidden=128 (a factory's "
         "keyword-only parameters)")
     # local training

@@ -1,4 +1,5 @@
-"""Centralized FL algorithms (ALGORITHMS.md §4): the identities of §5, participation, aggregation, bytes,
+"""Centralized FL algorithms (docs/reference/update-rules.md#centralized-conventions): the identities
+(docs/reference/update-rules.md#identities-the-tests-check), participation, aggregation, bytes,
 world-size invariance and configuration errors. Full-batch gradients (batch_size = 0) unless noted."""
 
 from __future__ import annotations

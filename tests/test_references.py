@@ -10,8 +10,6 @@ import subprocess
 from functools import cache
 from pathlib import Path
 
-import pytest
-
 ROOT = Path(__file__).resolve().parents[1]
 SELF = Path(__file__).resolve().relative_to(ROOT).as_posix()
 
@@ -106,14 +104,8 @@ def outside_references() -> list[str]:
 
 # Files other branches were editing when the references in the rest were replaced (issue 38, item 2); the lead
 # replaces these after merging (the mapping is in that branch's report), then this marker goes.
-REMAINING = ("topologies/spectral.py, dfl/training/local.py, dfl/config.py, dfl/engine/experiment.py, "
-             "dfl/engine/runner.py, dfl/engine/distributed.py, dfl/network/comm.py, dfl/network/gossip.py, "
-             "dfl/workflows/presets.py, dfl/models/cnn.py, dfl/data/dirichlet.py, dfl/data/partitioners.py, "
-             "dfl/algorithms/server.py, tests/test_centralized.py, benchmarks/reproduce_dfedsam.py, docs/study.md, "
-             "launch/README.md")
 
 
-@pytest.mark.xfail(strict=False, reason=f"references to the outside spec files remain in: {REMAINING}")
 def test_no_file_cites_the_specification_outside_the_repository():
     found = outside_references()
     assert not found, ("these cite files outside the repository (use docs/reference/update-rules.md#..., "

@@ -1,4 +1,4 @@
-"""Spectral quantities of gossip matrices (TOPOLOGIES.md A1, A3). J = 11^T/n throughout.
+"""Spectral quantities of gossip matrices (docs/concepts/topologies.md#spectral-facts). J = 11^T/n throughout.
 
 - lambda = ||W - J||_2: for a symmetric doubly stochastic W this is max(|lambda_2|, |lambda_n|), the lambda of
   DFedSAM / DFedSAM-MGS (Shi et al. 2023); for a non-symmetric W it is the largest singular value, the

@@ -1,6 +1,7 @@
 """Centralized FL as the complete-topology case of the engine: client sampling, aggregation, broadcast.
 
-Conventions shared by every centralized algorithm (ALGORITHMS.md §0 and §4):
+Conventions shared by every centralized algorithm (docs/reference/update-rules.md#conventions and
+docs/reference/update-rules.md#centralized-conventions):
 - Participation. S_t is drawn from (seed, t) alone, identically on every process, so results do not
   depend on the world size. "uniform": round(f·N) clients (at least 1) without replacement;
   "bernoulli": each client joins independently with probability f (FedSAM paper). A Bernoulli round
@@ -84,7 +85,7 @@ class ServerAlgorithm(Algorithm):
 
     # ------------------------------------------------------------------ sampling and aggregation
     def participants(self, t: int) -> Participation:
-        """S_t, this process's rows of it, and the weights p_i (ALGORITHMS.md §0)."""
+        """S_t, this process's rows of it, and the weights p_i (docs/reference/update-rules.md#conventions)."""
         comm, hp = self.ctx.comm, self.hp
         mask = sample_participants(
             self.ctx.config.seed, t, comm.num_clients, hp["participation"], hp["participation_mode"]

@@ -1,4 +1,5 @@
-"""The two Dirichlet label-skew samplers (ALGORITHMS.md §2.1 and Flower's DirichletPartitioner).
+"""The two Dirichlet label-skew samplers (docs/reference/update-rules.md#dirichlet-partition and Flower's
+DirichletPartitioner).
 
 Both take a numpy Generator and integer labels [N] and return one index array per client.
 """

@@ -2,7 +2,7 @@
 
 Methods and their options (defaults):
     iid                                   random permutation cut into near-equal parts
-    dirichlet        alpha=0.3, sigma=0   label skew, balanced sizes (ALGORITHMS.md §2.1); sigma > 0: lognormal sizes
+    dirichlet        alpha=0.3, sigma=0   label skew, balanced sizes; sigma > 0: lognormal sizes
     dirichlet-class  alpha=0.3, min_size=10, max_retries=10, self_balancing=False
                                           per-class Dir(alpha) over clients (Flower's DirichletPartitioner)
     shards           classes_per_client=2 label-sorted shards, k per client (McMahan et al.)
@@ -150,7 +150,7 @@ def iid(labels: np.ndarray, num_clients: int, rng: np.random.Generator) -> list[
 @register("dirichlet")
 def dirichlet(labels: np.ndarray, num_clients: int, rng: np.random.Generator, *, alpha: float = 0.3,
               sigma: float = 0.0) -> list[np.ndarray]:
-    """Label skew, balanced sizes (ALGORITHMS.md §2.1); sigma > 0: lognormal sizes.
+    """Label skew, balanced sizes (docs/reference/update-rules.md#dirichlet-partition); sigma > 0: lognormal sizes.
 
     Client priors q_i ~ Dir(alpha), each client filled by drawing classes from q_i (`dirichlet_balanced`)."""
     alpha = _number("alpha", alpha, low=0.0)
@@ -213,8 +213,8 @@ def similarity(labels: np.ndarray, num_clients: int, rng: np.random.Generator, *
                similarity: float) -> list[np.ndarray]:
     """SCAFFOLD's split: a fraction s = similarity of the data dealt iid, the rest label-sorted.
 
-    ALGORITHMS.md §2.2: a random floor(s N) subset is dealt evenly at random, the rest is
-    sorted by label and cut into m contiguous chunks; client i gets iid chunk i and sorted chunk i. The iid
+    (docs/reference/update-rules.md#similarity-partition): a random floor(s N) subset is dealt evenly at random,
+    the rest is sorted by label and cut into m contiguous chunks; client i gets iid chunk i and sorted chunk i. The iid
     chunks are dealt in reverse order, so the clients that miss a remainder sample of one part get one of
     the other: no client is empty when N >= m."""
     s = _number("similarity", similarity, low=0.0, high=1.0, low_open=False)

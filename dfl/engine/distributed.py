@@ -134,7 +134,7 @@ def init_process_group(config) -> None:
     backend = choose_backend(config)
     device = _run_device(config)
     if device.type == "cuda":
-        torch.cuda.set_device(device)  # before any NCCL call (TOPOLOGIES.md B2)
+        torch.cuda.set_device(device)  # before any NCCL call (docs/concepts/vectorized-clients.md#clients-on-processes)
     if backend == "nccl":
         for name, value in NCCL_ENVIRONMENT.items():  # read when the group is created
             os.environ.setdefault(name, value)

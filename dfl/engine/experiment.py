@@ -2,7 +2,7 @@
 algorithm, resume, run directory) is `__init__`; then per round `train_round`, `evaluate`, `record`,
 `checkpoint`; at the end `save_params` and `result`. `dfl.engine.runner` drives it.
 
-Convention (ALGORITHMS.md §0 ordering caveat): each round is "local training, then gossip", as in the papers'
+Convention (docs/reference/update-rules.md#conventions): each round is "local training, then gossip", as in the papers'
 pseudo-code; metrics after round t describe the models after that round's gossip.
 """
 
@@ -406,7 +406,8 @@ def _evaluate(model, layout, X, mean, comm, x, y, train_sub, client_test, config
     averaged model x̄ on client i's local test set; each summarised by mean, std (population) and min over the
     clients, every client counting once whatever its test size (those code bases average the per-client
     accuracies, Σ_i correct_i / n_i / m, not Σ_i correct_i / Σ_i n_i). The models are those after the round's
-    gossip, like every metric here (ALGORITHMS.md §0; DisPFL-derived code gossips first and evaluates right after
+    gossip, like every metric here (docs/reference/update-rules.md#conventions; DisPFL-derived code gossips first and
+    evaluates right after
     local training)."""
     test_acc, test_loss = evaluate_row(model, layout, mean, x, y, config.eval_batch_size)
     record: dict[str, Any] = {"test_acc": test_acc, "test_loss": test_loss}

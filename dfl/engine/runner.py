@@ -38,7 +38,7 @@ def run(
     model=None,
     callbacks=None,
 ) -> Result:
-    """Run one experiment. With `out`, write the run directory (see DESIGN.md) there.
+    """Run one experiment. With `out`, write the run directory (docs/architecture.md#the-run-directory) there.
 
     `model` (optional) replaces `config.model`: an `nn.Module` (a copy is trained; its parameters are every
     client's start) or a factory f(input_shape, num_classes, **model_options) -> nn.Module (called after

@@ -1,6 +1,6 @@
 """Small convolutional networks: the MNIST-1D CNN and the two-conv image CNNs of the FL literature.
 
-- `CNN1d` (DESIGN.md): conv 1->32 k5, conv 32->32 k3 ("same" padding, ReLU), linear 32*L -> classes;
+- `CNN1d` (docs/how-to/models.md): conv 1->32 k5, conv 32->32 k3 ("same" padding, ReLU), linear 32*L -> classes;
   on MNIST-1D (L = 40) that is linear 1280 -> 10, 16,106 parameters. It also runs many clients at once
   (`CNN1d.batched_forward`, see `dfl.training.batched`).
 - `CNN`, variant "mcmahan" (McMahan et al. 2017, the FedAvg CNN used on (E)MNIST): conv5x5 32 "same",

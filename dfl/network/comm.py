@@ -18,7 +18,8 @@ def even_blocks(num_clients: int, world_size: int) -> list[range]:
     """Contiguous client blocks, as even as possible: the first (m mod P) ranks host one extra client.
 
     Rank r hosts clients [r·⌊m/P⌋ + min(r, m mod P), …) — e.g. m = 10, P = 4 gives 0–2, 3–5, 6–7, 8–9.
-    Contiguity keeps a ring or torus crossing few process boundaries (TOPOLOGIES.md B1).
+    Contiguity keeps a ring or torus crossing few process boundaries
+    (docs/concepts/vectorized-clients.md#clients-on-processes).
     """
     if num_clients < world_size:
         raise ValueError(

@@ -1,7 +1,8 @@
 """Gossip: X ← W_t X for each gossip step t, sparse by default, never an [m, m] matrix for large m.
 
 Four ways to apply Q steps W_{s+Q−1} ⋯ W_s, all equal to the float64 product to fp32 rounding
-(TOPOLOGIES.md A1; tests/test_gossip.py checks every built-in topology, static and time-varying):
+(docs/concepts/gossip.md#the-spectral-gap; tests/test_gossip.py checks every built-in topology, static and
+time-varying):
 
 - averaging (the complete graph, W = a·I + (1 − a)·J): X ← aᵠ X + (1 − aᵠ) x̄, one mean, O(m·d);
 - circulant steps (ring, exponential, one-peer exponential, full torus-free circulants): x_i ← Σ_k c_k
@@ -110,7 +111,7 @@ def _clock() -> float:
 
 # On CPU a circulant step runs row block by row block, each block's output small enough to stay in cache
 # while its offsets are added: the stack is then read once and written once (as a copy would), instead of
-# once more per offset. Measured on the 2-core CPU, ring, m = 1,000, d = 50,000: see the README's table.
+# once more per offset. Measured on the 2-core CPU, ring, m = 1,000, d = 50,000: see docs/benchmarks.md.
 TILE_BYTES = 1 << 20
 
 

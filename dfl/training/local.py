@@ -6,7 +6,7 @@ never across the stack. One `vmap(grad)` call computes the minibatch gradients o
 (`ParamLayout.split`) and joining the gradients with one `cat` (optionally through `torch.compile`,
 `Config.compile`, and under bf16 autocast, `Config.precision`).
 
-One local step for client i with minibatch ξ (ALGORITHMS.md §1, torch.optim.SGD semantics):
+One local step for client i with minibatch ξ (docs/reference/update-rules.md#sam-and-asam, torch.optim.SGD semantics):
     g  = ∇f_i(y; ξ)                              plain, or
     g  = ∇f_i(y + ε; ξ),  ε = ρ g₀/(‖g₀‖ + ε₀)    SAM (g₀ = ∇f_i(y; ξ), same ξ; step taken from y)
     ε  = ρ T²g₀/‖T g₀‖,   T = |y| + η_a           ASAM (T on tensors named "weight", 1 elsewhere)

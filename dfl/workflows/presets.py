@@ -19,10 +19,11 @@ LAPTOP_BASE: dict[str, Any] = {
 }
 
 # `--full`: the DFedSAM paper's CIFAR-10 topology study (Shi et al., ICML 2023, Table 2: ring, grid, exponential,
-# full). Sources: ../shared/papers/dfedsam-poster.txt (Table 2, Dirichlet 0.3 in Table 1) and ALGORITHMS.md §3.2
-# and §3.3 (100 clients; lr 0.1 decayed 0.998 per round; 5 local epochs; batch 128; about 500 rounds; rho = 0.01;
-# Q = 4 for DFedSAM-MGS; DFedAvgM momentum 0.9 -- the algorithms' defaults here) and §3.4 (weight decay 5e-4 of the
-# DisPFL code base the paper builds on). Neither source names the CIFAR-10 network: VGG-11 (no BatchNorm) is
+# full). Sources: the ICML poster (arXiv 2302.04083; Table 2, Dirichlet 0.3 in Table 1) and
+# docs/reference/update-rules.md#dfedsam-and-dfedsam-mgs (100 clients; lr 0.1 decayed 0.998 per round; 5 local epochs;
+# batch 128; about 500 rounds; rho = 0.01; Q = 4 for DFedSAM-MGS; DFedAvgM momentum 0.9 -- the algorithms'
+# defaults here) and docs/reference/update-rules.md#the-dispfl-lineage (weight decay 5e-4 of the DisPFL code base the
+# paper builds on). Neither source names the CIFAR-10 network: VGG-11 (no BatchNorm) is
 # this repo's model for that setting; check it against the full paper before quoting numbers.
 FULL_BASE: dict[str, Any] = {
     "dataset": "cifar10", "clients": 100, "partition": "dirichlet", "alpha": 0.3, "model": "vgg11",
