@@ -42,7 +42,7 @@ SPIN_COUNT = 1_000
 WAIT_VARIABLES = ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")
 COUNT_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
 # the most threads a process may ask for: every OpenMP thread reserves a stack, so threads = 10^9 took memory until
-# the process was killed (issue 35); 1024 is above the cores of any one machine dfl runs on
+# the process was killed; 1024 is above the cores of any one machine dfl runs on
 MAX_THREADS = 1024
 
 # at import of dfl: was torch already loaded (its OpenMP runtime has read the environment), and did dfl set the

@@ -9,7 +9,7 @@ Q = 1 is DFedSAM; ρ = 0 with Q = 1 (and momentum 0) is DFedAvg. Gossip steps of
 tQ … tQ+Q−1, so time-varying topologies draw a fresh matrix for every step.
 
 Local momentum (default 0.9, as DFedAvgM's): the local step is SAMGRAD fed to heavy-ball SGD, re-started each
-round, b ← μ b + g̃; y ← y − η b. Decided for issue 16 from two sources: Algorithm 1 of the paper (our copy, the
+round, b ← μ b + g̃; y ← y − η b. Chosen from two sources: Algorithm 1 of the paper (our copy, the
 poster) initialises "y^{t,−1}(i) = y^{t,0}(i)", which only matters for a heavy-ball term θ(y^k − y^{k−1}) — the
 DFedAvgM update the algorithm is built on (docs/reference/update-rules.md#dfedavg-and-dfedavgm) — and the
 DisPFL-derived code of this lineage runs the local SGD with momentum 0.9. The paper prints the plain-SGD form;

@@ -150,7 +150,7 @@ def _threads_env(n: int) -> dict[str, str]:
 
 # ---------------------------------------------------------------------------------------------- local pool
 class LocalPool:
-    """Today's pool: `parallel` = 1 runs the runs one after the other in this process; more runs that many
+    """The local pool: `parallel` = 1 runs the runs one after the other in this process; more runs that many
     worker processes, each with its run's `threads`, or ("auto") this process's threads // parallel
     (`worker_threads`). SIGINT, SIGTERM and SIGHUP stop it (see
     `dfl.workflows.sweep`); the workers get SIGTERM (SIGKILL after `STOP_GRACE_SECONDS`)."""
