@@ -134,11 +134,15 @@ class LocalTraining(Protocol):
     """The round's local work, vectorized over this process's clients (`dfl.training.local.LocalTrainer`)."""
 
     data: FederatedData  # the federated training data (every client's sample counts: `data.sizes`)
-    client_ids: Sequence[int]  # the global ids of this process's clients, in row order
     mode: str  # "steps" (K = amount local steps) or "epochs" (amount passes over each client's data)
     amount: int
     batch_size: int  # 0: full batch
     seed: int
+
+    @property
+    def client_ids(self) -> Sequence[int]:
+        """The global ids of this process's clients, in row order."""
+        ...
 
     def train(self, X: torch.Tensor, round_index: int | np.ndarray, lr: float, rule: LocalRule,
               momentum: torch.Tensor | None = None,
@@ -182,7 +186,11 @@ class Communicator(Protocol):
     """This process's clients and the reductions over every process (`dfl.network.comm`)."""
 
     num_clients: int  # m, over all processes
-    client_ids: Sequence[int]  # the global ids of this process's rows, in row order
+
+    @property
+    def client_ids(self) -> Sequence[int]:
+        """The global ids of this process's rows, in row order."""
+        ...
 
     def mean_rows(self, X: torch.Tensor) -> torch.Tensor:
         """x̄ = (1/m) Σ_i x_i over every client of every process."""
