@@ -95,7 +95,7 @@ def test_dfedsam_with_rho_zero_is_dfedavg(device):
     a = run(base_config(algorithm="dfedsam", rho=0.0, momentum=0.0, device=device))
     b = run(base_config(algorithm="dfedavg", device=device))
     torch.testing.assert_close(a.params, b.params)
-    # with the defaults (momentum 0.9 for both, issue 16's matched momentum) it is DFedAvgM
+    # with the defaults (momentum 0.9 for both: matched momentum) it is DFedAvgM
     c = run(base_config(algorithm="dfedsam", rho=0.0, device=device))
     d = run(base_config(algorithm="dfedavgm", device=device))
     torch.testing.assert_close(c.params, d.params)

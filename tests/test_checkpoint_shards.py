@@ -1,4 +1,4 @@
-"""Sharded checkpoints (issue 36): every process writes and reads only its own rows (torch.distributed.checkpoint
+"""Sharded checkpoints: every process writes and reads only its own rows (torch.distributed.checkpoint
 with row-offset chunks), a resume reshards to any number of processes, no process gathers the client stack,
 checkpoints of the single-file format before still resume, and a broken shard is one line naming the file."""
 

@@ -1,4 +1,4 @@
-"""Issue 35, items 3 (config files), 6 and 7: a TOML config is read through one reader whose every failure is one
+"""A TOML config is read through one reader whose every failure is one
 line naming the file; wrong keys and values are all reported at once, each with the file and the key; a key
 that belongs in an `*_options` table says which; the Python API raises dfl's own errors for wrong types."""
 

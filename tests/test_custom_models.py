@@ -1,4 +1,4 @@
-"""Your own model (issue 14, part 1): `dfl.run(config, model=...)`, "module:factory" specs in the CLI and TOML,
+"""Your own model: `dfl.run(config, model=...)`, "module:factory" specs in the CLI and TOML,
 `@dfl.models.register`, dropout with per-client randomness, the BatchNorm decision, and every bad input failing
 before training with a one-line error naming the model."""
 

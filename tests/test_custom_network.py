@@ -1,4 +1,4 @@
-"""Your own network (issue 14, part 5): `topology = "custom"` with a W file (.npy, .csv, .mtx) or an edge list.
+"""Your own network: `topology = "custom"` with a W file (.npy, .csv, .mtx) or an edge list.
 
 Each file form builds the same W as the in-memory array, through `topologies.build`, `dfl.run` (Config and
 TOML) and `dfl topology show`; each bad file is a one-line error naming the file and, for a W that is not

@@ -1,4 +1,4 @@
-"""Device discipline without a GPU (issue 36): a tensor the engine hands to a kernel or a collective is on the run's
+"""Device discipline without a GPU: a tensor the engine hands to a kernel or a collective is on the run's
 device, in every engine path (synchronous rounds, asynchronous mode, CHOCO, link faults, checkpoint, resume,
 evaluation), in a world of one and of two processes.
 

@@ -1,4 +1,4 @@
-"""Directed graphs and one-sided W (issue 39): BlueFog's constructions, the DisPFL random topology, hierarchical
+"""Directed graphs and one-sided W: BlueFog's constructions, the DisPFL random topology, hierarchical
 topologies, the row-/column-stochastic and sample-count schemes, and the spectral tools for non-symmetric W.
 
 Every reference below is written from the convention it checks (BlueFog's topology_util semantics: a row of its

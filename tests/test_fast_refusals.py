@@ -1,4 +1,4 @@
-"""Issue 35, item 6: every check that needs no data answers before torch is imported. The built-in components are
+"""Every check that needs no data answers before torch is imported. The built-in components are
 declared by card (`dfl.registry.Registry.declare`); these tests keep each card equal to what it declares, and
 show that `dfl.validate` and the CLI's refusals load no torch. Misspelled names are answered with the right
 spelling."""

@@ -1,4 +1,4 @@
-"""Issue 35, item 9: property-based tests (hypothesis) over Config fields, TOML files and `dfl run` arguments.
+"""Property-based tests (hypothesis) over Config fields, TOML files and `dfl run` arguments.
 
 Whatever is typed, the answer is a dfl error with a one-line message or a config that runs: never another
 exception, never a hang (sizes stay bounded: a value that would make a run large is refused by the size checks),

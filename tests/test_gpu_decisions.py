@@ -1,4 +1,4 @@
-"""Decisions per device, testable on the CPU (issue 36): the gossip method chosen by a timed, cached calibration on
+"""Decisions per device, testable on the CPU: the gossip method chosen by a timed, cached calibration on
 calibrated devices (the CPU keeps its measured rule); gossip in IEEE fp32 whatever the training precision; PyTorch's
 TF32 defaults left alone by fp32 runs; what compile needs on CUDA (Triton, a GPU it compiles for, a C compiler)."""
 

@@ -1,4 +1,4 @@
-"""Gradient tracking (issue 39): DSGT and K-GT, with and without SAM, exact against numpy references written from
+"""Gradient tracking: DSGT and K-GT, with and without SAM, exact against numpy references written from
 the papers' update rules; on a heterogeneous quadratic they reach the global optimum where D-PSGD and DFedAvg
 keep a bias; a torchrun world of 2 processes (gloo) gives the single-process result."""
 

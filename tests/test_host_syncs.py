@@ -1,4 +1,4 @@
-"""No host synchronisation per local step (issue 36): the synchronous engine's round does the same reads-back and
+"""No host synchronisation per local step: the synchronous engine's round does the same reads-back and
 host-to-device copies whatever its number of local steps (so none per step), evaluation none per batch, and the
 asynchronous mode nothing back to the host within a round (`benchmarks/host_syncs.py` counts them on the CPU)."""
 

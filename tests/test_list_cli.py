@@ -1,4 +1,4 @@
-"""`dfl list [CATEGORY]` (issue 14, section 6): every registry choice with a description and its options."""
+"""`dfl list [CATEGORY]`: every registry choice with a description and its options."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Your own algorithm (issue 14, part 2): the public `Algorithm` interface, `dfl.algorithms.register`, the
+"""Your own algorithm: the public `Algorithm` interface, `dfl.algorithms.register`, the
 `dfl.algorithms` entry-point group, `algorithm_options` (validation, ctx.hp, summary.json, resume, sweeps) and
 the example plug-in package `examples/dfl_clipsam`, installed into a temporary directory and run by the CLI."""
 

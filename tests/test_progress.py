@@ -1,4 +1,4 @@
-"""Issue 35, item 8: a run whose stdout is not a terminal (nohup, Slurm, `> log`) prints plain progress lines; the
+"""A run whose stdout is not a terminal (nohup, Slurm, `> log`) prints plain progress lines; the
 final table reports the mean seconds per round (and the latest, labelled as such)."""
 
 from __future__ import annotations

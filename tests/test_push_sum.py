@@ -1,4 +1,4 @@
-"""Push-sum on column-stochastic W (issue 39): SGP and DFedSAM-MGS exact against numpy references written from
+"""Push-sum on column-stochastic W: SGP and DFedSAM-MGS exact against numpy references written from
 Assran et al. (ICML 2019, Algorithm 1), the de-biased models reach the plain average where gossip alone does not,
 refusals, a checkpoint resumes the weights, and a torchrun world of 2 processes (gloo) gives the one-process result."""
 

@@ -102,7 +102,7 @@ def outside_references() -> list[str]:
             for n, line in enumerate(read(name).splitlines(), 1) if OUTSIDE.search(line)]
 
 
-# Files other branches were editing when the references in the rest were replaced (issue 38, item 2); the lead
+# Files other branches were editing when the references in the rest were replaced; the lead
 # replaces these after merging (the mapping is in that branch's report), then this marker goes.
 
 

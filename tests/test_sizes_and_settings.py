@@ -1,4 +1,4 @@
-"""Issue 35, items 2 and 5: every size a user can make large is checked before anything is allocated (naming the
+"""Every size a user can make large is checked before anything is allocated (naming the
 option and the memory it would need against what is free), and every setting is given in one place (a value
 given twice is refused naming both; one that does nothing for the chosen component is warned about)."""
 

@@ -1,4 +1,4 @@
-"""Issue 13, defects 9 and 10: safe run names and seed bounds; a light, fast and described CLI parser."""
+"""Safe run names and seed bounds; a light, fast and described CLI parser."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Hardening (issue 13, defects 2 and 3): a killed `dfl sweep --parallel` leaves no worker behind and resumes
+"""A killed `dfl sweep --parallel` leaves no worker behind and resumes
 on the next run; a corrupt or truncated checkpoint gives a one-line error (`dfl run --resume`) or a failed run
 that does not stop the sweep; stale temporary files of an interrupted atomic write are removed."""
 
