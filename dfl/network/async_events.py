@@ -30,6 +30,8 @@ from array import array
 from bisect import bisect_right
 from collections import defaultdict
 from dataclasses import dataclass
+from functools import partial
+from operator import add
 
 import numpy as np
 import scipy.sparse as sp
@@ -140,7 +142,7 @@ class EventSchedule:
                     self._try_mix(waiter)
                 self._try_mix(i)
             else:
-                versions = np.array([bisect_right(self._sent[j], time, key=lambda e, o=o: e + o) - 1
+                versions = np.array([bisect_right(self._sent[j], time, key=partial(add, o)) - 1
                                      for j, o in zip(self.in_neighbours[i].tolist(), self._offsets[i])],
                                     dtype=np.int64)
                 out.append(Mix(i, k, time, versions))

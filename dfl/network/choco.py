@@ -67,7 +67,7 @@ class ChocoGossip:
                  start: torch.Tensor | None = None, faults=None, base=None):
         self.inner, self.compressor, self.seed = inner, compressor, int(seed)
         self.topology, self.comm = inner.topology, inner.comm
-        self.public = None if start is None else start.detach().clone()
+        self.public: torch.Tensor | None = None if start is None else start.detach().clone()
         self.given_gamma = gamma
         self.gamma = None if start is None else self.consensus_lr(start.shape[1])
         self.faults, self.base = faults, base
@@ -97,11 +97,13 @@ class ChocoGossip:
 
     def describe(self) -> dict:
         """The run summary's entries: the compressor, its ω and the γ it runs with."""
+        assert self.public is not None, "described after the first mix (or with a start)"
         d = self.public.shape[1]
         return {"compressor": self.compressor.name, "compression": self.compressor.compression,
                 "compression_omega": self.compressor.omega(d), "consensus_lr": self.gamma}
 
     def step(self, X: torch.Tensor, s: int) -> torch.Tensor:
+        assert self.public is not None, "mix makes the public copies before the first step"
         ids = self.comm.client_ids
         U = None
         if self.compressor.random:

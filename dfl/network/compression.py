@@ -126,7 +126,7 @@ class QSGD(Compressor):
         return qsgd_bits(value)
 
     @property
-    def levels(self) -> int:
+    def levels(self) -> float:
         return 2 ** (self.compression - 1) - 1
 
     def tau(self, d: int) -> float:

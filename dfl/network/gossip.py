@@ -84,7 +84,10 @@ def compose_circulants(steps: list[list[tuple[int, float]]], m: int) -> list[tup
     row = np.zeros(m)
     row[0] = 1.0
     for offsets in steps:
-        row = sum(c * np.roll(row, k) for k, c in offsets)
+        product = np.zeros(m)
+        for k, c in offsets:  # in the offsets' order, from 0: the sum the builtin sum() made
+            product = product + c * np.roll(row, k)
+        row = product
     return [(int(k), float(row[k])) for k in np.flatnonzero(row)]
 
 
@@ -245,6 +248,7 @@ class RowsOperator:
             for k in range(1, self.K):
                 part.addcmul_(flat[self.cols[a:b, k]], self.vals[a:b, k])
         if self.remote:
+            assert R is not None, "an operator with received rows is applied with them"
             view.index_add_(0, self.remote_rows, R.reshape(R.shape[0], -1)[self.remote_src] * self.remote_vals)
         return out
 
@@ -255,13 +259,14 @@ class SparseStep:
     def __init__(self, W: sp.csr_array, dtype: torch.dtype, device: torch.device):
         self.nnz = int(W.nnz)
         self.offsets = circulant_offsets(W)
-        self.matrix = None
+        self.matrix: torch.Tensor | None = None
         if self.offsets is None:
             self.matrix = csr_tensor(W, dtype, device)
 
     def __call__(self, X: torch.Tensor) -> torch.Tensor:
         if self.offsets is not None:
             return shifted_sum(X, self.offsets)
+        assert self.matrix is not None  # not circulant: built in __init__
         return exact_matmul(self.matrix, X)
 
 
@@ -377,13 +382,15 @@ class Gossip:
                 _synchronize(X.device)
                 best = min(best, _clock() - tic)
             seconds[name] = best
-        return {"method": min(seconds, key=seconds.get), "seconds": seconds}
+        return {"method": min(seconds, key=lambda name: seconds[name]), "seconds": seconds}
 
     def _apply(self, method: str, X: torch.Tensor, first_step: int, steps: int) -> torch.Tensor:
         if method == "dense":
             return self.comm.mix(self.operator(first_step, steps), X)
         if method == "circulant":
-            return shifted_sum(X, self.circulant_product(first_step, steps))
+            offsets = self.circulant_product(first_step, steps)
+            assert offsets is not None, "circulant is offered only when the steps compose to a circulant"
+            return shifted_sum(X, offsets)
         for s in range(first_step, first_step + steps):
             X = self.step_operator(s)(X)
         return X

@@ -89,9 +89,10 @@ def check_faults(config, centralized: bool) -> None:
         raise ConfigError(f"round_deadline = {deadline:g} is shorter than one local step of the slowest client "
                           f"({slowest:g} simulated seconds{', straggler_slowdown' if fraction > 0 else ''}): every "
                           f"client must finish a step by the deadline; use 0 (no deadline) or >= {slowest:g}")
-    name = faults_field(config)
-    if name is None:
+    fault = faults_field(config)
+    if fault is None:
         return
+    name = fault
     value = getattr(config, name)
     if centralized:
         raise ConfigError(f"{name} = {value} applies to gossip, not to the centralized {config.algorithm!r}, which "
