@@ -345,18 +345,7 @@ def _failing_worker(rank, world, port, out_dir, bad_rank, how="raise"):
 
 @pytest.mark.parametrize("bad_rank", [1, 0])
 def test_a_failing_rank_stops_every_rank_with_a_clear_error(tmp_path, bad_rank):
-    world = 3
-    ctx = mp.start_processes(_failing_worker, args=(world, _free_port(), str(tmp_path), bad_rank),
-                             nprocs=world, join=False, start_method=START_METHOD)
-    deadline = time.monotonic() + 240  # well above dist_timeout: a hang would blow it
-    for p in ctx.processes:
-        p.join(max(0.0, deadline - time.monotonic()))
-    alive = [i for i, p in enumerate(ctx.processes) if p.is_alive()]
-    for p in ctx.processes:
-        if p.is_alive():
-            p.kill()
-    assert not alive, f"ranks {alive} hung after rank {bad_rank} failed"
-    reports = {r: json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(world)}
+    reports = _run_failing_world(tmp_path, 3, bad_rank, "raise")
     assert reports[bad_rank]["message"] == f"ValueError: injected failure on rank {bad_rank}"
     for r, report in reports.items():
         assert report["group_left"], f"rank {r} did not destroy its process group"

@@ -117,10 +117,11 @@ class RandomK:
     """
 
     directed = False
+    name = "random-k"  # in the error messages of k
 
     def __init__(self, n: int, k: int | None = None, seed: int = 0):
         self.n = check_n(n, minimum=2)
-        self.k = _check_k(k, self.n, "random-k")
+        self.k = _check_k(k, self.n, self.name)
         self.seed = _check_seed(seed)
         self.period = None
 
@@ -142,7 +143,7 @@ class RandomK:
         return self.graph_at(0)
 
 
-class RandomPull:
+class RandomPull(RandomK):
     """The DisPFL `random` topology (Dai et al., ICML 2022, code option `cs='random'`): at every gossip step each
     client pulls the models of k peers drawn uniformly from the others and averages them with its own.
 
@@ -154,28 +155,15 @@ class RandomPull:
     """
 
     directed = True
-
-    def __init__(self, n: int, k: int | None = None, seed: int = 0):
-        self.n = check_n(n, minimum=2)
-        self.k = _check_k(k, self.n, "random-pull")
-        self.seed = _check_seed(seed)
-        self.period = None
-
-    def peers(self, step: int) -> np.ndarray:
-        """[n, k]: the peers each client pulls from at `step` (never itself)."""
-        return draw_peers(self.n, self.k, self.seed, _check_step(step))
+    name = "random-pull"
 
     def adjacency_at(self, step: int) -> sp.csr_array:
-        """A[i, j] = 1 when client i pulls from j at `step`."""
+        """A[i, j] = 1 when client i pulls from j at `step` (its `peers(step)`)."""
         peers = self.peers(step)
         return adjacency(self.n, peers.ravel(), np.repeat(np.arange(self.n, dtype=np.int64), self.k), directed=True)
 
     def graph_at(self, step: int) -> nx.DiGraph:
         return from_adjacency(self.adjacency_at(step), directed=True)
-
-    def union_graph(self) -> nx.DiGraph:
-        """Without a period there is no finite union; this is the graph of step 0."""
-        return self.graph_at(0)
 
 
 ONE_PEER_MAX_PERIOD = 100_000  # a longer cycle (the lcm of the out-degrees) is treated as having no period
