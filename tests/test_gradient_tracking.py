@@ -4,7 +4,6 @@ keep a bias; a torchrun world of 2 processes (gloo) gives the single-process res
 
 from __future__ import annotations
 
-import sys
 from datetime import timedelta
 from pathlib import Path
 from types import SimpleNamespace
@@ -232,35 +231,41 @@ def test_row_stochastic_random_pull_runs_and_a_column_stochastic_w_is_refused():
 
 
 # ------------------------------------------------------------------------------- torchrun: world size 2, gloo
-CASES = {
+CASES = {case: dict(changes, rounds=2, eval_every=1) for case, changes in {
     "dsgt-ring": dict(algorithm="dsgt"),
     "kgt-sam-exponential": dict(algorithm="kgt-sam", topology="exponential", local_steps=2),
     "dfedavg-random-pull": dict(algorithm="dfedavg", topology="random-pull", topology_options={"k": 2}),
-}
-START_METHOD = "fork" if sys.platform == "linux" else "spawn"
+}.items()}
 
 
-def _world_worker(rank, world, rdzv, out_dir):
+def _world_worker(rank, world, rdzv, out_dir, cases):
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"file://{rdzv}", rank=rank, world_size=world,
                             timeout=timedelta(seconds=60))
     try:
-        for case, changes in CASES.items():
-            result = dfl.run(config(**changes, dist_timeout=30.0, rounds=2, eval_every=1), data=heterogeneous_data())
+        for case, changes in cases.items():
+            result = dfl.run(config(**changes, dist_timeout=30.0), data=heterogeneous_data())
             torch.save({"params": result.params, "ids": result.client_ids}, Path(out_dir) / f"{case}-r{rank}.pt")
     finally:
         dist.destroy_process_group()
 
 
-@pytest.mark.timeout(300)
-def test_world_of_two_processes_gives_the_single_process_result(tmp_path):
-    mp.start_processes(_world_worker, args=(2, str(tmp_path / "rdzv"), str(tmp_path)), nprocs=2, join=True,
-                       start_method=START_METHOD)
-    for case, changes in CASES.items():
-        reference = dfl.run(config(**changes, rounds=2, eval_every=1), data=heterogeneous_data())
+def assert_world_of_two_gives_the_single_process_result(tmp_path, cases: dict[str, dict]) -> None:
+    """Each case (`config` changes) run by two gloo processes equals the one-process run, row for row: the main
+    process holds every client (assembled), the other its own block. The workers are spawned, not forked: the
+    parent has run dfl, and a forked child can hang on the locks of its OpenMP threads."""
+    mp.start_processes(_world_worker, args=(2, str(tmp_path / "rdzv"), str(tmp_path), cases), nprocs=2, join=True,
+                       start_method="spawn")
+    for case, changes in cases.items():
+        reference = dfl.run(config(**changes), data=heterogeneous_data())
         assert reference.summary["processes"] == 1
-        for rank in range(2):  # the main process: every client (assembled); the other: its own block
+        for rank in range(2):
             got = torch.load(tmp_path / f"{case}-r{rank}.pt")
             assert got["ids"] == (list(range(M)) if rank == 0 else list(even_blocks(M, 2)[rank]))
             torch.testing.assert_close(got["params"], reference.params[got["ids"]], atol=1e-5, rtol=0,
                                        msg=f"{case} rank {rank}")
+
+
+@pytest.mark.timeout(300)
+def test_world_of_two_processes_gives_the_single_process_result(tmp_path):
+    assert_world_of_two_gives_the_single_process_result(tmp_path, CASES)

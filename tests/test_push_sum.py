@@ -4,20 +4,23 @@ refusals, a checkpoint resumes the weights, and a torchrun world of 2 processes 
 
 from __future__ import annotations
 
-from datetime import timedelta
 from pathlib import Path
 
 import networkx as nx
 import numpy as np
 import pytest
 import torch
-import torch.distributed as dist
-import torch.multiprocessing as mp
 
 import dfl
 import topologies
-from dfl.network.comm import even_blocks
-from tests.test_gradient_tracking import M, config, heterogeneous_data, logreg_gradients, sam_gradients
+from tests.test_gradient_tracking import (
+    M,
+    assert_world_of_two_gives_the_single_process_result,
+    config,
+    heterogeneous_data,
+    logreg_gradients,
+    sam_gradients,
+)
 
 # an irregular digraph on M = 6 nodes: out-degrees 3, 1, 2, 1, 1, 1, so column-stochastic weights are not doubly
 DIGRAPH = nx.DiGraph([(0, 1), (0, 2), (0, 3), (1, 2), (2, 3), (2, 5), (3, 4), (4, 5), (5, 0)])
@@ -114,28 +117,7 @@ def test_a_checkpoint_keeps_the_push_sum_weights(tmp_path):
 
 
 # ------------------------------------------------------------------------------- torchrun: world size 2, gloo
-# spawn, not fork: the parent has run dfl (OpenMP threads started), and a forked child can hang on their locks
-START_METHOD = "spawn"
-WORLD_CASE = dict(algorithm="dfedsam-mgs", gossip_steps=2, rounds=2, eval_every=1, **DIRECTED)
-
-
-def _world_worker(rank, world, rdzv, out_dir):
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"file://{rdzv}", rank=rank, world_size=world,
-                            timeout=timedelta(seconds=60))
-    try:
-        result = dfl.run(config(**WORLD_CASE, dist_timeout=30.0), data=heterogeneous_data())
-        torch.save({"params": result.params, "ids": result.client_ids}, Path(out_dir) / f"r{rank}.pt")
-    finally:
-        dist.destroy_process_group()
-
-
 @pytest.mark.timeout(300)
 def test_world_of_two_processes_gives_the_single_process_result(tmp_path):
-    mp.start_processes(_world_worker, args=(2, str(tmp_path / "rdzv"), str(tmp_path)), nprocs=2, join=True,
-                       start_method=START_METHOD)
-    reference = dfl.run(config(**WORLD_CASE), data=heterogeneous_data())
-    for rank in range(2):  # the main process: every client (assembled); the other: its own block
-        got = torch.load(tmp_path / f"r{rank}.pt")
-        assert got["ids"] == (list(range(M)) if rank == 0 else list(even_blocks(M, 2)[rank]))
-        torch.testing.assert_close(got["params"], reference.params[got["ids"]], atol=1e-5, rtol=0, msg=f"rank {rank}")
+    case = dict(algorithm="dfedsam-mgs", gossip_steps=2, rounds=2, eval_every=1, **DIRECTED)
+    assert_world_of_two_gives_the_single_process_result(tmp_path, {"dfedsam-mgs-push-sum": case})
