@@ -389,18 +389,10 @@ class Config:
             ConfigError: a field holds a Python object TOML cannot write (a networkx graph, an array), naming it.
         """
         values = {k: v for k, v in self.to_dict().items() if v is not None}
-        try:
-            return tomli_w.dumps(values)
-        except (TypeError, ValueError):
-            for name, value in values.items():
-                try:
-                    tomli_w.dumps({name: value})
-                except (TypeError, ValueError) as exc:
-                    raise ConfigError(f"{name} cannot be written to config.toml ({exc}); a run with a run directory "
-                                      "records its config there: give files instead of Python objects (e.g. "
-                                      "topology_options edges=graph.edgelist or matrix=W.npy), or run without out"
-                                      ) from None
-            raise
+        for name, value in values.items():  # the options tables' check of `validate`, for an unvalidated Config
+            if isinstance(value, dict):
+                _toml_table(name, value)
+        return tomli_w.dumps(values)
 
     def replace(self, **changes: Any) -> Config:
         """A copy with these fields changed (not validated: call `validate` or `dfl.validate`)."""

@@ -30,6 +30,7 @@ def test_each_algorithm_card_equals_its_class(name):
     assert list(card.hyperparameters.items()) == list(cls.hyperparameters.items())  # the order summary.json shows
     assert card.centralized == bool(getattr(cls, "centralized", False))
     assert tuple(card.local_optimizers) == tuple(cls.local_optimizers)
+    assert card.push_sum == cls.push_sum
     from dfl.algorithms.base import Algorithm
 
     # the card's check is the class's: none where the class refines nothing, else the function both call

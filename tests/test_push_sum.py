@@ -13,6 +13,8 @@ import torch
 
 import dfl
 import topologies
+from dfl.algorithms import ALGORITHMS, mixes_by_push_sum
+from dfl.topologies import PUSH_SUM_ALGORITHMS
 from tests.test_gradient_tracking import (
     M,
     assert_world_of_two_gives_the_single_process_result,
@@ -87,6 +89,10 @@ def test_push_sum_reaches_the_plain_average_where_gossip_alone_does_not():
     np.testing.assert_allclose(result.params.double().numpy(), np.broadcast_to(mean, x0.shape), atol=1e-5)
     plain = np.linalg.matrix_power(column_w(), 80) @ x0
     assert np.abs(plain - mean).max() > 0.1 * np.abs(mean).max()
+
+
+def test_the_refusal_lists_exactly_the_algorithms_that_mix_by_push_sum():
+    assert set(PUSH_SUM_ALGORITHMS) == {name for name in ALGORITHMS.names() if mixes_by_push_sum(name)}
 
 
 def test_column_stochastic_w_is_refused_where_push_sum_does_not_apply():

@@ -303,7 +303,7 @@ class Algorithm(ABC):
             self.client_state = (*type(self).client_state, *AdamState.KEYS)
         # push-sum's weights y ([m_local], all 1 at the start) when W is column-stochastic, else None (see `mix`)
         self.push_weight: torch.Tensor | None = None
-        if self.push_sum and getattr(getattr(ctx.gossip, "topology", None), "stochastic", "doubly") == "column":
+        if self.push_sum and ctx.gossip.topology.stochastic == "column":
             self.push_weight = torch.ones(X.shape[0], device=X.device, dtype=X.dtype)
             self.client_state = (*self.client_state, "push_weight")
 
