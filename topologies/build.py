@@ -197,10 +197,11 @@ def _check_one_peer(n: int, graph: object = "exponential", graph_options: object
         raise TopologyError(f"one-peer base graph ({graph} on {n:,} clients): {err}") from None
 
 
-def _check_hierarchical(n: int, weights: str | None, base: str | None, options: dict) -> None:
-    """hierarchical: groups divides n, and each level is a static topology whose options fit it on its size."""
-    hierarchy = Hierarchical(n, options.get("groups"))
-    for level, default, size in (("inner", "full", hierarchy.size), ("outer", "ring", hierarchy.groups)):
+def _hierarchical_levels(options: dict) -> dict[str, tuple[str, dict]]:
+    """hierarchical's two levels, {"inner": (graph, its options), "outer": ...} (defaults: full inside a group, a
+    ring between groups), each a static topology with a table of options (TopologyError naming the option)."""
+    levels = {}
+    for level, default in (("inner", "full"), ("outer", "ring")):
         name = options.get(level, default)
         if not isinstance(name, str) or name not in BASE_GRAPHS:
             raise TopologyError(f"hierarchical option {level} must be a static topology ({', '.join(BASE_GRAPHS)}), "
@@ -209,6 +210,16 @@ def _check_hierarchical(n: int, weights: str | None, base: str | None, options: 
         if not isinstance(level_options, dict):
             raise TopologyError(f"{level}_options must be a table of the {level} graph's options, got "
                                 f"{level_options!r}")
+        levels[level] = (name, dict(level_options))
+    return levels
+
+
+def _check_hierarchical(n: int, weights: str | None, base: str | None, options: dict) -> None:
+    """hierarchical: groups divides n, and each level is a static topology whose options fit it on its size."""
+    hierarchy = Hierarchical(n, options.get("groups"))
+    sizes = {"inner": hierarchy.size, "outer": hierarchy.groups}
+    for level, (name, level_options) in _hierarchical_levels(options).items():
+        size = sizes[level]
         try:
             check(name, size, weights, **level_options, **({"base": base} if base is not None else {}))
         except TopologyError as err:
@@ -312,17 +323,7 @@ def _one_peer(n: int, graph: object = "exponential", graph_options: object = Non
 def _build_hierarchical(n: int, weights: str | None, base: str | None, sizes: object, options: dict) -> Topology:
     if sizes is not None:
         raise TopologyError("hierarchical does not take sizes: weights='sample-count' is not offered for it")
-    parts = {}
-    for level, default in (("inner", "full"), ("outer", "ring")):
-        name = options.get(level, default)
-        if name not in BASE_GRAPHS:
-            raise TopologyError(f"hierarchical option {level} must be a static topology ({', '.join(BASE_GRAPHS)}), "
-                                f"got {name!r}")
-        level_options = options.get(f"{level}_options") or {}
-        if not isinstance(level_options, dict):
-            raise TopologyError(f"{level}_options must be a table of the {level} graph's options, got "
-                                f"{level_options!r}")
-        parts[level] = (name, dict(level_options))
+    parts = _hierarchical_levels(options)
     hierarchy = Hierarchical(n, options.get("groups"))
 
     def level(which: str, size: int) -> Topology:
