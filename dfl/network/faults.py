@@ -189,14 +189,15 @@ class RealisedTopology:
     """The topology as the unreliable network realises it: W'_s per gossip step (module docstring).
 
     The part of `topologies.Topology` that `dfl.network.gossip.Gossip` and the communicators use (n, sparse, matrix,
-    out_degrees, is_time_varying, period, averaging): every step has its own matrix, never the averaging fast path,
-    so gossip takes the CSR path (or the dense product for small m, or the neighbour exchange across processes).
-    `sparse(step)` also notes the step as gossiped over, for the round's metrics (`take_used`)."""
+    out_degrees, is_time_varying, period, averaging, stochastic): every step has its own matrix, never the averaging
+    fast path, so gossip takes the CSR path (or the dense product for small m, or the neighbour exchange across
+    processes). `sparse(step)` also notes the step as gossiped over, for the round's metrics (`take_used`)."""
 
     is_time_varying = True
     period = None  # every step is drawn afresh
     averaging = None
     symmetric = True
+    stochastic = "doubly"  # link faults run only on undirected, doubly stochastic W, and reweighting keeps it so
 
     def __init__(self, topology, faults: LinkFaults, scheme: str | None, base: str | None = None):
         self.topology, self.faults, self.scheme, self.base = topology, faults, scheme, base
