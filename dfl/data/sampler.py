@@ -41,6 +41,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cached_property
+from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -113,6 +114,39 @@ def local_step_counts(n: np.ndarray, B: int, mode: str, amount: int) -> np.ndarr
     return np.full(len(n), amount, dtype=np.int64)
 
 
+class _EpochPlan(NamedTuple):
+    """The steps and epochs of a round's clients (arrays over the clients, int64).
+
+    Attributes:
+        k: K_i, the steps client i takes (capped by `max_steps`).
+        per_epoch: ceil(n_i / B), the batches of one epoch.
+        epochs: the epochs client i starts, ceil(K_i / per_epoch).
+        last: the samples it uses of its last epoch (0 without steps).
+        kept: the samples it reads in all: whole epochs, then the used prefix of the last one (n_i, full batch).
+    """
+
+    k: np.ndarray
+    per_epoch: np.ndarray
+    epochs: np.ndarray
+    last: np.ndarray
+    kept: np.ndarray
+
+    @classmethod
+    def of(cls, n: np.ndarray, B: int, mode: str, amount: int, max_steps: np.ndarray | None,
+           shuffle: bool) -> _EpochPlan:
+        """The plan of clients of n samples with batches of B; `max_steps` caps the steps (stragglers stopped by a
+        deadline take a prefix of their batches)."""
+        per_epoch = -(-n // B)
+        k = local_step_counts(n, B, mode, amount)
+        if max_steps is not None:
+            k = np.minimum(k, np.asarray(max_steps, dtype=np.int64))
+        epochs = -(-k // per_epoch)
+        L = per_epoch * B
+        last = np.minimum(n, k * B - np.maximum(epochs - 1, 0) * L) * (epochs > 0)
+        kept = np.maximum(epochs - 1, 0) * n + last if shuffle else n
+        return cls(k.astype(np.int64), per_epoch, epochs, last, kept)
+
+
 @dataclass
 class Batch:
     rows: torch.Tensor  # local row ids of the clients that take this step, [a]
@@ -152,59 +186,72 @@ class RoundSchedule:
         flat, offsets, all_sizes = data.flat_indices()
         ids = np.asarray(client_ids, dtype=np.int64).reshape(-1)
         self.client_ids = ids
-        m = len(ids)
         n = all_sizes.numpy()[ids]
         shuffle = batch_size > 0
         self.batch_size = B = batch_width(all_sizes.numpy(), batch_size)
-        per_epoch = -(-n // B)
-        k = local_step_counts(n, B, mode, amount)
-        if max_steps is not None:  # a per-client cap (stragglers stopped by a deadline): a prefix of the batches
-            k = np.minimum(k, np.asarray(max_steps, dtype=np.int64))
-        epochs = -(-k // per_epoch)
-        L = per_epoch * B
-        # samples kept per client: whole epochs, then the used prefix of the last one
-        last = np.minimum(n, k * B - np.maximum(epochs - 1, 0) * L) * (epochs > 0)
-        kept = np.maximum(epochs - 1, 0) * n + last if shuffle else n
-        base = offsets.numpy()[ids]  # where each client's indices start in `flat`
-        flat_np = flat.numpy()
-        row_dtype = np.int32 if len(flat_np) and data.train_x.shape[0] < 2**31 else np.int64
-        if shuffle:
-            keys = client_keys(seed, ids, round_index, STREAM_ORDER)
-            parts = [
-                _shuffled_rows(flat_np, base[a:b], keys[a:b], n[a:b], epochs[a:b], last[a:b]).astype(row_dtype)
-                for a, b in _groups(epochs * n)
-            ]
-            rows = np.concatenate(parts) if parts else np.zeros(0, dtype=row_dtype)
-        else:
-            rows = flat_np[_ragged_arange(base, n)].astype(row_dtype)
-        k = k.astype(np.int64)
-        self.steps_per_client = torch.from_numpy(k)  # host (numpy's memory): read by the host, never synced
-        self._k = k
-        self.steps = int(k.max()) if m else 0
-        device = data.train_x.device
-        # The clients still taking steps at step k are those with K_i > k: the set changes only at the distinct
-        # values of K_i, so each such set's row ids are built here, for the whole round, and go to the device with
-        # everything else in one copy; a step then picks its set on the host (`batch`), with no sync.
+        plan = _EpochPlan.of(n, B, mode, amount, max_steps, shuffle)
+        rows = self._row_ids(flat.numpy(), offsets.numpy()[ids], n, plan, shuffle)
+        self.steps_per_client = torch.from_numpy(plan.k)  # host (numpy's memory): read by the host, never synced
+        self._k = plan.k
+        self.steps = int(plan.k.max()) if len(ids) else 0
+        self._upload_tables(n, plan, shuffle)
+        self._rows = torch.from_numpy(rows).to(data.train_x.device, non_blocking=True)
+        self._aug_keys = client_keys(seed, ids, round_index, STREAM_AUGMENT) if data.augment == "crop-flip" else None
+        self._aug_round = None if self._aug_keys is None else self._augmentation_grid()
+        self._block_cache: tuple | None = None  # the latest `_block`
+
+    def _row_ids(self, flat: np.ndarray, base: np.ndarray, n: np.ndarray, plan: _EpochPlan,
+                 shuffle: bool) -> np.ndarray:
+        """The train row ids the round's clients read, client after client: per client its kept samples, each epoch
+        shuffled (`_shuffled_rows`) when batches are drawn, else its samples in order (full batch).
+
+        Args:
+            flat: every client's train row ids, client after client (`FederatedData.flat_indices`).
+            base: where each of this round's clients starts in `flat`.
+            n: their sample counts.
+            plan: their steps and epochs.
+            shuffle: whether batches are drawn (batch_size > 0).
+
+        Returns:
+            int32 row ids (int64 for a train set of 2^31 samples or more).
+        """
+        row_dtype = np.int32 if len(flat) and self.data.train_x.shape[0] < 2**31 else np.int64
+        if not shuffle:
+            return flat[_ragged_arange(base, n)].astype(row_dtype)
+        keys = client_keys(self.seed, self.client_ids, self.round_index, STREAM_ORDER)
+        parts = [
+            _shuffled_rows(flat, base[a:b], keys[a:b], n[a:b], plan.epochs[a:b], plan.last[a:b]).astype(row_dtype)
+            for a, b in _groups(plan.epochs * n)
+        ]
+        return np.concatenate(parts) if parts else np.zeros(0, dtype=row_dtype)
+
+    def _upload_tables(self, n: np.ndarray, plan: _EpochPlan, shuffle: bool) -> None:
+        """The per-client tables a step reads (where its rows start, n, batches per epoch, epoch stride, positions
+        used), and the sets of clients still stepping, sent to the data's device in one copy.
+
+        The clients still taking steps at step k are those with K_i > k: the set changes only at the distinct
+        values of K_i, so each such set's row ids are built here, for the whole round; a step then picks its set on
+        the host (`batch`), with no sync.
+        """
+        k, m = plan.k, len(n)
         levels = np.unique(k[k > 0])
         active = [np.flatnonzero(k >= level) for level in levels]
         self._levels = levels
-        parts = [np.cumsum(kept) - kept, n, per_epoch, n if shuffle else np.zeros(m, dtype=np.int64), k * B,
-                 np.arange(m), *active]
+        parts = [np.cumsum(plan.kept) - plan.kept, n, plan.per_epoch, n if shuffle else np.zeros(m, dtype=np.int64),
+                 k * self.batch_size, np.arange(m), *active]
         (self._start, self._n, self._per_epoch, self._stride, self._limit, self._all_rows, *self._active) = \
-            _upload(device, parts)
-        self._rows = torch.from_numpy(rows).to(device, non_blocking=True)
-        self._aug_keys = client_keys(seed, ids, round_index, STREAM_AUGMENT) if data.augment == "crop-flip" else None
-        # crop-flip parameters of every (client, flat position) of the round, computed on the host once and sent in
-        # one copy (uint8: 3 bytes a sample), so a step's block only slices them on the device
-        self._aug_round = None
-        if self._aug_keys is not None:
-            width = self.steps * self.batch_size
-            rows_per_group = max(1, _GROUP // max(width, 1))  # bounds the uint64 hash temporaries
-            parts = [self._augment_params(np.arange(a, min(a + rows_per_group, m)), 0, width).to(torch.uint8)
-                     for a in range(0, m, rows_per_group)]
-            grid = torch.cat(parts) if parts else torch.zeros((0, width, 3), dtype=torch.uint8, device="cpu")
-            self._aug_round = grid.to(device, non_blocking=True)
-        self._block_cache = None  # the latest `_block`
+            _upload(self.data.train_x.device, parts)
+
+    def _augmentation_grid(self) -> torch.Tensor:
+        """The crop-flip parameters of every (client, flat position) of the round, uint8 [m, steps * B, 3] (3 bytes
+        a sample) on the data's device: computed on the host once and sent in one copy, so a step's block only
+        slices them on the device."""
+        m, width = len(self.client_ids), self.steps * self.batch_size
+        rows_per_group = max(1, _GROUP // max(width, 1))  # bounds the uint64 hash temporaries
+        parts = [self._augment_params(np.arange(a, min(a + rows_per_group, m)), 0, width).to(torch.uint8)
+                 for a in range(0, m, rows_per_group)]
+        grid = torch.cat(parts) if parts else torch.zeros((0, width, 3), dtype=torch.uint8, device="cpu")
+        return grid.to(self.data.train_x.device, non_blocking=True)
 
     # ---------------------------------------------------------------- per step
     def batch(self, k: int) -> Batch:
