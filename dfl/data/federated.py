@@ -78,9 +78,9 @@ class FederatedData:
                 raise DataError(f"local_test_indices must hold one index tensor per client ({self.num_clients}), "
                                 f"got {len(self.local_test_indices)}")
             flat = torch.cat(self.local_test_indices)
-            sizes = self.local_test_sizes
-            if (sizes == 0).any():
-                raise DataError(f"client {int((sizes == 0).nonzero()[0])} has an empty local test set")
+            test_sizes = _sizes_of(self.local_test_indices)
+            if (test_sizes == 0).any():
+                raise DataError(f"client {int((test_sizes == 0).nonzero()[0])} has an empty local test set")
             if ((flat < 0) | (flat >= n)).any():
                 raise DataError(f"local_test_indices hold indices outside [0, {n - 1}]")
 
@@ -97,9 +97,7 @@ class FederatedData:
     @property
     def local_test_sizes(self) -> torch.Tensor | None:
         """Client i's local test set size, int64 [m]; None without local test sets."""
-        if self.local_test_indices is None:
-            return None
-        return torch.tensor([i.numel() for i in self.local_test_indices], dtype=torch.long)
+        return None if self.local_test_indices is None else _sizes_of(self.local_test_indices)
 
     def label_histograms(self) -> np.ndarray:
         """int64 [m, num_classes]: samples of each class per client."""
@@ -134,7 +132,7 @@ class FederatedData:
         `local_test_sizes` and `local_test_label_histograms` the local test parts."""
         local = {} if self.local_test_indices is None else {
             "local_test_fraction": self.local_test_fraction,
-            "local_test_sizes": self.local_test_sizes.tolist(),
+            "local_test_sizes": _sizes_of(self.local_test_indices).tolist(),
             "local_test_label_histograms": label_histograms(self.train_y, self.local_test_indices,
                                                             self.num_classes).tolist(),
         }
@@ -297,3 +295,8 @@ def _jsonable(value: Any) -> Any:
     if isinstance(value, (np.generic, torch.Tensor, np.ndarray)):
         return _jsonable(value.tolist())
     return value
+
+
+def _sizes_of(indices: list[torch.Tensor]) -> torch.Tensor:
+    """int64 [m]: the number of indices of each client."""
+    return torch.tensor([i.numel() for i in indices], dtype=torch.long)

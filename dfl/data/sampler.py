@@ -87,7 +87,7 @@ def absorb(h: np.ndarray, word: np.ndarray, kind: np.uint64) -> np.ndarray:
     return _mix(h ^ _mix(word ^ kind))
 
 
-def client_keys(seed: int, client_ids, round_index: int, stream: int) -> np.ndarray:
+def client_keys(seed: int, client_ids, round_index: int | np.ndarray, stream: int) -> np.ndarray:
     """uint64 [m]: hash(seed, round, stream, client) for each client id, the root of its randomness."""
     h = _mix(_words(seed) ^ _SEED)
     h = absorb(h, _words(round_index), _ROUND)
@@ -172,7 +172,7 @@ class RoundSchedule:
         self,
         data,
         client_ids: list[int],
-        round_index: int,
+        round_index: int | np.ndarray,
         seed: int,
         batch_size: int,
         mode: str,
@@ -197,7 +197,7 @@ class RoundSchedule:
         self._upload_tables(n, plan, shuffle)
         self._rows = torch.from_numpy(rows).to(data.train_x.device, non_blocking=True)
         self._aug_keys = client_keys(seed, ids, round_index, STREAM_AUGMENT) if data.augment == "crop-flip" else None
-        self._aug_round = None if self._aug_keys is None else self._augmentation_grid()
+        self._aug_round = None if self._aug_keys is None else self._augmentation_grid(self._aug_keys)
         self._block_cache: tuple | None = None  # the latest `_block`
 
     def _row_ids(self, flat: np.ndarray, base: np.ndarray, n: np.ndarray, plan: _EpochPlan,
@@ -242,13 +242,13 @@ class RoundSchedule:
         (self._start, self._n, self._per_epoch, self._stride, self._limit, self._all_rows, *self._active) = \
             _upload(self.data.train_x.device, parts)
 
-    def _augmentation_grid(self) -> torch.Tensor:
+    def _augmentation_grid(self, keys: np.ndarray) -> torch.Tensor:
         """The crop-flip parameters of every (client, flat position) of the round, uint8 [m, steps * B, 3] (3 bytes
         a sample) on the data's device: computed on the host once and sent in one copy, so a step's block only
         slices them on the device."""
         m, width = len(self.client_ids), self.steps * self.batch_size
         rows_per_group = max(1, _GROUP // max(width, 1))  # bounds the uint64 hash temporaries
-        parts = [self._augment_params(np.arange(a, min(a + rows_per_group, m)), 0, width).to(torch.uint8)
+        parts = [_augment_params(keys, np.arange(a, min(a + rows_per_group, m)), 0, width).to(torch.uint8)
                  for a in range(0, m, rows_per_group)]
         grid = torch.cat(parts) if parts else torch.zeros((0, width, 3), dtype=torch.uint8, device="cpu")
         return grid.to(self.data.train_x.device, non_blocking=True)
@@ -326,10 +326,6 @@ class RoundSchedule:
             return torch.zeros_like(where), valid
         return self._rows[where.clamp(0, self._rows.numel() - 1)].long(), valid
 
-    def _augment_params(self, rows: np.ndarray, q0: int, q1: int) -> torch.Tensor:
-        """long [a, q1 - q0, 3] = (dy, dx, flip) of flat positions q0..q1-1 of schedule rows `rows`."""
-        return _crop_flip_params(_mix(self._aug_keys[rows, None] ^ slot_words(q1)[None, q0:]))
-
     # ---------------------------------------------------------------- whole-round grids (lazy)
     @cached_property
     def index(self) -> torch.Tensor:
@@ -348,13 +344,19 @@ class RoundSchedule:
         if self._aug_keys is None:
             return None
         width = self.steps * self.batch_size
-        params = self._augment_params(np.arange(len(self.client_ids)), 0, width)
+        params = _augment_params(self._aug_keys, np.arange(len(self.client_ids)), 0, width)
         params[torch.arange(width, device="cpu") >= self.steps_per_client[:, None] * self.batch_size] = 0
         return params.to(self._rows.device)
 
     @cached_property
     def _grid(self) -> tuple[torch.Tensor, torch.Tensor]:
         return self._gather(torch.arange(self.steps * self.batch_size, device=self._rows.device))
+
+
+def _augment_params(keys: np.ndarray, rows: np.ndarray, q0: int, q1: int) -> torch.Tensor:
+    """long [a, q1 - q0, 3] = (dy, dx, flip) of flat positions q0..q1-1 of schedule rows `rows` (`keys`: every
+    row's augmentation key)."""
+    return _crop_flip_params(_mix(keys[rows, None] ^ slot_words(q1)[None, q0:]))
 
 
 def _upload(device: torch.device, arrays: list[np.ndarray]) -> list[torch.Tensor]:

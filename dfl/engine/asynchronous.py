@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import copy
 from collections import defaultdict
+from typing import cast
 
 import numpy as np
 import scipy.sparse as sp
@@ -51,7 +52,7 @@ from dfl.network.async_events import ComputeTimes, EventSchedule, Local, Mix
 from dfl.network.comm import even_blocks
 from dfl.network.gossip import RowsOperator
 from dfl.network.settings import ASYNC_ALGORITHMS, ASYNC_FIELDS, MODES, check_async  # noqa: F401 (the checks)
-from dfl.training.local import descent_direction
+from dfl.training.local import LocalTrainer, descent_direction
 
 EMPTY = -2  # checkpoint: an unused message slot (version −1 is x⁰)
 
@@ -193,9 +194,9 @@ class AsyncEngine:
         ids = np.array([ev.client - self.first for ev in mine], dtype=np.int64)
         versions = np.array([ev.version for ev in mine], dtype=np.int64)
         slots = self._reserve([(ev.client, ev.version) for ev in mine])
-        rows, slots = _upload(self.X.device, ids, slots)
+        rows, pool_rows = _upload(self.X.device, ids, slots)
         messages, losses = self.local(rows, ids, versions, r)
-        self.pool[slots] = messages
+        self.pool[pool_rows] = messages
         if losses is not None:
             loss.index_add_(0, rows, losses.to(loss.dtype))
             count.index_add_(0, rows, torch.ones_like(rows))
@@ -346,7 +347,8 @@ class AsyncGossip(Algorithm):
     def __init__(self, ctx, X: torch.Tensor, topology):
         super().__init__(ctx, X)
         config = ctx.config
-        self.name = config.algorithm
+        # the wrapped algorithm's name, per instance (Algorithm.name is a class's registered name)
+        self.name = config.algorithm  # type: ignore[misc]
         self.kind = ASYNC_ALGORITHMS[config.algorithm]
         if topology.is_time_varying:
             raise ConfigError(f"topology: mode = async needs a static topology, but {topology.name} is "
@@ -367,7 +369,7 @@ class AsyncGossip(Algorithm):
         self.engine = AsyncEngine(topology.sparse(0), schedule, self.X, ctx.comm, self._local,
                                   self._step if self.kind == "step" else None, updates)
         self.client_state = ("async_messages", "async_versions")
-        self._loaded = None
+        self._loaded: tuple[torch.Tensor, torch.Tensor] | None = None  # a checkpoint's messages until the engine's
 
     # the runner reads and replaces X; the engine owns it
     @property
@@ -398,7 +400,8 @@ class AsyncGossip(Algorithm):
     # --------------------------------------------------------------------------------- the update rules
     def _trainer(self, ids: np.ndarray):
         """The run's trainer restricted to the local rows `ids` (host; their own compact stack)."""
-        trainer = self.ctx.trainer
+        # the run's trainer is dfl's LocalTrainer (dfl.engine.build.trainer); the Context seam types only its protocol
+        trainer = cast(LocalTrainer, self.ctx.trainer)
         sub = copy.copy(trainer)
         sub.client_ids = [trainer.client_ids[r] for r in ids]
         return sub

@@ -132,8 +132,8 @@ def trainer(net: nn.Module, layout: ParamLayout, data: FederatedData, comm, conf
     return local
 
 
-def client_chunk(local: LocalTrainer, algorithm, comm, layout: ParamLayout, X0: torch.Tensor) -> None:
-    """Resolve the clients per vectorized call before any training (`LocalTrainer.plan_chunk`).
+def client_chunk(local: LocalTrainer, algorithm, comm, layout: ParamLayout, X0: torch.Tensor) -> int:
+    """The clients per vectorized call, resolved before any training (`LocalTrainer.plan_chunk`).
 
     A run that cannot fit one client stops here, with the estimate. The plan counts every per-client stack this
     process holds: X, the algorithm's and the gossip's state, the async pool, and under all-gather gossip the rows
@@ -142,4 +142,4 @@ def client_chunk(local: LocalTrainer, algorithm, comm, layout: ParamLayout, X0: 
     held = memory.held_bytes(ckpt.local_rows(algorithm), getattr(algorithm, "engine", None))
     if getattr(comm, "gossip_mode", None) == "allgather" and comm.world_size > 1:
         held += comm.num_clients * layout.dim * X0.element_size()
-    local.plan_chunk(algorithm.X, held_bytes=held)
+    return local.plan_chunk(algorithm.X, held_bytes=held)

@@ -84,7 +84,7 @@ CLIENT_PREFIX, GOSSIP_PREFIX = "client_state.", "gossip_state."
 
 # ------------------------------------------------------------------------------------------------------ save
 def save(algorithm, comm, round_done: int, history, counters: dict[str, Any], config: Config, layout,
-         run_dir: Path | None) -> dict[str, Any] | None:
+         run_dir: str | Path) -> dict[str, Any] | None:
     """Write the checkpoint after `round_done` rounds into `run_dir` (module docstring): a collective, every
     process calls it with the same `run_dir` (a directory every process can write: one filesystem, or a shared
     one across nodes). Returns the manifest on the main process, None elsewhere."""
@@ -439,7 +439,7 @@ def _row_load_planner(start: int):
     """A DCP LoadPlanner reading rows start.. of each stored [m, ...] tensor into the given [n, ...] tensors (DCP
     computes which stored chunks overlap them and reads only those)."""
     from torch.distributed.checkpoint import DefaultLoadPlanner, LoadPlan
-    from torch.distributed.checkpoint.metadata import ChunkStorageMetadata
+    from torch.distributed.checkpoint.metadata import ChunkStorageMetadata, TensorStorageMetadata
     from torch.distributed.checkpoint.planner_helpers import create_read_items_for_chunk_list
 
     class RowLoadPlanner(DefaultLoadPlanner):
@@ -448,11 +448,14 @@ def _row_load_planner(start: int):
 
         def create_local_plan(self) -> LoadPlan:
             requests = []
+            assert self.metadata is not None, "DCP sets the metadata (set_up_planner) before it asks for the plan"
             for key, tensor in self.state_dict.items():
                 if tensor.shape[0] == 0:
                     continue
                 offsets = torch.Size([start] + [0] * (tensor.dim() - 1))
-                requests += create_read_items_for_chunk_list(key, self.metadata.state_dict_metadata[key], [
+                stored = self.metadata.state_dict_metadata[key]
+                assert isinstance(stored, TensorStorageMetadata), f"{key}: the shards hold tensors only (`save`)"
+                requests += create_read_items_for_chunk_list(key, stored, [
                     ChunkStorageMetadata(offsets=offsets, sizes=tensor.shape)])
             return LoadPlan(requests)
 
@@ -466,7 +469,7 @@ def _row_load_planner(start: int):
 def _gossip_state(algorithm) -> dict[str, torch.Tensor] | None:
     """The per-client state rows of the algorithm's gossip (None when it keeps none, as exact gossip)."""
     gossip = getattr(getattr(algorithm, "ctx", None), "gossip", None)
-    return gossip.client_state() if hasattr(gossip, "client_state") else None
+    return gossip.client_state() if gossip is not None and hasattr(gossip, "client_state") else None
 
 
 def rng_state() -> dict[str, Any]:
@@ -475,8 +478,8 @@ def rng_state() -> dict[str, Any]:
     name, keys, pos, has_gauss, gauss = np.random.get_state()
     state: dict[str, Any] = {
         "torch": torch.get_rng_state(),
-        "numpy": {"name": name, "keys": torch.as_tensor(keys.astype(np.int64), device="cpu"), "pos": int(pos),
-                  "has_gauss": int(has_gauss), "gauss": float(gauss)},
+        "numpy": {"name": name, "keys": torch.as_tensor(np.asarray(keys, dtype=np.int64), device="cpu"),
+                  "pos": int(pos), "has_gauss": int(has_gauss), "gauss": float(gauss)},
         "python": random.getstate(),
     }
     if torch.cuda.is_available() and torch.cuda.is_initialized():

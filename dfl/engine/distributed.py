@@ -522,7 +522,8 @@ class DistributedCommunicator:
         return PeerFailure(f"rank {self.rank} stopped because {message}")
 
     def _from_collective(self, exc: BaseException) -> bool:
-        seen, e = set(), exc
+        seen: set[int] = set()
+        e: BaseException | None = exc
         while e is not None and id(e) not in seen:
             if e is self._collective_error or isinstance(e, dist.DistError):
                 return True

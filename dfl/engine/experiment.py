@@ -25,7 +25,15 @@ from dfl.engine import build
 from dfl.engine import checkpoint as ckpt
 from dfl.engine.hooks import Hooks, Progress, RunInfo
 from dfl.engine.results import Result, RunDirectory
-from dfl.engine.setup import gossip_lambda, local_test_sets, make_algorithm, seeded_subset, train_subset
+from dfl.engine.setup import (
+    LocalTest,
+    Pair,
+    gossip_lambda,
+    local_test_sets,
+    make_algorithm,
+    seeded_subset,
+    train_subset,
+)
 from dfl.errors import DivergenceError
 from dfl.training import memory
 from dfl.training.evaluate import (
@@ -73,7 +81,7 @@ class Experiment:
         gossip = network.gossip(comm, X0.dtype, device, start=X0)  # compressed gossip: x̂ starts at X_0
         self.ctx = Context(config=config, hp=hp, trainer=trainer, gossip=gossip, comm=comm)
         self.algorithm = make_algorithm(config, self.ctx, X0, topology)  # rounds in lock-step, or async clocks
-        build.client_chunk(trainer, self.algorithm, comm, layout, X0)
+        self.chunk = build.client_chunk(trainer, self.algorithm, comm, layout, X0)  # clients per vectorized call
         self.config, self.comm, self.data, self.device, self.hp = config, comm, data, device, hp
         self.model, self.layout, self.X0, self.trainer, self.network = model, layout, X0, trainer, network
         self.tf32 = config.precision == "tf32"  # TF32 matmuls while the rounds go (`status`)
@@ -223,8 +231,8 @@ class Experiment:
         config, comm, X = self.config, self.comm, self.algorithm.X
         mean = comm.mean_rows(X)
         metrics = _evaluate(self.model, self.layout, X, mean, comm, self.eval_x, self.eval_y, self.train_sub,
-                            self.client_test, config, self.trainer.chunk, self.local_test)
-        if self.hessian_due(t):
+                            self.client_test, config, self.chunk, self.local_test)
+        if self.hessian_due(t) and self.hessian_sub is not None:  # the sample exists when hessian_every > 0
             metrics["hessian_top_eig"] = _hessian(self.model, self.layout, mean, self.hessian_sub, config)
         bytes_round, moved_round = self._last_round
         record = {
@@ -332,6 +340,7 @@ class Experiment:
         says which); the initial parameters as a view of the common x_0 (no [m, d] copy)."""
         ids = list(range(self.comm.num_clients)) if self.comm.is_main else list(self.comm.client_ids)
         initial = self.X0[:1].detach().to("cpu").expand(len(ids), -1)
+        assert self.params is not None, "the runner calls save_params before result"
         return Result(
             config=self.config,
             history=self.history,
@@ -359,8 +368,8 @@ def tf32_matmuls():
         return lambda: setattr(matmul, "allow_tf32", previous)
 
 
-def _evaluate(model, layout, X, mean, comm, x, y, train_sub, client_test, config, chunk: int,
-              local_test=None) -> dict[str, Any]:
+def _evaluate(model, layout, X, mean, comm, x, y, train_sub: Pair | None, client_test: Pair, config, chunk: int,
+              local_test: LocalTest | None = None) -> dict[str, Any]:
     """Metrics of the averaged model `mean` (= comm.mean_rows(X)) and of every client row of X.
 
     With local test sets (`local_test_fraction`), personalized evaluation as the DisPFL / DFedSAM code bases report
@@ -399,7 +408,7 @@ def _evaluate(model, layout, X, mean, comm, x, y, train_sub, client_test, config
     return record
 
 
-def _hessian(model, layout, mean, sample, config: Config) -> float:
+def _hessian(model, layout, mean, sample: Pair, config: Config) -> float:
     """Top Hessian eigenvalue of the averaged model's training loss (`dfl.training.flatness`); every process computes
     it from the same mean and sample, so it is identical everywhere."""
     from dfl.training.flatness import hessian_top_eigenvalue

@@ -14,6 +14,11 @@ from dfl.config import Config
 from dfl.data import FederatedData, run_partition_options
 from dfl.errors import ConfigError
 
+# (x, y): samples and their labels
+Pair = tuple[torch.Tensor, torch.Tensor]
+# (pooled train x, train y, (index, offsets, sizes)): clients' local test sets (`local_test_sets`)
+LocalTest = tuple[torch.Tensor, torch.Tensor, tuple[torch.Tensor, torch.Tensor, torch.Tensor]]
+
 
 def resolve_device(name: str) -> torch.device:
     """The torch device of `config.device`: "auto" is CUDA when there is one, else the CPU."""
@@ -74,13 +79,13 @@ def gossip_lambda(topology, steps: int) -> float:
     return float(topology.gossip_lambda(steps))
 
 
-def train_subset(data, config: Config, samples: int | None = None):
+def train_subset(data, config: Config, samples: int | None = None) -> Pair | None:
     """A fixed (seeded) subset of the pooled training data: `train_eval_samples` or `samples` of them."""
     k = config.train_eval_samples if samples is None else samples
     return seeded_subset(data.train_x, data.train_y, k, config.seed) if k else None
 
 
-def seeded_subset(x: torch.Tensor, y: torch.Tensor, k: int, seed: int):
+def seeded_subset(x: torch.Tensor, y: torch.Tensor, k: int, seed: int) -> Pair:
     """The first min(k, n) samples of a permutation drawn from `seed`: the same subset on every process."""
     n = x.shape[0]
     idx = torch.randperm(n, generator=torch.Generator().manual_seed(seed))[: min(k, n)].to(x.device)
@@ -101,7 +106,7 @@ def split_local_test(data, config: Config):
         raise ConfigError(str(exc)) from exc
 
 
-def local_test_sets(data, client_ids: list[int]):
+def local_test_sets(data, client_ids: Sequence[int]) -> LocalTest:
     """(x, y, (index, offsets, sizes)) of the given clients' local test sets, on the data's device: the pooled
     train set, their rows of it concatenated in client order, where each client starts, how many it has (the
     arguments of `evaluate.local_accuracies`)."""

@@ -54,7 +54,7 @@ class ParamLayout:
         """One tensor per parameter, `[..., *shape]`, as views of a flat `[..., d]` tensor (no copy)."""
         lead = X.shape[:-1]
         return tuple(
-            part.view(*lead, *shape) for part, shape in zip(torch.split(X, self.numels, dim=-1), self.shapes)
+            part.view(*lead, *shape) for part, shape in zip(torch.split(X, list(self.numels), dim=-1), self.shapes)
         )
 
     def named(self, parts) -> dict[str, torch.Tensor]:

@@ -34,7 +34,7 @@ def top_eigenvalue(
     generator = torch.Generator().manual_seed(seed)
     v = torch.randn(dim, generator=generator, dtype=torch.float64).to(device=device, dtype=dtype)
     v = v / v.norm()
-    estimate = None
+    estimate, new = None, float("nan")  # nan: no product taken (iters = 0)
     for _ in range(iters):
         Hv = hvp(v)
         new = float(torch.dot(v.double().flatten(), Hv.double().flatten()))
@@ -45,7 +45,7 @@ def top_eigenvalue(
         if estimate is not None and abs(new - estimate) <= tol * max(abs(new), 1e-12):
             return new
         estimate = new
-    return float(estimate)
+    return new
 
 
 def loss_hvp(loss_fn: Callable[[torch.Tensor], torch.Tensor], params: torch.Tensor):

@@ -92,7 +92,7 @@ class LocalTrainer:
         self.memory_estimate: dict | None = None
         # optional (round, client ids) -> max local steps per client, e.g. stragglers stopped by a deadline
         # (`dfl.network.faults.Stragglers.cap`); None = every client takes all its steps
-        self.step_cap: Callable[[int, list[int]], object] | None = None
+        self.step_cap: Callable[[int | np.ndarray, list[int]], np.ndarray] | None = None
         # ASAM's T (asam_form "kwon") adds η on the parameters named "weight": the [d] mask, and its per-parameter views
         self.weight_mask = layout.mask(lambda name: "weight" in name).to(data.train_x.device)
         self.weight_masks = layout.split(self.weight_mask)
@@ -116,7 +116,7 @@ class LocalTrainer:
         # without vmap (`dfl.training.batched`); torch.compile keeps compiling the vmapped gradient
         forward = batched_forward_of(model)
         self.batched = forward is not None and not config.compile
-        if self.batched:
+        if forward is not None and self.batched:
             self._grad = self._eager_grad = batched_grad_and_value(forward, layout, device_type, bf16)
         if config.compile:
             if device_type == "cpu":
@@ -131,7 +131,7 @@ class LocalTrainer:
         """Round `round_index`'s batches for the local clients (or only the local rows `rows`). An array gives
         every client its own round (the asynchronous mode, `dfl.engine.asynchronous`: each client at its own update)."""
         ids = self.client_ids if rows is None else [self.client_ids[r] for r in rows.tolist()]
-        first = round_index if np.ndim(round_index) == 0 else int(np.min(round_index))
+        first = int(np.min(round_index))  # a round, or the earliest of the clients' rounds
         torch.manual_seed(dropout_seed(self.seed, first, ids[0] if ids else 0))
         cap = None if self.step_cap is None else self.step_cap(round_index, ids)
         return RoundSchedule(self.data, ids, round_index, self.seed, self.batch_size, self.mode, self.amount, cap)
@@ -458,7 +458,10 @@ def descent_direction(g: torch.Tensor, y: torch.Tensor, rule: LocalRule, buf: to
         norm = g.norm(dim=1, keepdim=True)
         g = g * (rule.clip_grad_norm / (norm + 1e-6)).clamp(max=1.0)
     if rule.optimizer != "sgd":
-        return adam.direction(g, y, rule, rows)
+        if adam is None:
+            raise ConfigError(f"optimizer = {rule.optimizer} needs the clients' Adam state (`AdamState`); this "
+                              "algorithm keeps none: use optimizer = sgd")
+        return adam.direction(g, y, rule, slice(None) if rows is None else rows)
     if rule.weight_decay > 0:
         g = g + rule.weight_decay * y
     if buf is not None:
