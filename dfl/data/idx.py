@@ -30,9 +30,12 @@ FASHION_MEAN, FASHION_STD = 0.2860, 0.3530
 
 
 def read_idx(path: Path, magic: int, what: str = "IDX file") -> np.ndarray:
-    """The uint8 array stored in an IDX file (optionally gzipped), checking the magic number, and the size its
-    header claims against the file (and the memory available) before the data is read; every failure is one
-    `FileReadError` line naming the file."""
+    """The uint8 array stored in an IDX file (optionally gzipped), checked before it is read.
+
+    The uint8 array stored in an IDX file (optionally gzipped), checking the magic number, and the size its header
+    claims against the file (and the memory available) before the data is read; every failure is one `FileReadError`
+    line naming the file.
+    """
     path = check_input_file(path, what)
     gz = path.suffix == ".gz"
     try:
@@ -65,8 +68,11 @@ def read_idx(path: Path, magic: int, what: str = "IDX file") -> np.ndarray:
 
 
 def _read_exactly(fh, size: int, block: int = 1 << 24) -> bytes:
-    """Up to size + 1 bytes of `fh`, read in blocks (so a header that overstates the size allocates only what
-    the file holds)."""
+    """Up to size + 1 bytes of `fh`, read in blocks.
+
+    Up to size + 1 bytes of `fh`, read in blocks (so a header that overstates the size allocates only what the file
+    holds).
+    """
     parts, total = [], 0
     while total <= size:
         part = fh.read(min(block, size + 1 - total))

@@ -83,7 +83,10 @@ def _words(values) -> np.ndarray:
 
 
 def absorb(h: np.ndarray, word: np.ndarray, kind: np.uint64) -> np.ndarray:
-    """h' = mix(h ^ mix(word ^ kind)): for fixed h a bijection of word and vice versa (uint64, broadcasting)."""
+    """Absorb `word` into the hashes h: h' = mix(h ^ mix(word ^ kind)).
+
+    For fixed h a bijection of word and vice versa (uint64, broadcasting).
+    """
     return _mix(h ^ _mix(word ^ kind))
 
 
@@ -101,8 +104,11 @@ def slot_words(count: int) -> np.ndarray:
 
 
 def batch_width(all_sizes: np.ndarray, batch_size: int) -> int:
-    """B = min(batch_size, max_j n_j) over all N clients of the data (full batch, batch_size = 0: max_j n_j), so
-    widths and augmentation positions never depend on the subset; a batch wider than n_i is one pass over n_i."""
+    """The batch width B every client's batches share.
+
+    B = min(batch_size, max_j n_j) over all N clients of the data (full batch, batch_size = 0: max_j n_j), so widths
+    and augmentation positions never depend on the subset; a batch wider than n_i is one pass over n_i.
+    """
     widest = max(int(all_sizes.max()), 1) if len(all_sizes) else 1
     return min(batch_size, widest) if batch_size > 0 else widest
 
@@ -134,8 +140,10 @@ class _EpochPlan(NamedTuple):
     @classmethod
     def of(cls, n: np.ndarray, B: int, mode: str, amount: int, max_steps: np.ndarray | None,
            shuffle: bool) -> _EpochPlan:
-        """The plan of clients of n samples with batches of B; `max_steps` caps the steps (stragglers stopped by a
-        deadline take a prefix of their batches)."""
+        """The plan of clients of n samples with batches of B.
+
+        `max_steps` caps the steps (stragglers stopped by a deadline take a prefix of their batches).
+        """
         per_epoch = -(-n // B)
         k = local_step_counts(n, B, mode, amount)
         if max_steps is not None:
@@ -149,6 +157,8 @@ class _EpochPlan(NamedTuple):
 
 @dataclass
 class Batch:
+    """One step's minibatch of the clients that take it."""
+
     rows: torch.Tensor  # local row ids of the clients that take this step, [a]
     x: torch.Tensor  # [a, B, *input_shape]
     y: torch.Tensor  # [a, B]
@@ -202,8 +212,10 @@ class RoundSchedule:
 
     def _row_ids(self, flat: np.ndarray, base: np.ndarray, n: np.ndarray, plan: _EpochPlan,
                  shuffle: bool) -> np.ndarray:
-        """The train row ids the round's clients read, client after client: per client its kept samples, each epoch
-        shuffled (`_shuffled_rows`) when batches are drawn, else its samples in order (full batch).
+        """The train row ids the round's clients read, client after client.
+
+        Per client its kept samples, each epoch shuffled (`_shuffled_rows`) when batches are drawn, else its
+        samples in order (full batch).
 
         Args:
             flat: every client's train row ids, client after client (`FederatedData.flat_indices`).
@@ -226,7 +238,9 @@ class RoundSchedule:
         return np.concatenate(parts) if parts else np.zeros(0, dtype=row_dtype)
 
     def _upload_tables(self, n: np.ndarray, plan: _EpochPlan, shuffle: bool) -> None:
-        """The per-client tables a step reads (where its rows start, n, batches per epoch, epoch stride, positions
+        """Send the per-client tables a step reads to the data's device, in one copy.
+
+        The per-client tables a step reads (where its rows start, n, batches per epoch, epoch stride, positions
         used), and the sets of clients still stepping, sent to the data's device in one copy.
 
         The clients still taking steps at step k are those with K_i > k: the set changes only at the distinct
@@ -243,9 +257,12 @@ class RoundSchedule:
             _upload(self.data.train_x.device, parts)
 
     def _augmentation_grid(self, keys: np.ndarray) -> torch.Tensor:
-        """The crop-flip parameters of every (client, flat position) of the round, uint8 [m, steps * B, 3] (3 bytes
+        """The crop-flip parameters of every (client, flat position) of the round.
+
+        The crop-flip parameters of every (client, flat position) of the round, uint8 [m, steps * B, 3] (3 bytes
         a sample) on the data's device: computed on the host once and sent in one copy, so a step's block only
-        slices them on the device."""
+        slices them on the device.
+        """
         m, width = len(self.client_ids), self.steps * self.batch_size
         rows_per_group = max(1, _GROUP // max(width, 1))  # bounds the uint64 hash temporaries
         parts = [_augment_params(keys, np.arange(a, min(a + rows_per_group, m)), 0, width).to(torch.uint8)
@@ -259,7 +276,8 @@ class RoundSchedule:
 
         The batches come from a block of consecutive steps gathered at once (`_block`: one index grid, one gather of
         x and y, one augmentation call for up to BLOCK_BYTES of samples), so a step costs a view (every client
-        active) or one row gather (some finished), not a dozen small index ops."""
+        active) or one row gather (some finished), not a dozen small index ops.
+        """
         block = self._block_cache
         if block is None or not block[0] <= k < block[1]:
             block = self._block_cache = self._block(k)
@@ -272,9 +290,13 @@ class RoundSchedule:
         return Batch(rows=rows, x=x[rows], y=y[rows], weight=w[rows])
 
     def _block(self, k0: int):
-        """(k0, k1, x [S, m, B, ...], y [S, m, B], weight [S, m, B]) of steps k0..k1-1 (S = k1 - k0) of every schedule
-        row, step-major so that each step is contiguous; S keeps x under BLOCK_BYTES (at least one step). Entries
-        of rows past their steps are any valid sample with weight 0 (`batch` leaves those rows out)."""
+        """The batches of a block of consecutive steps, gathered at once.
+
+        (k0, k1, x [S, m, B, ...], y [S, m, B], weight [S, m, B]) of steps k0..k1-1 (S = k1 - k0) of every
+        schedule row, step-major so that each step is contiguous; S keeps x under BLOCK_BYTES (at least one
+        step). Entries of rows past their steps are any valid sample with weight 0 (`batch` leaves those rows
+        out).
+        """
         B, m = self.batch_size, len(self.client_ids)
         sample_bytes = self.data.train_x[:1].numel() * self.data.train_x.element_size()
         k1 = min(self.steps, k0 + max(1, BLOCK_BYTES // max(1, m * B * sample_bytes)))
@@ -292,8 +314,11 @@ class RoundSchedule:
             steps_first(valid.to(self.data.train_x.dtype))
 
     def batch_at(self, steps) -> Batch:
-        """Step steps[r] of every schedule row r at once (each below the row's step count): row r's batch is row r of
-        `batch(steps[r])`. The asynchronous mode takes one step per client, each client at its own step."""
+        """Step steps[r] of every schedule row r at once (each below the row's step count).
+
+        Row r's batch is row r of `batch(steps[r])`. The asynchronous mode takes one step per client, each
+        client at its own step.
+        """
         B = self.batch_size
         steps = np.asarray(steps, dtype=np.int64)
         if steps.shape != (len(self.client_ids),) or (steps < 0).any() or \
@@ -329,8 +354,11 @@ class RoundSchedule:
     # ---------------------------------------------------------------- whole-round grids (lazy)
     @cached_property
     def index(self) -> torch.Tensor:
-        """long [m, steps * B]: the train row id of every (client, flat position). Padding (weight 0) repeats the
-        epoch's last real sample, as `batch` does; past the client's steps it is any valid row id."""
+        """The train row id of every (client, flat position) of the round: long [m, steps * B].
+
+        The train row id of every (client, flat position). Padding (weight 0) repeats the epoch's last real
+        sample, as `batch` does; past the client's steps it is any valid row id.
+        """
         return self._grid[0]
 
     @cached_property
@@ -340,7 +368,7 @@ class RoundSchedule:
 
     @cached_property
     def aug(self) -> torch.Tensor | None:
-        """long [m, steps * B, 3] crop-flip parameters (0 past the client's steps), or None without augmentation."""
+        """The crop-flip parameters, long [m, steps * B, 3] (0 past the client's steps); None without augmentation."""
         if self._aug_keys is None:
             return None
         width = self.steps * self.batch_size
@@ -354,8 +382,11 @@ class RoundSchedule:
 
 
 def _augment_params(keys: np.ndarray, rows: np.ndarray, q0: int, q1: int) -> torch.Tensor:
-    """long [a, q1 - q0, 3] = (dy, dx, flip) of flat positions q0..q1-1 of schedule rows `rows` (`keys`: every
-    row's augmentation key)."""
+    """The crop-flip parameters of flat positions q0..q1-1 of some schedule rows.
+
+    long [a, q1 - q0, 3] = (dy, dx, flip) of flat positions q0..q1-1 of schedule rows `rows` (`keys`: every row's
+    augmentation key).
+    """
     return _crop_flip_params(_mix(keys[rows, None] ^ slot_words(q1)[None, q0:]))
 
 
@@ -368,7 +399,7 @@ def _upload(device: torch.device, arrays: list[np.ndarray]) -> list[torch.Tensor
 
 
 def _crop_flip_params(h: np.ndarray) -> torch.Tensor:
-    """long [..., 3] = (dy, dx, flip) from the hashes h of sample positions."""
+    """The crop-flip parameters (dy, dx, flip), long [..., 3], from the hashes h of sample positions."""
     span = 2 * CROP_PADDING + 1  # 24-bit fields mod 9: bias 2^-24
     dy = (h >> _S40) % _U(span)
     dx = ((h >> _S16) & _U(0xFFFFFF)) % _U(span)
@@ -397,7 +428,8 @@ def _shuffled_rows(flat, base, keys, n, epochs, last) -> np.ndarray:
     """Row ids, client by client and epoch by epoch, of the kept part of each epoch's permutation.
 
     Segment (client c, epoch e) holds n_c keys hash(keys_c, e, slot); one stable argsort of (segment << 32 |
-    top 32 key bits) orders every segment at once without mixing segments (segment < 2^31)."""
+    top 32 key bits) orders every segment at once without mixing segments (segment < 2^31).
+    """
     seg_client = np.repeat(np.arange(len(n)), epochs)
     first = np.cumsum(epochs) - epochs
     seg_epoch = np.arange(len(seg_client)) - np.repeat(first, epochs)

@@ -92,8 +92,11 @@ def _split(size: int, test_fraction: float) -> tuple[int, int]:
 
 
 def synthetic_shape(options: dict) -> DataShape:
-    """Train and test samples of `options`: the client sizes the loader will draw (from the seed), or, past
-    `DRAW_LIMIT` samples at the minimum size, that minimum (a lower bound)."""
+    """Train and test samples of `options`.
+
+    The client sizes the loader will draw (from the seed), or, past `DRAW_LIMIT` samples at the minimum size, that
+    minimum (a lower bound).
+    """
     clients, least = options["num_clients"], options["min_samples"]
     if clients * least > DRAW_LIMIT:
         test = int(least * options["test_fraction"])

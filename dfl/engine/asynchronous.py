@@ -70,7 +70,8 @@ class AsyncEngine:
     rows on the host; their updates `versions`, in round r) from X and returns (messages [n, d], losses [n] or None);
     `step(rows, ids, versions, r)` (dpsgd) returns (η·direction [n, d], losses [n]) at X[rows]; `None` for the
     local-steps family. Index tensors go to the device packed into one copy per use (`_upload`); nothing comes
-    back to the host during a round."""
+    back to the host during a round.
+    """
 
     def __init__(self, W: sp.csr_array, schedule: EventSchedule, X: torch.Tensor, comm, local, step,
                  updates_per_round: int):
@@ -124,8 +125,11 @@ class AsyncEngine:
         return loss, count, sent
 
     def replay(self, rounds: int) -> None:
-        """Advance the clocks and the message bookkeeping through `rounds` rounds without training (a resume:
-        the models and messages come from the checkpoint)."""
+        """Advance the clocks and the message bookkeeping through `rounds` rounds without training.
+
+        Advance the clocks and the message bookkeeping through `rounds` rounds without training (a resume: the
+        models and messages come from the checkpoint).
+        """
         while self.rounds_done < rounds:
             self._account(self.schedule.advance(self.updates))
             self.rounds_done += 1
@@ -186,8 +190,11 @@ class AsyncEngine:
         return [ev for ev in events if lo <= ev.client < hi]
 
     def _run_locals(self, events, r: int, loss: torch.Tensor, count: torch.Tensor) -> None:
-        """The local phases of a wave (this process's clients): their messages go to the pool. Host to device: one
-        index transfer (the rows and their pool slots), whatever the number of clients."""
+        """The local phases of a wave (this process's clients).
+
+        Their messages go to the pool. Host to device: one index transfer (the rows and their pool slots),
+        whatever the number of clients.
+        """
         mine = self._hosted(events)
         if not mine:
             return
@@ -202,8 +209,11 @@ class AsyncEngine:
             count.index_add_(0, rows, torch.ones_like(rows))
 
     def _run_mixes(self, events, r: int, loss: torch.Tensor, count: torch.Tensor) -> None:
-        """The mixes of a wave: the message rows they need (exchanged between processes), one sparse product. Host to
-        device: the exchange's send index (multi-process), one index transfer and the weights; nothing back."""
+        """The mixes of a wave.
+
+        The message rows they need (exchanged between processes), one sparse product. Host to device: the
+        exchange's send index (multi-process), one index transfer and the weights; nothing back.
+        """
         if not events:
             return
         keys_of = [self._terms(ev) for ev in events]
@@ -256,8 +266,11 @@ class AsyncEngine:
         return int(np.searchsorted(self.starts, client, side="right")) - 1
 
     def _exchange(self, events, keys_of):
-        """The message rows this process's mixes need from other processes (a collective: every rank calls it
-        with the same events). Returns (keys, rows [len(keys), d]) in the order received."""
+        """The message rows this process's mixes need from other processes.
+
+        The message rows this process's mixes need from other processes (a collective: every rank calls it with
+        the same events). Returns (keys, rows [len(keys), d]) in the order received.
+        """
         need = [[set() for _ in range(self.world)] for _ in range(self.world)]  # need[q][r]: q sends to r
         for ev, terms in zip(events, keys_of):
             r = self._owner(ev.client)
@@ -299,8 +312,11 @@ class AsyncEngine:
             self.free.append(self.slot.pop(key))
 
     def messages(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """The pool as per-client rows for a checkpoint: ([m_local, S, d] models, [m_local, S] versions, EMPTY
-        where unused), on the pool's device; S is the same on every process (the most versions any client keeps)."""
+        """The pool as per-client rows for a checkpoint.
+
+        ([m_local, S, d] models, [m_local, S] versions, EMPTY where unused), on the pool's device; S is the same
+        on every process (the most versions any client keeps).
+        """
         S = int((self.latest - self.low).max()) + 1
         n, d = self.X.shape
         device = self.X.device
@@ -374,6 +390,7 @@ class AsyncGossip(Algorithm):
     # the runner reads and replaces X; the engine owns it
     @property
     def X(self) -> torch.Tensor:
+        """The clients' current models (the engine's, once it runs)."""
         return self.engine.X if hasattr(self, "engine") else self._X
 
     @X.setter
@@ -384,6 +401,7 @@ class AsyncGossip(Algorithm):
             self._X = value
 
     def round(self, t: int) -> RoundStats:
+        """Round t: the waves of local updates and mixes whose clocks fall in it."""
         engine = self.engine
         if engine.rounds_done < t:  # resumed: replay the clocks, then put the checkpoint's messages back
             engine.replay(t)
@@ -427,8 +445,10 @@ class AsyncGossip(Algorithm):
 
     # ------------------------------------------------------------------------------------- checkpoints
     def state(self) -> dict[str, torch.Tensor]:
+        """The message pool as per-client rows (the models in flight and their versions)."""
         models, versions = self.engine.messages()
         return {"async_messages": models, "async_versions": versions}
 
     def load_state(self, state: dict[str, torch.Tensor]) -> None:
+        """Keep a checkpoint's message pool until the engine's next round puts it back."""
         self._loaded = (state["async_messages"], state["async_versions"])

@@ -81,8 +81,11 @@ def data_on_device(config: Config, data: FederatedData | None, comm, dev: torch.
 
 
 def topology(config: Config, data: FederatedData, ignored: list[str]) -> tuple[Topology, list[str]]:
-    """The graph the run mixes with (`dfl.engine.setup.build_topology`) and the ignored options, with "topology"
-    added (and a warning) when a centralized algorithm is given a topology it does not use."""
+    """The graph the run mixes with, and the ignored options.
+
+    The graph the run mixes with (`dfl.engine.setup.build_topology`) and the ignored options, with "topology" added
+    (and a warning) when a centralized algorithm is given a topology it does not use.
+    """
     if is_centralized(config.algorithm) and (config.topology not in ("ring", "full") or config.topology_options):
         # ring is the default: only a topology the user chose is worth a warning
         warnings.warn(f"{config.algorithm} is centralized (complete topology); ignoring topology", stacklevel=4)
@@ -107,8 +110,11 @@ def network(config: Config, graph: Topology, data: FederatedData, hp: dict[str, 
 
 
 def model(config: Config, data: FederatedData, dev: torch.device, given: Any = None) -> tuple[nn.Module, ParamLayout]:
-    """The template model (seeded, built or the given one copied, on `dev`, in train mode, checked on two samples)
-    and its flat parameter layout: a model that cannot run fails here, not in a round."""
+    """The template model and its flat parameter layout.
+
+    The template model (seeded, built or the given one copied, on `dev`, in train mode, checked on two samples) and
+    its flat parameter layout: a model that cannot run fails here, not in a round.
+    """
     net = model_for_run(config.model, config.model_options, tuple(data.input_shape), data.num_classes,
                         config.seed, dev, (data.train_x[:2], data.train_y[:2]), given)
     return net, ParamLayout.of(net)

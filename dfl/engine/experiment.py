@@ -1,6 +1,8 @@
-"""`Experiment`: one run between its phases. The set-up (data, topology, model, client stack, trainer, network,
-algorithm, resume, run directory) is `__init__`; then per round `train_round`, `evaluate`, `record`,
-`checkpoint`; at the end `save_params` and `result`. `dfl.engine.runner` drives it.
+"""`Experiment`: one run between its phases, which `dfl.engine.runner` drives.
+
+The set-up is `__init__`, a sequence of named steps (`dfl.engine.build`: data, topology, network, model, client
+block, trainer; then gossip, algorithm, resume, run directory); then per round `train_round`, `evaluate`, `record`,
+`checkpoint`; at the end `save_params` and `result`.
 
 Convention (docs/reference/update-rules.md#conventions): each round is "local training, then gossip", as in the papers'
 pseudo-code; metrics after round t describe the models after that round's gossip.
@@ -62,9 +64,12 @@ CLIENT_EVAL_WARN_PASSES = 20_000_000
 
 
 class Experiment:
-    """One run between its phases: `__init__` is the set-up (data, topology, model, client stack, trainer,
-    gossip, algorithm, resume, run directory), then `train_round`, `evaluate`, `record`, `checkpoint` per
-    round, and `save_params` + `result` at the end; `status()` marks summary.json with how the run ended."""
+    """One run between its phases.
+
+    `__init__` is the set-up (data, topology, model, client stack, trainer, gossip, algorithm, resume, run
+    directory), then `train_round`, `evaluate`, `record`, `checkpoint` per round, and `save_params` + `result` at
+    the end; `status()` marks summary.json with how the run ended.
+    """
 
     def __init__(self, config: Config, data, out, overwrite: bool, comm, resume: bool, given_model=None,
                  callbacks=None):
@@ -94,8 +99,11 @@ class Experiment:
             ckpt.set_rng_state(saved["rng"])
 
     def _restore_progress(self, saved: dict[str, Any] | None) -> None:
-        """The history and counters so far: empty for a fresh run, the checkpoint's when resuming (the algorithm's
-        state too: this process's rows only, onto the device)."""
+        """The history and counters so far.
+
+        Empty for a fresh run, the checkpoint's when resuming (the algorithm's state too: this process's rows
+        only, onto the device).
+        """
         self.history: list[dict[str, Any]] = []
         self.bytes_total, self.start, self.wall_before = 0, 0, 0.0
         if saved is None:
@@ -123,8 +131,11 @@ class Experiment:
             ckpt.remove_stale_shards(out)  # left by a save killed before its manifest
 
     def _write_start(self, hp: dict[str, Any], ignored: list[str], topology, gossip, saved) -> None:
-        """The initial summary, and the run directory's config.toml, partition.json and summary.json (on resume,
-        metrics.jsonl rewritten from the checkpoint's history and the previous params.pt removed)."""
+        """Write the initial summary and the run directory's first files.
+
+        The initial summary, and the run directory's config.toml, partition.json and summary.json (on resume,
+        metrics.jsonl rewritten from the checkpoint's history and the previous params.pt removed).
+        """
         self.summary = self._initial_summary(hp, ignored, topology)
         if saved is not None:
             self.summary["resumed_from_round"] = self.start
@@ -140,8 +151,11 @@ class Experiment:
         self.run_dir.write_json("summary.json", self.summary)
 
     def _prepare_evaluation(self) -> None:
-        """The fixed evaluation sets (test set, seeded train and per-client subsets, local test sets, the Hessian's
-        sample), the divergence rule's bound and the round loop's counters."""
+        """Prepare the evaluation sets, the divergence rule and the round loop's counters.
+
+        The fixed evaluation sets (test set, seeded train and per-client subsets, local test sets, the Hessian's
+        sample), the divergence rule's bound and the round loop's counters.
+        """
         config, data = self.config, self.data
         self.eval_x, self.eval_y = data.test_x, data.test_y
         self.train_sub = train_subset(data, config)
@@ -219,10 +233,12 @@ class Experiment:
         return stats
 
     def hessian_due(self, t: int) -> bool:
+        """Whether round t's evaluation includes the Hessian's top eigenvalue (every `hessian_every`, and last)."""
         every = self.config.hessian_every
         return every > 0 and ((t + 1) % every == 0 or t + 1 == self.config.rounds)
 
     def evaluation_due(self, t: int) -> bool:
+        """Whether round t is evaluated (every `eval_every` rounds, the last one, and with the Hessian)."""
         config = self.config
         return (t + 1) % config.eval_every == 0 or t + 1 == config.rounds or self.hessian_due(t)
 
@@ -254,8 +270,11 @@ class Experiment:
         return record
 
     def record(self, record: dict[str, Any]) -> None:
-        """Where an evaluated round's metrics go: the history, metrics.jsonl, the progress bar; then the
-        divergence rule (DIVERGENCE_LOSS_FACTOR) on its training loss."""
+        """Where an evaluated round's metrics go.
+
+        The history, metrics.jsonl, the progress bar; then the divergence rule (DIVERGENCE_LOSS_FACTOR) on its
+        training loss.
+        """
         self.history.append(record)
         if self.run_dir:
             self.run_dir.append_metrics(record)
@@ -275,24 +294,32 @@ class Experiment:
             )
 
     def checkpoint_due(self, t: int) -> bool:
-        """At every `checkpoint_every` rounds (default: every evaluation) and at the end, with a run directory,
-        and never while the training loss is above the divergence bound (the one on disk stays the last good)."""
+        """Whether the state after round t is checkpointed.
+
+        At every `checkpoint_every` rounds (default: every evaluation) and at the end, with a run directory, and
+        never while the training loss is above the divergence bound (the one on disk stays the last good).
+        """
         every = self.config.checkpoint_every or self.config.eval_every
         return self.out is not None and self.above_bound == 0 and (
             (t + 1) % every == 0 or t + 1 == self.config.rounds or self.hooks.stopped)
 
     def checkpoint(self, t: int) -> None:
-        """The state after round t (`dfl.engine.checkpoint`): a collective, every rank calls it and writes the shards
-        of its own rows; rank 0 then writes the manifest checkpoint.pt atomically."""
+        """The state after round t (`dfl.engine.checkpoint`).
+
+        A collective, every rank calls it and writes the shards of its own rows; rank 0 then writes the manifest
+        checkpoint.pt atomically.
+        """
         counters = {"bytes_sent_total": self.bytes_total, "bytes_moved": self.comm.bytes_moved,
                     "wall_seconds": self.wall_before + time.perf_counter() - self.started}
         ckpt.save(self.algorithm, self.comm, t + 1, self.history, counters, self.config, self.layout, self.out)
 
     # ---------------------------------------------------------------------------------------------- finish
     def save_params(self) -> None:
-        """params.pt, then status "completed": a kill in between leaves a run that is not marked done. The whole
-        population is assembled on the main process's host, block by block (`comm.assemble_rows`); every other
-        process keeps only its own rows."""
+        """params.pt, then status "completed".
+
+        A kill in between leaves a run that is not marked done. The whole population is assembled on the main
+        process's host, block by block (`comm.assemble_rows`); every other process keeps only its own rows.
+        """
         if self.comm.is_main and self.comm.world_size > 1:
             # the round's freed stacks go back to the OS first: the host copy of every client's rows then takes their
             # place instead of growing the heap beyond them (CPU, kept heap; a no-op otherwise)
@@ -304,9 +331,12 @@ class Experiment:
 
     @contextmanager
     def status(self):
-        """Marks the summary with how the run ended (completed by `save_params`, stopped when a callback or the
+        """Record how the run ended in summary.json, whatever happened.
+
+        Marks the summary with how the run ended (completed by `save_params`, stopped when a callback or the
         target asked; diverged, interrupted or failed here, with the error) and writes summary.json with the
-        final metrics, whatever happened. The hooks (`dfl.engine.hooks`) start here and finish last."""
+        final metrics, whatever happened. The hooks (`dfl.engine.hooks`) start here and finish last.
+        """
         summary = self.summary
         restore_precision = tf32_matmuls() if self.tf32 else None
         try:
@@ -336,8 +366,11 @@ class Experiment:
             self.hooks.finish(summary)
 
     def result(self) -> Result:
-        """The run's `Result`: on the main process every client's rows, elsewhere this process's block (`client_ids`
-        says which); the initial parameters as a view of the common x_0 (no [m, d] copy)."""
+        """The run's `Result`.
+
+        On the main process every client's rows, elsewhere this process's block (`client_ids` says which); the
+        initial parameters as a view of the common x_0 (no [m, d] copy).
+        """
         ids = list(range(self.comm.num_clients)) if self.comm.is_main else list(self.comm.client_ids)
         initial = self.X0[:1].detach().to("cpu").expand(len(ids), -1)
         assert self.params is not None, "the runner calls save_params before result"
@@ -356,7 +389,9 @@ class Experiment:
 
 def tf32_matmuls():
     """Allow TF32 for CUDA fp32 matmuls (`precision = "tf32"`); returns the function that puts PyTorch's setting back.
-    The per-backend API where torch has it (2.9+; mixing it with `allow_tf32` is an error there), else allow_tf32."""
+
+    The per-backend API where torch has it (2.9+; mixing it with `allow_tf32` is an error there), else allow_tf32.
+    """
     matmul = torch.backends.cuda.matmul
     try:
         previous = matmul.fp32_precision
@@ -379,7 +414,8 @@ def _evaluate(model, layout, X, mean, comm, x, y, train_sub: Pair | None, client
     accuracies, Σ_i correct_i / n_i / m, not Σ_i correct_i / Σ_i n_i). The models are those after the round's
     gossip, like every metric here (docs/reference/update-rules.md#conventions; DisPFL-derived code gossips first and
     evaluates right after
-    local training)."""
+    local training).
+    """
     test_acc, test_loss = evaluate_row(model, layout, mean, x, y, config.eval_batch_size)
     record: dict[str, Any] = {"test_acc": test_acc, "test_loss": test_loss}
     if train_sub is not None:
@@ -409,8 +445,10 @@ def _evaluate(model, layout, X, mean, comm, x, y, train_sub: Pair | None, client
 
 
 def _hessian(model, layout, mean, sample: Pair, config: Config) -> float:
-    """Top Hessian eigenvalue of the averaged model's training loss (`dfl.training.flatness`); every process computes
-    it from the same mean and sample, so it is identical everywhere."""
+    """Top Hessian eigenvalue of the averaged model's training loss (`dfl.training.flatness`).
+
+    Every process computes it from the same mean and sample, so it is identical everywhere.
+    """
     from dfl.training.flatness import hessian_top_eigenvalue
 
     return hessian_top_eigenvalue(model, layout, mean, *sample, iters=config.hessian_iters,
@@ -426,9 +464,11 @@ def _mean_train_loss(stats, comm) -> float:
 
 
 def _check_finite(X: torch.Tensor, train_loss: torch.Tensor, t: int, comm) -> None:
-    """DivergenceError when any client of any process has a NaN/inf loss or parameter. One read back per round in
-    the common case: the count, over every process, of the suspect rows (a non-finite row sum or loss); only when
-    there are any are they checked element by element (`nonfinite_clients`) and named."""
+    """DivergenceError when any client of any process has a NaN/inf loss or parameter.
+
+    One read back per round in the common case: the count, over every process, of the suspect rows (a non-finite row
+    sum or loss); only when there are any are they checked element by element (`nonfinite_clients`) and named.
+    """
     suspect = suspect_rows(X) | ~torch.isfinite(train_loss)
     if not int(comm.sum(suspect.sum(dtype=torch.float64).reshape(1)).item()):
         return
@@ -445,8 +485,11 @@ def _check_finite(X: torch.Tensor, train_loss: torch.Tensor, t: int, comm) -> No
 
 
 def _check_finite_metrics(record: dict[str, Any]) -> None:
-    """A metric of the averaged model or of the clients' spread that is NaN/inf means the run diverged, even when
-    every parameter is finite (lr = 1e30: parameters near 1e30 whose squared distances overflow)."""
+    """DivergenceError when a metric that stays finite in a sound run is NaN/inf.
+
+    A metric of the averaged model or of the clients' spread that is NaN/inf means the run diverged, even when every
+    parameter is finite (lr = 1e30: parameters near 1e30 whose squared distances overflow).
+    """
     bad = [key for key in FINITE_METRICS if isinstance(record.get(key), float) and not math.isfinite(record[key])]
     if bad:
         values = ", ".join(f"{key} = {record[key]}" for key in bad)

@@ -23,8 +23,11 @@ from dfl.training import memory
 
 
 def raise_on_signal(signum, frame) -> None:
-    """A signal handler (SIGTERM, SIGHUP): stop the run as `RunInterrupted`, so it records status "interrupted"
-    with its last completed round and keeps its metrics and last checkpoint."""
+    """A signal handler (SIGTERM, SIGHUP).
+
+    Stop the run as `RunInterrupted`, so it records status "interrupted" with its last completed round and keeps its
+    metrics and last checkpoint.
+    """
     raise RunInterrupted(signum)
 
 
@@ -83,9 +86,12 @@ def run(  # over 50 lines by its docstring alone: dfl.run's documentation of eve
 
 
 def _run_config(config: Config | None, data, out, overwrite: bool, resume: bool, model) -> Config:
-    """The validated config of a run, the arguments checked, a given model recorded (as "module:factory" when that
-    imports back to the factory, else as "module.Name (instance)"/"(factory)", which runs and resumes only with
-    the object passed again); this process's torch threads set ("auto" or N: `dfl.threads`)."""
+    """The validated config of a run, with the arguments checked and a given model recorded.
+
+    The validated config of a run, the arguments checked, a given model recorded (as "module:factory" when that
+    imports back to the factory, else as "module.Name (instance)"/"(factory)", which runs and resumes only with the
+    object passed again); this process's torch threads set ("auto" or N: `dfl.threads`).
+    """
     config = Config() if config is None else config
     _check_arguments(config, data, out, overwrite, resume)
     if model is not None:
@@ -98,8 +104,11 @@ def _run_config(config: Config | None, data, out, overwrite: bool, resume: bool,
 
 
 def _check_arguments(config, data, out, overwrite, resume) -> None:
-    """The arguments of `run` that are not the config: an `ArgumentError` (a ConfigError and a TypeError) naming
-    the argument for a wrong type, a ConfigError for a wrong combination."""
+    """The arguments of `run` that are not the config.
+
+    An `ArgumentError` (a ConfigError and a TypeError) naming the argument for a wrong type, a ConfigError for a
+    wrong combination.
+    """
     from dfl.data import FederatedData
 
     if not isinstance(config, Config):
@@ -121,9 +130,12 @@ def _check_arguments(config, data, out, overwrite, resume) -> None:
 
 
 def _run(config: Config, data, out, overwrite: bool, comm, resume: bool, given_model=None, callbacks=None) -> Result:
-    """The phases of a run, in order: set-up, the round loop (train, evaluate when due, checkpoint when due),
-    finish. `Experiment.record` is where every evaluated round's metrics go out (metrics.jsonl, progress,
-    loggers, callbacks); a stop they ask for ends the loop after that round's checkpoint."""
+    """The phases of a run, in order.
+
+    Set-up, the round loop (train, evaluate when due, checkpoint when due), finish. `Experiment.record` is where
+    every evaluated round's metrics go out (metrics.jsonl, progress, loggers, callbacks); a stop they ask for ends
+    the loop after that round's checkpoint.
+    """
     exp = Experiment(config, data, out, overwrite, comm, resume, given_model, callbacks)
     with exp.status():
         for t in range(exp.start, config.rounds):

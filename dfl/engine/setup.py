@@ -1,5 +1,8 @@
-"""Setting a run up from its config: the device, the data, the topology and the algorithm (synchronous rounds or
-the asynchronous mode), each built the one way every run, sweep and command builds it."""
+"""Setting a run up from its config.
+
+The device, the data, the topology and the algorithm (synchronous rounds or the asynchronous mode), each built the one
+way every run, sweep and command builds it.
+"""
 
 from __future__ import annotations
 
@@ -30,10 +33,12 @@ def resolve_device(name: str) -> torch.device:
 
 
 def build_topology(config: Config, n: int, sizes: Sequence[int] | None = None):
-    """The topology a run mixes with: the complete graph for a centralized algorithm (the configured graph
-    plays no part), else the configured topology on n clients (a built-in or a registered one). Sample-count
-    weights (da-dpfl's w_ij ∝ n_j) take `sizes`, the clients' training-sample counts, unless the topology's
-    options give their own."""
+    """The topology a run mixes with.
+
+    The complete graph for a centralized algorithm (the configured graph plays no part), else the configured
+    topology on n clients (a built-in or a registered one). Sample-count weights (da-dpfl's w_ij ∝ n_j) take
+    `sizes`, the clients' training-sample counts, unless the topology's options give their own.
+    """
     if is_centralized(config.algorithm):
         return topologies.build("full", n)
     options = topology_registry.run_options(config)  # random graphs follow the run's seed unless options set one
@@ -50,8 +55,11 @@ def build_topology(config: Config, n: int, sizes: Sequence[int] | None = None):
 
 
 def build_data(config: Config) -> FederatedData:
-    """The run's dataset split among `config.clients` clients by `config.partition` (Dirichlet partitions take
-    `alpha`, default 0.3: `dfl.data.run_partition_options`), seeded by `config.seed`."""
+    """The run's dataset, split among its clients.
+
+    The run's dataset split among `config.clients` clients by `config.partition` (Dirichlet partitions take `alpha`,
+    default 0.3: `dfl.data.run_partition_options`), seeded by `config.seed`.
+    """
     return FederatedData.build(
         config.dataset,
         config.clients,
@@ -64,9 +72,12 @@ def build_data(config: Config) -> FederatedData:
 
 
 def make_algorithm(config: Config, ctx, X0: torch.Tensor, topology):
-    """The algorithm a run steps through, round by round: the configured one in lock-step rounds, or, with
-    `mode = "async"`, every client on its own clock (`dfl.engine.asynchronous.AsyncGossip`). Both answer
-    `round(t)`, `state()` and `metrics()`, so the round loop does not branch on the mode."""
+    """The algorithm a run steps through, round by round.
+
+    The configured one in lock-step rounds, or, with `mode = "async"`, every client on its own clock
+    (`dfl.engine.asynchronous.AsyncGossip`). Both answer `round(t)`, `state()` and `metrics()`, so the round loop
+    does not branch on the mode.
+    """
     if config.mode == "async":
         from dfl.engine.asynchronous import AsyncGossip
 
@@ -93,8 +104,10 @@ def seeded_subset(x: torch.Tensor, y: torch.Tensor, k: int, seed: int) -> Pair:
 
 
 def split_local_test(data, config: Config):
-    """`local_test_fraction` > 0: the data with each client's local test part held out (`FederatedData.
-    split_local_test`, seeded by `seed`); the run does the split, so config.toml reproduces it."""
+    """The data with each client's local test part held out when `local_test_fraction` > 0.
+
+    The split is `FederatedData.split_local_test`, seeded by `seed`; the run does it, so config.toml reproduces it.
+    """
     if data.local_test_indices is not None:
         raise ConfigError(f"the given data already has local test sets (local_test_fraction = "
                           f"{data.local_test_fraction}); pass it unsplit and set local_test_fraction instead")
@@ -107,9 +120,11 @@ def split_local_test(data, config: Config):
 
 
 def local_test_sets(data, client_ids: Sequence[int]) -> LocalTest:
-    """(x, y, (index, offsets, sizes)) of the given clients' local test sets, on the data's device: the pooled
-    train set, their rows of it concatenated in client order, where each client starts, how many it has (the
-    arguments of `evaluate.local_accuracies`)."""
+    """(x, y, (index, offsets, sizes)) of the given clients' local test sets, on the data's device.
+
+    The pooled train set, their rows of it concatenated in client order, where each client starts, how many it has
+    (the arguments of `evaluate.local_accuracies`).
+    """
     parts = [data.local_test_indices[i] for i in client_ids]
     sizes = torch.tensor([p.numel() for p in parts], dtype=torch.long)
     device = data.train_x.device

@@ -47,6 +47,8 @@ Transform = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
 
 @dataclass(frozen=True)
 class LocalRule:
+    """How a client takes a local step: the SAM variant and radius, momentum or Adam, weight decay, clipping."""
+
     rho: float = 0.0  # SAM radius; 0 = plain gradient
     sam: str = "sam"  # "sam" or "asam"
     asam_eta: float = 0.2
@@ -68,6 +70,8 @@ class LocalRule:
 
 @dataclass
 class LocalResult:
+    """The clients after one round of local training (`LocalTrainer.train`)."""
+
     Y: torch.Tensor  # [m, d] parameters after local training
     momentum: torch.Tensor | None  # [m, d] final momentum buffers (None when μ = 0)
     loss: torch.Tensor  # [m] mean minibatch loss of each client over its steps
@@ -128,8 +132,11 @@ class LocalTrainer:
             self._grad = torch.compile(self._grad, dynamic=None)
 
     def schedule(self, round_index: int | np.ndarray, rows: torch.Tensor | None = None) -> RoundSchedule:
-        """Round `round_index`'s batches for the local clients (or only the local rows `rows`). An array gives
-        every client its own round (the asynchronous mode, `dfl.engine.asynchronous`: each client at its own update)."""
+        """Round `round_index`'s batches for the local clients (or only the local rows `rows`).
+
+        An array gives every client its own round (the asynchronous mode, `dfl.engine.asynchronous`: each client
+        at its own update).
+        """
         ids = self.client_ids if rows is None else [self.client_ids[r] for r in rows.tolist()]
         first = int(np.min(round_index))  # a round, or the earliest of the clients' rounds
         torch.manual_seed(dropout_seed(self.seed, first, ids[0] if ids else 0))
@@ -138,10 +145,14 @@ class LocalTrainer:
 
     # ---------------------------------------------------------------- clients per vectorized call
     def plan_chunk(self, X: torch.Tensor, held_bytes: int | None = None) -> int:
-        """Measure a gradient call's memory on round 0's first batch and resolve `client_chunk` (`dfl.training.memory`):
-        "auto" becomes the largest chunk that fits and is fast; an explicit chunk is kept (a warning says when
-        the estimate puts it above memory). Raises ConfigError with the estimate when not even one client fits.
-        held_bytes: the per-client stacks this process holds (`dfl.training.memory.held_bytes`; None: X alone)."""
+        """Measure a gradient call's memory and resolve `client_chunk`.
+
+        Measure a gradient call's memory on round 0's first batch and resolve `client_chunk`
+        (`dfl.training.memory`): "auto" becomes the largest chunk that fits and is fast; an explicit chunk is
+        kept (a warning says when the estimate puts it above memory). Raises ConfigError with the estimate when
+        not even one client fits. held_bytes: the per-client stacks this process holds
+        (`dfl.training.memory.held_bytes`; None: X alone).
+        """
         m = X.shape[0]
         probe = min(4, m)
         batch = self.schedule(0, torch.arange(probe)).batch(0)
@@ -194,13 +205,16 @@ class LocalTrainer:
         return self.gradient(point, batch)[0], loss
 
     def _sgd_step(self, Yb: torch.Tensor, b: torch.Tensor | None, batch: Batch, rule: LocalRule, lr: float):
-        """One step of SGD (SAM, clipping, weight decay, heavy-ball momentum; `rule.optimizer == "sgd"`, `rule.sam ==
-        "sam"`) for the rows Yb with momentum rows b, both updated in place; returns the losses [a] at Yb.
+        """One SGD step, parameter by parameter, of the rows Yb.
+
+        One step of SGD (SAM, clipping, weight decay, heavy-ball momentum; `rule.optimizer == "sgd"`, `rule.sam
+        == "sam"`) for the rows Yb with momentum rows b, both updated in place; returns the losses [a] at Yb.
 
         The same arithmetic as `sam_gradient` + `descent_direction`, element by element, but parameter by parameter
         on the gradients' own tensors and `ParamLayout.split` views of Yb and b: no `cat` joining the gradients into
         [a, d] rows (two per SAM step), no [a, d] temporaries for the update. Only the per-client norms (SAM,
-        clipping) sum in another order: the norm of the per-parameter norms."""
+        clipping) sum in another order: the norm of the per-parameter norms.
+        """
         ys = self.layout.split(Yb)
         g, loss = self._grad(ys, batch.x, batch.y, batch.weight)
         if rule.rho > 0:  # the gradient at the SAM point y + ρ g/(‖g‖+ε₀), parameter by parameter
@@ -231,7 +245,9 @@ class LocalTrainer:
         rows: torch.Tensor | None = None,
         adam: AdamState | None = None,
     ) -> LocalResult:
-        """K local steps of `rule` from X (not modified), client by client as in the papers' pseudo-code::
+        """K local steps of `rule` from X (not modified), client by client.
+
+        As in the papers' pseudo-code::
 
             for k = 0 .. K−1, for every client i (a chunk of clients per vectorized call):
                 g ← ∇f_i(sam_point(y_i); ξ_{i,k})        (the plain gradient when ρ = 0)
@@ -412,10 +428,13 @@ def sam_point(y: Sequence[torch.Tensor], g: Sequence[torch.Tensor], rule: LocalR
 
 
 def dropout_seed(seed: int, round_index: int, first_client: int) -> int:
-    """The seed of torch's global generator for a round's local training, from which dropout (vmap randomness
+    """The seed of torch's global generator for a round's local training (dropout's draws).
+
+    The seed of torch's global generator for a round's local training, from which dropout (vmap randomness
     "different") draws: a function of (seed, round, the block's first client id), so draws are reproducible, the
-    same after a resume, and different on every process. They do depend on how clients are grouped into
-    vectorized calls (client_chunk) and on the device."""
+    same after a resume, and different on every process. They do depend on how clients are grouped into vectorized
+    calls (client_chunk) and on the device.
+    """
     return int(np.random.SeedSequence([seed, round_index, first_client, 0xD80]).generate_state(1, np.uint64)[0])
 
 
@@ -431,9 +450,11 @@ TRITON_MIN_CAPABILITY = (7, 0)  # Triton's GPU code generation starts at Volta
 
 
 def require_triton(device: torch.device) -> None:
-    """torch.compile (inductor) generates Triton kernels on CUDA: Triton must import, the GPU must be one Triton
-    compiles for, and a C compiler must be there (Triton builds a small C launcher per kernel): fail at start, not
-    after the first round."""
+    """torch.compile (inductor) generates Triton kernels on CUDA.
+
+    Triton must import, the GPU must be one Triton compiles for, and a C compiler must be there (Triton builds a
+    small C launcher per kernel): fail at start, not after the first round.
+    """
     import importlib.util
 
     if importlib.util.find_spec("triton") is None:
@@ -452,8 +473,11 @@ def require_triton(device: torch.device) -> None:
 
 def descent_direction(g: torch.Tensor, y: torch.Tensor, rule: LocalRule, buf: torch.Tensor | None,
                       adam: AdamState | None = None, rows: slice | torch.Tensor | None = None):
-    """Clip per row, then SGD: add weight decay, apply heavy-ball momentum, return b; or Adam/AdamW: the step
-    of `adam`'s clients `rows` (updated). The step is y − η·(the returned direction)."""
+    """Clip per row, then SGD.
+
+    Add weight decay, apply heavy-ball momentum, return b; or Adam/AdamW: the step of `adam`'s clients `rows`
+    (updated). The step is y − η·(the returned direction).
+    """
     if rule.clip_grad_norm > 0:
         norm = g.norm(dim=1, keepdim=True)
         g = g * (rule.clip_grad_norm / (norm + 1e-6)).clamp(max=1.0)
@@ -470,8 +494,11 @@ def descent_direction(g: torch.Tensor, y: torch.Tensor, rule: LocalRule, buf: to
 
 
 def row_norms(parts) -> torch.Tensor:
-    """[a, 1]: the norm of each row of the [a, d] stack whose parameters are `parts` ([a, *shape] each), as the norm
-    of the per-parameter norms (no joined [a, d] tensor)."""
+    """[a, 1].
+
+    The norm of each row of the [a, d] stack whose parameters are `parts` ([a, *shape] each), as the norm of the
+    per-parameter norms (no joined [a, d] tensor).
+    """
     a = parts[0].shape[0]
     if len(parts) == 1:
         return parts[0].reshape(a, -1).norm(dim=1, keepdim=True)
