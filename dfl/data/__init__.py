@@ -66,14 +66,12 @@ __all__ = [
 
 
 def check_config(config) -> DataShape | None:
-    """The data's part of `dfl.validate`, before anything is loaded.
+    """The data's part of `dfl.validate`, before anything is loaded; the dataset's size when its card knows it.
 
-    `dataset` and `partition` are registered, their options are known (and a built-in dataset's values in range),
-    each setting is given once (the dataset's directory is `data_root`, never `dataset_options.root`; alpha and seed
-    are Config fields, not partition options), a dataset read from a directory has `data_root`, alpha goes with a
-    Dirichlet partition, every client can get a sample and the dataset fits in the memory free. Returns the
-    dataset's size when its card knows it, else None. Whether a partition fits the labels is known only when the
-    data is built (`FederatedData.build`).
+    `dataset` and `partition` are registered, their options known (a built-in's in range), each setting given once (the
+    dataset's directory is `data_root`, never `dataset_options.root`; alpha and seed are Config fields, not partition
+    options), a dataset read from a directory has `data_root`, alpha goes with a Dirichlet partition, every client can
+    get a sample and the dataset fits in the memory free; partitions meet the labels at build time.
     """
     options = config.dataset_options
     if "root" in options:

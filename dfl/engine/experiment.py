@@ -66,9 +66,9 @@ CLIENT_EVAL_WARN_PASSES = 20_000_000
 class Experiment:
     """One run between its phases.
 
-    `__init__` is the set-up (data, topology, model, client stack, trainer, gossip, algorithm, resume, run
-    directory), then `train_round`, `evaluate`, `record`, `checkpoint` per round, and `save_params` + `result` at
-    the end; `status()` marks summary.json with how the run ended.
+    `__init__` is the set-up, step by step (`dfl.engine.build`: data, topology, network, model, client block,
+    trainer; then gossip, algorithm, resume, run directory), then `train_round`, `evaluate`, `record`, `checkpoint`
+    per round, and `save_params` + `result` at the end; `status()` marks summary.json with how the run ended.
     """
 
     def __init__(self, config: Config, data, out, overwrite: bool, comm, resume: bool, given_model=None,

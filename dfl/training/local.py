@@ -245,9 +245,7 @@ class LocalTrainer:
         rows: torch.Tensor | None = None,
         adam: AdamState | None = None,
     ) -> LocalResult:
-        """K local steps of `rule` from X (not modified), client by client.
-
-        As in the papers' pseudo-code::
+        """K local steps of `rule` from X (not modified), as in the papers' pseudo-code.
 
             for k = 0 .. K−1, for every client i (a chunk of clients per vectorized call):
                 g ← ∇f_i(sam_point(y_i); ξ_{i,k})        (the plain gradient when ρ = 0)
