@@ -12,7 +12,7 @@ from torch import nn
 from dfl.config import Config
 from dfl.data import FederatedData
 from dfl.training.clients import ParamLayout, initial_stack
-from dfl.training.local import LocalRule, LocalTrainer
+from dfl.training.local import LocalRule, LocalTrainer, sam_point
 
 SIZES = (10, 7, 13, 5)
 
@@ -186,13 +186,30 @@ def test_sam_with_rho_zero_is_sgd(device, sam, slack):
 
 def test_sam_perturbation_uses_joint_norm(device):
     """ε = ρ g/‖g‖ with one norm over all parameters, per client row (docs/reference/update-rules.md#sam-and-asam)."""
-    data = make_data().to(device)
-    model = make_model().to(device)
-    trainer = LocalTrainer(model, ParamLayout.of(model), data, [0, 1, 2, 3], Config(clients=4))
-    g = torch.randn(4, ParamLayout.of(model).dim).to(device)
-    eps = trainer.perturbation(torch.zeros_like(g), g, LocalRule(rho=0.3))
+    layout = ParamLayout.of(make_model())
+    g = torch.randn(4, layout.dim).to(device)
+    zero = torch.zeros_like(g)
+    mask = layout.mask(lambda name: "weight" in name).to(device)
+    (eps,) = sam_point((zero,), (g,), LocalRule(rho=0.3), (mask,))
     torch.testing.assert_close(eps.norm(dim=1), torch.full((4,), 0.3, device=device))
     torch.testing.assert_close(eps / eps.norm(dim=1, keepdim=True), g / g.norm(dim=1, keepdim=True))
+
+
+@pytest.mark.parametrize("rule", [LocalRule(rho=0.3), LocalRule(rho=0.3, sam="asam", asam_eta=0.5),
+                                  LocalRule(rho=0.3, sam="asam", asam_form="dp-fedsam")], ids=["sam", "asam", "dp"])
+def test_sam_point_per_parameter_equals_joined_rows(device, rule):
+    """The SAM point of the parameter-by-parameter parts (`ParamLayout.split`) is the joined rows' SAM point."""
+    layout = ParamLayout.of(make_model())
+    gen = torch.Generator().manual_seed(0)
+    y, g = (torch.randn(4, layout.dim, generator=gen).to(device) for _ in range(2))
+    mask = layout.mask(lambda name: "weight" in name).to(device)
+    (joined,) = sam_point((y,), (g,), rule, (mask,))
+    parts = sam_point(layout.split(y), layout.split(g), rule, layout.split(mask))
+    torch.testing.assert_close(layout.join(parts), joined)
+    if rule.sam == "asam":  # T = 1 on biases in Kwon's form only: the two forms differ
+        other = LocalRule(rho=0.3, sam="asam", asam_eta=0.5, asam_form="kwon" if rule.asam_form != "kwon"
+                          else "dp-fedsam")
+        assert not torch.allclose(sam_point((y,), (g,), other, (mask,))[0], joined)
 
 
 def test_augmented_batches_depend_only_on_seed_client_and_round(device):

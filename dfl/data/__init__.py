@@ -66,13 +66,13 @@ __all__ = [
 
 
 def check_config(config) -> DataShape | None:
-    """The data's part of `dfl.validate`, before anything is loaded: `dataset` and `partition` are registered,
-    their options are known (and a built-in dataset's values in range), each setting is given once (the
-    dataset's directory is `data_root`, never `dataset_options.root`; alpha and seed are Config fields, not
-    partition options), a dataset read from a directory has `data_root`, alpha goes with a Dirichlet
-    partition, every client can get a sample and the dataset fits in the memory free. Returns the dataset's size
-    when its card knows it, else None. Whether a partition fits the labels is known
-    only when the data is built (`FederatedData.build`)."""
+    """The data's part of `dfl.validate`, before anything is loaded; the dataset's size when its card knows it.
+
+    `dataset` and `partition` are registered, their options known (a built-in's in range), each setting given once (the
+    dataset's directory is `data_root`, never `dataset_options.root`; alpha and seed are Config fields, not partition
+    options), a dataset read from a directory has `data_root`, alpha goes with a Dirichlet partition, every client can
+    get a sample and the dataset fits in the memory free; partitions meet the labels at build time.
+    """
     options = config.dataset_options
     if "root" in options:
         raise ConfigError(f"dataset_options.root = {options['root']!r}: a dataset's directory is the field data_root "
@@ -136,8 +136,11 @@ def _check_partition(config) -> None:
 
 
 def run_partition_options(config, check: bool = False) -> dict[str, Any]:
-    """The options the run passes to its partition: `partition_options`, with `alpha` for a Dirichlet partition
-    (default 0.3). `check`: also that they are the partition's (unknown or missing ones: ValueError)."""
+    """The options the run passes to its partition.
+
+    `partition_options`, with `alpha` for a Dirichlet partition (default 0.3). `check`: also that they are the
+    partition's (unknown or missing ones: ValueError).
+    """
     options = dict(config.partition_options)
     if config.partition in DIRICHLET:
         options["alpha"] = ALPHA_DEFAULT if config.alpha is None else config.alpha
@@ -147,8 +150,11 @@ def run_partition_options(config, check: bool = False) -> dict[str, Any]:
 
 
 def ignored_options(config, warn: bool = True) -> list[str]:
-    """Config fields set for the data that the chosen dataset does not use (warned about unless `warn` is
-    False, and listed in summary.json as the algorithm's are): data_root with an embedded dataset."""
+    """The data options the chosen dataset does not use.
+
+    Config fields set for the data that the chosen dataset does not use (warned about unless `warn` is False, and
+    listed in summary.json as the algorithm's are): data_root with an embedded dataset.
+    """
     if config.data_root is None or needs_root(config.dataset):
         return []
     if warn:

@@ -23,10 +23,13 @@ from dfl.data.types import DataShape
 
 @dataclass(frozen=True)
 class DatasetCard:
-    """What validation reads of a dataset: `root` (read from data_root), `options` (name -> default, or
-    "required"), and for a built-in `check(**options) -> options` (completed; ValueError naming a bad one),
-    `shape(options) -> DataShape`, the options that make it large (`size_options`, named when it does not fit)
-    and whether it has its own client split (`natural`, for the partition of that name)."""
+    """What validation reads of a dataset.
+
+    `root` (read from data_root), `options` (name -> default, or "required"), and for a built-in `check(**options)
+    -> options` (completed; ValueError naming a bad one), `shape(options) -> DataShape`, the options that make it
+    large (`size_options`, named when it does not fit) and whether it has its own client split (`natural`, for the
+    partition of that name).
+    """
 
     root: bool
     options: dict[str, Any] = field(default_factory=dict)

@@ -45,8 +45,11 @@ class _NumpyUnpickler(pickle.Unpickler):
 
 
 def _read_batch(path: Path, label_key: bytes, num_classes: int) -> tuple[np.ndarray, np.ndarray]:
-    """One batch file: uint8 images [N, 3, 32, 32] and int64 labels [N], N >= 1; every failure is one
-    `FileReadError` line naming the file."""
+    """One batch file.
+
+    uint8 images [N, 3, 32, 32] and int64 labels [N], N >= 1; every failure is one `FileReadError` line naming the
+    file.
+    """
     what = "CIFAR batch file"
     check_input_file(path, what)
     try:

@@ -44,8 +44,11 @@ del _name, _target, _card
 
 
 def register(name: str, loader: Callable | None = None, *, replace: bool = False) -> Any:
-    """Register `loader` as dataset `name` (a decorator without `loader`). Its signature is checked here:
-    f(*, option=default, ...) for an embedded dataset, f(root, *, ...) for one read from data_root."""
+    """Register `loader` as dataset `name` (a decorator without `loader`).
+
+    Its signature is checked here: f(*, option=default, ...) for an embedded dataset, f(root, *, ...) for one read
+    from data_root.
+    """
     if loader is None:
         return lambda target: register(name, target, replace=replace)
     _check(name, loader)
@@ -63,14 +66,18 @@ def dataset_options(name: str) -> dict[str, Any]:
 
 
 def with_clients(name: str, options: dict[str, Any], clients: int) -> dict[str, Any]:
-    """The dataset options a run with `clients` clients loads `name` with: synthetic's own client count (its
-    natural split) is the run's unless the options set it."""
+    """The dataset options a run with `clients` clients loads `name` with.
+
+    Synthetic's own client count (its natural split) is the run's unless the options set it.
+    """
     return {"num_clients": clients, **options} if name == "synthetic" else dict(options)
 
 
 def check_options(name: str, options: dict[str, Any]) -> tuple[DatasetCard, dict[str, Any]]:
-    """(card, options completed with their defaults) of dataset `name`, before anything is loaded: unknown or
-    missing options, and a built-in's own checks of their values (ValueError naming the option)."""
+    """(card, options completed with their defaults) of dataset `name`, before anything is loaded.
+
+    Unknown or missing options, and a built-in's own checks of their values (ValueError naming the option).
+    """
     card = DATASETS.card(name, "dataset")
     resolved = signatures.resolve_declared("dataset", name, card.options, options)
     if card.check is not None:
@@ -79,8 +86,10 @@ def check_options(name: str, options: dict[str, Any]) -> tuple[DatasetCard, dict
 
 
 def data_shape(name: str, options: dict[str, Any]) -> DataShape | None:
-    """How large dataset `name` is with `options` (checked), before it is loaded; None when its card does not
-    say (a registered loader)."""
+    """How large dataset `name` is with `options` (checked), before it is loaded.
+
+    None when its card does not say (a registered loader).
+    """
     card, resolved = check_options(name, options)
     return card.shape(resolved) if card.shape is not None else None
 

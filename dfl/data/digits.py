@@ -14,8 +14,10 @@ SAMPLES, SHAPE, CLASSES = 1797, (1, 8, 8), 10
 
 
 def digits_options(*, test_fraction: float = 0.2, seed: int = 0) -> dict:
-    """The options of `load_digits`, checked (ValueError naming the option) before anything is loaded: the
-    stratified split needs every class in both parts."""
+    """The options of `load_digits`, checked (ValueError naming the option) before anything is loaded.
+
+    The stratified split needs every class in both parts.
+    """
     options = {"test_fraction": check_float("test_fraction", test_fraction, 0.0, 1.0),
                "seed": check_int("seed", seed, 0)}
     shape = digits_shape(options)
@@ -32,9 +34,12 @@ def digits_shape(options: dict) -> DataShape:
 
 
 def load_digits(*, test_fraction: float = 0.2, seed: int = 0) -> Dataset:
-    """Digits as (1, 8, 8) images: a stratified train/test split (`test_fraction`, `seed`), pixels scaled
-    from 0..16 to [0, 1], then standardized with the train set's global mean and std,
-    x <- (x - mean) / std (one scalar each: corner pixels are constant, so per-pixel std would be 0)."""
+    """Digits as (1, 8, 8) images.
+
+    A stratified train/test split (`test_fraction`, `seed`), pixels scaled from 0..16 to [0, 1], then standardized
+    with the train set's global mean and std, x <- (x - mean) / std (one scalar each: corner pixels are constant, so
+    per-pixel std would be 0).
+    """
     import torch  # here (and scikit-learn): the module is imported when a config is checked
     from sklearn.datasets import load_digits as sk_load_digits
     from sklearn.model_selection import train_test_split

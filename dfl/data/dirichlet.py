@@ -1,4 +1,6 @@
-"""The two Dirichlet label-skew samplers (docs/reference/update-rules.md#dirichlet-partition and Flower's
+"""The two Dirichlet label-skew samplers.
+
+The two Dirichlet label-skew samplers (docs/reference/update-rules.md#dirichlet-partition and Flower's
 DirichletPartitioner).
 
 Both take a numpy Generator and integer labels [N] and return one index array per client.
@@ -14,8 +16,11 @@ WINDOW = 8192  # steps drawn at once by the vectorized popping loop
 
 
 def balanced_sizes(n_total: int, num_clients: int, sigma: float, rng: np.random.Generator) -> np.ndarray:
-    """n_i = floor(N / m); with sigma > 0, n_i ~ LogNormal(log(N/m), sigma) rescaled to sum to N, cast to int,
-    and the rounding excess (sum - N, <= 0) subtracted from the first client with more than it (FedDyn)."""
+    """n_i = floor(N / m).
+
+    With sigma > 0, n_i ~ LogNormal(log(N/m), sigma) rescaled to sum to N, cast to int, and the rounding excess (sum
+    - N, <= 0) subtracted from the first client with more than it (FedDyn).
+    """
     per_client = n_total // num_clients
     if sigma == 0:
         return np.full(num_clients, per_client, dtype=np.int64)
@@ -30,9 +35,11 @@ def balanced_sizes(n_total: int, num_clients: int, sigma: float, rng: np.random.
 
 def dirichlet_balanced(labels: np.ndarray, num_clients: int, alpha: float, sigma: float,
                        rng: np.random.Generator) -> list[np.ndarray]:
-    """Hsu et al. / FedDyn sampler: q_i ~ Dir(alpha 1_C); sizes from `balanced_sizes`; then, until every client
-    is full, pick a non-full client i uniformly, draw a class c ~ q_i among the classes not yet exhausted,
-    and pop one index of class c from the (shuffled) pool.
+    """Hsu et al. / FedDyn sampler.
+
+    q_i ~ Dir(alpha 1_C); sizes from `balanced_sizes`; then, until every client is full, pick a non-full client i
+    uniformly, draw a class c ~ q_i among the classes not yet exhausted, and pop one index of class c from the
+    (shuffled) pool.
 
     "Redraw while full/exhausted" is implemented exactly in distribution: client picks are a uniform
     stream with full clients rejected, and a class redraw is a draw from q_i restricted to the available
@@ -86,9 +93,11 @@ def _client_stream(sizes: np.ndarray, rng: np.random.Generator) -> np.ndarray:
 
 
 def log_dirichlet(alpha: float, rows: int, dim: int, rng: np.random.Generator) -> np.ndarray:
-    """log q for q ~ Dir(alpha 1_dim), one row per client, without underflow for tiny alpha:
-    q = g / sum g with g_c ~ Gamma(alpha), and Gamma(alpha) = Gamma(alpha + 1) * U^(1/alpha) in distribution,
-    so log g_c = log Gamma(alpha + 1) + log(U) / alpha stays finite where q_c itself would round to 0."""
+    """The logarithm of q ~ Dir(alpha 1_dim), one row per client, without underflow for tiny alpha.
+
+    q = g / sum g with g_c ~ Gamma(alpha), and Gamma(alpha) = Gamma(alpha + 1) * U^(1/alpha) in distribution, so log
+    g_c = log Gamma(alpha + 1) + log(U) / alpha stays finite where q_c itself would round to 0.
+    """
     log_gamma = np.log(rng.standard_gamma(alpha + 1.0, (rows, dim)))
     log_u = np.log1p(-rng.random((rows, dim)))
     with np.errstate(over="ignore", divide="ignore"):
@@ -105,8 +114,11 @@ def log_dirichlet(alpha: float, rows: int, dim: int, rng: np.random.Generator) -
 
 def _class_stream(clients: np.ndarray, log_priors: np.ndarray, available: np.ndarray,
                   rng: np.random.Generator) -> np.ndarray:
-    """Class of each step: c ~ q_client restricted to the non-exhausted classes and renormalized (computed from
-    log q, so it is exact even when q_c underflows), by inverse CDF with u in (0, mass]."""
+    """Class of each step.
+
+    c ~ q_client restricted to the non-exhausted classes and renormalized (computed from log q, so it is exact even
+    when q_c underflows), by inverse CDF with u in (0, mass].
+    """
     total = clients.shape[0]
     available = available.copy()
     out = np.empty(total, dtype=np.int64)
@@ -129,10 +141,12 @@ def _class_stream(clients: np.ndarray, log_priors: np.ndarray, available: np.nda
 
 def dirichlet_per_class(labels: np.ndarray, num_clients: int, alpha: float, min_size: int, max_retries: int,
                         self_balancing: bool, rng: np.random.Generator) -> list[np.ndarray]:
-    """Flower's DirichletPartitioner (Yurochkin et al. / NIID-Bench): for every class c, p ~ Dir(alpha 1_m)
-    and the shuffled indices of c are cut at floor(cumsum(p) * n_c). With `self_balancing`, clients already
-    holding >= N/m samples get p_i = 0 for the next classes. Sizes are unbalanced. The whole draw is
-    repeated until every client has >= min_size samples, at most `max_retries` extra times."""
+    """Flower's DirichletPartitioner (Yurochkin et al. / NIID-Bench).
+
+    For every class c, p ~ Dir(alpha 1_m) and the shuffled indices of c are cut at floor(cumsum(p) * n_c). With
+    `self_balancing`, clients already holding >= N/m samples get p_i = 0 for the next classes. Sizes are unbalanced.
+    The whole draw is repeated until every client has >= min_size samples, at most `max_retries` extra times.
+    """
     n_total = labels.shape[0]
     classes = np.unique(labels)
     for _ in range(max_retries + 1):

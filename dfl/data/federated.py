@@ -31,6 +31,8 @@ AUGMENTATIONS = (None, "crop-flip")
 
 @dataclass
 class FederatedData:
+    """A dataset split among clients: the pooled train and test sets and each client's rows of the train set."""
+
     train_x: torch.Tensor  # float [N, *input_shape], every client's training samples pooled
     train_y: torch.Tensor  # int64 [N]
     client_indices: list[torch.Tensor]  # int64 CPU tensors, client i's rows of train_x
@@ -78,15 +80,16 @@ class FederatedData:
                 raise DataError(f"local_test_indices must hold one index tensor per client ({self.num_clients}), "
                                 f"got {len(self.local_test_indices)}")
             flat = torch.cat(self.local_test_indices)
-            sizes = self.local_test_sizes
-            if (sizes == 0).any():
-                raise DataError(f"client {int((sizes == 0).nonzero()[0])} has an empty local test set")
+            test_sizes = _sizes_of(self.local_test_indices)
+            if (test_sizes == 0).any():
+                raise DataError(f"client {int((test_sizes == 0).nonzero()[0])} has an empty local test set")
             if ((flat < 0) | (flat >= n)).any():
                 raise DataError(f"local_test_indices hold indices outside [0, {n - 1}]")
 
     # ------------------------------------------------------------------ views
     @property
     def num_clients(self) -> int:
+        """The number of clients m."""
         return len(self.client_indices)
 
     @property
@@ -97,18 +100,19 @@ class FederatedData:
     @property
     def local_test_sizes(self) -> torch.Tensor | None:
         """Client i's local test set size, int64 [m]; None without local test sets."""
-        if self.local_test_indices is None:
-            return None
-        return torch.tensor([i.numel() for i in self.local_test_indices], dtype=torch.long)
+        return None if self.local_test_indices is None else _sizes_of(self.local_test_indices)
 
     def label_histograms(self) -> np.ndarray:
         """int64 [m, num_classes]: samples of each class per client."""
         return label_histograms(self.train_y, self.client_indices, self.num_classes)
 
     def flat_indices(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """(flat LongTensor [Σ n_i]: every client's indices concatenated in client order; offsets LongTensor [m]:
+        """Every client's train indices, flat, with where each client starts and how many it has.
+
+        (flat LongTensor [Σ n_i]: every client's indices concatenated in client order; offsets LongTensor [m]:
         where client i starts in flat; sizes LongTensor [m]), on the CPU. Computed once per `client_indices`
-        list and cached; treat the returned tensors as read-only."""
+        list and cached; treat the returned tensors as read-only.
+        """
         cached = self._flat
         if cached is None or cached[0] is not self.client_indices or len(cached[3]) != len(self.client_indices):
             parts = self.client_indices
@@ -122,19 +126,22 @@ class FederatedData:
         """(LongTensor [m, max n_i], rows padded with 0; LongTensor sizes [m]), both on the CPU.
 
         Materializes [m, max n_i]: with a skewed split this is much larger than the data; the schedules use
-        `flat_indices()` instead."""
+        `flat_indices()` instead.
+        """
         flat, _, sizes = self.flat_indices()
         padded = torch.zeros(self.num_clients, int(sizes.max()), dtype=torch.long)
         padded[torch.arange(padded.shape[1]) < sizes[:, None]] = flat  # row-major mask order = client order
         return padded, sizes.clone()
 
     def partition_info(self) -> dict[str, Any]:
-        """JSON-serialisable description of the split, written to the run's partition.json. With local test sets,
-        `sizes` and `label_histograms` describe the local train parts, and `local_test_fraction`,
-        `local_test_sizes` and `local_test_label_histograms` the local test parts."""
+        """JSON-serialisable description of the split, written to the run's partition.json.
+
+        With local test sets, `sizes` and `label_histograms` describe the local train parts, and
+        `local_test_fraction`, `local_test_sizes` and `local_test_label_histograms` the local test parts.
+        """
         local = {} if self.local_test_indices is None else {
             "local_test_fraction": self.local_test_fraction,
-            "local_test_sizes": self.local_test_sizes.tolist(),
+            "local_test_sizes": _sizes_of(self.local_test_indices).tolist(),
             "local_test_label_histograms": label_histograms(self.train_y, self.local_test_indices,
                                                             self.num_classes).tolist(),
         }
@@ -153,10 +160,12 @@ class FederatedData:
         })
 
     def split_local_test(self, fraction: float, seed: int) -> FederatedData:
-        """A copy whose clients keep a local train part and hold out a local test part of their data: fraction f
-        of each client's samples, stratified by label (`dfl.data.local_test` has the rounding rules: every
-        client keeps >= 1 training and gets >= 1 test sample; ValueError for a client with < 2 samples).
-        Deterministic in (the split, f, seed); the pooled arrays are shared, not copied."""
+        """A copy whose clients keep a local train part and hold out a local test part of their data.
+
+        Fraction f of each client's samples, stratified by label (`dfl.data.local_test` has the rounding rules:
+        every client keeps >= 1 training and gets >= 1 test sample; ValueError for a client with < 2 samples).
+        Deterministic in (the split, f, seed); the pooled arrays are shared, not copied.
+        """
         fraction = check_fraction(fraction)
         if self.local_test_indices is not None:
             raise DataError(f"the data already has local test sets (local_test_fraction = "
@@ -297,3 +306,8 @@ def _jsonable(value: Any) -> Any:
     if isinstance(value, (np.generic, torch.Tensor, np.ndarray)):
         return _jsonable(value.tolist())
     return value
+
+
+def _sizes_of(indices: list[torch.Tensor]) -> torch.Tensor:
+    """int64 [m]: the number of indices of each client."""
+    return torch.tensor([i.numel() for i in indices], dtype=torch.long)

@@ -20,7 +20,7 @@ def find_dir(dataset: str, root: str | Path, subdirs: tuple[str, ...], required:
         tried.append(str(d))
         if all(find_file(d, name, gz) is not None for name in required):
             return d
-    missing = []  # report the candidate that came closest, if any holds some of the files
+    missing: list[str] = []  # report the candidate that came closest, if any holds some of the files
     for sub in subdirs:
         d = root / sub if sub else root
         absent = [n for n in required if find_file(d, n, gz) is None]

@@ -30,9 +30,12 @@ FASHION_MEAN, FASHION_STD = 0.2860, 0.3530
 
 
 def read_idx(path: Path, magic: int, what: str = "IDX file") -> np.ndarray:
-    """The uint8 array stored in an IDX file (optionally gzipped), checking the magic number, and the size its
-    header claims against the file (and the memory available) before the data is read; every failure is one
-    `FileReadError` line naming the file."""
+    """The uint8 array stored in an IDX file (optionally gzipped), checked before it is read.
+
+    The uint8 array stored in an IDX file (optionally gzipped), checking the magic number, and the size its header
+    claims against the file (and the memory available) before the data is read; every failure is one `FileReadError`
+    line naming the file.
+    """
     path = check_input_file(path, what)
     gz = path.suffix == ".gz"
     try:
@@ -65,8 +68,11 @@ def read_idx(path: Path, magic: int, what: str = "IDX file") -> np.ndarray:
 
 
 def _read_exactly(fh, size: int, block: int = 1 << 24) -> bytes:
-    """Up to size + 1 bytes of `fh`, read in blocks (so a header that overstates the size allocates only what
-    the file holds)."""
+    """Up to size + 1 bytes of `fh`, read in blocks.
+
+    Up to size + 1 bytes of `fh`, read in blocks (so a header that overstates the size allocates only what the file
+    holds).
+    """
     parts, total = [], 0
     while total <= size:
         part = fh.read(min(block, size + 1 - total))
@@ -80,14 +86,15 @@ def _read_exactly(fh, size: int, block: int = 1 << 24) -> bytes:
 def _load(name: str, root, subdirs: tuple[str, ...], mean: float, std: float) -> Dataset:
     layout = (f"<root>/{subdirs[-1]}/ or <root>/ holding {', '.join(FILES)} (each may end in .gz)")
     d = find_dir(name, root, subdirs, FILES, layout, gz=True)
-    paths = [find_file(d, f, gz=True) for f in FILES]
+    # find_dir returned d because every file is there: no file is left out
+    paths = [p for p in (find_file(d, f, gz=True) for f in FILES) if p is not None]
     x_tr, y_tr, x_te, y_te = (
         read_idx(p, LABELS_MAGIC if "labels" in f else IMAGES_MAGIC, f"{name} {'labels' if 'labels' in f else 'images'}"
                  " file") for p, f in zip(paths, FILES)
     )
-    for x, y, which, images in ((x_tr, y_tr, "train", paths[0]), (x_te, y_te, "t10k", paths[2])):
+    for x, y, which, images_file in ((x_tr, y_tr, "train", paths[0]), (x_te, y_te, "t10k", paths[2])):
         if x.shape[0] == 0:
-            raise FileReadError(images, f"holds 0 images: the {which} split would be empty", f"{name} images file")
+            raise FileReadError(images_file, f"holds 0 images: the {which} split would be empty", f"{name} images file")
         if x.shape[0] != y.shape[0]:
             raise ValueError(f"{name} in {d}: {which} images has {x.shape[0]} samples but labels has {y.shape[0]}")
         if y.size and y.max() > 9:

@@ -1,5 +1,7 @@
-"""Per-client local test sets: each client's data cut into a local train part and a local test part, stratified
-by label, for personalized evaluation (`local_test_fraction`; `FederatedData.split_local_test`).
+"""Per-client local test sets.
+
+Each client's data cut into a local train part and a local test part, stratified by label, for personalized evaluation
+(`local_test_fraction`; `FederatedData.split_local_test`).
 
 Client i holds n_i samples, c_ik of them of label k; f is the fraction:
 
@@ -27,7 +29,7 @@ STREAM = 0x10CA17E57  # mixed into the seed: the local split's draws are not the
 
 
 def check_fraction(fraction) -> float:
-    """f as a float, or ValueError unless 0 < f < 1."""
+    """The fraction as a float, or a DataError unless 0 < fraction < 1."""
     if isinstance(fraction, bool) or not isinstance(fraction, (int, float, np.floating)) or not 0 < fraction < 1:
         raise DataError(f"local_test_fraction must be a number in (0, 1) to split (0 = no local test sets), "
                         f"got {fraction!r}")
@@ -48,10 +50,13 @@ def split_sizes(sizes: np.ndarray, fraction: float) -> np.ndarray:
 
 def stratified_split(labels: np.ndarray, flat: np.ndarray, sizes: np.ndarray, fraction: float,
                      seed: int) -> np.ndarray:
-    """bool [Σ n_i]: True where entry q of `flat` (every client's indices concatenated in client order, client i
-    holding `sizes[i]` of them) goes to its client's local test part, False where it stays for training.
+    """Which entries of `flat` go to a local test part: bool [Σ n_i].
 
-    `labels` are the pooled train set's labels (flat indexes into them)."""
+    True where entry q of `flat` (every client's indices concatenated in client order, client i holding `sizes[i]`
+    of them) goes to its client's local test part, False where it stays for training.
+
+    `labels` are the pooled train set's labels (flat indexes into them).
+    """
     flat = np.asarray(flat, dtype=np.int64)
     sizes = np.asarray(sizes, dtype=np.int64)
     t = split_sizes(sizes, fraction)
@@ -84,9 +89,12 @@ def stratified_split(labels: np.ndarray, flat: np.ndarray, sizes: np.ndarray, fr
 
 
 def _key(major: np.ndarray, minor: np.ndarray, minor_bits: int, rng: np.random.Generator) -> np.ndarray:
-    """(major, minor, random) packed into one int64 word: a stable argsort (radix) of it orders by all three ~40x
-    faster than a lexsort of three keys. The random part gets the bits left over, at most 32; equal random parts
-    (probability ~ run length² / 2^bits) keep the input order."""
+    """(major, minor, random) packed into one int64 word.
+
+    A stable argsort (radix) of it orders by all three ~40x faster than a lexsort of three keys. The random part
+    gets the bits left over, at most 32; equal random parts (probability ~ run length² / 2^bits) keep the input
+    order.
+    """
     major_bits = int(major.max()).bit_length() if len(major) else 0
     bits = min(32, 63 - major_bits - minor_bits)
     if bits < 0:

@@ -53,8 +53,10 @@ def mnist1d_options(*, num_samples: int = 4000, seed: int = 42, test_fraction: f
 
 
 def mnist1d_shape(options: dict) -> DataShape:
-    """Train and test samples of `options` (as `mnist1d_options` returns them): num_samples rounded down to a
-    multiple of 10, split by test_fraction."""
+    """Train and test samples of `options` (as `mnist1d_options` returns them).
+
+    num_samples rounded down to a multiple of 10, split by test_fraction.
+    """
     n = options["num_samples"] // 10 * 10
     split = int(n * (1.0 - options["test_fraction"]))
     return DataShape(split, n - split, INPUT_SHAPE, CLASSES)

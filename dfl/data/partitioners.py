@@ -66,8 +66,11 @@ def partition_options(method: str) -> dict[str, Any]:
 
 
 def check_partition_options(method: str, options: dict[str, Any]) -> dict[str, Any]:
-    """`options` checked against the options of `method` (unknown or missing ones: ValueError naming the
-    allowed ones) and completed with their defaults, before any labels are split."""
+    """The options of partition `method`, checked and completed with their defaults.
+
+    `options` checked against the options of `method` (unknown or missing ones: ValueError naming the allowed ones)
+    and completed with their defaults, before any labels are split.
+    """
     return signatures.resolve_declared("partition", method, partition_options(method), options, _REQUIRED_HINTS)
 
 
@@ -152,7 +155,8 @@ def dirichlet(labels: np.ndarray, num_clients: int, rng: np.random.Generator, *,
               sigma: float = 0.0) -> list[np.ndarray]:
     """Label skew, balanced sizes (docs/reference/update-rules.md#dirichlet-partition); sigma > 0: lognormal sizes.
 
-    Client priors q_i ~ Dir(alpha), each client filled by drawing classes from q_i (`dirichlet_balanced`)."""
+    Client priors q_i ~ Dir(alpha), each client filled by drawing classes from q_i (`dirichlet_balanced`).
+    """
     alpha = _number("alpha", alpha, low=0.0)
     sigma = _number("sigma", sigma, low=0.0, low_open=False)
     return dirichlet_balanced(labels, num_clients, alpha, sigma, rng)
@@ -163,7 +167,8 @@ def dirichlet_class(labels: np.ndarray, num_clients: int, rng: np.random.Generat
                     min_size: int = 10, max_retries: int = 10, self_balancing: bool = False) -> list[np.ndarray]:
     """Per-class Dir(alpha) over clients (Flower's DirichletPartitioner).
 
-    Redrawn (at most max_retries times) until every client holds min_size samples (`dirichlet_per_class`)."""
+    Redrawn (at most max_retries times) until every client holds min_size samples (`dirichlet_per_class`).
+    """
     alpha = _number("alpha", alpha, low=0.0)
     min_size = _integer("min_size", min_size, 1)
     max_retries = _integer("max_retries", max_retries, 0)
@@ -185,7 +190,8 @@ def shards(labels: np.ndarray, num_clients: int, rng: np.random.Generator, *,
     give each client k random shards. Shards are cut inside classes (class c gets shards in proportion to
     its size, at least one each, greedily giving the next shard to the class with the largest shards), so
     a client holds at most k labels and k = 1 is exactly one label per client. When m*k is smaller than the
-    number of classes, the sorted array is cut into m*k equal contiguous pieces instead."""
+    number of classes, the sorted array is cut into m*k equal contiguous pieces instead.
+    """
     k = _integer("classes_per_client", classes_per_client, 1)
     n = labels.shape[0]
     total = num_clients * k
@@ -216,7 +222,8 @@ def similarity(labels: np.ndarray, num_clients: int, rng: np.random.Generator, *
     (docs/reference/update-rules.md#similarity-partition): a random floor(s N) subset is dealt evenly at random,
     the rest is sorted by label and cut into m contiguous chunks; client i gets iid chunk i and sorted chunk i. The iid
     chunks are dealt in reverse order, so the clients that miss a remainder sample of one part get one of
-    the other: no client is empty when N >= m."""
+    the other: no client is empty when N >= m.
+    """
     s = _number("similarity", similarity, low=0.0, high=1.0, low_open=False)
     n = labels.shape[0]
     perm = rng.permutation(n)
@@ -232,7 +239,8 @@ def similarity(labels: np.ndarray, num_clients: int, rng: np.random.Generator, *
 def natural(labels: np.ndarray, num_clients: int, rng: np.random.Generator, *, split: Any) -> list[np.ndarray]:
     """A dataset's own per-client split (synthetic only).
 
-    Checked: `num_clients` disjoint index arrays into the train set."""
+    Checked: `num_clients` disjoint index arrays into the train set.
+    """
     n = labels.shape[0]
     if isinstance(split, (str, bytes)) or not hasattr(split, "__len__"):
         raise DataError("split must be a list with one index array per client")

@@ -41,6 +41,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cached_property
+from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -82,11 +83,14 @@ def _words(values) -> np.ndarray:
 
 
 def absorb(h: np.ndarray, word: np.ndarray, kind: np.uint64) -> np.ndarray:
-    """h' = mix(h ^ mix(word ^ kind)): for fixed h a bijection of word and vice versa (uint64, broadcasting)."""
+    """Absorb `word` into the hashes h: h' = mix(h ^ mix(word ^ kind)).
+
+    For fixed h a bijection of word and vice versa (uint64, broadcasting).
+    """
     return _mix(h ^ _mix(word ^ kind))
 
 
-def client_keys(seed: int, client_ids, round_index: int, stream: int) -> np.ndarray:
+def client_keys(seed: int, client_ids, round_index: int | np.ndarray, stream: int) -> np.ndarray:
     """uint64 [m]: hash(seed, round, stream, client) for each client id, the root of its randomness."""
     h = _mix(_words(seed) ^ _SEED)
     h = absorb(h, _words(round_index), _ROUND)
@@ -100,8 +104,11 @@ def slot_words(count: int) -> np.ndarray:
 
 
 def batch_width(all_sizes: np.ndarray, batch_size: int) -> int:
-    """B = min(batch_size, max_j n_j) over all N clients of the data (full batch, batch_size = 0: max_j n_j), so
-    widths and augmentation positions never depend on the subset; a batch wider than n_i is one pass over n_i."""
+    """The batch width B every client's batches share.
+
+    B = min(batch_size, max_j n_j) over all N clients of the data (full batch, batch_size = 0: max_j n_j), so widths
+    and augmentation positions never depend on the subset; a batch wider than n_i is one pass over n_i.
+    """
     widest = max(int(all_sizes.max()), 1) if len(all_sizes) else 1
     return min(batch_size, widest) if batch_size > 0 else widest
 
@@ -113,8 +120,45 @@ def local_step_counts(n: np.ndarray, B: int, mode: str, amount: int) -> np.ndarr
     return np.full(len(n), amount, dtype=np.int64)
 
 
+class _EpochPlan(NamedTuple):
+    """The steps and epochs of a round's clients (arrays over the clients, int64).
+
+    Attributes:
+        k: K_i, the steps client i takes (capped by `max_steps`).
+        per_epoch: ceil(n_i / B), the batches of one epoch.
+        epochs: the epochs client i starts, ceil(K_i / per_epoch).
+        last: the samples it uses of its last epoch (0 without steps).
+        kept: the samples it reads in all: whole epochs, then the used prefix of the last one (n_i, full batch).
+    """
+
+    k: np.ndarray
+    per_epoch: np.ndarray
+    epochs: np.ndarray
+    last: np.ndarray
+    kept: np.ndarray
+
+    @classmethod
+    def of(cls, n: np.ndarray, B: int, mode: str, amount: int, max_steps: np.ndarray | None,
+           shuffle: bool) -> _EpochPlan:
+        """The plan of clients of n samples with batches of B.
+
+        `max_steps` caps the steps (stragglers stopped by a deadline take a prefix of their batches).
+        """
+        per_epoch = -(-n // B)
+        k = local_step_counts(n, B, mode, amount)
+        if max_steps is not None:
+            k = np.minimum(k, np.asarray(max_steps, dtype=np.int64))
+        epochs = -(-k // per_epoch)
+        L = per_epoch * B
+        last = np.minimum(n, k * B - np.maximum(epochs - 1, 0) * L) * (epochs > 0)
+        kept = np.maximum(epochs - 1, 0) * n + last if shuffle else n
+        return cls(k.astype(np.int64), per_epoch, epochs, last, kept)
+
+
 @dataclass
 class Batch:
+    """One step's minibatch of the clients that take it."""
+
     rows: torch.Tensor  # local row ids of the clients that take this step, [a]
     x: torch.Tensor  # [a, B, *input_shape]
     y: torch.Tensor  # [a, B]
@@ -138,7 +182,7 @@ class RoundSchedule:
         self,
         data,
         client_ids: list[int],
-        round_index: int,
+        round_index: int | np.ndarray,
         seed: int,
         batch_size: int,
         mode: str,
@@ -152,59 +196,79 @@ class RoundSchedule:
         flat, offsets, all_sizes = data.flat_indices()
         ids = np.asarray(client_ids, dtype=np.int64).reshape(-1)
         self.client_ids = ids
-        m = len(ids)
         n = all_sizes.numpy()[ids]
         shuffle = batch_size > 0
         self.batch_size = B = batch_width(all_sizes.numpy(), batch_size)
-        per_epoch = -(-n // B)
-        k = local_step_counts(n, B, mode, amount)
-        if max_steps is not None:  # a per-client cap (stragglers stopped by a deadline): a prefix of the batches
-            k = np.minimum(k, np.asarray(max_steps, dtype=np.int64))
-        epochs = -(-k // per_epoch)
-        L = per_epoch * B
-        # samples kept per client: whole epochs, then the used prefix of the last one
-        last = np.minimum(n, k * B - np.maximum(epochs - 1, 0) * L) * (epochs > 0)
-        kept = np.maximum(epochs - 1, 0) * n + last if shuffle else n
-        base = offsets.numpy()[ids]  # where each client's indices start in `flat`
-        flat_np = flat.numpy()
-        row_dtype = np.int32 if len(flat_np) and data.train_x.shape[0] < 2**31 else np.int64
-        if shuffle:
-            keys = client_keys(seed, ids, round_index, STREAM_ORDER)
-            parts = [
-                _shuffled_rows(flat_np, base[a:b], keys[a:b], n[a:b], epochs[a:b], last[a:b]).astype(row_dtype)
-                for a, b in _groups(epochs * n)
-            ]
-            rows = np.concatenate(parts) if parts else np.zeros(0, dtype=row_dtype)
-        else:
-            rows = flat_np[_ragged_arange(base, n)].astype(row_dtype)
-        k = k.astype(np.int64)
-        self.steps_per_client = torch.from_numpy(k)  # host (numpy's memory): read by the host, never synced
-        self._k = k
-        self.steps = int(k.max()) if m else 0
-        device = data.train_x.device
-        # The clients still taking steps at step k are those with K_i > k: the set changes only at the distinct
-        # values of K_i, so each such set's row ids are built here, for the whole round, and go to the device with
-        # everything else in one copy; a step then picks its set on the host (`batch`), with no sync.
+        plan = _EpochPlan.of(n, B, mode, amount, max_steps, shuffle)
+        rows = self._row_ids(flat.numpy(), offsets.numpy()[ids], n, plan, shuffle)
+        self.steps_per_client = torch.from_numpy(plan.k)  # host (numpy's memory): read by the host, never synced
+        self._k = plan.k
+        self.steps = int(plan.k.max()) if len(ids) else 0
+        self._upload_tables(n, plan, shuffle)
+        self._rows = torch.from_numpy(rows).to(data.train_x.device, non_blocking=True)
+        self._aug_keys = client_keys(seed, ids, round_index, STREAM_AUGMENT) if data.augment == "crop-flip" else None
+        self._aug_round = None if self._aug_keys is None else self._augmentation_grid(self._aug_keys)
+        self._block_cache: tuple | None = None  # the latest `_block`
+
+    def _row_ids(self, flat: np.ndarray, base: np.ndarray, n: np.ndarray, plan: _EpochPlan,
+                 shuffle: bool) -> np.ndarray:
+        """The train row ids the round's clients read, client after client.
+
+        Per client its kept samples, each epoch shuffled (`_shuffled_rows`) when batches are drawn, else its
+        samples in order (full batch).
+
+        Args:
+            flat: every client's train row ids, client after client (`FederatedData.flat_indices`).
+            base: where each of this round's clients starts in `flat`.
+            n: their sample counts.
+            plan: their steps and epochs.
+            shuffle: whether batches are drawn (batch_size > 0).
+
+        Returns:
+            int32 row ids (int64 for a train set of 2^31 samples or more).
+        """
+        row_dtype = np.int32 if len(flat) and self.data.train_x.shape[0] < 2**31 else np.int64
+        if not shuffle:
+            return flat[_ragged_arange(base, n)].astype(row_dtype)
+        keys = client_keys(self.seed, self.client_ids, self.round_index, STREAM_ORDER)
+        parts = [
+            _shuffled_rows(flat, base[a:b], keys[a:b], n[a:b], plan.epochs[a:b], plan.last[a:b]).astype(row_dtype)
+            for a, b in _groups(plan.epochs * n)
+        ]
+        return np.concatenate(parts) if parts else np.zeros(0, dtype=row_dtype)
+
+    def _upload_tables(self, n: np.ndarray, plan: _EpochPlan, shuffle: bool) -> None:
+        """Send the per-client tables a step reads to the data's device, in one copy.
+
+        The per-client tables a step reads (where its rows start, n, batches per epoch, epoch stride, positions
+        used), and the sets of clients still stepping, sent to the data's device in one copy.
+
+        The clients still taking steps at step k are those with K_i > k: the set changes only at the distinct
+        values of K_i, so each such set's row ids are built here, for the whole round; a step then picks its set on
+        the host (`batch`), with no sync.
+        """
+        k, m = plan.k, len(n)
         levels = np.unique(k[k > 0])
         active = [np.flatnonzero(k >= level) for level in levels]
         self._levels = levels
-        parts = [np.cumsum(kept) - kept, n, per_epoch, n if shuffle else np.zeros(m, dtype=np.int64), k * B,
-                 np.arange(m), *active]
+        parts = [np.cumsum(plan.kept) - plan.kept, n, plan.per_epoch, n if shuffle else np.zeros(m, dtype=np.int64),
+                 k * self.batch_size, np.arange(m), *active]
         (self._start, self._n, self._per_epoch, self._stride, self._limit, self._all_rows, *self._active) = \
-            _upload(device, parts)
-        self._rows = torch.from_numpy(rows).to(device, non_blocking=True)
-        self._aug_keys = client_keys(seed, ids, round_index, STREAM_AUGMENT) if data.augment == "crop-flip" else None
-        # crop-flip parameters of every (client, flat position) of the round, computed on the host once and sent in
-        # one copy (uint8: 3 bytes a sample), so a step's block only slices them on the device
-        self._aug_round = None
-        if self._aug_keys is not None:
-            width = self.steps * self.batch_size
-            rows_per_group = max(1, _GROUP // max(width, 1))  # bounds the uint64 hash temporaries
-            parts = [self._augment_params(np.arange(a, min(a + rows_per_group, m)), 0, width).to(torch.uint8)
-                     for a in range(0, m, rows_per_group)]
-            grid = torch.cat(parts) if parts else torch.zeros((0, width, 3), dtype=torch.uint8, device="cpu")
-            self._aug_round = grid.to(device, non_blocking=True)
-        self._block_cache = None  # the latest `_block`
+            _upload(self.data.train_x.device, parts)
+
+    def _augmentation_grid(self, keys: np.ndarray) -> torch.Tensor:
+        """The crop-flip parameters of every (client, flat position) of the round.
+
+        The crop-flip parameters of every (client, flat position) of the round, uint8 [m, steps * B, 3] (3 bytes
+        a sample) on the data's device: computed on the host once and sent in one copy, so a step's block only
+        slices them on the device.
+        """
+        m, width = len(self.client_ids), self.steps * self.batch_size
+        rows_per_group = max(1, _GROUP // max(width, 1))  # bounds the uint64 hash temporaries
+        parts = [_augment_params(keys, np.arange(a, min(a + rows_per_group, m)), 0, width).to(torch.uint8)
+                 for a in range(0, m, rows_per_group)]
+        grid = torch.cat(parts) if parts else torch.zeros((0, width, 3), dtype=torch.uint8, device="cpu")
+        return grid.to(self.data.train_x.device, non_blocking=True)
 
     # ---------------------------------------------------------------- per step
     def batch(self, k: int) -> Batch:
@@ -212,7 +276,8 @@ class RoundSchedule:
 
         The batches come from a block of consecutive steps gathered at once (`_block`: one index grid, one gather of
         x and y, one augmentation call for up to BLOCK_BYTES of samples), so a step costs a view (every client
-        active) or one row gather (some finished), not a dozen small index ops."""
+        active) or one row gather (some finished), not a dozen small index ops.
+        """
         block = self._block_cache
         if block is None or not block[0] <= k < block[1]:
             block = self._block_cache = self._block(k)
@@ -225,9 +290,13 @@ class RoundSchedule:
         return Batch(rows=rows, x=x[rows], y=y[rows], weight=w[rows])
 
     def _block(self, k0: int):
-        """(k0, k1, x [S, m, B, ...], y [S, m, B], weight [S, m, B]) of steps k0..k1-1 (S = k1 - k0) of every schedule
-        row, step-major so that each step is contiguous; S keeps x under BLOCK_BYTES (at least one step). Entries
-        of rows past their steps are any valid sample with weight 0 (`batch` leaves those rows out)."""
+        """The batches of a block of consecutive steps, gathered at once.
+
+        (k0, k1, x [S, m, B, ...], y [S, m, B], weight [S, m, B]) of steps k0..k1-1 (S = k1 - k0) of every
+        schedule row, step-major so that each step is contiguous; S keeps x under BLOCK_BYTES (at least one
+        step). Entries of rows past their steps are any valid sample with weight 0 (`batch` leaves those rows
+        out).
+        """
         B, m = self.batch_size, len(self.client_ids)
         sample_bytes = self.data.train_x[:1].numel() * self.data.train_x.element_size()
         k1 = min(self.steps, k0 + max(1, BLOCK_BYTES // max(1, m * B * sample_bytes)))
@@ -245,8 +314,11 @@ class RoundSchedule:
             steps_first(valid.to(self.data.train_x.dtype))
 
     def batch_at(self, steps) -> Batch:
-        """Step steps[r] of every schedule row r at once (each below the row's step count): row r's batch is row r of
-        `batch(steps[r])`. The asynchronous mode takes one step per client, each client at its own step."""
+        """Step steps[r] of every schedule row r at once (each below the row's step count).
+
+        Row r's batch is row r of `batch(steps[r])`. The asynchronous mode takes one step per client, each
+        client at its own step.
+        """
         B = self.batch_size
         steps = np.asarray(steps, dtype=np.int64)
         if steps.shape != (len(self.client_ids),) or (steps < 0).any() or \
@@ -279,15 +351,14 @@ class RoundSchedule:
             return torch.zeros_like(where), valid
         return self._rows[where.clamp(0, self._rows.numel() - 1)].long(), valid
 
-    def _augment_params(self, rows: np.ndarray, q0: int, q1: int) -> torch.Tensor:
-        """long [a, q1 - q0, 3] = (dy, dx, flip) of flat positions q0..q1-1 of schedule rows `rows`."""
-        return _crop_flip_params(_mix(self._aug_keys[rows, None] ^ slot_words(q1)[None, q0:]))
-
     # ---------------------------------------------------------------- whole-round grids (lazy)
     @cached_property
     def index(self) -> torch.Tensor:
-        """long [m, steps * B]: the train row id of every (client, flat position). Padding (weight 0) repeats the
-        epoch's last real sample, as `batch` does; past the client's steps it is any valid row id."""
+        """The train row id of every (client, flat position) of the round: long [m, steps * B].
+
+        The train row id of every (client, flat position). Padding (weight 0) repeats the epoch's last real
+        sample, as `batch` does; past the client's steps it is any valid row id.
+        """
         return self._grid[0]
 
     @cached_property
@@ -297,17 +368,26 @@ class RoundSchedule:
 
     @cached_property
     def aug(self) -> torch.Tensor | None:
-        """long [m, steps * B, 3] crop-flip parameters (0 past the client's steps), or None without augmentation."""
+        """The crop-flip parameters, long [m, steps * B, 3] (0 past the client's steps); None without augmentation."""
         if self._aug_keys is None:
             return None
         width = self.steps * self.batch_size
-        params = self._augment_params(np.arange(len(self.client_ids)), 0, width)
+        params = _augment_params(self._aug_keys, np.arange(len(self.client_ids)), 0, width)
         params[torch.arange(width, device="cpu") >= self.steps_per_client[:, None] * self.batch_size] = 0
         return params.to(self._rows.device)
 
     @cached_property
     def _grid(self) -> tuple[torch.Tensor, torch.Tensor]:
         return self._gather(torch.arange(self.steps * self.batch_size, device=self._rows.device))
+
+
+def _augment_params(keys: np.ndarray, rows: np.ndarray, q0: int, q1: int) -> torch.Tensor:
+    """The crop-flip parameters of flat positions q0..q1-1 of some schedule rows.
+
+    long [a, q1 - q0, 3] = (dy, dx, flip) of flat positions q0..q1-1 of schedule rows `rows` (`keys`: every row's
+    augmentation key).
+    """
+    return _crop_flip_params(_mix(keys[rows, None] ^ slot_words(q1)[None, q0:]))
 
 
 def _upload(device: torch.device, arrays: list[np.ndarray]) -> list[torch.Tensor]:
@@ -319,7 +399,7 @@ def _upload(device: torch.device, arrays: list[np.ndarray]) -> list[torch.Tensor
 
 
 def _crop_flip_params(h: np.ndarray) -> torch.Tensor:
-    """long [..., 3] = (dy, dx, flip) from the hashes h of sample positions."""
+    """The crop-flip parameters (dy, dx, flip), long [..., 3], from the hashes h of sample positions."""
     span = 2 * CROP_PADDING + 1  # 24-bit fields mod 9: bias 2^-24
     dy = (h >> _S40) % _U(span)
     dx = ((h >> _S16) & _U(0xFFFFFF)) % _U(span)
@@ -348,7 +428,8 @@ def _shuffled_rows(flat, base, keys, n, epochs, last) -> np.ndarray:
     """Row ids, client by client and epoch by epoch, of the kept part of each epoch's permutation.
 
     Segment (client c, epoch e) holds n_c keys hash(keys_c, e, slot); one stable argsort of (segment << 32 |
-    top 32 key bits) orders every segment at once without mixing segments (segment < 2^31)."""
+    top 32 key bits) orders every segment at once without mixing segments (segment < 2^31).
+    """
     seg_client = np.repeat(np.arange(len(n)), epochs)
     first = np.cumsum(epochs) - epochs
     seg_epoch = np.arange(len(seg_client)) - np.repeat(first, epochs)

@@ -12,6 +12,9 @@ order, are the pooled train set and their index ranges are the natural split; th
 
 from __future__ import annotations
 
+import inspect
+from typing import Any
+
 import numpy as np
 
 from dfl.data.checks import check_float, check_int
@@ -23,6 +26,7 @@ DIM, CLASSES = 60, 10
 # size: beyond it the minimum alone is far more than any machine holds, and the bound is the answer
 DRAW_LIMIT = 2**31
 MAX_CLIENT_SAMPLES = 2**40  # a drawn client size above this is a typo in size_log_mean / size_log_sigma
+SIGMA_SQRT = np.arange(1, DIM + 1, dtype=np.float64) ** (-1.2 / 2)  # Σ^{1/2} = diag(j^{-0.6}), j = 1..60
 
 
 def synthetic_options(
@@ -36,7 +40,24 @@ def synthetic_options(
     test_fraction: float = 0.1,
     seed: int = 0,
 ) -> dict:
-    """The options of `load_synthetic`, checked (ValueError naming the option) before anything is drawn."""
+    """The options of `load_synthetic` (its signature is this one), checked before anything is drawn.
+
+    Args:
+        alpha: std of u_k, the mean of client k's W_k and b_k (model heterogeneity); >= 0.
+        beta: std of B_k, the mean of client k's feature means v_k (feature heterogeneity); >= 0.
+        num_clients: the number of clients (the natural split); >= 1.
+        size_log_mean: mean of the LogNormal client sizes' log.
+        size_log_sigma: std of the LogNormal client sizes' log; >= 0.
+        min_samples: samples added to every drawn client size; >= 2.
+        test_fraction: each client's fraction of samples held out for the pooled test set, in [0, 1).
+        seed: the generator's seed; >= 0.
+
+    Returns:
+        The options as the loader uses them (ints and floats).
+
+    Raises:
+        DataError: naming the option out of range, or a test set that would be empty.
+    """
     options = {
         "alpha": check_float("alpha", alpha, 0.0, open_low=False),
         "beta": check_float("beta", beta, 0.0, open_low=False),
@@ -71,8 +92,11 @@ def _split(size: int, test_fraction: float) -> tuple[int, int]:
 
 
 def synthetic_shape(options: dict) -> DataShape:
-    """Train and test samples of `options`: the client sizes the loader will draw (from the seed), or, past
-    `DRAW_LIMIT` samples at the minimum size, that minimum (a lower bound)."""
+    """Train and test samples of `options`.
+
+    The client sizes the loader will draw (from the seed), or, past `DRAW_LIMIT` samples at the minimum size, that
+    minimum (a lower bound).
+    """
     clients, least = options["num_clients"], options["min_samples"]
     if clients * least > DRAW_LIMIT:
         test = int(least * options["test_fraction"])
@@ -83,54 +107,49 @@ def synthetic_shape(options: dict) -> DataShape:
     return DataShape(int(n_train.sum()), int((sizes - n_train).sum()), (DIM,), CLASSES)
 
 
-def load_synthetic(
-    *,
-    alpha: float = 1.0,
-    beta: float = 1.0,
-    num_clients: int = 30,
-    size_log_mean: float = 4.0,
-    size_log_sigma: float = 2.0,
-    min_samples: int = 50,
-    test_fraction: float = 0.1,
-    seed: int = 0,
-) -> Dataset:
-    """Synthetic(alpha, beta) with `num_clients` clients; defaults are FedProx's Synthetic(1, 1) with 30 clients."""
+def load_synthetic(**options: Any) -> Dataset:
+    """Synthetic(alpha, beta); the defaults are FedProx's Synthetic(1, 1) with 30 clients.
+
+    Args:
+        **options: those of `synthetic_options` (the loader's signature is that function's).
+
+    Returns:
+        The pooled train and test sets, and each client's train rows as the natural split.
+    """
     import torch  # here: the module is imported when a config is checked, before torch is needed
 
-    options = synthetic_options(alpha=alpha, beta=beta, num_clients=num_clients, size_log_mean=size_log_mean,
-                                size_log_sigma=size_log_sigma, min_samples=min_samples, test_fraction=test_fraction,
-                                seed=seed)
-    alpha, beta, num_clients = options["alpha"], options["beta"], options["num_clients"]
-    test_fraction, seed = options["test_fraction"], options["seed"]
-
-    rng = np.random.default_rng(seed)
-    sizes = _sizes(rng, options)
-    u = rng.normal(0.0, alpha, num_clients)
-    B = rng.normal(0.0, beta, num_clients)
-    sigma_sqrt = np.arange(1, DIM + 1, dtype=np.float64) ** (-1.2 / 2)
-    train_x, train_y, test_x, test_y, split = [], [], [], [], []
-    offset = 0
-    for k in range(num_clients):
-        v = rng.normal(B[k], 1.0, DIM)
-        W = rng.normal(u[k], 1.0, (DIM, CLASSES))
-        b = rng.normal(u[k], 1.0, CLASSES)
-        x = v + sigma_sqrt * rng.standard_normal((sizes[k], DIM))
-        y = np.argmax(x @ W + b, axis=1)  # argmax of softmax = argmax of the logits
-        n_train, n_test = _split(int(sizes[k]), test_fraction)  # every client keeps a train sample
-        train_x.append(x[:n_train])
-        train_y.append(y[:n_train])
-        test_x.append(x[n_train:])
-        test_y.append(y[n_train:])
-        split.append(np.arange(offset, offset + n_train, dtype=np.int64))
-        offset += n_train
+    checked = synthetic_options(**options)
+    rng = np.random.default_rng(checked["seed"])
+    sizes = _sizes(rng, checked)
+    u = rng.normal(0.0, checked["alpha"], checked["num_clients"])
+    B = rng.normal(0.0, checked["beta"], checked["num_clients"])
+    parts = [_client(rng, u[k], B[k], int(sizes[k]), checked["test_fraction"]) for k in range(checked["num_clients"])]
+    n_train = np.array([len(part[1]) for part in parts], dtype=np.int64)
+    starts = np.cumsum(n_train) - n_train
     return Dataset(
         name="synthetic",
-        train_x=torch.tensor(np.concatenate(train_x), dtype=torch.float32),
-        train_y=torch.tensor(np.concatenate(train_y), dtype=torch.int64),
-        test_x=torch.tensor(np.concatenate(test_x), dtype=torch.float32),
-        test_y=torch.tensor(np.concatenate(test_y), dtype=torch.int64),
+        train_x=torch.tensor(np.concatenate([p[0] for p in parts]), dtype=torch.float32),
+        train_y=torch.tensor(np.concatenate([p[1] for p in parts]), dtype=torch.int64),
+        test_x=torch.tensor(np.concatenate([p[2] for p in parts]), dtype=torch.float32),
+        test_y=torch.tensor(np.concatenate([p[3] for p in parts]), dtype=torch.int64),
         num_classes=CLASSES,
         input_shape=(DIM,),
-        natural_split=split,
-        options=options,
+        natural_split=[np.arange(s, s + n, dtype=np.int64) for s, n in zip(starts.tolist(), n_train.tolist())],
+        options=checked,
     )
+
+
+load_synthetic.__signature__ = inspect.signature(synthetic_options).replace(  # type: ignore[attr-defined]
+    return_annotation="Dataset")  # one description of the options: registry cards read the loader's signature
+
+
+def _client(rng: np.random.Generator, u: float, B: float, size: int,
+            test_fraction: float) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Client k's (train x, train y, test x, test y), drawn in the FedProx generator's order (module doc)."""
+    v = rng.normal(B, 1.0, DIM)
+    W = rng.normal(u, 1.0, (DIM, CLASSES))
+    b = rng.normal(u, 1.0, CLASSES)
+    x = v + SIGMA_SQRT * rng.standard_normal((size, DIM))
+    y = np.argmax(x @ W + b, axis=1)  # argmax of softmax = argmax of the logits
+    n_train, _ = _split(size, test_fraction)  # every client keeps a train sample
+    return x[:n_train], y[:n_train], x[n_train:], y[n_train:]

@@ -1,6 +1,9 @@
-"""`Dataset`: what a dataset loader returns (a train/test pair as tensors), and `DataShape`: how large a dataset
-will be, known from its options before it is loaded. It imports no loader (and no torch), so every loader and
-the dataset registry (`dfl.data.dataset`) can import it."""
+"""The types of a dataset before and after loading: `Dataset` and `DataShape`.
+
+`Dataset` is what a dataset loader returns (a train/test pair as tensors), and `DataShape`: how large a dataset will be,
+known from its options before it is loaded. It imports no loader (and no torch), so every loader and the dataset
+registry (`dfl.data.dataset`) can import it.
+"""
 
 from __future__ import annotations
 
@@ -39,7 +42,8 @@ class DataShape:
     """How large a dataset is, before it is loaded: train and test samples, a sample's shape, the classes.
 
     `nbytes` is what loading it holds at its peak: every sample as float32 with an int64 label, twice (the
-    loader's numpy arrays and the tensors made from them exist together for a moment)."""
+    loader's numpy arrays and the tensors made from them exist together for a moment).
+    """
 
     train: int
     test: int
@@ -48,4 +52,5 @@ class DataShape:
 
     @property
     def nbytes(self) -> int:
+        """The bytes loading the dataset holds at its peak (see the class docstring)."""
         return 2 * (self.train + self.test) * (4 * math.prod(self.input_shape) + 8)

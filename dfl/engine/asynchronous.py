@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import copy
 from collections import defaultdict
+from typing import cast
 
 import numpy as np
 import scipy.sparse as sp
@@ -51,7 +52,7 @@ from dfl.network.async_events import ComputeTimes, EventSchedule, Local, Mix
 from dfl.network.comm import even_blocks
 from dfl.network.gossip import RowsOperator
 from dfl.network.settings import ASYNC_ALGORITHMS, ASYNC_FIELDS, MODES, check_async  # noqa: F401 (the checks)
-from dfl.training.local import descent_direction
+from dfl.training.local import LocalTrainer, descent_direction
 
 EMPTY = -2  # checkpoint: an unused message slot (version −1 is x⁰)
 
@@ -69,7 +70,8 @@ class AsyncEngine:
     rows on the host; their updates `versions`, in round r) from X and returns (messages [n, d], losses [n] or None);
     `step(rows, ids, versions, r)` (dpsgd) returns (η·direction [n, d], losses [n]) at X[rows]; `None` for the
     local-steps family. Index tensors go to the device packed into one copy per use (`_upload`); nothing comes
-    back to the host during a round."""
+    back to the host during a round.
+    """
 
     def __init__(self, W: sp.csr_array, schedule: EventSchedule, X: torch.Tensor, comm, local, step,
                  updates_per_round: int):
@@ -123,8 +125,11 @@ class AsyncEngine:
         return loss, count, sent
 
     def replay(self, rounds: int) -> None:
-        """Advance the clocks and the message bookkeeping through `rounds` rounds without training (a resume:
-        the models and messages come from the checkpoint)."""
+        """Advance the clocks and the message bookkeeping through `rounds` rounds without training.
+
+        Advance the clocks and the message bookkeeping through `rounds` rounds without training (a resume: the
+        models and messages come from the checkpoint).
+        """
         while self.rounds_done < rounds:
             self._account(self.schedule.advance(self.updates))
             self.rounds_done += 1
@@ -185,24 +190,30 @@ class AsyncEngine:
         return [ev for ev in events if lo <= ev.client < hi]
 
     def _run_locals(self, events, r: int, loss: torch.Tensor, count: torch.Tensor) -> None:
-        """The local phases of a wave (this process's clients): their messages go to the pool. Host to device: one
-        index transfer (the rows and their pool slots), whatever the number of clients."""
+        """The local phases of a wave (this process's clients).
+
+        Their messages go to the pool. Host to device: one index transfer (the rows and their pool slots),
+        whatever the number of clients.
+        """
         mine = self._hosted(events)
         if not mine:
             return
         ids = np.array([ev.client - self.first for ev in mine], dtype=np.int64)
         versions = np.array([ev.version for ev in mine], dtype=np.int64)
         slots = self._reserve([(ev.client, ev.version) for ev in mine])
-        rows, slots = _upload(self.X.device, ids, slots)
+        rows, pool_rows = _upload(self.X.device, ids, slots)
         messages, losses = self.local(rows, ids, versions, r)
-        self.pool[slots] = messages
+        self.pool[pool_rows] = messages
         if losses is not None:
             loss.index_add_(0, rows, losses.to(loss.dtype))
             count.index_add_(0, rows, torch.ones_like(rows))
 
     def _run_mixes(self, events, r: int, loss: torch.Tensor, count: torch.Tensor) -> None:
-        """The mixes of a wave: the message rows they need (exchanged between processes), one sparse product. Host to
-        device: the exchange's send index (multi-process), one index transfer and the weights; nothing back."""
+        """The mixes of a wave.
+
+        The message rows they need (exchanged between processes), one sparse product. Host to device: the
+        exchange's send index (multi-process), one index transfer and the weights; nothing back.
+        """
         if not events:
             return
         keys_of = [self._terms(ev) for ev in events]
@@ -255,8 +266,11 @@ class AsyncEngine:
         return int(np.searchsorted(self.starts, client, side="right")) - 1
 
     def _exchange(self, events, keys_of):
-        """The message rows this process's mixes need from other processes (a collective: every rank calls it
-        with the same events). Returns (keys, rows [len(keys), d]) in the order received."""
+        """The message rows this process's mixes need from other processes.
+
+        The message rows this process's mixes need from other processes (a collective: every rank calls it with
+        the same events). Returns (keys, rows [len(keys), d]) in the order received.
+        """
         need = [[set() for _ in range(self.world)] for _ in range(self.world)]  # need[q][r]: q sends to r
         for ev, terms in zip(events, keys_of):
             r = self._owner(ev.client)
@@ -298,8 +312,11 @@ class AsyncEngine:
             self.free.append(self.slot.pop(key))
 
     def messages(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """The pool as per-client rows for a checkpoint: ([m_local, S, d] models, [m_local, S] versions, EMPTY
-        where unused), on the pool's device; S is the same on every process (the most versions any client keeps)."""
+        """The pool as per-client rows for a checkpoint.
+
+        ([m_local, S, d] models, [m_local, S] versions, EMPTY where unused), on the pool's device; S is the same
+        on every process (the most versions any client keeps).
+        """
         S = int((self.latest - self.low).max()) + 1
         n, d = self.X.shape
         device = self.X.device
@@ -346,7 +363,8 @@ class AsyncGossip(Algorithm):
     def __init__(self, ctx, X: torch.Tensor, topology):
         super().__init__(ctx, X)
         config = ctx.config
-        self.name = config.algorithm
+        # the wrapped algorithm's name, per instance (Algorithm.name is a class's registered name)
+        self.name = config.algorithm  # type: ignore[misc]
         self.kind = ASYNC_ALGORITHMS[config.algorithm]
         if topology.is_time_varying:
             raise ConfigError(f"topology: mode = async needs a static topology, but {topology.name} is "
@@ -367,11 +385,12 @@ class AsyncGossip(Algorithm):
         self.engine = AsyncEngine(topology.sparse(0), schedule, self.X, ctx.comm, self._local,
                                   self._step if self.kind == "step" else None, updates)
         self.client_state = ("async_messages", "async_versions")
-        self._loaded = None
+        self._loaded: tuple[torch.Tensor, torch.Tensor] | None = None  # a checkpoint's messages until the engine's
 
     # the runner reads and replaces X; the engine owns it
     @property
     def X(self) -> torch.Tensor:
+        """The clients' current models (the engine's, once it runs)."""
         return self.engine.X if hasattr(self, "engine") else self._X
 
     @X.setter
@@ -382,6 +401,7 @@ class AsyncGossip(Algorithm):
             self._X = value
 
     def round(self, t: int) -> RoundStats:
+        """Round t: the waves of local updates and mixes whose clocks fall in it."""
         engine = self.engine
         if engine.rounds_done < t:  # resumed: replay the clocks, then put the checkpoint's messages back
             engine.replay(t)
@@ -398,7 +418,8 @@ class AsyncGossip(Algorithm):
     # --------------------------------------------------------------------------------- the update rules
     def _trainer(self, ids: np.ndarray):
         """The run's trainer restricted to the local rows `ids` (host; their own compact stack)."""
-        trainer = self.ctx.trainer
+        # the run's trainer is dfl's LocalTrainer (dfl.engine.build.trainer); the Context seam types only its protocol
+        trainer = cast(LocalTrainer, self.ctx.trainer)
         sub = copy.copy(trainer)
         sub.client_ids = [trainer.client_ids[r] for r in ids]
         return sub
@@ -424,8 +445,10 @@ class AsyncGossip(Algorithm):
 
     # ------------------------------------------------------------------------------------- checkpoints
     def state(self) -> dict[str, torch.Tensor]:
+        """The message pool as per-client rows (the models in flight and their versions)."""
         models, versions = self.engine.messages()
         return {"async_messages": models, "async_versions": versions}
 
     def load_state(self, state: dict[str, torch.Tensor]) -> None:
+        """Keep a checkpoint's message pool until the engine's next round puts it back."""
         self._loaded = (state["async_messages"], state["async_versions"])

@@ -84,10 +84,12 @@ CLIENT_PREFIX, GOSSIP_PREFIX = "client_state.", "gossip_state."
 
 # ------------------------------------------------------------------------------------------------------ save
 def save(algorithm, comm, round_done: int, history, counters: dict[str, Any], config: Config, layout,
-         run_dir: Path | None) -> dict[str, Any] | None:
-    """Write the checkpoint after `round_done` rounds into `run_dir` (module docstring): a collective, every
-    process calls it with the same `run_dir` (a directory every process can write: one filesystem, or a shared
-    one across nodes). Returns the manifest on the main process, None elsewhere."""
+         run_dir: str | Path) -> dict[str, Any] | None:
+    """Write the checkpoint after `round_done` rounds into `run_dir` (module docstring).
+
+    A collective, every process calls it with the same `run_dir` (a directory every process can write: one
+    filesystem, or a shared one across nodes). Returns the manifest on the main process, None elsewhere.
+    """
     state = algorithm.state()
     rows = local_rows(algorithm, state)
     shards = f"{SHARDS}/round-{round_done:06d}"
@@ -123,8 +125,11 @@ def save(algorithm, comm, round_done: int, history, counters: dict[str, Any], co
 
 
 def local_rows(algorithm, state: dict[str, torch.Tensor] | None = None) -> dict[str, torch.Tensor]:
-    """This process's per-client rows, by checkpoint key: X, the algorithm's `client_state`, the gossip's state
-    (`state`: the algorithm's `state()`, when the caller has it already)."""
+    """This process's per-client rows, by checkpoint key.
+
+    X, the algorithm's `client_state`, the gossip's state (`state`: the algorithm's `state()`, when the caller has
+    it already).
+    """
     state = algorithm.state() if state is None else state
     unknown = sorted(set(algorithm.client_state) - set(state))
     if unknown:
@@ -138,8 +143,11 @@ def local_rows(algorithm, state: dict[str, torch.Tensor] | None = None) -> dict[
 
 
 def remove_stale_shards(run_dir: str | Path, keep: str | None = None) -> None:
-    """Delete the shard directories of `run_dir` other than `keep` (None: the one the manifest names; all when there
-    is no readable manifest): what a save killed before its manifest, or an older checkpoint, left behind."""
+    """Delete the shard directories of `run_dir` other than `keep`.
+
+    Delete the shard directories of `run_dir` other than `keep` (None: the one the manifest names; all when there is
+    no readable manifest): what a save killed before its manifest, or an older checkpoint, left behind.
+    """
     root = Path(run_dir) / SHARDS
     if not root.is_dir():
         return
@@ -169,9 +177,12 @@ def _named_shards(run_dir: Path) -> str | None:
 
 # ------------------------------------------------------------------------------------------------------ load
 def load(run_dir: str | Path) -> dict[str, Any]:
-    """Read the manifest `run_dir/checkpoint.pt` (every process reads it: a multi-node resume needs the run
-    directory on a shared filesystem). A checkpoint of the legacy format is memory-mapped, not read: its rows are
-    copied out by `restore`, each process its own."""
+    """Read the manifest `run_dir/checkpoint.pt`.
+
+    Read the manifest `run_dir/checkpoint.pt` (every process reads it: a multi-node resume needs the run directory
+    on a shared filesystem). A checkpoint of the legacy format is memory-mapped, not read: its rows are copied out
+    by `restore`, each process its own.
+    """
     path = Path(run_dir) / FILENAME
     if not path.is_file():
         where = "does not exist" if not Path(run_dir).exists() else f"has no {FILENAME}"
@@ -209,8 +220,11 @@ def load(run_dir: str | Path) -> dict[str, Any]:
 
 
 def check_config(checkpoint: dict[str, Any], config: Config, run_dir) -> None:
-    """The config must equal the checkpoint's except for RESUMABLE_FIELDS, and `rounds` may not shrink (nor
-    change at all with lr_schedule = cosine, whose learning rates depend on `rounds`)."""
+    """Refuse a resume whose config differs from the checkpoint's beyond what may change.
+
+    The config must equal the checkpoint's except for RESUMABLE_FIELDS, and `rounds` may not shrink (nor change at
+    all with lr_schedule = cosine, whose learning rates depend on `rounds`).
+    """
     stored = checkpoint["config"]
     differ = changed_fields(stored, config)
     unknown = sorted(set(stored) - {f.name for f in fields(Config)})
@@ -238,8 +252,11 @@ def check_config(checkpoint: dict[str, Any], config: Config, run_dir) -> None:
 
 
 def changed_fields(stored: dict[str, Any], config: Config) -> list[str]:
-    """The Config fields outside RESUMABLE_FIELDS in which `config` differs from the `stored` config values
-    (a field missing from `stored` counts as its default)."""
+    """The Config fields outside RESUMABLE_FIELDS in which `config` differs from the `stored` one.
+
+    The Config fields outside RESUMABLE_FIELDS in which `config` differs from the `stored` config values (a field
+    missing from `stored` counts as its default).
+    """
     defaults = Config()
     return [
         f.name
@@ -250,9 +267,11 @@ def changed_fields(stored: dict[str, Any], config: Config) -> list[str]:
 
 
 def restore(checkpoint: dict[str, Any], algorithm, comm, layout) -> None:
-    """Put X and the algorithm state back: this process's rows of every per-client entry, read from the shards
-    (each process reads only the stored chunks overlapping its block), straight onto the run's device. A
-    collective (every process calls it)."""
+    """Put X and the algorithm state back.
+
+    This process's rows of every per-client entry, read from the shards (each process reads only the stored chunks
+    overlapping its block), straight onto the run's device. A collective (every process calls it).
+    """
     names = checkpoint["param_names"]
     if list(names) != list(layout.names):
         raise ValueError("the checkpoint's parameter layout does not match the model built from the config")
@@ -286,10 +305,13 @@ def _read_local_rows(checkpoint: dict[str, Any], comm, device: torch.device) -> 
 
 def read_rows(checkpoint: dict[str, Any], start: int = 0, stop: int | None = None,
               device: torch.device | str = "cpu", comm=None, keys=None) -> dict[str, torch.Tensor]:
-    """Rows start..stop-1 (default: every client) of the per-client entries `keys` (default all: "params",
-    "client_state.<name>", "gossip_state.<name>") of a checkpoint read by `load`, on `device`. Without `comm` (or
-    in a world of one) it reads in this process alone; with a multi-process `comm` it is a collective (every
-    process calls it with its own rows). Tools that inspect a checkpoint: `read_rows(load(run_dir))`."""
+    """Some rows of some per-client entries of a checkpoint read by `load`.
+
+    Rows start..stop-1 (default: every client) of the per-client entries `keys` (default all: "params",
+    "client_state.<name>", "gossip_state.<name>") of a checkpoint read by `load`, on `device`. Without `comm` (or in
+    a world of one) it reads in this process alone; with a multi-process `comm` it is a collective (every process
+    calls it with its own rows). Tools that inspect a checkpoint: `read_rows(load(run_dir))`.
+    """
     path = checkpoint["path"]
     m = checkpoint["clients"]
     stop = m if stop is None else stop
@@ -310,9 +332,11 @@ def read_rows(checkpoint: dict[str, Any], start: int = 0, stop: int | None = Non
 
 
 def read(run_dir: str | Path) -> dict[str, Any]:
-    """The whole checkpoint of `run_dir` in one dict, assembled on the host (tools and tests, never the engine): the
-    manifest's entries, with `params` [m, d], `client_state` {name: [m, ...]} and, when the gossip keeps state,
-    `gossip_state` {name: [m, ...]}, as a checkpoint of the legacy format holds them."""
+    """The whole checkpoint of `run_dir` in one dict, assembled on the host (tools and tests, never the engine).
+
+    The manifest's entries, with `params` [m, d], `client_state` {name: [m, ...]} and, when the gossip keeps state,
+    `gossip_state` {name: [m, ...]}, as a checkpoint of the legacy format holds them.
+    """
     checkpoint = load(run_dir)
     if checkpoint["format"] == LEGACY_FORMAT:
         return checkpoint
@@ -343,8 +367,11 @@ def _dcp_save(rows: dict[str, torch.Tensor], directory: Path, start: int, m: int
 
 
 def _unwrapped(call, comm, doing: str):
-    """call(), with DCP's CheckpointException (which wraps what each rank raised, KeyboardInterrupt included) turned
-    back into this rank's own exception, or, when only other ranks failed, a PeerFailure naming the first of them."""
+    """Run call(), turning DCP's CheckpointException back into the failing rank's own error.
+
+    call(), with DCP's CheckpointException (which wraps what each rank raised, KeyboardInterrupt included) turned
+    back into this rank's own exception, or, when only other ranks failed, a PeerFailure naming the first of them.
+    """
     import torch.distributed.checkpoint as dcp
 
     try:
@@ -362,8 +389,10 @@ def _unwrapped(call, comm, doing: str):
 
 
 def _dcp_load(rows: dict[str, torch.Tensor], directory: Path, start: int, m: int, comm) -> None:
-    """Fill `rows` (this process's rows start.., each [n, ...]) from the shard directory, checking its metadata
-    first: a missing or corrupt shard is a CheckpointError naming the file."""
+    """Fill `rows` (this process's rows start.., each [n, ...]) from the shard directory, checking its metadata first.
+
+    A missing or corrupt shard is a CheckpointError naming the file.
+    """
     import torch.distributed.checkpoint as dcp
 
     world = getattr(comm, "world_size", 1) if comm is not None else 1
@@ -391,8 +420,11 @@ def _dcp_load(rows: dict[str, torch.Tensor], directory: Path, start: int, m: int
 
 
 def _bad_shard(directory: Path, metadata) -> Path:
-    """The first shard file that is missing or shorter than the chunks DCP's metadata places in it (else the
-    shard directory): the file a failed read names."""
+    """The shard file a failed read names.
+
+    The first shard file that is missing or shorter than the chunks DCP's metadata places in it (else the shard
+    directory): the file a failed read names.
+    """
     for info in sorted(getattr(metadata, "storage_data", {}).values(), key=lambda i: (i.relative_path, i.offset)):
         file = directory / info.relative_path
         if not file.is_file() or file.stat().st_size < info.offset + info.length:
@@ -401,8 +433,11 @@ def _bad_shard(directory: Path, metadata) -> Path:
 
 
 def _row_save_planner(start: int, m: int):
-    """A DCP SavePlanner writing each [n, ...] tensor as chunks of at most ROW_CHUNK_BYTES at row offset `start`
-    (+ its position) of a global [m, ...] tensor: every rank writes its own rows, DCP records the chunks."""
+    """A DCP SavePlanner writing this process's rows of every global [m, ...] tensor.
+
+    A DCP SavePlanner writing each [n, ...] tensor as chunks of at most ROW_CHUNK_BYTES at row offset `start` (+ its
+    position) of a global [m, ...] tensor: every rank writes its own rows, DCP records the chunks.
+    """
     from torch.distributed.checkpoint import DefaultSavePlanner, SavePlan
     from torch.distributed.checkpoint.metadata import ChunkStorageMetadata, MetadataIndex, TensorProperties
     from torch.distributed.checkpoint.planner import TensorWriteData, WriteItem, WriteItemType
@@ -436,10 +471,12 @@ def _row_save_planner(start: int, m: int):
 
 
 def _row_load_planner(start: int):
-    """A DCP LoadPlanner reading rows start.. of each stored [m, ...] tensor into the given [n, ...] tensors (DCP
-    computes which stored chunks overlap them and reads only those)."""
+    """A DCP LoadPlanner reading rows `start`.. of each stored [m, ...] tensor into the given [n, ...] tensors.
+
+    DCP computes which stored chunks overlap them and reads only those.
+    """
     from torch.distributed.checkpoint import DefaultLoadPlanner, LoadPlan
-    from torch.distributed.checkpoint.metadata import ChunkStorageMetadata
+    from torch.distributed.checkpoint.metadata import ChunkStorageMetadata, TensorStorageMetadata
     from torch.distributed.checkpoint.planner_helpers import create_read_items_for_chunk_list
 
     class RowLoadPlanner(DefaultLoadPlanner):
@@ -448,11 +485,14 @@ def _row_load_planner(start: int):
 
         def create_local_plan(self) -> LoadPlan:
             requests = []
+            assert self.metadata is not None, "DCP sets the metadata (set_up_planner) before it asks for the plan"
             for key, tensor in self.state_dict.items():
                 if tensor.shape[0] == 0:
                     continue
                 offsets = torch.Size([start] + [0] * (tensor.dim() - 1))
-                requests += create_read_items_for_chunk_list(key, self.metadata.state_dict_metadata[key], [
+                stored = self.metadata.state_dict_metadata[key]
+                assert isinstance(stored, TensorStorageMetadata), f"{key}: the shards hold tensors only (`save`)"
+                requests += create_read_items_for_chunk_list(key, stored, [
                     ChunkStorageMetadata(offsets=offsets, sizes=tensor.shape)])
             return LoadPlan(requests)
 
@@ -466,17 +506,20 @@ def _row_load_planner(start: int):
 def _gossip_state(algorithm) -> dict[str, torch.Tensor] | None:
     """The per-client state rows of the algorithm's gossip (None when it keeps none, as exact gossip)."""
     gossip = getattr(getattr(algorithm, "ctx", None), "gossip", None)
-    return gossip.client_state() if hasattr(gossip, "client_state") else None
+    return gossip.client_state() if gossip is not None and hasattr(gossip, "client_state") else None
 
 
 def rng_state() -> dict[str, Any]:
-    """The global generators' states: torch CPU, the current CUDA device's (when CUDA is initialised; in a
-    multi-process run each rank's current device is its own GPU), numpy, python."""
+    """The global generators' states.
+
+    Torch CPU, the current CUDA device's (when CUDA is initialised; in a multi-process run each rank's current
+    device is its own GPU), numpy, python.
+    """
     name, keys, pos, has_gauss, gauss = np.random.get_state()
     state: dict[str, Any] = {
         "torch": torch.get_rng_state(),
-        "numpy": {"name": name, "keys": torch.as_tensor(keys.astype(np.int64), device="cpu"), "pos": int(pos),
-                  "has_gauss": int(has_gauss), "gauss": float(gauss)},
+        "numpy": {"name": name, "keys": torch.as_tensor(np.asarray(keys, dtype=np.int64), device="cpu"),
+                  "pos": int(pos), "has_gauss": int(has_gauss), "gauss": float(gauss)},
         "python": random.getstate(),
     }
     if torch.cuda.is_available() and torch.cuda.is_initialized():
@@ -485,6 +528,7 @@ def rng_state() -> dict[str, Any]:
 
 
 def set_rng_state(state: dict[str, Any]) -> None:
+    """Put back the global generators' states `rng_state` recorded (torch, CUDA when recorded, numpy, python)."""
     torch.set_rng_state(state["torch"].clone())  # a memory-mapped manifest's tensor: a private copy
     n = state["numpy"]
     np.random.set_state((n["name"], n["keys"].numpy().astype(np.uint32), n["pos"], n["has_gauss"], n["gauss"]))

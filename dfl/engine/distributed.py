@@ -1,5 +1,6 @@
-"""Multi-process runs on torch.distributed: process-group set-up from the torchrun environment, and the
-communicator that moves client rows between processes.
+"""Multi-process runs on torch.distributed.
+
+Process-group set-up from the torchrun environment, and the communicator that moves client rows between processes.
 
 One process per GPU (NCCL) or per CPU worker (gloo). Rank r hosts the contiguous client block
 `even_blocks(m, P)[r]` (`dfl.network.comm`). Every method of `DistributedCommunicator` is a collective: all
@@ -91,9 +92,11 @@ def env_world_size() -> int:
 
 
 def communicator_from_env(config, num_clients: int):
-    """The communicator for this process: `LocalCommunicator` in a world of one, else a
-    `DistributedCommunicator` on the process group (initialised here from the torchrun environment,
-    or the one the caller already initialised)."""
+    """The communicator for this process.
+
+    `LocalCommunicator` in a world of one, else a `DistributedCommunicator` on the process group (initialised here
+    from the torchrun environment, or the one the caller already initialised).
+    """
     if dist.is_available() and dist.is_initialized():
         if dist.get_world_size() == 1:
             return LocalCommunicator(num_clients)
@@ -171,8 +174,11 @@ def _run_device(config) -> torch.device:
 
 
 def _device(config, backend: str, local_rank: int) -> torch.device:
-    """cuda:LOCAL_RANK when the run uses CUDA, else cpu. One process per GPU: NCCL refuses two ranks
-    on one device, so an explicit "cuda:k" is rejected in a multi-process run."""
+    """cuda:LOCAL_RANK when the run uses CUDA, else cpu.
+
+    One process per GPU: NCCL refuses two ranks on one device, so an explicit "cuda:k" is rejected in a
+    multi-process run.
+    """
     name = config.device
     if name == "cpu":
         if backend == "nccl":
@@ -213,7 +219,8 @@ class DistributedCommunicator:
     """This process's block of clients in a multi-process run (see the module docstring).
 
     `device`: where the run's tensors live (default: the CPU under gloo, the current CUDA device under NCCL); every
-    tensor handed to a method must be there."""
+    tensor handed to a method must be there.
+    """
 
     def __init__(self, num_clients: int, gossip_mode: str = "p2p", device: torch.device | None = None,
                  owns_group: bool = False):
@@ -245,6 +252,7 @@ class DistributedCommunicator:
 
     @property
     def is_main(self) -> bool:
+        """Whether this is the main process (rank 0)."""
         return self.rank == 0
 
     # ------------------------------------------------------------------ the boundary
@@ -266,8 +274,11 @@ class DistributedCommunicator:
         return t if t.device == self.device else t.to(self.device, non_blocking=True)
 
     def _collective(self, fn, *args, **kwargs):
-        """Run one torch.distributed call: an exception it raises is marked as a collective failure (`peer_failure`
-        decides whose), and a failure the heartbeat thread saw stops the rank with PeerFailure."""
+        """Run one torch.distributed call.
+
+        An exception it raises is marked as a collective failure (`peer_failure` decides whose), and a failure
+        the heartbeat thread saw stops the rank with PeerFailure.
+        """
         if self._monitor is not None and self._monitor.failure is not None:
             raise PeerFailure(f"rank {self.rank} stopped because {self._monitor.failure}")
         try:
@@ -280,6 +291,7 @@ class DistributedCommunicator:
         return out
 
     def barrier(self) -> None:
+        """Wait until every rank gets here."""
         if self.backend == "nccl":
             self._collective(dist.barrier, device_ids=[self.device.index])
         else:
@@ -315,9 +327,12 @@ class DistributedCommunicator:
         return exact_matmul(rows.to(device=X.device, dtype=X.dtype), self.gather_rows(X))
 
     def _exchange(self, plan, A, index: torch.Tensor, X: torch.Tensor) -> torch.Tensor:
-        """One neighbour-only exchange (all_to_all_single), then the local rows of W_s times the held rows (`A`, a
-        `dfl.network.gossip.RowsOperator`: no concatenation, temporaries of one tile). The send index is the plan's,
-        built once on the device (`_step_operator`)."""
+        """One gossip step over the network: a neighbour-only exchange, then the local product.
+
+        One neighbour-only exchange (all_to_all_single), then the local rows of W_s times the held rows (`A`, a
+        `dfl.network.gossip.RowsOperator`: no concatenation, temporaries of one tile). The send index is the
+        plan's, built once on the device (`_step_operator`).
+        """
         if plan.rows_sent() == 0:
             return A(X)
         recv_counts = [len(plan.send[q][self.rank]) for q in range(self.world_size)]
@@ -330,10 +345,13 @@ class DistributedCommunicator:
 
     def exchange_rows(self, X: torch.Tensor, send: torch.Tensor, send_counts: list[int], recv_counts: list[int],
                       total_rows: int) -> torch.Tensor:
-        """Rows X[send] to the ranks in order (send_counts[r] of them to rank r, none to itself) and, concatenated by
-        source rank, the recv_counts[q] rows each rank q sends here: one all_to_all_single, for plans every rank
-        knows (`dfl.engine.asynchronous`). `send` is one index tensor on the device; `total_rows` = rows sent by
-        all ranks together (counted in `bytes_moved`)."""
+        """Send and receive rows between the ranks in one all_to_all_single.
+
+        Rows X[send] to the ranks in order (send_counts[r] of them to rank r, none to itself) and, concatenated
+        by source rank, the recv_counts[q] rows each rank q sends here: one all_to_all_single, for plans every
+        rank knows (`dfl.engine.asynchronous`). `send` is one index tensor on the device; `total_rows` = rows
+        sent by all ranks together (counted in `bytes_moved`).
+        """
         self._check("exchange_rows", X, send)
         inp = self._wire(X.index_select(0, send))
         out = inp.new_empty((sum(recv_counts), *X.shape[1:]))
@@ -358,10 +376,13 @@ class DistributedCommunicator:
         return False, plan, A, index
 
     def _composed(self, matrices, X):
-        """The p2p operator of the product W_{Q−1} ⋯ W_0 (float64) when it has at most COMPOSED_OFFSETS_FACTOR × as
-        many nonzeros as the steps together (a ring's Q = 4 steps: 9 diagonals against 4 × 3), else None (step by
-        step). One exchange of the rows the product needs, then one pass: Q − 1 fewer collectives and one output
-        stack instead of two alive at once."""
+        """The p2p operator of the product of Q gossip steps, when it is sparse enough.
+
+        The p2p operator of the product W_{Q−1} ⋯ W_0 (float64) when it has at most COMPOSED_OFFSETS_FACTOR × as
+        many nonzeros as the steps together (a ring's Q = 4 steps: 9 diagonals against 4 × 3), else None (step
+        by step). One exchange of the rows the product needs, then one pass: Q − 1 fewer collectives and one
+        output stack instead of two alive at once.
+        """
         product = matrices[0]
         for W in matrices[1:]:
             product = W @ product
@@ -408,8 +429,12 @@ class DistributedCommunicator:
 
     # ------------------------------------------------------------------ reductions and gathers
     def mean_rows(self, X: torch.Tensor) -> torch.Tensor:
-        """x̄ = (1/m) Σ_i x_i over every client of every process (summed in float64, block of rows by block of rows:
-        `X.sum(dim=0, dtype=torch.float64)` on the whole stack makes a float64 copy of it, two stacks' worth)."""
+        """The average model over every client of every process.
+
+        x̄ = (1/m) Σ_i x_i over every client of every process (summed in float64, block of rows by block of
+        rows: `X.sum(dim=0, dtype=torch.float64)` on the whole stack makes a float64 copy of it, two stacks'
+        worth).
+        """
         self._check("mean_rows", X)
         local = torch.zeros(X.shape[1:], dtype=torch.float64, device=X.device)
         for rows in row_blocks(X):
@@ -425,8 +450,11 @@ class DistributedCommunicator:
         return self._back(out)
 
     def _gather_padded(self, X: torch.Tensor) -> torch.Tensor:
-        """[P · size, ...]: every rank's block padded to size = the largest block's rows, in rank order (one
-        all_gather_into_tensor; no concatenation, so one buffer of the population, not two)."""
+        """[P · size, ...].
+
+        Every rank's block padded to size = the largest block's rows, in rank order (one all_gather_into_tensor;
+        no concatenation, so one buffer of the population, not two).
+        """
         size = max(len(b) for b in self.blocks)
         buf = self._wire(X).new_zeros((size, *X.shape[1:]))
         buf[: X.shape[0]] = self._wire(X)
@@ -436,8 +464,10 @@ class DistributedCommunicator:
         return self._back(out)
 
     def gather_rows(self, X: torch.Tensor) -> torch.Tensor:
-        """All clients' rows in client order, on every rank (all_gather of the blocks, padded to equal size). For
-        per-client metrics ([m] vectors); a stack of models goes to the host with `assemble_rows`."""
+        """All clients' rows in client order, on every rank (all_gather of the blocks, padded to equal size).
+
+        For per-client metrics ([m] vectors); a stack of models goes to the host with `assemble_rows`.
+        """
         self._check("gather_rows", X)
         size = max(len(b) for b in self.blocks)
         padded = self._gather_padded(X)
@@ -448,9 +478,12 @@ class DistributedCommunicator:
         return padded.index_select(0, keep)
 
     def assemble_rows(self, X: torch.Tensor) -> torch.Tensor:
-        """Every client's rows on the main process's host, [m, ...] in client order, received block by block from
-        the other ranks (point-to-point; one block in flight at a time): no rank but the main one ever holds more
-        than its own rows. Elsewhere: this process's rows, on the host. A collective."""
+        """Every client's rows on the main process's host; this process's rows elsewhere.
+
+        Every client's rows on the main process's host, [m, ...] in client order, received block by block from
+        the other ranks (point-to-point; one block in flight at a time): no rank but the main one ever holds
+        more than its own rows. Elsewhere: this process's rows, on the host. A collective.
+        """
         self._check("assemble_rows", X)
         self.bytes_moved += sum(len(b) for b in self.blocks[1:]) * self._row_bytes(X)
         if not self.is_main:
@@ -474,9 +507,12 @@ class DistributedCommunicator:
 
     # ------------------------------------------------------------------ failures and shutdown
     def report_failure(self, exc: BaseException) -> None:
-        """Record "rank r failed: …" in the rendezvous store so the other ranks can say why they stopped.
-        Their blocked collectives fail when this process exits (gloo closes its sockets) or, under NCCL, when their
-        heartbeat threads read the record and abort the group (module docstring)."""
+        """Record "rank r failed.
+
+        …" in the rendezvous store so the other ranks can say why they stopped. Their blocked collectives fail
+        when this process exits (gloo closes its sockets) or, under NCCL, when their heartbeat threads read the
+        record and abort the group (module docstring).
+        """
         if isinstance(exc, PeerFailure):
             return
         self._stopping = True
@@ -491,10 +527,13 @@ class DistributedCommunicator:
             pass
 
     def peer_failure(self, exc: BaseException) -> BaseException | None:
-        """A `PeerFailure` naming the rank that caused `exc` here, when `exc` is a failed collective (one of the
-        communicator's, or a plain RuntimeError: gloo's report of a dead peer in another library's collective, e.g.
-        a checkpoint's) and another rank failed (recorded in the store, or its heartbeat stopped); None when the
-        error is this rank's own, which is then reported as it is."""
+        """A `PeerFailure` naming the rank that caused `exc`, or None when the error is this rank's own.
+
+        A `PeerFailure` naming the rank that caused `exc` here, when `exc` is a failed collective (one of the
+        communicator's, or a plain RuntimeError: gloo's report of a dead peer in another library's collective,
+        e.g. a checkpoint's) and another rank failed (recorded in the store, or its heartbeat stopped); None
+        when the error is this rank's own, which is then reported as it is.
+        """
         if isinstance(exc, PeerFailure) or not (self._from_collective(exc) or type(exc) is RuntimeError):
             return None
         message = self._monitor.failure if self._monitor is not None else None
@@ -522,7 +561,8 @@ class DistributedCommunicator:
         return PeerFailure(f"rank {self.rank} stopped because {message}")
 
     def _from_collective(self, exc: BaseException) -> bool:
-        seen, e = set(), exc
+        seen: set[int] = set()
+        e: BaseException | None = exc
         while e is not None and id(e) not in seen:
             if e is self._collective_error or isinstance(e, dist.DistError):
                 return True
@@ -535,7 +575,8 @@ class DistributedCommunicator:
 
         After a failure, rank 0 (which hosts the rendezvous store unless torchrun's agent does) closes its
         connections, which makes the others' pending collectives fail, then keeps the store alive for up
-        to STORE_GRACE_SECONDS so that every rank can read which rank failed and why."""
+        to STORE_GRACE_SECONDS so that every rank can read which rank failed and why.
+        """
         if self._monitor is not None:
             self._monitor.stop()
         if not (self.owns_group and dist.is_initialized()):
@@ -552,9 +593,12 @@ class DistributedCommunicator:
 
 
 class _Monitor:
-    """The heartbeat thread of one rank (module docstring): bumps `dfl/beat/<rank>` every HEARTBEAT_SECONDS; with
-    `watch` (NCCL) it also reads the failure record and the peers' heartbeats, and aborts the process group on a
-    failure or a peer silent for STALE_SECONDS, so that a blocked collective ends."""
+    """The heartbeat thread of one rank (module docstring).
+
+    Bumps `dfl/beat/<rank>` every HEARTBEAT_SECONDS; with `watch` (NCCL) it also reads the failure record and the
+    peers' heartbeats, and aborts the process group on a failure or a peer silent for STALE_SECONDS, so that a
+    blocked collective ends.
+    """
 
     def __init__(self, store, rank: int, world: int, watch: bool):
         self.store, self.rank, self.world, self.watch = store, rank, world, watch

@@ -1,6 +1,8 @@
-"""`Experiment`: one run between its phases. The set-up (data, topology, model, client stack, trainer, network,
-algorithm, resume, run directory) is `__init__`; then per round `train_round`, `evaluate`, `record`,
-`checkpoint`; at the end `save_params` and `result`. `dfl.engine.runner` drives it.
+"""`Experiment`: one run between its phases, which `dfl.engine.runner` drives.
+
+The set-up is `__init__`, a sequence of named steps (`dfl.engine.build`: data, topology, network, model, client
+block, trainer; then gossip, algorithm, resume, run directory); then per round `train_round`, `evaluate`, `record`,
+`checkpoint`; at the end `save_params` and `result`.
 
 Convention (docs/reference/update-rules.md#conventions): each round is "local training, then gossip", as in the papers'
 pseudo-code; metrics after round t describe the models after that round's gossip.
@@ -19,29 +21,23 @@ from typing import Any
 import numpy as np
 import torch
 
-from dfl.algorithms import Context, is_centralized, resolve_hyperparameters
-from dfl.algorithms.server import sample_participants
+from dfl.algorithms import Context
 from dfl.config import Config
-from dfl.data import ignored_options
+from dfl.engine import build
 from dfl.engine import checkpoint as ckpt
 from dfl.engine.hooks import Hooks, Progress, RunInfo
 from dfl.engine.results import Result, RunDirectory
 from dfl.engine.setup import (
-    build_data,
-    build_topology,
+    LocalTest,
+    Pair,
     gossip_lambda,
     local_test_sets,
     make_algorithm,
-    resolve_device,
     seeded_subset,
-    split_local_test,
     train_subset,
 )
-from dfl.errors import ConfigError, DivergenceError
-from dfl.models import model_for_run
-from dfl.network.faults import Network
+from dfl.errors import DivergenceError
 from dfl.training import memory
-from dfl.training.clients import ParamLayout, common_start
 from dfl.training.evaluate import (
     client_accuracies,
     consensus_distance,
@@ -50,7 +46,6 @@ from dfl.training.evaluate import (
     nonfinite_clients,
     suspect_rows,
 )
-from dfl.training.local import LocalTrainer
 
 # A run whose mean local training loss stays above DIVERGENCE_LOSS_FACTOR × ln C (C classes; ln C is the loss
 # of a uniform guess) at DIVERGENCE_PATIENCE evaluations in a row has diverged, NaN or not (a loss of 14,738
@@ -69,108 +64,99 @@ CLIENT_EVAL_WARN_PASSES = 20_000_000
 
 
 class Experiment:
-    """One run between its phases: `__init__` is the set-up (data, topology, model, client stack, trainer,
-    gossip, algorithm, resume, run directory), then `train_round`, `evaluate`, `record`, `checkpoint` per
-    round, and `save_params` + `result` at the end; `status()` marks summary.json with how the run ended."""
+    """One run between its phases.
+
+    `__init__` is the set-up, step by step (`dfl.engine.build`: data, topology, network, model, client block,
+    trainer; then gossip, algorithm, resume, run directory), then `train_round`, `evaluate`, `record`, `checkpoint`
+    per round, and `save_params` + `result` at the end; `status()` marks summary.json with how the run ended.
+    """
 
     def __init__(self, config: Config, data, out, overwrite: bool, comm, resume: bool, given_model=None,
                  callbacks=None):
-        saved = None
-        if resume:  # before any work: a missing checkpoint or a changed config fails fast, on every rank alike
-            saved = ckpt.load(out)
-            ckpt.check_config(saved, config, out)
+        saved = build.checkpoint_to_resume(config, out, resume)  # before any work, on every rank alike
         self.hooks = Hooks(config, callbacks, comm, out)  # loggers' packages and callbacks checked before any work
-        hp, ignored = resolve_hyperparameters(config)
-        ignored += ignored_options(config)  # data_root with an embedded dataset: warned and recorded the same way
-        device = getattr(comm, "device", None) or resolve_device(config.device)
-        if device.type == "cpu":
-            memory.keep_freed_memory()  # reuse freed heap instead of zero-filled fresh mappings every round
-        # precision = tf32 turns TF32 matmuls on while the run's rounds go (`status`); fp32 and bf16 leave PyTorch's
-        # defaults alone; gossip averages in IEEE fp32 either way (`dfl.network.gossip.exact_matmul`)
-        self.tf32 = config.precision == "tf32"
-        if self.tf32 and device.type != "cuda":
-            raise ConfigError(f"precision = tf32 needs a CUDA device (the run is on {device}); use fp32 or bf16")
-
-        if data is None:
-            data = build_data(config)
-        elif data.num_clients != config.clients:
-            raise ConfigError(f"clients = {config.clients} but the given data has {data.num_clients} clients")
-        data = split_local_test(data, config)  # before the trainer: training sees only the local train parts
-        m = data.num_clients
-        if comm.num_clients != m:
-            raise ConfigError(f"the communicator hosts {comm.num_clients} clients but the data has {m}")
-        data = data.to(device)
-        centralized = is_centralized(config.algorithm)
-        if centralized and (config.topology not in ("ring", "full") or config.topology_options):  # ring: default
-            warnings.warn(f"{config.algorithm} is centralized (complete topology); ignoring topology", stacklevel=3)
-            ignored = [*ignored, "topology"]
-        topology = build_topology(config, m, data.sizes.tolist())
-        participants = None
-        if centralized:  # stragglers and the deadline apply to the clients the server samples in round t
-            def participants(t: int) -> np.ndarray:
-                return sample_participants(config.seed, t, m, hp.get("participation", 1.0),
-                                           hp.get("participation_mode", "uniform"))
-        network = Network(config, topology, data, participants)  # link failures, offline clients, stragglers
-
-        # seeded, built (or the given one copied), on device, in train mode, and checked: fails here, not in a round
-        model = model_for_run(config.model, config.model_options, tuple(data.input_shape), data.num_classes,
-                              config.seed, device, (data.train_x[:2], data.train_y[:2]), given_model)
-        layout = ParamLayout.of(model)
-        memory.check_stacks(len(comm.client_ids), layout.dim, device, int(network.compressor is not None))
-        # this process's block only: every client starts from the same x_0, so the block is x_0 repeated (a view of
-        # one row; the algorithm's X is its own copy), the same numbers as the rows of the whole stack
-        X0 = common_start(model, len(comm.client_ids), device)
-
-        trainer = LocalTrainer(model, layout, data, comm.client_ids, config)
-        trainer.step_cap = network.step_cap  # stragglers stopped by the round deadline (None: no deadline)
+        hp, ignored = build.hyperparameters(config)
+        device = build.device(config, comm)
+        data = build.data_on_device(config, data, comm, device)
+        topology, ignored = build.topology(config, data, ignored)
+        network = build.network(config, topology, data, hp)
+        model, layout = build.model(config, data, device, given_model)
+        X0 = build.client_block(model, layout, comm, device, network)
+        trainer = build.trainer(model, layout, data, comm, config, network)
         gossip = network.gossip(comm, X0.dtype, device, start=X0)  # compressed gossip: x̂ starts at X_0
         self.ctx = Context(config=config, hp=hp, trainer=trainer, gossip=gossip, comm=comm)
         self.algorithm = make_algorithm(config, self.ctx, X0, topology)  # rounds in lock-step, or async clocks
-        # before any training: a run that cannot fit one client stops here, with the estimate; the plan counts
-        # every per-client stack this process holds (X, the algorithm's and the gossip's state, the async pool)
-        held = memory.held_bytes(ckpt.local_rows(self.algorithm), getattr(self.algorithm, "engine", None))
-        if getattr(comm, "gossip_mode", None) == "allgather" and comm.world_size > 1:  # a round receives all rows
-            held += comm.num_clients * layout.dim * X0.element_size()
-        trainer.plan_chunk(self.algorithm.X, held_bytes=held)
-        self.config, self.comm, self.data, self.device = config, comm, data, device
-        self.model, self.layout, self.X0, self.trainer = model, layout, X0, trainer
-        self.network = network
+        self.chunk = build.client_chunk(trainer, self.algorithm, comm, layout, X0)  # clients per vectorized call
+        self.config, self.comm, self.data, self.device, self.hp = config, comm, data, device, hp
+        self.model, self.layout, self.X0, self.trainer, self.network = model, layout, X0, trainer, network
+        self.tf32 = config.precision == "tf32"  # TF32 matmuls while the rounds go (`status`)
+        self._restore_progress(saved)
+        self._open_run_directory(out, overwrite, resume)
+        self.message_bytes = gossip.message_bytes(layout.dim, X0.element_size())  # a model, or compressed
+        self._write_start(hp, ignored, topology, gossip, saved)
+        self._prepare_evaluation()
+        if saved is not None:  # last: the generators continue where the checkpointed run's were
+            ckpt.set_rng_state(saved["rng"])
 
+    def _restore_progress(self, saved: dict[str, Any] | None) -> None:
+        """The history and counters so far.
+
+        Empty for a fresh run, the checkpoint's when resuming (the algorithm's state too: this process's rows
+        only, onto the device).
+        """
         self.history: list[dict[str, Any]] = []
         self.bytes_total, self.start, self.wall_before = 0, 0, 0.0
-        if saved is not None:
-            ckpt.restore(saved, self.algorithm, comm, layout)  # this process's rows only, onto the device
-            self.start, self.history = saved["round"], list(saved["history"])
-            if not comm.is_main:  # as in an uninterrupted run, per-client accuracies live on the main process
-                self.history = [{k: v for k, v in h.items() if k != "client_acc"} for h in self.history]
-            counters = saved["counters"]
-            self.bytes_total, self.wall_before = counters["bytes_sent_total"], counters["wall_seconds"]
-            comm.bytes_moved = counters["bytes_moved"]
-            self.hooks.resume(self.history)
+        if saved is None:
+            return
+        comm = self.comm
+        ckpt.restore(saved, self.algorithm, comm, self.layout)
+        self.start, self.history = saved["round"], list(saved["history"])
+        if not comm.is_main:  # as in an uninterrupted run, per-client accuracies live on the main process
+            self.history = [{k: v for k, v in h.items() if k != "client_acc"} for h in self.history]
+        counters = saved["counters"]
+        self.bytes_total, self.wall_before = counters["bytes_sent_total"], counters["wall_seconds"]
+        comm.bytes_moved = counters["bytes_moved"]
+        self.hooks.resume(self.history)
 
-        self.run_dir = None
-        if out is not None and comm.is_main:
-            self.run_dir = RunDirectory(out, overwrite=overwrite, resume=resume)
-            if overwrite:
-                ckpt.remove(out)  # the shards too, not only checkpoint.pt
-            elif resume:
-                ckpt.remove_stale_shards(out)  # left by a save killed before its manifest
+    def _open_run_directory(self, out, overwrite: bool, resume: bool) -> None:
+        """The run directory (main process only): created, replaced (checkpoint shards too) or reopened."""
         self.out = out
-        self.message_bytes = gossip.message_bytes(layout.dim, X0.element_size())  # a model, or compressed
+        self.run_dir: RunDirectory | None = None
+        if out is None or not self.comm.is_main:
+            return
+        self.run_dir = RunDirectory(out, overwrite=overwrite, resume=resume)
+        if overwrite:
+            ckpt.remove(out)  # the shards too, not only checkpoint.pt
+        elif resume:
+            ckpt.remove_stale_shards(out)  # left by a save killed before its manifest
+
+    def _write_start(self, hp: dict[str, Any], ignored: list[str], topology, gossip, saved) -> None:
+        """Write the initial summary and the run directory's first files.
+
+        The initial summary, and the run directory's config.toml, partition.json and summary.json (on resume,
+        metrics.jsonl rewritten from the checkpoint's history and the previous params.pt removed).
+        """
         self.summary = self._initial_summary(hp, ignored, topology)
         if saved is not None:
             self.summary["resumed_from_round"] = self.start
         self.summary.update(self.hooks.summary_fields())
         self.summary.update(getattr(gossip, "describe", dict)())  # compressed gossip: compressor, ω, γ
-        self.hp = hp
-        if self.run_dir:
-            self.run_dir.write_config(config.to_toml())
-            self.run_dir.write_json("partition.json", data.partition_info())
-            if saved is not None:
-                self.run_dir.write_metrics(self.history)  # drops records a killed run wrote after its checkpoint
-                self.run_dir.remove("params.pt")  # written again when the run finishes
-            self.run_dir.write_json("summary.json", self.summary)
+        if not self.run_dir:
+            return
+        self.run_dir.write_config(self.config.to_toml())
+        self.run_dir.write_json("partition.json", self.data.partition_info())
+        if saved is not None:
+            self.run_dir.write_metrics(self.history)  # drops records a killed run wrote after its checkpoint
+            self.run_dir.remove("params.pt")  # written again when the run finishes
+        self.run_dir.write_json("summary.json", self.summary)
 
+    def _prepare_evaluation(self) -> None:
+        """Prepare the evaluation sets, the divergence rule and the round loop's counters.
+
+        The fixed evaluation sets (test set, seeded train and per-client subsets, local test sets, the Hessian's
+        sample), the divergence rule's bound and the round loop's counters.
+        """
+        config, data = self.config, self.data
         self.eval_x, self.eval_y = data.test_x, data.test_y
         self.train_sub = train_subset(data, config)
         # each client's accuracy: on `client_eval_samples` fixed test samples (0 = all), drawn once here
@@ -182,19 +168,17 @@ class Experiment:
         if config.client_eval_samples == 0 and passes > CLIENT_EVAL_WARN_PASSES:
             warnings.warn(f"client_eval_samples = 0: every evaluation runs each of the {config.clients:,} clients on "
                           f"all {self.eval_x.shape[0]:,} test samples ({passes:,} forward passes); set "
-                          f"client_eval_samples (e.g. 500) to use a fixed seeded subset per client", stacklevel=3)
+                          f"client_eval_samples (e.g. 500) to use a fixed seeded subset per client", stacklevel=4)
         # personalized evaluation (local_test_fraction): this process's clients' local test sets
-        self.local_test = local_test_sets(data, comm.client_ids) if data.local_test_indices is not None else None
+        self.local_test = local_test_sets(data, self.comm.client_ids) if data.local_test_indices is not None else None
         self.hessian_sub = train_subset(data, config, config.hessian_samples) if config.hessian_every else None
         self.round_seconds: list[float] = []
         self.loss_bound = DIVERGENCE_LOSS_FACTOR * math.log(max(data.num_classes, 2))
         self.above_bound = 0  # consecutive evaluations with the training loss above loss_bound
-        self.progress = _progress(config, comm, self.start)
+        self.progress = _progress(config, self.comm, self.start)
         self.started = time.perf_counter()
         self.params: torch.Tensor | None = None
         self._last_round = (0, 0)  # (bytes sent, bytes moved between processes) of the latest round
-        if saved is not None:
-            ckpt.set_rng_state(saved["rng"])
 
     def _initial_summary(self, hp: dict, ignored: list[str], topology) -> dict[str, Any]:
         config, comm, run_dir = self.config, self.comm, self.run_dir
@@ -249,10 +233,12 @@ class Experiment:
         return stats
 
     def hessian_due(self, t: int) -> bool:
+        """Whether round t's evaluation includes the Hessian's top eigenvalue (every `hessian_every`, and last)."""
         every = self.config.hessian_every
         return every > 0 and ((t + 1) % every == 0 or t + 1 == self.config.rounds)
 
     def evaluation_due(self, t: int) -> bool:
+        """Whether round t is evaluated (every `eval_every` rounds, the last one, and with the Hessian)."""
         config = self.config
         return (t + 1) % config.eval_every == 0 or t + 1 == config.rounds or self.hessian_due(t)
 
@@ -261,8 +247,8 @@ class Experiment:
         config, comm, X = self.config, self.comm, self.algorithm.X
         mean = comm.mean_rows(X)
         metrics = _evaluate(self.model, self.layout, X, mean, comm, self.eval_x, self.eval_y, self.train_sub,
-                            self.client_test, config, self.trainer.chunk, self.local_test)
-        if self.hessian_due(t):
+                            self.client_test, config, self.chunk, self.local_test)
+        if self.hessian_due(t) and self.hessian_sub is not None:  # the sample exists when hessian_every > 0
             metrics["hessian_top_eig"] = _hessian(self.model, self.layout, mean, self.hessian_sub, config)
         bytes_round, moved_round = self._last_round
         record = {
@@ -284,8 +270,11 @@ class Experiment:
         return record
 
     def record(self, record: dict[str, Any]) -> None:
-        """Where an evaluated round's metrics go: the history, metrics.jsonl, the progress bar; then the
-        divergence rule (DIVERGENCE_LOSS_FACTOR) on its training loss."""
+        """Where an evaluated round's metrics go.
+
+        The history, metrics.jsonl, the progress bar; then the divergence rule (DIVERGENCE_LOSS_FACTOR) on its
+        training loss.
+        """
         self.history.append(record)
         if self.run_dir:
             self.run_dir.append_metrics(record)
@@ -305,24 +294,32 @@ class Experiment:
             )
 
     def checkpoint_due(self, t: int) -> bool:
-        """At every `checkpoint_every` rounds (default: every evaluation) and at the end, with a run directory,
-        and never while the training loss is above the divergence bound (the one on disk stays the last good)."""
+        """Whether the state after round t is checkpointed.
+
+        At every `checkpoint_every` rounds (default: every evaluation) and at the end, with a run directory, and
+        never while the training loss is above the divergence bound (the one on disk stays the last good).
+        """
         every = self.config.checkpoint_every or self.config.eval_every
         return self.out is not None and self.above_bound == 0 and (
             (t + 1) % every == 0 or t + 1 == self.config.rounds or self.hooks.stopped)
 
     def checkpoint(self, t: int) -> None:
-        """The state after round t (`dfl.engine.checkpoint`): a collective, every rank calls it and writes the shards
-        of its own rows; rank 0 then writes the manifest checkpoint.pt atomically."""
+        """The state after round t (`dfl.engine.checkpoint`).
+
+        A collective, every rank calls it and writes the shards of its own rows; rank 0 then writes the manifest
+        checkpoint.pt atomically.
+        """
         counters = {"bytes_sent_total": self.bytes_total, "bytes_moved": self.comm.bytes_moved,
                     "wall_seconds": self.wall_before + time.perf_counter() - self.started}
         ckpt.save(self.algorithm, self.comm, t + 1, self.history, counters, self.config, self.layout, self.out)
 
     # ---------------------------------------------------------------------------------------------- finish
     def save_params(self) -> None:
-        """params.pt, then status "completed": a kill in between leaves a run that is not marked done. The whole
-        population is assembled on the main process's host, block by block (`comm.assemble_rows`); every other
-        process keeps only its own rows."""
+        """params.pt, then status "completed".
+
+        A kill in between leaves a run that is not marked done. The whole population is assembled on the main
+        process's host, block by block (`comm.assemble_rows`); every other process keeps only its own rows.
+        """
         if self.comm.is_main and self.comm.world_size > 1:
             # the round's freed stacks go back to the OS first: the host copy of every client's rows then takes their
             # place instead of growing the heap beyond them (CPU, kept heap; a no-op otherwise)
@@ -334,9 +331,12 @@ class Experiment:
 
     @contextmanager
     def status(self):
-        """Marks the summary with how the run ended (completed by `save_params`, stopped when a callback or the
+        """Record how the run ended in summary.json, whatever happened.
+
+        Marks the summary with how the run ended (completed by `save_params`, stopped when a callback or the
         target asked; diverged, interrupted or failed here, with the error) and writes summary.json with the
-        final metrics, whatever happened. The hooks (`dfl.engine.hooks`) start here and finish last."""
+        final metrics, whatever happened. The hooks (`dfl.engine.hooks`) start here and finish last.
+        """
         summary = self.summary
         restore_precision = tf32_matmuls() if self.tf32 else None
         try:
@@ -366,10 +366,14 @@ class Experiment:
             self.hooks.finish(summary)
 
     def result(self) -> Result:
-        """The run's `Result`: on the main process every client's rows, elsewhere this process's block (`client_ids`
-        says which); the initial parameters as a view of the common x_0 (no [m, d] copy)."""
+        """The run's `Result`.
+
+        On the main process every client's rows, elsewhere this process's block (`client_ids` says which); the
+        initial parameters as a view of the common x_0 (no [m, d] copy).
+        """
         ids = list(range(self.comm.num_clients)) if self.comm.is_main else list(self.comm.client_ids)
         initial = self.X0[:1].detach().to("cpu").expand(len(ids), -1)
+        assert self.params is not None, "the runner calls save_params before result"
         return Result(
             config=self.config,
             history=self.history,
@@ -385,7 +389,9 @@ class Experiment:
 
 def tf32_matmuls():
     """Allow TF32 for CUDA fp32 matmuls (`precision = "tf32"`); returns the function that puts PyTorch's setting back.
-    The per-backend API where torch has it (2.9+; mixing it with `allow_tf32` is an error there), else allow_tf32."""
+
+    The per-backend API where torch has it (2.9+; mixing it with `allow_tf32` is an error there), else allow_tf32.
+    """
     matmul = torch.backends.cuda.matmul
     try:
         previous = matmul.fp32_precision
@@ -397,8 +403,8 @@ def tf32_matmuls():
         return lambda: setattr(matmul, "allow_tf32", previous)
 
 
-def _evaluate(model, layout, X, mean, comm, x, y, train_sub, client_test, config, chunk: int,
-              local_test=None) -> dict[str, Any]:
+def _evaluate(model, layout, X, mean, comm, x, y, train_sub: Pair | None, client_test: Pair, config, chunk: int,
+              local_test: LocalTest | None = None) -> dict[str, Any]:
     """Metrics of the averaged model `mean` (= comm.mean_rows(X)) and of every client row of X.
 
     With local test sets (`local_test_fraction`), personalized evaluation as the DisPFL / DFedSAM code bases report
@@ -408,7 +414,8 @@ def _evaluate(model, layout, X, mean, comm, x, y, train_sub, client_test, config
     accuracies, Σ_i correct_i / n_i / m, not Σ_i correct_i / Σ_i n_i). The models are those after the round's
     gossip, like every metric here (docs/reference/update-rules.md#conventions; DisPFL-derived code gossips first and
     evaluates right after
-    local training)."""
+    local training).
+    """
     test_acc, test_loss = evaluate_row(model, layout, mean, x, y, config.eval_batch_size)
     record: dict[str, Any] = {"test_acc": test_acc, "test_loss": test_loss}
     if train_sub is not None:
@@ -437,9 +444,11 @@ def _evaluate(model, layout, X, mean, comm, x, y, train_sub, client_test, config
     return record
 
 
-def _hessian(model, layout, mean, sample, config: Config) -> float:
-    """Top Hessian eigenvalue of the averaged model's training loss (`dfl.training.flatness`); every process computes
-    it from the same mean and sample, so it is identical everywhere."""
+def _hessian(model, layout, mean, sample: Pair, config: Config) -> float:
+    """Top Hessian eigenvalue of the averaged model's training loss (`dfl.training.flatness`).
+
+    Every process computes it from the same mean and sample, so it is identical everywhere.
+    """
     from dfl.training.flatness import hessian_top_eigenvalue
 
     return hessian_top_eigenvalue(model, layout, mean, *sample, iters=config.hessian_iters,
@@ -455,9 +464,11 @@ def _mean_train_loss(stats, comm) -> float:
 
 
 def _check_finite(X: torch.Tensor, train_loss: torch.Tensor, t: int, comm) -> None:
-    """DivergenceError when any client of any process has a NaN/inf loss or parameter. One read back per round in
-    the common case: the count, over every process, of the suspect rows (a non-finite row sum or loss); only when
-    there are any are they checked element by element (`nonfinite_clients`) and named."""
+    """DivergenceError when any client of any process has a NaN/inf loss or parameter.
+
+    One read back per round in the common case: the count, over every process, of the suspect rows (a non-finite row
+    sum or loss); only when there are any are they checked element by element (`nonfinite_clients`) and named.
+    """
     suspect = suspect_rows(X) | ~torch.isfinite(train_loss)
     if not int(comm.sum(suspect.sum(dtype=torch.float64).reshape(1)).item()):
         return
@@ -474,8 +485,11 @@ def _check_finite(X: torch.Tensor, train_loss: torch.Tensor, t: int, comm) -> No
 
 
 def _check_finite_metrics(record: dict[str, Any]) -> None:
-    """A metric of the averaged model or of the clients' spread that is NaN/inf means the run diverged, even when
-    every parameter is finite (lr = 1e30: parameters near 1e30 whose squared distances overflow)."""
+    """DivergenceError when a metric that stays finite in a sound run is NaN/inf.
+
+    A metric of the averaged model or of the clients' spread that is NaN/inf means the run diverged, even when every
+    parameter is finite (lr = 1e30: parameters near 1e30 whose squared distances overflow).
+    """
     bad = [key for key in FINITE_METRICS if isinstance(record.get(key), float) and not math.isfinite(record[key])]
     if bad:
         values = ", ".join(f"{key} = {record[key]}" for key in bad)

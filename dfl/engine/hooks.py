@@ -46,7 +46,9 @@ PLAIN_LINES = 20
 class Callback(Protocol):
     """`on_round_end(round, metrics)` is required; `on_run_start(info)` and `on_run_end(summary)` optional."""
 
-    def on_round_end(self, round: int, metrics: dict[str, Any]) -> bool | None: ...
+    def on_round_end(self, round: int, metrics: dict[str, Any]) -> bool | None:
+        """Called after every evaluated round with its metrics; True stops the run after it."""
+        ...
 
 
 def check_callbacks(callbacks: Sequence[Any] | None) -> list[Any]:
@@ -68,8 +70,11 @@ def _label(obj: Any) -> str:
 
 
 class Hooks:
-    """The listeners of one run (built at set-up, before any training, on every process: a missing logger
-    package or a bad callback fails on every rank alike; only rank 0 calls them)."""
+    """The listeners of one run: loggers, the target accuracy and callbacks.
+
+    The listeners of one run (built at set-up, before any training, on every process: a missing logger package or a
+    bad callback fails on every rank alike; only rank 0 calls them).
+    """
 
     def __init__(self, config: Config, callbacks: Sequence[Any] | None, comm, out_dir: str | Path | None):
         self.callbacks = check_callbacks(callbacks)
@@ -85,8 +90,11 @@ class Hooks:
 
     # ------------------------------------------------------------------------------------------ start
     def resume(self, history: list[dict[str, Any]]) -> None:
-        """A resumed run keeps rounds_to_target from its history; one that already stopped at the target
-        (stop_at_target still set) is finished: it trains no further round."""
+        """A resumed run keeps rounds_to_target from its history.
+
+        One that already stopped at the target (stop_at_target still set) is finished: it trains no further
+        round.
+        """
         for record in history:
             self._reach(record)
         if self.stop_at_target and self.rounds_to_target is not None and history:
@@ -94,8 +102,11 @@ class Hooks:
             self.stopped_at = history[-1]["round"]
 
     def summary_fields(self) -> dict[str, Any]:
-        """The summary.json entries: target_accuracy and rounds_to_target (None: not reached) when there is a
-        target; stopped_by (why) and stopped_at_round once the run is to stop early."""
+        """The summary.json entries.
+
+        target_accuracy and rounds_to_target (None: not reached) when there is a target; stopped_by (why) and
+        stopped_at_round once the run is to stop early.
+        """
         fields: dict[str, Any] = {}
         if self.target is not None:
             fields.update(target_accuracy=self.target, rounds_to_target=self.rounds_to_target)
@@ -104,6 +115,7 @@ class Hooks:
         return fields
 
     def start(self, info: RunInfo) -> None:
+        """Start the loggers (main process only)."""
         if not self.main:
             return
         for logger in self.loggers:
@@ -116,8 +128,11 @@ class Hooks:
 
     # ------------------------------------------------------------------------------------------ rounds
     def round_end(self, record: dict[str, Any], device: torch.device) -> None:
-        """After round `record["round"]` was evaluated and written: log it, check the target, ask the callbacks;
-        then agree with every process on stopping (a collective: every process calls it)."""
+        """After round `record["round"]` was evaluated and written.
+
+        Log it, check the target, ask the callbacks; then agree with every process on stopping (a collective:
+        every process calls it).
+        """
         n = record["round"]
         reached = self._reach(record)
         code = 0
@@ -157,13 +172,16 @@ class Hooks:
 
     @property
     def stopped(self) -> bool:
+        """Whether the target or a callback stopped the run."""
         return self.stopped_by is not None
 
     # ------------------------------------------------------------------------------------------ finish
     def finish(self, summary: dict[str, Any]) -> None:
-        """Loggers' `finish(status, summary)` and callbacks' `on_run_end(summary)`, each once, however the run
-        ended. Their errors are raised after all were called when the run itself ended well; when it failed,
-        they are warnings, so that they never hide the run's own error."""
+        """Loggers' `finish(status, summary)` and callbacks' `on_run_end(summary)`, each once, however the run ended.
+
+        Their errors are raised after all were called when the run itself ended well; when it failed, they are
+        warnings, so that they never hide the run's own error.
+        """
         status = str(summary.get("status"))
         calls = [(logger, lambda lg=logger: lg.finish(status, summary)) for logger in self._started]
         if self._callbacks_started:
@@ -184,14 +202,16 @@ class Hooks:
 
 
 class Progress:
-    """What a run shows while it goes (main process, `config.progress`): on a terminal, tqdm's bar on stderr;
-    when stdout is not a terminal (a log file, nohup, a Slurm job), one plain line on stdout every
-    `every` rounds (a twentieth of the run, PLAIN_LINES) or every PLAIN_SECONDS, whichever comes first, and after
-    the last round's evaluation:
+    """What a run shows while it goes (main process, `config.progress`).
+
+    On a terminal, tqdm's bar on stderr; when stdout is not a terminal (a log file, nohup, a Slurm job), one plain
+    line on stdout every `every` rounds (a twentieth of the run, PLAIN_LINES) or every PLAIN_SECONDS, whichever
+    comes first, and after the last round's evaluation:
 
         dfedsam-mgs: round 40/200, test accuracy 71.25% (round 40), 0.85 s/round, ETA 2m16s
 
-    `round_done()` after each trained round, `evaluated(record)` after each evaluation, `close()` at the end."""
+    `round_done()` after each trained round, `evaluated(record)` after each evaluation, `close()` at the end.
+    """
 
     def __init__(self, name: str, rounds: int, start: int = 0, stream=None, bar: bool = True):
         self.name, self.rounds, self.done = name, rounds, start
@@ -209,6 +229,7 @@ class Progress:
                             disable=None)  # None: no bar when stderr is not a terminal (log files, sweep workers)
 
     def round_done(self) -> None:
+        """Count a trained round."""
         self.done += 1
         if self.bar is not None:
             self.bar.update(1)
@@ -217,6 +238,7 @@ class Progress:
             self._print(now)
 
     def evaluated(self, record: dict[str, Any]) -> None:
+        """Show an evaluated round's test accuracy."""
         acc = record.get("test_acc")
         if isinstance(acc, (int, float)):
             self.accuracy = (float(acc), int(record["round"]))
@@ -243,6 +265,7 @@ class Progress:
         return ", ".join(parts)
 
     def close(self) -> None:
+        """Close the bar, if there is one."""
         if self.bar is not None:
             self.bar.close()
 

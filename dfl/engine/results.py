@@ -51,9 +51,12 @@ def atomic_torch_save(path: Path, obj: Any) -> None:
 
 
 def read_torch_file(path: str | Path, what: str = "torch file") -> Any:
-    """What `torch.save` wrote to `path`, loaded on the CPU with `weights_only=True` (tensors and plain
-    containers, nothing executable). Any failure (missing, a directory, truncated, random bytes, a pickle naming a
-    forbidden global) is one `FileReadError` line naming the file, not torch's several-line text."""
+    """What `torch.save` wrote to `path`, loaded safely on the CPU.
+
+    What `torch.save` wrote to `path`, loaded on the CPU with `weights_only=True` (tensors and plain containers,
+    nothing executable). Any failure (missing, a directory, truncated, random bytes, a pickle naming a forbidden
+    global) is one `FileReadError` line naming the file, not torch's several-line text.
+    """
     path = check_input_file(path, what)
     if path.stat().st_size == 0:
         raise FileReadError(path, "is empty (a torch file is never empty)", what)
@@ -69,8 +72,11 @@ def read_torch_file(path: str | Path, what: str = "torch file") -> Any:
 
 
 def torch_load_reason(exc: BaseException) -> str:
-    """The informative part of a torch.load failure, on one line of at most 200 characters: what the weights-only
-    unpickler objected to (torch wraps it in paragraphs of advice), else the message's first line."""
+    """The informative part of a torch.load failure, on one line of at most 200 characters.
+
+    What the weights-only unpickler objected to (torch wraps it in paragraphs of advice), else the message's first
+    line.
+    """
     lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
     if lines and lines[0].startswith("Weights only load failed"):
         detail = " ".join(line for line in lines[1:] if not line.startswith("Check the documentation"))
@@ -81,6 +87,7 @@ def torch_load_reason(exc: BaseException) -> str:
 
 
 def to_json(obj: Any) -> str:
+    """`obj` as indented JSON text (tensors, arrays and paths as plain values; NaN kept)."""
     return json.dumps(obj, indent=2, default=_jsonable, allow_nan=True) + "\n"
 
 
@@ -93,13 +100,16 @@ def _jsonable(value: Any):
 
 
 class RunDirectory:
-    """`runs/<name>/`: config.toml, metrics.jsonl, summary.json, partition.json, checkpoint.pt, params.pt, and
-    the marker `dfl-directory.json` (`dfl.directories`).
+    """`runs/<name>/`.
+
+    config.toml, metrics.jsonl, summary.json, partition.json, checkpoint.pt, params.pt, and the marker
+    `dfl-directory.json` (`dfl.directories`).
 
     A new run writes into a new or empty folder, or into a run directory dfl made with `overwrite` (which deletes
     the files a run writes there first, and no other file); a folder dfl did not make is refused, whatever
     `overwrite` says (`OutputPathError`). `resume=True` opens an existing run directory as it is, to continue
-    the run in it (a run directory from a dfl without markers is adopted: its marker is written)."""
+    the run in it (a run directory from a dfl without markers is adopted: its marker is written).
+    """
 
     def __init__(self, path: str | Path, overwrite: bool = False, resume: bool = False):
         self.path = Path(path)
@@ -114,12 +124,15 @@ class RunDirectory:
             remove_written(self.path, "run")
 
     def write_config(self, toml_text: str) -> None:
+        """Write config.toml (atomically)."""
         atomic_write_bytes(self.path / "config.toml", toml_text.encode())
 
     def write_json(self, name: str, obj: Any) -> None:
+        """Write `obj` as the JSON file `name` (atomically)."""
         atomic_write_bytes(self.path / name, to_json(obj).encode())
 
     def append_metrics(self, record: dict[str, Any]) -> None:
+        """Add an evaluated round's record to metrics.jsonl."""
         self._metrics.append(json.dumps(record, default=_jsonable, allow_nan=True))
         self._write_metrics()
 
@@ -133,15 +146,19 @@ class RunDirectory:
         atomic_write_bytes(self.path / "metrics.jsonl", text.encode())
 
     def save(self, name: str, obj: Any) -> None:
+        """`torch.save` `obj` as the file `name` (atomically)."""
         atomic_torch_save(self.path / name, obj)
 
     def remove(self, name: str) -> None:
+        """Delete the file `name` if it is there."""
         (self.path / name).unlink(missing_ok=True)
 
 
 def read_metrics(path: str | Path) -> list[dict[str, Any]]:
-    """The records of a run's metrics.jsonl (`path`: the file or its run directory), one per evaluated round;
-    `FileReadError` naming the file and line when one is not a JSON object with an integer `round` >= 0."""
+    """The records of a run's metrics.jsonl (`path`: the file or its run directory), one per evaluated round.
+
+    `FileReadError` naming the file and line when one is not a JSON object with an integer `round` >= 0.
+    """
     path = Path(path)
     if path.is_dir():
         path = path / "metrics.jsonl"
@@ -215,6 +232,7 @@ def format_summary(summary: dict[str, Any]) -> str:
 
 
 def human_bytes(n: float) -> str:
+    """`n` bytes as text in binary units (B, KiB, ..., TiB)."""
     for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
         if abs(n) < 1024 or unit == "TiB":
             return f"{n:.1f} {unit}" if unit != "B" else f"{int(n)} B"
@@ -224,14 +242,17 @@ def human_bytes(n: float) -> str:
 
 @dataclass
 class Result:
-    """What `dfl.run` returns: the config it ran, the metrics of every evaluated round, the final and initial
-    client parameters (rows `client_ids`) with their layout, summary.json and the run directory.
+    """What `dfl.run` returns.
+
+    The config it ran, the metrics of every evaluated round, the final and initial client parameters (rows
+    `client_ids`) with their layout, summary.json and the run directory.
 
     In a single process, and on the main process of a multi-process run, `params` holds every client ([m, d], row i
     = client i), assembled on the host block by block from the processes that trained them. Every other process
     holds only its own block there (`client_ids`, the clients of its rows): no process but the main one ever
     materialises the whole population. `initial_params` is a read-only view of the common start x_0 repeated
-    (`.clone()` it to write into it)."""
+    (`.clone()` it to write into it).
+    """
 
     config: Config
     history: list[dict[str, Any]]  # one dict per evaluated round

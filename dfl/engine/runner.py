@@ -23,12 +23,15 @@ from dfl.training import memory
 
 
 def raise_on_signal(signum, frame) -> None:
-    """A signal handler (SIGTERM, SIGHUP): stop the run as `RunInterrupted`, so it records status "interrupted"
-    with its last completed round and keeps its metrics and last checkpoint."""
+    """A signal handler (SIGTERM, SIGHUP).
+
+    Stop the run as `RunInterrupted`, so it records status "interrupted" with its last completed round and keeps its
+    metrics and last checkpoint.
+    """
     raise RunInterrupted(signum)
 
 
-def run(
+def run(  # over 50 lines by its docstring alone: dfl.run's documentation of every argument
     config: Config | None = None,
     data=None,
     out: str | Path | None = None,
@@ -38,35 +41,33 @@ def run(
     model=None,
     callbacks=None,
 ) -> Result:
-    """Run one experiment. With `out`, write the run directory (docs/architecture.md#the-run-directory) there.
+    """Run one experiment: set-up, the round loop, the run directory.
 
-    `model` (optional) replaces `config.model`: an `nn.Module` (a copy is trained; its parameters are every
-    client's start) or a factory f(input_shape, num_classes, **model_options) -> nn.Module (called after
-    torch.manual_seed(config.seed), like the built-ins). The config records it (`dfl.models.spec_of`): as
-    "module:factory" when that imports back to the factory, else as "module.Name (instance)"/"(factory)", which
-    runs (and resumes) only with the object passed again.
+    Under torchrun (WORLD_SIZE > 1) every process calls this: it joins the process group, hosts its block of
+    clients and leaves the group at the end or on error (`dfl.engine.distributed`); a failure on one rank makes the
+    others stop with a `PeerFailure` naming it.
 
-    `resume=True` continues the run in `out` from its `checkpoint.pt` (`dfl.engine.checkpoint`): the config must
-    equal the checkpoint's except for `dfl.engine.checkpoint.RESUMABLE_FIELDS` (e.g. more `rounds` extend a
-    finished run); metrics.jsonl is rewritten from the checkpoint's history and rounds after the checkpoint
-    are recomputed, so the result equals an uninterrupted run's. A finished run resumed with the same
-    `rounds` trains nothing and returns its result again.
+    Args:
+        config: the run's options (default `Config()`).
+        data: the clients' data (`FederatedData`); None builds it from the config.
+        out: the run directory to write (docs/architecture.md#the-run-directory); None writes nothing.
+        overwrite: replace an existing run directory.
+        comm: a communicator to use as is (not closed); None picks one from the environment.
+        resume: continue the run in `out` from its checkpoint.pt (`dfl.engine.checkpoint`). The config must equal
+            the checkpoint's except for `dfl.engine.checkpoint.RESUMABLE_FIELDS` (e.g. more `rounds` extend a
+            finished run); metrics.jsonl is rewritten from the checkpoint's history and rounds after the checkpoint
+            are recomputed, so the result equals an uninterrupted run's. A finished run resumed with the same
+            `rounds` trains nothing and returns its result again.
+        model: replaces `config.model`: an `nn.Module` (a copy is trained; its parameters are every client's start)
+            or a factory f(input_shape, num_classes, **model_options) -> nn.Module (called after
+            torch.manual_seed(config.seed), like the built-ins). The config records it (`dfl.models.spec_of`).
+        callbacks: objects with `on_round_end(round, metrics)` (`dfl.engine.hooks`), called after every evaluated
+            round on the main process; True stops the run after that round (checkpointed; status "stopped").
 
-    Under torchrun (WORLD_SIZE > 1) every process calls this: it joins the process group, hosts its
-    block of clients and leaves the group at the end or on error (`dfl.engine.distributed`); a failure on one
-    rank makes the others stop with a `PeerFailure` naming it. A given `comm` is used as is, not closed.
-
-    `callbacks` are objects with `on_round_end(round, metrics)` (`dfl.engine.hooks`), called after every evaluated
-    round on the main process; True stops the run after that round (checkpointed; status "stopped").
+    Returns:
+        The run's `Result` (every client's parameters on the main process, this process's block elsewhere).
     """
-    config = Config() if config is None else config
-    _check_arguments(config, data, out, overwrite, resume)
-    if model is not None:
-        from dfl.models import spec_of
-
-        config = config.replace(model=spec_of(model))
-    config = validate(config)
-    threads.apply(config.threads)  # this process's torch threads: "auto" or N (dfl.threads has the rule)
+    config = _run_config(config, data, out, overwrite, resume, model)
     own = comm is None
     if own:
         comm = communicator_from_env(config, config.clients)
@@ -84,9 +85,30 @@ def run(
         memory.release_free_heap()  # the run's freed stacks go back to the OS, not held until the process exits
 
 
+def _run_config(config: Config | None, data, out, overwrite: bool, resume: bool, model) -> Config:
+    """The validated config of a run, with the arguments checked and a given model recorded.
+
+    The validated config of a run, the arguments checked, a given model recorded (as "module:factory" when that
+    imports back to the factory, else as "module.Name (instance)"/"(factory)", which runs and resumes only with the
+    object passed again); this process's torch threads set ("auto" or N: `dfl.threads`).
+    """
+    config = Config() if config is None else config
+    _check_arguments(config, data, out, overwrite, resume)
+    if model is not None:
+        from dfl.models import spec_of
+
+        config = config.replace(model=spec_of(model))
+    config = validate(config)
+    threads.apply(config.threads)
+    return config
+
+
 def _check_arguments(config, data, out, overwrite, resume) -> None:
-    """The arguments of `run` that are not the config: an `ArgumentError` (a ConfigError and a TypeError) naming
-    the argument for a wrong type, a ConfigError for a wrong combination."""
+    """The arguments of `run` that are not the config.
+
+    An `ArgumentError` (a ConfigError and a TypeError) naming the argument for a wrong type, a ConfigError for a
+    wrong combination.
+    """
     from dfl.data import FederatedData
 
     if not isinstance(config, Config):
@@ -108,9 +130,12 @@ def _check_arguments(config, data, out, overwrite, resume) -> None:
 
 
 def _run(config: Config, data, out, overwrite: bool, comm, resume: bool, given_model=None, callbacks=None) -> Result:
-    """The phases of a run, in order: set-up, the round loop (train, evaluate when due, checkpoint when due),
-    finish. `Experiment.record` is where every evaluated round's metrics go out (metrics.jsonl, progress,
-    loggers, callbacks); a stop they ask for ends the loop after that round's checkpoint."""
+    """The phases of a run, in order.
+
+    Set-up, the round loop (train, evaluate when due, checkpoint when due), finish. `Experiment.record` is where
+    every evaluated round's metrics go out (metrics.jsonl, progress, loggers, callbacks); a stop they ask for ends
+    the loop after that round's checkpoint.
+    """
     exp = Experiment(config, data, out, overwrite, comm, resume, given_model, callbacks)
     with exp.status():
         for t in range(exp.start, config.rounds):

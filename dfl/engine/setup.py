@@ -1,5 +1,8 @@
-"""Setting a run up from its config: the device, the data, the topology and the algorithm (synchronous rounds or
-the asynchronous mode), each built the one way every run, sweep and command builds it."""
+"""Setting a run up from its config.
+
+The device, the data, the topology and the algorithm (synchronous rounds or the asynchronous mode), each built the one
+way every run, sweep and command builds it.
+"""
 
 from __future__ import annotations
 
@@ -14,6 +17,11 @@ from dfl.config import Config
 from dfl.data import FederatedData, run_partition_options
 from dfl.errors import ConfigError
 
+# (x, y): samples and their labels
+Pair = tuple[torch.Tensor, torch.Tensor]
+# (pooled train x, train y, (index, offsets, sizes)): clients' local test sets (`local_test_sets`)
+LocalTest = tuple[torch.Tensor, torch.Tensor, tuple[torch.Tensor, torch.Tensor, torch.Tensor]]
+
 
 def resolve_device(name: str) -> torch.device:
     """The torch device of `config.device`: "auto" is CUDA when there is one, else the CPU."""
@@ -25,10 +33,12 @@ def resolve_device(name: str) -> torch.device:
 
 
 def build_topology(config: Config, n: int, sizes: Sequence[int] | None = None):
-    """The topology a run mixes with: the complete graph for a centralized algorithm (the configured graph
-    plays no part), else the configured topology on n clients (a built-in or a registered one). Sample-count
-    weights (da-dpfl's w_ij ∝ n_j) take `sizes`, the clients' training-sample counts, unless the topology's
-    options give their own."""
+    """The topology a run mixes with.
+
+    The complete graph for a centralized algorithm (the configured graph plays no part), else the configured
+    topology on n clients (a built-in or a registered one). Sample-count weights (da-dpfl's w_ij ∝ n_j) take
+    `sizes`, the clients' training-sample counts, unless the topology's options give their own.
+    """
     if is_centralized(config.algorithm):
         return topologies.build("full", n)
     options = topology_registry.run_options(config)  # random graphs follow the run's seed unless options set one
@@ -45,8 +55,11 @@ def build_topology(config: Config, n: int, sizes: Sequence[int] | None = None):
 
 
 def build_data(config: Config) -> FederatedData:
-    """The run's dataset split among `config.clients` clients by `config.partition` (Dirichlet partitions take
-    `alpha`, default 0.3: `dfl.data.run_partition_options`), seeded by `config.seed`."""
+    """The run's dataset, split among its clients.
+
+    The run's dataset split among `config.clients` clients by `config.partition` (Dirichlet partitions take `alpha`,
+    default 0.3: `dfl.data.run_partition_options`), seeded by `config.seed`.
+    """
     return FederatedData.build(
         config.dataset,
         config.clients,
@@ -59,9 +72,12 @@ def build_data(config: Config) -> FederatedData:
 
 
 def make_algorithm(config: Config, ctx, X0: torch.Tensor, topology):
-    """The algorithm a run steps through, round by round: the configured one in lock-step rounds, or, with
-    `mode = "async"`, every client on its own clock (`dfl.engine.asynchronous.AsyncGossip`). Both answer
-    `round(t)`, `state()` and `metrics()`, so the round loop does not branch on the mode."""
+    """The algorithm a run steps through, round by round.
+
+    The configured one in lock-step rounds, or, with `mode = "async"`, every client on its own clock
+    (`dfl.engine.asynchronous.AsyncGossip`). Both answer `round(t)`, `state()` and `metrics()`, so the round loop
+    does not branch on the mode.
+    """
     if config.mode == "async":
         from dfl.engine.asynchronous import AsyncGossip
 
@@ -74,13 +90,13 @@ def gossip_lambda(topology, steps: int) -> float:
     return float(topology.gossip_lambda(steps))
 
 
-def train_subset(data, config: Config, samples: int | None = None):
+def train_subset(data, config: Config, samples: int | None = None) -> Pair | None:
     """A fixed (seeded) subset of the pooled training data: `train_eval_samples` or `samples` of them."""
     k = config.train_eval_samples if samples is None else samples
     return seeded_subset(data.train_x, data.train_y, k, config.seed) if k else None
 
 
-def seeded_subset(x: torch.Tensor, y: torch.Tensor, k: int, seed: int):
+def seeded_subset(x: torch.Tensor, y: torch.Tensor, k: int, seed: int) -> Pair:
     """The first min(k, n) samples of a permutation drawn from `seed`: the same subset on every process."""
     n = x.shape[0]
     idx = torch.randperm(n, generator=torch.Generator().manual_seed(seed))[: min(k, n)].to(x.device)
@@ -88,8 +104,10 @@ def seeded_subset(x: torch.Tensor, y: torch.Tensor, k: int, seed: int):
 
 
 def split_local_test(data, config: Config):
-    """`local_test_fraction` > 0: the data with each client's local test part held out (`FederatedData.
-    split_local_test`, seeded by `seed`); the run does the split, so config.toml reproduces it."""
+    """The data with each client's local test part held out when `local_test_fraction` > 0.
+
+    The split is `FederatedData.split_local_test`, seeded by `seed`; the run does it, so config.toml reproduces it.
+    """
     if data.local_test_indices is not None:
         raise ConfigError(f"the given data already has local test sets (local_test_fraction = "
                           f"{data.local_test_fraction}); pass it unsplit and set local_test_fraction instead")
@@ -101,10 +119,12 @@ def split_local_test(data, config: Config):
         raise ConfigError(str(exc)) from exc
 
 
-def local_test_sets(data, client_ids: list[int]):
-    """(x, y, (index, offsets, sizes)) of the given clients' local test sets, on the data's device: the pooled
-    train set, their rows of it concatenated in client order, where each client starts, how many it has (the
-    arguments of `evaluate.local_accuracies`)."""
+def local_test_sets(data, client_ids: Sequence[int]) -> LocalTest:
+    """(x, y, (index, offsets, sizes)) of the given clients' local test sets, on the data's device.
+
+    The pooled train set, their rows of it concatenated in client order, where each client starts, how many it has
+    (the arguments of `evaluate.local_accuracies`).
+    """
     parts = [data.local_test_indices[i] for i in client_ids]
     sizes = torch.tensor([p.numel() for p in parts], dtype=torch.long)
     device = data.train_x.device

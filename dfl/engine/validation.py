@@ -20,7 +20,10 @@ from topologies import limits
 
 
 def validate(config: Config) -> Config:
-    """Check `config` as a run would, before any work; return it (so `config = validate(config)` reads well)."""
+    """Check `config` as a run would, before any work, and return it.
+
+    Returning it lets a caller write `config = validate(config)`.
+    """
     if not isinstance(config, Config):
         raise ArgumentError(f"config must be a dfl.Config (dfl.Config(...), Config.from_toml(path) or "
                             f"Config.from_dict(table)), got {type(config).__name__}")
@@ -51,10 +54,13 @@ GOSSIP_STEP_BYTES = 32
 
 
 def _check_round_size(config: Config, shape) -> None:
-    """The work of a round against the memory free: its gossip keeps a record per step (so gossip_steps cannot be
-    made arbitrarily large: 10^9 grew until killed), and its schedule keeps a row id per sample each client
-    visits (`dfl.data.sampler`), so local_steps (or local_epochs) x clients x batch cannot either. The latter
-    needs the dataset's size (`DataShape`), known for the built-in datasets."""
+    """The work of a round against the memory free.
+
+    Its gossip keeps a record per step (so gossip_steps cannot be made arbitrarily large: 10^9 grew until killed),
+    and its schedule keeps a row id per sample each client visits (`dfl.data.sampler`), so local_steps (or
+    local_epochs) x clients x batch cannot either. The latter needs the dataset's size (`DataShape`), known for the
+    built-in datasets.
+    """
     steps = config.gossip_steps or 1
     need, free = GOSSIP_STEP_BYTES * steps, limits.available_memory()
     if need > free:
@@ -81,9 +87,11 @@ def _check_round_size(config: Config, shape) -> None:
 
 
 def option_owner(key: str) -> str | None:
-    """Where a key that is no Config field belongs, when it is an option of a component: "an option of topology
-    custom: set it in [topology_options] ...", for the message that refuses it (`Config.from_toml(path,
-    owner=option_owner)`); None when no component has such an option."""
+    """Where a key that is no Config field belongs, when it is an option of a component.
+
+    "an option of topology custom: set it in [topology_options] ...", for the message that refuses it
+    (`Config.from_toml(path, owner=option_owner)`); None when no component has such an option.
+    """
     tables = (
         ("topology", "topology_options", lambda: ((n, topologies.topology_options(n)) for n in topologies.TOPOLOGIES)),
         ("dataset", "dataset_options", lambda: ((n, data.DATASETS.card(n).options) for n in data.DATASETS)),

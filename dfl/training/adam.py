@@ -21,6 +21,8 @@ import torch
 
 @dataclass
 class AdamState:
+    """The clients' Adam/AdamW state, row i for client i: moments m_i, v_i and step count k_i."""
+
     exp_avg: torch.Tensor  # [m, d] first moments m_i
     exp_avg_sq: torch.Tensor  # [m, d] second moments v_i
     step: torch.Tensor  # [m] int64 steps k_i taken so far
@@ -34,12 +36,16 @@ class AdamState:
         return cls(torch.zeros_like(X), torch.zeros_like(X), torch.zeros(X.shape[0], dtype=torch.long, device=X.device))
 
     def as_dict(self) -> dict[str, torch.Tensor]:
+        """The state by checkpoint key (`KEYS`)."""
         return dict(zip(self.KEYS, (self.exp_avg, self.exp_avg_sq, self.step)))
 
     def direction(self, g: torch.Tensor, y: torch.Tensor, rule, rows: slice | torch.Tensor) -> torch.Tensor:
-        """One Adam/AdamW step of the clients `rows` (a slice: views updated in place; an index tensor: gathered
-        and written back) at parameters y with gradient g: updates their state and returns d, the step being
-        y ← y − η d."""
+        """One Adam/AdamW step of the clients `rows`: the direction d of y ← y − η d.
+
+        One Adam/AdamW step of the clients `rows` (a slice: views updated in place; an index tensor: gathered
+        and written back) at parameters y with gradient g: updates their state and returns d, the step being y ←
+        y − η d.
+        """
         if isinstance(rows, slice):
             return adam_direction(g, y, rule, self.exp_avg[rows], self.exp_avg_sq[rows], self.step[rows])
         m, v, k = self.exp_avg[rows], self.exp_avg_sq[rows], self.step[rows]
@@ -49,7 +55,10 @@ class AdamState:
 
 
 def adam_direction(g, y, rule, m, v, k) -> torch.Tensor:
-    """d with y_new = y − η d for the rows of g ([a, d]); updates m, v ([a, d]) and k ([a]) in place."""
+    """The Adam/AdamW direction d, y_new = y − η d, for the rows of g ([a, d]).
+
+    Updates the moments m, v ([a, d]) and the step counts k ([a]) in place.
+    """
     beta1, beta2 = rule.adam_betas
     if rule.optimizer == "adam" and rule.weight_decay > 0:
         g = g + rule.weight_decay * y

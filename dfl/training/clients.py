@@ -23,6 +23,8 @@ from dfl.models.layout import param_layout
 
 @dataclass(frozen=True)
 class ParamLayout:
+    """Where each named parameter of a model sits in a flat `[d]` row: names, shapes, offsets and sizes."""
+
     names: tuple[str, ...]
     shapes: tuple[torch.Size, ...]
     offsets: tuple[int, ...]
@@ -30,6 +32,7 @@ class ParamLayout:
 
     @classmethod
     def of(cls, model: nn.Module) -> ParamLayout:
+        """The layout of `model.named_parameters()`, in that order."""
         entries = param_layout(model)
         return cls(
             names=tuple(e[0] for e in entries),
@@ -40,6 +43,7 @@ class ParamLayout:
 
     @property
     def dim(self) -> int:
+        """d, the number of parameters of a row."""
         return self.offsets[-1] + self.numels[-1] if self.names else 0
 
     def views(self, row: torch.Tensor) -> dict[str, torch.Tensor]:
@@ -54,7 +58,7 @@ class ParamLayout:
         """One tensor per parameter, `[..., *shape]`, as views of a flat `[..., d]` tensor (no copy)."""
         lead = X.shape[:-1]
         return tuple(
-            part.view(*lead, *shape) for part, shape in zip(torch.split(X, self.numels, dim=-1), self.shapes)
+            part.view(*lead, *shape) for part, shape in zip(torch.split(X, list(self.numels), dim=-1), self.shapes)
         )
 
     def named(self, parts) -> dict[str, torch.Tensor]:
@@ -67,6 +71,7 @@ class ParamLayout:
         return torch.cat([p.reshape(a, -1) for p in parts], dim=1, out=out)
 
     def flatten(self, model: nn.Module) -> torch.Tensor:
+        """The model's parameters as one flat `[d]` row (a copy)."""
         return torch.cat([p.detach().reshape(-1) for _, p in model.named_parameters()])
 
     def mask(self, predicate) -> torch.Tensor:
@@ -91,8 +96,10 @@ def initial_stack(model: nn.Module, num_clients: int, device: torch.device) -> t
 
 
 def common_start(model: nn.Module, num_clients: int, device: torch.device) -> torch.Tensor:
-    """X_0 of `num_clients` clients as a read-only `[num_clients, d]` view of the template's one row (an `expand`):
-    the same numbers as `initial_stack`, without an [m, d] allocation. A process builds only its own block this
-    way; whoever needs a writable stack clones it (`.clone()` of the view is contiguous)."""
+    """X_0 of `num_clients` clients as a read-only `[num_clients, d]` view of the template's one row (an `expand`).
+
+    The same numbers as `initial_stack`, without an [m, d] allocation. A process builds only its own block this way;
+    whoever needs a writable stack clones it (`.clone()` of the view is contiguous).
+    """
     row = ParamLayout.of(model).flatten(model).to(device)
     return row.unsqueeze(0).expand(num_clients, row.shape[0])

@@ -1,5 +1,7 @@
-"""Metrics of the client stack: averaged-model accuracy/loss, per-client accuracy (on the shared test set, and
-personal/global accuracy on each client's local test set), consensus distance.
+"""Metrics of the client stack.
+
+Averaged-model accuracy/loss, per-client accuracy (on the shared test set, and personal/global accuracy on each client's
+local test set), consensus distance.
 
 Models are evaluated in eval mode (`dfl.models.eval_mode`: dropout off), and left in the mode they were in.
 """
@@ -16,8 +18,10 @@ from dfl.models.modes import eval_mode
 
 @torch.no_grad()
 def evaluate_row(model, layout, row: torch.Tensor, x: torch.Tensor, y: torch.Tensor, batch_size: int):
-    """(accuracy, mean cross-entropy) of one parameter row on (x, y). The sums stay on the device (float64) until
-    the end: one device-to-host copy per call, not two per batch."""
+    """(accuracy, mean cross-entropy) of one parameter row on (x, y).
+
+    The sums stay on the device (float64) until the end: one device-to-host copy per call, not two per batch.
+    """
     params = layout.views(row)
     sums = torch.zeros(2, dtype=torch.float64, device=row.device)  # (correct, loss)
     with eval_mode(model):
@@ -48,20 +52,25 @@ def client_accuracies(model, layout, X, x, y, batch_size: int, client_chunk: int
 
 
 def _per_client_batch(batch_size: int, chunk: int, m: int, min_per_client: int = 1) -> int:
-    """Samples per client per vmapped call: chunk × batch stays about 4 × batch_size, so memory does not grow
-    with the number of clients, but at least `min_per_client`. Every call reads the chunk's whole parameter block,
-    so one sample per client per call turns each layer into a matrix-vector product that rereads all weights per
-    sample (mlp × 2,000 clients: 3.5x slower than 32 per call). `dfl.run` passes the training batch size, whose
-    activations and gradients for the whole chunk the memory plan already holds."""
+    """Samples per client per vmapped call.
+
+    Chunk × batch stays about 4 × batch_size, so memory does not grow with the number of clients, but at least
+    `min_per_client`. Every call reads the chunk's whole parameter block, so one sample per client per call turns
+    each layer into a matrix-vector product that rereads all weights per sample (mlp × 2,000 clients: 3.5x slower
+    than 32 per call). `dfl.run` passes the training batch size, whose activations and gradients for the whole chunk
+    the memory plan already holds.
+    """
     return max(1, min_per_client, batch_size // max(1, min(chunk, m) // 4 or 1))
 
 
 @torch.no_grad()
 def local_accuracies(model, layout, X, mean, x, y, local, batch_size: int, client_chunk: int,
                      min_per_client: int = 1):
-    """(personal [m], global [m]): accuracy of each row x_i of X, and of the averaged model `mean`, on client i's
-    own local test set. `local` = (index, offsets, sizes): client i's test samples are rows
-    index[offsets[i] : offsets[i] + sizes[i]] of (x, y), all on X's device, sizes >= 1.
+    """(personal [m], global [m]).
+
+    Accuracy of each row x_i of X, and of the averaged model `mean`, on client i's own local test set. `local` =
+    (index, offsets, sizes): client i's test samples are rows index[offsets[i] : offsets[i] + sizes[i]] of (x, y),
+    all on X's device, sizes >= 1.
 
     Personal: vmapped over the clients of each chunk, one block of `b` sample positions at a time; as in the
     training schedules, a block holds only the clients that still have samples at those positions (a masked,
@@ -127,8 +136,11 @@ def consensus_distance(X: torch.Tensor, comm) -> float:
 
 
 def suspect_rows(X: torch.Tensor) -> torch.Tensor:
-    """[m] bool: rows whose sum is NaN/inf — every row with a NaN or inf, and finite rows whose sum overflows (a
-    superset of `nonfinite_rows`, found in one pass with no read back to the host)."""
+    """[m] bool.
+
+    Rows whose sum is NaN/inf — every row with a NaN or inf, and finite rows whose sum overflows (a superset of
+    `nonfinite_rows`, found in one pass with no read back to the host).
+    """
     out = torch.zeros(X.shape[0], dtype=torch.bool, device=X.device)
     for rows in row_blocks(X):
         out[rows] = ~torch.isfinite(X[rows].sum(dim=1))
@@ -141,7 +153,8 @@ def nonfinite_rows(X: torch.Tensor) -> torch.Tensor:
     A row with a NaN or inf has a NaN or inf sum, so one row-sum pass (a read of X, an [m] result, no [m, d]
     bool temporary) finds every candidate; only candidates — bad rows, or finite rows whose sum overflowed — are
     checked element by element. Exact, and 10-20× faster than `isfinite(X).all(dim=1)` (mlp × 100 on the 2-core
-    EPYC: ~8 ms instead of ~170 ms under load)."""
+    EPYC: ~8 ms instead of ~170 ms under load).
+    """
     out = suspect_rows(X)
     candidates = out.nonzero().flatten()
     step = max(1, ROW_BLOCK_BYTES // max(1, X.shape[1] * X.element_size()))

@@ -34,7 +34,7 @@ def top_eigenvalue(
     generator = torch.Generator().manual_seed(seed)
     v = torch.randn(dim, generator=generator, dtype=torch.float64).to(device=device, dtype=dtype)
     v = v / v.norm()
-    estimate = None
+    estimate, new = None, float("nan")  # nan: no product taken (iters = 0)
     for _ in range(iters):
         Hv = hvp(v)
         new = float(torch.dot(v.double().flatten(), Hv.double().flatten()))
@@ -45,18 +45,21 @@ def top_eigenvalue(
         if estimate is not None and abs(new - estimate) <= tol * max(abs(new), 1e-12):
             return new
         estimate = new
-    return float(estimate)
+    return new
 
 
 def loss_hvp(loss_fn: Callable[[torch.Tensor], torch.Tensor], params: torch.Tensor):
-    """v ↦ ∇²f(params) v for a scalar function f of a flat parameter vector."""
+    """The Hessian-vector product v ↦ ∇²f(params) v of a scalar function f of a flat parameter vector."""
     gradient = grad(loss_fn)
     return lambda v: jvp(gradient, (params,), (v,))[1]
 
 
 def model_hvp(model, layout, params: torch.Tensor, x: torch.Tensor, y: torch.Tensor, batch_size: int = 1024):
-    """v ↦ H v for f(θ) = mean cross-entropy of the model at θ on (x, y), summed over chunks of `batch_size`
-    (H = Σ_c (n_c / n) H_c, so chunking changes memory, not the result)."""
+    """The Hessian-vector product v ↦ H v of the mean cross-entropy at θ.
+
+    v ↦ H v for f(θ) = mean cross-entropy of the model at θ on (x, y), summed over chunks of `batch_size` (H = Σ_c
+    (n_c / n) H_c, so chunking changes memory, not the result).
+    """
     n = x.shape[0]
 
     def chunk_loss(xc, yc):
@@ -75,8 +78,10 @@ def model_hvp(model, layout, params: torch.Tensor, x: torch.Tensor, y: torch.Ten
 
 def hessian_top_eigenvalue(model, layout, params: torch.Tensor, x: torch.Tensor, y: torch.Tensor,
                            iters: int = 20, tol: float = 1e-4, batch_size: int = 1024, seed: int = 0) -> float:
-    """λ_max(∇²f(params)) of the mean cross-entropy on (x, y): `iters` HVPs, each ≈ 2 forward+backward passes
-    over the samples."""
+    """λ_max(∇²f(params)) of the mean cross-entropy on (x, y).
+
+    `iters` HVPs, each ≈ 2 forward+backward passes over the samples.
+    """
     hvp = model_hvp(model, layout, params.detach(), x, y, batch_size)
     with warnings.catch_warnings():  # torch's forward-mode decompositions still call torch.jit.script
         warnings.filterwarnings("ignore", message=".*torch.jit.script.* is deprecated")
@@ -85,9 +90,11 @@ def hessian_top_eigenvalue(model, layout, params: torch.Tensor, x: torch.Tensor,
 
 # ------------------------------------------------------------------------------------ loss landscape
 def filter_normalized_direction(layout, params: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
-    """A random direction d ~ N(0, I), rescaled filter by filter: for each weight tensor with ≥ 2 dims,
-    every filter (slice along dim 0) gets ‖d_f‖ = ‖θ_f‖. One-dimensional parameters (biases, GroupNorm
-    scales and shifts) get d = 0, as Li et al. do for biases and BatchNorm."""
+    """A random direction d ~ N(0, I), rescaled filter by filter.
+
+    For each weight tensor with ≥ 2 dims, every filter (slice along dim 0) gets ‖d_f‖ = ‖θ_f‖. One-dimensional
+    parameters (biases, GroupNorm scales and shifts) get d = 0, as Li et al. do for biases and BatchNorm.
+    """
     d = torch.randn(params.shape, generator=generator, dtype=torch.float64).to(params)
     out = torch.zeros_like(params)
     for view_d, view_p, view_o in zip(layout.views(d).values(), layout.views(params).values(),
@@ -127,10 +134,13 @@ def grid_losses(model, layout, rows: torch.Tensor, x: torch.Tensor, y: torch.Ten
 @torch.no_grad()
 def loss_landscape(model, layout, params: torch.Tensor, x: torch.Tensor, y: torch.Tensor, span: float = 1.0,
                    points: int = 21, seed: int = 0, batch_size: int = 1024, chunk: int = 32) -> dict:
-    """f(θ + a·d₁ + b·d₂) on the grid a, b ∈ linspace(−span, span, points), with d₁, d₂ filter-normalised
-    random directions (`filter_normalized_direction`) drawn from `seed`; f is the mean cross-entropy on (x, y).
-    Returns the axes, the loss and accuracy grids ([points, points], indexed [a, b]) and the centre's loss and
-    accuracy (an odd `points` puts θ itself on the grid). `chunk` grid points are evaluated per vmapped call."""
+    """The loss and accuracy on a 2-D slice around θ along two filter-normalised directions.
+
+    f(θ + a·d₁ + b·d₂) on the grid a, b ∈ linspace(−span, span, points), with d₁, d₂ filter-normalised random
+    directions (`filter_normalized_direction`) drawn from `seed`; f is the mean cross-entropy on (x, y). Returns the
+    axes, the loss and accuracy grids ([points, points], indexed [a, b]) and the centre's loss and accuracy (an odd
+    `points` puts θ itself on the grid). `chunk` grid points are evaluated per vmapped call.
+    """
     if isinstance(points, bool) or not isinstance(points, int) or points < 3:
         raise ConfigError(f"points must be an int >= 3, got {points!r}")
     if not span > 0:

@@ -23,7 +23,7 @@ from __future__ import annotations
 import os
 import shutil
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -47,6 +47,8 @@ Transform = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
 
 @dataclass(frozen=True)
 class LocalRule:
+    """How a client takes a local step: the SAM variant and radius, momentum or Adam, weight decay, clipping."""
+
     rho: float = 0.0  # SAM radius; 0 = plain gradient
     sam: str = "sam"  # "sam" or "asam"
     asam_eta: float = 0.2
@@ -68,6 +70,8 @@ class LocalRule:
 
 @dataclass
 class LocalResult:
+    """The clients after one round of local training (`LocalTrainer.train`)."""
+
     Y: torch.Tensor  # [m, d] parameters after local training
     momentum: torch.Tensor | None  # [m, d] final momentum buffers (None when μ = 0)
     loss: torch.Tensor  # [m] mean minibatch loss of each client over its steps
@@ -92,8 +96,10 @@ class LocalTrainer:
         self.memory_estimate: dict | None = None
         # optional (round, client ids) -> max local steps per client, e.g. stragglers stopped by a deadline
         # (`dfl.network.faults.Stragglers.cap`); None = every client takes all its steps
-        self.step_cap: Callable[[int, list[int]], object] | None = None
+        self.step_cap: Callable[[int | np.ndarray, list[int]], np.ndarray] | None = None
+        # ASAM's T (asam_form "kwon") adds η on the parameters named "weight": the [d] mask, and its per-parameter views
         self.weight_mask = layout.mask(lambda name: "weight" in name).to(data.train_x.device)
+        self.weight_masks = layout.split(self.weight_mask)
 
         device_type, bf16 = data.train_x.device.type, config.precision == "bf16"
         warn_if_slow_bf16(config.precision, device_type)  # emulated bf16 is ~40× slower than fp32
@@ -114,7 +120,7 @@ class LocalTrainer:
         # without vmap (`dfl.training.batched`); torch.compile keeps compiling the vmapped gradient
         forward = batched_forward_of(model)
         self.batched = forward is not None and not config.compile
-        if self.batched:
+        if forward is not None and self.batched:
             self._grad = self._eager_grad = batched_grad_and_value(forward, layout, device_type, bf16)
         if config.compile:
             if device_type == "cpu":
@@ -126,20 +132,27 @@ class LocalTrainer:
             self._grad = torch.compile(self._grad, dynamic=None)
 
     def schedule(self, round_index: int | np.ndarray, rows: torch.Tensor | None = None) -> RoundSchedule:
-        """Round `round_index`'s batches for the local clients (or only the local rows `rows`). An array gives
-        every client its own round (the asynchronous mode, `dfl.engine.asynchronous`: each client at its own update)."""
+        """Round `round_index`'s batches for the local clients (or only the local rows `rows`).
+
+        An array gives every client its own round (the asynchronous mode, `dfl.engine.asynchronous`: each client
+        at its own update).
+        """
         ids = self.client_ids if rows is None else [self.client_ids[r] for r in rows.tolist()]
-        first = round_index if np.ndim(round_index) == 0 else int(np.min(round_index))
+        first = int(np.min(round_index))  # a round, or the earliest of the clients' rounds
         torch.manual_seed(dropout_seed(self.seed, first, ids[0] if ids else 0))
         cap = None if self.step_cap is None else self.step_cap(round_index, ids)
         return RoundSchedule(self.data, ids, round_index, self.seed, self.batch_size, self.mode, self.amount, cap)
 
     # ---------------------------------------------------------------- clients per vectorized call
     def plan_chunk(self, X: torch.Tensor, held_bytes: int | None = None) -> int:
-        """Measure a gradient call's memory on round 0's first batch and resolve `client_chunk` (`dfl.training.memory`):
-        "auto" becomes the largest chunk that fits and is fast; an explicit chunk is kept (a warning says when
-        the estimate puts it above memory). Raises ConfigError with the estimate when not even one client fits.
-        held_bytes: the per-client stacks this process holds (`dfl.training.memory.held_bytes`; None: X alone)."""
+        """Measure a gradient call's memory and resolve `client_chunk`.
+
+        Measure a gradient call's memory on round 0's first batch and resolve `client_chunk`
+        (`dfl.training.memory`): "auto" becomes the largest chunk that fits and is fast; an explicit chunk is
+        kept (a warning says when the estimate puts it above memory). Raises ConfigError with the estimate when
+        not even one client fits. held_bytes: the per-client stacks this process holds
+        (`dfl.training.memory.held_bytes`; None: X alone).
+        """
         m = X.shape[0]
         probe = min(4, m)
         batch = self.schedule(0, torch.arange(probe)).batch(0)
@@ -150,70 +163,62 @@ class LocalTrainer:
             return self._eager_grad(self.layout.split(X[rows[:k]]), part.x, part.y, part.weight)
 
         fixed, per_client = memory.measure_footprint(call, len(rows), X.device) if len(rows) else (0, 1)
-        auto, self.memory_estimate = memory.choose_chunk(
+        auto, estimate = memory.choose_chunk(
             m, fixed, per_client, X.shape[1] * X.element_size(), memory.available_bytes(X.device), X.device,
             held_bytes)
-        if self.client_chunk == "auto":
-            self.chunk = auto
-        elif self.chunk > self.memory_estimate["memory_limit"]:
-            warnings.warn(f"client_chunk = {self.chunk} may not fit in memory: the estimate allows "
-                          f"{self.memory_estimate['memory_limit']} clients per call ({self.memory_estimate})",
-                          stacklevel=2)
-        self.memory_estimate["chunk"] = self.chunk
-        return self.chunk
+        chunk = auto if self.client_chunk == "auto" or self.chunk is None else self.chunk
+        if chunk > estimate["memory_limit"]:  # only an explicit chunk can exceed it
+            warnings.warn(f"client_chunk = {chunk} may not fit in memory: the estimate allows "
+                          f"{estimate['memory_limit']} clients per call ({estimate})", stacklevel=2)
+        estimate["chunk"] = self.chunk = chunk
+        self.memory_estimate = estimate
+        return chunk
 
     # ---------------------------------------------------------------- gradients of a batch
     def gradient(self, Xb: torch.Tensor, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
         """Per-client minibatch gradients and losses at the rows Xb = X[batch.rows]: ([a, d], [a])."""
-        if self.chunk is None:
-            self.plan_chunk(Xb)
+        chunk = self.chunk if self.chunk is not None else self.plan_chunk(Xb)
         a = Xb.shape[0]
         grads = torch.empty_like(Xb)
         losses = torch.empty(a, dtype=Xb.dtype, device=Xb.device)
-        for s in range(0, a, self.chunk):
-            e = min(s + self.chunk, a)
+        for s in range(0, a, chunk):
+            e = min(s + chunk, a)
             g, losses[s:e] = self._grad(self.layout.split(Xb[s:e]), batch.x[s:e], batch.y[s:e], batch.weight[s:e])
             self.layout.join(g, out=grads[s:e])
         return grads, losses
 
-    def sam_gradient(self, Xb: torch.Tensor, batch: Batch, rule: LocalRule):
-        """∇f(y + ε) with the SAM/ASAM ascent ε from the same minibatch; loss is f(y)."""
+    def sam_gradient(self, Xb: torch.Tensor, batch: Batch, rule: LocalRule) -> tuple[torch.Tensor, torch.Tensor]:
+        """The gradient at the SAM/ASAM point of the same minibatch, and the loss at Xb.
+
+        Args:
+            Xb: [a, d] rows of the clients in `batch`.
+            batch: their minibatch ξ.
+            rule: ρ and the SAM variant (`sam_point`); ρ = 0 gives the plain gradient.
+
+        Returns:
+            (∇f(y + ε; ξ) [a, d], f(y; ξ) [a]).
+        """
         g, loss = self.gradient(Xb, batch)
         if rule.rho == 0:
             return g, loss
-        if rule.sam == "sam":  # y + ρ g/(‖g‖+ε₀) in one pass over the rows (no separate ε tensor)
-            point = torch.addcmul(Xb, g, rule.rho / (g.norm(dim=1, keepdim=True) + SAM_EPS))
-        else:
-            point = Xb + self.perturbation(Xb, g, rule)
+        (point,) = sam_point((Xb,), (g,), rule, (self.weight_mask,))
         return self.gradient(point, batch)[0], loss
 
-    def perturbation(self, Xb: torch.Tensor, g: torch.Tensor, rule: LocalRule) -> torch.Tensor:
-        """ε per row: ρ g/(‖g‖+ε₀) (SAM) or ρ T²g/(‖Tg‖+ε₀) (ASAM), where T = |y| + η_a on weights and 1 on biases
-        (Kwon et al. 2021, `asam_form = "kwon"`), or T = |y| on every parameter (`"dp-fedsam"`: the DP-FedSAM code's
-        adaptive SAM, which scales biases too and adds no η)."""
-        if rule.sam == "asam":
-            if rule.asam_form == "dp-fedsam":
-                T = Xb.abs()
-            else:
-                T = torch.where(self.weight_mask, Xb.abs() + rule.asam_eta, torch.ones_like(Xb))
-            Tg = T * g
-            return rule.rho * T * Tg / (Tg.norm(dim=1, keepdim=True) + SAM_EPS)
-        return rule.rho * g / (g.norm(dim=1, keepdim=True) + SAM_EPS)
-
     def _sgd_step(self, Yb: torch.Tensor, b: torch.Tensor | None, batch: Batch, rule: LocalRule, lr: float):
-        """One step of SGD (SAM, clipping, weight decay, heavy-ball momentum; `rule.optimizer == "sgd"`, `rule.sam ==
-        "sam"`) for the rows Yb with momentum rows b, both updated in place; returns the losses [a] at Yb.
+        """One SGD step, parameter by parameter, of the rows Yb.
+
+        One step of SGD (SAM, clipping, weight decay, heavy-ball momentum; `rule.optimizer == "sgd"`, `rule.sam
+        == "sam"`) for the rows Yb with momentum rows b, both updated in place; returns the losses [a] at Yb.
 
         The same arithmetic as `sam_gradient` + `descent_direction`, element by element, but parameter by parameter
         on the gradients' own tensors and `ParamLayout.split` views of Yb and b: no `cat` joining the gradients into
         [a, d] rows (two per SAM step), no [a, d] temporaries for the update. Only the per-client norms (SAM,
-        clipping) sum in another order: the norm of the per-parameter norms."""
+        clipping) sum in another order: the norm of the per-parameter norms.
+        """
         ys = self.layout.split(Yb)
         g, loss = self._grad(ys, batch.x, batch.y, batch.weight)
-        if rule.rho > 0:  # the SAM point y + ρ g/(‖g‖+ε₀), then the gradient there
-            scale = rule.rho / (row_norms(g) + SAM_EPS)
-            g = self._grad(tuple(torch.addcmul(y, q, per_row(scale, q)) for y, q in zip(ys, g)), batch.x, batch.y,
-                           batch.weight)[0]
+        if rule.rho > 0:  # the gradient at the SAM point y + ρ g/(‖g‖+ε₀), parameter by parameter
+            g = self._grad(tuple(sam_point(ys, g, rule, self.weight_masks)), batch.x, batch.y, batch.weight)[0]
         if rule.clip_grad_norm > 0:
             factor = (rule.clip_grad_norm / (row_norms(g) + 1e-6)).clamp(max=1.0)
             g = [q * per_row(factor, q) for q in g]
@@ -240,72 +245,194 @@ class LocalTrainer:
         rows: torch.Tensor | None = None,
         adam: AdamState | None = None,
     ) -> LocalResult:
-        """K local steps of `rule` from X (not modified). `momentum` (kept across rounds by some
-        algorithms) starts at 0 when None. `adam` (Adam/AdamW rules) is the clients' kept state, updated in
-        place; None = fresh moments this round. With `rows` (local row ids, e.g. the sampled clients of a
-        round) only those clients train; the other rows, buffers, Adam state and losses are left as they are / 0."""
-        if self.chunk is None:
-            self.plan_chunk(X)
+        """K local steps of `rule` from X (not modified), as in the papers' pseudo-code.
+
+            for k = 0 .. K−1, for every client i (a chunk of clients per vectorized call):
+                g ← ∇f_i(sam_point(y_i); ξ_{i,k})        (the plain gradient when ρ = 0)
+                g ← transform(g)                          (an algorithm's correction, if any)
+                y_i ← y_i − η · direction(g)              (clipping, weight decay, momentum or Adam)
+
+        Args:
+            X: [m, d] the local clients' models at the start of the round.
+            round_index: the round (an array: every client at its own round, the asynchronous mode).
+            lr: the step size η.
+            rule: the local rule (SAM radius and variant, momentum, weight decay, clipping, optimizer).
+            momentum: [m, d] momentum buffers kept across rounds by some algorithms; None starts them at 0.
+            transform: the algorithm's correction of the descent direction (SCAFFOLD, FedCM, ...), or None.
+            rows: local row ids of the clients that train (e.g. the round's sampled clients); None = every row.
+                The other rows, buffers, Adam state and losses are left as they are / 0.
+            adam: the clients' kept Adam state (Adam/AdamW rules), updated in place; None = fresh moments.
+
+        Returns:
+            The models, momentum buffers and Adam state after the round, each client's mean loss and step count.
+        """
+        chunk = self.chunk if self.chunk is not None else self.plan_chunk(X)
         schedule = self.schedule(round_index, rows)
-        # everyone (rows None, or all rows in order): local row r is schedule row r, and Y[s:e] is a view (updated in
-        # place)
-        everyone = rows is None or _all_rows(rows, X.shape[0])
-        index = torch.arange(X.shape[0], device=X.device) if everyone else rows.to(X.device)
-        Y = X.clone()
-        buf = None
-        if rule.momentum > 0:
-            buf = torch.zeros_like(X) if momentum is None else momentum.clone()
-        if rule.optimizer != "sgd" and adam is None:
-            adam = AdamState.zeros(X)
-        loss_sum = torch.zeros(X.shape[0], device=X.device, dtype=X.dtype)
+        state = _RoundState.start(X, rows, rule, momentum, adam)
         # SGD with SAM, clipping, weight decay and momentum runs parameter by parameter (`_sgd_step`): no [a, d] join
         # of the gradients and no [a, d] temporaries; ASAM, Adam and transforms act on the joined rows
         by_parameter = transform is None and rule.optimizer == "sgd" and (rule.rho == 0 or rule.sam == "sam")
         for k in range(schedule.steps):
             batch = schedule.batch(k)
-            contiguous = everyone and batch.rows.numel() == X.shape[0]
             # Chunk by chunk, not step by step over the whole stack: every temporary (gradients, SAM points,
             # momentum updates) is [chunk, d], so a large stack never allocates (and page-faults) [m, d]
             # temporaries per step — on CPU that churn cost more than the arithmetic at 1,000 mlp clients.
-            for s in range(0, batch.rows.numel(), self.chunk):
-                e = min(s + self.chunk, batch.rows.numel())
-                part = batch.slice(s, e)
-                rows_k = index[part.rows]
-                Yb = Y[s:e] if contiguous else Y[rows_k]
-                b = None if buf is None else (buf[s:e] if contiguous else buf[rows_k])
-                if by_parameter:  # Yb and b updated in place: views of Y and buf, or copies written back
-                    loss = self._sgd_step(Yb, b, part, rule, lr)
-                    if not contiguous:
-                        Y[rows_k] = Yb
-                        if b is not None:
-                            buf[rows_k] = b
+            for part, at in state.chunks(batch, chunk):
+                if by_parameter:
+                    loss = self._sgd_step_at(state, at, part, rule, lr)
                 else:
-                    g, loss = self.sam_gradient(Yb, part, rule)
-                    if transform is not None:
-                        g = transform(g, Yb, rows_k)
-                    step = descent_direction(g, Yb, rule, b, adam, slice(s, e) if contiguous else rows_k)
-                    if contiguous:
-                        if b is not None:
-                            b.copy_(step)
-                        Yb.sub_(step, alpha=lr)
-                    else:
-                        if buf is not None:
-                            buf[rows_k] = step
-                        Y[rows_k] = Yb - lr * step
-                if contiguous:
-                    loss_sum[s:e] += loss.detach()
-                else:
-                    loss_sum[rows_k] += loss.detach()
-        steps = torch.zeros(X.shape[0], dtype=torch.long, device=X.device)
-        steps[index] = schedule.steps_per_client.to(X.device)
-        return LocalResult(Y=Y, momentum=buf, loss=loss_sum / steps.clamp_min(1), steps=steps, adam=adam)
+                    loss = self._rows_step_at(state, at, part, rule, lr, transform)
+                state.loss_sum[at.where] += loss.detach()
+        return state.result(schedule)
+
+    def _sgd_step_at(self, state: _RoundState, at: _Rows, part: Batch, rule: LocalRule, lr: float) -> torch.Tensor:
+        """One `_sgd_step` of the rows `at` of the round's stack (views updated in place, or copies written back)."""
+        Yb, b = state.Y[at.where], state.momentum_at(at)
+        loss = self._sgd_step(Yb, b, part, rule, lr)
+        if not at.is_view:
+            state.Y[at.where] = Yb
+            if b is not None and state.buf is not None:
+                state.buf[at.where] = b
+        return loss
+
+    def _rows_step_at(self, state: _RoundState, at: _Rows, part: Batch, rule: LocalRule, lr: float,
+                      transform: Transform | None) -> torch.Tensor:
+        """One step on joined [a, d] rows: SAM/ASAM gradient, the algorithm's transform, `descent_direction`."""
+        Yb, b = state.Y[at.where], state.momentum_at(at)
+        g, loss = self.sam_gradient(Yb, part, rule)
+        if transform is not None:
+            g = transform(g, Yb, at.ids)
+        step = descent_direction(g, Yb, rule, b, state.adam, at.where)
+        if at.is_view:
+            if b is not None:
+                b.copy_(step)
+            Yb.sub_(step, alpha=lr)
+        else:
+            if state.buf is not None:
+                state.buf[at.where] = step
+            state.Y[at.where] = Yb - lr * step
+        return loss
+
+
+@dataclass(frozen=True)
+class _Rows:
+    """Where a chunk of a batch sits in the round's stack.
+
+    Attributes:
+        where: how to index the stack: a slice (the batch covers every row in order, so `Y[where]` is a view
+            updated in place) or the local row ids (`Y[where]` is a copy, written back).
+        ids: the local row ids, always a tensor (what a transform is given).
+    """
+
+    where: slice | torch.Tensor
+    ids: torch.Tensor
+
+    @property
+    def is_view(self) -> bool:
+        """Whether `Y[where]` is a view of the stack (a slice) rather than a copy."""
+        return isinstance(self.where, slice)
+
+
+@dataclass
+class _RoundState:
+    """The stacks one round of `LocalTrainer.train` updates: the models Y, momentum, Adam state and summed losses.
+
+    Attributes:
+        Y: [m, d] the models (a copy of X).
+        buf: [m, d] momentum buffers (None when μ = 0).
+        adam: the clients' Adam state (Adam/AdamW), else None.
+        loss_sum: [m] each client's summed minibatch losses.
+        index: the local row of each schedule row.
+        everyone: whether every row trains, in order (schedule row r is local row r).
+    """
+
+    Y: torch.Tensor
+    buf: torch.Tensor | None
+    adam: AdamState | None
+    loss_sum: torch.Tensor
+    index: torch.Tensor
+    everyone: bool
+
+    @classmethod
+    def start(cls, X: torch.Tensor, rows: torch.Tensor | None, rule: LocalRule, momentum: torch.Tensor | None,
+              adam: AdamState | None) -> _RoundState:
+        """The state at the round's start: Y = X, momentum as kept (or 0), Adam state as kept (or fresh)."""
+        m = X.shape[0]
+        everyone = rows is None or _all_rows(rows, m)
+        index = torch.arange(m, device=X.device) if rows is None or everyone else rows.to(X.device)
+        buf = None
+        if rule.momentum > 0:
+            buf = torch.zeros_like(X) if momentum is None else momentum.clone()
+        if rule.optimizer != "sgd" and adam is None:
+            adam = AdamState.zeros(X)
+        loss_sum = torch.zeros(m, device=X.device, dtype=X.dtype)
+        return cls(X.clone(), buf, adam, loss_sum, index, everyone)
+
+    def chunks(self, batch: Batch, chunk: int) -> Iterator[tuple[Batch, _Rows]]:
+        """The batch's clients `chunk` at a time: each part of the batch and where its rows sit in the stack."""
+        n = batch.rows.numel()
+        contiguous = self.everyone and n == self.Y.shape[0]
+        for s in range(0, n, chunk):
+            e = min(s + chunk, n)
+            part = batch.slice(s, e)
+            ids = self.index[part.rows]
+            yield part, _Rows(slice(s, e) if contiguous else ids, ids)
+
+    def momentum_at(self, at: _Rows) -> torch.Tensor | None:
+        """The momentum rows `at` (None without momentum)."""
+        return None if self.buf is None else self.buf[at.where]
+
+    def result(self, schedule: RoundSchedule) -> LocalResult:
+        """The round's `LocalResult`: each client's mean loss over the steps it took."""
+        steps = torch.zeros(self.Y.shape[0], dtype=torch.long, device=self.Y.device)
+        steps[self.index] = schedule.steps_per_client.to(self.Y.device)
+        return LocalResult(Y=self.Y, momentum=self.buf, loss=self.loss_sum / steps.clamp_min(1), steps=steps,
+                           adam=self.adam)
+
+
+def sam_point(y: Sequence[torch.Tensor], g: Sequence[torch.Tensor], rule: LocalRule,
+              weight_mask: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+    r"""The SAM or ASAM point y + ε of every client row, the one place either is computed.
+
+    SAM (Foret et al. 2021) and ASAM (Kwon et al. 2021), per client row, with ε₀ = `SAM_EPS`:
+
+        ε = ρ g/(‖g‖ + ε₀)                  sam
+        ε = ρ T²g/(‖T g‖ + ε₀)              asam, T = |y| + η_a on weights, 1 elsewhere    (asam_form "kwon")
+                                                  T = |y| on every parameter                (asam_form "dp-fedsam")
+
+    "dp-fedsam" is the DP-FedSAM code's adaptive SAM: it scales biases too and adds no η. The rows come as parts
+    of the [a, d] stack: one part (the joined rows) or one per parameter (`ParamLayout.split`); the norms are
+    over the whole row either way (for several parts, the norm of the per-part norms).
+
+    Args:
+        y: the clients' parameters, parts [a, ...] of the [a, d] rows.
+        g: the gradients at y, parts shaped as y's.
+        rule: ρ (`rho`), the variant (`sam`), η_a (`asam_eta`) and T's form (`asam_form`).
+        weight_mask: one bool mask per part, broadcastable to it: True on the coordinates of "weight" tensors.
+
+    Returns:
+        The parts of y + ε.
+    """
+    if rule.sam == "sam":  # y + ρ g/(‖g‖+ε₀) in one pass over each part (no separate ε tensor)
+        scale = rule.rho / (row_norms(g) + SAM_EPS)
+        return [torch.addcmul(p, q, per_row(scale, q)) for p, q in zip(y, g)]
+    if rule.asam_form == "dp-fedsam":
+        T = [p.abs() for p in y]
+    else:
+        T = [torch.where(mask, p.abs() + rule.asam_eta, torch.ones_like(p)) for p, mask in zip(y, weight_mask)]
+    Tg = [t * q for t, q in zip(T, g)]
+    norm = row_norms(Tg) + SAM_EPS
+    return [p + rule.rho * t * tq / per_row(norm, tq) for p, t, tq in zip(y, T, Tg)]
 
 
 def dropout_seed(seed: int, round_index: int, first_client: int) -> int:
-    """The seed of torch's global generator for a round's local training, from which dropout (vmap randomness
+    """The seed of torch's global generator for a round's local training (dropout's draws).
+
+    The seed of torch's global generator for a round's local training, from which dropout (vmap randomness
     "different") draws: a function of (seed, round, the block's first client id), so draws are reproducible, the
-    same after a resume, and different on every process. They do depend on how clients are grouped into
-    vectorized calls (client_chunk) and on the device."""
+    same after a resume, and different on every process. They do depend on how clients are grouped into vectorized
+    calls (client_chunk) and on the device.
+    """
     return int(np.random.SeedSequence([seed, round_index, first_client, 0xD80]).generate_state(1, np.uint64)[0])
 
 
@@ -321,9 +448,11 @@ TRITON_MIN_CAPABILITY = (7, 0)  # Triton's GPU code generation starts at Volta
 
 
 def require_triton(device: torch.device) -> None:
-    """torch.compile (inductor) generates Triton kernels on CUDA: Triton must import, the GPU must be one Triton
-    compiles for, and a C compiler must be there (Triton builds a small C launcher per kernel): fail at start, not
-    after the first round."""
+    """torch.compile (inductor) generates Triton kernels on CUDA.
+
+    Triton must import, the GPU must be one Triton compiles for, and a C compiler must be there (Triton builds a
+    small C launcher per kernel): fail at start, not after the first round.
+    """
     import importlib.util
 
     if importlib.util.find_spec("triton") is None:
@@ -342,13 +471,19 @@ def require_triton(device: torch.device) -> None:
 
 def descent_direction(g: torch.Tensor, y: torch.Tensor, rule: LocalRule, buf: torch.Tensor | None,
                       adam: AdamState | None = None, rows: slice | torch.Tensor | None = None):
-    """Clip per row, then SGD: add weight decay, apply heavy-ball momentum, return b; or Adam/AdamW: the step
-    of `adam`'s clients `rows` (updated). The step is y − η·(the returned direction)."""
+    """Clip per row, then SGD.
+
+    Add weight decay, apply heavy-ball momentum, return b; or Adam/AdamW: the step of `adam`'s clients `rows`
+    (updated). The step is y − η·(the returned direction).
+    """
     if rule.clip_grad_norm > 0:
         norm = g.norm(dim=1, keepdim=True)
         g = g * (rule.clip_grad_norm / (norm + 1e-6)).clamp(max=1.0)
     if rule.optimizer != "sgd":
-        return adam.direction(g, y, rule, rows)
+        if adam is None:
+            raise ConfigError(f"optimizer = {rule.optimizer} needs the clients' Adam state (`AdamState`); this "
+                              "algorithm keeps none: use optimizer = sgd")
+        return adam.direction(g, y, rule, slice(None) if rows is None else rows)
     if rule.weight_decay > 0:
         g = g + rule.weight_decay * y
     if buf is not None:
@@ -357,8 +492,11 @@ def descent_direction(g: torch.Tensor, y: torch.Tensor, rule: LocalRule, buf: to
 
 
 def row_norms(parts) -> torch.Tensor:
-    """[a, 1]: the norm of each row of the [a, d] stack whose parameters are `parts` ([a, *shape] each), as the norm
-    of the per-parameter norms (no joined [a, d] tensor)."""
+    """[a, 1].
+
+    The norm of each row of the [a, d] stack whose parameters are `parts` ([a, *shape] each), as the norm of the
+    per-parameter norms (no joined [a, d] tensor).
+    """
     a = parts[0].shape[0]
     if len(parts) == 1:
         return parts[0].reshape(a, -1).norm(dim=1, keepdim=True)

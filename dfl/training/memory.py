@@ -91,8 +91,10 @@ def call_peak_bytes(fn, device: torch.device) -> int:
 
 
 def available_bytes(device: torch.device) -> int:
-    """Memory free now: CUDA's free memory (the caching allocator's reserved-but-free blocks included), or on
-    CPU the OS's MemAvailable (capped by a cgroup limit) after this process's free heap is handed back.
+    """Memory free now.
+
+    CUDA's free memory (the caching allocator's reserved-but-free blocks included), or on CPU the OS's MemAvailable
+    (capped by a cgroup limit) after this process's free heap is handed back.
 
     The heap part matters with `keep_freed_memory`: a finished run's stacks stay in the heap as free blocks,
     resident (so not in MemAvailable, and charged to the cgroup). Without them a second run of the same size in
@@ -101,7 +103,8 @@ def available_bytes(device: torch.device) -> int:
     second run's `[m, d]` stacks, which then grew the heap (mlp × 10,000: 19.3 GiB at the second run's peak).
     `malloc_trim` returns every free page of the heap to the OS, so MemAvailable counts it and the process
     holds only live memory (13.7–14.0 GiB there); the round loop's reuse of freed blocks is unchanged, as a
-    run trims only when it plans its chunk and when it ends (`dfl.engine.runner.run`)."""
+    run trims only when it plans its chunk and when it ends (`dfl.engine.runner.run`).
+    """
     if device.type == "cuda":
         free, _ = torch.cuda.mem_get_info(device)
         return int(free + torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device))
@@ -110,9 +113,12 @@ def available_bytes(device: torch.device) -> int:
 
 
 def release_free_heap() -> bool:
-    """Hand the free pages of the heap `keep_freed_memory` keeps back to the OS (glibc `malloc_trim(0)`, which also
+    """Hand the free pages of the kept heap back to the OS.
+
+    Hand the free pages of the heap `keep_freed_memory` keeps back to the OS (glibc `malloc_trim(0)`, which also
     releases whole free pages inside the heap, not only at its top). Returns whether it ran: not without the kept
-    heap (glibc's defaults already unmap large blocks and trim the top) nor off glibc."""
+    heap (glibc's defaults already unmap large blocks and trim the top) nor off glibc.
+    """
     if not _HEAP_KEPT:
         return False
     try:
@@ -125,9 +131,12 @@ def release_free_heap() -> bool:
 
 
 def check_stacks(clients: int, dim: int, device: torch.device, extra_stacks: int = 0, itemsize: int = 4) -> None:
-    """Refuse, before the client stack is allocated, a run whose `[m, d]` stacks alone (X and `STACK_COPIES` more,
+    """Refuse a run whose client stacks alone would not fit in memory.
+
+    Refuse, before the client stack is allocated, a run whose `[m, d]` stacks alone (X and `STACK_COPIES` more,
     `extra_stacks` beyond them) would not fit in the memory budget: a ConfigError naming clients, the memory they
-    need and what is free. `choose_chunk` then sizes the gradient calls in what is left."""
+    need and what is free. `choose_chunk` then sizes the gradient calls in what is left.
+    """
     kind = "cuda" if device.type == "cuda" else "cpu"
     copies = 1 + STACK_COPIES + extra_stacks
     need = copies * clients * dim * itemsize
@@ -150,7 +159,8 @@ def choose_chunk(
     fixed, per_client: the gradient call's bytes (intercept, slope); row_bytes: one client's parameters (d × 4);
     free: memory free now; held_bytes: the per-client stacks this process already holds (`held_bytes()`; None: X
     alone), set aside with ROUND_STACKS more [clients, d] temporaries. Raises ConfigError (a ValueError naming
-    client_chunk), with the estimate, when not even one client fits."""
+    client_chunk), with the estimate, when not even one client fits.
+    """
     kind = "cuda" if device.type == "cuda" else "cpu"
     held = clients * row_bytes if held_bytes is None else int(held_bytes)
     budget = int((free + held) * MEMORY_FRACTION[kind])  # what is free now, and what the held stacks occupy
@@ -175,8 +185,11 @@ def choose_chunk(
 
 
 def held_bytes(rows: dict[str, torch.Tensor], async_engine=None) -> int:
-    """Bytes of the per-client stacks a process holds: its rows of X and of every per-client state
-    (`dfl.engine.checkpoint.local_rows`), and the asynchronous mode's message pool when there is one."""
+    """Bytes of the per-client stacks a process holds.
+
+    Its rows of X and of every per-client state (`dfl.engine.checkpoint.local_rows`), and the asynchronous mode's
+    message pool when there is one.
+    """
     total = sum(t.numel() * t.element_size() for t in rows.values())
     pool = getattr(async_engine, "pool", None)
     return int(total + (pool.numel() * pool.element_size() if pool is not None else 0))
@@ -214,7 +227,8 @@ def keep_freed_memory() -> bool:
     the free part back to the OS when it ends and before it plans (`release_free_heap`).
 
     Process-wide and once; `DFL_MALLOC=system` keeps glibc's defaults; a no-op off glibc. Returns whether the
-    setting is in force."""
+    setting is in force.
+    """
     global _HEAP_KEPT
     if _HEAP_KEPT:
         return True

@@ -28,8 +28,11 @@ def cpu_flags() -> set[str]:
 
 
 def cpu_has_bf16() -> bool:
-    """True when the CPU has native bf16 arithmetic: an avx512_bf16/amx_bf16 flag, or torch's dispatch level
-    AVX512_BF16 / AMX (`torch.backends.cpu.get_cpu_capability`)."""
+    """True when the CPU has native bf16 arithmetic.
+
+    An avx512_bf16/amx_bf16 flag, or torch's dispatch level AVX512_BF16 / AMX
+    (`torch.backends.cpu.get_cpu_capability`).
+    """
     capability = str(torch.backends.cpu.get_cpu_capability()).upper()
     if "BF16" in capability or "AMX" in capability:
         return True

@@ -1,0 +1,151 @@
+"""The steps that set a run up, one job each, in the order `dfl.engine.experiment.Experiment` calls them.
+
+checkpoint to resume → hyperparameters → device → data → topology → network → model → client block → trainer →
+(gossip, algorithm: `Context`, `dfl.engine.setup.make_algorithm`) → client chunk. Each step checks what it builds,
+so a bad run fails here, before the first round, with the message of the step that found it.
+"""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from dfl.algorithms import is_centralized, resolve_hyperparameters
+from dfl.algorithms.server import sample_participants
+from dfl.config import Config
+from dfl.data import FederatedData, ignored_options
+from dfl.engine import checkpoint as ckpt
+from dfl.engine.setup import build_data, build_topology, resolve_device, split_local_test
+from dfl.errors import ConfigError
+from dfl.models import model_for_run
+from dfl.network.faults import Network
+from dfl.training import memory
+from dfl.training.clients import ParamLayout, common_start
+from dfl.training.local import LocalTrainer
+from topologies import Topology
+
+
+def checkpoint_to_resume(config: Config, out: str | Path | None, resume: bool) -> dict[str, Any] | None:
+    """The checkpoint a resumed run continues from, checked against the config; None for a fresh run.
+
+    Called before any work, so a missing checkpoint or a changed config fails fast, on every rank alike.
+    """
+    if not resume:
+        return None
+    if out is None:
+        raise ConfigError("resume=True needs out= (the run directory holding checkpoint.pt)")
+    saved = ckpt.load(out)
+    ckpt.check_config(saved, config, out)
+    return saved
+
+
+def hyperparameters(config: Config) -> tuple[dict[str, Any], list[str]]:
+    """The algorithm's resolved hyperparameters and the options the run ignores (warned and recorded)."""
+    hp, ignored = resolve_hyperparameters(config)
+    return hp, ignored + ignored_options(config)  # data_root with an embedded dataset: warned and recorded the same
+
+
+def device(config: Config, comm) -> torch.device:
+    """The run's device (the communicator's, under torchrun), checked against `precision`.
+
+    On the CPU freed heap is kept for reuse instead of zero-filled fresh mappings every round. precision = tf32
+    turns TF32 matmuls on while the rounds go (`Experiment.status`) and needs CUDA; fp32 and bf16 leave PyTorch's
+    defaults alone; gossip averages in IEEE fp32 either way (`dfl.network.gossip.exact_matmul`).
+    """
+    dev = getattr(comm, "device", None) or resolve_device(config.device)
+    if dev.type == "cpu":
+        memory.keep_freed_memory()
+    if config.precision == "tf32" and dev.type != "cuda":
+        raise ConfigError(f"precision = tf32 needs a CUDA device (the run is on {dev}); use fp32 or bf16")
+    return dev
+
+
+def data_on_device(config: Config, data: FederatedData | None, comm, dev: torch.device) -> FederatedData:
+    """The run's data (built from the config, or the given data checked), local test parts held out, on `dev`.
+
+    The local test split comes before the trainer: training sees only the local train parts.
+    """
+    if data is None:
+        data = build_data(config)
+    elif data.num_clients != config.clients:
+        raise ConfigError(f"clients = {config.clients} but the given data has {data.num_clients} clients")
+    data = split_local_test(data, config)
+    if comm.num_clients != data.num_clients:
+        raise ConfigError(f"the communicator hosts {comm.num_clients} clients but the data has {data.num_clients}")
+    return data.to(dev)
+
+
+def topology(config: Config, data: FederatedData, ignored: list[str]) -> tuple[Topology, list[str]]:
+    """The graph the run mixes with, and the ignored options.
+
+    The graph the run mixes with (`dfl.engine.setup.build_topology`) and the ignored options, with "topology" added
+    (and a warning) when a centralized algorithm is given a topology it does not use.
+    """
+    if is_centralized(config.algorithm) and (config.topology not in ("ring", "full") or config.topology_options):
+        # ring is the default: only a topology the user chose is worth a warning
+        warnings.warn(f"{config.algorithm} is centralized (complete topology); ignoring topology", stacklevel=4)
+        ignored = [*ignored, "topology"]
+    return build_topology(config, data.num_clients, data.sizes.tolist()), ignored
+
+
+def network(config: Config, graph: Topology, data: FederatedData, hp: dict[str, Any]) -> Network:
+    """The unreliable network (link failures, offline clients, stragglers, compressed gossip) over `graph`.
+
+    For a centralized algorithm, stragglers and the deadline apply to the clients the server samples in round t.
+    """
+    participants = None
+    if is_centralized(config.algorithm):
+        m = data.num_clients
+
+        def participants(t: int) -> np.ndarray:
+            return sample_participants(config.seed, t, m, hp.get("participation", 1.0),
+                                       hp.get("participation_mode", "uniform"))
+
+    return Network(config, graph, data, participants)
+
+
+def model(config: Config, data: FederatedData, dev: torch.device, given: Any = None) -> tuple[nn.Module, ParamLayout]:
+    """The template model and its flat parameter layout.
+
+    The template model (seeded, built or the given one copied, on `dev`, in train mode, checked on two samples) and
+    its flat parameter layout: a model that cannot run fails here, not in a round.
+    """
+    net = model_for_run(config.model, config.model_options, tuple(data.input_shape), data.num_classes,
+                        config.seed, dev, (data.train_x[:2], data.train_y[:2]), given)
+    return net, ParamLayout.of(net)
+
+
+def client_block(net: nn.Module, layout: ParamLayout, comm, dev: torch.device, run_network: Network) -> torch.Tensor:
+    """X_0 of this process's block of clients, once its stacks are known to fit in memory.
+
+    Every client starts from the same x_0, so the block is x_0 repeated: a view of one row (the algorithm's X is its
+    own copy), the same numbers as the rows of the whole stack.
+    """
+    memory.check_stacks(len(comm.client_ids), layout.dim, dev, int(run_network.compressor is not None))
+    return common_start(net, len(comm.client_ids), dev)
+
+
+def trainer(net: nn.Module, layout: ParamLayout, data: FederatedData, comm, config: Config,
+            run_network: Network) -> LocalTrainer:
+    """The local trainer of this process's clients; stragglers stop at the round deadline (`Network.step_cap`)."""
+    local = LocalTrainer(net, layout, data, comm.client_ids, config)
+    local.step_cap = run_network.step_cap  # None: no deadline
+    return local
+
+
+def client_chunk(local: LocalTrainer, algorithm, comm, layout: ParamLayout, X0: torch.Tensor) -> int:
+    """The clients per vectorized call, resolved before any training (`LocalTrainer.plan_chunk`).
+
+    A run that cannot fit one client stops here, with the estimate. The plan counts every per-client stack this
+    process holds: X, the algorithm's and the gossip's state, the async pool, and under all-gather gossip the rows
+    a round receives from every process.
+    """
+    held = memory.held_bytes(ckpt.local_rows(algorithm), getattr(algorithm, "engine", None))
+    if getattr(comm, "gossip_mode", None) == "allgather" and comm.world_size > 1:
+        held += comm.num_clients * layout.dim * X0.element_size()
+    return local.plan_chunk(algorithm.X, held_bytes=held)
