@@ -156,7 +156,27 @@ class Config:
     """Every option of a run, with defaults that run: `dfl.Config(algorithm="dfedsam", clients=32, ...)`, a TOML file
     (`Config.from_toml`) or `dfl run --FIELD VALUE` flags. The fields, their types, defaults, allowed values and
     help are listed on the options reference page (generated from `options()`). Algorithm hyperparameters left
-    unset (`None`) take the algorithm's own default."""
+    unset (`None`) take the algorithm's own default.
+
+    Examples:
+        A config written to TOML and read back (a run directory's config.toml is this file):
+
+        >>> import pathlib, tempfile
+        >>> from dfl import Config
+        >>> config = Config(algorithm="dfedavg", topology="grid", clients=16, rounds=5)
+        >>> path = pathlib.Path(tempfile.mkdtemp()) / "run.toml"
+        >>> _ = path.write_text(config.to_toml())
+        >>> loaded = Config.from_toml(path)
+        >>> loaded == config, loaded.topology, loaded.rounds
+        (True, 'grid', 5)
+
+        A wrong value is refused with the field, the value and what is allowed:
+
+        >>> Config(rounds=0).validate()
+        Traceback (most recent call last):
+        ...
+        dfl.errors.ConfigError: rounds must be >= 1, got 0
+    """
 
     # experiment
     name: str = option("default", f"run name; the run directory is runs/<name> unless --out is given "

@@ -61,7 +61,27 @@ def _origin(obj: Any) -> str:
 
 
 class Registry(Generic[T]):
-    """A name → object table with a `register` decorator and an entry-point group for installed packages."""
+    """A name → object table with a `register` decorator and an entry-point group for installed packages.
+
+    Args:
+        kind: the singular noun of the entries in messages ("algorithm", "model", ...).
+        group: the entry-point group installed packages register in (e.g. "dfl.algorithms"); None: no plug-ins.
+        check: `check(name, obj)` raises when obj cannot be registered as name (every route is checked).
+        describe: `describe(name, obj)` gives the card validation reads of an entry; None: the object itself.
+
+    Examples:
+        >>> from dfl.registry import Registry
+        >>> shapes = Registry("shape")
+        >>> @shapes.register("square")
+        ... def square(side):
+        ...     return side * side
+        >>> shapes.names(), shapes.get("square")(3)
+        (('square',), 9)
+        >>> shapes.get("Square")
+        Traceback (most recent call last):
+        ...
+        dfl.errors.ConfigError: shape must be one of square; got 'Square' (did you mean 'square'?)
+    """
 
     def __init__(self, kind: str, group: str | None = None, check: Callable[[str, T], None] | None = None,
                  describe: Callable[[str, T], Any] | None = None):

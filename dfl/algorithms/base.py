@@ -1,25 +1,30 @@
 """The public interface of an algorithm: what a round gets (`Context`, the client stack X) and gives (`RoundStats`).
 
-Writing one needs only this module (and, for a centralized one, `dfl.algorithms.server.ServerAlgorithm`):
+Writing one needs only this module (and, for a centralized one, `dfl.algorithms.server.ServerAlgorithm`); this
+example runs in the test suite (tests/test_doctests.py):
 
-    import numpy as np
-    import dfl
-    from dfl.algorithms import Algorithm, RoundStats
+    >>> import numpy as np
+    >>> import dfl
+    >>> from dfl.algorithms import Algorithm, RoundStats
+    >>> @dfl.algorithms.register("periodic-dfedavg")
+    ... class PeriodicDFedAvg(Algorithm):
+    ...     "Periodic DFedAvg: K local steps every round, one gossip step every `period` rounds."
+    ...     hyperparameters = {"momentum": 0.0, "period": 2}  # `momentum`: a Config field; `period`: an option
+    ...
+    ...     def round(self, t: int) -> RoundStats:
+    ...         ctx = self.ctx
+    ...         local = ctx.trainer.train(self.X, t, ctx.lr(t), ctx.rule(t))   # Y = K local steps from X
+    ...         self.X, sent = local.Y, np.zeros(ctx.comm.num_clients, dtype=np.int64)
+    ...         if (t + 1) % ctx.hp["period"] == 0:                            # gossip every `period` rounds
+    ...             self.X, sent = ctx.gossip.mix(local.Y, t, 1), ctx.gossip.sends(t, 1)   # X <- W_t Y
+    ...         return RoundStats(train_loss=local.loss, models_sent=sent)
+    >>> config = dfl.Config(algorithm="periodic-dfedavg", algorithm_options={"period": 2}, rounds=2, clients=4,
+    ...                     dataset="digits", model="logreg", eval_every=1, progress=False)
+    >>> [row["round"] for row in dfl.run(config).history]
+    [1, 2]
+    >>> dfl.algorithms.ALGORITHMS.unregister("periodic-dfedavg")  # this example's name, freed again
 
-    @dfl.algorithms.register("periodic-dfedavg")
-    class PeriodicDFedAvg(Algorithm):
-        # the docstring's first line is what `dfl list algorithms` shows
-        hyperparameters = {"momentum": 0.0, "period": 2}  # `momentum`: a Config field; `period`: an option
-
-        def round(self, t: int) -> RoundStats:
-            ctx = self.ctx
-            local = ctx.trainer.train(self.X, t, ctx.lr(t), ctx.rule(t))   # Y = K local steps from X
-            self.X, sent = local.Y, np.zeros(ctx.comm.num_clients, dtype=np.int64)
-            if (t + 1) % ctx.hp["period"] == 0:                            # gossip every `period` rounds
-                self.X, sent = ctx.gossip.mix(local.Y, t, 1), ctx.gossip.sends(t, 1)   # X ← W_t Y
-            return RoundStats(train_loss=local.loss, models_sent=sent)
-
-    dfl.run(dfl.Config(algorithm="periodic-dfedavg", algorithm_options={"period": 4}, rounds=8))
+The class's docstring summary line is what `dfl list algorithms` shows.
 
 The runner builds the algorithm once, `cls(ctx, X0)`, then calls `round(t)` for t = 0 … rounds − 1 (from the
 checkpoint's round on resume) and evaluates `self.X` after the rounds it chooses.
