@@ -52,7 +52,13 @@ from topologies.validation import check_connected, check_stochastic
 from topologies.weights import KIND
 
 TOPOLOGIES: Registry = Registry("topology", group="dfl.topologies")
+"""Every topology the config field `topology` takes: name -> factory.
+
+The built-ins are `BuiltinTopology` instances (one documented class each, `BUILTINS`); `register` adds a factory
+f(n, *, option=default, ...) after checking its signature, and installed packages add theirs by entry point (group
+`dfl.topologies`). Its options are `topology_options(name)`; `build` turns a name into a validated topology."""
 USAGE = "f(n, *, option=default, ...) returning a gossip matrix W [n, n], a networkx graph or a topologies.Topology"
+"""The shape of a registered topology factory, as the refusal of a wrong one states it."""
 
 
 class BuiltinTopology:

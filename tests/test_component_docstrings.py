@@ -106,3 +106,20 @@ def test_dfl_list_shows_each_summary_line(category):
         obj = registry.get(entry["name"])
         if getattr(obj, "__module__", "").startswith("dfl."):
             assert entry["description"] == inspect.getdoc(obj).splitlines()[0], entry["name"]
+
+
+def test_the_api_reference_has_every_built_in_component():
+    """docs/reference/api-components.md (generated: tests/test_docs.py keeps it current) has a section per built-in
+    algorithm, topology, model, dataset and partition, opening with its docstring's summary line."""
+    from pathlib import Path
+
+    from dfl.algorithms import ALGORITHMS
+
+    page = (Path(__file__).resolve().parents[1] / "docs" / "reference" / "api-components.md").read_text()
+    sections = {part.split("\n", 1)[0]: part for part in page.split("\n### ")[1:]}
+    for registry in (ALGORITHMS, *(registry for registry, _ in REGISTRIES.values())):
+        for name, obj in built_ins(registry):
+            assert name in sections, f"{registry.kind} {name!r} is not on the API reference"
+            doc = obj.__dict__["__doc__"] if isinstance(obj, type) else inspect.getdoc(obj)
+            summary = inspect.cleandoc(doc).splitlines()[0].replace("*", "\\*")
+            assert summary in sections[name], f"{name}: the section does not show the summary line"

@@ -23,6 +23,12 @@ from dfl.registry import Registry
 # the built-ins are declared by card (`dfl.algorithms.builtin`): naming and checking one imports no torch; its
 # class is imported when a run builds it (`algorithm_class`)
 ALGORITHMS: Registry = Registry("algorithm", group="dfl.algorithms", check=check_algorithm)
+"""Every algorithm the config field `algorithm` takes: name -> `Algorithm` subclass.
+
+The built-ins first (declared by card, so checking a config imports no torch; the class loads on the first
+`get`), then those registered with `@dfl.algorithms.register("name")` and installed packages' entry points
+(group `dfl.algorithms`). `check_algorithm` vets each class: an `Algorithm` with a `round` and its hyperparameters
+declared. Read by `dfl.validate`, `dfl list algorithms` and the runner (`algorithm_class`)."""
 for _name, (_target, _card) in BUILTINS.items():
     ALGORITHMS.declare(_name, _target, _card)
 del _name, _target, _card

@@ -31,6 +31,7 @@ from dfl.errors import DataError
 from dfl.registry import Registry
 
 PARTITIONS: Registry = Registry("partition", group="dfl.partitions")
+"""Every partition the config field `partition` takes: name -> method f(labels, num_clients, rng, *, options)."""
 USAGE = "f(labels, num_clients, rng, *, option=default, ...) -> one index array per client"
 _REQUIRED_HINTS = {  # how to give a built-in's required option
     "similarity": "similarity=s with s in [0, 1]",

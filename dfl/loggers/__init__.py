@@ -25,6 +25,10 @@ from dfl.loggers.wandb import WandbLogger
 from dfl.registry import Registry
 
 LOGGERS: Registry[type[Logger]] = Registry("logger", group="dfl.loggers")
+"""Every logger the config field `loggers` lists: name -> `Logger` subclass, built with no arguments.
+
+tensorboard and wandb are built in; `register` (a decorator) adds a class, installed packages theirs by entry point
+(group `dfl.loggers`)."""
 register = LOGGERS.register  # @dfl.loggers.register("name") class MyLogger(Logger): ...
 
 

@@ -24,6 +24,11 @@ from dfl.models.custom import check_spec, spec_of
 from dfl.registry import Registry
 
 MODELS: Registry = Registry("model", group="dfl.models", describe=describe)
+"""Every model the config field `model` names: name -> factory f(input_shape, num_classes, *, option=default).
+
+The built-ins are declared by card (`dfl.models.builtin`: their options without importing torch; the factory loads
+on the first `get`); `register` adds a factory after checking its signature, installed packages theirs by entry
+point (group `dfl.models`). A config may also name "package.module:factory" directly (`dfl.models.custom`)."""
 for _name, (_target, _card) in BUILTINS.items():
     MODELS.declare(_name, _target, _card)
 del _name, _target, _card
