@@ -369,8 +369,10 @@ def _check(name: str, factory: Any) -> None:
 
 
 def register(name: str, factory: Any = None, *, replace: bool = False) -> Any:
-    """Register `factory(n, *, option=default, ...)` as topology `name` (a decorator without `factory`); its
-    signature is checked here, what it returns when a run builds it."""
+    """Register `factory(n, *, option=default, ...)` as topology `name` (a decorator without `factory`).
+
+    Its signature is checked here, what it returns when a run builds it.
+    """
     if factory is None:
         return lambda target: register(name, target, replace=replace)
     _check(name, factory)
@@ -388,10 +390,12 @@ def topology_options(name: str) -> dict[str, Any]:
 
 def build(name: str, n: int | None, weights: str | None = None, *, push_sum: bool = False,
           **options: Any) -> topologies.Topology:
-    """The validated topology `name` on n clients that a run mixes with: a built-in from `topologies.build`, or
-    a registered factory's result adopted as described in the module docstring. Errors are ValueErrors naming the
-    topology; a column-stochastic W is refused unless the run's algorithm mixes by push-sum (`push_sum`, module
-    docstring; `analyse` builds any W for `dfl topology`)."""
+    """The validated topology `name` on n clients that a run mixes with.
+
+    A built-in from `topologies.build`, or a registered factory's result adopted as described in the module docstring.
+    Errors are ValueErrors naming the topology; a column-stochastic W is refused unless the run's algorithm mixes by
+    push-sum (`push_sum`, module docstring; `analyse` builds any W for `dfl topology`).
+    """
     topo = analyse(name, n, weights, **options)
     if topo.stochastic == "column" and not push_sum:
         raise TopologyError(column_refusal(f"{name}'s W"))
@@ -411,8 +415,11 @@ def column_refusal(what: str, algorithm: str | None = None) -> str:
 
 
 def is_column_stochastic(config) -> bool:
-    """Whether `config` asks for a column-stochastic W (weights = column-stochastic, or a custom matrix with
-    stochastic = column): the W that only push-sum averages."""
+    """Whether `config` asks for a column-stochastic W.
+
+    Whether `config` asks for a column-stochastic W (weights = column-stochastic, or a custom matrix with
+    stochastic = column): the W that only push-sum averages.
+    """
     custom = config.topology == "custom" and config.topology_options.get("stochastic", "doubly") == "column"
     return config.weights == "column-stochastic" or custom
 
@@ -463,8 +470,11 @@ def _from_matrix(name: str, made: Any, n: int) -> topologies.Topology:
 
 
 def run_options(config) -> dict[str, Any]:
-    """The options the run builds its topology with: `topology_options`, and the run's seed for a topology
-    with a seed option (random graphs follow the run's seed) unless they set one."""
+    """The options the run builds its topology with.
+
+    `topology_options`, and the run's seed for a topology with a seed option (random graphs follow the run's seed)
+    unless they set one.
+    """
     options = dict(config.topology_options)
     if "seed" in topology_options(config.topology):
         options.setdefault("seed", config.seed)
@@ -475,15 +485,17 @@ LINK_FAULTS = ("link_failure", "offline")  # Config fields of the unreliable net
 
 
 def check_config(config, centralized: bool = False, push_sum: bool = False) -> None:
-    """The topology's part of `dfl.validate`, before anything is built: `topology` is registered, `weights`
-    (when set) is a scheme of `topologies.SCHEMES`; a column-stochastic W is refused unless the algorithm mixes by
-    push-sum (`push_sum`: `Algorithm.push_sum`, module docstring), and with push-sum only synchronous, exact
-    gossip; sample-count weights have their `sizes`, one per client, when given (a run passes its partition's by
-    default); a directed or one-sided topology is not combined with link faults (a failed directed link breaks
-    the balance that keeps W doubly stochastic); and the options fit the topology: for a built-in, also their
-    values on `clients` nodes and the memory building it takes (`topologies.check`). A centralized algorithm
-    mixes over the complete graph, checked instead. What needs the graph itself (a random graph's connectivity,
-    uniform weights on an irregular graph, a custom graph or file) is known when it is built."""
+    """The topology's part of `dfl.validate`, before anything is built.
+
+    `topology` is registered, `weights` (when set) is a scheme of `topologies.SCHEMES`; a column-stochastic W is refused
+    unless the algorithm mixes by push-sum (`push_sum`: `Algorithm.push_sum`, module docstring), and with push-sum only
+    synchronous, exact gossip; sample-count weights have their `sizes`, one per client, when given (a run passes its
+    partition's by default); a directed or one-sided topology is not combined with link faults (a failed directed link
+    breaks the balance that keeps W doubly stochastic); and the options fit the topology: for a built-in, also their
+    values on `clients` nodes and the memory building it takes (`topologies.check`). A centralized algorithm mixes over
+    the complete graph, checked instead. What needs the graph itself (a random graph's connectivity, uniform weights on
+    an irregular graph, a custom graph or file) is known when it is built.
+    """
     factory = TOPOLOGIES.require(config.topology, "topology")
     if config.weights is not None and config.weights not in topologies.SCHEMES:
         raise ConfigError(f"weights must be one of {', '.join(topologies.SCHEMES)}; got {config.weights!r}")
@@ -531,14 +543,16 @@ def check_config(config, centralized: bool = False, push_sum: bool = False) -> N
 
 def spectral_summary(name: str, n: int | None, weights: str | None = None, *, gossip_steps: int = 1,
                      gamma: float = 0.9, eps: float = 1e-3, **options: Any) -> dict[str, Any]:
-    """The spectral summary of topology `name` on n clients (`dfl topology`): degrees (min, mean, max), which of
-    W's sums are 1 (`stochastic`: doubly, row or column), λ = ‖W − J‖₂ (one-sided W: |λ₂(W)|), the spectral gap
-    1 − λ, the contraction of Q = `gossip_steps` steps (‖W^Q − J‖₂, or the one-sided kind's consensus error,
-    `topologies.directed`), the second singular value σ₂(W) of a static W, the spread [min, max] of n·π (π the
-    Perron vector: the clients' weights in a row-stochastic consensus, push-sum's limit weights for a
-    column-stochastic W; [1, 1] when doubly stochastic), Φ, the effective number of neighbours at γ = `gamma`,
-    and the gossip steps that shrink disagreement by `eps`. A quantity that is not defined for this topology
-    (e.g. λ of a time-varying one, Φ of a one-sided W) is None."""
+    """The spectral summary of topology `name` on n clients (`dfl topology`).
+
+    Degrees (min, mean, max), which of W's sums are 1 (`stochastic`: doubly, row or column), λ = ‖W − J‖₂ (one-sided W:
+    |λ₂(W)|), the spectral gap 1 − λ, the contraction of Q = `gossip_steps` steps (‖W^Q − J‖₂, or the one-sided kind's
+    consensus error, `topologies.directed`), the second singular value σ₂(W) of a static W, the spread [min, max] of n·π
+    (π the Perron vector: the clients' weights in a row-stochastic consensus, push-sum's limit weights for a
+    column-stochastic W; [1, 1] when doubly stochastic), Φ, the effective number of neighbours at γ = `gamma`, and the
+    gossip steps that shrink disagreement by `eps`. A quantity that is not defined for this topology (e.g. λ of a
+    time-varying one, Φ of a one-sided W) is None.
+    """
     topo = analyse(name, n, weights, **options)
     deg = topo.degrees()
     lam = _defined(topo.second_eigenvalue)

@@ -54,22 +54,31 @@ def algorithm_class(name: str):
 
 
 def is_centralized(name: str) -> bool:
-    """Whether the algorithm registered as `name` aggregates at a server (the complete-graph case) instead of
-    gossiping with neighbours (read from its card: imports nothing)."""
+    """Whether algorithm `name` aggregates at a server rather than gossiping.
+
+    Whether the algorithm registered as `name` aggregates at a server (the complete-graph case) instead of
+    gossiping with neighbours (read from its card: imports nothing).
+    """
     return bool(getattr(ALGORITHMS.card(name, "algorithm"), "centralized", False))
 
 
 def mixes_by_push_sum(name: str) -> bool:
-    """Whether the algorithm registered as `name` gossips through `Algorithm.mix`, so runs on a column-stochastic W
-    by push-sum (read from its card: imports nothing)."""
+    """Whether algorithm `name` mixes by push-sum, so it runs on a column-stochastic W.
+
+    Whether the algorithm registered as `name` gossips through `Algorithm.mix`, so runs on a column-stochastic W
+    by push-sum (read from its card: imports nothing).
+    """
     return bool(getattr(ALGORITHMS.card(name, "algorithm"), "push_sum", False))
 
 
 def resolve_hyperparameters(config, warn: bool = True) -> tuple[dict, list[str]]:
-    """The algorithm's hyperparameters (its defaults, overridden by set Config fields and by
+    """The hyperparameters a run of `config` uses, and the set fields that do not apply.
+
+    The algorithm's hyperparameters (its defaults, overridden by set Config fields and by
     `config.algorithm_options`) and the names of Config fields that were set but do not apply to it (warned
     about, never silently dropped). ValueError for an algorithm option that is unknown or of the wrong type,
-    or for values the algorithm's `check_hyperparameters` refuses."""
+    or for values the algorithm's `check_hyperparameters` refuses.
+    """
     cls = ALGORITHMS.card(config.algorithm, "algorithm")  # a built-in's card, or a registered class itself
     hp = dict(cls.hyperparameters)
     ignored = []
@@ -98,10 +107,12 @@ def resolve_hyperparameters(config, warn: bool = True) -> tuple[dict, list[str]]
 
 
 def check_config(config) -> None:
-    """The algorithm's part of `dfl.validate`: `algorithm` is registered; participation < 1 only for a
-    centralized one; `algorithm_options` fit its declared defaults and its `check_hyperparameters` accepts the
-    resolved values; the SAM radius schedule is complete; the local optimizer is one its update rule is written
-    for. Raises `ConfigError` naming the field."""
+    """The algorithm's part of `dfl.validate`: `algorithm` is registered; participation < 1 only for a centralized one.
+
+    `algorithm_options` fit its declared defaults and its `check_hyperparameters` accepts the resolved values; the SAM
+    radius schedule is complete; the local optimizer is one its update rule is written for. Raises `ConfigError` naming
+    the field.
+    """
     cls = ALGORITHMS.card(config.algorithm, "algorithm")
     centralized = getattr(cls, "centralized", False)
     if config.participation is not None and config.participation < 1 and not centralized:

@@ -120,8 +120,10 @@ SAM_VARIANT_DEFAULTS = {"sam": "sam", "asam_eta": 0.2, "asam_form": "kwon"}
 
 
 def scheduled_rho(hp: dict[str, Any], t: int, final: float) -> float:
-    """ρ_t for a SAM radius whose final value is `final` (hp: an algorithm's resolved hyperparameters):
-    see `Context.rho`."""
+    """ρ_t for a SAM radius whose final value is `final` (hp: an algorithm's resolved hyperparameters).
+
+    See `Context.rho`.
+    """
     ramp = hp.get("rho_ramp_rounds", 0)
     if hp.get("rho_schedule", "constant") == "constant" or ramp <= 1:
         return final
@@ -314,8 +316,11 @@ class Algorithm(ABC):
 
     @classmethod
     def check_hyperparameters(cls, hp: dict[str, Any]) -> None:
-        """Raise ValueError, naming the hyperparameter, for values this algorithm cannot run with (a range, a
-        combination). Called with the resolved hyperparameters when the config is validated, before training."""
+        """Refuse hyperparameter values this algorithm cannot run with.
+
+        Raise ValueError, naming the hyperparameter, for values this algorithm cannot run with (a range, a
+        combination). Called with the resolved hyperparameters when the config is validated, before training.
+        """
         return None  # an optional hook: the default accepts every value
 
     @abstractmethod
@@ -352,8 +357,10 @@ class Algorithm(ABC):
         return {}
 
     def state(self) -> dict[str, torch.Tensor]:
-        """Everything beyond X that the next rounds depend on, for checkpoints: the per-client entries
-        named in `client_state` ([m_local, ...] rows) and replicated server state."""
+        """Everything beyond X that the next rounds depend on, for checkpoints.
+
+        The per-client entries named in `client_state` ([m_local, ...] rows) and replicated server state.
+        """
         state = {} if self.optimizer_state is None else self.optimizer_state.as_dict()
         if self.push_weight is not None:
             state["push_weight"] = self.push_weight
@@ -361,7 +368,9 @@ class Algorithm(ABC):
 
     def load_state(self, state: dict[str, torch.Tensor]) -> None:
         """Set attributes from `state` (e.g. a checkpoint's, rows already sliced to this process's clients).
-        A tensor replacing a tensor attribute must have its shape; it takes the attribute's device and dtype."""
+
+        A tensor replacing a tensor attribute must have its shape; it takes the attribute's device and dtype.
+        """
         for key, value in state.items():
             adam = key in AdamState.KEYS and self.optimizer_state is not None  # "adam_step" -> optimizer_state.step
             owner, name = (self.optimizer_state, key.removeprefix("adam_")) if adam else (self, key)

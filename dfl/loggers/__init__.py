@@ -55,7 +55,9 @@ __all__ = ["LOGGERS", "Logger", "RunInfo", "TensorBoardLogger", "WandbLogger", "
 
 
 def check_config(config) -> None:
-    """The loggers' part of `dfl.validate`: every name in `loggers` is registered (whether its package is
-    installed is checked when the run builds it)."""
+    """The loggers' part of `dfl.validate`.
+
+    Every name in `loggers` is registered (whether its package is installed is checked when the run builds it).
+    """
     for name in config.loggers:
         LOGGERS.require(name, "loggers")

@@ -1,4 +1,6 @@
-"""Models for vectorized multi-client training (`functional_call` + `vmap` over a client axis; the built-in logreg,
+"""Models for vectorized multi-client training, and the `MODELS` registry.
+
+Models for vectorized multi-client training (`functional_call` + `vmap` over a client axis; the built-in logreg,
 mlp and cnn1d also define `batched_forward`, every client's forward at once without vmap: `dfl.training.batched`).
 
     model = build_model("cnn1d", (1, 40), 10, conv_impl="unfold")
@@ -47,8 +49,11 @@ __all__ = ["CONV_IMPLS", "MODELS", "ModelCard", "ModelError", "build_model", "ch
 
 
 def check_config(config) -> None:
-    """The model's part of `dfl.validate`: `model` is a registered name (its `model_options` are its options)
-    or an importable "package.module:factory" (imported now, so a typo fails before any work)."""
+    """The model's part of `dfl.validate`.
+
+    `model` is a registered name (its `model_options` are its options) or an importable "package.module:factory"
+    (imported now, so a typo fails before any work).
+    """
     try:
         check_spec(config.model, MODELS.names())
     except ValueError as exc:

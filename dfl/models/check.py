@@ -35,8 +35,10 @@ HINT = ("a forward must be vmappable: no .item()/.tolist(), no Python if/while o
 
 
 def check_model(model: nn.Module, spec: str, num_classes: int, x: torch.Tensor, y: torch.Tensor) -> None:
-    """Raise ModelError (one line, naming `spec`) unless `model` trains and evaluates under the engine; (x, y)
-    are a few training samples. Leaves the model in train mode and torch's RNG as it found them."""
+    """Raise ModelError (one line, naming `spec`) unless `model` trains and evaluates under the engine.
+
+    (x, y) are a few training samples. Leaves the model in train mode and torch's RNG as it found them.
+    """
     params = dict(model.named_parameters())
     if not params:
         raise ModelError(f"model {spec!r} has no parameters: there is nothing to train")
@@ -107,7 +109,7 @@ def _key(exc: BaseException) -> str:
 
 
 def _where(exc: BaseException) -> str:
-    """ " at FILE:LINE (`code`)": the innermost frame outside torch and this module (the model's own code)."""
+    """The suffix " at FILE:LINE (`code`)" of the innermost frame outside torch and this module (the model's code)."""
     frames = [f for f in traceback.extract_tb(exc.__traceback__)
               if not f.filename.startswith(TORCH_DIR) and f.filename != __file__]
     if not frames:

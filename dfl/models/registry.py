@@ -174,7 +174,8 @@ def register(name: str, factory: Factory | None = None, *, replace: bool = False
 
     The factory is called as `factory(input_shape, num_classes, **model_options)` after
     `torch.manual_seed(config.seed)` and returns an `nn.Module`; its keyword-only parameters are the options
-    (`model_options`) the model accepts. A name already registered by another object is an error naming both."""
+    (`model_options`) the model accepts. A name already registered by another object is an error naming both.
+    """
     if isinstance(name, str) and (":" in name or name.endswith(")")):
         raise ModelError(f"model name {name!r} may not contain ':' or end with ')' (those spell "
                          "'package.module:factory' and recorded Python objects)")
@@ -214,8 +215,10 @@ def build_model(spec: str, input_shape, num_classes: int, **options) -> nn.Modul
 
 def call_factory(factory: Factory, spec: str, input_shape, num_classes: int, options: dict,
                  registered: bool = False) -> nn.Module:
-    """factory(input_shape, num_classes, **options), checked: known options, an `nn.Module` back. Errors of a
-    built-in's own checks (ValueError) pass as they are; anything else names the spec and the call."""
+    """factory(input_shape, num_classes, **options), checked: known options, an `nn.Module` back.
+
+    Errors of a built-in's own checks (ValueError) pass as they are; anything else names the spec and the call.
+    """
     params = _parameters(factory)
     if not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params):
         allowed = [p.name for p in params if p.kind is inspect.Parameter.KEYWORD_ONLY]

@@ -1,6 +1,7 @@
-"""The network's settings and their checks, torch-free so `dfl.validate` answers before torch loads: link faults,
-offline clients and stragglers (`dfl.network.faults`), compressed gossip (`dfl.network.choco`, the compressors of
-`dfl.network.compression`) and the asynchronous mode's links and staleness (`dfl.engine.asynchronous`).
+"""The network's settings and their checks, torch-free so `dfl.validate` answers before torch loads.
+
+Link faults, offline clients and stragglers (`dfl.network.faults`), compressed gossip (`dfl.network.choco`, the
+compressors of `dfl.network.compression`) and the asynchronous mode's links and staleness (`dfl.engine.asynchronous`).
 
 `check_config(config, centralized)` is the network's part of `dfl.validate` (`centralized`: the algorithm aggregates
 at a server); every check raises `ConfigError` naming the field and the allowed values. The checks that need the
@@ -35,8 +36,10 @@ ASYNC_FIELDS = ("link_latency", "link_bandwidth", "max_staleness")  # fields tha
 
 
 def check_config(config, centralized: bool) -> None:
-    """The network's part of `dfl.validate`: link faults, offline clients and stragglers; compressed gossip;
-    the asynchronous mode."""
+    """The network's part of `dfl.validate`: link faults, offline clients and stragglers; compressed gossip.
+
+    The asynchronous mode.
+    """
     check_faults(config, centralized)  # link_failure, offline, bursts, stragglers, round_deadline
     check_compression(config, centralized)  # compressor, compression, consensus_lr
     check_async(config, centralized)  # mode, link_latency, link_bandwidth, max_staleness
@@ -65,9 +68,11 @@ def faults_field(config) -> str | None:
 
 
 def check_faults(config, centralized: bool) -> None:
-    """The network fields of a Config (`dfl.validate`; `centralized`: the algorithm aggregates at a
-    server): ranges, and where link faults cannot apply (the
-    checks that need the built topology, e.g. a custom directed graph, are in `Network`)."""
+    """The network fields of a Config (`dfl.validate`; `centralized`: the algorithm aggregates at a server).
+
+    Ranges, and where link faults cannot apply (the checks that need the built topology, e.g. a custom directed graph,
+    are in `Network`).
+    """
     for name in NETWORK_FIELDS:
         _probability(config, name, closed=False)
     for name, of in BURST_FIELDS.items():
@@ -141,8 +146,10 @@ def qsgd_bits(value: Any) -> int:
 
 @dataclass(frozen=True)
 class CompressorCard:
-    """What validation reads of a compressor: `compression`'s default and its check (ValueError naming the field);
-    a compressor class answers both itself (`dfl.network.compression.Compressor`)."""
+    """What validation reads of a compressor: `compression`'s default and its check (ValueError naming the field).
+
+    A compressor class answers both itself (`dfl.network.compression.Compressor`).
+    """
 
     default: float
     check: Any
@@ -157,8 +164,11 @@ COMPRESSORS.declare("qsgd", "dfl.network.compression:QSGD", CompressorCard(8, qs
 
 
 def check_compression(config, centralized: bool) -> None:
-    """compressor, compression and consensus_lr of a Config (`dfl.validate`; `centralized`: the algorithm
-    aggregates at a server): ConfigError naming the field."""
+    """Check a Config's compressed-gossip fields.
+
+    compressor, compression and consensus_lr of a Config (`dfl.validate`; `centralized`: the algorithm
+    aggregates at a server): ConfigError naming the field.
+    """
     name = config.compressor
     names = (NONE, *COMPRESSORS.names())
     if name not in names:
@@ -187,6 +197,7 @@ def check_compression(config, centralized: bool) -> None:
 
 
 def check_topology(name: str, topology_name: str, time_varying: bool) -> None:
+    """Refuse compressed gossip on a time-varying topology (CHOCO keeps public copies at fixed neighbours)."""
     if time_varying:
         raise ConfigError(f"compressor = {name} needs a static topology, but {topology_name} changes every gossip "
                           "step: CHOCO keeps each client's public copy at its neighbours, so they must stay the same "
@@ -195,8 +206,11 @@ def check_topology(name: str, topology_name: str, time_varying: bool) -> None:
 
 # ------------------------------------------------------------------------------------------ asynchronous
 def check_async(config, centralized: bool) -> None:
-    """`mode` and the asynchronous fields of a Config (`dfl.validate`; `centralized`: the algorithm aggregates at a
-    server): ranges, and what async cannot run."""
+    """Check a Config's `mode` and asynchronous fields.
+
+    `mode` and the asynchronous fields of a Config (`dfl.validate`; `centralized`: the algorithm aggregates at a
+    server): ranges, and what async cannot run.
+    """
     if config.mode not in MODES:
         raise ConfigError(f"mode must be one of {', '.join(MODES)}; got {config.mode!r}")
     for name in ("link_latency", "link_bandwidth"):

@@ -1,5 +1,7 @@
-"""What is registered: every algorithm, topology, model, dataset, partition, weight scheme and logger, with a
-one-line description and its options with their defaults (`dfl list`, and the docs' reference).
+"""What is registered.
+
+Every algorithm, topology, model, dataset, partition, weight scheme and logger, with a one-line description and its
+options with their defaults (`dfl list`, and the docs' reference).
 
 Every category but the weight schemes is a registry (a `dfl.registry.Registry`, or a name -> object mapping),
 read the same way by `registry_entries`: a choice's description is the summary line of its object's own
@@ -8,7 +10,8 @@ docstring (else of its module's), and its options are the defaults the object de
 default). A weight scheme's description is the summary line of its function in `topologies.weights`. Registered
 plug-ins are listed like the built-ins. Nothing here parses a docstring beyond its first line: the meaning of
 each option is in the docstring's `Args:` section, which the API reference renders
-(docs/reference/api-components.md)."""
+(docs/reference/api-components.md).
+"""
 
 from __future__ import annotations
 
@@ -32,8 +35,11 @@ def summary(doc: str | None) -> str:
 
 
 def own_doc(obj: Any) -> str | None:
-    """obj's own docstring: a class's own, not one it inherits (a plug-in algorithm without one would otherwise
-    show `Algorithm`'s), an instance's or a function's as `inspect.getdoc` reads it."""
+    """Obj's own docstring.
+
+    A class's own, not one it inherits (a plug-in algorithm without one would otherwise show `Algorithm`'s), an
+    instance's or a function's as `inspect.getdoc` reads it.
+    """
     if isinstance(obj, type):
         return obj.__dict__.get("__doc__")
     return inspect.getdoc(obj)
@@ -54,7 +60,7 @@ def description(name: str, obj: Any) -> str:
 
 
 def options_of(obj: Any) -> dict[str, Any]:
-    """obj's declared option defaults (a mapping attribute in DECLARED_OPTIONS), else its keyword-only parameters."""
+    """Obj's declared option defaults (a mapping attribute in DECLARED_OPTIONS), else its keyword-only parameters."""
     for attribute in DECLARED_OPTIONS:
         declared = getattr(obj, attribute, None)
         if isinstance(declared, Mapping):
@@ -64,8 +70,11 @@ def options_of(obj: Any) -> dict[str, Any]:
 
 def registry_entries(registry: Any, extra: tuple[str, Callable[[str, Any], Any]] | None = None,
                      describe: Callable[[str, Any], str] = description) -> list[dict]:
-    """One entry per registered name, in registration order: name, description, the `extra` column (its key and
-    a function of name and object) if any, options. `registry`: anything with `items()` (name -> object)."""
+    """One entry per registered name, in registration order.
+
+    Name, description, the `extra` column (its key and a function of name and object) if any, options. `registry`:
+    anything with `items()` (name -> object).
+    """
     entries = []
     for name, obj in registry.items():
         entry = {"name": name, "description": describe(name, obj)}
