@@ -53,7 +53,7 @@ RHO_SCHEDULES = ("constant", "linear")
 # Local optimizers (`dfl.training.local`, `dfl.training.adam`) and what happens to Adam's moments between rounds.
 LOCAL_OPTIMIZERS = ("sgd", "adam", "adamw")
 LOCAL_OPTIMIZER_STATES = ("reset", "keep")
-ADAM_DEFAULTS = {"adam_betas": [0.9, 0.999], "adam_eps": 1e-8, "local_optimizer_state": "reset"}
+ADAM_DEFAULTS: dict[str, Any] = {"adam_betas": [0.9, 0.999], "adam_eps": 1e-8, "local_optimizer_state": "reset"}
 
 
 # `name` becomes a directory (runs/<name> by default) and a sweep run's name: letters, digits and . _ - = , only
@@ -440,7 +440,7 @@ class Config:
         problems = self.problems()
         if problems:
             raise ConfigError("; ".join(problems), problems)
-        if self.client_chunk not in ("auto", 0) and self.client_chunk > self.clients:
+        if isinstance(self.client_chunk, int) and self.client_chunk > self.clients:  # not "auto"; 0 is all
             raise ConfigError(f"client_chunk = {self.client_chunk} is larger than clients = {self.clients}; "
                               "use a chunk <= clients, 0 (all at once) or \"auto\"")
         self._validate_stopping()
@@ -790,7 +790,7 @@ def options() -> list[Option]:
     section, result = "", []
     for f in fields(Config):
         section = starts.get(f.name, section)
-        default = f.default_factory() if f.default is MISSING else f.default
+        default = f.default_factory() if f.default_factory is not MISSING else f.default
         result.append(Option(f.name, str(f.type), default, f.metadata["choices"], f.metadata["interval"],
                              f.metadata["help"], section))
     return result

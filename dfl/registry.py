@@ -34,7 +34,7 @@ import importlib
 import warnings
 from collections.abc import Callable, Iterator
 from importlib import metadata
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, NoReturn, TypeVar
 
 from dfl.errors import ConfigError, RegistryError
 
@@ -161,7 +161,7 @@ class Registry(Generic[T]):
 
         One that fails to import is remembered, and named in the error if someone asks for it.
         """
-        if self._plugins_loaded:
+        if self._plugins_loaded or self.group is None:
             return
         self._plugins_loaded = True
         for ep in metadata.entry_points(group=self.group):
@@ -225,7 +225,7 @@ class Registry(Generic[T]):
             return self._table[name]
         self._unknown(name, field)
 
-    def _unknown(self, name: Any, field: str | None) -> None:
+    def _unknown(self, name: Any, field: str | None) -> NoReturn:
         """Raise the error for a name that is not registered.
 
         Why its plug-in failed to load, or the choices and a suggestion (the same name in other case, else a close one).

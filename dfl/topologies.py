@@ -86,7 +86,7 @@ class BuiltinTopology:
         if self.name == "custom":  # exactly one of its sources is given
             return dict.fromkeys(CUSTOM_OPTIONS)
         builder, option_names = STATIC.get(self.name) or TIME_VARYING[self.name]
-        params = inspect.signature(builder.__init__ if isinstance(builder, type) else builder).parameters
+        params = inspect.signature(builder).parameters  # a class: its constructor's, without self
         return {k: params[k].default if k in params else signatures.REQUIRED for k in option_names}
 
     def __call__(self, n: int | None, weights: str | None = None, **options: Any) -> topologies.Topology:

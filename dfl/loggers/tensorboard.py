@@ -58,6 +58,7 @@ class TensorBoardLogger(Logger):
         from torch.utils.tensorboard import SummaryWriter
         from torch.utils.tensorboard.summary import hparams
 
+        assert info.out_dir is not None, "needs_out_dir: a run without a directory refuses this logger"
         log_dir = info.out_dir / SUBDIR
         events = sorted(log_dir.glob("events.out.tfevents.*")) if log_dir.is_dir() else []
         if info.start_round == 0:  # a fresh run: event files left by an overwritten run would mix in

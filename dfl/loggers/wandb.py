@@ -46,6 +46,7 @@ class WandbLogger(Logger):
     def finish(self, status: str, summary: dict[str, Any]) -> None:
         if self.run is None:
             return
-        self.run.summary.update({"status": status, **{k: summary[k] for k in (
-            "rounds_completed", "best_test_acc", "rounds_to_target", "stopped_by", "error") if k in summary}})
+        kept: dict[str, Any] = {k: summary[k] for k in (
+            "rounds_completed", "best_test_acc", "rounds_to_target", "stopped_by", "error") if k in summary}
+        self.run.summary.update({"status": status, **kept})
         self.run.finish(exit_code=0 if status in FINISHED else 1)

@@ -76,7 +76,7 @@ class CNN(nn.Module):
             self.conv1 = Conv2d(c, 32, 5, padding=2, conv_impl=conv_impl)
             self.conv2 = Conv2d(32, 64, 5, padding=2, conv_impl=conv_impl)
             h, w = h // 2 // 2, w // 2 // 2
-            hidden = (512,)
+            hidden: tuple[int, ...] = (512,)
         else:
             self.conv1 = Conv2d(c, 64, 5, conv_impl=conv_impl)
             self.conv2 = Conv2d(64, 64, 5, conv_impl=conv_impl)
