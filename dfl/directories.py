@@ -177,13 +177,7 @@ def check_output_directory(path: str | Path, kind: str, *, option: str = "--out"
     path = Path(path)
     spec = KINDS[kind]
     subject = subject or f"{option} {path}"
-    if path.exists() and not path.is_dir():
-        raise OutputPathError(f"{subject} is a file, not a directory: choose another {option} for the {spec.what}")
-    if path.is_symlink() and not path.exists():
-        raise OutputPathError(f"{subject} is a symbolic link to a missing target: choose another {option}")
-    blocker = file_ancestor(path)
-    if blocker is not None:
-        raise OutputPathError(f"{subject}: {blocker} is a file, not a directory")
+    _check_not_a_file(path, subject, option, spec.what)
     if not path.exists():
         return "new"
     marker = read_marker(path)
@@ -210,6 +204,17 @@ def check_output_directory(path: str | Path, kind: str, *, option: str = "--out"
             f"run directory {path} already exists and is not empty; choose another --out, pass --overwrite to "
             f"replace it, or continue it with: dfl run --resume {path}")
     return state
+
+
+def _check_not_a_file(path: Path, subject: str, option: str, what: str) -> None:
+    """Refuse a `path` that is a file, a dangling symbolic link or lies under a file."""
+    if path.exists() and not path.is_dir():
+        raise OutputPathError(f"{subject} is a file, not a directory: choose another {option} for the {what}")
+    if path.is_symlink() and not path.exists():
+        raise OutputPathError(f"{subject} is a symbolic link to a missing target: choose another {option}")
+    blocker = file_ancestor(path)
+    if blocker is not None:
+        raise OutputPathError(f"{subject}: {blocker} is a file, not a directory")
 
 
 def holds_only_written(path: str | Path, kind: str) -> bool:

@@ -503,24 +503,9 @@ def check_config(config, centralized: bool = False, push_sum: bool = False) -> N
     scheme = config.weights or default_weights(config.topology)
     stochastic = options.get("stochastic", "doubly") if config.topology == "custom" else "doubly"
     if is_column_stochastic(config):
-        field, what = ("weights", "the W of weights = column-stochastic") if config.weights == "column-stochastic" \
-            else ("topology_options", "a custom matrix with stochastic = column")
-        if not push_sum:
-            raise ConfigError(f"{field}: " + column_refusal(what, config.algorithm))
-        if config.compressor != "none" or config.mode != "sync":
-            setting = f"compressor = {config.compressor}" if config.compressor != "none" else f"mode = {config.mode}"
-            raise ConfigError(f"{field}: {what} mixes by push-sum, whose weights need every message exactly and in "
-                              f"step; {setting} does not carry them (use compressor = none and mode = sync)")
+        _check_push_sum(config, push_sum)
     if scheme == "sample-count" or "sizes" in options:
-        sizes = options.get("sizes")
-        if scheme != "sample-count":
-            raise ConfigError(f"topology_options sizes (the clients' sample counts) apply to weights = sample-count "
-                              f"only, not to weights = {scheme}")
-        # unset: a run passes its partition's training-sample counts (`dfl.engine.setup.build_topology`)
-        if sizes is not None and isinstance(config.clients, int) and (
-                not isinstance(sizes, (list, tuple)) or len(sizes) != config.clients):
-            raise ConfigError(f"topology_options sizes must list {config.clients} sample counts (one per client), "
-                              f"got {sizes!r}")
+        _check_sizes(config, scheme)
     fault = next((name for name in LINK_FAULTS if getattr(config, name, 0)), None)
     one_sided = KIND.get(scheme, "doubly") != "doubly" or stochastic != "doubly"
     directed_graph = config.topology in ("directed-ring", "one-peer", "random-pull") or (
@@ -539,6 +524,31 @@ def check_config(config, centralized: bool = False, push_sum: bool = False) -> N
             signatures.resolve("topology", config.topology, factory, run_options(config))
     except ValueError as exc:
         raise ConfigError(f"topology: {exc}") from None
+
+
+def _check_push_sum(config, push_sum: bool) -> None:
+    """Refuse a column-stochastic W unless the algorithm mixes by push-sum, synchronously and without compression."""
+    field, what = ("weights", "the W of weights = column-stochastic") if config.weights == "column-stochastic" \
+        else ("topology_options", "a custom matrix with stochastic = column")
+    if not push_sum:
+        raise ConfigError(f"{field}: " + column_refusal(what, config.algorithm))
+    if config.compressor != "none" or config.mode != "sync":
+        setting = f"compressor = {config.compressor}" if config.compressor != "none" else f"mode = {config.mode}"
+        raise ConfigError(f"{field}: {what} mixes by push-sum, whose weights need every message exactly and in "
+                          f"step; {setting} does not carry them (use compressor = none and mode = sync)")
+
+
+def _check_sizes(config, scheme: str) -> None:
+    """The option `sizes` belongs to weights = sample-count and, when given, lists one sample count per client."""
+    sizes = config.topology_options.get("sizes")
+    if scheme != "sample-count":
+        raise ConfigError(f"topology_options sizes (the clients' sample counts) apply to weights = sample-count "
+                          f"only, not to weights = {scheme}")
+    # unset: a run passes its partition's training-sample counts (`dfl.engine.setup.build_topology`)
+    if sizes is not None and isinstance(config.clients, int) and (
+            not isinstance(sizes, (list, tuple)) or len(sizes) != config.clients):
+        raise ConfigError(f"topology_options sizes must list {config.clients} sample counts (one per client), "
+                          f"got {sizes!r}")
 
 
 def spectral_summary(name: str, n: int | None, weights: str | None = None, *, gossip_steps: int = 1,

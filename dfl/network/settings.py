@@ -75,6 +75,22 @@ def check_faults(config, centralized: bool) -> None:
     """
     for name in NETWORK_FIELDS:
         _probability(config, name, closed=False)
+    _check_bursts(config)
+    fraction = _probability(config, "stragglers", closed=True)
+    slowdown = _seconds(config, "straggler_slowdown", 1.0)
+    deadline = _seconds(config, "round_deadline", 0.0)
+    slowest = slowdown if fraction > 0 else 1.0
+    if 0 < deadline < slowest:
+        raise ConfigError(f"round_deadline = {deadline:g} is shorter than one local step of the slowest client "
+                          f"({slowest:g} simulated seconds{', straggler_slowdown' if fraction > 0 else ''}): every "
+                          f"client must finish a step by the deadline; use 0 (no deadline) or >= {slowest:g}")
+    fault = faults_field(config)
+    if fault is not None:
+        _check_link_faults(config, fault, getattr(config, fault), centralized)
+
+
+def _check_bursts(config) -> None:
+    """The burst lengths of link failures and churn: 0, or a mean outage of at least 1 / (1 - p) steps."""
     for name, of in BURST_FIELDS.items():
         burst, p = getattr(config, name), getattr(config, of)
         if isinstance(burst, bool) or not isinstance(burst, (int, float)) or not math.isfinite(burst) or burst < 0:
@@ -86,19 +102,14 @@ def check_faults(config, centralized: bool) -> None:
         if burst and burst < 1 / (1 - p):
             raise ConfigError(f"{name} must be 0 (independent) or >= 1 / (1 - {of}) = {1 / (1 - p):.4g} gossip steps "
                               f"(the mean outage of independent draws; longer = burstier), got {burst:g}")
-    fraction = _probability(config, "stragglers", closed=True)
-    slowdown = _seconds(config, "straggler_slowdown", 1.0)
-    deadline = _seconds(config, "round_deadline", 0.0)
-    slowest = slowdown if fraction > 0 else 1.0
-    if 0 < deadline < slowest:
-        raise ConfigError(f"round_deadline = {deadline:g} is shorter than one local step of the slowest client "
-                          f"({slowest:g} simulated seconds{', straggler_slowdown' if fraction > 0 else ''}): every "
-                          f"client must finish a step by the deadline; use 0 (no deadline) or >= {slowest:g}")
-    fault = faults_field(config)
-    if fault is None:
-        return
-    name = fault
-    value = getattr(config, name)
+
+
+def _check_link_faults(config, name: str, value: Any, centralized: bool) -> None:
+    """Refuse link faults (`name` = `value`) where they cannot apply.
+
+    That is with a centralized algorithm, on a directed topology, with weights that failures break, or on a full
+    graph too large to draw every link of.
+    """
     if centralized:
         raise ConfigError(f"{name} = {value} applies to gossip, not to the centralized {config.algorithm!r}, which "
                           "aggregates at a server every round; for clients that miss rounds use participation "
