@@ -53,7 +53,7 @@ RHO_SCHEDULES = ("constant", "linear")
 # Local optimizers (`dfl.training.local`, `dfl.training.adam`) and what happens to Adam's moments between rounds.
 LOCAL_OPTIMIZERS = ("sgd", "adam", "adamw")
 LOCAL_OPTIMIZER_STATES = ("reset", "keep")
-ADAM_DEFAULTS = {"adam_betas": [0.9, 0.999], "adam_eps": 1e-8, "local_optimizer_state": "reset"}
+ADAM_DEFAULTS: dict[str, Any] = {"adam_betas": [0.9, 0.999], "adam_eps": 1e-8, "local_optimizer_state": "reset"}
 
 
 # `name` becomes a directory (runs/<name> by default) and a sweep run's name: letters, digits and . _ - = , only
@@ -77,10 +77,13 @@ AGGREGATIONS = ("uniform", "size")
 
 def option(default: Any = MISSING, help: str = "", *, factory: Any = None, choices: tuple[str, ...] | None = None,
            interval: str | None = None, note: str = ""):
-    """A `Config` field, described once: its default (or a `factory` for a list or table), one line of `help`,
-    and its allowed values: `choices` when they are a fixed set, or an `interval` such as "[0, 1)" or "(0, inf)"
-    for a number (`note` is added to the message that refuses a value above it). `Config.validate` checks both;
-    the CLI flags, `dfl run --help`, the TOML keys and the docs' options page read them (`options()`)."""
+    """A `Config` field, described once.
+
+    Its default (or a `factory` for a list or table), one line of `help`, and its allowed values: `choices` when they
+    are a fixed set, or an `interval` such as "[0, 1)" or "(0, inf)" for a number (`note` is added to the message that
+    refuses a value above it). `Config.validate` checks both; the CLI flags, `dfl run --help`, the TOML keys and the
+    docs' options page read them (`options()`).
+    """
     metadata = {"help": help, "choices": choices, "interval": Interval.parse(interval) if interval else None,
                 "note": note}
     if factory is not None:
@@ -100,6 +103,7 @@ class Interval:
 
     @classmethod
     def parse(cls, text: str) -> Interval:
+        """The interval written as "[low, high)" (a bracket is closed, a parenthesis open)."""
         low, high = (part.strip() for part in text[1:-1].split(","))
         return cls(text, float(low), float(high), text[0] == "[", text[-1] == "]")
 
@@ -122,8 +126,11 @@ class Interval:
 
 @dataclass(frozen=True)
 class Option:
-    """What `options()` tells about one field: the name, the annotation as written, the default, the allowed
-    values (`choices` when fixed, else an `interval` for a number), the help line and its section."""
+    """What `options()` tells about one field.
+
+    The name, the annotation as written, the default, the allowed values (`choices` when fixed, else an `interval` for a
+    number), the help line and its section.
+    """
 
     name: str
     type: str
@@ -153,10 +160,31 @@ SECTIONS = (
 
 @dataclass
 class Config:
-    """Every option of a run, with defaults that run: `dfl.Config(algorithm="dfedsam", clients=32, ...)`, a TOML file
-    (`Config.from_toml`) or `dfl run --FIELD VALUE` flags. The fields, their types, defaults, allowed values and
-    help are listed on the options reference page (generated from `options()`). Algorithm hyperparameters left
-    unset (`None`) take the algorithm's own default."""
+    """Every option of a run, with defaults that run.
+
+    `dfl.Config(algorithm="dfedsam", clients=32, ...)`, a TOML file (`Config.from_toml`) or `dfl run --FIELD VALUE`
+    flags. The fields, their types, defaults, allowed values and help are listed on the options reference page
+    (generated from `options()`). Algorithm hyperparameters left unset (`None`) take the algorithm's own default.
+
+    Examples:
+        A config written to TOML and read back (a run directory's config.toml is this file):
+
+        >>> import pathlib, tempfile
+        >>> from dfl import Config
+        >>> config = Config(algorithm="dfedavg", topology="grid", clients=16, rounds=5)
+        >>> path = pathlib.Path(tempfile.mkdtemp()) / "run.toml"
+        >>> _ = path.write_text(config.to_toml())
+        >>> loaded = Config.from_toml(path)
+        >>> loaded == config, loaded.topology, loaded.rounds
+        (True, 'grid', 5)
+
+        A wrong value is refused with the field, the value and what is allowed:
+
+        >>> Config(rounds=0).validate()
+        Traceback (most recent call last):
+        ...
+        dfl.errors.ConfigError: rounds must be >= 1, got 0
+    """
 
     # experiment
     name: str = option("default", f"run name; the run directory is runs/<name> unless --out is given "
@@ -332,10 +360,12 @@ class Config:
         interval="(0, inf)")
 
     def __post_init__(self) -> None:
-        """A value of the wrong type is refused at once: `ArgumentError` (a ConfigError and the TypeError Python
-        users expect) listing every wrong field and what it takes, the message `validate` gives. A config whose
-        values all have their types is built even when some are out of range: `validate` refuses those, so a
-        config can be built, changed and then checked."""
+        """A value of the wrong type is refused at once.
+
+        `ArgumentError` (a ConfigError and the TypeError Python users expect) listing every wrong field and what it
+        takes, the message `validate` gives. A config whose values all have their types is built even when some are out
+        of range: `validate` refuses those, so a config can be built, changed and then checked.
+        """
         if any(_type_problem(getattr(self, f.name), str(f.type)) is not None for f in fields(self)):
             problems = self.problems()  # every wrong field at once, those of the right type but out of range too
             raise ArgumentError("; ".join(problems), problems)
@@ -400,14 +430,17 @@ class Config:
 
     # ------------------------------------------------------------------ validation
     def validate(self) -> Config:
-        """Check each field on its own (type, range, fixed choices: every wrong field in one message), then the
+        """Check every field on its own and the rules between fields; return the config.
+
+        Check each field on its own (type, range, fixed choices: every wrong field in one message), then the
         rules between fields of one concern (schedules, local optimizer); raise `ConfigError` naming the field and
         the allowed values. The names of registered components and the rules that join components are checked by
-        `dfl.validate(config)`."""
+        `dfl.validate(config)`.
+        """
         problems = self.problems()
         if problems:
             raise ConfigError("; ".join(problems), problems)
-        if self.client_chunk not in ("auto", 0) and self.client_chunk > self.clients:
+        if isinstance(self.client_chunk, int) and self.client_chunk > self.clients:  # not "auto"; 0 is all
             raise ConfigError(f"client_chunk = {self.client_chunk} is larger than clients = {self.clients}; "
                               "use a chunk <= clients, 0 (all at once) or \"auto\"")
         self._validate_stopping()
@@ -420,8 +453,11 @@ class Config:
         return self
 
     def problems(self, names: Any = None) -> list[str]:
-        """What is wrong with each field on its own (its type, then its allowed values), one message per wrong
-        field, for the fields `names` (default: all)."""
+        """One message per wrong field among `names`, each field checked on its own.
+
+        What is wrong with each field on its own (its type, then its allowed values), one message per wrong
+        field, for the fields `names` (default: all).
+        """
         found = []
         for f in fields(self):
             if names is not None and f.name not in names:
@@ -495,10 +531,12 @@ def _choice(name: str, value: Any, allowed: tuple[str, ...]) -> None:
 
 # ---------------------------------------------------------------------------------------------- reading
 def read_toml(path: str | Path, what: str = "TOML file") -> dict[str, Any]:
-    """The table a TOML file holds. Any failure is one `ConfigError` line naming the file (`what` says what it
-    is: "config file", "sweep file") and what is wrong: missing, a directory, unreadable, UTF-16 or otherwise
-    not UTF-8, or not TOML (with tomllib's line and column). A UTF-8 byte-order mark, which some editors
-    write, is skipped."""
+    """The table a TOML file holds.
+
+    Any failure is one `ConfigError` line naming the file (`what` says what it is: "config file", "sweep file") and what
+    is wrong: missing, a directory, unreadable, UTF-16 or otherwise not UTF-8, or not TOML (with tomllib's line and
+    column). A UTF-8 byte-order mark, which some editors write, is skipped.
+    """
     try:
         path = Path(path)
         special = path.exists() and not path.is_dir() and not path.is_file()  # a FIFO would block: never opened
@@ -531,9 +569,11 @@ def read_toml(path: str | Path, what: str = "TOML file") -> dict[str, Any]:
 
 def _structure(values: dict[Any, Any], owner: Callable[[str], str | None] | None,
                check_values: bool = False) -> list[str]:
-    """What is wrong with the keys of a table of fields, in the table's order: keys that are no field (with the
-    field meant, or where the key belongs), values of the wrong type and, with `check_values`, values outside
-    their field's allowed ones (`_check_field`)."""
+    """What is wrong with the keys of a table of fields, in the table's order.
+
+    Keys that are no field (with the field meant, or where the key belongs), values of the wrong type and, with
+    `check_values`, values outside their field's allowed ones (`_check_field`).
+    """
     known = {f.name: f for f in fields(Config)}
     problems = []
     for key, value in values.items():
@@ -613,8 +653,11 @@ def _float_problem(value: Any) -> str | None:
 
 
 def _shown(value: Any, limit: int = 80) -> str:
-    """`value` as a message shows it: its repr on one line, cut at `limit` characters, with its type when that is
-    not plain from the repr (a list, a table, ...)."""
+    """`value` as a message shows it.
+
+    Its repr on one line, cut at `limit` characters, with its type when that is not plain from the repr (a list, a
+    table, ...).
+    """
     if isinstance(value, int) and value.bit_length() > 256:  # repr refuses ints above 4300 digits
         return f"an integer of {value.bit_length()} bits"
     try:
@@ -628,8 +671,11 @@ def _shown(value: Any, limit: int = 80) -> str:
 
 
 def _check_field(f: Field, value: Any) -> None:
-    """ConfigError unless `value` suits field `f` on its own: its type, then its allowed values (a fixed set, a
-    number's interval, and the rules of a few fields: name, seed, device, client_chunk, adam_betas, loggers)."""
+    """ConfigError unless `value` suits field `f` on its own.
+
+    Its type, then its allowed values (a fixed set, a number's interval, and the rules of a few fields: name, seed,
+    device, client_chunk, adam_betas, loggers).
+    """
     name, meta, kind = f.name, f.metadata, str(f.type)
     if value is None and "None" in kind:  # unset: the algorithm's (or the component's) default
         return
@@ -654,9 +700,11 @@ def _check_field(f: Field, value: Any) -> None:
 
 
 def _toml_table(name: str, table: dict[str, Any]) -> None:
-    """The values of an options table must be what config.toml can record (so the run can be run again from it):
-    strings, 64-bit integers, numbers, booleans, lists and tables of them; a ConfigError names the first key that
-    is not."""
+    """The values of an options table must be what config.toml can record (so the run can be run again from it).
+
+    Strings, 64-bit integers, numbers, booleans, lists and tables of them; a ConfigError names the first key that is
+    not.
+    """
     for key, value in table.items():
         bad = _not_toml(value)
         if isinstance(bad, int) and not isinstance(bad, bool):
@@ -734,13 +782,15 @@ _TYPE_MESSAGES: dict[str, Callable[[Any], str]] = {
 
 
 def options() -> list[Option]:
-    """Every option of a run, in field order: the single description that the CLI flags, `dfl run --help` and
-    the docs' options reference are built from."""
+    """Every option of a run, in field order.
+
+    The single description that the CLI flags, `dfl run --help` and the docs' options reference are built from.
+    """
     starts = {first: title for title, first in SECTIONS}
     section, result = "", []
     for f in fields(Config):
         section = starts.get(f.name, section)
-        default = f.default_factory() if f.default is MISSING else f.default
+        default = f.default_factory() if f.default_factory is not MISSING else f.default
         result.append(Option(f.name, str(f.type), default, f.metadata["choices"], f.metadata["interval"],
                              f.metadata["help"], section))
     return result

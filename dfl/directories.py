@@ -1,5 +1,6 @@
-"""The directories dfl writes into, and the rule that keeps it out of everyone else's: dfl writes only into a new
-(or empty) folder, or into a folder it made itself, and deletes only the files it wrote.
+"""The directories dfl writes into, and the rule that keeps it out of everyone else's.
+
+Dfl writes only into a new (or empty) folder, or into a folder it made itself, and deletes only the files it wrote.
 
 Every run, sweep and report directory carries a marker, `dfl-directory.json`, written when dfl makes (or adopts)
 the directory:
@@ -53,9 +54,12 @@ REPORT_FILES = ("report.md", "settings.csv", "runs.csv", "spectral.md", "spectra
 
 @dataclass(frozen=True)
 class Kind:
-    """A kind of directory dfl writes: `files`, the paths (glob patterns, relative to the directory) dfl writes
-    there, which `--overwrite` may delete; `legacy`, whether a directory without a marker is one of this kind
-    written by a dfl from before markers; `what`, its name in messages."""
+    """A kind of directory dfl writes.
+
+    `files`, the paths (glob patterns, relative to the directory) dfl writes there, which `--overwrite` may delete;
+    `legacy`, whether a directory without a marker is one of this kind written by a dfl from before markers; `what`, its
+    name in messages.
+    """
 
     name: str
     what: str
@@ -64,8 +68,11 @@ class Kind:
 
 
 def _legacy_run(path: Path) -> bool:
-    """config.toml holding dfl's Config fields (algorithm, topology, rounds), next to one of the files a run
-    writes as it goes."""
+    """Whether `path` is a run directory written before directories had markers.
+
+    config.toml holding dfl's Config fields (algorithm, topology, rounds), next to one of the files a run
+    writes as it goes.
+    """
     if not any((path / name).is_file() for name in ("summary.json", "metrics.jsonl", "checkpoint.pt", "params.pt")):
         return False
     try:
@@ -76,8 +83,11 @@ def _legacy_run(path: Path) -> bool:
 
 
 def _legacy_sweep(path: Path) -> bool:
-    """sweep.toml with a [vary] or [base] table, and sweep.json holding {"runs": [...]}; or nothing but runs/
-    holding nothing but run directories of dfl's (a sweep's runs without its files: no file of anyone else's)."""
+    """sweep.toml with a [vary] or [base] table, and sweep.json holding {"runs".
+
+    [...]}; or nothing but runs/ holding nothing but run directories of dfl's (a sweep's runs without its files: no file
+    of anyone else's).
+    """
     if [entry.name for entry in path.iterdir()] == ["runs"] and (path / "runs").is_dir():
         runs = list((path / "runs").iterdir())
         return bool(runs) and all(directory_kind(run) == "run" for run in runs)
@@ -124,8 +134,11 @@ def read_marker(path: str | Path) -> dict | None:
 
 
 def directory_kind(path: str | Path) -> str | None:
-    """"run", "sweep" or "report" for a directory dfl made (its marker, or a legacy directory of that kind), None
-    for any other directory (or a path that is no directory)."""
+    """The kind of directory dfl made at `path`, or None.
+
+    "run", "sweep" or "report" for a directory dfl made (its marker, or a legacy directory of that kind), None
+    for any other directory (or a path that is no directory).
+    """
     path = Path(path)
     if not path.is_dir():
         return None
@@ -148,9 +161,10 @@ def _is_temporary(name: str, names: set[str]) -> bool:
 # ---------------------------------------------------------------------------------------------- the --out rule
 def check_output_directory(path: str | Path, kind: str, *, option: str = "--out", overwrite: bool = False,
                            resume: bool = False, adopt_own_files: bool = False, subject: str | None = None) -> str:
-    """Whether dfl may write a `kind` directory at `path` (see the module doc); nothing is written. Returns "new"
-    (missing or empty), "ours" (its marker says `kind`) or "legacy" (a `kind` directory from before markers, or
-    with `adopt_own_files` one that holds nothing but files named as dfl names them in a `kind` directory: a
+    """Whether dfl may write a `kind` directory at `path` (see the module doc); nothing is written.
+
+    Returns "new" (missing or empty), "ours" (its marker says `kind`) or "legacy" (a `kind` directory from before
+    markers, or with `adopt_own_files` one that holds nothing but files named as dfl names them in a `kind` directory: a
     sweep adopts the run directories under its own runs/ that an earlier dfl left, e.g. only an error.log).
 
     Raises:
@@ -163,13 +177,7 @@ def check_output_directory(path: str | Path, kind: str, *, option: str = "--out"
     path = Path(path)
     spec = KINDS[kind]
     subject = subject or f"{option} {path}"
-    if path.exists() and not path.is_dir():
-        raise OutputPathError(f"{subject} is a file, not a directory: choose another {option} for the {spec.what}")
-    if path.is_symlink() and not path.exists():
-        raise OutputPathError(f"{subject} is a symbolic link to a missing target: choose another {option}")
-    blocker = file_ancestor(path)
-    if blocker is not None:
-        raise OutputPathError(f"{subject}: {blocker} is a file, not a directory")
+    _check_not_a_file(path, subject, option, spec.what)
     if not path.exists():
         return "new"
     marker = read_marker(path)
@@ -198,6 +206,17 @@ def check_output_directory(path: str | Path, kind: str, *, option: str = "--out"
     return state
 
 
+def _check_not_a_file(path: Path, subject: str, option: str, what: str) -> None:
+    """Refuse a `path` that is a file, a dangling symbolic link or lies under a file."""
+    if path.exists() and not path.is_dir():
+        raise OutputPathError(f"{subject} is a file, not a directory: choose another {option} for the {what}")
+    if path.is_symlink() and not path.exists():
+        raise OutputPathError(f"{subject} is a symbolic link to a missing target: choose another {option}")
+    blocker = file_ancestor(path)
+    if blocker is not None:
+        raise OutputPathError(f"{subject}: {blocker} is a file, not a directory")
+
+
 def holds_only_written(path: str | Path, kind: str) -> bool:
     """Whether every file under directory `path` is one dfl writes in a `kind` directory (or a temporary of one)."""
     path = Path(path)
@@ -211,8 +230,11 @@ def holds_only_written(path: str | Path, kind: str) -> bool:
 
 
 def _written(relative: str, patterns: tuple[str, ...]) -> bool:
-    """Whether the relative path names one of `patterns` (globs such as "plots/*.png"), or a temporary file of
-    an atomic write of one (".<name>.<random>" in the same folder)."""
+    """Whether a relative path is one of `patterns` or an atomic write's temporary of one.
+
+    Whether the relative path names one of `patterns` (globs such as "plots/*.png"), or a temporary file of
+    an atomic write of one (".<name>.<random>" in the same folder).
+    """
     folder, _, name = relative.rpartition("/")
     for pattern in patterns:
         where, _, glob = pattern.rpartition("/")
@@ -224,8 +246,11 @@ def _written(relative: str, patterns: tuple[str, ...]) -> bool:
 
 def claim_directory(path: str | Path, kind: str, *, option: str = "--out", overwrite: bool = False,
                     resume: bool = False, adopt_own_files: bool = False, subject: str | None = None) -> Path:
-    """`check_output_directory`, then make the directory (and its parents) and write its marker if it has none
-    (a legacy directory is adopted). Returns the path."""
+    """Check the output directory, then create it and mark it as dfl's.
+
+    `check_output_directory`, then make the directory (and its parents) and write its marker if it has none
+    (a legacy directory is adopted). Returns the path.
+    """
     path = Path(path)
     check_output_directory(path, kind, option=option, overwrite=overwrite, resume=resume,
                            adopt_own_files=adopt_own_files, subject=subject)
@@ -250,9 +275,12 @@ def write_marker(path: str | Path, kind: str) -> None:
 
 
 def remove_written(path: str | Path, kind: str) -> list[Path]:
-    """Delete the files dfl writes in a `kind` directory (`KINDS[kind].files`, and the temporaries of their atomic
+    """Delete the files dfl writes in a `kind` directory, and nothing else.
+
+    Delete the files dfl writes in a `kind` directory (`KINDS[kind].files`, and the temporaries of their atomic
     writes), never another file, never through a symbolic link (a link is removed, not its target); returns what
-    was deleted. A folder of those files (e.g. plots/) is removed when that leaves it empty."""
+    was deleted. A folder of those files (e.g. plots/) is removed when that leaves it empty.
+    """
     path = Path(path)
     removed = []
     folders = sorted({pattern.rpartition("/")[0] for pattern in KINDS[kind].files})
@@ -286,16 +314,20 @@ MARK_BYTES = 1 << 16  # how much of a file's head (PNG, SVG) or tail (PDF: its I
 
 
 def figure_metadata(fmt: str) -> dict[str, str]:
-    """The matplotlib `savefig(metadata=...)` that marks a figure of format `fmt` (png, svg, pdf) as dfl's; none
-    for another format (its file is never recognised as dfl's, so it is never replaced)."""
+    """The matplotlib `savefig(metadata=...)` that marks a figure of format `fmt` (png, svg, pdf) as dfl's.
+
+    None for another format (its file is never recognised as dfl's, so it is never replaced).
+    """
     key = {"png": "Software", "svg": "Creator", "pdf": "Creator"}.get(fmt)
     return {key: f"{FIGURE_MARK} (matplotlib)"} if key else {}
 
 
 def figure_written_by_dfl(path: str | Path) -> bool:
-    """Whether `path` is a figure dfl drew (`figure_metadata`): a PNG whose `Software` text (a tEXt chunk before
-    the image data) starts with "dfl", an SVG whose Dublin Core creator is "dfl ...", or a PDF whose Info
-    dictionary's /Creator is "dfl ..."."""
+    """Whether `path` is a figure dfl drew (`figure_metadata`).
+
+    A PNG whose `Software` text (a tEXt chunk before the image data) starts with "dfl", an SVG whose Dublin Core creator
+    is "dfl ...", or a PDF whose Info dictionary's /Creator is "dfl ...".
+    """
     try:
         with open(check_input_file(path), "rb") as fh:
             head = fh.read(MARK_BYTES)
@@ -326,8 +358,11 @@ def figure_written_by_dfl(path: str | Path) -> bool:
 
 
 def owned_by_directory(path: str | Path) -> bool:
-    """Whether `path` is one of the files dfl writes in a dfl directory it lies in (e.g. RUN/plots/landscape.png in
-    a run directory, marked or legacy)."""
+    """Whether `path` is a file dfl wrote in the dfl directory it lies in.
+
+    Whether `path` is one of the files dfl writes in a dfl directory it lies in (e.g. RUN/plots/landscape.png in
+    a run directory, marked or legacy).
+    """
     path = Path(path)
     for directory in list(path.parents)[:2]:
         try:
@@ -341,8 +376,11 @@ def owned_by_directory(path: str | Path) -> bool:
 
 
 def check_output_plot(path: str | Path, option: str = "--out") -> Path:
-    """`path` if dfl may write a plot there (nothing is written): not a directory, not under a file, and either
-    new or a file dfl wrote (a figure with dfl's mark, `figure_metadata`, or a plot file of a dfl directory)."""
+    """`path` if dfl may write a plot there (nothing is written).
+
+    Not a directory, not under a file, and either new or a file dfl wrote (a figure with dfl's mark, `figure_metadata`,
+    or a plot file of a dfl directory).
+    """
     path = Path(path)
     if path.is_dir():
         raise OutputPathError(f"{option} {path} is a directory: give the path of the image file to write")

@@ -1,6 +1,7 @@
 """Every error dfl raises on purpose, in one leaf module: any layer may import it, it imports nothing of dfl.
 
-Each message is one line that names the field, file or run at fault and what would be accepted instead."""
+Each message is one line that names the field, file or run at fault and what would be accepted instead.
+"""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ __all__ = [
 
 
 def one_line(text: object) -> str:
-    """`text` on one line: a line break inside user text (a key, a file name, a value) shows as \\n."""
+    r"""`text` on one line: a line break inside user text (a key, a file name, a value) shows as \n."""
     return str(text).replace("\r", "\\r").replace("\n", "\\n")
 
 
@@ -27,8 +28,11 @@ class OneLine(Exception):
 
 
 class ConfigError(OneLine, ValueError):
-    """A configuration value is invalid; the message names the field and the allowed values. A config with several
-    wrong fields gives one error listing them all (one line, "; " between them); `problems` holds each message."""
+    """A configuration value is invalid; the message names the field and the allowed values.
+
+    A config with several wrong fields gives one error listing them all (one line, "; " between them); `problems` holds
+    each message.
+    """
 
     def __init__(self, message: str, problems: list[str] | None = None):
         super().__init__(message)
@@ -36,13 +40,18 @@ class ConfigError(OneLine, ValueError):
 
 
 class ArgumentError(ConfigError, TypeError):
-    """An argument of the Python API of the wrong type (`dfl.run("a string")`, `dfl.run(config, data=[...])`): a
-    ConfigError that is also the TypeError Python users expect; the message names the argument and its type."""
+    """An argument of the Python API of the wrong type (`dfl.run("a string")`, `dfl.run(config, data=[...])`).
+
+    A ConfigError that is also the TypeError Python users expect; the message names the argument and its type.
+    """
 
 
 class DataError(OneLine, ValueError):
-    """Data that cannot be used (a partition that leaves a client empty, arrays of the wrong shape, labels out of
-    range, an empty test set); the message names the dataset, option or array and what is allowed."""
+    """Data that cannot be used; the message names the dataset, option or array.
+
+    Data that cannot be used (a partition that leaves a client empty, arrays of the wrong shape, labels out of
+    range, an empty test set); the message names the dataset, option or array and what is allowed.
+    """
 
 
 class RegistryError(OneLine, ValueError):
@@ -70,9 +79,12 @@ class PeerFailure(RuntimeError):
 
 
 class DeviceMismatch(RuntimeError):
-    """A tensor handed to a communicator is not on the communicator's device (an engine bug that NCCL would turn into
+    """A tensor handed to a communicator is not on the communicator's device.
+
+    A tensor handed to a communicator is not on the communicator's device (an engine bug that NCCL would turn into
     a crash, and gloo would hide behind a copy); the message names the operation, the tensor's device and the
-    communicator's."""
+    communicator's.
+    """
 
 
 class RunDirectoryExists(FileExistsError):
@@ -88,7 +100,9 @@ RESTART_HINT = "delete the run directory, or start the run again with --overwrit
 
 class CheckpointError(ValueError):
     """`checkpoint.pt` exists but cannot be resumed (truncated, corrupt, or not a complete dfl checkpoint).
-    `path` is the file, `reason` what is wrong with it; the message is one line and says what to do."""
+
+    `path` is the file, `reason` what is wrong with it; the message is one line and says what to do.
+    """
 
     def __init__(self, path: str | Path, reason: str, hint: str = RESTART_HINT):
         self.path, self.reason = Path(path), reason
@@ -104,8 +118,11 @@ class SweepError(ValueError):
 
 
 class SweepInterrupted(KeyboardInterrupt):
-    """The sweep got SIGINT, SIGTERM or SIGHUP; its workers have been stopped by the time this propagates out of
-    `run_sweep`. `exit_code` is 128 + the signal number (130 for SIGINT, 143 for SIGTERM, 129 for SIGHUP)."""
+    """The sweep was stopped by a signal, its workers already stopped.
+
+    The sweep got SIGINT, SIGTERM or SIGHUP; its workers have been stopped by the time this propagates out of
+    `run_sweep`. `exit_code` is 128 + the signal number (130 for SIGINT, 143 for SIGTERM, 129 for SIGHUP).
+    """
 
     def __init__(self, signum: int):
         self.signum = int(signum)
@@ -114,21 +131,28 @@ class SweepInterrupted(KeyboardInterrupt):
 
     @property
     def exit_code(self) -> int:
+        """128 + the signal number: the exit status of a process killed by that signal."""
         return 128 + self.signum
 
 
 class LauncherError(SweepError):
-    """A sweep launcher cannot be used as asked: a bad Slurm option (the message names the flag or key and the
-    allowed values), submitit missing, or a submission the scheduler refused. Raised before anything is
-    submitted, except for a refused submission (the sweep directory records what was submitted before it)."""
+    """A sweep launcher cannot be used as asked.
+
+    A bad Slurm option (the message names the flag or key and the allowed values), submitit missing, or a submission the
+    scheduler refused. Raised before anything is submitted, except for a refused submission (the sweep directory records
+    what was submitted before it).
+    """
 
 
 # ---------------------------------------------------------------------------------------------- files and directories
 class FileReadError(ValueError):
-    """A file dfl reads is missing, unreadable or not what it should be (not a regular file, not UTF-8, bad syntax,
+    """A file dfl reads is missing, unreadable or not what it should be.
+
+    A file dfl reads is missing, unreadable or not what it should be (not a regular file, not UTF-8, bad syntax,
     the wrong shape, truncated, a header claiming more than the file holds). `path` is the file, `what` says what
     it was read as (e.g. "sweep file"), `reason` what is wrong; the message is one line:
-    `<what> <path>: <reason>`."""
+    `<what> <path>: <reason>`.
+    """
 
     def __init__(self, path: str | Path, reason: str, what: str = "file"):
         self.path, self.reason, self.what = Path(path), reason, what
@@ -136,7 +160,9 @@ class FileReadError(ValueError):
 
 
 class OutputPathError(ValueError):
-    """A path dfl was asked to write to cannot be used without touching what is not dfl's: an existing folder dfl
-    did not make (no `dfl-directory.json`), a directory of another kind, an existing file where a directory is
-    expected (or a directory where a file is), or a path under a file. Raised before anything is written; the
-    message is one line naming the path and what to do."""
+    """A path dfl was asked to write to cannot be used without touching what is not dfl's.
+
+    An existing folder dfl did not make (no `dfl-directory.json`), a directory of another kind, an existing file where a
+    directory is expected (or a directory where a file is), or a path under a file. Raised before anything is written;
+    the message is one line naming the path and what to do.
+    """

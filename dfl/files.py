@@ -49,9 +49,11 @@ _JSON_TYPES = {dict: "an object", list: "a list", str: "a string", int: "a numbe
 
 # ---------------------------------------------------------------------------------------------- reading
 def check_input_file(path: str | Path, what: str = "file") -> Path:
-    """`path` if it is a regular file dfl may open (following symbolic links); `FileReadError` otherwise: missing,
-    a broken link, under a file, a directory, a device, pipe or socket (never opened: a FIFO would block), or no
-    permission to look."""
+    """`path` if it is a regular file dfl may open (following symbolic links); `FileReadError` otherwise.
+
+    Missing, a broken link, under a file, a directory, a device, pipe or socket (never opened: a FIFO would block), or
+    no permission to look.
+    """
     path = Path(path)
     try:
         info = path.stat()
@@ -71,8 +73,10 @@ def check_input_file(path: str | Path, what: str = "file") -> Path:
 
 
 def read_bytes(path: str | Path, what: str = "file") -> bytes:
-    """The bytes of the regular file `path` (`check_input_file`); `FileReadError` (one line naming it) when it
-    cannot be read."""
+    """The bytes of the regular file `path` (`check_input_file`).
+
+    `FileReadError` (one line naming it) when it cannot be read.
+    """
     path = check_input_file(path, what)
     try:
         return path.read_bytes()
@@ -81,8 +85,10 @@ def read_bytes(path: str | Path, what: str = "file") -> bytes:
 
 
 def decode_text(data: bytes, path: str | Path, what: str = "file") -> str:
-    """`data` as UTF-8 text (a leading byte-order mark dropped); `FileReadError` for UTF-16, another encoding or
-    binary content, naming the line and column of the first bad byte."""
+    """`data` as UTF-8 text (a leading byte-order mark dropped).
+
+    `FileReadError` for UTF-16, another encoding or binary content, naming the line and column of the first bad byte.
+    """
     if data.startswith(codecs.BOM_UTF8):
         data = data[len(codecs.BOM_UTF8):]
     elif data.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)) or _looks_like_utf16(data):
@@ -105,8 +111,10 @@ def read_text(path: str | Path, what: str = "file") -> str:
 
 
 def read_toml(path: str | Path, what: str = "TOML file") -> dict[str, Any]:
-    """The table a TOML file holds; `FileReadError` for an unreadable file or a syntax error (with its line and
-    column)."""
+    """The table a TOML file holds.
+
+    `FileReadError` for an unreadable file or a syntax error (with its line and column).
+    """
     text = read_text(path, what)
     try:
         return tomllib.loads(text)
@@ -119,8 +127,10 @@ def read_toml(path: str | Path, what: str = "TOML file") -> dict[str, Any]:
 
 
 def read_json(path: str | Path, what: str = "JSON file", expect: type | None = dict) -> Any:
-    """The value a JSON file holds (NaN and Infinity accepted: dfl writes them); `FileReadError` for an
-    unreadable, empty or invalid file, or when the value is not of type `expect` (None: any)."""
+    """The value a JSON file holds (NaN and Infinity accepted: dfl writes them).
+
+    `FileReadError` for an unreadable, empty or invalid file, or when the value is not of type `expect` (None: any).
+    """
     text = read_text(path, what)
     value = _parse_json(text, path, what)
     if expect is not None and not _is(value, expect):
@@ -130,8 +140,11 @@ def read_json(path: str | Path, what: str = "JSON file", expect: type | None = d
 
 def read_jsonl(path: str | Path, what: str = "JSON-lines file",
                check: Callable[[dict[str, Any]], str | None] | None = None) -> list[dict[str, Any]]:
-    """The objects of a JSON-lines file, one per non-blank line; `FileReadError` naming the first line that is
-    not a JSON object, or for which `check(record)` returns a problem (a phrase such as "has no round")."""
+    """The objects of a JSON-lines file, one per non-blank line.
+
+    `FileReadError` naming the first line that is not a JSON object, or for which `check(record)` returns a problem (a
+    phrase such as "has no round").
+    """
     records = []
     for lineno, line in enumerate(read_text(path, what).splitlines(), start=1):
         if not line.strip():
@@ -199,9 +212,11 @@ def file_ancestor(path: Path) -> Path | None:
 
 # ---------------------------------------------------------------------------------------------- writing
 def check_output_file(path: str | Path, what: str = "file") -> Path:
-    """`path` if a file can be written there: it is not a directory and no existing ancestor is a file (those
-    raise `OutputPathError`, before anything is written). Missing parent directories are fine: the writer makes
-    them."""
+    """`path` if a file can be written there.
+
+    It is not a directory and no existing ancestor is a file (those raise `OutputPathError`, before anything is
+    written). Missing parent directories are fine: the writer makes them.
+    """
     path = Path(path)
     if path.is_dir():
         raise OutputPathError(f"cannot write {what} {path}: it is a directory; give a file path")
@@ -243,8 +258,11 @@ def atomic_write_text(path: str | Path, text: str) -> None:
 
 
 def remove_stale_temporaries(directory: str | Path, names: tuple[str, ...] | list[str]) -> list[Path]:
-    """Delete the temporaries (`.<name>.<random>`) that an atomic write of one of `names` in `directory` left
-    when its process was killed; returns them. Only regular files are removed, never a symbolic link."""
+    """Delete the temporaries that killed atomic writes left in `directory`.
+
+    Delete the temporaries (`.<name>.<random>`) that an atomic write of one of `names` in `directory` left
+    when its process was killed; returns them. Only regular files are removed, never a symbolic link.
+    """
     directory = Path(directory)
     removed = []
     for name in names:

@@ -9,10 +9,12 @@ from typing import Any
 
 
 def submodules(package: str, names: dict[str, str] | None = None) -> Callable[[str], Any]:
-    """A module `__getattr__` for `package` (PEP 562): `package.name` imports the submodule `package.name` on first
-    use, or, for a key of `names` (name -> the module that defines it), that module's attribute of the name, so a
-    package can re-export what its torch-heavy modules define without importing them at once; any other missing
-    name is an AttributeError, as usual."""
+    """A module `__getattr__` for `package` (PEP 562).
+
+    `package.name` imports the submodule `package.name` on first use, or, for a key of `names` (name -> the module that
+    defines it), that module's attribute of the name, so a package can re-export what its torch-heavy modules define
+    without importing them at once; any other missing name is an AttributeError, as usual.
+    """
 
     def __getattr__(name: str) -> Any:
         if names is not None and name in names:

@@ -34,7 +34,7 @@ import importlib
 import warnings
 from collections.abc import Callable, Iterator
 from importlib import metadata
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, NoReturn, TypeVar
 
 from dfl.errors import ConfigError, RegistryError
 
@@ -42,8 +42,11 @@ T = TypeVar("T")
 
 
 def suggest(name: str, choices: Any) -> str | None:
-    """The choice `name` was probably meant to be: the same name in other case or with `_` for `-` ("DFedSAM" ->
-    "dfedsam", "random_regular" -> "random-regular"), else the closest one by `difflib`, else None."""
+    """The choice `name` was probably meant to be.
+
+    The same name in other case or with `_` for `-` ("DFedSAM" -> "dfedsam", "random_regular" -> "random-regular"), else
+    the closest one by `difflib`, else None.
+    """
     choices = [c for c in choices if isinstance(c, str)]
     folded = {c.lower().replace("_", "-"): c for c in choices}
     key = name.strip().lower().replace("_", "-")
@@ -61,7 +64,27 @@ def _origin(obj: Any) -> str:
 
 
 class Registry(Generic[T]):
-    """A name → object table with a `register` decorator and an entry-point group for installed packages."""
+    """A name → object table with a `register` decorator and an entry-point group for installed packages.
+
+    Args:
+        kind: the singular noun of the entries in messages ("algorithm", "model", ...).
+        group: the entry-point group installed packages register in (e.g. "dfl.algorithms"); None: no plug-ins.
+        check: `check(name, obj)` raises when obj cannot be registered as name (every route is checked).
+        describe: `describe(name, obj)` gives the card validation reads of an entry; None: the object itself.
+
+    Examples:
+        >>> from dfl.registry import Registry
+        >>> shapes = Registry("shape")
+        >>> @shapes.register("square")
+        ... def square(side):
+        ...     return side * side
+        >>> shapes.names(), shapes.get("square")(3)
+        (('square',), 9)
+        >>> shapes.get("Square")
+        Traceback (most recent call last):
+        ...
+        dfl.errors.ConfigError: shape must be one of square; got 'Square' (did you mean 'square'?)
+    """
 
     def __init__(self, kind: str, group: str | None = None, check: Callable[[str, T], None] | None = None,
                  describe: Callable[[str, T], Any] | None = None):
@@ -92,8 +115,11 @@ class Registry(Generic[T]):
         return obj
 
     def declare(self, name: str, target: str, card: Any) -> None:
-        """Register the built-in `target` ("module:attr") as `name` without importing it: it is imported (and
-        checked) on the first `get(name)`; `card` is what validation reads of it until then (and after)."""
+        """Register the built-in `target` ("module:attr") as `name` without importing it.
+
+        It is imported (and checked) on the first `get(name)`; `card` is what validation reads of it until then (and
+        after).
+        """
         self._table[name] = None  # type: ignore[assignment]  # resolved by `get`
         self._lazy[name] = target
         self._cards[name] = card
@@ -132,8 +158,10 @@ class Registry(Generic[T]):
 
     def _load_plugins(self) -> None:
         """Register every entry point of `group` once: an entry point's object is registered under its name.
-        One that fails to import is remembered, and named in the error if someone asks for it."""
-        if self._plugins_loaded:
+
+        One that fails to import is remembered, and named in the error if someone asks for it.
+        """
+        if self._plugins_loaded or self.group is None:
             return
         self._plugins_loaded = True
         for ep in metadata.entry_points(group=self.group):
@@ -185,8 +213,11 @@ class Registry(Generic[T]):
         return self._sources[name]
 
     def get(self, name: str, field: str | None = None) -> T:
-        """The object registered as `name`; a ConfigError (a ValueError) naming `field` (default: the kind) and the
-        choices otherwise, with a close match suggested."""
+        """The object registered as `name`.
+
+        A ConfigError (a ValueError) naming `field` (default: the kind) and the choices otherwise, with a close match
+        suggested.
+        """
         self._load_plugins()
         if isinstance(name, str) and name in self._table:
             if name in self._lazy:
@@ -194,9 +225,11 @@ class Registry(Generic[T]):
             return self._table[name]
         self._unknown(name, field)
 
-    def _unknown(self, name: Any, field: str | None) -> None:
-        """Raise the error for a name that is not registered: why its plug-in failed to load, or the choices
-        and a suggestion (the same name in other case, else a close one)."""
+    def _unknown(self, name: Any, field: str | None) -> NoReturn:
+        """Raise the error for a name that is not registered.
+
+        Why its plug-in failed to load, or the choices and a suggestion (the same name in other case, else a close one).
+        """
         if isinstance(name, str) and name in self._plugin_errors:
             raise RegistryError(self._plugin_errors[name])
         field = field or self.kind
@@ -209,9 +242,11 @@ class Registry(Generic[T]):
         raise ConfigError(f"{field} must be one of {choices}; got {repr(name)[:80]}{hint}")
 
     def card(self, name: Any, field: str | None = None) -> Any:
-        """What validation reads of `name` without importing a declared built-in: its declared card, else
-        `describe(obj)` (the object itself without `describe`). A ConfigError naming `field` (default: the
-        kind), the choices and a suggestion for a name that is not registered."""
+        """What validation reads of `name` without importing a declared built-in.
+
+        Its declared card, else `describe(obj)` (the object itself without `describe`). A ConfigError naming `field`
+        (default: the kind), the choices and a suggestion for a name that is not registered.
+        """
         self._load_plugins()
         if isinstance(name, str) and name in self._cards:
             return self._cards[name]
@@ -222,8 +257,11 @@ class Registry(Generic[T]):
         return self.get(name)
 
     def require(self, name: Any, field: str) -> T:
-        """`get` for a config field: the object registered as `name`, or a `ConfigError` naming `field`, the
-        choices and a close match (or why a plug-in of that name failed to load)."""
+        """`get` for a config field.
+
+        The object registered as `name`, or a `ConfigError` naming `field`, the choices and a close match (or why a
+        plug-in of that name failed to load).
+        """
         try:
             return self.get(name, field=field)
         except ValueError as exc:

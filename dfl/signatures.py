@@ -37,8 +37,11 @@ def _where(fn: Any) -> str:
 
 
 def check(kind: str, name: str, fn: Any, inputs: tuple[int, ...], usage: str) -> int:
-    """`fn` must take k positional inputs, for a k in `inputs`, then keyword-only options (no *args or
-    **kwargs: the options must be listable). Returns k; raises RegistryError quoting `usage` otherwise."""
+    """Check that `fn` takes k positional inputs, then keyword-only options; return k.
+
+    `fn` must take k positional inputs, for a k in `inputs`, then keyword-only options (no *args or
+    **kwargs: the options must be listable). Returns k; raises RegistryError quoting `usage` otherwise.
+    """
     params = _parameters(fn) if callable(fn) else None
     if params is None:
         what = f"{type(fn).__name__} {fn!r}"[:80] if not callable(fn) else f"{_where(fn)} (no readable signature)"
@@ -64,15 +67,19 @@ def options(fn: Any) -> dict[str, Any]:
 
 
 def resolve(kind: str, name: str, fn: Any, given: dict[str, Any], hints: dict[str, str] | None = None) -> dict:
-    """`given` checked against fn's options and completed with their defaults. `hints` may say how to give a
-    required option (option -> text shown instead of its bare name)."""
+    """`given` checked against fn's options and completed with their defaults.
+
+    `hints` may say how to give a required option (option -> text shown instead of its bare name).
+    """
     return resolve_declared(kind, name, options(fn), given, hints)
 
 
 def resolve_declared(kind: str, name: str, declared: dict[str, Any], given: dict[str, Any],
                      hints: dict[str, str] | None = None) -> dict:
-    """`resolve` against options as `options` lists them (name -> default, or REQUIRED): a ValueError naming an
-    unknown option and the allowed ones, or a missing required one."""
+    """`resolve` against options as `options` lists them (name -> default, or REQUIRED).
+
+    A ValueError naming an unknown option and the allowed ones, or a missing required one.
+    """
     if not isinstance(given, dict):
         raise ConfigError(f"the options of {kind} {name!r} must be a table of key = value, got {given!r}")
     unknown = sorted(set(given) - set(declared), key=str)

@@ -51,8 +51,10 @@ _state: dict[str, Any] = {"torch_first": None, "set_spin": False, "warned": Fals
 
 
 def check(value: Any, where: str = "threads") -> None:
-    """Raise `ConfigError` (one line naming `where`) unless `value` is "auto" or an integer in [1, MAX_THREADS]. No
-    torch: the CLI and `Config` checks may call it before torch loads."""
+    """Raise `ConfigError` (one line naming `where`) unless `value` is "auto" or an integer in [1, MAX_THREADS].
+
+    No torch: the CLI and `Config` checks may call it before torch loads.
+    """
     if value == AUTO and isinstance(value, str):
         return
     if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_THREADS:
@@ -97,8 +99,11 @@ def count(value: Any = AUTO) -> int:
 
 
 def prepare_environment() -> bool:
-    """At `import dfl`: set GOMP_SPINCOUNT = SPIN_COUNT unless torch is loaded already or OMP_WAIT_POLICY /
-    GOMP_SPINCOUNT is set. Returns whether it set it. Idempotent."""
+    """At `import dfl`.
+
+    Set GOMP_SPINCOUNT = SPIN_COUNT unless torch is loaded already or OMP_WAIT_POLICY / GOMP_SPINCOUNT is set. Returns
+    whether it set it. Idempotent.
+    """
     if _state["torch_first"] is None:
         _state["torch_first"] = "torch" in sys.modules
     if _state["torch_first"] or any(name in os.environ for name in WAIT_VARIABLES):
@@ -109,15 +114,21 @@ def prepare_environment() -> bool:
 
 
 def spin_is_bounded() -> bool:
-    """Whether this process's OpenMP threads wait as the rule says or as the user set (False: torch was loaded
-    before dfl, with libgomp's default spin)."""
+    """Whether this process's OpenMP threads spin boundedly while they wait.
+
+    Whether this process's OpenMP threads wait as the rule says or as the user set (False: torch was loaded
+    before dfl, with libgomp's default spin).
+    """
     return bool(_state["set_spin"]) or not _state["torch_first"] or any(n in os.environ for n in WAIT_VARIABLES)
 
 
 def apply(value: Any = AUTO) -> int:
-    """Give this process `count(value)` threads (torch.set_num_threads when torch is loaded, else the
+    """Give this process `count(value)` threads; return the count.
+
+    Give this process `count(value)` threads (torch.set_num_threads when torch is loaded, else the
     environment torch reads when it loads); returns the count. Warns once per process when torch was loaded
-    before dfl with libgomp's default spin and more than one thread (the case that collapses on a busy machine)."""
+    before dfl with libgomp's default spin and more than one thread (the case that collapses on a busy machine).
+    """
     n = count(value)
     torch = sys.modules.get("torch")
     if torch is None:

@@ -35,7 +35,7 @@ option `sizes`, or from the run's partition when it is unset.
 from __future__ import annotations
 
 import inspect
-from typing import Any
+from typing import Any, ClassVar
 
 import networkx as nx
 import numpy as np
@@ -52,48 +52,316 @@ from topologies.validation import check_connected, check_stochastic
 from topologies.weights import KIND
 
 TOPOLOGIES: Registry = Registry("topology", group="dfl.topologies")
+"""Every topology the config field `topology` takes: name -> factory.
+
+The built-ins are `BuiltinTopology` instances (one documented class each, `BUILTINS`); `register` adds a factory
+f(n, *, option=default, ...) after checking its signature, and installed packages add theirs by entry point (group
+`dfl.topologies`). Its options are `topology_options(name)`; `build` turns a name into a validated topology."""
 USAGE = "f(n, *, option=default, ...) returning a gossip matrix W [n, n], a networkx graph or a topologies.Topology"
+"""The shape of a registered topology factory, as the refusal of a wrong one states it."""
 
 
 class BuiltinTopology:
-    """A topology of the `topologies` package, built by `topologies.build(name, n, weights, **options)`."""
+    """A topology of the `topologies` package registered under its name (the base of the built-ins below).
 
-    def __init__(self, name: str):
-        self.name = name
-        if name == "one-peer":  # its schedule class takes the base graph's adjacency; the options are build's
-            self.kind = "time-varying"
-            self.__doc__ = TIME_VARYING[name][0].__doc__
-            self.options = {"graph": "exponential", "graph_options": None}
-        elif name in STATIC or name in TIME_VARYING:
-            builder, option_names = STATIC.get(name) or TIME_VARYING[name]
-            self.kind = "static" if name in STATIC else "time-varying"
-            self.__doc__ = builder.__doc__  # `dfl list` shows its first paragraph
-            params = inspect.signature(builder.__init__ if isinstance(builder, type) else builder).parameters
-            self.options = {k: params[k].default if k in params else signatures.REQUIRED for k in option_names}
-        elif name == "hierarchical":
-            self.kind = "static"
-            self.__doc__ = ("A graph inside each of `groups` equal blocks of clients and a graph between the blocks: "
-                            "W = W_outer ⊗ W_inner (inner full: BlueFog's hierarchical neighbour allreduce).\n\n"
-                            "See topologies.hierarchical.")
-            self.options = dict(zip(HIERARCHICAL, (signatures.REQUIRED, "full", "ring", None, None)))
-        else:  # custom: exactly one of its sources is given
-            self.kind = "custom"
-            self.__doc__ = ("Your own network: graph=, an edge list (path= or edges=), or W itself (matrix=).\n\n"
-                            "A networkx graph or an edge-list file is weighted by the scheme (directed=True reads "
-                            "an edge list as u -> v); the matrix is an array or a .npy, .csv or .mtx file "
-                            "(symmetric=True also requires W = W^T; stochastic= doubly, row or column).")
-            self.options = dict.fromkeys(CUSTOM_OPTIONS)
+    Calling it builds `topologies.build(name, n, weights, **options)`. A graph-weighted built-in is weighted by the
+    config's `weights` scheme (metropolis unless said otherwise; `dfl list weights`), and takes besides its own
+    options `base` (the scheme under weights = "lazy") and `sizes` (the clients' sample counts under weights =
+    "sample-count"). `options` holds its own options with their defaults ("required" for one without a default),
+    read from the builder's signature; `kind` is "static", "time-varying" or "custom".
+    """
+
+    name: ClassVar[str] = ""
+    kind: ClassVar[str] = "static"
+
+    def __init__(self) -> None:
+        self.options: dict[str, Any] = self._declared_options()
+
+    def _declared_options(self) -> dict[str, Any]:
+        """The options of `topologies.build` for this name, with the builder's defaults."""
+        if self.name == "one-peer":  # its schedule class takes the base graph's adjacency; the options are build's
+            return {"graph": "exponential", "graph_options": None}
+        if self.name == "hierarchical":
+            return dict(zip(HIERARCHICAL, (signatures.REQUIRED, "full", "ring", None, None)))
+        if self.name == "custom":  # exactly one of its sources is given
+            return dict.fromkeys(CUSTOM_OPTIONS)
+        builder, option_names = STATIC.get(self.name) or TIME_VARYING[self.name]
+        params = inspect.signature(builder).parameters  # a class: its constructor's, without self
+        return {k: params[k].default if k in params else signatures.REQUIRED for k in option_names}
 
     def __call__(self, n: int | None, weights: str | None = None, **options: Any) -> topologies.Topology:
+        """The topology on n clients weighted by `weights`: `topologies.build(self.name, n, weights, **options)`."""
         return topologies.build(self.name, n, weights, **options)
 
     def __repr__(self) -> str:
-        return f"BuiltinTopology({self.name!r})"
+        return f"{type(self).__name__}()"
 
 
-for _name in topologies.NAMES:
-    TOPOLOGIES.register(_name, BuiltinTopology(_name))
-del _name
+class Ring(BuiltinTopology):
+    """Ring: the undirected cycle i -- i+1 (mod n), every client gossips with its two neighbours.
+
+    With Metropolis weights (the default) w_ii = w_i,i±1 = 1/3: W is circulant with eigenvalues
+    (1 + 2 cos(2πk/n))/3, k = 0..n−1, so for n ≥ 5
+
+        λ = ‖W − J‖₂ = 1/3 + (2/3) cos(2π/n),    1 − λ = (2/3)(1 − cos(2π/n)) ≈ 4π²/(3n²),
+
+    the slowest-mixing built-in: the gap falls as 1/n². n = 1 is a lone client and n = 2 a single edge.
+
+    Examples:
+        >>> from dfl.topologies import build
+        >>> round(build("ring", 8).spectral_gap(), 4)  # (2/3)(1 - cos(π/4))
+        0.1953
+    """
+
+    name = "ring"
+
+
+class Grid(BuiltinTopology):
+    """Grid: the 2-D r × c mesh, client (a, b) = a·c + b linked to its right and lower neighbours.
+
+    Without `shape` the mesh is near-square (r the largest divisor of n not above √n). A prime n > 3 has no
+    r × c shape with both sides ≥ 2 and is refused (naming the nearest counts that factor) unless `shape` asks
+    for the 1 × n path. With `periodic` it is the s × s torus, every client of degree 4: with weights 1/5,
+
+        λ = 3/5 + (2/5) cos(2π/s),    1 − λ ≈ 4π²/(5n);
+
+    the open grid has the same Θ(1/n) gap (Metropolis: λ = 0.916 at 5 × 5, 0.968 at 8 × 8).
+
+    Args:
+        shape: the mesh's (rows, columns), their product n. Defaults to None (near-square).
+        periodic: wrap both sides, making the mesh a torus. Defaults to False.
+    """
+
+    name = "grid"
+
+
+class Exponential(BuiltinTopology):
+    """Exponential: client i sends to i + b^k (mod n) for every hop b^k < n (Ying et al., NeurIPS 2021).
+
+    Ying, Yuan, Chen, Hu, Pan & Yin, "Exponential graph is provably efficient for decentralized deep
+    training", NeurIPS 2021. Directed by default (BlueFog's `ExponentialGraph(n, base=b)`): every client has in-
+    and out-degree τ = ⌈log_b n⌉, so the weights 1/(τ + 1) are doubly stochastic; for b = 2 and even n
+
+        λ = 1 − 2/(1 + τ),    1 − λ = 2/(1 + τ) = Θ(1/log₂ n),
+
+    at a degree of only log₂ n (odd n mixes a little faster: λ = 0.442 at n = 9).
+
+    Args:
+        symmetric: the undirected circulant graph with offsets ±b^k instead (n/2 adds a single neighbour).
+            Defaults to False.
+        exponent_base: the base b of the hops b^k, an integer ≥ 2; a larger b trades degree (log_b n) for
+            mixing (BlueFog's symmetric variant uses 4). Defaults to 2.
+    """
+
+    name = "exponential"
+
+
+class Full(BuiltinTopology):
+    """Full: the complete graph K_n, every client averages with every other in one step.
+
+    Metropolis weights give w_ij = 1/n everywhere, W = J = 11ᵀ/n: exact averaging,
+
+        λ = 0,    1 − λ = 1,
+
+    at n − 1 messages per client per step. A centralized algorithm's server average mixes over this graph.
+    """
+
+    name = "full"
+
+
+class Star(BuiltinTopology):
+    """Star: every client linked to the one client `centre`, n clients in all (BlueFog's `StarGraph`).
+
+    With Metropolis weights the leaves give 1/n to the centre and keep 1 − 1/n, so
+
+        λ = 1 − 1/n,    1 − λ = 1/n;
+
+    the fastest-mixing weights on the star reach λ = (n − 2)/(n − 1). Its centre carries n − 1 links.
+
+    Args:
+        centre: the index of the centre client, 0 ≤ centre < n. Defaults to 0.
+    """
+
+    name = "star"
+
+
+class Hypercube(BuiltinTopology):
+    """Hypercube: n = 2^d clients, i -- i XOR 2^b for each bit b (n must be a power of 2).
+
+    Every client has degree d = log₂ n; with weights 1/(d + 1)
+
+        λ = (d − 1)/(d + 1) (and λ_n = −λ₂),    1 − λ = 2/(1 + log₂ n).
+    """
+
+    name = "hypercube"
+
+
+class RandomRegular(BuiltinTopology):
+    """Random regular: a random `degree`-regular graph (`nx.random_regular_graph`), refused unless connected.
+
+    With weights 1/(d + 1) its λ sits near the Ramanujan value (1 + 2√(d − 1))/(d + 1), so the gap stays
+    bounded away from 0 as n grows at a fixed degree d. A draw that comes out disconnected is refused
+    (raise `degree` or change `seed`).
+
+    Args:
+        degree: every client's number of neighbours d, 0 ≤ d < n with n·d even. Defaults to None (required: a
+            run without it is refused).
+        seed: the seed of the draw (a run passes its own seed unless this is set). Defaults to 0.
+    """
+
+    name = "random-regular"
+
+
+class ErdosRenyi(BuiltinTopology):
+    """Erdős–Rényi: the random graph G(n, p), each of the n(n − 1)/2 edges present with probability p.
+
+    Connected with high probability when p > ln(n)/n; a disconnected draw (λ = 1) is refused. Degrees vary,
+    so the default Metropolis weights are the ones to use (uniform weights are refused on an irregular graph).
+
+    Args:
+        p: the edge probability, 0 ≤ p ≤ 1. Defaults to None (required: a run without it is refused).
+        seed: the seed of the draw (a run passes its own seed unless this is set). Defaults to 0.
+    """
+
+    name = "erdos-renyi"
+
+
+class DirectedRing(BuiltinTopology):
+    """Directed ring: client i sends to i+1 (mod n) only (BlueFog's `RingGraph(n, connect_style=2)`).
+
+    In- and out-degree 1 everywhere, so the weights are W = (I + P)/2 with P the cyclic shift: doubly
+    stochastic, with
+
+        λ = ‖W − J‖₂ = cos(π/n),    1 − λ ≈ π²/(2n²),
+
+    slower than the undirected ring's 1/3 + (2/3) cos(2π/n) at half its messages.
+    """
+
+    name = "directed-ring"
+
+
+class OnePeerExponential(BuiltinTopology):
+    """One-peer exponential: at step t client i sends to i + 2^(t mod τ) (mod n) only (Ying et al., NeurIPS 2021).
+
+    τ = ⌈log₂ n⌉. Each step graph is a permutation, W_t = (I + P^(2^(t mod τ)))/2, doubly stochastic at one
+    message per client. A single step has ‖W_t − J‖₂ = 1, but the product of τ consecutive steps is exactly J when
+    n is a power of 2: consensus after τ steps (dfl reports λ_Q = ‖W_{Q−1}⋯W_0 − J‖₂ of the steps a round takes).
+    """
+
+    name = "one-peer-exponential"
+    kind = "time-varying"
+
+
+class OnePeer(BuiltinTopology):
+    """One-peer schedule of any static base graph: at step t client i sends to one out-neighbour only.
+
+    BlueFog's `GetDynamicOnePeerSendRecvRanks`: client i cycles through its d_i out-neighbours in clockwise
+    order ((j − i) mod n), one per step, so a step costs one message per client instead of d_i. On the
+    exponential graph this is the one-peer exponential graph; on a ring it alternates i → i+1 and i → i−1. A
+    step whose every client receives from exactly one is a permutation, weighted (I + P_t)/2 (doubly
+    stochastic); an irregular base graph (a star, an open grid) needs the one-sided weights ("row-stochastic",
+    or "column-stochastic" with push-sum).
+
+    Args:
+        graph: the base graph, the name of a static built-in. Defaults to "exponential".
+        graph_options: the base graph's own options (e.g. {shape = [4, 4]} for a grid). Defaults to None (its
+            defaults).
+    """
+
+    name = "one-peer"
+    kind = "time-varying"
+
+
+class RandomK(BuiltinTopology):
+    """Random k-peer gossip: at each step every client draws k distinct peers uniformly at random.
+
+    The draws of step t depend only on (seed, t); the step graph is their union made undirected (i -- j if
+    either drew the other), so every degree is ≥ k, and Metropolis or max-degree weights make W_t symmetric and
+    doubly stochastic. A single W_t may be disconnected: the schedule mixes over several steps, and has no
+    period (its λ is not defined; dfl reports λ_Q of the steps a round takes).
+
+    Args:
+        k: the peers each client draws per step, 1 ≤ k ≤ n − 1. Defaults to None (required: a run without it
+            is refused).
+        seed: the seed of the draws (a run passes its own seed unless this is set). Defaults to 0.
+    """
+
+    name = "random-k"
+    kind = "time-varying"
+
+
+class RandomPull(BuiltinTopology):
+    """Random pull (DisPFL): at each step every client pulls the models of k random peers and averages them.
+
+    Dai, Shen, Luo, Zhang & Tao, "DisPFL: towards communication-efficient personalized federated learning via
+    decentralized sparse training", ICML 2022 (its code's `cs='random'`). Client i's draws are random-k's, but
+    the step graph stays directed, j → i for each drawn j (in-degree k, out-degrees vary), weighted row-
+    stochastically by default: x_i ← (x_i + Σ_{j drawn} x_j)/(k + 1). W_t 1 = 1 but the columns do not sum to
+    1, so the clients agree on a weighted average πᵀx, biased unless π = 1/n.
+
+    Args:
+        k: the peers each client pulls from per step, 1 ≤ k ≤ n − 1. Defaults to None (required: a run without
+            it is refused).
+        seed: the seed of the draws (a run passes its own seed unless this is set). Defaults to 0.
+    """
+
+    name = "random-pull"
+    kind = "time-varying"
+
+
+class Hierarchical(BuiltinTopology):
+    """Hierarchical: a graph inside each of `groups` equal blocks of clients and a graph between the blocks.
+
+    The n clients form G groups of s = n/G consecutive clients; with W_in the s × s matrix of the inner graph
+    and W_out the G × G matrix of the outer one,
+
+        W = W_out ⊗ W_in,    λ(W) = max(λ(W_out), λ(W_in))
+
+    for doubly stochastic factors: the hierarchy mixes as fast as its slower level. With the default inner
+    graph `full` (W_in = J_s) each group averages exactly and the groups gossip their averages over the outer
+    graph: BlueFog's `hierarchical_neighbor_allreduce`, the shape of one process per GPU hosting a block.
+
+    Args:
+        groups: the number of groups G, a divisor of n. Required.
+        inner: the static built-in inside each group. Defaults to "full".
+        outer: the static built-in between the groups. Defaults to "ring".
+        inner_options: the inner graph's options. Defaults to None (its defaults).
+        outer_options: the outer graph's options. Defaults to None (its defaults).
+    """
+
+    name = "hierarchical"
+
+
+class Custom(BuiltinTopology):
+    """Custom: your own network, given as a networkx graph, an edge-list file or the gossip matrix W itself.
+
+    Exactly one source is given. A graph or an edge list is weighted by the config's `weights` scheme like any
+    graph; a matrix is used as it is and checked: finite, nonnegative, its rows and columns (or the sums that
+    `stochastic` names) equal to 1, connected and contracting, with errors naming the row or column.
+
+    Args:
+        graph: a networkx graph on the nodes 0..n−1. Defaults to None.
+        path: an edge-list file, one "u v" pair per line. Defaults to None.
+        matrix: W as an [n, n] array or a .npy, .csv or .mtx file. Defaults to None.
+        edges: another name for `path`. Defaults to None.
+        symmetric: also require W = Wᵀ of a matrix. Defaults to None (False).
+        directed: read an edge list as u → v instead of u -- v. Defaults to None (False).
+        stochastic: which sums of a matrix are 1: "doubly", "row" or "column" (the last only with push-sum).
+            Defaults to None ("doubly").
+    """
+
+    name = "custom"
+    kind = "custom"
+
+
+BUILTINS: tuple[type[BuiltinTopology], ...] = (
+    Ring, Grid, Exponential, Full, Star, Hypercube, RandomRegular, ErdosRenyi, DirectedRing, OnePeerExponential,
+    OnePeer, RandomK, RandomPull, Hierarchical, Custom)
+if tuple(cls.name for cls in BUILTINS) != topologies.NAMES:  # one documented class per name, in build's order
+    raise ImportError("dfl.topologies.BUILTINS must list one class per topologies.NAMES entry, in that order")
+for _cls in BUILTINS:
+    TOPOLOGIES.register(_cls.name, _cls())
+del _cls
 
 
 def _check(name: str, factory: Any) -> None:
@@ -101,8 +369,10 @@ def _check(name: str, factory: Any) -> None:
 
 
 def register(name: str, factory: Any = None, *, replace: bool = False) -> Any:
-    """Register `factory(n, *, option=default, ...)` as topology `name` (a decorator without `factory`); its
-    signature is checked here, what it returns when a run builds it."""
+    """Register `factory(n, *, option=default, ...)` as topology `name` (a decorator without `factory`).
+
+    Its signature is checked here, what it returns when a run builds it.
+    """
     if factory is None:
         return lambda target: register(name, target, replace=replace)
     _check(name, factory)
@@ -120,10 +390,12 @@ def topology_options(name: str) -> dict[str, Any]:
 
 def build(name: str, n: int | None, weights: str | None = None, *, push_sum: bool = False,
           **options: Any) -> topologies.Topology:
-    """The validated topology `name` on n clients that a run mixes with: a built-in from `topologies.build`, or
-    a registered factory's result adopted as described in the module docstring. Errors are ValueErrors naming the
-    topology; a column-stochastic W is refused unless the run's algorithm mixes by push-sum (`push_sum`, module
-    docstring; `analyse` builds any W for `dfl topology`)."""
+    """The validated topology `name` on n clients that a run mixes with.
+
+    A built-in from `topologies.build`, or a registered factory's result adopted as described in the module docstring.
+    Errors are ValueErrors naming the topology; a column-stochastic W is refused unless the run's algorithm mixes by
+    push-sum (`push_sum`, module docstring; `analyse` builds any W for `dfl topology`).
+    """
     topo = analyse(name, n, weights, **options)
     if topo.stochastic == "column" and not push_sum:
         raise TopologyError(column_refusal(f"{name}'s W"))
@@ -143,8 +415,11 @@ def column_refusal(what: str, algorithm: str | None = None) -> str:
 
 
 def is_column_stochastic(config) -> bool:
-    """Whether `config` asks for a column-stochastic W (weights = column-stochastic, or a custom matrix with
-    stochastic = column): the W that only push-sum averages."""
+    """Whether `config` asks for a column-stochastic W.
+
+    Whether `config` asks for a column-stochastic W (weights = column-stochastic, or a custom matrix with
+    stochastic = column): the W that only push-sum averages.
+    """
     custom = config.topology == "custom" and config.topology_options.get("stochastic", "doubly") == "column"
     return config.weights == "column-stochastic" or custom
 
@@ -195,8 +470,11 @@ def _from_matrix(name: str, made: Any, n: int) -> topologies.Topology:
 
 
 def run_options(config) -> dict[str, Any]:
-    """The options the run builds its topology with: `topology_options`, and the run's seed for a topology
-    with a seed option (random graphs follow the run's seed) unless they set one."""
+    """The options the run builds its topology with.
+
+    `topology_options`, and the run's seed for a topology with a seed option (random graphs follow the run's seed)
+    unless they set one.
+    """
     options = dict(config.topology_options)
     if "seed" in topology_options(config.topology):
         options.setdefault("seed", config.seed)
@@ -207,15 +485,17 @@ LINK_FAULTS = ("link_failure", "offline")  # Config fields of the unreliable net
 
 
 def check_config(config, centralized: bool = False, push_sum: bool = False) -> None:
-    """The topology's part of `dfl.validate`, before anything is built: `topology` is registered, `weights`
-    (when set) is a scheme of `topologies.SCHEMES`; a column-stochastic W is refused unless the algorithm mixes by
-    push-sum (`push_sum`: `Algorithm.push_sum`, module docstring), and with push-sum only synchronous, exact
-    gossip; sample-count weights have their `sizes`, one per client, when given (a run passes its partition's by
-    default); a directed or one-sided topology is not combined with link faults (a failed directed link breaks
-    the balance that keeps W doubly stochastic); and the options fit the topology: for a built-in, also their
-    values on `clients` nodes and the memory building it takes (`topologies.check`). A centralized algorithm
-    mixes over the complete graph, checked instead. What needs the graph itself (a random graph's connectivity,
-    uniform weights on an irregular graph, a custom graph or file) is known when it is built."""
+    """The topology's part of `dfl.validate`, before anything is built.
+
+    `topology` is registered, `weights` (when set) is a scheme of `topologies.SCHEMES`; a column-stochastic W is refused
+    unless the algorithm mixes by push-sum (`push_sum`: `Algorithm.push_sum`, module docstring), and with push-sum only
+    synchronous, exact gossip; sample-count weights have their `sizes`, one per client, when given (a run passes its
+    partition's by default); a directed or one-sided topology is not combined with link faults (a failed directed link
+    breaks the balance that keeps W doubly stochastic); and the options fit the topology: for a built-in, also their
+    values on `clients` nodes and the memory building it takes (`topologies.check`). A centralized algorithm mixes over
+    the complete graph, checked instead. What needs the graph itself (a random graph's connectivity, uniform weights on
+    an irregular graph, a custom graph or file) is known when it is built.
+    """
     factory = TOPOLOGIES.require(config.topology, "topology")
     if config.weights is not None and config.weights not in topologies.SCHEMES:
         raise ConfigError(f"weights must be one of {', '.join(topologies.SCHEMES)}; got {config.weights!r}")
@@ -223,24 +503,9 @@ def check_config(config, centralized: bool = False, push_sum: bool = False) -> N
     scheme = config.weights or default_weights(config.topology)
     stochastic = options.get("stochastic", "doubly") if config.topology == "custom" else "doubly"
     if is_column_stochastic(config):
-        field, what = ("weights", "the W of weights = column-stochastic") if config.weights == "column-stochastic" \
-            else ("topology_options", "a custom matrix with stochastic = column")
-        if not push_sum:
-            raise ConfigError(f"{field}: " + column_refusal(what, config.algorithm))
-        if config.compressor != "none" or config.mode != "sync":
-            setting = f"compressor = {config.compressor}" if config.compressor != "none" else f"mode = {config.mode}"
-            raise ConfigError(f"{field}: {what} mixes by push-sum, whose weights need every message exactly and in "
-                              f"step; {setting} does not carry them (use compressor = none and mode = sync)")
+        _check_push_sum(config, push_sum)
     if scheme == "sample-count" or "sizes" in options:
-        sizes = options.get("sizes")
-        if scheme != "sample-count":
-            raise ConfigError(f"topology_options sizes (the clients' sample counts) apply to weights = sample-count "
-                              f"only, not to weights = {scheme}")
-        # unset: a run passes its partition's training-sample counts (`dfl.engine.setup.build_topology`)
-        if sizes is not None and isinstance(config.clients, int) and (
-                not isinstance(sizes, (list, tuple)) or len(sizes) != config.clients):
-            raise ConfigError(f"topology_options sizes must list {config.clients} sample counts (one per client), "
-                              f"got {sizes!r}")
+        _check_sizes(config, scheme)
     fault = next((name for name in LINK_FAULTS if getattr(config, name, 0)), None)
     one_sided = KIND.get(scheme, "doubly") != "doubly" or stochastic != "doubly"
     directed_graph = config.topology in ("directed-ring", "one-peer", "random-pull") or (
@@ -261,16 +526,43 @@ def check_config(config, centralized: bool = False, push_sum: bool = False) -> N
         raise ConfigError(f"topology: {exc}") from None
 
 
+def _check_push_sum(config, push_sum: bool) -> None:
+    """Refuse a column-stochastic W unless the algorithm mixes by push-sum, synchronously and without compression."""
+    field, what = ("weights", "the W of weights = column-stochastic") if config.weights == "column-stochastic" \
+        else ("topology_options", "a custom matrix with stochastic = column")
+    if not push_sum:
+        raise ConfigError(f"{field}: " + column_refusal(what, config.algorithm))
+    if config.compressor != "none" or config.mode != "sync":
+        setting = f"compressor = {config.compressor}" if config.compressor != "none" else f"mode = {config.mode}"
+        raise ConfigError(f"{field}: {what} mixes by push-sum, whose weights need every message exactly and in "
+                          f"step; {setting} does not carry them (use compressor = none and mode = sync)")
+
+
+def _check_sizes(config, scheme: str) -> None:
+    """The option `sizes` belongs to weights = sample-count and, when given, lists one sample count per client."""
+    sizes = config.topology_options.get("sizes")
+    if scheme != "sample-count":
+        raise ConfigError(f"topology_options sizes (the clients' sample counts) apply to weights = sample-count "
+                          f"only, not to weights = {scheme}")
+    # unset: a run passes its partition's training-sample counts (`dfl.engine.setup.build_topology`)
+    if sizes is not None and isinstance(config.clients, int) and (
+            not isinstance(sizes, (list, tuple)) or len(sizes) != config.clients):
+        raise ConfigError(f"topology_options sizes must list {config.clients} sample counts (one per client), "
+                          f"got {sizes!r}")
+
+
 def spectral_summary(name: str, n: int | None, weights: str | None = None, *, gossip_steps: int = 1,
                      gamma: float = 0.9, eps: float = 1e-3, **options: Any) -> dict[str, Any]:
-    """The spectral summary of topology `name` on n clients (`dfl topology`): degrees (min, mean, max), which of
-    W's sums are 1 (`stochastic`: doubly, row or column), λ = ‖W − J‖₂ (one-sided W: |λ₂(W)|), the spectral gap
-    1 − λ, the contraction of Q = `gossip_steps` steps (‖W^Q − J‖₂, or the one-sided kind's consensus error,
-    `topologies.directed`), the second singular value σ₂(W) of a static W, the spread [min, max] of n·π (π the
-    Perron vector: the clients' weights in a row-stochastic consensus, push-sum's limit weights for a
-    column-stochastic W; [1, 1] when doubly stochastic), Φ, the effective number of neighbours at γ = `gamma`,
-    and the gossip steps that shrink disagreement by `eps`. A quantity that is not defined for this topology
-    (e.g. λ of a time-varying one, Φ of a one-sided W) is None."""
+    """The spectral summary of topology `name` on n clients (`dfl topology`).
+
+    Degrees (min, mean, max), which of W's sums are 1 (`stochastic`: doubly, row or column), λ = ‖W − J‖₂ (one-sided W:
+    |λ₂(W)|), the spectral gap 1 − λ, the contraction of Q = `gossip_steps` steps (‖W^Q − J‖₂, or the one-sided kind's
+    consensus error, `topologies.directed`), the second singular value σ₂(W) of a static W, the spread [min, max] of n·π
+    (π the Perron vector: the clients' weights in a row-stochastic consensus, push-sum's limit weights for a
+    column-stochastic W; [1, 1] when doubly stochastic), Φ, the effective number of neighbours at γ = `gamma`, and the
+    gossip steps that shrink disagreement by `eps`. A quantity that is not defined for this topology (e.g. λ of a
+    time-varying one, Φ of a one-sided W) is None.
+    """
     topo = analyse(name, n, weights, **options)
     deg = topo.degrees()
     lam = _defined(topo.second_eigenvalue)

@@ -1,15 +1,20 @@
-"""Write the generated reference pages: `docs/reference/cli.md` from the real `dfl` parser and
-`docs/reference/options.md` from `dfl.config.options()`, the one description of every option.
+"""Write the generated reference pages: `docs/reference/cli.md` from the real `dfl` parser,
+`docs/reference/options.md` from `dfl.config.options()`, the one description of every option, and
+`docs/reference/api-components.md` from the docstrings of every registered algorithm, topology, model, dataset
+and partition (read by griffe's Google parser, as mkdocstrings reads the rest of the API).
 
-    python docs/gen_reference.py          # rewrite both pages (commit them)
+    python docs/gen_reference.py          # rewrite the pages (commit them)
     python docs/gen_reference.py --check  # exit 1 if a page is not current (tests/test_docs.py runs this)
 """
 
 from __future__ import annotations
 
 import argparse
+import inspect
+import logging
 import sys
 from pathlib import Path
+from typing import Any
 
 from dfl.cli import COMMANDS, build_parser
 from dfl.config import options
@@ -68,7 +73,90 @@ def _help(parser: argparse.ArgumentParser) -> str:
             os.environ["COLUMNS"] = columns
 
 
-PAGES = {"options.md": options_page, "cli.md": cli_page}
+# category -> (the registry's module and name, the config field that picks one, where its options go)
+COMPONENTS = {
+    "algorithms": ("dfl.algorithms", "ALGORITHMS", "algorithm", "the hyperparameters' fields, or algorithm_options"),
+    "topologies": ("dfl.topologies", "TOPOLOGIES", "topology", "topology_options"),
+    "models": ("dfl.models", "MODELS", "model", "model_options"),
+    "datasets": ("dfl.data", "DATASETS", "dataset", "dataset_options"),
+    "partitions": ("dfl.data", "PARTITIONS", "partition", "partition_options"),
+}
+CALLED_AS = {  # what a registered object of each category is called with, besides its options
+    "topologies": "`factory(n, weights, **topology_options)`",
+    "models": "`factory(input_shape, num_classes, **model_options)`, after `torch.manual_seed(seed)`",
+    "datasets": "`loader(**dataset_options)` (a local-files dataset: `loader(data_root)`)",
+    "partitions": "`method(labels, num_clients, rng, **partition_options)`",
+}
+
+
+def _markdown(text: str) -> str:
+    """A docstring's prose as Markdown: `*` and `|` outside code spans escaped (`m*k` is not emphasis), indented
+    blocks (the math) left as code blocks."""
+    lines = []
+    for line in text.splitlines():
+        if line.startswith("    "):
+            lines.append(line)
+            continue
+        parts = line.split("`")
+        parts[::2] = [part.replace("*", "\\*") for part in parts[::2]]
+        lines.append("`".join(parts))
+    return "\n".join(lines)
+
+
+def _component(category: str, name: str, obj: Any, entry: dict) -> list[str]:
+    """One registered component: its heading, kind, path, docstring prose, options table and examples."""
+    import griffe
+
+    doc = (obj.__dict__.get("__doc__") if isinstance(obj, type) else inspect.getdoc(obj)) or ""
+    target = obj if isinstance(obj, type) or inspect.isroutine(obj) else type(obj)
+    facts = [f"`{target.__module__}.{target.__qualname__}`"]
+    facts += [f"{key}: {entry[key]}" for key in ("kind", "source") if key in entry]
+    if "centralized" in entry:
+        facts.append("centralized (a server)" if entry["centralized"] else "decentralized (gossip)")
+    lines = [f"\n### {name}\n", " · ".join(facts) + "\n"]
+    meanings: dict[str, str] = {}
+    for section in griffe.Docstring(inspect.cleandoc(doc)).parse("google"):
+        if section.kind is griffe.DocstringSectionKind.text:
+            lines.append(_markdown(section.value) + "\n")
+        elif section.kind is griffe.DocstringSectionKind.parameters:
+            meanings = {p.name: " ".join(p.description.split()) for p in section.value}
+        elif section.kind is griffe.DocstringSectionKind.examples:
+            for kind, value in section.value:
+                fence = "```pycon" if kind is griffe.DocstringSectionKind.examples else None
+                lines += [f"{fence}\n{value}\n```\n"] if fence else [_markdown(value) + "\n"]
+    options = entry.get("options") or {}
+    if options and meanings:  # an algorithm lists its hyperparameters in its prose instead
+        lines += ["| option | default | meaning |", "|---|---|---|"]
+        lines += [f"| `{key}` | `{_cell(repr(value) if value != 'required' else 'required')}` | "
+                  f"{_cell(meanings.get(key, ''))} |" for key, value in options.items()]
+    return lines
+
+
+def components_page() -> str:
+    """Every built-in algorithm, topology, model, dataset and partition, each from its own docstring."""
+    import importlib
+
+    from dfl.workflows import catalog
+
+    logging.getLogger("griffe").setLevel(logging.ERROR)  # "no type annotation": the Args entries name no types
+    lines = [HEADER.format(source="the components' docstrings (dfl.workflows.catalog)"), "# Components\n",
+             "Every built-in choice of the config fields `algorithm`, `topology`, `model`, `dataset` and `partition`, "
+             "as its docstring describes it: the source, the math and every option with its default. `dfl list "
+             "CATEGORY` prints the same summary lines and defaults; a registered plug-in documents itself the same "
+             "way ([Plug-ins](../how-to/plugins.md)).\n"]
+    for category, (module, attribute, field, where) in COMPONENTS.items():
+        registry = getattr(importlib.import_module(module), attribute)
+        lines.append(f"\n## {category.capitalize()}\n")
+        called = f" Each is called as {CALLED_AS[category]}." if category in CALLED_AS else ""
+        lines.append(f"The config field `{field}` picks one; its options go in {where}.{called}\n")
+        for entry in catalog.entries(category):
+            obj = registry.get(entry["name"])
+            if getattr(obj, "__module__", "").startswith("dfl."):  # built-ins only: plug-ins vary by machine
+                lines += _component(category, entry["name"], obj, entry)
+    return "\n".join(lines) + "\n"
+
+
+PAGES = {"options.md": options_page, "cli.md": cli_page, "api-components.md": components_page}
 
 
 def main(argv: list[str] | None = None) -> int:

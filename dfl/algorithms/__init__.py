@@ -23,6 +23,12 @@ from dfl.registry import Registry
 # the built-ins are declared by card (`dfl.algorithms.builtin`): naming and checking one imports no torch; its
 # class is imported when a run builds it (`algorithm_class`)
 ALGORITHMS: Registry = Registry("algorithm", group="dfl.algorithms", check=check_algorithm)
+"""Every algorithm the config field `algorithm` takes: name -> `Algorithm` subclass.
+
+The built-ins first (declared by card, so checking a config imports no torch; the class loads on the first
+`get`), then those registered with `@dfl.algorithms.register("name")` and installed packages' entry points
+(group `dfl.algorithms`). `check_algorithm` vets each class: an `Algorithm` with a `round` and its hyperparameters
+declared. Read by `dfl.validate`, `dfl list algorithms` and the runner (`algorithm_class`)."""
 for _name, (_target, _card) in BUILTINS.items():
     ALGORITHMS.declare(_name, _target, _card)
 del _name, _target, _card
@@ -48,22 +54,31 @@ def algorithm_class(name: str):
 
 
 def is_centralized(name: str) -> bool:
-    """Whether the algorithm registered as `name` aggregates at a server (the complete-graph case) instead of
-    gossiping with neighbours (read from its card: imports nothing)."""
+    """Whether algorithm `name` aggregates at a server rather than gossiping.
+
+    Whether the algorithm registered as `name` aggregates at a server (the complete-graph case) instead of
+    gossiping with neighbours (read from its card: imports nothing).
+    """
     return bool(getattr(ALGORITHMS.card(name, "algorithm"), "centralized", False))
 
 
 def mixes_by_push_sum(name: str) -> bool:
-    """Whether the algorithm registered as `name` gossips through `Algorithm.mix`, so runs on a column-stochastic W
-    by push-sum (read from its card: imports nothing)."""
+    """Whether algorithm `name` mixes by push-sum, so it runs on a column-stochastic W.
+
+    Whether the algorithm registered as `name` gossips through `Algorithm.mix`, so runs on a column-stochastic W
+    by push-sum (read from its card: imports nothing).
+    """
     return bool(getattr(ALGORITHMS.card(name, "algorithm"), "push_sum", False))
 
 
 def resolve_hyperparameters(config, warn: bool = True) -> tuple[dict, list[str]]:
-    """The algorithm's hyperparameters (its defaults, overridden by set Config fields and by
+    """The hyperparameters a run of `config` uses, and the set fields that do not apply.
+
+    The algorithm's hyperparameters (its defaults, overridden by set Config fields and by
     `config.algorithm_options`) and the names of Config fields that were set but do not apply to it (warned
     about, never silently dropped). ValueError for an algorithm option that is unknown or of the wrong type,
-    or for values the algorithm's `check_hyperparameters` refuses."""
+    or for values the algorithm's `check_hyperparameters` refuses.
+    """
     cls = ALGORITHMS.card(config.algorithm, "algorithm")  # a built-in's card, or a registered class itself
     hp = dict(cls.hyperparameters)
     ignored = []
@@ -92,10 +107,12 @@ def resolve_hyperparameters(config, warn: bool = True) -> tuple[dict, list[str]]
 
 
 def check_config(config) -> None:
-    """The algorithm's part of `dfl.validate`: `algorithm` is registered; participation < 1 only for a
-    centralized one; `algorithm_options` fit its declared defaults and its `check_hyperparameters` accepts the
-    resolved values; the SAM radius schedule is complete; the local optimizer is one its update rule is written
-    for. Raises `ConfigError` naming the field."""
+    """The algorithm's part of `dfl.validate`: `algorithm` is registered; participation < 1 only for a centralized one.
+
+    `algorithm_options` fit its declared defaults and its `check_hyperparameters` accepts the resolved values; the SAM
+    radius schedule is complete; the local optimizer is one its update rule is written for. Raises `ConfigError` naming
+    the field.
+    """
     cls = ALGORITHMS.card(config.algorithm, "algorithm")
     centralized = getattr(cls, "centralized", False)
     if config.participation is not None and config.participation < 1 and not centralized:

@@ -1,25 +1,30 @@
 """The public interface of an algorithm: what a round gets (`Context`, the client stack X) and gives (`RoundStats`).
 
-Writing one needs only this module (and, for a centralized one, `dfl.algorithms.server.ServerAlgorithm`):
+Writing one needs only this module (and, for a centralized one, `dfl.algorithms.server.ServerAlgorithm`); this
+example runs in the test suite (tests/test_doctests.py):
 
-    import numpy as np
-    import dfl
-    from dfl.algorithms import Algorithm, RoundStats
+    >>> import numpy as np
+    >>> import dfl
+    >>> from dfl.algorithms import Algorithm, RoundStats
+    >>> @dfl.algorithms.register("periodic-dfedavg")
+    ... class PeriodicDFedAvg(Algorithm):
+    ...     "Periodic DFedAvg: K local steps every round, one gossip step every `period` rounds."
+    ...     hyperparameters = {"momentum": 0.0, "period": 2}  # `momentum`: a Config field; `period`: an option
+    ...
+    ...     def round(self, t: int) -> RoundStats:
+    ...         ctx = self.ctx
+    ...         local = ctx.trainer.train(self.X, t, ctx.lr(t), ctx.rule(t))   # Y = K local steps from X
+    ...         self.X, sent = local.Y, np.zeros(ctx.comm.num_clients, dtype=np.int64)
+    ...         if (t + 1) % ctx.hp["period"] == 0:                            # gossip every `period` rounds
+    ...             self.X, sent = ctx.gossip.mix(local.Y, t, 1), ctx.gossip.sends(t, 1)   # X <- W_t Y
+    ...         return RoundStats(train_loss=local.loss, models_sent=sent)
+    >>> config = dfl.Config(algorithm="periodic-dfedavg", algorithm_options={"period": 2}, rounds=2, clients=4,
+    ...                     dataset="digits", model="logreg", eval_every=1, progress=False)
+    >>> [row["round"] for row in dfl.run(config).history]
+    [1, 2]
+    >>> dfl.algorithms.ALGORITHMS.unregister("periodic-dfedavg")  # this example's name, freed again
 
-    @dfl.algorithms.register("periodic-dfedavg")
-    class PeriodicDFedAvg(Algorithm):
-        # the docstring's first line is what `dfl list algorithms` shows
-        hyperparameters = {"momentum": 0.0, "period": 2}  # `momentum`: a Config field; `period`: an option
-
-        def round(self, t: int) -> RoundStats:
-            ctx = self.ctx
-            local = ctx.trainer.train(self.X, t, ctx.lr(t), ctx.rule(t))   # Y = K local steps from X
-            self.X, sent = local.Y, np.zeros(ctx.comm.num_clients, dtype=np.int64)
-            if (t + 1) % ctx.hp["period"] == 0:                            # gossip every `period` rounds
-                self.X, sent = ctx.gossip.mix(local.Y, t, 1), ctx.gossip.sends(t, 1)   # X ← W_t Y
-            return RoundStats(train_loss=local.loss, models_sent=sent)
-
-    dfl.run(dfl.Config(algorithm="periodic-dfedavg", algorithm_options={"period": 4}, rounds=8))
+The class's docstring summary line is what `dfl list algorithms` shows.
 
 The runner builds the algorithm once, `cls(ctx, X0)`, then calls `round(t)` for t = 0 … rounds − 1 (from the
 checkpoint's round on resume) and evaluates `self.X` after the rounds it chooses.
@@ -115,8 +120,10 @@ SAM_VARIANT_DEFAULTS = {"sam": "sam", "asam_eta": 0.2, "asam_form": "kwon"}
 
 
 def scheduled_rho(hp: dict[str, Any], t: int, final: float) -> float:
-    """ρ_t for a SAM radius whose final value is `final` (hp: an algorithm's resolved hyperparameters):
-    see `Context.rho`."""
+    """ρ_t for a SAM radius whose final value is `final` (hp: an algorithm's resolved hyperparameters).
+
+    See `Context.rho`.
+    """
     ramp = hp.get("rho_ramp_rounds", 0)
     if hp.get("rho_schedule", "constant") == "constant" or ramp <= 1:
         return final
@@ -309,8 +316,11 @@ class Algorithm(ABC):
 
     @classmethod
     def check_hyperparameters(cls, hp: dict[str, Any]) -> None:
-        """Raise ValueError, naming the hyperparameter, for values this algorithm cannot run with (a range, a
-        combination). Called with the resolved hyperparameters when the config is validated, before training."""
+        """Refuse hyperparameter values this algorithm cannot run with.
+
+        Raise ValueError, naming the hyperparameter, for values this algorithm cannot run with (a range, a
+        combination). Called with the resolved hyperparameters when the config is validated, before training.
+        """
         return None  # an optional hook: the default accepts every value
 
     @abstractmethod
@@ -347,8 +357,10 @@ class Algorithm(ABC):
         return {}
 
     def state(self) -> dict[str, torch.Tensor]:
-        """Everything beyond X that the next rounds depend on, for checkpoints: the per-client entries
-        named in `client_state` ([m_local, ...] rows) and replicated server state."""
+        """Everything beyond X that the next rounds depend on, for checkpoints.
+
+        The per-client entries named in `client_state` ([m_local, ...] rows) and replicated server state.
+        """
         state = {} if self.optimizer_state is None else self.optimizer_state.as_dict()
         if self.push_weight is not None:
             state["push_weight"] = self.push_weight
@@ -356,7 +368,9 @@ class Algorithm(ABC):
 
     def load_state(self, state: dict[str, torch.Tensor]) -> None:
         """Set attributes from `state` (e.g. a checkpoint's, rows already sliced to this process's clients).
-        A tensor replacing a tensor attribute must have its shape; it takes the attribute's device and dtype."""
+
+        A tensor replacing a tensor attribute must have its shape; it takes the attribute's device and dtype.
+        """
         for key, value in state.items():
             adam = key in AdamState.KEYS and self.optimizer_state is not None  # "adam_step" -> optimizer_state.step
             owner, name = (self.optimizer_state, key.removeprefix("adam_")) if adam else (self, key)

@@ -30,8 +30,10 @@ def _sam(rho: float) -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class AlgorithmCard:
-    """What validation reads of an algorithm class, without importing it: a registered class answers the same
-    attributes itself (the registry's card of a class is the class)."""
+    """What validation reads of an algorithm class, without importing it.
+
+    A registered class answers the same attributes itself (the registry's card of a class is the class).
+    """
 
     hyperparameters: dict[str, Any] = field(default_factory=dict)
     centralized: bool = False
@@ -40,8 +42,11 @@ class AlgorithmCard:
     push_sum: bool = False  # gossips through `Algorithm.mix`: runs on a column-stochastic W (push-sum)
 
     def check_hyperparameters(self, hp: dict[str, Any]) -> None:
-        """The algorithm's own check of its resolved hyperparameters (`Algorithm.check_hyperparameters`), where it
-        refines the generic ones: the same function the class calls."""
+        """Run the algorithm's own check of its resolved hyperparameters.
+
+        The algorithm's own check of its resolved hyperparameters (`Algorithm.check_hyperparameters`), where it
+        refines the generic ones: the same function the class calls.
+        """
         if self.check is not None:
             self.check(hp)
 

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
+from typing_extensions import override
+
 from dfl.algorithms.base import ADAPTIVE, Algorithm, RoundStats
 
 
@@ -31,6 +33,7 @@ class DFedAvg(Algorithm):
     local_optimizers = ADAPTIVE
     push_sum = True  # gossips through `Algorithm.mix`: runs on column-stochastic W too
 
+    @override
     def round(self, t: int) -> RoundStats:
         ctx = self.ctx
         local = ctx.trainer.train(self.X, t, ctx.lr(t), ctx.rule(t), adam=self.optimizer_state)  # y^K

@@ -18,6 +18,8 @@ DisPFL-derived code of this lineage runs the local SGD with momentum 0.9. The pa
 
 from __future__ import annotations
 
+from typing_extensions import override
+
 from dfl.algorithms.base import ADAPTIVE, RHO_SCHEDULE_DEFAULTS, SAM_VARIANT_DEFAULTS, Algorithm, RoundStats
 
 SAM_DEFAULTS = {"rho": 0.01, **RHO_SCHEDULE_DEFAULTS, **SAM_VARIANT_DEFAULTS, "momentum": 0.9}
@@ -45,8 +47,10 @@ class DFedSAMMGS(Algorithm):
     push_sum = True  # gossips through `Algorithm.mix`: runs on column-stochastic W too
 
     def gossip_steps(self) -> int:
+        """Q, the gossip steps after each round's local steps (the hyperparameter `gossip_steps`; DFedSAM: 1)."""
         return self.ctx.hp.get("gossip_steps", 1)
 
+    @override
     def round(self, t: int) -> RoundStats:
         ctx, Q = self.ctx, self.gossip_steps()
         local = ctx.trainer.train(self.X, t, ctx.lr(t), ctx.rule(t), adam=self.optimizer_state)  # Y^K by local SAM

@@ -19,6 +19,7 @@ Defaults μ = β = 0.9, η_g = 1, α = 1 (not recovered; the spec suggests sweep
 from __future__ import annotations
 
 import torch
+from typing_extensions import override
 
 from dfl.algorithms.base import Context, RoundStats
 from dfl.algorithms.server import SERVER_DEFAULTS, ServerAlgorithm
@@ -53,6 +54,7 @@ class DOMO(ServerAlgorithm):
         if self.hp["participation"] < 1:
             self.downlink = 2  # m_t cannot be inferred by clients that skipped rounds
 
+    @override
     def round(self, t: int) -> RoundStats:
         part = self.participants(t)
         if part.count == 0:
@@ -73,6 +75,7 @@ class DOMO(ServerAlgorithm):
         local = trainer.train(start, t, lr, self.ctx.rule(t), rows=part.rows)
         return local.Y, local.loss, local.steps
 
+    @override
     def state(self):
         return {**super().state(), "m": self.m}
 

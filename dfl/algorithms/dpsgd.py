@@ -17,6 +17,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 import torch
+from typing_extensions import override
 
 from dfl.algorithms.base import ADAPTIVE, Algorithm, Context, RoundStats
 from dfl.training.adam import AdamState
@@ -41,6 +42,7 @@ class DPSGD(Algorithm):
         super().__init__(ctx, X)
         self.gossip_step = 0  # global gossip-step counter (time-varying topologies advance per step)
 
+    @override
     def round(self, t: int) -> RoundStats:
         ctx, lr, rule = self.ctx, self.ctx.lr(t), self.ctx.rule(t)
         adam = self.optimizer_state
@@ -63,9 +65,11 @@ class DPSGD(Algorithm):
         steps = schedule.steps_per_client.to(self.X.device).clamp_min(1)
         return RoundStats(train_loss=loss_sum / steps, models_sent=sent)
 
+    @override
     def state(self):
         return {**super().state(), "gossip_step": torch.tensor(self.gossip_step, device="cpu")}  # a host counter
 
+    @override
     def load_state(self, state: dict[str, torch.Tensor]) -> None:
         state = dict(state)
         self.gossip_step = int(state.pop("gossip_step"))

@@ -1,4 +1,6 @@
-"""DSGT: distributed stochastic gradient tracking (Pu & Nedić, "Distributed stochastic gradient tracking methods",
+"""DSGT: distributed stochastic gradient tracking, and its SAM variant DSGT-SAM.
+
+DSGT: distributed stochastic gradient tracking (Pu & Nedić, "Distributed stochastic gradient tracking methods",
 Mathematical Programming 187, 2021; arXiv 1805.11454, Algorithm 1 "DSGT").
 
 Each client keeps its model x_i and a tracker y_i of the average gradient; with G(X) the [m, d] stack of the
@@ -36,6 +38,7 @@ from __future__ import annotations
 
 import numpy as np
 import torch
+from typing_extensions import override
 
 from dfl.algorithms.base import RHO_SCHEDULE_DEFAULTS, SAM_VARIANT_DEFAULTS, Algorithm, Context, RoundStats
 from dfl.algorithms.dpsgd import iterations_per_round
@@ -70,6 +73,7 @@ class DSGT(Algorithm):
         self.last_gradient = torch.zeros_like(X)  # G^{k−1} (G^{−1} = 0, so Y^0 = G^0)
         self.gossip_step = 0  # global gossip-step counter (time-varying topologies advance per step)
 
+    @override
     def round(self, t: int) -> RoundStats:
         ctx, alpha = self.ctx, self.ctx.lr(t)
         rule = ctx.rule(t, momentum=0.0)
@@ -95,10 +99,12 @@ class DSGT(Algorithm):
         steps = schedule.steps_per_client.to(self.X.device).clamp_min(1)
         return RoundStats(train_loss=loss_sum / steps, models_sent=sent)
 
+    @override
     def state(self):
         return {**super().state(), "tracker": self.tracker, "last_gradient": self.last_gradient,
                 "gossip_step": torch.tensor(self.gossip_step, device="cpu")}  # a host counter
 
+    @override
     def load_state(self, state: dict[str, torch.Tensor]) -> None:
         state = dict(state)
         self.gossip_step = int(state.pop("gossip_step"))

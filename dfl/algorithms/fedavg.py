@@ -11,6 +11,7 @@ Communication: the model down, the model up.
 from __future__ import annotations
 
 import torch
+from typing_extensions import override
 
 from dfl.algorithms.base import ADAPTIVE, RHO_SCHEDULE_DEFAULTS, SAM_VARIANT_DEFAULTS, RoundStats
 from dfl.algorithms.server import SERVER_DEFAULTS, ServerAlgorithm
@@ -34,11 +35,15 @@ class FedAvg(ServerAlgorithm):
     local_optimizers = ADAPTIVE  # subclasses whose rule is written in SGD steps set ("sgd",)
 
     def local(self, t: int, part):
-        """K local steps from x_t for the participants (the local rule from the hyperparameters; kept Adam state
-        of non-participants stays as it is)."""
+        """K local steps from the global model x_t for the round's participants.
+
+        K local steps from x_t for the participants (the local rule from the hyperparameters; kept Adam state
+        of non-participants stays as it is).
+        """
         ctx = self.ctx
         return ctx.trainer.train(self.X, t, ctx.lr(t), ctx.rule(t), rows=part.rows, adam=self.optimizer_state)
 
+    @override
     def round(self, t: int) -> RoundStats:
         part = self.participants(t)
         if part.count == 0:
@@ -48,6 +53,7 @@ class FedAvg(ServerAlgorithm):
         return self.stats(local.loss, part)
 
     def server_step(self, delta: torch.Tensor) -> None:
+        """Apply the aggregated update Δ = Σ p_i Δ_i at the server and broadcast the new global model."""
         self.broadcast(self.x + self.hp["server_lr"] * delta)  # x_{t+1} = x_t + η_g Σ p_i Δ_i
 
 
@@ -96,9 +102,11 @@ class FedAvgSM(FedAvg):
         super().__init__(ctx, X)
         self.m = torch.zeros_like(self.x)
 
+    @override
     def server_step(self, delta: torch.Tensor) -> None:
         self.m = self.hp["server_momentum"] * self.m - delta  # m ← β m + d_t,  d_t = −Σ p_i Δ_i
         self.broadcast(self.x - self.hp["server_lr"] * self.m)
 
+    @override
     def state(self):
         return {**super().state(), "m": self.m}

@@ -14,6 +14,7 @@ Server:
 from __future__ import annotations
 
 import torch
+from typing_extensions import override
 
 from dfl.algorithms.base import RHO_SCHEDULE_DEFAULTS, SAM_VARIANT_DEFAULTS, Context, RoundStats
 from dfl.algorithms.fedavg import FedAvg
@@ -43,6 +44,7 @@ class FedCM(FedAvg):
         super().__init__(ctx, X)
         self.delta = torch.zeros_like(self.x)  # Δ_t
 
+    @override
     def round(self, t: int) -> RoundStats:
         part = self.participants(t)
         if part.count == 0:
@@ -57,6 +59,7 @@ class FedCM(FedAvg):
         self.server_step(self.aggregate(local.Y - self.x, part.weights))
         return self.stats(local.loss, part)
 
+    @override
     def state(self):
         return {**super().state(), "delta": self.delta}
 

@@ -14,6 +14,7 @@ No server lr (the spec has none). Default α = 0.01.
 from __future__ import annotations
 
 import torch
+from typing_extensions import override
 
 from dfl.algorithms.base import Context, RoundStats
 from dfl.algorithms.server import SERVER_DEFAULTS, ServerAlgorithm
@@ -41,6 +42,7 @@ class FedDyn(ServerAlgorithm):
         super().__init__(ctx, X)
         self.h = torch.zeros_like(self.X)  # h_i (rows = local clients)
 
+    @override
     def round(self, t: int) -> RoundStats:
         part = self.participants(t)
         if part.count == 0:
@@ -56,5 +58,6 @@ class FedDyn(ServerAlgorithm):
         self.broadcast(average + ctx.comm.mean_rows(self.h))  # + mean_all h_j
         return self.stats(local.loss, part)
 
+    @override
     def state(self):
         return {**super().state(), "h": self.h}

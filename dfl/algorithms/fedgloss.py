@@ -25,6 +25,7 @@ here the default is no ramp (T_s = 0).
 from __future__ import annotations
 
 import torch
+from typing_extensions import override
 
 from dfl.algorithms.base import SAM_VARIANT_DEFAULTS, Context, RoundStats
 from dfl.algorithms.server import SERVER_DEFAULTS, ServerAlgorithm
@@ -65,6 +66,7 @@ class FedGLoSS(ServerAlgorithm):
         self.delta_prev = torch.zeros_like(self.x)  # Δ̃_prev
         self.sigma_k = torch.zeros_like(self.X)  # client σ_k (rows = local clients)
 
+    @override
     def round(self, t: int) -> RoundStats:
         part = self.participants(t)
         if part.count == 0:
@@ -91,5 +93,6 @@ class FedGLoSS(ServerAlgorithm):
         self.delta_prev = delta
         return self.stats(local.loss, part)
 
+    @override
     def state(self):
         return {**super().state(), "sigma": self.sigma, "delta_prev": self.delta_prev, "sigma_k": self.sigma_k}

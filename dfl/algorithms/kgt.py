@@ -1,4 +1,6 @@
-"""K-GT: gradient tracking with local steps (Liu, Lin, Koloskova & Stich, "Decentralized Gradient Tracking with
+"""K-GT: gradient tracking with local steps, and its SAM variant K-GT-SAM.
+
+K-GT: gradient tracking with local steps (Liu, Lin, Koloskova & Stich, "Decentralized Gradient Tracking with
 Local Steps", Optimization Methods and Software, 2024; arXiv 2301.01313, Algorithm 1).
 
 Each client keeps its model x_i and a correction c_i (c_i = 0 at the start, so Σ_i c_i = 0); round t, client i:
@@ -33,6 +35,7 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+from typing_extensions import override
 
 from dfl.algorithms.base import RHO_SCHEDULE_DEFAULTS, SAM_VARIANT_DEFAULTS, Algorithm, Context, RoundStats
 from dfl.algorithms.builtin import check_kgt
@@ -66,10 +69,12 @@ class KGT(Algorithm):
         super().__init__(ctx, X)
         self.correction = torch.zeros_like(X)  # c_i^0 = 0
 
+    @override
     @classmethod
     def check_hyperparameters(cls, hp: dict[str, Any]) -> None:
         check_kgt(hp)  # torch-free, so that validation reads it from the card without importing this module
 
+    @override
     def round(self, t: int) -> RoundStats:
         ctx, eta_c, eta_s = self.ctx, self.ctx.lr(t), self.ctx.hp["outer_lr"]
 
@@ -86,6 +91,7 @@ class KGT(Algorithm):
         self.X = mixed[:, :d].contiguous()  # x_i ← Σ_j w_ij (x_j − η_s Δ_j)
         return RoundStats(train_loss=local.loss, models_sent=2 * ctx.gossip.sends(t, 1))
 
+    @override
     def state(self):
         return {**super().state(), "correction": self.correction}
 

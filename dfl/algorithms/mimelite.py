@@ -16,6 +16,7 @@ instead (the same up to rescaling). β = 0 is FedAvg. Default β = 0.9.
 from __future__ import annotations
 
 import torch
+from typing_extensions import override
 
 from dfl.algorithms.base import RoundStats
 from dfl.algorithms.fedavg import FedAvg
@@ -47,6 +48,7 @@ class MimeLite(FedAvg):
         super().__init__(ctx, X)
         self.m = torch.zeros_like(self.x)
 
+    @override
     def round(self, t: int) -> RoundStats:
         part = self.participants(t)
         if part.count == 0:
@@ -77,5 +79,6 @@ class MimeLite(FedAvg):
             count[batch.rows] += n
         return G / count.clamp_min(1)[:, None]
 
+    @override
     def state(self):
         return {**super().state(), "m": self.m}

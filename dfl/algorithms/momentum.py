@@ -13,6 +13,7 @@ Server:
 from __future__ import annotations
 
 import torch
+from typing_extensions import override
 
 from dfl.algorithms.base import Context
 from dfl.algorithms.fedavg import FedAvg
@@ -43,6 +44,7 @@ class FedAvgLM(FedAvg):
             self.u = torch.zeros_like(self.x)  # u_t, the averaged local momentum buffer
             self.uplink = self.downlink = 2
 
+    @override
     def local(self, t: int, part):
         ctx = self.ctx
         start = None if self.reset else self.u.expand_as(self.X)
@@ -51,6 +53,7 @@ class FedAvgLM(FedAvg):
             self.u = self.aggregate(local.momentum, part.weights)  # u_{t+1} = Σ_S p_i u_{i,K}
         return local
 
+    @override
     def state(self):
         return {**super().state(), **({} if self.reset else {"u": self.u})}
 
@@ -95,6 +98,7 @@ class FedAvgSLM(FedAvgLM):
         super().__init__(ctx, X)
         self.m = torch.zeros_like(self.x)
 
+    @override
     def round(self, t: int):
         part = self.participants(t)
         if part.count == 0:
@@ -106,6 +110,7 @@ class FedAvgSLM(FedAvgLM):
         self.broadcast(self.x - self.hp["server_lr"] * lr * K * self.m)  # x_{t+1} = x_t − η_g η K̄ m
         return self.stats(local.loss, part)
 
+    @override
     def state(self):
         return {**super().state(), "m": self.m}
 

@@ -15,6 +15,7 @@ The invariant c = Σ_all q_i c_i holds after every round.
 from __future__ import annotations
 
 import torch
+from typing_extensions import override
 
 from dfl.algorithms.base import Context, RoundStats
 from dfl.algorithms.fedavg import FedAvg
@@ -45,6 +46,7 @@ class Scaffold(FedAvg):
         self.c = torch.zeros_like(self.x)  # server control variate
         self.ci = torch.zeros_like(self.X)  # client control variates (rows = local clients)
 
+    @override
     def round(self, t: int) -> RoundStats:
         part = self.participants(t)
         if part.count == 0:
@@ -62,5 +64,6 @@ class Scaffold(FedAvg):
         self.server_step(self.aggregate(local.Y - self.x, part.weights))  # x += η_g Σ_S p_i Δy_i
         return self.stats(local.loss, part)
 
+    @override
     def state(self):
         return {**super().state(), "c": self.c, "ci": self.ci}

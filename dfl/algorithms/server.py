@@ -27,6 +27,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
+from typing_extensions import override
 
 from dfl.algorithms.base import Algorithm, Context, RoundStats
 from dfl.config import AGGREGATIONS, PARTICIPATION_MODES  # noqa: F401 (re-exported)
@@ -56,12 +57,14 @@ def sample_participants(seed: int, round_index: int, num_clients: int, fraction:
 
 @dataclass
 class Participation:
+    """The clients that take part in one round of a centralized algorithm, and their aggregation weights."""
     mask: np.ndarray  # [N] bool, every client of every process
     rows: torch.Tensor  # local row ids of this process's participants
     weights: torch.Tensor  # [m_local] aggregation weights p_i (0 off S_t); Σ over all processes = 1
 
     @property
     def count(self) -> int:
+        """How many clients take part, over all processes."""
         return int(self.mask.sum())
 
 
@@ -102,7 +105,8 @@ class ServerAlgorithm(Algorithm):
     def aggregate(self, V: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
         """Σ_i w_i v_i over every client of every process (V: [m_local, d] or [m_local]).
 
-        The local part is one matvec in V's dtype (no float64 copy of the stack); processes add in float64."""
+        The local part is one matvec in V's dtype (no float64 copy of the stack); processes add in float64.
+        """
         local = weights @ V if V.dim() == 2 else (weights * V).sum()
         return self.ctx.comm.sum(local.reshape(-1).double()).to(V.dtype).reshape(V.shape[1:])
 
@@ -119,6 +123,7 @@ class ServerAlgorithm(Algorithm):
 
     # ------------------------------------------------------------------ statistics
     def stats(self, loss: torch.Tensor, part: Participation) -> RoundStats:
+        """The round's statistics: the participants' losses, the models they exchanged with the server, who trained."""
         trained = torch.as_tensor(part.mask[self.ctx.comm.client_ids], device=self.X.device)
         return RoundStats(
             train_loss=loss,
@@ -134,5 +139,6 @@ class ServerAlgorithm(Algorithm):
             trained=torch.zeros(self.X.shape[0], dtype=torch.bool, device=self.X.device),
         )
 
+    @override
     def state(self) -> dict[str, torch.Tensor]:
         return {**super().state(), "x": self.x}

@@ -100,7 +100,14 @@ def _to_dataset(name, train, test, num_classes, mean, std) -> Dataset:
 
 
 def load_cifar10(root) -> Dataset:
-    """CIFAR-10 from root/cifar-10-batches-py (or root itself)."""
+    """CIFAR-10: 60,000 32×32 colour images in 10 classes (Krizhevsky, 2009), read from local files.
+
+    The python version's batches, from root/cifar-10-batches-py or root itself; 50,000 train and 10,000 test
+    images, normalized per channel with the train set's mean and std.
+
+    Args:
+        root: the folder holding the batches (the config's `data_root`).
+    """
     train_files = tuple(f"data_batch_{i}" for i in range(1, 6))
     layout = "<root>/cifar-10-batches-py/{data_batch_1..data_batch_5, test_batch}"
     d = find_dir("cifar10", root, ("cifar-10-batches-py", ""), (*train_files, "test_batch"), layout)
@@ -110,7 +117,14 @@ def load_cifar10(root) -> Dataset:
 
 
 def load_cifar100(root) -> Dataset:
-    """CIFAR-100 (fine labels) from root/cifar-100-python (or root itself)."""
+    """CIFAR-100: 60,000 32×32 colour images in 100 classes, fine labels (Krizhevsky, 2009), from local files.
+
+    The python version's train and test files, from root/cifar-100-python or root itself, normalized per
+    channel with the train set's mean and std.
+
+    Args:
+        root: the folder holding the files (the config's `data_root`).
+    """
     layout = "<root>/cifar-100-python/{train, test}"
     d = find_dir("cifar100", root, ("cifar-100-python", ""), ("train", "test"), layout)
     train = [_read_batch(d / "train", b"fine_labels", 100)]

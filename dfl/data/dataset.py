@@ -38,6 +38,7 @@ def describe(name: str, loader: Any) -> DatasetCard:
 
 # the built-ins are declared by card (`dfl.data.builtin`): checking a config against one loads nothing
 DATASETS: Registry = Registry("dataset", group="dfl.datasets", describe=describe)
+"""Every dataset the config field `dataset` takes: name -> loader, with its card (`DatasetCard`) for validation."""
 for _name, (_target, _card) in BUILTINS.items():
     DATASETS.declare(_name, _target, _card)
 del _name, _target, _card

@@ -34,11 +34,16 @@ def digits_shape(options: dict) -> DataShape:
 
 
 def load_digits(*, test_fraction: float = 0.2, seed: int = 0) -> Dataset:
-    """Digits as (1, 8, 8) images.
+    """Digits: scikit-learn's 1,797 handwritten digits as (1, 8, 8) images, 10 classes (embedded).
 
-    A stratified train/test split (`test_fraction`, `seed`), pixels scaled from 0..16 to [0, 1], then standardized
-    with the train set's global mean and std, x <- (x - mean) / std (one scalar each: corner pixels are constant, so
-    per-pixel std would be 0).
+    The UCI optical recognition of handwritten digits set (Alpaydin & Kaynak, 1998), as `sklearn.datasets.
+    load_digits` ships it. Pixels are scaled from 0..16 to [0, 1], then standardized with the train set's global
+    mean and std, x ← (x − mean)/std (one scalar each: corner pixels are constant, so a per-pixel std would be 0).
+
+    Args:
+        test_fraction: the share held out as the test set by a stratified split (every class in both parts),
+            in (0, 1). Defaults to 0.2.
+        seed: the seed of the train/test split. Defaults to 0.
     """
     import torch  # here (and scikit-learn): the module is imported when a config is checked
     from sklearn.datasets import load_digits as sk_load_digits

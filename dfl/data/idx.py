@@ -118,10 +118,24 @@ def _load(name: str, root, subdirs: tuple[str, ...], mean: float, std: float) ->
 
 
 def load_mnist(root) -> Dataset:
-    """MNIST from root, root/raw or root/MNIST/raw."""
+    """MNIST: 70,000 28×28 grey-scale handwritten digits (LeCun et al., 1998), read from local IDX files.
+
+    The four IDX files (gzipped or not) from root, root/raw or root/MNIST/raw; 60,000 train and 10,000 test
+    images, normalized with the train set's mean and std.
+
+    Args:
+        root: the folder holding the files (the config's `data_root`).
+    """
     return _load("mnist", root, ("", "raw", "MNIST/raw"), MNIST_MEAN, MNIST_STD)
 
 
 def load_fashion_mnist(root) -> Dataset:
-    """Fashion-MNIST from root, root/raw or root/FashionMNIST/raw."""
+    """Fashion-MNIST: 70,000 28×28 grey-scale images of clothing in 10 classes (Xiao et al., 2017), local files.
+
+    The four IDX files from root, root/raw or root/FashionMNIST/raw, laid out as MNIST's; normalized with the
+    train set's mean and std.
+
+    Args:
+        root: the folder holding the files (the config's `data_root`).
+    """
     return _load("fashion-mnist", root, ("", "raw", "FashionMNIST/raw"), FASHION_MEAN, FASHION_STD)

@@ -63,11 +63,17 @@ def mnist1d_shape(options: dict) -> DataShape:
 
 
 def load_mnist1d(*, num_samples: int = 4000, seed: int = 42, test_fraction: float = 0.2) -> Dataset:
-    """MNIST-1D: 10 classes, sequences of length 40 as shape (1, 40), standardized by the generator.
+    """MNIST-1D: 10 classes of 1-D signals of length 40, shape (1, 40), generated on the fly (embedded).
 
-    `num_samples` (rounded down to a multiple of 10, equal per class) is split into train/test by
-    `test_fraction`. The default 4000 keeps a default run fast; the package default is 5000. `seed` fixes
-    the data (42 is the package default); the partition seed is separate.
+    Greydanus & Kobak, "Scaling down deep learning with MNIST-1D", ICML 2024 (the `mnist1d` package): each
+    digit's 1-D template is padded, sheared, scaled, shifted, blurred and noised; the generator standardizes it.
+
+    Args:
+        num_samples: the samples in all, rounded down to a multiple of 10 (equal per class), then split into
+            train and test; at least 20. Defaults to 4000 (a fast default run; the package's is 5000).
+        seed: the seed of the generator, which fixes the data (the partition's seed is separate).
+            Defaults to 42 (the package's).
+        test_fraction: the share of the samples held out as the test set, in (0, 1). Defaults to 0.2.
     """
     import torch  # here: the module is imported when a config is checked, before torch is needed
 

@@ -31,6 +31,7 @@ from dfl.errors import DataError
 from dfl.registry import Registry
 
 PARTITIONS: Registry = Registry("partition", group="dfl.partitions")
+"""Every partition the config field `partition` takes: name -> method f(labels, num_clients, rng, *, options)."""
 USAGE = "f(labels, num_clients, rng, *, option=default, ...) -> one index array per client"
 _REQUIRED_HINTS = {  # how to give a built-in's required option
     "similarity": "similarity=s with s in [0, 1]",
@@ -66,11 +67,8 @@ def partition_options(method: str) -> dict[str, Any]:
 
 
 def check_partition_options(method: str, options: dict[str, Any]) -> dict[str, Any]:
-    """The options of partition `method`, checked and completed with their defaults.
-
-    `options` checked against the options of `method` (unknown or missing ones: ValueError naming the allowed ones)
-    and completed with their defaults, before any labels are split.
-    """
+    """`options` checked against the options of `method` (unknown or missing ones: ValueError naming the
+    allowed ones) and completed with their defaults, before any labels are split."""
     return signatures.resolve_declared("partition", method, partition_options(method), options, _REQUIRED_HINTS)
 
 
@@ -146,16 +144,35 @@ def _checked(parts: Any, method: str, num_clients: int, n: int) -> list[np.ndarr
 # ------------------------------------------------------------------------------------------------ the methods
 @register("iid")
 def iid(labels: np.ndarray, num_clients: int, rng: np.random.Generator) -> list[np.ndarray]:
-    """Random permutation cut into near-equal parts."""
+    """IID: a random permutation of the train set cut into m near-equal parts.
+
+    Every client's data follows the pooled distribution; sizes differ by at most one sample.
+
+    Args:
+        labels: the train set's labels, int64 [N].
+        num_clients: the number of clients m.
+        rng: the generator seeded by the run's seed.
+    """
     return np.array_split(rng.permutation(labels.shape[0]), num_clients)
 
 
 @register("dirichlet")
 def dirichlet(labels: np.ndarray, num_clients: int, rng: np.random.Generator, *, alpha: float = 0.3,
               sigma: float = 0.0) -> list[np.ndarray]:
-    """Label skew, balanced sizes (docs/reference/update-rules.md#dirichlet-partition); sigma > 0: lognormal sizes.
+    """Dirichlet: label skew with balanced sizes, each client's class mix drawn from Dir(α) (Hsu et al., FedDyn).
 
-    Client priors q_i ~ Dir(alpha), each client filled by drawing classes from q_i (`dirichlet_balanced`).
+    Hsu, Qi & Brown, "Measuring the effects of non-identical data distribution for federated visual
+    classification", 2019; the sampler of FedDyn's code (docs/reference/update-rules.md#dirichlet-partition).
+    Client i's prior is q_i ~ Dir(α 1_C); until every client is full, a non-full client i is picked uniformly and
+    given one sample of a class c ~ q_i among the classes not yet exhausted. A small α gives each client few
+    classes; α → ∞ tends to IID.
+
+    Args:
+        labels: the train set's labels, int64 [N].
+        num_clients: the number of clients m.
+        rng: the generator seeded by the run's seed.
+        alpha: the concentration α > 0 (the config field `alpha`). Defaults to 0.3.
+        sigma: the spread of log-normal client sizes; 0 gives equal sizes. Defaults to 0.0.
     """
     alpha = _number("alpha", alpha, low=0.0)
     sigma = _number("sigma", sigma, low=0.0, low_open=False)
@@ -165,9 +182,21 @@ def dirichlet(labels: np.ndarray, num_clients: int, rng: np.random.Generator, *,
 @register("dirichlet-class")
 def dirichlet_class(labels: np.ndarray, num_clients: int, rng: np.random.Generator, *, alpha: float = 0.3,
                     min_size: int = 10, max_retries: int = 10, self_balancing: bool = False) -> list[np.ndarray]:
-    """Per-class Dir(alpha) over clients (Flower's DirichletPartitioner).
+    """Dirichlet per class: each class split over the clients by p ~ Dir(α) (Flower's DirichletPartitioner).
 
-    Redrawn (at most max_retries times) until every client holds min_size samples (`dirichlet_per_class`).
+    Yurochkin et al., ICML 2019 and NIID-Bench (Li, Diao, Chen & He, ICDE 2022): for every class c the shuffled
+    samples of c are cut at ⌊cumsum(p)·n_c⌋ with p ~ Dir(α 1_m), so both the labels and the sizes are skewed.
+    The whole draw is repeated until every client holds `min_size` samples.
+
+    Args:
+        labels: the train set's labels, int64 [N].
+        num_clients: the number of clients m.
+        rng: the generator seeded by the run's seed.
+        alpha: the concentration α > 0 (the config field `alpha`). Defaults to 0.3.
+        min_size: the samples every client must hold. Defaults to 10.
+        max_retries: how many times the draw is repeated before giving up. Defaults to 10.
+        self_balancing: give no more of the next classes to clients that already hold N/m samples.
+            Defaults to False.
     """
     alpha = _number("alpha", alpha, low=0.0)
     min_size = _integer("min_size", min_size, 1)
@@ -184,13 +213,19 @@ def dirichlet_class(labels: np.ndarray, num_clients: int, rng: np.random.Generat
 @register("shards")
 def shards(labels: np.ndarray, num_clients: int, rng: np.random.Generator, *,
            classes_per_client: int = 2) -> list[np.ndarray]:
-    """Label-sorted shards, classes_per_client (k) per client (McMahan et al.).
+    """Shards: the train set sorted by label and cut into m·k shards, k per client (McMahan et al.).
 
-    McMahan et al.'s pathological split: sort by label (random order within a class), cut into m*k shards,
-    give each client k random shards. Shards are cut inside classes (class c gets shards in proportion to
-    its size, at least one each, greedily giving the next shard to the class with the largest shards), so
-    a client holds at most k labels and k = 1 is exactly one label per client. When m*k is smaller than the
+    McMahan et al., AISTATS 2017, the pathological non-IID split: sort by label (random order within a class), cut
+    into m*k shards, give each client k random shards. Shards are cut inside classes (class c gets shards in
+    proportion to its size, at least one each, greedily giving the next shard to the class with the largest shards),
+    so a client holds at most k labels and k = 1 is exactly one label per client. When m*k is smaller than the
     number of classes, the sorted array is cut into m*k equal contiguous pieces instead.
+
+    Args:
+        labels: the train set's labels, int64 [N].
+        num_clients: the number of clients m.
+        rng: the generator seeded by the run's seed.
+        classes_per_client: the shards k each client gets, so at most k labels per client. Defaults to 2.
     """
     k = _integer("classes_per_client", classes_per_client, 1)
     n = labels.shape[0]
@@ -217,12 +252,18 @@ def shards(labels: np.ndarray, num_clients: int, rng: np.random.Generator, *,
 @register("similarity")
 def similarity(labels: np.ndarray, num_clients: int, rng: np.random.Generator, *,
                similarity: float) -> list[np.ndarray]:
-    """SCAFFOLD's split: a fraction s = similarity of the data dealt iid, the rest label-sorted.
+    """Similarity: SCAFFOLD's split, a share s of the data dealt IID and the rest sorted by label.
 
-    (docs/reference/update-rules.md#similarity-partition): a random floor(s N) subset is dealt evenly at random,
-    the rest is sorted by label and cut into m contiguous chunks; client i gets iid chunk i and sorted chunk i. The iid
-    chunks are dealt in reverse order, so the clients that miss a remainder sample of one part get one of
-    the other: no client is empty when N >= m.
+    Karimireddy et al., "SCAFFOLD", ICML 2020, Sec. 7 (docs/reference/update-rules.md#similarity-partition): a
+    random floor(s N) subset is dealt evenly at random, the rest is sorted by label and cut into m contiguous
+    chunks; client i gets iid chunk i and sorted chunk i. The iid chunks are dealt in reverse order, so the clients
+    that miss a remainder sample of one part get one of the other: no client is empty when N >= m.
+
+    Args:
+        labels: the train set's labels, int64 [N].
+        num_clients: the number of clients m.
+        rng: the generator seeded by the run's seed.
+        similarity: the share s in [0, 1] dealt IID (1: IID, 0: fully sorted). Required.
     """
     s = _number("similarity", similarity, low=0.0, high=1.0, low_open=False)
     n = labels.shape[0]
@@ -237,9 +278,15 @@ def similarity(labels: np.ndarray, num_clients: int, rng: np.random.Generator, *
 
 @register("natural")
 def natural(labels: np.ndarray, num_clients: int, rng: np.random.Generator, *, split: Any) -> list[np.ndarray]:
-    """A dataset's own per-client split (synthetic only).
+    """Natural: a dataset's own per-client split (synthetic's clients), checked and used as it is.
 
-    Checked: `num_clients` disjoint index arrays into the train set.
+    The split must hold m disjoint index arrays into the train set.
+
+    Args:
+        labels: the train set's labels, int64 [N].
+        num_clients: the number of clients m.
+        rng: the generator seeded by the run's seed.
+        split: one index array per client, given by the dataset. Required.
     """
     n = labels.shape[0]
     if isinstance(split, (str, bytes)) or not hasattr(split, "__len__"):

@@ -107,11 +107,24 @@ def synthetic_shape(options: dict) -> DataShape:
     return DataShape(int(n_train.sum()), int((sizes - n_train).sum()), (DIM,), CLASSES)
 
 
-def load_synthetic(**options: Any) -> Dataset:
-    """Synthetic(alpha, beta); the defaults are FedProx's Synthetic(1, 1) with 30 clients.
+def load_synthetic(**options: Any) -> Dataset:  # noqa: D417 (Args names each option of its signature)
+    """Synthetic(α, β): FedProx's naturally federated softmax-regression benchmark (embedded).
+
+    Li, Sahu, Zaheer, Sanjabi, Talwalkar & Smith, "Federated optimization in heterogeneous networks", MLSys
+    2020 (after Shamir et al.). Client k draws u_k ~ N(0, α²), B_k ~ N(0, β²), a model W_k, b_k ~ N(u_k, 1), inputs
+    x ~ N(v_k, Σ) with v_k ~ N(B_k, 1), Σ = diag(j^−1.2), and labels y = argmax(W_kᵀx + b_k): α sets how much the
+    clients' models differ, β how much their data do. Its clients are the `natural` partition's split.
 
     Args:
-        **options: those of `synthetic_options` (the loader's signature is that function's).
+        alpha: the spread α of the clients' models. Defaults to 1.0.
+        beta: the spread β of the clients' inputs. Defaults to 1.0.
+        num_clients: the clients the data is generated for. Defaults to 30.
+        size_log_mean: the mean of the log-normal client sizes n_k = ⌊LogNormal(μ, σ)⌋ + min_samples.
+            Defaults to 4.0.
+        size_log_sigma: their log-normal σ. Defaults to 2.0.
+        min_samples: the samples every client has at least. Defaults to 50.
+        test_fraction: the share of each client's samples held out for the pooled test set. Defaults to 0.1.
+        seed: the seed of the generator, which fixes the data. Defaults to 0.
 
     Returns:
         The pooled train and test sets, and each client's train rows as the natural split.

@@ -25,6 +25,10 @@ from dfl.loggers.wandb import WandbLogger
 from dfl.registry import Registry
 
 LOGGERS: Registry[type[Logger]] = Registry("logger", group="dfl.loggers")
+"""Every logger the config field `loggers` lists: name -> `Logger` subclass, built with no arguments.
+
+tensorboard and wandb are built in; `register` (a decorator) adds a class, installed packages theirs by entry point
+(group `dfl.loggers`)."""
 register = LOGGERS.register  # @dfl.loggers.register("name") class MyLogger(Logger): ...
 
 
@@ -51,7 +55,9 @@ __all__ = ["LOGGERS", "Logger", "RunInfo", "TensorBoardLogger", "WandbLogger", "
 
 
 def check_config(config) -> None:
-    """The loggers' part of `dfl.validate`: every name in `loggers` is registered (whether its package is
-    installed is checked when the run builds it)."""
+    """The loggers' part of `dfl.validate`.
+
+    Every name in `loggers` is registered (whether its package is installed is checked when the run builds it).
+    """
     for name in config.loggers:
         LOGGERS.require(name, "loggers")

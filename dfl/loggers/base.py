@@ -29,18 +29,21 @@ class Logger:
     needs_out_dir = False  # True: writes under the run directory, so `out` is required
 
     def start(self, info: RunInfo) -> None:
-        pass
+        """Called once before the first round of this session, with the config, hyperparameters and run so far."""
 
     def log(self, round: int, metrics: dict[str, Any]) -> None:
-        pass
+        """Called after each evaluated round's record is written to metrics.jsonl, with that record."""
 
     def finish(self, status: str, summary: dict[str, Any]) -> None:
-        pass
+        """Called once however the run ends: its status ("completed", "stopped", "diverged", ...) and summary."""
 
 
 def require(logger: str, package: str, install: str) -> Any:
-    """Import `package` for the logger named `logger`, or raise a ConfigError naming the field and the pip
-    command (`install`)."""
+    """Import `package` for a logger, or refuse the config with the pip command.
+
+    Import `package` for the logger named `logger`, or raise a ConfigError naming the field and the pip
+    command (`install`).
+    """
     try:
         return importlib.import_module(package)
     except ImportError as exc:

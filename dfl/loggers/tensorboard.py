@@ -17,6 +17,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from typing_extensions import override
+
 from dfl.loggers.base import Logger, RunInfo, numeric, require
 
 SUBDIR = "tensorboard"
@@ -33,24 +35,30 @@ def tag(metric: str) -> str:
 
 
 def hparam_values(info: RunInfo) -> dict[str, Any]:
-    """The config's fields (unset ones: the algorithm's resolved value, or left out) as TensorBoard hparams,
-    which take numbers, strings and bools: tables and lists become their JSON text."""
+    """The run's config and hyperparameters as TensorBoard hparams.
+
+    The config's fields (unset ones: the algorithm's resolved value, or left out) as TensorBoard hparams,
+    which take numbers, strings and bools: tables and lists become their JSON text.
+    """
     values = {**info.config.to_dict(), **info.hyperparameters}
     return {k: v if isinstance(v, (bool, int, float, str)) else json.dumps(v, default=str)
             for k, v in values.items() if v is not None}
 
 
 class TensorBoardLogger(Logger):
+    """`loggers = ["tensorboard"]`: every evaluated round's metrics as TensorBoard scalars under RUN/tensorboard/."""
     needs_out_dir = True
 
     def __init__(self):
         require("tensorboard", "tensorboard", "pip install tensorboard  (or: pip install 'dfl[tensorboard]')")
         self.writer = None
 
+    @override
     def start(self, info: RunInfo) -> None:
         from torch.utils.tensorboard import SummaryWriter
         from torch.utils.tensorboard.summary import hparams
 
+        assert info.out_dir is not None, "needs_out_dir: a run without a directory refuses this logger"
         log_dir = info.out_dir / SUBDIR
         events = sorted(log_dir.glob("events.out.tfevents.*")) if log_dir.is_dir() else []
         if info.start_round == 0:  # a fresh run: event files left by an overwritten run would mix in
@@ -68,6 +76,7 @@ class TensorBoardLogger(Logger):
         for record in info.history:  # tensorboard enabled on resume: the rounds before it, from the history
             self.log(record["round"], record)
 
+    @override
     def log(self, round: int, metrics: dict[str, Any]) -> None:
         for name, value in numeric(metrics).items():
             self.writer.add_scalar(tag(name), value, round)
@@ -77,6 +86,7 @@ class TensorBoardLogger(Logger):
             self.writer.add_histogram(tag("client_acc"), np.asarray(metrics["client_acc"], dtype=float), round)
         self.writer.flush()  # live: a running TensorBoard sees the round now, not in flush_secs
 
+    @override
     def finish(self, status: str, summary: dict[str, Any]) -> None:
         if self.writer is None:
             return

@@ -13,16 +13,20 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from typing_extensions import override
+
 from dfl.loggers.base import Logger, RunInfo, numeric, require
 
 FINISHED = ("completed", "stopped")  # W&B exit code 0; any other status is a failed W&B run
 
 
 class WandbLogger(Logger):
+    """`loggers = ["wandb"]`: every evaluated round's metrics to a Weights & Biases run (`pip install wandb`)."""
     def __init__(self):
         self.wandb = require("wandb", "wandb", "pip install wandb")
         self.run = None
 
+    @override
     def start(self, info: RunInfo) -> None:
         config = {**{k: v for k, v in info.config.to_dict().items() if v is not None}, **info.hyperparameters}
         self.run = self.wandb.init(
@@ -34,12 +38,15 @@ class WandbLogger(Logger):
         for record in info.history:
             self.log(record["round"], record)
 
+    @override
     def log(self, round: int, metrics: dict[str, Any]) -> None:
         self.run.log(numeric(metrics), step=round)
 
+    @override
     def finish(self, status: str, summary: dict[str, Any]) -> None:
         if self.run is None:
             return
-        self.run.summary.update({"status": status, **{k: summary[k] for k in (
-            "rounds_completed", "best_test_acc", "rounds_to_target", "stopped_by", "error") if k in summary}})
+        kept: dict[str, Any] = {k: summary[k] for k in (
+            "rounds_completed", "best_test_acc", "rounds_to_target", "stopped_by", "error") if k in summary}
+        self.run.summary.update({"status": status, **kept})
         self.run.finish(exit_code=0 if status in FINISHED else 1)

@@ -1,4 +1,6 @@
-"""Models for vectorized multi-client training (`functional_call` + `vmap` over a client axis; the built-in logreg,
+"""Models for vectorized multi-client training, and the `MODELS` registry.
+
+Models for vectorized multi-client training (`functional_call` + `vmap` over a client axis; the built-in logreg,
 mlp and cnn1d also define `batched_forward`, every client's forward at once without vmap: `dfl.training.batched`).
 
     model = build_model("cnn1d", (1, 40), 10, conv_impl="unfold")
@@ -24,6 +26,11 @@ from dfl.models.custom import check_spec, spec_of
 from dfl.registry import Registry
 
 MODELS: Registry = Registry("model", group="dfl.models", describe=describe)
+"""Every model the config field `model` names: name -> factory f(input_shape, num_classes, *, option=default).
+
+The built-ins are declared by card (`dfl.models.builtin`: their options without importing torch; the factory loads
+on the first `get`); `register` adds a factory after checking its signature, installed packages theirs by entry
+point (group `dfl.models`). A config may also name "package.module:factory" directly (`dfl.models.custom`)."""
 for _name, (_target, _card) in BUILTINS.items():
     MODELS.declare(_name, _target, _card)
 del _name, _target, _card
@@ -42,8 +49,11 @@ __all__ = ["CONV_IMPLS", "MODELS", "ModelCard", "ModelError", "build_model", "ch
 
 
 def check_config(config) -> None:
-    """The model's part of `dfl.validate`: `model` is a registered name (its `model_options` are its options)
-    or an importable "package.module:factory" (imported now, so a typo fails before any work)."""
+    """The model's part of `dfl.validate`.
+
+    `model` is a registered name (its `model_options` are its options) or an importable "package.module:factory"
+    (imported now, so a typo fails before any work).
+    """
     try:
         check_spec(config.model, MODELS.names())
     except ValueError as exc:

@@ -34,9 +34,11 @@ HINT = ("a forward must be vmappable: no .item()/.tolist(), no Python if/while o
         "to its input or buffers (see docs/how-to/own-model.md)")
 
 
-def check_model(model: nn.Module, spec: str, num_classes: int, x: torch.Tensor, y: torch.Tensor) -> None:
-    """Raise ModelError (one line, naming `spec`) unless `model` trains and evaluates under the engine; (x, y)
-    are a few training samples. Leaves the model in train mode and torch's RNG as it found them."""
+def _check_parameters(model: nn.Module, spec: str) -> dict[str, nn.Parameter]:
+    """The model's parameters, checked: some, all float32 and trainable, and no module with running statistics.
+
+    Running statistics (BatchNorm's) are per-client state that the engine does not hold.
+    """
     params = dict(model.named_parameters())
     if not params:
         raise ModelError(f"model {spec!r} has no parameters: there is nothing to train")
@@ -56,6 +58,15 @@ def check_model(model: nn.Module, spec: str, num_classes: int, x: torch.Tensor, 
                 "constants); use GroupNorm, or track_running_stats=False (batch statistics in training and "
                 "evaluation)"
             )
+    return params
+
+
+def check_model(model: nn.Module, spec: str, num_classes: int, x: torch.Tensor, y: torch.Tensor) -> None:
+    """Raise ModelError (one line, naming `spec`) unless `model` trains and evaluates under the engine.
+
+    (x, y) are a few training samples. Leaves the model in train mode and torch's RNG as it found them.
+    """
+    params = _check_parameters(model, spec)
     x, y = x[:2], y[:2]
     buffers = {name: b.detach().clone() for name, b in model.named_buffers()}
     with torch.random.fork_rng(devices=[x.device] if x.device.type == "cuda" else []):
@@ -107,7 +118,7 @@ def _key(exc: BaseException) -> str:
 
 
 def _where(exc: BaseException) -> str:
-    """ " at FILE:LINE (`code`)": the innermost frame outside torch and this module (the model's own code)."""
+    """The suffix " at FILE:LINE (`code`)" of the innermost frame outside torch and this module (the model's code)."""
     frames = [f for f in traceback.extract_tb(exc.__traceback__)
               if not f.filename.startswith(TORCH_DIR) and f.filename != __file__]
     if not frames:

@@ -14,11 +14,13 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 from torch import nn
+from typing_extensions import override
 
 from dfl.models.layers import Conv1d, Conv2d
 
 
 class CNN1d(nn.Module):
+    """The MNIST-1D CNN: conv C→32 k5, conv 32→32 k3 ("same" padding, ReLU), linear 32·L → classes."""
     def __init__(self, channels: int, length: int, num_classes: int, conv_impl: str):
         super().__init__()
         self.channels = channels
@@ -26,6 +28,7 @@ class CNN1d(nn.Module):
         self.conv2 = Conv1d(32, 32, 3, padding=1, conv_impl=conv_impl)
         self.fc = nn.Linear(32 * length, num_classes)
 
+    @override
     def forward(self, x):
         if x.dim() == 2:  # [B, L] signals without a channel axis
             x = x.unsqueeze(1)
@@ -34,8 +37,10 @@ class CNN1d(nn.Module):
 
     @property
     def batched(self) -> bool:
-        """Whether `batched_forward` computes `forward` of every client: with native convolutions (its grouped
-        convolutions are theirs), not with conv_impl = "unfold"."""
+        """Whether `batched_forward` computes `forward` of every client.
+
+        With native convolutions (its grouped convolutions are theirs), not with conv_impl = "unfold".
+        """
         return self.conv1.conv_impl != "unfold"
 
     def batched_forward(self, params: dict, x):
@@ -46,7 +51,8 @@ class CNN1d(nn.Module):
         the input to the head: oneDNN's grouped convolution is 1.3-1.5x faster there than in the NCW layout vmap
         uses (`benchmarks/conv_layouts.py`), and no layout conversion sits between the layers (in the backward
         pass either: the head's gradient arrives channels-last, as the ReLUs' outputs are). The head reads the
-        activations as [a, B, L·O] (o innermost) against fc's weights permuted to that order, one baddbmm."""
+        activations as [a, B, L·O] (o innermost) against fc's weights permuted to that order, one baddbmm.
+        """
         a, b = x.shape[:2]
         c, length = self.channels, x.shape[-1]
         h = x.reshape(a, b, c, length).permute(1, 3, 0, 2).contiguous().view(b, 1, length, a * c).permute(0, 3, 1, 2)
@@ -62,6 +68,7 @@ class CNN1d(nn.Module):
 
 
 class CNN(nn.Module):
+    """The two-convolution image CNN of McMahan et al. (variant "mcmahan") or of the CIFAR papers ("cifar")."""
     def __init__(self, input_shape: tuple[int, int, int], num_classes: int, variant: str, conv_impl: str):
         super().__init__()
         c, h, w = input_shape
@@ -69,7 +76,7 @@ class CNN(nn.Module):
             self.conv1 = Conv2d(c, 32, 5, padding=2, conv_impl=conv_impl)
             self.conv2 = Conv2d(32, 64, 5, padding=2, conv_impl=conv_impl)
             h, w = h // 2 // 2, w // 2 // 2
-            hidden = (512,)
+            hidden: tuple[int, ...] = (512,)
         else:
             self.conv1 = Conv2d(c, 64, 5, conv_impl=conv_impl)
             self.conv2 = Conv2d(64, 64, 5, conv_impl=conv_impl)
@@ -83,6 +90,7 @@ class CNN(nn.Module):
         layers.append(nn.Linear(widths[-1], num_classes))
         self.head = nn.Sequential(*layers)
 
+    @override
     def forward(self, x):
         x = self.pool(self.conv1(x).relu())
         x = self.pool(self.conv2(x).relu())

@@ -33,23 +33,31 @@ SIGNATURE = "f(input_shape, num_classes, *, option=default, ...) -> nn.Module"
 
 
 def is_module(obj: Any) -> bool:
-    """Whether `obj` is an `nn.Module` instance, without importing torch (no torch loaded: none can exist), so
-    checking a model spec does not wait for torch."""
+    """Whether `obj` is an `nn.Module` instance, without importing torch.
+
+    Whether `obj` is an `nn.Module` instance, without importing torch (no torch loaded: none can exist), so
+    checking a model spec does not wait for torch.
+    """
     torch = sys.modules.get("torch")
     return torch is not None and isinstance(obj, torch.nn.Module)
 
 
 def is_import_spec(spec: Any) -> bool:
+    """Whether `spec` spells an importable factory, "package.module:factory"."""
     return isinstance(spec, str) and IMPORT_SPEC.fullmatch(spec) is not None
 
 
 def is_object_spec(spec: Any) -> bool:
+    """Whether `spec` spells a recorded Python object, "module.Name (instance)" or "(factory)"."""
     return isinstance(spec, str) and OBJECT_SPEC.fullmatch(spec) is not None
 
 
 def check_spec(spec: Any, names: Iterable[str]) -> None:
-    """Raise ValueError unless `spec` is a registered name, an importable "module:factory" (imported here, so
-    a typo fails before any data is loaded) or a recorded Python object."""
+    """Refuse a model spec that is no registered name, importable factory or recorded object.
+
+    Raise ValueError unless `spec` is a registered name, an importable "module:factory" (imported here, so
+    a typo fails before any data is loaded) or a recorded Python object.
+    """
     names = tuple(names)
     if not isinstance(spec, str):
         raise ModelError(f"model must be a name or a \"package.module:factory\" string; got a {type(spec).__name__} "
@@ -95,8 +103,11 @@ def factory_of(spec: str, names: Iterable[str] = ()) -> Callable:
 
 
 def check_signature(factory: Callable, label: str, options: dict | None = None) -> None:
-    """Raise ModelError unless factory(input_shape, num_classes, **options) binds; with options None only the
-    two positional arguments are checked (required keyword-only options may come from model_options)."""
+    """Raise ModelError unless factory(input_shape, num_classes, **options) binds.
+
+    With options None only the two positional arguments are checked (required keyword-only options may come from
+    model_options).
+    """
     try:
         signature = inspect.signature(factory)
     except (TypeError, ValueError):
@@ -114,8 +125,11 @@ def check_signature(factory: Callable, label: str, options: dict | None = None) 
 
 
 def spec_of(obj: Any) -> str:
-    """The spec `dfl.run(config, model=obj)` records: "module:factory" when that imports back to obj (then
-    configs, sweeps and resume rebuild it), else "module.Name (instance)" / "module.name (factory)"."""
+    """The spec `dfl.run(config, model=obj)` records.
+
+    "module:factory" when that imports back to obj (then configs, sweeps and resume rebuild it), else "module.Name
+    (instance)" / "module.name (factory)".
+    """
     if isinstance(obj, str):
         return obj
     if is_module(obj):

@@ -20,6 +20,7 @@ import math
 import torch
 import torch.nn.functional as F
 from torch import nn
+from typing_extensions import override
 
 from dfl.errors import ModelError
 
@@ -27,6 +28,7 @@ CONV_IMPLS = ("auto", "unfold", "native")
 
 
 def check_conv_impl(conv_impl: str) -> str:
+    """`conv_impl` if it is one of CONV_IMPLS, else a ModelError naming the choices."""
     if conv_impl not in CONV_IMPLS:
         raise ModelError(f"conv_impl must be one of {CONV_IMPLS}, got {conv_impl!r}")
     return conv_impl
@@ -69,6 +71,7 @@ class Conv1d(_ConvNd):
 
     dims = 1
 
+    @override
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if _use_native(self.conv_impl, x, self.dims):
             return F.conv1d(x, self.weight, self.bias, self.stride, self.padding)
@@ -92,6 +95,7 @@ class Conv2d(_ConvNd):
 
     dims = 2
 
+    @override
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if _use_native(self.conv_impl, x, self.dims):
             return F.conv2d(x, self.weight, self.bias, self.stride, self.padding)
@@ -106,6 +110,6 @@ class Conv2d(_ConvNd):
 
 
 def _matmul_bias(cols: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
-    """cols @ W^T + b with W flattened to [O, C*k...]; under vmap this is one (bad)dbmm over clients."""
+    """Cols @ W^T + b with W flattened to [O, C*k...]; under vmap this is one (bad)dbmm over clients."""
     w = weight.reshape(weight.shape[0], -1).t()
     return cols @ w if bias is None else torch.addmm(bias, cols, w)

@@ -15,5 +15,5 @@ def param_layout(model: nn.Module) -> list[tuple[str, tuple[int, ...], int, int]
 
 
 def num_params(model: nn.Module) -> int:
-    """d = total number of parameters (the width of the client stack)."""
+    """D = total number of parameters (the width of the client stack)."""
     return sum(p.numel() for p in model.parameters())

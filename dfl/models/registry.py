@@ -38,10 +38,30 @@ def _positive_int(field: str, value) -> int:
 
 
 def _logreg(input_shape, num_classes):
+    """Logistic regression: multinomial logistic regression on the flattened input, logits = W vec(x) + b.
+
+    The convex baseline: one linear layer, softmax cross-entropy on its logits.
+
+    Args:
+        input_shape: one sample's shape, without the batch axis.
+        num_classes: the number of classes (logits).
+    """
     return LogReg(input_shape, num_classes)
 
 
 def _mlp(input_shape, num_classes, *, hidden=(200, 200)):
+    """MLP: a ReLU multilayer perceptron on the flattened input (McMahan et al.'s 2NN with the default widths).
+
+        logits = W_L relu(⋯ relu(W_1 vec(x) + b_1) ⋯) + b_L
+
+    McMahan, Moore, Ramage, Hampson & Agüera y Arcas, "Communication-efficient learning of deep networks from
+    decentralized data", AISTATS 2017 (the "2NN": two hidden layers of 200).
+
+    Args:
+        input_shape: one sample's shape, without the batch axis.
+        num_classes: the number of classes (logits).
+        hidden: the widths of the hidden layers, positive ints. Defaults to (200, 200).
+    """
     if isinstance(hidden, (str, bytes)) or not hasattr(hidden, "__iter__"):
         raise ModelError(f"hidden must be a sequence of positive ints (layer widths), got {hidden!r}")
     hidden = tuple(_positive_int("hidden[i]", h) for h in hidden)
@@ -49,11 +69,39 @@ def _mlp(input_shape, num_classes, *, hidden=(200, 200)):
 
 
 def _cnn1d(input_shape, num_classes, *, conv_impl="auto"):
+    """CNN-1d: two 1-D convolutions and a linear layer, the MNIST-1D model (input (channels, length)).
+
+        conv 1→32 k5, conv 32→32 k3 ("same" padding, ReLU), linear 32·L → classes
+
+    On MNIST-1D (L = 40) that is 16,106 parameters. Greydanus & Kobak, "Scaling down deep learning with
+    MNIST-1D", ICML 2024.
+
+    Args:
+        input_shape: one sample's shape, without the batch axis.
+        num_classes: the number of classes (logits).
+        conv_impl: how the convolutions run: "native" (torch's), "unfold" (unfold + matmul) or "auto"
+            (native, measured the faster inside the engine's vmapped steps). Defaults to "auto".
+    """
     channels, length = sequence_shape("cnn1d", input_shape)
     return CNN1d(channels, length, num_classes, check_conv_impl(conv_impl))
 
 
 def _cnn(input_shape, num_classes, *, variant="auto", conv_impl="auto"):
+    """CNN: the two-convolution image CNNs of the federated-learning literature (McMahan's, or the CIFAR one).
+
+    - "mcmahan" (McMahan et al., AISTATS 2017, the FedAvg CNN on (E)MNIST): conv5×5 32 "same", maxpool 2,
+      conv5×5 64 "same", maxpool 2, FC 512, FC classes; 1,663,370 parameters on 28×28×1, 10 classes.
+    - "cifar" (the LeNet-5 style CIFAR CNN of Caldarola et al.'s FedSAM, ECCV 2022, and FedGLoSS): conv5×5 64
+      (valid), maxpool 2, conv5×5 64 (valid), maxpool 2, FC 384, FC 192, FC classes.
+
+    Args:
+        input_shape: one sample's shape, without the batch axis.
+        num_classes: the number of classes (logits).
+        variant: "mcmahan", "cifar", or "auto": cifar for 3-channel images, mcmahan otherwise.
+            Defaults to "auto".
+        conv_impl: how the convolutions run: "native" (torch's), "unfold" (unfold + matmul) or "auto"
+            (native, measured the faster inside the engine's vmapped steps). Defaults to "auto".
+    """
     if variant not in CNN_VARIANTS:
         raise ModelError(f"variant must be one of {CNN_VARIANTS}, got {variant!r}")
     if variant == "auto":  # colour images get the CIFAR CNN, grey-scale ones McMahan's
@@ -74,11 +122,49 @@ def _resnet(depth: int):
 
 
 def _vgg11(input_shape, num_classes, *, conv_impl="auto"):
+    """VGG-11: Simonyan & Zisserman's configuration "A" for 32×32 images, without BatchNorm or dropout.
+
+    Simonyan & Zisserman, "Very deep convolutional networks for large-scale image recognition", ICLR 2015.
+    Features conv3×3 + ReLU of widths 64, M, 128, M, 256, 256, M, 512, 512, M, 512, 512, M (M = maxpool 2);
+    classifier FC 512, ReLU, FC 512, ReLU, FC classes (dropout removed so that training is deterministic).
+    Inputs must be at least 32×32.
+
+    Args:
+        input_shape: one sample's shape, without the batch axis.
+        num_classes: the number of classes (logits).
+        conv_impl: how the convolutions run: "native" (torch's), "unfold" (unfold + matmul) or "auto"
+            (native, measured the faster inside the engine's vmapped steps). Defaults to "auto".
+    """
     c, _, _ = image_shape("vgg11", input_shape, min_side=32)
     return VGG(c, num_classes, check_conv_impl(conv_impl))
 
 
 _resnet18, _resnet20 = _resnet(18), _resnet(20)
+_resnet18.__doc__ = """ResNet-18: He et al.'s 18-layer ResNet in its CIFAR form, GroupNorm instead of BatchNorm.
+
+    He, Zhang, Ren & Sun, "Deep residual learning for image recognition", CVPR 2016; GroupNorm as in Hsieh et al.,
+    ICML 2020 and Caldarola et al.'s FedSAM (no running statistics to keep per client). 3×3 stride-1 stem without
+    max-pool, basic blocks [2, 2, 2, 2] of 64/128/256/512 channels, global average pool, FC; 11.2M parameters.
+
+    Args:
+        input_shape: one sample's shape, without the batch axis.
+        num_classes: the number of classes (logits).
+        groups: the groups of every GroupNorm; must divide every stage width. Defaults to 2.
+        conv_impl: how the convolutions run: "native" (torch's), "unfold" (unfold + matmul) or "auto"
+            (native, measured the faster inside the engine's vmapped steps). Defaults to "auto".
+    """
+_resnet20.__doc__ = """ResNet-20: the 3-stage CIFAR ResNet of He et al. (CVPR 2016, Sec. 4.2), with GroupNorm.
+
+    3 basic blocks per stage with 16/32/64 channels, global average pool, FC; 0.27M parameters. GroupNorm keeps no
+    running statistics, so every client's model is its parameters alone.
+
+    Args:
+        input_shape: one sample's shape, without the batch axis.
+        num_classes: the number of classes (logits).
+        groups: the groups of every GroupNorm; must divide every stage width. Defaults to 2.
+        conv_impl: how the convolutions run: "native" (torch's), "unfold" (unfold + matmul) or "auto"
+            (native, measured the faster inside the engine's vmapped steps). Defaults to "auto".
+    """
 
 Factory = Callable[..., nn.Module]  # f(input_shape, num_classes, *, option=default, ...) -> nn.Module
 
@@ -88,7 +174,8 @@ def register(name: str, factory: Factory | None = None, *, replace: bool = False
 
     The factory is called as `factory(input_shape, num_classes, **model_options)` after
     `torch.manual_seed(config.seed)` and returns an `nn.Module`; its keyword-only parameters are the options
-    (`model_options`) the model accepts. A name already registered by another object is an error naming both."""
+    (`model_options`) the model accepts. A name already registered by another object is an error naming both.
+    """
     if isinstance(name, str) and (":" in name or name.endswith(")")):
         raise ModelError(f"model name {name!r} may not contain ':' or end with ')' (those spell "
                          "'package.module:factory' and recorded Python objects)")
@@ -128,8 +215,10 @@ def build_model(spec: str, input_shape, num_classes: int, **options) -> nn.Modul
 
 def call_factory(factory: Factory, spec: str, input_shape, num_classes: int, options: dict,
                  registered: bool = False) -> nn.Module:
-    """factory(input_shape, num_classes, **options), checked: known options, an `nn.Module` back. Errors of a
-    built-in's own checks (ValueError) pass as they are; anything else names the spec and the call."""
+    """factory(input_shape, num_classes, **options), checked: known options, an `nn.Module` back.
+
+    Errors of a built-in's own checks (ValueError) pass as they are; anything else names the spec and the call.
+    """
     params = _parameters(factory)
     if not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params):
         allowed = [p.name for p in params if p.kind is inspect.Parameter.KEYWORD_ONLY]

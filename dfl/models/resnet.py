@@ -11,6 +11,7 @@ Shortcuts that change shape are 1x1 stride-s convolutions + GroupNorm ("option B
 from __future__ import annotations
 
 from torch import nn
+from typing_extensions import override
 
 from dfl.models.layers import Conv2d
 
@@ -29,6 +30,7 @@ class BasicBlock(nn.Module):
             self.shortcut = nn.Sequential(Conv2d(cin, cout, 1, stride, bias=False, conv_impl=conv_impl),
                                           nn.GroupNorm(groups, cout))
 
+    @override
     def forward(self, x):
         out = self.gn1(self.conv1(x)).relu()
         out = self.gn2(self.conv2(out))
@@ -36,6 +38,7 @@ class BasicBlock(nn.Module):
 
 
 class ResNet(nn.Module):
+    """A CIFAR ResNet of basic blocks with GroupNorm: a 3×3 stem, one stage per width, average pool, FC."""
     def __init__(self, in_channels: int, num_classes: int, widths: tuple[int, ...],
                  blocks: tuple[int, ...], groups: int, conv_impl: str):
         super().__init__()
@@ -50,14 +53,17 @@ class ResNet(nn.Module):
         self.layers = nn.Sequential(*stages)
         self.fc = nn.Linear(cin, num_classes)
 
+    @override
     def forward(self, x):
         x = self.layers(self.gn1(self.conv1(x)).relu())
         return self.fc(x.mean(dim=(-2, -1)))
 
 
 def resnet18(in_channels: int, num_classes: int, groups: int, conv_impl: str) -> ResNet:
+    """ResNet-18: stages of 64/128/256/512 channels, [2, 2, 2, 2] basic blocks."""
     return ResNet(in_channels, num_classes, (64, 128, 256, 512), (2, 2, 2, 2), groups, conv_impl)
 
 
 def resnet20(in_channels: int, num_classes: int, groups: int, conv_impl: str) -> ResNet:
+    """ResNet-20: stages of 16/32/64 channels, 3 basic blocks each."""
     return ResNet(in_channels, num_classes, (16, 32, 64), (3, 3, 3), groups, conv_impl)

@@ -22,8 +22,11 @@ from dfl.models.registry import build_model, call_factory
 
 def model_for_run(spec: str, options: dict[str, Any], input_shape, num_classes: int, seed: int,
                   device: torch.device, sample: tuple[torch.Tensor, torch.Tensor], given: Any = None) -> nn.Module:
-    """The run's model: `given` (an nn.Module or a factory from `dfl.run(config, model=...)`, recorded as
-    `spec`) or the spec's factory, called after torch.manual_seed(seed); checked on `sample` = (x, y)."""
+    """The run's model.
+
+    `given` (an nn.Module or a factory from `dfl.run(config, model=...)`, recorded as `spec`) or the spec's factory,
+    called after torch.manual_seed(seed); checked on `sample` = (x, y).
+    """
     torch.manual_seed(seed)
     if isinstance(given, nn.Module):
         if options:

@@ -10,13 +10,17 @@ import math
 
 import torch
 from torch import nn
+from typing_extensions import override
 
 
 def batched_linear(params: dict, name: str, h: torch.Tensor) -> torch.Tensor:
-    """h_a W_aᵀ + b_a for every client a: h [a, B, in], params[name.weight] [a, out, in], params[name.bias] [a, out]
-    -> [a, B, out]. Computed transposed, (W_a h_aᵀ + b_a)ᵀ, one baddbmm whose result is [a, out, B] in memory (the
-    next layer's hᵀ as it is, no copy): so the weights' gradient, ∂/∂W_a = ∂z_aᵀ h_a, comes out of the backward
-    contiguous like W (bmm's backward would hand back a transposed view, and every update would stride over it)."""
+    """h_a W_aᵀ + b_a for every client a.
+
+    H [a, B, in], params[name.weight] [a, out, in], params[name.bias] [a, out] -> [a, B, out]. Computed transposed, (W_a
+    h_aᵀ + b_a)ᵀ, one baddbmm whose result is [a, out, B] in memory (the next layer's hᵀ as it is, no copy): so the
+    weights' gradient, ∂/∂W_a = ∂z_aᵀ h_a, comes out of the backward contiguous like W (bmm's backward would hand back a
+    transposed view, and every update would stride over it).
+    """
     zt = torch.baddbmm(params[f"{name}.bias"].unsqueeze(2), params[f"{name}.weight"], h.transpose(1, 2))
     return zt.transpose(1, 2)
 
@@ -29,6 +33,7 @@ class LogReg(nn.Module):
         self.linear = nn.Linear(math.prod(input_shape), num_classes)
         self.ndim = len(input_shape)
 
+    @override
     def forward(self, x):
         return self.linear(x.flatten(-self.ndim))
 
@@ -52,6 +57,7 @@ class MLP(nn.Module):
         self.net = nn.Sequential(*layers)
         self.ndim = len(input_shape)
 
+    @override
     def forward(self, x):
         return self.net(x.flatten(-self.ndim))
 

@@ -9,6 +9,7 @@ ReLU, FC classes (the CIFAR VGG of the FL literature, dropout removed so that tr
 from __future__ import annotations
 
 from torch import nn
+from typing_extensions import override
 
 from dfl.models.layers import Conv2d
 
@@ -16,6 +17,7 @@ CONFIG_A = (64, "M", 128, "M", 256, 256, "M", 512, 512, "M", 512, 512, "M")
 
 
 class VGG(nn.Module):
+    """VGG for 32×32 images without BatchNorm or dropout (configuration "A" by default: VGG-11)."""
     def __init__(self, in_channels: int, num_classes: int, conv_impl: str, config=CONFIG_A):
         super().__init__()
         layers: list[nn.Module] = []
@@ -30,5 +32,6 @@ class VGG(nn.Module):
         self.classifier = nn.Sequential(nn.Linear(cin, 512), nn.ReLU(), nn.Linear(512, 512), nn.ReLU(),
                                         nn.Linear(512, num_classes))
 
+    @override
     def forward(self, x):
         return self.classifier(self.features(x).mean(dim=(-2, -1)))

@@ -1,6 +1,8 @@
-"""How clients exchange models: communicators (`comm`), exact gossip W^Q X (`gossip`), unreliable links, offline
-clients and stragglers (`faults`), compressed gossip (`compression`, `choco`) and the event clocks of the
-asynchronous mode (`async_events`)."""
+"""How clients exchange models.
+
+Communicators (`comm`), exact gossip W^Q X (`gossip`), unreliable links, offline clients and stragglers (`faults`),
+compressed gossip (`compression`, `choco`) and the event clocks of the asynchronous mode (`async_events`).
+"""
 
 from dfl.lazy import submodules
 

@@ -1,6 +1,8 @@
-"""The clocks of the asynchronous mode (`mode = "async"`): when each client trains, sends and mixes, and which
-version of each neighbour's model it mixes. A pure function of the seed and the static setting (graph, speeds,
-link costs, data sizes): every process computes the same events without communicating, and a resume replays them.
+"""The clocks of the asynchronous mode (`mode = "async"`).
+
+When each client trains, sends and mixes, and which version of each neighbour's model it mixes. A pure function of the
+seed and the static setting (graph, speeds, link costs, data sizes): every process computes the same events without
+communicating, and a resume replays them.
 
 Model (simulated seconds; one local step of a normal-speed client takes 1 s, as in `dfl.network.faults`). Client i's
 update k = 0, 1, 2, ... is a local phase, a send and a mix:
@@ -54,8 +56,11 @@ class Local:
 
 @dataclass(frozen=True)
 class Mix:
-    """Client `client` mixes (update `version`) at `time`, using version `versions[r]` of its r-th in-neighbour
-    (`EventSchedule.in_neighbours[client][r]`; −1 = x⁰)."""
+    """One asynchronous mixing event: a client mixes the versions of its in-neighbours.
+
+    Client `client` mixes (update `version`) at `time`, using version `versions[r]` of its r-th in-neighbour
+    (`EventSchedule.in_neighbours[client][r]`; −1 = x⁰).
+    """
 
     client: int
     version: int
@@ -64,8 +69,11 @@ class Mix:
 
 
 class ComputeTimes:
-    """Seconds of the local phase of update k of every client: steps[i] · c_{i,t}, t = k // rounds_per[i]
-    (`rounds_per` = 1: one update per local round; K_i: dpsgd's one step per update)."""
+    """Seconds of the local phase of update k of every client.
+
+    steps[i] · c_{i,t}, t = k // rounds_per[i] (`rounds_per` = 1: one update per local round; K_i: dpsgd's one step per
+    update).
+    """
 
     def __init__(self, seed: int, stragglers: float, slowdown: float, steps: np.ndarray, updates_per_round):
         self.seed, self.fraction, self.slowdown = seed, float(stragglers), float(slowdown)
@@ -87,15 +95,19 @@ class ComputeTimes:
         return c
 
     def local_round(self, client: int, version: int) -> int:
+        """The local round t of a client's update `version` (updates_per_round of them per round)."""
         return version // int(self.per_round[client])
 
     def __call__(self, client: int, version: int) -> float:
+        """Seconds of the local phase of `client`'s update `version`: its steps times that round's step time."""
         return float(self.steps[client] * self.step_seconds(self.local_round(client, version))[client])
 
 
 class EventSchedule:
-    """The events of the asynchronous mode in processing order (module docstring): `advance(n)` runs the clocks
-    until n more mixes have happened and returns the events on the way (`Local` and `Mix`)."""
+    """The events of the asynchronous mode in processing order (module docstring).
+
+    `advance(n)` runs the clocks until n more mixes have happened and returns the events on the way (`Local` and `Mix`).
+    """
 
     def __init__(self, W: sp.csr_array, compute: ComputeTimes, transmit: float, latency: float,
                  max_staleness: int):

@@ -1,5 +1,7 @@
-"""Compressed gossip with error feedback: CHOCO-GOSSIP (Koloskova, Stich & Jaggi, ICML 2019, "Decentralized
-Stochastic Optimization and Gossip Algorithms with Compressed Communication").
+"""Compressed gossip with error feedback.
+
+CHOCO-GOSSIP (Koloskova, Stich & Jaggi, ICML 2019, "Decentralized Stochastic Optimization and Gossip Algorithms with
+Compressed Communication").
 
 [recon] marks what is reconstructed from memory of the paper, not checked against its text (the algorithm lines
 are as I recall them; the equation numbers are not recalled, so none are cited).
@@ -56,12 +58,14 @@ STATE_KEY = "choco_public"  # the checkpoint's name for the public copies x̂
 
 
 class ChocoGossip:
-    """CHOCO-GOSSIP over `inner` (a `dfl.network.gossip.Gossip`): `mix` and `sends` as Gossip's, compressed
-    (module doc).
+    """CHOCO-GOSSIP over `inner` (a `dfl.network.gossip.Gossip`).
+
+    `mix` and `sends` as Gossip's, compressed (module doc).
 
     `public` holds x̂ of this process's clients ([m_local, d], rows = `comm.client_ids`); `start` is x̂^(0) (None:
     zeros, made at the first `mix`). With link faults, `faults` (`dfl.network.faults.LinkFaults`) says who is online
-    and `base` (a Gossip over the fault-free topology) counts the neighbours each message goes to."""
+    and `base` (a Gossip over the fault-free topology) counts the neighbours each message goes to.
+    """
 
     def __init__(self, inner, compressor: compressors.Compressor, gamma: float, seed: int,
                  start: torch.Tensor | None = None, faults=None, base=None):
@@ -103,6 +107,7 @@ class ChocoGossip:
                 "compression_omega": self.compressor.omega(d), "consensus_lr": self.gamma}
 
     def step(self, X: torch.Tensor, s: int) -> torch.Tensor:
+        """One CHOCO gossip step s: exchange compressed corrections of the public copies, then mix with γ."""
         assert self.public is not None, "mix makes the public copies before the first step"
         ids = self.comm.client_ids
         U = None
@@ -117,8 +122,11 @@ class ChocoGossip:
         return X + self.gamma * (mixed - self.public)  # line 7
 
     def sends(self, first_step: int, steps: int) -> np.ndarray:
-        """Messages q_j each client sends over these steps: one per neighbour of the topology and step (with
-        faults: while it is online, to every neighbour of the fault-free topology; see the module doc)."""
+        """Messages q_j each client sends over these steps.
+
+        One per neighbour of the topology and step (with faults: while it is online, to every neighbour of the
+        fault-free topology; see the module doc).
+        """
         if self.faults is None:
             return self.inner.sends(first_step, steps)
         n = self.topology.n
@@ -137,6 +145,7 @@ class ChocoGossip:
         return {} if self.public is None else {STATE_KEY: self.public}
 
     def load_client_state(self, state: dict[str, torch.Tensor]) -> None:
+        """Restore the public copies from a checkpoint's client state."""
         if STATE_KEY not in state:
             raise ValueError("the checkpoint lacks the public copies of compressed gossip (compressor)")
         value = state[STATE_KEY]

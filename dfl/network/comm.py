@@ -49,6 +49,7 @@ class LocalCommunicator:
 
     @property
     def is_main(self) -> bool:
+        """True: a single process is the main one."""
         return True
 
     def mix(self, M: torch.Tensor, X: torch.Tensor) -> torch.Tensor:
@@ -84,6 +85,7 @@ class LocalCommunicator:
         return None
 
     def close(self) -> None:
+        """Nothing to release in a single process."""
         pass
 
 
@@ -101,6 +103,7 @@ class ExchangePlan:
     send: tuple[tuple[np.ndarray, ...], ...]  # send[q][r]: global client ids, q -> r (empty when q == r)
 
     def columns(self, rank: int) -> np.ndarray:
+        """The clients whose rows rank `rank` mixes: its own block, then those it receives, in plan order."""
         received = [self.send[q][rank] for q in range(len(self.blocks)) if q != rank]
         return np.concatenate([np.arange(self.blocks[rank].start, self.blocks[rank].stop), *received])
 
@@ -112,7 +115,8 @@ class ExchangePlan:
 def exchange_plan(W, blocks: list[range]) -> ExchangePlan:
     """The neighbour-only exchange for x_i ← Σ_l W[i, l] x_l when rank r hosts clients blocks[r].
 
-    W is a dense array or a scipy sparse matrix (then only its nonzeros are visited)."""
+    W is a dense array or a scipy sparse matrix (then only its nonzeros are visited).
+    """
     support = sp.csr_array(W) if sp.issparse(W) else np.asarray(W) != 0
     send = []
     for q, src in enumerate(blocks):

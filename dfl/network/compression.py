@@ -33,6 +33,7 @@ import math
 
 import numpy as np
 import torch
+from typing_extensions import override
 
 from dfl.data.sampler import client_keys
 from dfl.network.settings import COMPRESSORS, NONE, QSGD_BITS, fraction, qsgd_bits  # noqa: F401 (re-exported)
@@ -41,7 +42,7 @@ STREAM_COMPRESS = 0x434D5052  # hash stream "CMPR" (the sampler uses 0 and 1, th
 
 
 def kept(fraction: float, d: int) -> int:
-    """k = ⌈fraction·d⌉, at least 1 (a tolerance keeps 0.1·100 = 10.000000000000002 at 10)."""
+    """K = ⌈fraction·d⌉, at least 1 (a tolerance keeps 0.1·100 = 10.000000000000002 at 10)."""
     return min(d, max(1, math.ceil(fraction * d - 1e-9)))
 
 
@@ -81,6 +82,7 @@ class Compressor:
         raise NotImplementedError
 
     def message_bytes(self, d: int, itemsize: int) -> int:
+        """The bytes of one compressed message of a length-d vector of `itemsize`-byte floats (indices included)."""
         raise NotImplementedError
 
     def omega(self, d: int) -> float:
@@ -89,50 +91,63 @@ class Compressor:
 
 
 class TopK(Compressor):
+    """Top-k: keep the fraction `compression` of each row's coordinates of largest magnitude."""
     name, default = "top-k", 0.1
 
+    @override
     @classmethod
     def check(cls, value) -> float:
         return fraction(cls.name, value)
 
+    @override
     def __call__(self, D, U=None):
         k = kept(self.compression, D.shape[1])
         return D.clone() if k == D.shape[1] else _keep(D, D.abs().topk(k, dim=1, sorted=False).indices)
 
+    @override
     def message_bytes(self, d, itemsize):
         return kept(self.compression, d) * ((4 if d < 2**31 else 8) + itemsize)
 
+    @override
     def omega(self, d):
         return kept(self.compression, d) / d
 
 
 class RandomK(TopK):
+    """Random-k: keep a uniformly random fraction `compression` of each row's coordinates."""
     name, default, random = "random-k", 0.1, True
 
+    @override
     def __call__(self, D, U=None):
         k = kept(self.compression, D.shape[1])
         # the k largest of d i.i.d. uniforms: a uniformly random k-subset of the coordinates
         return D.clone() if k == D.shape[1] else _keep(D, U.topk(k, dim=1, sorted=False).indices)
 
+    @override
     def message_bytes(self, d, itemsize):
         return kept(self.compression, d) * itemsize
 
 
 class QSGD(Compressor):
+    """QSGD: stochastic rounding of |x_j|/‖x‖ to 2^(bits−1) − 1 levels, scaled by 1/τ (unbiased times 1/τ)."""
     name, default, random = "qsgd", 8, True
 
+    @override
     @classmethod
     def check(cls, value) -> float:
         return qsgd_bits(value)
 
     @property
     def levels(self) -> float:
+        """The quantization levels s = 2^(bits − 1) − 1 of |x_j| / ‖x‖."""
         return 2 ** (self.compression - 1) - 1
 
     def tau(self, d: int) -> float:
+        """τ = 1 + min(d/s², √d/s), QSGD's variance factor for vectors of length d."""
         s = self.levels
         return 1 + min(d / s**2, math.sqrt(d) / s)
 
+    @override
     def __call__(self, D, U=None):
         s, tau = self.levels, self.tau(D.shape[1])
         norm = torch.linalg.vector_norm(D, dim=1, keepdim=True)
@@ -140,9 +155,11 @@ class QSGD(Compressor):
         level = torch.floor(s * D.abs() / safe + U).clamp_(max=s)  # |x| ≤ ‖x‖, up to rounding
         return torch.sign(D) * level * (norm / (s * tau))
 
+    @override
     def message_bytes(self, d, itemsize):
         return math.ceil(d * self.compression / 8) + itemsize
 
+    @override
     def omega(self, d):
         return 1 / self.tau(d)
 

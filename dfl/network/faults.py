@@ -75,15 +75,18 @@ _DENSE_CACHE = 8
 
 
 def uniform(h: np.ndarray) -> np.ndarray:
-    """u in [0, 1) from the top 53 bits of uint64 hashes: P(u < p) = p to 2^-53."""
+    """U in [0, 1) from the top 53 bits of uint64 hashes: P(u < p) = p to 2^-53."""
     return (h >> np.uint64(11)).astype(np.float64) * 2.0**-53
 
 
 # ----------------------------------------------------------------------------------- link failures, offline
 class Bursts:
-    """Gilbert–Elliott outages (module docstring): `down(step, keys)` per int64 key, a pure function of the step and
-    the draws u = `draws(step, keys)` of steps 0..step. Each key's latest (step, state) is kept, so steps asked in
-    order cost O(keys) each; a step before a key's latest replays that key from step 0."""
+    """Gilbert–Elliott outages (module docstring).
+
+    `down(step, keys)` per int64 key, a pure function of the step and the draws u = `draws(step, keys)` of steps
+    0..step. Each key's latest (step, state) is kept, so steps asked in order cost O(keys) each; a step before a key's
+    latest replays that key from step 0.
+    """
 
     def __init__(self, p: float, burst: float, draws):
         if not (0 < p < 1 and burst >= 1 / (1 - p)):
@@ -95,7 +98,7 @@ class Bursts:
         self._down = np.empty(0, dtype=bool)
 
     def down(self, step: int, keys) -> np.ndarray:
-        """bool per key: down at `step`."""
+        """Bool per key: down at `step`."""
         keys = np.asarray(keys, dtype=np.int64)
         unique, inverse = np.unique(keys, return_inverse=True)
         new = np.setdiff1d(unique, self._keys, assume_unique=True)
@@ -146,7 +149,7 @@ class LinkFaults:
                               np.asarray(hi, dtype=np.int64).astype(np.uint64), _PEER))
 
     def online(self, step: int, clients: np.ndarray) -> np.ndarray:
-        """bool per client id: online at gossip step `step`."""
+        """Bool per client id: online at gossip step `step`."""
         clients = np.asarray(clients, dtype=np.int64)
         if self.offline == 0:
             return np.ones(len(clients), dtype=bool)
@@ -155,7 +158,7 @@ class LinkFaults:
         return self._offline_draws(step, clients) >= self.offline
 
     def link_up(self, step: int, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
-        """bool per link {lo, hi} (lo <= hi): not failed at `step` (whether its ends are online is separate)."""
+        """Bool per link {lo, hi} (lo <= hi): not failed at `step` (whether its ends are online is separate)."""
         if self.link_failure == 0:
             return np.ones(len(lo), dtype=bool)
         if "link" in self._bursts:
@@ -163,7 +166,7 @@ class LinkFaults:
         return self._link_draws(step, lo, hi) >= self.link_failure
 
     def keep(self, step: int, W: sp.csr_array) -> np.ndarray:
-        """bool per stored entry of W: its link is up at `step` (the same for (i, j) and (j, i))."""
+        """Bool per stored entry of W: its link is up at `step` (the same for (i, j) and (j, i))."""
         n = W.shape[0]
         rows = np.repeat(np.arange(n, dtype=np.int64), np.diff(W.indptr))
         cols = W.indices.astype(np.int64)
@@ -176,12 +179,14 @@ class LinkFaults:
 
 @dataclass(frozen=True)
 class Realised:
+    """One gossip step's matrix W'_s as the unreliable network realised it, and how many links were up."""
     W: sp.csr_array  # W'_s, canonical float64 CSR
     links: int  # undirected links of the topology's W_s (self-loops not counted)
     up: int  # of them, up at this step
 
     @property
     def links_up(self) -> float:
+        """The fraction of the topology's links up at this step (1 when it has none)."""
         return self.up / self.links if self.links else 1.0
 
 
@@ -191,7 +196,8 @@ class RealisedTopology:
     The part of `topologies.Topology` that `dfl.network.gossip.Gossip` and the communicators use (n, sparse, matrix,
     out_degrees, is_time_varying, period, averaging, stochastic): every step has its own matrix, never the averaging
     fast path, so gossip takes the CSR path (or the dense product for small m, or the neighbour exchange across
-    processes). `sparse(step)` also notes the step as gossiped over, for the round's metrics (`take_used`)."""
+    processes). `sparse(step)` also notes the step as gossiped over, for the round's metrics (`take_used`).
+    """
 
     is_time_varying = True
     period = None  # every step is drawn afresh
@@ -275,7 +281,8 @@ class Stragglers:
     """Slow clients per round and the steps a round deadline leaves them (module docstring).
 
     `steps` are K_i of all N clients (what they take without a deadline); `participants(t)` the [N] mask of the
-    clients that train in round t (None: all)."""
+    clients that train in round t (None: all).
+    """
 
     def __init__(self, seed: int, fraction: float, slowdown: float, deadline: float, steps: np.ndarray,
                  participants=None):
@@ -319,13 +326,19 @@ class Stragglers:
 
 # ------------------------------------------------------------------------------------------------ the run's
 class Network:
-    """The network a run trains over: `topology` to gossip on (the topology itself, or its `RealisedTopology`
-    with link faults), `gossip` over it (compressed with a compressor, `dfl.network.choco`), `step_cap` for the local
-    trainer (stragglers with a deadline), `metrics` per evaluation."""
+    """The network a run trains over.
+
+    `topology` to gossip on (the topology itself, or its `RealisedTopology` with link faults), `gossip` over it
+    (compressed with a compressor, `dfl.network.choco`), `step_cap` for the local trainer (stragglers with a deadline),
+    `metrics` per evaluation.
+    """
 
     def __init__(self, config, topology, data, participants: Callable[[int], np.ndarray] | None = None):
-        """`participants(t)`: the [N] mask of the clients that train in round t, for an algorithm that samples
-        them (centralized partial participation); None: every client trains every round."""
+        """`participants(t)`.
+
+        The [N] mask of the clients that train in round t, for an algorithm that samples them (centralized partial
+        participation); None: every client trains every round.
+        """
         check_faults(config, centralized=participants is not None)
         self.topology = topology
         self.realised: RealisedTopology | None = None
@@ -363,8 +376,11 @@ class Network:
         return s.cap if s is not None and s.deadline > 0 else None
 
     def gossip(self, comm, dtype, device, start=None):
-        """The run's gossip over this network: the one place it is built. With a compressor, CHOCO-GOSSIP
-        (`dfl.network.choco`) wraps it, its public copies starting at `start` (the local rows of X_0)."""
+        """The run's gossip over this network: the one place it is built.
+
+        With a compressor, CHOCO-GOSSIP (`dfl.network.choco`) wraps it, its public copies starting at `start` (the local
+        rows of X_0).
+        """
         from dfl.network.choco import ChocoGossip
         from dfl.network.gossip import Gossip
 
@@ -377,8 +393,11 @@ class Network:
         return ChocoGossip(gossip, self.compressor, self.consensus_lr, self.seed, start, faults, base)
 
     def metrics(self, t: int, rounds: int) -> dict[str, Any]:
-        """The network's part of round t's record (module docstring); `rounds` = rounds since the previous
-        evaluation, whose gossip steps are split evenly (every round of a run has the same number of steps)."""
+        """The network's part of round t's record (module docstring).
+
+        `rounds` = rounds since the previous evaluation, whose gossip steps are split evenly (every round of a run has
+        the same number of steps).
+        """
         out: dict[str, Any] = {}
         if self.realised is not None:
             used = self.realised.take_used()

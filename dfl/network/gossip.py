@@ -57,12 +57,14 @@ COMPOSED_OFFSETS_FACTOR = 2
 
 
 def use_dense(m: int, nnz_per_step: list[int], time_varying: bool, composed_offsets: int | None = None) -> bool:
-    """The cost rule: apply the float64 product densely iff m² · (1 + product cost) ≤ 20 · Σ_s (nnz_s + m), or,
-    when the steps compose into one circulant pass of K = `composed_offsets` offsets, iff m² · (1 + product
-    cost) ≤ 4 · (K + 1) · m.
+    """The cost rule.
+
+    Apply the float64 product densely iff m² · (1 + product cost) ≤ 20 · Σ_s (nnz_s + m), or, when the steps compose
+    into one circulant pass of K = `composed_offsets` offsets, iff m² · (1 + product cost) ≤ 4 · (K + 1) · m.
 
     For a time-varying schedule the product must be formed every call (Q − 1 products of [m, m] matrices,
-    m³ flops each), which is charged relative to the m²·d matmul as if d = m (so only small m qualify)."""
+    m³ flops each), which is charged relative to the m²·d matmul as if d = m (so only small m qualify).
+    """
     if m > DENSE_MAX_CLIENTS:
         return False
     dense = m * m * (1 + (len(nnz_per_step) - 1 if time_varying else 0))
@@ -78,9 +80,11 @@ def circulant_offsets(W: sp.csr_array) -> list[tuple[int, float]] | None:
 
 
 def compose_circulants(steps: list[list[tuple[int, float]]], m: int) -> list[tuple[int, float]]:
-    """[(k, c_k)] of the product W_Q ⋯ W_1 of circulant steps given by their offsets (first W_1): circulants
-    commute and (AB)[i, i + n] = Σ_k a_k b_{n−k mod m}, so the product's first row is the cyclic convolution
-    c = c_1 ⊛ ⋯ ⊛ c_Q (float64, the same numbers the dense product holds, to float64 rounding)."""
+    """[(k, c_k)] of the product W_Q ⋯ W_1 of circulant steps given by their offsets (first W_1).
+
+    Circulants commute and (AB)[i, i + n] = Σ_k a_k b_{n−k mod m}, so the product's first row is the cyclic convolution
+    c = c_1 ⊛ ⋯ ⊛ c_Q (float64, the same numbers the dense product holds, to float64 rounding).
+    """
     row = np.zeros(m)
     row[0] = 1.0
     for offsets in steps:
@@ -147,9 +151,12 @@ def shifted_sum(X: torch.Tensor, offsets: list[tuple[int, float]]) -> torch.Tens
 
 @contextmanager
 def ieee_fp32(device: torch.device):
-    """fp32 matmuls in full fp32 (no TF32) on a CUDA device while inside, outside autocast: gossip averages exactly in
-    the stack's precision whatever precision training uses (`precision = "tf32"` or "bf16" change local training
-    only). PyTorch's own setting is put back on the way out. A no-op on the CPU, whose fp32 matmuls are IEEE."""
+    """fp32 matmuls in full fp32 (no TF32) on a CUDA device while inside, outside autocast.
+
+    Gossip averages exactly in the stack's precision whatever precision training uses (`precision = "tf32"` or "bf16"
+    change local training only). PyTorch's own setting is put back on the way out. A no-op on the CPU, whose fp32
+    matmuls are IEEE.
+    """
     if device.type != "cuda":
         yield
         return
@@ -194,8 +201,9 @@ DEVICE_TILE_BYTES = 256 * 2**20
 
 
 class RowsOperator:
-    """out = A @ [X; R] for the local rows A ([n, n + r], scipy CSR) of a gossip step in a multi-process run: X the
-    [n, ...] rows this process holds, R the [r, ...] rows received from its neighbours' processes.
+    """out = A @ [X; R] for the local rows A ([n, n + r], scipy CSR) of a gossip step in a multi-process run.
+
+    X the [n, ...] rows this process holds, R the [r, ...] rows received from its neighbours' processes.
 
     A sparse product on the whole stack (`torch.sparse.mm` on the CPU) needs [X; R] concatenated and makes two
     stack-sized temporaries (the heap of a rank grew by 5 stacks over a round of 4 steps, mlp × 1,500 clients per
@@ -203,7 +211,8 @@ class RowsOperator:
     of a row) slots per row, and each tile of output rows is K gathers of X's rows, multiplied and added in the
     tile (every row sums its terms in CSR order); the few terms on received rows are added at the end. The output is
     the only stack-sized allocation; temporaries are one tile (TILE_BYTES on the CPU, DEVICE_TILE_BYTES on a GPU).
-    Index and weight tables are built once per step matrix and sent to the device in one copy each."""
+    Index and weight tables are built once per step matrix and sent to the device in one copy each.
+    """
 
     def __init__(self, A, n: int, dtype: torch.dtype, device: torch.device, sort: bool = True):
         """`sort=False` keeps each row's terms in the order A stores them (the asynchronous mode's canonical order)."""
@@ -235,6 +244,7 @@ class RowsOperator:
         self.remote_vals = self.remote_vals.view(-1, 1)
 
     def __call__(self, X: torch.Tensor, R: torch.Tensor | None = None) -> torch.Tensor:
+        """A @ [X; R], tile by tile (the class docstring)."""
         out = torch.empty((self.rows, *X.shape[1:]), dtype=X.dtype, device=X.device)
         row_bytes = max(1, X[0].numel() * X.element_size()) if X.shape[0] else 1
         budget = TILE_BYTES if X.device.type == "cpu" else DEVICE_TILE_BYTES
@@ -264,6 +274,7 @@ class SparseStep:
             self.matrix = csr_tensor(W, dtype, device)
 
     def __call__(self, X: torch.Tensor) -> torch.Tensor:
+        """W X: shifted adds for a circulant W, else the CSR product."""
         if self.offsets is not None:
             return shifted_sum(X, self.offsets)
         assert self.matrix is not None  # not circulant: built in __init__
@@ -271,6 +282,7 @@ class SparseStep:
 
 
 class Gossip:
+    """Gossip steps X ← W_s X of a topology over the run's communicator: the `Mixer` an algorithm's `ctx.gossip` is."""
     def __init__(self, topology, comm, dtype: torch.dtype, device: torch.device):
         self.topology = topology
         self.comm = comm
@@ -295,6 +307,7 @@ class Gossip:
         return self._cache[key]
 
     def step_operator(self, step: int) -> SparseStep:
+        """The operator of step `step`'s matrix W_s, built once per distinct matrix."""
         return self._cached(("step", self.step_key(step)),
                             lambda: SparseStep(self.topology.sparse(step), self.dtype, self.device))
 
@@ -314,6 +327,7 @@ class Gossip:
         return self._cached(key, lambda: self._tensor(self.product(first_step, steps)))
 
     def dense_is_cheaper(self, first_step: int, steps: int) -> bool:
+        """Whether one dense product of these steps costs less than applying them one by one."""
         if self.topology.n > DENSE_MAX_CLIENTS:  # before building step operators only to count their nonzeros
             return False
         nnz = [self.step_operator(s).nnz for s in range(first_step, first_step + steps)]
@@ -323,8 +337,11 @@ class Gossip:
 
     # ------------------------------------------------------------------ circulant steps as one pass
     def circulant_product(self, first_step: int, steps: int) -> list[tuple[int, float]] | None:
-        """The offsets of W_{first+steps−1} ⋯ W_first when every step is circulant and the product has at most
-        2 × as many offsets as the steps together (`compose_circulants`), else None."""
+        """The offsets of a product of circulant steps, or None when it is not compact.
+
+        The offsets of W_{first+steps−1} ⋯ W_first when every step is circulant and the product has at most
+        2 × as many offsets as the steps together (`compose_circulants`), else None.
+        """
         keys = tuple(self.step_key(s) for s in range(first_step, first_step + steps))
 
         def build():
@@ -340,19 +357,25 @@ class Gossip:
 
     # ------------------------------------------------------------------ how: dense, circulant pass, or step by step
     def candidates(self, first_step: int, steps: int) -> list[str]:
-        """The ways these steps can be applied in one process: "dense" (the float64 product, one matmul; m <=
-        DENSE_MAX_CLIENTS), "circulant" (every step circulant and their composition compact: one shifted-add pass),
-        "steps" (one shifted-add pass or CSR product per step; always possible)."""
+        """The ways these steps can be applied in one process.
+
+        "dense" (the float64 product, one matmul; m <= DENSE_MAX_CLIENTS), "circulant" (every step circulant and their
+        composition compact: one shifted-add pass), "steps" (one shifted-add pass or CSR product per step; always
+        possible).
+        """
         out = ["dense"] if self.topology.n <= DENSE_MAX_CLIENTS else []
         if self.circulant_product(first_step, steps) is not None:
             out.append("circulant")
         return [*out, "steps"]
 
     def method(self, first_step: int, steps: int, X: torch.Tensor) -> str:
-        """How these steps are applied to X (`candidates`). On the CPU, by the cost rule measured on it (`use_dense`,
-        CIRCULANT_DENSE_FACTOR); on other devices (CUDA: cuBLAS matmuls run far nearer their peak than bandwidth-bound
-        shifted adds, and `shifted_sum` does not tile there), by timing each candidate on this stack once
-        (`calibrate`), cached per device, m, d, dtype and step matrices for the process."""
+        """How these steps are applied to X (`candidates`).
+
+        On the CPU, by the cost rule measured on it (`use_dense`, CIRCULANT_DENSE_FACTOR); on other devices (CUDA:
+        cuBLAS matmuls run far nearer their peak than bandwidth-bound shifted adds, and `shifted_sum` does not tile
+        there), by timing each candidate on this stack once (`calibrate`), cached per device, m, d, dtype and step
+        matrices for the process.
+        """
         if X.device.type not in CALIBRATED_DEVICES:
             if self.dense_is_cheaper(first_step, steps):
                 return "dense"
@@ -369,8 +392,11 @@ class Gossip:
         return _CALIBRATION[key]["method"]
 
     def calibrate(self, first_step: int, steps: int, X: torch.Tensor, options: list[str]) -> dict:
-        """Time each way of applying these steps to X (one warm-up, then the best of CALIBRATION_REPEATS; the device
-        synchronised around each), and return {"method": the fastest, "seconds": {method: seconds}}."""
+        """Time each way of applying these gossip steps to X and name the fastest.
+
+        Time each way of applying these steps to X (one warm-up, then the best of CALIBRATION_REPEATS; the device
+        synchronised around each), and return {"method": the fastest, "seconds": {method: seconds}}.
+        """
         seconds = {}
         for name in options:
             self._apply(name, X, first_step, steps)  # warm-up: operators built, kernels loaded

@@ -1,6 +1,7 @@
-"""The network's settings and their checks, torch-free so `dfl.validate` answers before torch loads: link faults,
-offline clients and stragglers (`dfl.network.faults`), compressed gossip (`dfl.network.choco`, the compressors of
-`dfl.network.compression`) and the asynchronous mode's links and staleness (`dfl.engine.asynchronous`).
+"""The network's settings and their checks, torch-free so `dfl.validate` answers before torch loads.
+
+Link faults, offline clients and stragglers (`dfl.network.faults`), compressed gossip (`dfl.network.choco`, the
+compressors of `dfl.network.compression`) and the asynchronous mode's links and staleness (`dfl.engine.asynchronous`).
 
 `check_config(config, centralized)` is the network's part of `dfl.validate` (`centralized`: the algorithm aggregates
 at a server); every check raises `ConfigError` naming the field and the allowed values. The checks that need the
@@ -35,8 +36,10 @@ ASYNC_FIELDS = ("link_latency", "link_bandwidth", "max_staleness")  # fields tha
 
 
 def check_config(config, centralized: bool) -> None:
-    """The network's part of `dfl.validate`: link faults, offline clients and stragglers; compressed gossip;
-    the asynchronous mode."""
+    """The network's part of `dfl.validate`: link faults, offline clients and stragglers; compressed gossip.
+
+    The asynchronous mode.
+    """
     check_faults(config, centralized)  # link_failure, offline, bursts, stragglers, round_deadline
     check_compression(config, centralized)  # compressor, compression, consensus_lr
     check_async(config, centralized)  # mode, link_latency, link_bandwidth, max_staleness
@@ -65,11 +68,29 @@ def faults_field(config) -> str | None:
 
 
 def check_faults(config, centralized: bool) -> None:
-    """The network fields of a Config (`dfl.validate`; `centralized`: the algorithm aggregates at a
-    server): ranges, and where link faults cannot apply (the
-    checks that need the built topology, e.g. a custom directed graph, are in `Network`)."""
+    """The network fields of a Config (`dfl.validate`; `centralized`: the algorithm aggregates at a server).
+
+    Ranges, and where link faults cannot apply (the checks that need the built topology, e.g. a custom directed graph,
+    are in `Network`).
+    """
     for name in NETWORK_FIELDS:
         _probability(config, name, closed=False)
+    _check_bursts(config)
+    fraction = _probability(config, "stragglers", closed=True)
+    slowdown = _seconds(config, "straggler_slowdown", 1.0)
+    deadline = _seconds(config, "round_deadline", 0.0)
+    slowest = slowdown if fraction > 0 else 1.0
+    if 0 < deadline < slowest:
+        raise ConfigError(f"round_deadline = {deadline:g} is shorter than one local step of the slowest client "
+                          f"({slowest:g} simulated seconds{', straggler_slowdown' if fraction > 0 else ''}): every "
+                          f"client must finish a step by the deadline; use 0 (no deadline) or >= {slowest:g}")
+    fault = faults_field(config)
+    if fault is not None:
+        _check_link_faults(config, fault, getattr(config, fault), centralized)
+
+
+def _check_bursts(config) -> None:
+    """The burst lengths of link failures and churn: 0, or a mean outage of at least 1 / (1 - p) steps."""
     for name, of in BURST_FIELDS.items():
         burst, p = getattr(config, name), getattr(config, of)
         if isinstance(burst, bool) or not isinstance(burst, (int, float)) or not math.isfinite(burst) or burst < 0:
@@ -81,19 +102,14 @@ def check_faults(config, centralized: bool) -> None:
         if burst and burst < 1 / (1 - p):
             raise ConfigError(f"{name} must be 0 (independent) or >= 1 / (1 - {of}) = {1 / (1 - p):.4g} gossip steps "
                               f"(the mean outage of independent draws; longer = burstier), got {burst:g}")
-    fraction = _probability(config, "stragglers", closed=True)
-    slowdown = _seconds(config, "straggler_slowdown", 1.0)
-    deadline = _seconds(config, "round_deadline", 0.0)
-    slowest = slowdown if fraction > 0 else 1.0
-    if 0 < deadline < slowest:
-        raise ConfigError(f"round_deadline = {deadline:g} is shorter than one local step of the slowest client "
-                          f"({slowest:g} simulated seconds{', straggler_slowdown' if fraction > 0 else ''}): every "
-                          f"client must finish a step by the deadline; use 0 (no deadline) or >= {slowest:g}")
-    fault = faults_field(config)
-    if fault is None:
-        return
-    name = fault
-    value = getattr(config, name)
+
+
+def _check_link_faults(config, name: str, value: Any, centralized: bool) -> None:
+    """Refuse link faults (`name` = `value`) where they cannot apply.
+
+    That is with a centralized algorithm, on a directed topology, with weights that failures break, or on a full
+    graph too large to draw every link of.
+    """
     if centralized:
         raise ConfigError(f"{name} = {value} applies to gossip, not to the centralized {config.algorithm!r}, which "
                           "aggregates at a server every round; for clients that miss rounds use participation "
@@ -141,8 +157,10 @@ def qsgd_bits(value: Any) -> int:
 
 @dataclass(frozen=True)
 class CompressorCard:
-    """What validation reads of a compressor: `compression`'s default and its check (ValueError naming the field);
-    a compressor class answers both itself (`dfl.network.compression.Compressor`)."""
+    """What validation reads of a compressor: `compression`'s default and its check (ValueError naming the field).
+
+    A compressor class answers both itself (`dfl.network.compression.Compressor`).
+    """
 
     default: float
     check: Any
@@ -157,8 +175,11 @@ COMPRESSORS.declare("qsgd", "dfl.network.compression:QSGD", CompressorCard(8, qs
 
 
 def check_compression(config, centralized: bool) -> None:
-    """compressor, compression and consensus_lr of a Config (`dfl.validate`; `centralized`: the algorithm
-    aggregates at a server): ConfigError naming the field."""
+    """Check a Config's compressed-gossip fields.
+
+    compressor, compression and consensus_lr of a Config (`dfl.validate`; `centralized`: the algorithm
+    aggregates at a server): ConfigError naming the field.
+    """
     name = config.compressor
     names = (NONE, *COMPRESSORS.names())
     if name not in names:
@@ -187,6 +208,7 @@ def check_compression(config, centralized: bool) -> None:
 
 
 def check_topology(name: str, topology_name: str, time_varying: bool) -> None:
+    """Refuse compressed gossip on a time-varying topology (CHOCO keeps public copies at fixed neighbours)."""
     if time_varying:
         raise ConfigError(f"compressor = {name} needs a static topology, but {topology_name} changes every gossip "
                           "step: CHOCO keeps each client's public copy at its neighbours, so they must stay the same "
@@ -195,8 +217,11 @@ def check_topology(name: str, topology_name: str, time_varying: bool) -> None:
 
 # ------------------------------------------------------------------------------------------ asynchronous
 def check_async(config, centralized: bool) -> None:
-    """`mode` and the asynchronous fields of a Config (`dfl.validate`; `centralized`: the algorithm aggregates at a
-    server): ranges, and what async cannot run."""
+    """Check a Config's `mode` and asynchronous fields.
+
+    `mode` and the asynchronous fields of a Config (`dfl.validate`; `centralized`: the algorithm aggregates at a
+    server): ranges, and what async cannot run.
+    """
     if config.mode not in MODES:
         raise ConfigError(f"mode must be one of {', '.join(MODES)}; got {config.mode!r}")
     for name in ("link_latency", "link_bandwidth"):
