@@ -67,8 +67,11 @@ def partition_options(method: str) -> dict[str, Any]:
 
 
 def check_partition_options(method: str, options: dict[str, Any]) -> dict[str, Any]:
-    """`options` checked against the options of `method` (unknown or missing ones: ValueError naming the
-    allowed ones) and completed with their defaults, before any labels are split."""
+    """The options of partition `method`, checked and completed with their defaults.
+
+    `options` checked against the options of `method` (unknown or missing ones: ValueError naming the allowed ones)
+    and completed with their defaults, before any labels are split.
+    """
     return signatures.resolve_declared("partition", method, partition_options(method), options, _REQUIRED_HINTS)
 
 
