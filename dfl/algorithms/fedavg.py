@@ -49,7 +49,8 @@ class FedAvg(ServerAlgorithm):
         if part.count == 0:
             return self.skipped()
         local = self.local(t, part)
-        self.server_step(self.aggregate(local.Y - self.x, part.weights))  # Σ_S p_i Δ_i
+        # Δ_i = y_{i,K} − x_t in place: Y is this round's own copy (no second [m, d] stack)
+        self.server_step(self.aggregate(local.Y.sub_(self.x), part.weights))  # Σ_S p_i Δ_i
         return self.stats(local.loss, part)
 
     def server_step(self, delta: torch.Tensor) -> None:

@@ -119,7 +119,10 @@ class ServerAlgorithm(Algorithm):
     def broadcast(self, x: torch.Tensor) -> None:
         """x_{t+1} becomes the server model and every row of the client stack."""
         self.x = x
-        self.X = x.expand_as(self.X).clone()
+        # every row is x: a read-only [m, d] view of it, as the engine's X_0 (`common_start`), not an [m, d] copy.
+        # Whoever writes rows clones it first (local training does, `LocalTrainer.train`), so a round writes the
+        # stack once instead of twice, and reads of X (the finiteness check, evaluation) read one cached row
+        self.X = x.expand_as(self.X)
 
     # ------------------------------------------------------------------ statistics
     def stats(self, loss: torch.Tensor, part: Participation) -> RoundStats:

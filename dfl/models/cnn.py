@@ -59,12 +59,41 @@ class CNN1d(nn.Module):
         for conv, name in ((self.conv1, "conv1"), (self.conv2, "conv2")):
             w = params[f"{name}.weight"]
             h = F.conv2d(h, w.reshape(-1, w.shape[2], 1, w.shape[3]), params[f"{name}.bias"].reshape(-1),
-                         (1, conv.stride), (0, conv.padding), 1, a).relu()
-        o = h.shape[1] // a
-        h = h.permute(0, 2, 3, 1).reshape(b, length, a, o).permute(2, 0, 1, 3).reshape(a, b, length * o)
+                         (1, conv.stride), (0, conv.padding), 1, a)
+            # in place: a convolution's backward reads its input, not its output
+            h = h.relu_() if name == "conv1" else _ClientMajorReLU.apply(h, a)
+        o = h.shape[3]
+        h = h.view(a, b, length * o)
         w = params["fc.weight"]
         w = w.view(a, -1, o, length).transpose(2, 3).reshape(a, -1, length * o)
         return torch.baddbmm(params["fc.bias"].unsqueeze(1), h, w.transpose(1, 2))
+
+
+class _ClientMajorReLU(torch.autograd.Function):
+    # relu of the last convolution's channels-last output h [B, a·O, 1, L], written client-major as [a, B, L, O] (the
+    # head's baddbmm layout) in one pass; the backward writes the masked gradient back channels-last in one pass.
+    # Separately (relu, then the layout copy; in the backward the copy back, then relu's mask) that is two passes
+    # over the largest activation each way. The values are relu's and its gradient's exactly (clamp_min, and
+    # threshold_backward on the output, as autograd's relu).
+
+    @staticmethod
+    def forward(ctx, h, a):
+        b, channels, _, length = h.shape
+        src = h.permute(0, 2, 3, 1).reshape(b, length, a, channels // a).permute(2, 0, 1, 3)
+        out = torch.empty(src.shape, dtype=h.dtype, device=h.device)
+        torch.clamp_min(src, 0, out=out)
+        ctx.save_for_backward(out)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad):
+        (out,) = ctx.saved_tensors
+        a, b, length, o = out.shape
+        grad_h = torch.empty((b, a * o, 1, length), dtype=grad.dtype, device=grad.device,
+                             memory_format=torch.channels_last)
+        dst = grad_h.permute(0, 2, 3, 1).view(b, length, a, o).permute(2, 0, 1, 3)
+        torch.ops.aten.threshold_backward.grad_input(grad.reshape(out.shape), out, 0, grad_input=dst)
+        return grad_h, None
 
 
 class CNN(nn.Module):

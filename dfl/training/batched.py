@@ -22,8 +22,15 @@ import torch
 
 
 def batched_forward_of(model) -> Callable | None:
-    """The model's `batched_forward` when the class that defines its `forward` defines it too and the model says it
-    computes `forward` (`model.batched`); else None (vmap)."""
+    """The model's batched forward, or None when its gradients must come from vmap.
+
+    Args:
+        model: a template model.
+
+    Returns:
+        `model.batched_forward` when the class that defines the model's `forward` defines it too and the model says it
+        computes `forward` (`model.batched`); else None.
+    """
     for cls in type(model).__mro__:
         if "forward" in vars(cls):
             if "batched_forward" in vars(cls) and getattr(model, "batched", False):
@@ -33,9 +40,22 @@ def batched_forward_of(model) -> Callable | None:
 
 
 def batched_grad_and_value(forward: Callable, layout, device_type: str, bf16: bool):
-    """grad_fn(params, x, y, w) -> (grads, losses): the same contract as `vmap(grad_and_value(loss))` in
-    `dfl.training.local.LocalTrainer` (params: one [a, *shape] tensor per parameter; x [a, B, ...], y and w [a, B]),
-    from one backward of Σ_a f_a, f_a = Σ_b w_ab ℓ(logits_ab, y_ab) / Σ_b w_ab (ℓ: cross-entropy)."""
+    """Every client's minibatch gradient and loss from one backward of the clients' summed losses.
+
+    The returned grad_fn(params, x, y, w) -> (grads, losses) has the contract of `vmap(grad_and_value(loss))` in
+    `dfl.training.local.LocalTrainer` (params: one [a, *shape] tensor per parameter; x [a, B, ...], y and w [a, B]):
+
+        f_a = Σ_b w_ab ℓ(logits_ab, y_ab) / Σ_b w_ab   (ℓ: cross-entropy);   grads = ∂(Σ_a f_a)/∂θ_a.
+
+    Args:
+        forward: the model's `batched_forward` (params {name: [a, *shape]}, x [a, B, ...]) -> logits [a, B, C].
+        layout: the `ParamLayout` naming the per-parameter tensors.
+        device_type: the device type autocast runs on.
+        bf16: whether the forward runs under bf16 autocast (the loss stays fp32).
+
+    Returns:
+        grad_fn: (params, x, y, w) -> (a tuple of [a, *shape] gradients, the [a] losses).
+    """
 
     def grad_and_value(params, x, y, w):
         leaves = [p.detach().requires_grad_() for p in params]
