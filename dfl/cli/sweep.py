@@ -11,14 +11,13 @@ from pathlib import Path
 from typing import Any
 
 from dfl.cli.run import key_value
-from dfl.errors import ConfigError, FileReadError, OutputPathError
+from dfl.errors import ConfigError, FileReadError, OutputPathError, SweepInterrupted
 from dfl.workflows.launchers import LAUNCHERS, SLURM_KEYS, SlurmOptions, make_launcher
 from dfl.workflows.presets import PAPER_ALGORITHMS, PAPER_TOPOLOGIES, compare_topologies_sweep, spectral_study_sweep
 from dfl.workflows.sweep import (
     CONFIG_FIELDS,
     Sweep,
     SweepError,
-    SweepInterrupted,
     apply_overrides,
     format_status,
     format_sweep_status,
