@@ -7,11 +7,13 @@ from __future__ import annotations
 
 import argparse
 import ast
+import contextlib
 import os
 import signal
 import sys
 import threading
 import warnings
+from collections.abc import Iterator
 from dataclasses import fields
 from pathlib import Path
 
@@ -156,6 +158,29 @@ def check_out(args: argparse.Namespace) -> None:
     check_output_directory(out, "run", overwrite=getattr(args, "overwrite", False))
 
 
+@contextlib.contextmanager
+def _signals_stop_run() -> Iterator[None]:
+    """Within: SIGTERM (kill, torchrun, schedulers) and SIGHUP (a closed terminal) stop the run like Ctrl-C does.
+
+    The run records status "interrupted", keeps its metrics and last checkpoint, and the command exits 128 + the
+    signal number. Handlers are set in the main thread only (elsewhere Python cannot set them).
+    """
+    from dfl.errors import RunInterrupted
+
+    def raise_on_signal(signum: int, frame: object) -> None:  # dfl.engine.runner's, without importing torch
+        raise RunInterrupted(signum)
+
+    previous = {}
+    if threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGTERM, signal.SIGHUP):
+            previous[sig] = signal.signal(sig, raise_on_signal)
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
 def main(args: argparse.Namespace) -> int:
     try:  # the run directory first, before torch loads (dfl.directories)
         check_out(args)
@@ -165,53 +190,42 @@ def main(args: argparse.Namespace) -> int:
 
     from dfl.engine.results import RunDirectoryExists, format_summary
     from dfl.engine.validation import validate  # no torch: every check that needs no data answers at once
-    from dfl.errors import DivergenceError, RunInterrupted
+    from dfl.errors import DivergenceError
 
-    def raise_on_signal(signum, frame) -> None:  # as dfl.engine.runner.raise_on_signal, without importing torch
-        raise RunInterrupted(signum)
-
-    # SIGTERM (kill, torchrun, schedulers) and SIGHUP (a closed terminal) stop the run like Ctrl-C does: it
-    # records status "interrupted", keeps its metrics and last checkpoint, and exits 128 + the signal number
-    previous = {}
-    if threading.current_thread() is threading.main_thread():
-        for sig in (signal.SIGTERM, signal.SIGHUP):
-            previous[sig] = signal.signal(sig, raise_on_signal)
     out = None
-    try:
-        resume = getattr(args, "resume", None)
-        if resume is not None:
-            args = resume_args(args)
-        config = validate_args(args, validate)
-        out = Path(getattr(args, "out", None) or Path("runs") / config.name)
-        from dfl.engine.runner import run  # torch loads here, once the config is known to be good
+    with _signals_stop_run():
+        try:
+            resume = getattr(args, "resume", None)
+            if resume is not None:
+                args = resume_args(args)
+            config = validate_args(args, validate)
+            out = Path(getattr(args, "out", None) or Path("runs") / config.name)
+            from dfl.engine.runner import run  # torch loads here, once the config is known to be good
 
-        with warnings.catch_warnings():
-            warnings.simplefilter("always")
-            warnings.formatwarning = lambda message, *a, **k: f"dfl run: warning: {message}\n"
-            result = run(config, out=out, overwrite=getattr(args, "overwrite", False), resume=resume is not None)
-    except (ConfigError, RunDirectoryExists, FileNotFoundError, ValueError) as exc:
-        print(f"dfl run: error: {exc}", file=sys.stderr)
-        return 2
-    except DivergenceError as exc:
-        from dfl.report.runs import has_metrics
+            with warnings.catch_warnings():
+                warnings.simplefilter("always")
+                warnings.formatwarning = lambda message, *a, **k: f"dfl run: warning: {message}\n"
+                result = run(config, out=out, overwrite=getattr(args, "overwrite", False), resume=resume is not None)
+        except (ConfigError, RunDirectoryExists, FileNotFoundError, ValueError) as exc:
+            print(f"dfl run: error: {exc}", file=sys.stderr)
+            return 2
+        except DivergenceError as exc:
+            from dfl.report.runs import has_metrics
 
-        where = (f"the metrics so far are in {out}" if out is not None and has_metrics(out)
-                 else "it diverged before its first evaluation: no metrics were recorded")
-        print(f"dfl run: error: {exc} ({where})", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt as exc:
-        signum = getattr(exc, "signum", signal.SIGINT)
-        where = f"; the run so far is in {out}, continue with: dfl run --resume {out}" if (
-            out is not None and (out / "checkpoint.pt").exists()) else "; no checkpoint was written yet"
-        print(f"dfl run: interrupted by {signal.Signals(signum).name}{where}", file=sys.stderr)
-        return 128 + int(signum)
-    except OSError as exc:  # a read-only or full disk, --out naming a file, an unreadable data root, ...
-        path = exc.filename if exc.filename is not None else out
-        print(f"dfl run: error: {path}: {exc.strerror or exc}", file=sys.stderr)
-        return 2
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+            where = (f"the metrics so far are in {out}" if out is not None and has_metrics(out)
+                     else "it diverged before its first evaluation: no metrics were recorded")
+            print(f"dfl run: error: {exc} ({where})", file=sys.stderr)
+            return 1
+        except KeyboardInterrupt as exc:
+            signum = getattr(exc, "signum", signal.SIGINT)
+            where = f"; the run so far is in {out}, continue with: dfl run --resume {out}" if (
+                out is not None and (out / "checkpoint.pt").exists()) else "; no checkpoint was written yet"
+            print(f"dfl run: interrupted by {signal.Signals(signum).name}{where}", file=sys.stderr)
+            return 128 + int(signum)
+        except OSError as exc:  # a read-only or full disk, --out naming a file, an unreadable data root, ...
+            path = exc.filename if exc.filename is not None else out
+            print(f"dfl run: error: {path}: {exc.strerror or exc}", file=sys.stderr)
+            return 2
     if int(os.environ.get("RANK", "0")) == 0:  # under torchrun only rank 0 reports
         print(format_summary(result.summary))
     return 0

@@ -60,7 +60,15 @@ REFUSED = (SweepError, ConfigError, FileReadError, OutputPathError)
 
 
 
-def add_parser(subparsers) -> None:
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    """Add the `sweep`, `compare-topologies` and `spectral-study` subcommands to the `dfl` parser."""
+    _add_sweep(subparsers)
+    _add_compare_topologies(subparsers)
+    _add_spectral_study(subparsers)
+
+
+def _add_sweep(subparsers: argparse._SubParsersAction) -> None:
+    """`dfl sweep SPEC.toml` and `dfl sweep status DIR`."""
     p = subparsers.add_parser(
         "sweep", help="run every combination of a sweep file ([base] + [vary]) into one sweep directory",
         description="Run the cartesian product of the [vary] lists, each combination into DIR/runs/<name>/. "
@@ -82,6 +90,9 @@ def add_parser(subparsers) -> None:
                    help="override a [base] field (not one in [vary]), e.g. --set rounds=50")
     p.set_defaults(handler=sweep_main)
 
+
+def _add_compare_topologies(subparsers: argparse._SubParsersAction) -> None:
+    """`dfl compare-topologies`: the DFedSAM paper's topology study."""
     p = subparsers.add_parser(
         "compare-topologies",
         help="the DFedSAM paper's topology study: 4 topologies x 5 decentralized algorithms (MNIST-1D, minutes)",
@@ -100,6 +111,9 @@ def add_parser(subparsers) -> None:
     _common(p, out_help="sweep directory (default runs/compare-topologies, or runs/compare-topologies-full)")
     p.set_defaults(handler=compare_topologies_main)
 
+
+def _add_spectral_study(subparsers: argparse._SubParsersAction) -> None:
+    """`dfl spectral-study`: one algorithm across topologies x gossip steps Q."""
     p = subparsers.add_parser(
         "spectral-study",
         help="one algorithm across topologies x gossip steps Q (x client counts): accuracy vs spectral gap",

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from dfl.config import Config
-from dfl.report.metrics import CSV_METRICS, _number, run_metrics, run_target
+from dfl.report.metrics import CSV_METRICS, as_number, run_metrics, run_target
 from dfl.report.runs import ReportError, RunRecord
 
 CONFIG_FIELDS = tuple(f.name for f in fields(Config))
@@ -26,7 +26,7 @@ SETTING_FIELDS = tuple(f for f in CONFIG_FIELDS if f not in NOT_SETTING_FIELDS)
 DEFAULT_TARGET_FRACTION = 0.9
 
 
-def _canon(value: Any) -> str:
+def canonical(value: Any) -> str:
     """A hashable, order-free identity of a config value (dicts and lists included)."""
     return json.dumps(value, sort_keys=True, default=str)
 
@@ -76,20 +76,20 @@ def group_settings(runs: list[RunRecord]) -> list[Setting]:
         if not run.metrics:
             continue
         values = {f: run.config.get(f) for f in SETTING_FIELDS}
-        key = _canon(values)
+        key = canonical(values)
         groups.setdefault(key, Setting(values, [])).runs.append(run)
     return list(groups.values())
 
 
 def varying_fields(settings: list[Setting]) -> list[str]:
-    return [f for f in SETTING_FIELDS if len({_canon(s.values[f]) for s in settings}) > 1]
+    return [f for f in SETTING_FIELDS if len({canonical(s.values[f]) for s in settings}) > 1]
 
 
 def default_target(settings: list[Setting]) -> float | None:
     """DEFAULT_TARGET_FRACTION × the lowest mean final test accuracy over the settings (None if none > 0)."""
     means = []
     for s in settings:
-        mean = Stat.of(_number((r.final or {}).get("test_acc")) for r in s.runs).mean
+        mean = Stat.of(as_number((r.final or {}).get("test_acc")) for r in s.runs).mean
         if mean is not None and mean > 0:
             means.append(mean)
     return DEFAULT_TARGET_FRACTION * min(means) if means else None

@@ -72,7 +72,7 @@ def metric_table(layout: Layout, metric: str, kind: str) -> str:
     return markdown_table([layout.corner, *(layout.col_label(ck) for ck in layout.col_keys)], body)
 
 
-def _seed_table(layout: Layout) -> str:
+def seed_table(layout: Layout) -> str:
     body = [[layout.row_label(rk), *(str(len(layout.cells[(rk, ck)].runs)) if (rk, ck) in layout.cells else "n/a"
                                      for ck in layout.col_keys)] for rk in layout.row_keys]
     return markdown_table([layout.corner, *(layout.col_label(ck) for ck in layout.col_keys)], body)
@@ -87,7 +87,7 @@ def _csv_value(value: Any) -> Any:
     return value
 
 
-def _write_csv(path: Path, header: list[str], rows: list[list[Any]]) -> Path:
+def write_csv(path: Path, header: list[str], rows: list[list[Any]]) -> Path:
     buf = io.StringIO()
     writer = csv.writer(buf, lineterminator="\n")
     writer.writerow(header)
@@ -96,7 +96,7 @@ def _write_csv(path: Path, header: list[str], rows: list[list[Any]]) -> Path:
     return path
 
 
-def _status_counts(runs: list[RunRecord]) -> str:
+def status_counts(runs: list[RunRecord]) -> str:
     counts: dict[str, int] = {}
     for r in runs:
         counts[r.status] = counts.get(r.status, 0) + 1
@@ -120,13 +120,13 @@ def write_settings_csv(path: Path, layout: Layout, settings: list[Setting], targ
             seeds = ";".join(str(r.seed) for r in s.runs)
             targets = list(dict.fromkeys(run_target(r, target, own_targets) for r in s.runs))
             row = [f"{layout.row_label(rk)} | {layout.col_label(ck)}", *(s.values[n] for n in names),
-                   len(s.runs), seeds, _status_counts(s.runs),
+                   len(s.runs), seeds, status_counts(s.runs),
                    targets[0] if len(targets) == 1 else ";".join(map(str, targets))]
             for m in CSV_METRICS:
                 st = s.stats[m]
                 row += [st.mean, st.std, st.n]
             rows.append(row)
-    return _write_csv(path, header, rows)
+    return write_csv(path, header, rows)
 
 
 def write_runs_csv(path: Path, runs: list[RunRecord], target: float | None, fields_: list[str],
@@ -142,4 +142,4 @@ def write_runs_csv(path: Path, runs: list[RunRecord], target: float | None, fiel
         rows.append([r.name, *(r.config.get(f) for f in fields_), r.seed, r.status,
                      r.summary.get("rounds_completed"), r.summary.get("rounds"), own,
                      *(m[k] for k in CSV_METRICS), "; ".join(r.problems), r.summary.get("error")])
-    return _write_csv(path, header, rows)
+    return write_csv(path, header, rows)

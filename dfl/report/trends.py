@@ -78,7 +78,7 @@ def gap_of(setting: Setting) -> float | None:
     return None if lam_q is None else 1.0 - lam_q
 
 
-def _gap_series(settings: list[Setting], metric: str, point_label: Callable[[Setting], str],
+def gap_series(settings: list[Setting], metric: str, point_label: Callable[[Setting], str],
                 scale: float = 1.0, log_y: bool = False) -> tuple[list[plots.Series], list[str]]:
     """Series of (1 − λ^Q, metric mean ± std) points, one series per combination of the varied non-gap fields and
     client count (trends are fitted within a client count), each with its `fit_log_trend`; and one Markdown
@@ -123,5 +123,5 @@ def _gap_series(settings: list[Setting], metric: str, point_label: Callable[[Set
     return series, notes
 
 
-def _distinct_gaps(settings: list[Setting]) -> int:
+def distinct_gaps(settings: list[Setting]) -> int:
     return len({round(g, 12) for g in (gap_of(s) for s in settings) if g is not None})

@@ -30,35 +30,34 @@ def run_sweep(
     """Run every combination of `sweep` into `out/runs/<name>/` and return the sweep.json run entries.
 
     Each entry: name, dir ("runs/<name>"), overrides, status ("completed", "stopped", "diverged", "failed",
-    "interrupted", "queued" for a run submitted to a submitit job, or for a skipped run whatever its summary
-    says, e.g. "running"), error (None or "Type: message"), action ("skipped", "resumed", "started"), note (why,
-    when `plan_run` gives a reason), job_id (submitit), plus rounds_completed, test_acc and seconds when known.
+    "interrupted", "queued" for a run in a submitit job, or a skipped run's as its summary says), error (None or
+    "Type: message"), action ("skipped", "resumed", "started"), note (why, when `plan_run` gives a reason),
+    job_id (submitit), plus rounds_completed, test_acc and seconds when known.
 
     Args:
         sweep: the sweep spec.
         out: the sweep directory.
-        parallel: the local pool's runs at once (default: the spec's); each run gets its own threads (for
-            "auto": this process's // parallel, `launchers.worker_threads`) and no progress bar.
+        parallel: the local pool's runs at once (default: the spec's); each run's "auto" threads are this
+            process's // parallel (`launchers.worker_threads`).
         log: where the progress lines go (None: nowhere).
-        retry_diverged: start diverged runs over from scratch (by default they are skipped, even when `rounds`
-            grew).
-        launcher: where the runs execute (`dfl.workflows.launchers`); by default a `LocalPool`, and `run_sweep`
-            returns when every run has ended. A submitit launcher returns once the runs are queued.
+        retry_diverged: start diverged runs over (by default they are skipped, even when `rounds` grew).
+        launcher: where the runs execute (default: a `LocalPool`, which returns when every run has ended; a
+            submitit launcher returns once the runs are queued).
     """
     out = Path(out)
     launcher = launcher if launcher is not None else _local_pool(sweep, parallel)
     planned = sweep.plan()
     plans = plan_runs(out, planned, retry_diverged=retry_diverged, launcher=launcher)  # all checked before any runs
-    say = log or (lambda text: None)
+    say = log or _silent
     entries = _entries(out, planned, plans, launcher, say)
     _claim(out, sweep, entries, plans)
-    todo = [i for i, plan in enumerate(plans) if plan.action != "skip"]
-    index = {planned[i].name: i for i in todo}
-    tasks = [RunTask(planned[i].name, planned[i].config, out / entries[i]["dir"], plans[i].action) for i in todo]
-    say(_sweep_line(sweep, out, len(planned), len(todo), launcher))
+    index = {p.name: i for i, (p, plan) in enumerate(zip(planned, plans)) if plan.action != "skip"}
+    tasks = [RunTask(planned[i].name, planned[i].config, out / entries[i]["dir"], plans[i].action)
+             for i in index.values()]
+    say(_sweep_line(sweep, out, len(planned), len(tasks), launcher))
 
     def started(count: int, task: RunTask) -> None:
-        say(_start_line(count, len(todo), entries[index[task.name]], task.action))
+        say(_start_line(count, len(tasks), entries[index[task.name]], task.action))
 
     def finished(count: int, task: RunTask, outcome: dict[str, Any]) -> None:
         entry = entries[index[task.name]]
@@ -70,6 +69,10 @@ def run_sweep(
     handles = launcher.submit(tasks, out, started=started, finished=finished)
     _record_queued(out, entries, index, handles, say)
     return entries
+
+
+def _silent(text: str) -> None:
+    """The log of a sweep run with `log=None`."""
 
 
 def _local_pool(sweep: Sweep, parallel: int | None) -> LocalPool:
