@@ -1,7 +1,8 @@
 """`dfl run [CONFIG.toml] [--field value ...]`: one flag per Config field; flags override the file.
 
 `dfl run --resume DIR [--rounds N ...]` continues the run in DIR from its checkpoint, with DIR/config.toml
-as the config; flags may change the fields that are safe to change on resume (`dfl.engine.checkpoint`)."""
+as the config; flags may change the fields that are safe to change on resume (`dfl.engine.checkpoint`).
+"""
 
 from __future__ import annotations
 
@@ -22,6 +23,10 @@ from dfl.errors import ConfigError
 
 
 def add_parser(subparsers) -> None:
+    """Add the `run` subcommand to the `dfl` parser.
+
+    One flag per Config field, grouped as `dfl.config.options()` groups them.
+    """
     parser = subparsers.add_parser(
         "run",
         help="run one experiment (default: DFedSAM-MGS, ring, 16 clients, MNIST-1D, Dirichlet 0.3)",
@@ -43,8 +48,10 @@ def add_parser(subparsers) -> None:
 
 
 def add_config_flags(parser: argparse.ArgumentParser) -> None:
-    """One flag per Config field (`dfl.config.options()`: its type, default, choices and help line), grouped by
-    the sections of the options reference."""
+    """Add one flag per Config field, grouped by the sections of the options reference.
+
+    Each flag is described by `dfl.config.options()`: its type, default, choices and help line.
+    """
     groups: dict[str, argparse._ArgumentGroup] = {}
     for opt in options():
         group = groups.get(opt.section) or groups.setdefault(opt.section, parser.add_argument_group(opt.section))
@@ -68,8 +75,11 @@ def add_config_flags(parser: argparse.ArgumentParser) -> None:
 
 
 class _AppendNames(argparse.Action):
-    """Each use adds its comma-separated names to the flag's list, which replaces the config file's list (an
-    empty value adds none: `--log ''` turns the file's loggers off)."""
+    """A list flag: each use adds its comma-separated names to the list.
+
+    The flag's list replaces the config file's list (an empty value adds none: `--log ''` turns the file's loggers
+    off).
+    """
 
     def __call__(self, parser, namespace, values, option_string=None):
         names = list(getattr(namespace, self.dest, None) or [])
@@ -87,8 +97,11 @@ def _scalar_type(kind: str):
 
 
 def key_value(text: str, form: str = "KEY=VALUE") -> tuple[str, object]:
-    """`key=value` → (key with - as _, the value as a Python literal, true/false as in TOML, or the raw text for
-    another bare word)."""
+    """`key=value` → (key, value).
+
+    The key with - as _; the value as a Python literal, true/false as in TOML, or the raw text for another bare
+    word.
+    """
     if "=" not in text:
         raise argparse.ArgumentTypeError(f"expected {form}, got {text!r}")
     key, raw = text.split("=", 1)
@@ -100,6 +113,7 @@ def key_value(text: str, form: str = "KEY=VALUE") -> tuple[str, object]:
 
 
 def config_from_args(args: argparse.Namespace) -> Config:
+    """The Config of `dfl run`: the defaults, then CONFIG.toml, then the flags that were given."""
     from dfl.engine.validation import option_owner  # no torch
 
     values = vars(args)
@@ -113,8 +127,11 @@ def config_from_args(args: argparse.Namespace) -> Config:
 
 
 def validate_args(args: argparse.Namespace, validate) -> Config:
-    """`validate(config_from_args(args))`; a refusal of a field that the config file set (and no flag replaced)
-    names the file, as the file's own type and range errors do (`Config.from_toml`)."""
+    """`validate(config_from_args(args))`.
+
+    A refusal of a field that the config file set (and no flag replaced) names the file, as the file's own type and
+    range errors do (`Config.from_toml`).
+    """
     config = config_from_args(args)
     try:
         return validate(config)
@@ -147,9 +164,11 @@ def resume_args(args: argparse.Namespace) -> argparse.Namespace:
 
 
 def check_out(args: argparse.Namespace) -> None:
-    """Refuse, before torch is imported, an --out that `dfl run` may not write into (`dfl.directories`): a folder dfl
-    did not make (with or without --overwrite), a file, a path under a file, a sweep or report directory, or a
-    run directory without --overwrite or --resume. Under torchrun only rank 0 checks (it alone writes there)."""
+    """Refuse, before torch is imported, an --out that `dfl run` may not write into (`dfl.directories`).
+
+    A folder dfl did not make (with or without --overwrite), a file, a path under a file, a sweep or report directory,
+    or a run directory without --overwrite or --resume. Under torchrun only rank 0 checks (it alone writes there).
+    """
     from dfl.directories import check_output_directory
 
     if int(os.environ.get("RANK", "0")) != 0 or getattr(args, "resume", None) is not None:
@@ -182,6 +201,12 @@ def _signals_stop_run() -> Iterator[None]:
 
 
 def main(args: argparse.Namespace) -> int:
+    """`dfl run`: check --out, validate the config (before torch loads), run it and print its summary.
+
+    Returns:
+        The exit status: 0, 1 for a diverged run, 2 for a refused config or output, 128 + the signal that
+        interrupted the run.
+    """
     try:  # the run directory first, before torch loads (dfl.directories)
         check_out(args)
     except (ConfigError, ValueError, FileExistsError) as exc:  # OutputPathError, RunDirectoryExists, ...

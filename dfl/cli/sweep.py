@@ -1,6 +1,8 @@
-"""`dfl sweep SPEC.toml --out DIR`, and two sweeps built in code on the same machinery:
-`dfl compare-topologies` (the DFedSAM paper's topology study) and `dfl spectral-study` (one algorithm across
-topologies and gossip steps Q, with the accuracy/consensus-vs-spectral-gap table and plots)."""
+"""`dfl sweep SPEC.toml --out DIR`, and two sweeps built in code on the same machinery.
+
+`dfl compare-topologies` (the DFedSAM paper's topology study) and `dfl spectral-study` (one algorithm across topologies
+and gossip steps Q, with the accuracy/consensus-vs-spectral-gap table and plots).
+"""
 
 from __future__ import annotations
 
@@ -203,6 +205,11 @@ def _assignment(text: str) -> tuple[str, Any]:
 
 # ---------------------------------------------------------------------------------------------- handlers
 def sweep_main(args: argparse.Namespace) -> int:
+    """`dfl sweep SPEC.toml` (or `dfl sweep status DIR`): run or submit the sweep and print each run's outcome.
+
+    Returns:
+        The exit status: 0, 1 when a run failed, 2 for a refused spec or option, 128 + a stop signal.
+    """
     if args.spec == "status" and (args.status_dir is not None or not Path("status").is_file()):
         return status_main(args)
     if args.status_dir is not None:
@@ -229,6 +236,7 @@ def sweep_main(args: argparse.Namespace) -> int:
 
 
 def status_main(args: argparse.Namespace) -> int:
+    """`dfl sweep status DIR`: print each run's state; the exit status."""
     if args.status_dir is None:
         return _error("sweep status", "give the sweep directory: dfl sweep status DIR")
     try:
@@ -253,8 +261,10 @@ def _launcher(sweep: Sweep, args: argparse.Namespace):
 
 
 def _out_refused(command: str, args: argparse.Namespace) -> bool:
-    """Whether `--out` names a path a sweep may not write into (`dfl.directories`), said in one line: checked
-    before the sweep's runs are planned and validated (which loads torch), so the refusal is immediate."""
+    """Whether `--out` names a path a sweep may not write into (`dfl.directories`), said in one line.
+
+    Checked before the sweep's runs are planned and validated (which loads torch), so the refusal is immediate.
+    """
     if args.out is None:
         return False
     from dfl.directories import check_output_directory
@@ -268,6 +278,7 @@ def _out_refused(command: str, args: argparse.Namespace) -> bool:
 
 
 def compare_topologies_main(args: argparse.Namespace) -> int:
+    """`dfl compare-topologies`: the topology study's sweep, run into --out; the exit status."""
     if _out_refused("compare-topologies", args):
         return 2
     data_root = args.data_root
@@ -284,6 +295,7 @@ def compare_topologies_main(args: argparse.Namespace) -> int:
 
 
 def spectral_study_main(args: argparse.Namespace) -> int:
+    """`dfl spectral-study`: the spectral study's sweep, run, then its report printed; the exit status."""
     if _out_refused("spectral-study", args):
         return 2
     try:

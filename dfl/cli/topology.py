@@ -1,10 +1,10 @@
 """`dfl topology`: spectral analysis of communication topologies, as a table, JSON, or a plot; or a drawing.
 
-    dfl topology ring --clients 64 --gossip-steps 4
-    dfl topology show custom --matrix W.npy          # your own W (.npy, .csv, .mtx), or --edges graph.edgelist
-    dfl topology compare --clients 16 32 64 --topologies ring grid exponential full --plot gap.png
-    dfl topology show two-cliques --clients 16 --options bridges=2   # a registered topology (dfl.topologies)
-    dfl topology draw one-peer --clients 8 --out one-peer.png        # the graph itself, one panel per step
+Dfl topology ring --clients 64 --gossip-steps 4
+dfl topology show custom --matrix W.npy          # your own W (.npy, .csv, .mtx), or --edges graph.edgelist
+dfl topology compare --clients 16 32 64 --topologies ring grid exponential full --plot gap.png
+dfl topology show two-cliques --clients 16 --options bridges=2   # a registered topology (dfl.topologies)
+dfl topology draw one-peer --clients 8 --out one-peer.png        # the graph itself, one panel per step
 """
 
 from __future__ import annotations

@@ -1,5 +1,7 @@
-"""Plot data against the round and per client: mean ± std curves over the seeds of each setting, one panel
-per table column, and the per-client accuracies of the final models.
+"""Plot data against the round and per client.
+
+Mean ± std curves over the seeds of each setting, one panel per table column, and the per-client accuracies of the final
+models.
 """
 
 from __future__ import annotations
@@ -16,7 +18,9 @@ def _curve(setting: Setting, key: str) -> plots.Curve:
     for run in setting.runs:
         for rec in run.metrics:
             by_round.setdefault(int(rec["round"]), []).append(as_number(rec.get(key)))
-    xs, means, stds = [], [], []
+    xs: list[float] = []
+    means: list[float] = []
+    stds: list[float] = []
     for rnd in sorted(by_round):
         st = Stat.of(by_round[rnd])
         if st.mean is not None:
@@ -27,20 +31,25 @@ def _curve(setting: Setting, key: str) -> plots.Curve:
 
 
 def _curve_over(setting: Setting, key: str, over: str) -> plots.Curve:
-    """`key` against the metric `over` (e.g. sim_time, bytes_sent_total): at every evaluated round, the seeds' mean
-    of `over` and the mean ± std of `key` over the seeds that recorded both."""
+    """`key` against the metric `over` (e.g. sim_time, bytes_sent_total).
+
+    At every evaluated round, the seeds' mean of `over` and the mean ± std of `key` over the seeds that recorded both.
+    """
     by_round: dict[int, list[tuple[float, float]]] = {}
     for run in setting.runs:
         for rec in run.metrics:
             x, y = as_number(rec.get(over)), as_number(rec.get(key))
             if x is not None and y is not None:
                 by_round.setdefault(int(rec["round"]), []).append((x, y))
-    xs, means, stds = [], [], []
-    for rnd in sorted(by_round):
-        st = Stat.of(y for _, y in by_round[rnd])
-        xs.append(Stat.of(x for x, _ in by_round[rnd]).mean)
-        means.append(st.mean)
-        stds.append(st.std or 0.0)
+    xs: list[float] = []
+    means: list[float] = []
+    stds: list[float] = []
+    for rnd in sorted(by_round):  # finite pairs only: both means exist
+        st, x_mean = Stat.of(y for _, y in by_round[rnd]), Stat.of(x for x, _ in by_round[rnd]).mean
+        if st.mean is not None and x_mean is not None:
+            xs.append(x_mean)
+            means.append(st.mean)
+            stds.append(st.std or 0.0)
     return plots.Curve(xs, means, stds)
 
 

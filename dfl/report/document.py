@@ -1,5 +1,8 @@
-"""The skeleton every report shares: the runs under a path loaded into settings, a Markdown file built part by
-part (a title, the tables, a note on runs not completed, their list), the files written recorded by name."""
+"""The skeleton every report shares.
+
+The runs under a path loaded into settings, a Markdown file built part by part (a title, the tables, a note on runs not
+completed, their list), the files written recorded by name.
+"""
 
 from __future__ import annotations
 
@@ -73,8 +76,11 @@ class ReportDocument:
             self.add(f"{NOT_COMPLETED_MARK} includes runs that are not completed (see Runs not completed).\n")
 
     def add_not_completed(self) -> None:
-        """The "Runs not completed" section: runs not finished or without metrics, and runs a sweep lists but
-        that have no run directory (nothing when every run is complete)."""
+        """The "Runs not completed" section.
+
+        Runs not finished or without metrics, and runs a sweep lists but that have no run directory (nothing when every
+        run is complete).
+        """
         body = []
         for r in self.runs:
             if not r.finished or not r.metrics:

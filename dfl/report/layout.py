@@ -1,5 +1,7 @@
-"""Table layout: which fields are rows and which are columns, the order of their values (numbers numerically,
-topologies, algorithms and partitions in registry order) and their labels.
+"""Table layout: the fields of rows and columns, the order of their values and their labels.
+
+Which fields are rows and which are columns, the order of their values (numbers numerically, topologies, algorithms and
+partitions in registry order) and their labels.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from dfl.report.settings import SETTING_FIELDS, Setting, canonical, varying_fiel
 
 
 def format_value(value: Any) -> str:
+    """A setting's value as a table label writes it: None as "default", floats by `:g`, tables and lists spelled out."""
     if value is None:
         return "default"
     if isinstance(value, float):
@@ -35,8 +38,10 @@ def label(values: dict[str, Any], names: list[str]) -> str:
 
 
 def registry_order(name: str) -> tuple[str, ...]:
-    """The canonical order of a categorical field's values (sparse to dense topologies, decentralized
-    algorithms first, as in the papers' tables); empty for other fields."""
+    """The canonical order of a categorical field's values; empty for other fields.
+
+    Sparse to dense topologies, decentralized algorithms first, as in the papers' tables.
+    """
     if name == "topology":
         from topologies import NAMES
 
@@ -53,8 +58,10 @@ def registry_order(name: str) -> tuple[str, ...]:
 
 
 def value_sort_key(values: list[Any], name: str = "") -> Callable[[Any], Any]:
-    """Numbers in numeric order (None last); topologies, algorithms and partitions in their registry order;
-    anything else in order of first appearance."""
+    """Numbers in numeric order (None last).
+
+    Topologies, algorithms and partitions in their registry order; anything else in order of first appearance.
+    """
     numeric = all(v is None or (isinstance(v, (int, float)) and not isinstance(v, bool)) for v in values)
     if numeric:
         return lambda v: (v is None, v if v is not None else 0)
@@ -75,6 +82,11 @@ def value_order(settings: list[Setting], names: list[str]) -> list[tuple[str, ..
 
 @dataclass
 class Layout:
+    """The table layout.
+
+    The `rows` and `cols` fields, their value combinations in order (`row_keys`, `col_keys`, each a tuple of `canonical`
+    values) and the setting of each (row, column) cell.
+    """
     rows: list[str]
     cols: list[str]
     row_keys: list[tuple[str, ...]]
@@ -82,17 +94,25 @@ class Layout:
     cells: dict[tuple[tuple[str, ...], tuple[str, ...]], Setting]
 
     def row_label(self, key: tuple[str, ...]) -> str:
+        """The label of the row with the values `key`."""
         return label(dict(zip(self.rows, (json.loads(k) for k in key))), self.rows)
 
     def col_label(self, key: tuple[str, ...]) -> str:
+        """The label of the column with the values `key`."""
         return label(dict(zip(self.cols, (json.loads(k) for k in key))), self.cols)
 
     @property
     def corner(self) -> str:
+        r"""The top-left cell of a table: `rows \ cols`."""
         return f"{', '.join(self.rows) or 'all'} \\ {', '.join(self.cols) or 'all'}"
 
 
 def field_list(text: str | list[str] | None, option: str) -> list[str] | None:
+    """The fields of `--rows` or `--cols` (a comma-separated string or a list); None when not given.
+
+    Raises:
+        ReportError: naming `--option`, for an empty list or a field that is not a setting field.
+    """
     if text is None:
         return None
     names = [t.strip() for t in text.split(",")] if isinstance(text, str) else list(text)
@@ -106,8 +126,11 @@ def field_list(text: str | list[str] | None, option: str) -> list[str] | None:
 
 def make_layout(settings: list[Setting], rows: str | list[str] | None = None,
                 cols: str | list[str] | None = None) -> Layout:
-    """Rows = `rows` (default algorithm); columns = `cols` (default every other varied field). Varied fields
-    named by neither are folded into the row label when `cols` is given, else into the column label."""
+    """Rows = `rows` (default algorithm).
+
+    Columns = `cols` (default every other varied field). Varied fields named by neither are folded into the row label
+    when `cols` is given, else into the column label.
+    """
     row_names = field_list(rows, "rows") or ["algorithm"]
     col_names = field_list(cols, "cols")
     both = sorted(set(row_names) & set(col_names or []))

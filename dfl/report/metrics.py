@@ -1,5 +1,7 @@
-"""Per-run metrics: the values a report shows for one run, taken from the last record of its metrics.jsonl
-("final"), plus the best accuracy, the generalization gap and the rounds to a target accuracy.
+"""The metrics of one run that a report shows.
+
+The values a report shows for one run, taken from the last record of its metrics.jsonl ("final"), plus the best
+accuracy, the generalization gap and the rounds to a target accuracy.
 """
 
 from __future__ import annotations
@@ -58,8 +60,10 @@ def rounds_to_target(metrics: list[dict[str, Any]], target: float | None) -> int
 
 
 def run_target(run: RunRecord, target: float | None, own_targets: bool) -> float | None:
-    """The target accuracy of one run: its own `target_accuracy` (config) with `own_targets` when it has one,
-    else the report's `target`."""
+    """The target accuracy of one run.
+
+    Its own `target_accuracy` (config) with `own_targets` when it has one, else the report's `target`.
+    """
     own = run.config.get("target_accuracy")
     return own if own_targets and as_number(own) is not None else target
 

@@ -1,5 +1,7 @@
-"""Settings: runs grouped by their config minus seed, name and `NOT_SETTING_FIELDS`, each aggregated over its
-seeds (`Stat`: mean ± sample standard deviation); the default target accuracy.
+"""Settings: the runs grouped by configuration (seeds aside) and aggregated over their seeds.
+
+Runs grouped by their config minus seed, name and `NOT_SETTING_FIELDS`, each aggregated over its seeds (`Stat`: mean ±
+sample standard deviation); the default target accuracy.
 """
 
 from __future__ import annotations
@@ -41,6 +43,10 @@ class Stat:
 
     @classmethod
     def of(cls, values: Iterable[float | None]) -> Stat:
+        """Mean, sample standard deviation (n − 1 in the denominator.
+
+        None for one value) and count of the finite values (None and NaN left out).
+        """
         vals = [v for v in values if v is not None and math.isfinite(v)]
         if not vals:
             return cls(None, None, 0)
@@ -54,6 +60,10 @@ class Stat:
 
 @dataclass
 class Setting:
+    """The runs that share every setting field (`values`), their seeds aside.
+
+    `aggregate` fills each run's metrics (`per_run`) and their `stats` over the seeds.
+    """
     values: dict[str, Any]  # SETTING_FIELDS -> value
     runs: list[RunRecord]
     per_run: list[dict[str, float | None]] = field(default_factory=list)
@@ -65,6 +75,10 @@ class Setting:
         return all(r.finished for r in self.runs)
 
     def aggregate(self, target: float | None, own_targets: bool = False) -> None:
+        """Compute each run's metrics and their statistics over the runs.
+
+        Rounds to target count to `target`, or to each run's own target with `own_targets`.
+        """
         self.per_run = [run_metrics(r, run_target(r, target, own_targets)) for r in self.runs]
         self.stats = {k: Stat.of(m[k] for m in self.per_run) for k in CSV_METRICS}
 
@@ -82,6 +96,7 @@ def group_settings(runs: list[RunRecord]) -> list[Setting]:
 
 
 def varying_fields(settings: list[Setting]) -> list[str]:
+    """The setting fields whose value differs between `settings`, in Config order."""
     return [f for f in SETTING_FIELDS if len({canonical(s.values[f]) for s in settings}) > 1]
 
 
@@ -96,6 +111,11 @@ def default_target(settings: list[Setting]) -> float | None:
 
 
 def check_target(target: Any) -> float:
+    """`target` as a float, when it is a test accuracy in (0, 1].
+
+    Raises:
+        ReportError: for anything else.
+    """
     if isinstance(target, bool) or not isinstance(target, (int, float)) or not 0 < target <= 1:
         raise ReportError(f"target accuracy must be a fraction in (0, 1] (e.g. 0.8 for 80%), got {target!r}")
     return float(target)

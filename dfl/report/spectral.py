@@ -1,5 +1,6 @@
-"""The spectral-gap study (`write_spectral_report`): λ, 1 − λ^Q, Φ(λ, m, Q) and effective neighbours of each
-setting against its final accuracy and consensus distance.
+"""The spectral-gap study (`write_spectral_report`).
+
+λ, 1 − λ^Q, Φ(λ, m, Q) and effective neighbours of each setting against its final accuracy and consensus distance.
 """
 
 from __future__ import annotations
@@ -7,6 +8,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from dfl.config import Config
 from dfl.report import plots
@@ -20,6 +22,11 @@ from dfl.report.trends import GAP_FIELDS, distinct_gaps, gap_of, gap_series
 
 @dataclass
 class SpectralRow:
+    """One row of the spectral study.
+
+    A setting, its topology, Q, clients m, λ, 1 − λ^Q, Φ(λ, m, Q), its effective neighbours, and notes on what could not
+    be computed.
+    """
     setting: Setting
     topology: str
     Q: int | None
@@ -32,21 +39,25 @@ class SpectralRow:
 
 
 def spectral_quantities(setting: Setting, cache: dict[str, tuple] | None = None) -> SpectralRow:
-    """λ, 1 − λ^Q, Φ(λ, m, Q) and n_W(0.951) of a setting: the topology is rebuilt from the first run's config
-    (`dfl.engine.setup.build_topology`); Q and m are the run's resolved `gossip_steps` and `clients` (summary.json).
+    """λ, 1 − λ^Q, Φ(λ, m, Q) and n_W(0.951) of a setting.
+
+    The topology is rebuilt from the first run's config (`dfl.engine.setup.build_topology`); Q and m are the run's
+    resolved `gossip_steps` and `clients` (summary.json).
 
     λ = `Topology.second_eigenvalue()` (‖W − J‖₂; a periodic schedule's per-step rate), falling back to
     summary.json `lambda` when the topology cannot be rebuilt; 1 − λ^Q = 1 − summary.json `lambda_Q`, the
     contraction of a round's Q gossip steps (= λ^Q for a static symmetric W), averaged over the seeds. Φ and n_W
     are None ("—") where undefined (random-k has no period). A random graph drawn per seed (random-regular,
-    erdos-renyi) is rebuilt for the first run's seed."""
+    erdos-renyi) is rebuilt for the first run's seed.
+
+    """
     from dfl.engine.setup import build_topology
 
     cache = {} if cache is None else cache
     run = setting.runs[0]
     summary = run.summary
     Q = summary.get("gossip_steps")
-    m = summary.get("clients", run.config.get("clients"))
+    m: Any = summary.get("clients", run.config.get("clients"))  # from JSON; build_topology refuses a bad one
     topo_name = summary.get("topology", run.config.get("topology"))
     row = SpectralRow(setting, str(topo_name), Q, m, as_number(summary.get("lambda")), gap_of(setting), None, None)
     key = canonical([topo_name, m, {f: run.config.get(f) for f in ("topology", "weights", "topology_options", "seed")}])
@@ -176,8 +187,10 @@ def _markdown(table: list[SpectralRow], other: list[str], target_text: str) -> s
 
 
 def _add_plots(doc: ReportDocument, table: list[SpectralRow], target_text: str) -> None:
-    """Final accuracy, rounds to the target and consensus distance against 1 − λ^Q, and their trends (with 2
-    distinct gaps or more)."""
+    """Final accuracy, rounds to the target and consensus distance against 1 − λ^Q, and their trends.
+
+    Plotted with 2 distinct gaps or more.
+    """
     settings = doc.settings
     if distinct_gaps(settings) < 2:
         doc.add("Not plotted: fewer than 2 distinct spectral gaps 1 − λ^Q among the settings.\n")

@@ -73,8 +73,10 @@ def write_report(path: str | Path, out: str | Path | None = None, *, rows: str |
 
 
 def _add_tables(doc: ReportDocument, layout: Layout, target_heading: str | None) -> None:
-    """The paragraph that says what a cell is, then one table per metric (and the seeds per setting when they
-    differ)."""
+    """The paragraph that says what a cell is, then one table per metric.
+
+    And the seeds per setting when they differ.
+    """
     settings = doc.settings
     n_seeds = {len(s.runs) for s in settings}
     seeds_text = f"n = {next(iter(n_seeds))} per setting" if len(n_seeds) == 1 else "n per setting below"
@@ -97,8 +99,11 @@ def _add_tables(doc: ReportDocument, layout: Layout, target_heading: str | None)
 
 
 def _add_plots(doc: ReportDocument, layout: Layout) -> None:
-    """The curves over rounds and over what the runs spent, final accuracy against the spectral gap (with its
-    trend), the per-client accuracies, and the list of plots."""
+    """The plots and their list.
+
+    The curves over rounds and over what the runs spent, final accuracy against the spectral gap (with its trend),
+    the per-client accuracies.
+    """
     order = registry_order("algorithm")
     doc.add_file("accuracy.png", plots.curves(curve_panels(layout, "test_acc", 100.0), doc.plot_dir / "accuracy.png",
                                               ylabel="test accuracy (%)", title="Test accuracy of the averaged model",
@@ -122,8 +127,10 @@ def _add_plots(doc: ReportDocument, layout: Layout) -> None:
 
 
 def _add_gap_plot(doc: ReportDocument) -> None:
-    """Final accuracy against the spectral gap 1 − λ^Q, and its least-squares trend (with 2 distinct gaps or
-    more)."""
+    """Final accuracy against the spectral gap 1 − λ^Q, and its least-squares trend.
+
+    Plotted with 2 distinct gaps or more.
+    """
     settings = doc.settings
     if distinct_gaps(settings) < 2:
         doc.add("## Final accuracy vs spectral gap 1 − λ^Q\n\nNot plotted: fewer than 2 distinct spectral gaps "
@@ -140,9 +147,12 @@ def _add_gap_plot(doc: ReportDocument) -> None:
 
 
 def _targets(settings: list[Setting], target_acc: float | None) -> tuple[float | None, bool, str | None]:
-    """The rounds-to-target rule: (report target, whether runs use their own `target_accuracy`, the table's
-    heading; None when there is no target). `--target` wins; else the runs' target_accuracy (config), each
-    run its own; runs without one (or when none has one) use 0.9 × the lowest mean final accuracy."""
+    """The rounds-to-target rule.
+
+    (report target, whether runs use their own `target_accuracy`, the table's heading; None when there is no target).
+    `--target` wins; else the runs' target_accuracy (config), each run its own; runs without one (or when none has one)
+    use 0.9 × the lowest mean final accuracy.
+    """
     if target_acc is not None:
         return target_acc, False, f"{100 * target_acc:.2f}% test accuracy"
     default = default_target(settings)

@@ -1,5 +1,8 @@
-"""The launcher interface: the runs a sweep hands over (`RunTask`), what it gets back (`Handle`) and the one
-method pair every launcher has (`Launcher`)."""
+"""The launcher interface: what a sweep hands a launcher and what it gets back.
+
+The runs a sweep hands over (`RunTask`), what it gets back (`Handle`) and the one method pair every launcher has
+(`Launcher`).
+"""
 
 from __future__ import annotations
 

@@ -1,5 +1,8 @@
-"""One run of a sweep, executed in this process, whatever launcher started it: `execute_run` and what it reads
-back (the run's summary, its final metrics) and the threads a run gets when it shares the machine."""
+"""One run of a sweep, executed in this process, whatever launcher started it.
+
+`execute_run` and what it reads back (the run's summary, its final metrics) and the threads a run gets when it shares
+the machine.
+"""
 
 from __future__ import annotations
 
@@ -70,8 +73,10 @@ def read_summary(path: Path) -> dict[str, Any]:
 
 
 def summary_metrics(summary: dict[str, Any]) -> dict[str, Any]:
-    """The final metrics a sweep entry copies from a run's summary: `rounds_completed` and `test_acc`, where
-    present."""
+    """The final metrics a sweep entry copies from a run's summary.
+
+    `rounds_completed` and `test_acc`, where present.
+    """
     return {k: summary[k] for k in ("rounds_completed", "test_acc") if k in summary}
 
 

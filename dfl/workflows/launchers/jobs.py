@@ -1,6 +1,7 @@
-"""The submitit jobs of a sweep: SWEEP/submitit/jobs.json (the job of every submitted run, appended as soon as the
-scheduler accepted it) and the state of each job now, so that a sweep never submits a run that is still queued or
-running in a live job.
+"""The submitit jobs of a sweep.
+
+SWEEP/submitit/jobs.json (the job of every submitted run, appended as soon as the scheduler accepted it) and the state
+of each job now, so that a sweep never submits a run that is still queued or running in a live job.
 
 submitit is an optional dependency (`pip install -e ".[cluster]"`), imported only by `import_submitit`.
 """

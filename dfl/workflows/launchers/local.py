@@ -1,5 +1,8 @@
-"""The local pool (`dfl sweep --launcher local`, the default): the runs on this machine, one after the other in
-this process, or in `parallel` worker processes (`WORKER`) that each report their outcome as their last line."""
+"""The local pool (`dfl sweep --launcher local`, the default).
+
+The runs on this machine, one after the other in this process, or in `parallel` worker processes (`WORKER`) that each
+report their outcome as their last line.
+"""
 
 from __future__ import annotations
 
@@ -85,7 +88,8 @@ def run_parallel(tasks: list[RunTask], parallel: int, started: Started, finished
                 job = {"config": task.config.replace(progress=False).to_dict(), "out": str(task.run_dir),
                        "action": task.action}
                 env = {**os.environ, **threads_env(worker_threads(task.config, parallel))}
-                stdout, stderr = tempfile.TemporaryFile(), tempfile.TemporaryFile()
+                stdout: IO[bytes] = tempfile.TemporaryFile()
+                stderr: IO[bytes] = tempfile.TemporaryFile()
                 proc = subprocess.Popen([sys.executable, "-c", WORKER, json.dumps(job)], stdout=stdout,
                                         stderr=stderr, stdin=subprocess.DEVNULL, env=env,
                                         preexec_fn=preexec)

@@ -1,5 +1,8 @@
-"""How the local pool's worker processes stop together: the stop signals turned into `SweepInterrupted`, a worker
-that dies with the sweep (Linux `PR_SET_PDEATHSIG`), and SIGTERM-then-SIGKILL for the workers still running."""
+"""How the local pool's worker processes stop together.
+
+The stop signals turned into `SweepInterrupted`, a worker that dies with the sweep (Linux `PR_SET_PDEATHSIG`), and
+SIGTERM-then-SIGKILL for the workers still running.
+"""
 
 from __future__ import annotations
 

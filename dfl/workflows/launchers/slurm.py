@@ -1,5 +1,8 @@
-"""The Slurm options of a sweep (`--partition`, `--time`, `--gpus-per-run`, ..., `--slurm KEY=VALUE`, a sweep
-file's `[slurm]` table): checked once, and turned into submitit's executor parameters."""
+"""The Slurm options of a sweep: checked once, and turned into submitit's executor parameters.
+
+They come from the flags (`--partition`, `--time`, `--gpus-per-run`, ..., `--slurm KEY=VALUE`) and a sweep file's
+`[slurm]` table.
+"""
 
 from __future__ import annotations
 
@@ -38,7 +41,7 @@ def parse_slurm_time(text: Any, where: str = "--time") -> int:
     if days is not None:  # D-H, D-H:M, D-H:M:S
         seconds = int(days) * 86400 + a * 3600 + (b or 0) * 60 + (c or 0)
     elif c is not None:  # H:M:S
-        seconds = a * 3600 + b * 60 + c
+        seconds = a * 3600 + (b or 0) * 60 + c  # the regex gives c only after b
     elif b is not None:  # M:S
         seconds = a * 60 + b
     else:  # M

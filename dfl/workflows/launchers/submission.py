@@ -1,6 +1,9 @@
-"""The submitit launcher: a sweep's runs as submitit jobs, one Slurm job array (`--launcher slurm`) or one
-process group per run on this machine through submitit's LocalExecutor (`--launcher submitit-local`, what the
-tests use). Each job is a `RunJob`, which resumes its run after a preemption, a timeout or a requeue."""
+"""The submitit launcher.
+
+A sweep's runs as submitit jobs, one Slurm job array (`--launcher slurm`) or one process group per run on this machine
+through submitit's LocalExecutor (`--launcher submitit-local`, what the tests use). Each job is a `RunJob`, which
+resumes its run after a preemption, a timeout or a requeue.
+"""
 
 from __future__ import annotations
 
@@ -124,7 +127,7 @@ class SubmititLauncher:
                 job.wait()
 
     def _executor(self, sweep_dir: Path) -> Any:
-        """submitit's executor for this sweep, its parameters set from the options."""
+        """Submitit's executor for this sweep, its parameters set from the options."""
         folder = sweep_dir / JOBS_DIR / "%j"
         params = self.options.executor_parameters(self.executor, name=f"dfl-{sweep_dir.resolve().name}")
         if self.executor == "local":

@@ -1,5 +1,8 @@
-"""SWEEP/sweep.json: `{"runs": [{"name", "dir", "overrides", "status", "error", ...}]}`, one entry per run,
-rewritten (atomically) after each run, and read back checked."""
+"""SWEEP/sweep.json: the state of each run of a sweep, written and read back.
+
+`{"runs": [{"name", "dir", "overrides", "status", "error", ...}]}`, one entry per run, rewritten (atomically) after each
+run, and read back checked.
+"""
 
 from __future__ import annotations
 
@@ -36,8 +39,10 @@ def read_entries(sweep_dir: str | Path) -> list[dict[str, Any]]:
 
 
 def _entry_problem(entry: Any) -> str | None:
-    """What is wrong with one sweep.json entry (None when nothing is): a run entry needs a name and a `dir`
-    inside the sweep directory."""
+    """What is wrong with one sweep.json entry (None when nothing is).
+
+    A run entry needs a name and a `dir` inside the sweep directory.
+    """
     if not isinstance(entry, dict):
         return f"is {type(entry).__name__}, not a run entry {{\"name\": ..., \"dir\": ...}}"
     name, where = entry.get("name"), entry.get("dir")

@@ -1,5 +1,8 @@
-"""What a sweep does with each of its runs, and why: skip it, resume it from its checkpoint, or start it (over),
-read from what its run directory (and, for a submitit launcher, its latest job) says now."""
+"""What a sweep does with each of its runs, and why.
+
+Skip it, resume it from its checkpoint, or start it (over), read from what its run directory (and, for a submitit
+launcher, its latest job) says now.
+"""
 
 from __future__ import annotations
 
@@ -92,8 +95,10 @@ def _check_same_config(run_dir: Path, config: Config) -> None:
 
 
 def _diverged_plan(run_dir: Path, config: Config, summary: dict[str, Any], retry_diverged: bool) -> RunPlan:
-    """A diverged run is kept (resuming its last good checkpoint would diverge again), or started over from
-    scratch with `retry_diverged`."""
+    """The plan of a diverged run: kept, or started over from scratch with `retry_diverged`.
+
+    Resuming its last good checkpoint would diverge again.
+    """
     from dfl.report.runs import has_metrics
 
     done = summary.get("rounds_completed")
@@ -111,8 +116,10 @@ def _diverged_plan(run_dir: Path, config: Config, summary: dict[str, Any], retry
 
 
 def _unfinished_plan(config: Config, summary: dict[str, Any], status: str, checkpoint: bool) -> RunPlan:
-    """A run that ended before its rounds (killed, interrupted, failed, a "running" summary without a process, or
-    completed with fewer rounds than now): resumed from its checkpoint, or started over without one."""
+    """The plan of a run that ended before its rounds: resumed from its checkpoint, or started over without one.
+
+    Killed, interrupted, failed, a "running" summary without a process, or completed with fewer rounds than now.
+    """
     done = summary.get("rounds_completed")
     what = {
         "killed": f"its process {summary.get('pid')} is gone (killed or crashed)",
@@ -145,7 +152,7 @@ def plan_runs(out: str | Path, planned: list[PlannedRun], *, retry_diverged: boo
         check_output_directory(out / "runs" / p.name, "run", overwrite=True, adopt_own_files=True,
                                subject=f"the directory {out / 'runs' / p.name} of run {p.name}")
     tracks_jobs = launcher is not None and launcher.kind != "local"
-    live = launcher.live_jobs(out) if tracks_jobs else {}
+    live = launcher.live_jobs(out) if launcher is not None and tracks_jobs else {}
     jobs = latest_jobs(out) if tracks_jobs else {}
     plans = []
     for p in planned:

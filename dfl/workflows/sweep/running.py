@@ -1,5 +1,8 @@
-"""Running a sweep: every run planned and checked first, sweep.toml and sweep.json written, then the runs to do
-handed to a launcher, sweep.json rewritten as each run ends (or is queued)."""
+"""Running a sweep.
+
+Every run planned and checked first, sweep.toml and sweep.json written, then the runs to do handed to a launcher,
+sweep.json rewritten as each run ends (or is queued).
+"""
 
 from __future__ import annotations
 
@@ -85,8 +88,10 @@ def _local_pool(sweep: Sweep, parallel: int | None) -> LocalPool:
 
 def _entries(out: Path, planned: list[PlannedRun], plans: list[RunPlan], launcher: Launcher,
              say: Callable[[str], None]) -> list[dict[str, Any]]:
-    """The sweep.json entry of each run before any runs: "pending", or a skipped run's state as its summary (and
-    its live job) says; a skipped run's reason is said."""
+    """The sweep.json entry of each run before any runs.
+
+    "pending", or a skipped run's state as its summary (and its live job) says; a skipped run's reason is said.
+    """
     from dfl.report.runs import effective_status
 
     live = launcher.live_jobs(out) if launcher.kind != "local" else {}
@@ -108,8 +113,10 @@ def _entries(out: Path, planned: list[PlannedRun], plans: list[RunPlan], launche
 
 
 def _claim(out: Path, sweep: Sweep, entries: list[dict[str, Any]], plans: list[RunPlan]) -> None:
-    """Mark the sweep directory dfl's (`dfl.directories`), write sweep.toml and sweep.json, and mark each run
-    directory to run before it runs."""
+    """Mark the sweep directory dfl's and write sweep.toml and sweep.json; mark each run directory to run.
+
+    The marks are `dfl.directories`'; a run directory is marked before it runs.
+    """
     claim_directory(out, "sweep")
     remove_stale_temporaries(out, ("sweep.toml", "sweep.json"))  # left by a sweep killed mid-write
     atomic_write_bytes(out / "sweep.toml", sweep.to_toml().encode())

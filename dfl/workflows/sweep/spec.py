@@ -1,6 +1,9 @@
-"""A sweep spec: `[base]` Config fields, `[vary]` lists (their cartesian product is the runs), `[sweep]` name and
-parallel, `[slurm]` launcher defaults; parsed and checked (`Sweep.from_dict`, `load_sweep`) and planned into
-validated Configs (`Sweep.plan`)."""
+"""A sweep spec: its tables parsed and checked, and planned into one validated Config per run.
+
+`[base]` Config fields, `[vary]` lists (their cartesian product is the runs), `[sweep]` name and parallel, `[slurm]`
+launcher defaults; parsed and checked (`Sweep.from_dict`, `load_sweep`) and planned into validated Configs
+(`Sweep.plan`).
+"""
 
 from __future__ import annotations
 
@@ -26,8 +29,10 @@ TABLE_FIELDS = tuple(f.name for f in fields(Config) if str(f.type).startswith("d
 
 @dataclass(frozen=True)
 class PlannedRun:
-    """One combination of a sweep: its run `name`, the varied fields (`overrides`) and its validated `config`
-    (whose `name` is the run name)."""
+    """One combination of a sweep.
+
+    Its run `name`, the varied fields (`overrides`) and its validated `config` (whose `name` is the run name).
+    """
 
     name: str
     overrides: dict[str, Any]
@@ -122,8 +127,10 @@ def _sweep_table(meta: dict[str, Any], where: str) -> tuple[str, int]:
 
 
 def _check_fields(base: dict[str, Any], vary: dict[str, Any], where: str) -> None:
-    """[base] and [vary] name Config fields (or FIELD.KEY of a table field), each in one table, not `name`; each
-    [vary] value is a non-empty list."""
+    """[base] and [vary] name Config fields (or FIELD.KEY of a table field), each in one table, not `name`.
+
+    Each [vary] value is a non-empty list.
+    """
     for table, values in (("base", base), ("vary", vary)):
         unknown = [k for k in values if k not in CONFIG_FIELDS and not is_table_key(k)]
         if unknown:

@@ -1,5 +1,8 @@
-"""A sweep's state read back: each run's state from its run directory and its latest job (`sweep_status`, `dfl
-sweep status DIR`), sweep.json brought up to date (`sync_entries`), and the tables the CLI prints."""
+"""A sweep's state read back.
+
+Each run's state from its run directory and its latest job (`sweep_status`, `dfl sweep status DIR`), sweep.json brought
+up to date (`sync_entries`), and the tables the CLI prints.
+"""
 
 from __future__ import annotations
 
