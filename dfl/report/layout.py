@@ -58,7 +58,7 @@ def registry_order(name: str) -> tuple[str, ...]:
 
 
 def value_sort_key(values: list[Any], name: str = "") -> Callable[[Any], Any]:
-    """Numbers in numeric order (None last).
+    """The sort key of a field's values: numbers in numeric order (None last).
 
     Topologies, algorithms and partitions in their registry order; anything else in order of first appearance.
     """

@@ -79,9 +79,9 @@ def pid_alive(pid: int) -> bool:
 
 
 def run_process(summary: dict[str, Any]) -> str | None:
-    """For a summary whose status is "running".
+    """Where the process of a run whose summary says "running" is.
 
-    Where its process is. "alive" (this host, the pid exists), "gone" (this host, no such process: killed or crashed),
+    "alive" (this host, the pid exists), "gone" (this host, no such process: killed or crashed),
     "elsewhere" (recorded on another host: cannot be checked from here) or "unknown" (no pid/host recorded: a run from
     before they were). None for any other status.
     """

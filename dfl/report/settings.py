@@ -43,9 +43,9 @@ class Stat:
 
     @classmethod
     def of(cls, values: Iterable[float | None]) -> Stat:
-        """Mean, sample standard deviation (n − 1 in the denominator.
+        """Mean, sample standard deviation and count of the finite values.
 
-        None for one value) and count of the finite values (None and NaN left out).
+        The standard deviation has n − 1 in the denominator (None for one value); None and NaN are left out.
         """
         vals = [v for v in values if v is not None and math.isfinite(v)]
         if not vals:

@@ -115,7 +115,7 @@ def status_counts(runs: list[RunRecord]) -> str:
 
 def write_settings_csv(path: Path, layout: Layout, settings: list[Setting], target: float | None,
                        own_targets: bool = False) -> Path:
-    """One row per setting.
+    """Write settings.csv: one row per setting; returns `path`.
 
     Its label, the layout fields, n, statuses, target (its runs' targets, ";"-joined when they differ), then
     <metric>_mean/_std/_n.
@@ -144,7 +144,7 @@ def write_settings_csv(path: Path, layout: Layout, settings: list[Setting], targ
 
 def write_runs_csv(path: Path, runs: list[RunRecord], target: float | None, fields_: list[str],
                    own_targets: bool = False) -> Path:
-    """One row per run, in discovery order.
+    """Write runs.csv: one row per run, in discovery order; returns `path`.
 
     Its directory, the layout fields, seed, status, its target, final metrics.
     """

@@ -14,7 +14,7 @@ from typing import Any
 from dfl import threads
 from dfl.config import Config
 from dfl.engine.results import atomic_write_bytes
-from dfl.errors import FileReadError
+from dfl.errors import CheckpointError, DivergenceError, FileReadError
 from dfl.files import read_json
 
 ERROR_LOG = "error.log"  # the traceback of a failed run, in its run directory
@@ -32,8 +32,7 @@ def execute_run(config: Config, run_dir: Path, action: str) -> dict[str, Any]:
         {"status", "error", "seconds", ...} with the summary's final metrics; a failed run leaves its traceback
         in run_dir/error.log.
     """
-    from dfl.engine.checkpoint import CheckpointError
-    from dfl.engine.runner import DivergenceError, run
+    from dfl.engine.runner import run
 
     run_dir = Path(run_dir)
     (run_dir / ERROR_LOG).unlink(missing_ok=True)
