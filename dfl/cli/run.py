@@ -235,17 +235,11 @@ def main(args: argparse.Namespace) -> int:
             print(f"dfl run: error: {exc}", file=sys.stderr)
             return 2
         except DivergenceError as exc:
-            from dfl.report.runs import has_metrics
-
-            where = (f"the metrics so far are in {out}" if out is not None and has_metrics(out)
-                     else "it diverged before its first evaluation: no metrics were recorded")
-            print(f"dfl run: error: {exc} ({where})", file=sys.stderr)
+            print(f"dfl run: error: {exc} ({_diverged_where(out)})", file=sys.stderr)
             return 1
         except KeyboardInterrupt as exc:
             signum = getattr(exc, "signum", signal.SIGINT)
-            where = f"; the run so far is in {out}, continue with: dfl run --resume {out}" if (
-                out is not None and (out / "checkpoint.pt").exists()) else "; no checkpoint was written yet"
-            print(f"dfl run: interrupted by {signal.Signals(signum).name}{where}", file=sys.stderr)
+            print(f"dfl run: interrupted by {signal.Signals(signum).name}{_interrupted_where(out)}", file=sys.stderr)
             return 128 + int(signum)
         except OSError as exc:  # a read-only or full disk, --out naming a file, an unreadable data root, ...
             path = exc.filename if exc.filename is not None else out
@@ -254,3 +248,19 @@ def main(args: argparse.Namespace) -> int:
     if int(os.environ.get("RANK", "0")) == 0:  # under torchrun only rank 0 reports
         print(format_summary(result.summary))
     return 0
+
+
+def _diverged_where(out: Path | None) -> str:
+    """Where a diverged run's metrics are, or that it recorded none."""
+    from dfl.report.runs import has_metrics
+
+    if out is not None and has_metrics(out):
+        return f"the metrics so far are in {out}"
+    return "it diverged before its first evaluation: no metrics were recorded"
+
+
+def _interrupted_where(out: Path | None) -> str:
+    """How to continue an interrupted run, or that it wrote no checkpoint yet."""
+    if out is not None and (out / "checkpoint.pt").exists():
+        return f"; the run so far is in {out}, continue with: dfl run --resume {out}"
+    return "; no checkpoint was written yet"

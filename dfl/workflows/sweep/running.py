@@ -40,8 +40,7 @@ def run_sweep(
     Args:
         sweep: the sweep spec.
         out: the sweep directory.
-        parallel: the local pool's runs at once (default: the spec's); each run's "auto" threads are this
-            process's // parallel (`launchers.worker_threads`).
+        parallel: the local pool's runs at once (default: the spec's; threads as `launchers.worker_threads`).
         log: where the progress lines go (None: nowhere).
         retry_diverged: start diverged runs over (by default they are skipped, even when `rounds` grew).
         launcher: where the runs execute (default: a `LocalPool`, which returns when every run has ended; a
