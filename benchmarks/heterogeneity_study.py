@@ -262,11 +262,14 @@ def diff(a: dict[int, float], b: dict[int, float]) -> dict[int, float]:
 
 
 def mean_sd(xs: list[float], scale: float = 100.0, digits: int = 1) -> str:
-    if not xs:
+    """'mean ± sd' of `xs` times `scale` (the statistic of the reports, `dfl.report.Stat`); 'not run' for none."""
+    from dfl.report import Stat
+
+    stat = Stat.of(xs)
+    if stat.mean is None:
         return "not run"
-    m = sum(xs) / len(xs)
-    sd = math.sqrt(sum((x - m) ** 2 for x in xs) / (len(xs) - 1)) if len(xs) > 1 else float("nan")
-    return f"{scale * m:.{digits}f} ± {scale * sd:.{digits}f}"
+    sd = stat.std if stat.std is not None else float("nan")
+    return f"{scale * stat.mean:.{digits}f} ± {scale * sd:.{digits}f}"
 
 
 def cells(out: Path, regime: Regime) -> list[dict]:

@@ -484,12 +484,14 @@ def cell_table(out: Path, regime: Regime, converged: bool = False) -> list[str]:
 
 
 def mean_std(values: list[float]) -> str:
-    """'mean ± std (n=k)' in percent; 'not run' for no values."""
-    if not values:
+    """'mean ± std (n=k)' in percent (the statistic of the reports, `dfl.report.Stat`); 'not run' for no values."""
+    from dfl.report import Stat
+
+    stat = Stat.of(values)
+    if stat.mean is None:
         return "not run"
-    mean = sum(values) / len(values)
-    sd = math.sqrt(sum((x - mean) ** 2 for x in values) / (len(values) - 1)) if len(values) > 1 else float("nan")
-    return f"{100 * mean:.2f} ± {100 * sd:.2f} (n={len(values)})"
+    sd = stat.std if stat.std is not None else float("nan")
+    return f"{100 * stat.mean:.2f} ± {100 * sd:.2f} (n={stat.n})"
 
 
 def hetero_table(out: Path, regime: Regime) -> list[str]:

@@ -4,6 +4,7 @@ fresh interpreter, `import dfl` stays light, and every dotted name the docs writ
 
 from __future__ import annotations
 
+import ast
 import re
 import subprocess
 import sys
@@ -102,3 +103,40 @@ def test_every_documented_dotted_name_resolves_after_import_dfl():
     assert proc.returncode == 0, proc.stderr[-2000:]
     missing = [line for line in proc.stdout.splitlines() if line]
     assert missing == [], "\n".join(f"{m} ({names[m.split(':')[0]]})" for m in missing)
+
+
+def _private_imports(path: Path, module: str) -> list[str]:
+    """`module.name` for each `_name` (not a dunder) that the file `path` of `module` imports from another dfl
+    module; relative imports are resolved, and a package's `__init__` counts as a module of its own."""
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if not isinstance(node, ast.ImportFrom):
+            continue
+        if node.level:
+            parts = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+            source = ".".join(parts + ([node.module] if node.module else []))
+        else:
+            source = node.module or ""
+        if source != module and (source == "dfl" or source.startswith("dfl.")):
+            found += [f"{source}.{a.name}" for a in node.names if a.name.startswith("_") and not a.name.endswith("__")]
+    return found
+
+
+def test_no_private_name_crosses_a_module_boundary():
+    crossings = []
+    for path in sorted((ROOT / "dfl").rglob("*.py")):
+        parts = path.relative_to(ROOT).with_suffix("").parts
+        module = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        crossings += [f"{path.relative_to(ROOT)}: {name}" for name in _private_imports(path, module)]
+    assert crossings == [], "make these public (and document them) or move them where they are used: " + \
+        ", ".join(crossings)
+
+
+def test_the_private_import_check_sees_relative_and_package_imports(tmp_path):
+    init = tmp_path / "__init__.py"
+    init.write_text("from dfl.report.tables import _write_csv\nfrom .spectral import _fmt, __all__\n")
+    assert _private_imports(init, "dfl.report") == ["dfl.report.tables._write_csv", "dfl.report.spectral._fmt"]
+    own = tmp_path / "module.py"
+    own.write_text("from dfl.report.tables import _write_csv\nfrom . import _helper\nfrom ..files import _x\n")
+    assert _private_imports(own, "dfl.report.tables") == ["dfl.report._helper", "dfl.files._x"]

@@ -223,8 +223,8 @@ def test_requeued_job_resumes_from_its_checkpoint(tmp_path, monkeypatch):
 
     # Slurm requeued the job on its own (node failure): a checkpoint newer than the submission is this job's
     seen = []
-    monkeypatch.setattr(launchers, "execute_run", lambda config, out, action: seen.append(action) or {})
-    monkeypatch.setattr(launchers.Config, "from_dict", staticmethod(lambda values: values))
+    monkeypatch.setattr(launchers.submission, "execute_run", lambda config, out, action: seen.append(action) or {})
+    monkeypatch.setattr(launchers.submission.Config, "from_dict", staticmethod(lambda values: values))
 
     class Env:
         num_tasks, job_id = 1, "7_1"

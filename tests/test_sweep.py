@@ -255,7 +255,7 @@ def test_parallel_equals_sequential_and_reports_failures(tmp_path, capsys):
 
 def test_worker_crash_is_captured(tmp_path, monkeypatch):
     # a worker that dies without reporting (as if killed): exit code and stderr tail land in error.log
-    monkeypatch.setattr("dfl.workflows.launchers.WORKER", "import sys; sys.stderr.write('boom\\n'); sys.exit(7)")
+    monkeypatch.setattr("dfl.workflows.launchers.local.WORKER", "import sys; sys.stderr.write('boom\\n'); sys.exit(7)")
     entries = run_sweep(tiny_sweep({"seed": [0, 1]}), tmp_path / "s", parallel=2, log=None)
     assert [e["status"] for e in entries] == ["failed", "failed"]
     assert entries[0]["error"] == "worker exited with code 7: boom"
@@ -322,7 +322,7 @@ def test_threads_env_is_set_for_workers(tmp_path, monkeypatch):
     # or OMP_NUM_THREADS = 4 when set; the parent's environment is left alone
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     monkeypatch.setattr("dfl.threads.cores", lambda: 8)
-    monkeypatch.setattr("dfl.workflows.launchers.WORKER", "import os, sys, json; print(json.dumps({'status': "
+    monkeypatch.setattr("dfl.workflows.launchers.local.WORKER", "import os, sys, json; print(json.dumps({'status': "
                         "'completed', 'error': None, 'test_acc': float(os.environ['OMP_NUM_THREADS'])}))")
     entries = run_sweep(tiny_sweep({"seed": [0, 1, 2]}), tmp_path / "s", parallel=3, log=None)
     assert [e["test_acc"] for e in entries] == [2.0, 2.0, 2.0]

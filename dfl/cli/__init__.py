@@ -2,7 +2,8 @@
 
 Parsing stays fast: only the invoked subcommand's module is imported to build its parser (`dfl --help` and a
 mistyped command import none), and those modules reach torch only through the library, when a command runs
-(an import-linter contract forbids `dfl.cli` to import torch itself). Nothing outside `dfl.cli` imports it."""
+(an import-linter contract forbids `dfl.cli` to import torch itself). Nothing outside `dfl.cli` imports it.
+"""
 
 from __future__ import annotations
 
@@ -33,9 +34,11 @@ COMMAND_MODULES = tuple(dict.fromkeys(module for module, _ in COMMANDS.values())
 
 
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
-    """The `dfl` parser. `command=None`: every subcommand in full; a command name: that command's module in full
-    and the others as one-line entries (enough for `dfl --help` and for choosing a command); any other string:
-    only the one-line entries."""
+    """The `dfl` parser.
+
+    `command=None`: every subcommand in full; a command name: that command's module in full and the others as one-line
+    entries (enough for `dfl --help` and for choosing a command); any other string: only the one-line entries.
+    """
     parser = argparse.ArgumentParser(
         prog="dfl", description="Decentralized federated learning simulator (DFedSAM, DFedSAM-MGS and baselines). "
         "`dfl` alone runs the default experiment; `dfl COMMAND --help` describes a command's options.",
@@ -67,6 +70,11 @@ def _unrecognized(parser: argparse.ArgumentParser, command: str | None, extra: l
 
 
 def main(argv: list[str] | None = None) -> int:
+    """The `dfl` command.
+
+    Parse `argv` (default sys.argv[1:]; none runs the default experiment), run the subcommand and return its exit
+    status.
+    """
     argv = sys.argv[1:] if argv is None else list(argv)
     if not argv:
         argv = ["run"]  # `dfl` alone runs the default experiment

@@ -7,6 +7,7 @@ import sys
 
 
 def add_parser(subparsers) -> None:
+    """Add the `landscape` subcommand to the `dfl` parser."""
     p = subparsers.add_parser(
         "landscape",
         help="2-D loss landscape and top Hessian eigenvalue of a run's final averaged model",
@@ -28,6 +29,7 @@ def add_parser(subparsers) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
+    """`dfl landscape RUN_DIR`: compute the loss surface, save its plot and print where it went; the exit status."""
     from dfl.workflows.landscape import landscape
 
     try:

@@ -1,6 +1,9 @@
-"""`dfl list [CATEGORY]`: every algorithm, topology, model, dataset, partition, weight scheme and logger, with a
-one-line description and its options with their defaults (read from the registries by `dfl.workflows.catalog`
-when the command runs, so argument errors stay fast)."""
+"""`dfl list [CATEGORY]`: the registered choices of a category, with their options.
+
+Every algorithm, topology, model, dataset, partition, weight scheme and logger, with a one-line description and its
+options with their defaults (read from the registries by `dfl.workflows.catalog` when the command runs, so argument
+errors stay fast).
+"""
 
 from __future__ import annotations
 
@@ -21,6 +24,7 @@ REQUIRED = signatures.REQUIRED  # the default shown for an option that has none
 
 
 def add_parser(subparsers) -> None:
+    """Add the `list` subcommand to the `dfl` parser."""
     p = subparsers.add_parser(
         "list",
         help="every algorithm, topology, model, dataset, partition, weight scheme and logger, with options",
@@ -68,8 +72,10 @@ def _extra(category: str, entry: dict) -> str | None:
 
 
 def _one_line(text: str, limit: int) -> str:
-    """text cut to `limit` characters for the text listing (JSON keeps it whole): at the last top-level ', ',
-    '; ' or '. ' (outside brackets) when that keeps most of it, else at a word boundary."""
+    """Text cut to `limit` characters for the text listing (JSON keeps it whole).
+
+    At the last top-level ', ', '; ' or '. ' (outside brackets) when that keeps most of it, else at a word boundary.
+    """
     if len(text) <= limit:
         return text
     depth, cuts = 0, []
@@ -84,6 +90,10 @@ def _one_line(text: str, limit: int) -> str:
 
 
 def render(category: str, entries: list[dict], with_options: bool) -> list[str]:
+    """The lines that list `entries` of `category`.
+
+    Name, the category's extra column and description, then each option's line with `with_options`.
+    """
     width = max(len(e["name"]) for e in entries) + 2
     extras = [_extra(category, e) for e in entries]
     extra_width = max((len(x) for x in extras if x is not None), default=-2) + 2
@@ -110,6 +120,10 @@ def _jsonable(value: Any) -> Any:
 
 
 def main(args: argparse.Namespace) -> int:
+    """`dfl list [CATEGORY]`.
+
+    Print the choices of a category (a unique prefix will do), or of every category; the exit status.
+    """
     category = args.category
     if category is not None and category not in CATEGORIES:  # a unique prefix ("algo", "weight") will do
         prefixed = [c for c in CATEGORIES if c.startswith(category.lower())] if category else []

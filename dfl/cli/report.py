@@ -9,6 +9,7 @@ from pathlib import Path
 
 
 def add_parser(subparsers) -> None:
+    """Add the `report` subcommand to the `dfl` parser."""
     p = subparsers.add_parser(
         "report",
         help="tables and plots of a run directory or of all runs under a directory (e.g. a sweep)",
@@ -30,6 +31,10 @@ def add_parser(subparsers) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
+    """`dfl report PATH`.
+
+    Write the report (and with --spectral the spectral study) and print its tables; the exit status.
+    """
     from dfl.directories import check_output_directory
     from dfl.errors import FileReadError, OutputPathError, ReportError
 

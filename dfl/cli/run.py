@@ -1,17 +1,20 @@
 """`dfl run [CONFIG.toml] [--field value ...]`: one flag per Config field; flags override the file.
 
 `dfl run --resume DIR [--rounds N ...]` continues the run in DIR from its checkpoint, with DIR/config.toml
-as the config; flags may change the fields that are safe to change on resume (`dfl.engine.checkpoint`)."""
+as the config; flags may change the fields that are safe to change on resume (`dfl.engine.checkpoint`).
+"""
 
 from __future__ import annotations
 
 import argparse
 import ast
+import contextlib
 import os
 import signal
 import sys
 import threading
 import warnings
+from collections.abc import Iterator
 from dataclasses import fields
 from pathlib import Path
 
@@ -20,6 +23,10 @@ from dfl.errors import ConfigError
 
 
 def add_parser(subparsers) -> None:
+    """Add the `run` subcommand to the `dfl` parser.
+
+    One flag per Config field, grouped as `dfl.config.options()` groups them.
+    """
     parser = subparsers.add_parser(
         "run",
         help="run one experiment (default: DFedSAM-MGS, ring, 16 clients, MNIST-1D, Dirichlet 0.3)",
@@ -41,8 +48,10 @@ def add_parser(subparsers) -> None:
 
 
 def add_config_flags(parser: argparse.ArgumentParser) -> None:
-    """One flag per Config field (`dfl.config.options()`: its type, default, choices and help line), grouped by
-    the sections of the options reference."""
+    """Add one flag per Config field, grouped by the sections of the options reference.
+
+    Each flag is described by `dfl.config.options()`: its type, default, choices and help line.
+    """
     groups: dict[str, argparse._ArgumentGroup] = {}
     for opt in options():
         group = groups.get(opt.section) or groups.setdefault(opt.section, parser.add_argument_group(opt.section))
@@ -66,8 +75,11 @@ def add_config_flags(parser: argparse.ArgumentParser) -> None:
 
 
 class _AppendNames(argparse.Action):
-    """Each use adds its comma-separated names to the flag's list, which replaces the config file's list (an
-    empty value adds none: `--log ''` turns the file's loggers off)."""
+    """A list flag: each use adds its comma-separated names to the list.
+
+    The flag's list replaces the config file's list (an empty value adds none: `--log ''` turns the file's loggers
+    off).
+    """
 
     def __call__(self, parser, namespace, values, option_string=None):
         names = list(getattr(namespace, self.dest, None) or [])
@@ -85,8 +97,11 @@ def _scalar_type(kind: str):
 
 
 def key_value(text: str, form: str = "KEY=VALUE") -> tuple[str, object]:
-    """`key=value` → (key with - as _, the value as a Python literal, true/false as in TOML, or the raw text for
-    another bare word)."""
+    """`key=value` → (key, value).
+
+    The key with - as _; the value as a Python literal, true/false as in TOML, or the raw text for another bare
+    word.
+    """
     if "=" not in text:
         raise argparse.ArgumentTypeError(f"expected {form}, got {text!r}")
     key, raw = text.split("=", 1)
@@ -98,6 +113,7 @@ def key_value(text: str, form: str = "KEY=VALUE") -> tuple[str, object]:
 
 
 def config_from_args(args: argparse.Namespace) -> Config:
+    """The Config of `dfl run`: the defaults, then CONFIG.toml, then the flags that were given."""
     from dfl.engine.validation import option_owner  # no torch
 
     values = vars(args)
@@ -111,8 +127,11 @@ def config_from_args(args: argparse.Namespace) -> Config:
 
 
 def validate_args(args: argparse.Namespace, validate) -> Config:
-    """`validate(config_from_args(args))`; a refusal of a field that the config file set (and no flag replaced)
-    names the file, as the file's own type and range errors do (`Config.from_toml`)."""
+    """`validate(config_from_args(args))`.
+
+    A refusal of a field that the config file set (and no flag replaced) names the file, as the file's own type and
+    range errors do (`Config.from_toml`).
+    """
     config = config_from_args(args)
     try:
         return validate(config)
@@ -145,9 +164,11 @@ def resume_args(args: argparse.Namespace) -> argparse.Namespace:
 
 
 def check_out(args: argparse.Namespace) -> None:
-    """Refuse, before torch is imported, an --out that `dfl run` may not write into (`dfl.directories`): a folder dfl
-    did not make (with or without --overwrite), a file, a path under a file, a sweep or report directory, or a
-    run directory without --overwrite or --resume. Under torchrun only rank 0 checks (it alone writes there)."""
+    """Refuse, before torch is imported, an --out that `dfl run` may not write into (`dfl.directories`).
+
+    A folder dfl did not make (with or without --overwrite), a file, a path under a file, a sweep or report directory,
+    or a run directory without --overwrite or --resume. Under torchrun only rank 0 checks (it alone writes there).
+    """
     from dfl.directories import check_output_directory
 
     if int(os.environ.get("RANK", "0")) != 0 or getattr(args, "resume", None) is not None:
@@ -156,7 +177,36 @@ def check_out(args: argparse.Namespace) -> None:
     check_output_directory(out, "run", overwrite=getattr(args, "overwrite", False))
 
 
+@contextlib.contextmanager
+def _signals_stop_run() -> Iterator[None]:
+    """Within: SIGTERM (kill, torchrun, schedulers) and SIGHUP (a closed terminal) stop the run like Ctrl-C does.
+
+    The run records status "interrupted", keeps its metrics and last checkpoint, and the command exits 128 + the
+    signal number. Handlers are set in the main thread only (elsewhere Python cannot set them).
+    """
+    from dfl.errors import RunInterrupted
+
+    def raise_on_signal(signum: int, frame: object) -> None:  # dfl.engine.runner's, without importing torch
+        raise RunInterrupted(signum)
+
+    previous = {}
+    if threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGTERM, signal.SIGHUP):
+            previous[sig] = signal.signal(sig, raise_on_signal)
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
 def main(args: argparse.Namespace) -> int:
+    """`dfl run`: check --out, validate the config (before torch loads), run it and print its summary.
+
+    Returns:
+        The exit status: 0, 1 for a diverged run, 2 for a refused config or output, 128 + the signal that
+        interrupted the run.
+    """
     try:  # the run directory first, before torch loads (dfl.directories)
         check_out(args)
     except (ConfigError, ValueError, FileExistsError) as exc:  # OutputPathError, RunDirectoryExists, ...
@@ -165,53 +215,52 @@ def main(args: argparse.Namespace) -> int:
 
     from dfl.engine.results import RunDirectoryExists, format_summary
     from dfl.engine.validation import validate  # no torch: every check that needs no data answers at once
-    from dfl.errors import DivergenceError, RunInterrupted
+    from dfl.errors import DivergenceError
 
-    def raise_on_signal(signum, frame) -> None:  # as dfl.engine.runner.raise_on_signal, without importing torch
-        raise RunInterrupted(signum)
-
-    # SIGTERM (kill, torchrun, schedulers) and SIGHUP (a closed terminal) stop the run like Ctrl-C does: it
-    # records status "interrupted", keeps its metrics and last checkpoint, and exits 128 + the signal number
-    previous = {}
-    if threading.current_thread() is threading.main_thread():
-        for sig in (signal.SIGTERM, signal.SIGHUP):
-            previous[sig] = signal.signal(sig, raise_on_signal)
     out = None
-    try:
-        resume = getattr(args, "resume", None)
-        if resume is not None:
-            args = resume_args(args)
-        config = validate_args(args, validate)
-        out = Path(getattr(args, "out", None) or Path("runs") / config.name)
-        from dfl.engine.runner import run  # torch loads here, once the config is known to be good
+    with _signals_stop_run():
+        try:
+            resume = getattr(args, "resume", None)
+            if resume is not None:
+                args = resume_args(args)
+            config = validate_args(args, validate)
+            out = Path(getattr(args, "out", None) or Path("runs") / config.name)
+            from dfl.engine.runner import run  # torch loads here, once the config is known to be good
 
-        with warnings.catch_warnings():
-            warnings.simplefilter("always")
-            warnings.formatwarning = lambda message, *a, **k: f"dfl run: warning: {message}\n"
-            result = run(config, out=out, overwrite=getattr(args, "overwrite", False), resume=resume is not None)
-    except (ConfigError, RunDirectoryExists, FileNotFoundError, ValueError) as exc:
-        print(f"dfl run: error: {exc}", file=sys.stderr)
-        return 2
-    except DivergenceError as exc:
-        from dfl.report.runs import has_metrics
-
-        where = (f"the metrics so far are in {out}" if out is not None and has_metrics(out)
-                 else "it diverged before its first evaluation: no metrics were recorded")
-        print(f"dfl run: error: {exc} ({where})", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt as exc:
-        signum = getattr(exc, "signum", signal.SIGINT)
-        where = f"; the run so far is in {out}, continue with: dfl run --resume {out}" if (
-            out is not None and (out / "checkpoint.pt").exists()) else "; no checkpoint was written yet"
-        print(f"dfl run: interrupted by {signal.Signals(signum).name}{where}", file=sys.stderr)
-        return 128 + int(signum)
-    except OSError as exc:  # a read-only or full disk, --out naming a file, an unreadable data root, ...
-        path = exc.filename if exc.filename is not None else out
-        print(f"dfl run: error: {path}: {exc.strerror or exc}", file=sys.stderr)
-        return 2
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+            with warnings.catch_warnings():
+                warnings.simplefilter("always")
+                warnings.formatwarning = lambda message, *a, **k: f"dfl run: warning: {message}\n"
+                result = run(config, out=out, overwrite=getattr(args, "overwrite", False), resume=resume is not None)
+        except (ConfigError, RunDirectoryExists, FileNotFoundError, ValueError) as exc:
+            print(f"dfl run: error: {exc}", file=sys.stderr)
+            return 2
+        except DivergenceError as exc:
+            print(f"dfl run: error: {exc} ({_diverged_where(out)})", file=sys.stderr)
+            return 1
+        except KeyboardInterrupt as exc:
+            signum = getattr(exc, "signum", signal.SIGINT)
+            print(f"dfl run: interrupted by {signal.Signals(signum).name}{_interrupted_where(out)}", file=sys.stderr)
+            return 128 + int(signum)
+        except OSError as exc:  # a read-only or full disk, --out naming a file, an unreadable data root, ...
+            path = exc.filename if exc.filename is not None else out
+            print(f"dfl run: error: {path}: {exc.strerror or exc}", file=sys.stderr)
+            return 2
     if int(os.environ.get("RANK", "0")) == 0:  # under torchrun only rank 0 reports
         print(format_summary(result.summary))
     return 0
+
+
+def _diverged_where(out: Path | None) -> str:
+    """Where a diverged run's metrics are, or that it recorded none."""
+    from dfl.report.runs import has_metrics
+
+    if out is not None and has_metrics(out):
+        return f"the metrics so far are in {out}"
+    return "it diverged before its first evaluation: no metrics were recorded"
+
+
+def _interrupted_where(out: Path | None) -> str:
+    """How to continue an interrupted run, or that it wrote no checkpoint yet."""
+    if out is not None and (out / "checkpoint.pt").exists():
+        return f"; the run so far is in {out}, continue with: dfl run --resume {out}"
+    return "; no checkpoint was written yet"

@@ -1,6 +1,8 @@
-"""`dfl sweep SPEC.toml --out DIR`, and two sweeps built in code on the same machinery:
-`dfl compare-topologies` (the DFedSAM paper's topology study) and `dfl spectral-study` (one algorithm across
-topologies and gossip steps Q, with the accuracy/consensus-vs-spectral-gap table and plots)."""
+"""`dfl sweep SPEC.toml --out DIR`, and two sweeps built in code on the same machinery.
+
+`dfl compare-topologies` (the DFedSAM paper's topology study) and `dfl spectral-study` (one algorithm across topologies
+and gossip steps Q, with the accuracy/consensus-vs-spectral-gap table and plots).
+"""
 
 from __future__ import annotations
 
@@ -11,14 +13,13 @@ from pathlib import Path
 from typing import Any
 
 from dfl.cli.run import key_value
-from dfl.errors import ConfigError, FileReadError, OutputPathError
+from dfl.errors import ConfigError, FileReadError, OutputPathError, SweepInterrupted
 from dfl.workflows.launchers import LAUNCHERS, SLURM_KEYS, SlurmOptions, make_launcher
 from dfl.workflows.presets import PAPER_ALGORITHMS, PAPER_TOPOLOGIES, compare_topologies_sweep, spectral_study_sweep
 from dfl.workflows.sweep import (
     CONFIG_FIELDS,
     Sweep,
     SweepError,
-    SweepInterrupted,
     apply_overrides,
     format_status,
     format_sweep_status,
@@ -61,7 +62,15 @@ REFUSED = (SweepError, ConfigError, FileReadError, OutputPathError)
 
 
 
-def add_parser(subparsers) -> None:
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    """Add the `sweep`, `compare-topologies` and `spectral-study` subcommands to the `dfl` parser."""
+    _add_sweep(subparsers)
+    _add_compare_topologies(subparsers)
+    _add_spectral_study(subparsers)
+
+
+def _add_sweep(subparsers: argparse._SubParsersAction) -> None:
+    """`dfl sweep SPEC.toml` and `dfl sweep status DIR`."""
     p = subparsers.add_parser(
         "sweep", help="run every combination of a sweep file ([base] + [vary]) into one sweep directory",
         description="Run the cartesian product of the [vary] lists, each combination into DIR/runs/<name>/. "
@@ -83,6 +92,9 @@ def add_parser(subparsers) -> None:
                    help="override a [base] field (not one in [vary]), e.g. --set rounds=50")
     p.set_defaults(handler=sweep_main)
 
+
+def _add_compare_topologies(subparsers: argparse._SubParsersAction) -> None:
+    """`dfl compare-topologies`: the DFedSAM paper's topology study."""
     p = subparsers.add_parser(
         "compare-topologies",
         help="the DFedSAM paper's topology study: 4 topologies x 5 decentralized algorithms (MNIST-1D, minutes)",
@@ -101,6 +113,9 @@ def add_parser(subparsers) -> None:
     _common(p, out_help="sweep directory (default runs/compare-topologies, or runs/compare-topologies-full)")
     p.set_defaults(handler=compare_topologies_main)
 
+
+def _add_spectral_study(subparsers: argparse._SubParsersAction) -> None:
+    """`dfl spectral-study`: one algorithm across topologies x gossip steps Q."""
     p = subparsers.add_parser(
         "spectral-study",
         help="one algorithm across topologies x gossip steps Q (x client counts): accuracy vs spectral gap",
@@ -190,6 +205,11 @@ def _assignment(text: str) -> tuple[str, Any]:
 
 # ---------------------------------------------------------------------------------------------- handlers
 def sweep_main(args: argparse.Namespace) -> int:
+    """`dfl sweep SPEC.toml` (or `dfl sweep status DIR`): run or submit the sweep and print each run's outcome.
+
+    Returns:
+        The exit status: 0, 1 when a run failed, 2 for a refused spec or option, 128 + a stop signal.
+    """
     if args.spec == "status" and (args.status_dir is not None or not Path("status").is_file()):
         return status_main(args)
     if args.status_dir is not None:
@@ -216,6 +236,7 @@ def sweep_main(args: argparse.Namespace) -> int:
 
 
 def status_main(args: argparse.Namespace) -> int:
+    """`dfl sweep status DIR`: print each run's state; the exit status."""
     if args.status_dir is None:
         return _error("sweep status", "give the sweep directory: dfl sweep status DIR")
     try:
@@ -240,8 +261,10 @@ def _launcher(sweep: Sweep, args: argparse.Namespace):
 
 
 def _out_refused(command: str, args: argparse.Namespace) -> bool:
-    """Whether `--out` names a path a sweep may not write into (`dfl.directories`), said in one line: checked
-    before the sweep's runs are planned and validated (which loads torch), so the refusal is immediate."""
+    """Whether `--out` names a path a sweep may not write into (`dfl.directories`), said in one line.
+
+    Checked before the sweep's runs are planned and validated (which loads torch), so the refusal is immediate.
+    """
     if args.out is None:
         return False
     from dfl.directories import check_output_directory
@@ -255,6 +278,7 @@ def _out_refused(command: str, args: argparse.Namespace) -> bool:
 
 
 def compare_topologies_main(args: argparse.Namespace) -> int:
+    """`dfl compare-topologies`: the topology study's sweep, run into --out; the exit status."""
     if _out_refused("compare-topologies", args):
         return 2
     data_root = args.data_root
@@ -271,6 +295,7 @@ def compare_topologies_main(args: argparse.Namespace) -> int:
 
 
 def spectral_study_main(args: argparse.Namespace) -> int:
+    """`dfl spectral-study`: the spectral study's sweep, run, then its report printed; the exit status."""
     if _out_refused("spectral-study", args):
         return 2
     try:

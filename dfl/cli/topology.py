@@ -1,10 +1,10 @@
 """`dfl topology`: spectral analysis of communication topologies, as a table, JSON, or a plot; or a drawing.
 
-    dfl topology ring --clients 64 --gossip-steps 4
-    dfl topology show custom --matrix W.npy          # your own W (.npy, .csv, .mtx), or --edges graph.edgelist
-    dfl topology compare --clients 16 32 64 --topologies ring grid exponential full --plot gap.png
-    dfl topology show two-cliques --clients 16 --options bridges=2   # a registered topology (dfl.topologies)
-    dfl topology draw one-peer --clients 8 --out one-peer.png        # the graph itself, one panel per step
+Dfl topology ring --clients 64 --gossip-steps 4
+dfl topology show custom --matrix W.npy          # your own W (.npy, .csv, .mtx), or --edges graph.edgelist
+dfl topology compare --clients 16 32 64 --topologies ring grid exponential full --plot gap.png
+dfl topology show two-cliques --clients 16 --options bridges=2   # a registered topology (dfl.topologies)
+dfl topology draw one-peer --clients 8 --out one-peer.png        # the graph itself, one panel per step
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ COLUMNS = (
 COMMANDS = ("compare", "show", "draw")
 
 
-def add_parser(subparsers) -> argparse.ArgumentParser:
+def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     """Add the `topology` subcommand to the `dfl` parser."""
     p = subparsers.add_parser(
         "topology", help="spectral analysis of communication topologies",
@@ -60,6 +60,15 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("name", nargs="?", choices=names, metavar="NAME", type=canonical,
                    help="the topology after 'show' or 'draw'")
     p.add_argument("--clients", type=int, nargs="+", metavar="N", help="number(s) of clients n")
+    _analysis_flags(p)
+    _option_flags(p)
+    _output_flags(p)
+    p.set_defaults(handler=run)
+    return p
+
+
+def _analysis_flags(p: argparse.ArgumentParser) -> None:
+    """The flags of the analysis itself: which topologies, the weights, Q, and the spectral quantities' knobs."""
     p.add_argument("--topologies", nargs="+", metavar="NAME", help="topologies for 'compare' "
                    f"(default: {' '.join(DEFAULT_COMPARE)})")
     p.add_argument("--weights", choices=SCHEMES, help="weight scheme (default metropolis)")
@@ -69,6 +78,11 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--gamma", type=float, default=0.951,
                    help="decay for effective neighbours (default 0.951)")
     p.add_argument("--eps", type=float, default=0.1, help="consensus error target for steps (default 0.1)")
+
+
+
+def _option_flags(p: argparse.ArgumentParser) -> None:
+    """The built-in topologies' options, one flag each (`OPTION_FLAGS`), and --options for any topology's."""
     p.add_argument("--seed", type=int, help="seed of random-regular, erdos-renyi, random-k (default 0)")
     p.add_argument("--degree", type=int, help="random-regular degree")
     p.add_argument("--p", type=float, help="erdos-renyi edge probability")
@@ -95,14 +109,17 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--options", nargs="+", metavar="KEY=VALUE", type=key_value, default=[],
                    help="topology options as key=value (Python literals), e.g. those of a registered topology; "
                         "the flags above are the built-ins' options")
+
+
+
+def _output_flags(p: argparse.ArgumentParser) -> None:
+    """What is printed or drawn: a table, JSON, the gap plot, or (draw) the graph's figure."""
     p.add_argument("--json", action="store_true", help="print JSON (a list of rows) instead of a table")
     p.add_argument("--plot", metavar="FILE.png", help="draw the spectral gap against n per topology")
     p.add_argument("--out", metavar="FILE", help=f"draw: the figure file ({', '.join(drawing.FORMATS)})")
     p.add_argument("--steps", type=int, metavar="S",
                    help=f"draw: panels of a time-varying topology (default one period, at most {drawing.STEP_LIMIT})")
     p.add_argument("--layout", choices=drawing.LAYOUTS, default="auto", help="draw: node placement (default auto)")
-    p.set_defaults(handler=run)
-    return p
 
 
 def _options(args: argparse.Namespace, name: str, compare: bool) -> dict:

@@ -54,7 +54,7 @@ def dirichlet_balanced(labels: np.ndarray, num_clients: int, alpha: float, sigma
     empty = np.flatnonzero(sizes < 1)
     if empty.size:
         raise DataError(
-            f"dirichlet with sigma={sigma} gives client(s) {_listed(empty)} 0 samples; every client needs at least "
+            f"dirichlet with sigma={sigma} gives client(s) {format_ids(empty)} 0 samples; every client needs at least "
             "1: lower sigma or use fewer clients"
         )
     log_priors = log_dirichlet(alpha, num_clients, num_classes, rng)
@@ -173,6 +173,7 @@ def dirichlet_per_class(labels: np.ndarray, num_clients: int, alpha: float, min_
     )
 
 
-def _listed(ids: np.ndarray, limit: int = 10) -> str:
+def format_ids(ids: np.ndarray, limit: int = 10) -> str:
+    """The ids as "3, 7, 9", the first `limit` of them and the count when there are more."""
     shown = ", ".join(str(int(i)) for i in ids[:limit])
     return shown + (f", ... ({ids.size} in all)" if ids.size > limit else "")

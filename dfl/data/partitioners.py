@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from dfl import signatures
-from dfl.data.dirichlet import _listed, dirichlet_balanced, dirichlet_per_class
+from dfl.data.dirichlet import dirichlet_balanced, dirichlet_per_class, format_ids
 from dfl.errors import DataError
 from dfl.registry import Registry
 
@@ -139,7 +139,7 @@ def _checked(parts: Any, method: str, num_clients: int, n: int) -> list[np.ndarr
                         f"train set's [0, {n - 1}]")
     empty = np.flatnonzero(sizes == 0)
     if empty.size:
-        raise DataError(f"partition {method!r} leaves client(s) {_listed(empty)} with 0 samples; every client needs "
+        raise DataError(f"partition {method!r} leaves client(s) {format_ids(empty)} with 0 samples; every client needs "
                         f"at least 1: {_HINTS.get(method, 'change the partition or use fewer clients')}")
     return out
 

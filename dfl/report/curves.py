@@ -1,12 +1,14 @@
-"""Plot data against the round and per client: mean ± std curves over the seeds of each setting, one panel
-per table column, and the per-client accuracies of the final models.
+"""Plot data against the round and per client.
+
+Mean ± std curves over the seeds of each setting, one panel per table column, and the per-client accuracies of the final
+models.
 """
 
 from __future__ import annotations
 
 from dfl.report import plots
 from dfl.report.layout import Layout
-from dfl.report.metrics import _number
+from dfl.report.metrics import as_number
 from dfl.report.settings import Setting, Stat
 
 
@@ -15,8 +17,10 @@ def _curve(setting: Setting, key: str) -> plots.Curve:
     by_round: dict[int, list[float | None]] = {}
     for run in setting.runs:
         for rec in run.metrics:
-            by_round.setdefault(int(rec["round"]), []).append(_number(rec.get(key)))
-    xs, means, stds = [], [], []
+            by_round.setdefault(int(rec["round"]), []).append(as_number(rec.get(key)))
+    xs: list[float] = []
+    means: list[float] = []
+    stds: list[float] = []
     for rnd in sorted(by_round):
         st = Stat.of(by_round[rnd])
         if st.mean is not None:
@@ -27,24 +31,29 @@ def _curve(setting: Setting, key: str) -> plots.Curve:
 
 
 def _curve_over(setting: Setting, key: str, over: str) -> plots.Curve:
-    """`key` against the metric `over` (e.g. sim_time, bytes_sent_total): at every evaluated round, the seeds' mean
-    of `over` and the mean ± std of `key` over the seeds that recorded both."""
+    """`key` against the metric `over` (e.g. sim_time, bytes_sent_total).
+
+    At every evaluated round, the seeds' mean of `over` and the mean ± std of `key` over the seeds that recorded both.
+    """
     by_round: dict[int, list[tuple[float, float]]] = {}
     for run in setting.runs:
         for rec in run.metrics:
-            x, y = _number(rec.get(over)), _number(rec.get(key))
+            x, y = as_number(rec.get(over)), as_number(rec.get(key))
             if x is not None and y is not None:
                 by_round.setdefault(int(rec["round"]), []).append((x, y))
-    xs, means, stds = [], [], []
-    for rnd in sorted(by_round):
-        st = Stat.of(y for _, y in by_round[rnd])
-        xs.append(Stat.of(x for x, _ in by_round[rnd]).mean)
-        means.append(st.mean)
-        stds.append(st.std or 0.0)
+    xs: list[float] = []
+    means: list[float] = []
+    stds: list[float] = []
+    for rnd in sorted(by_round):  # finite pairs only: both means exist
+        st, x_mean = Stat.of(y for _, y in by_round[rnd]), Stat.of(x for x, _ in by_round[rnd]).mean
+        if st.mean is not None and x_mean is not None:
+            xs.append(x_mean)
+            means.append(st.mean)
+            stds.append(st.std or 0.0)
     return plots.Curve(xs, means, stds)
 
 
-def _panels(layout: Layout, key: str, scale: float = 1.0, over: str | None = None,
+def curve_panels(layout: Layout, key: str, scale: float = 1.0, over: str | None = None,
             over_scale: float = 1.0) -> dict[str, dict[str, plots.Curve]]:
     """One panel per column, one curve per row: `key` against the round, or against the metric `over`."""
     panels = {}
@@ -61,7 +70,7 @@ def _panels(layout: Layout, key: str, scale: float = 1.0, over: str | None = Non
     return panels
 
 
-def _client_groups(layout: Layout) -> dict[str, list[float]]:
+def client_groups(layout: Layout) -> dict[str, list[float]]:
     """Per-client test accuracies (%) of the final record, pooled over the seeds of each setting."""
     groups = {}
     for rk in layout.row_keys:
@@ -70,7 +79,7 @@ def _client_groups(layout: Layout) -> dict[str, list[float]]:
             if s is None:
                 continue
             finals = [(r.final or {}).get("client_acc") or [] for r in s.runs]
-            accs = [100 * a for acc in finals for a in acc if _number(a) is not None]
+            accs = [100 * a for acc in finals for a in acc if as_number(a) is not None]
             if accs:
                 name = layout.row_label(rk) if len(layout.col_keys) == 1 else f"{layout.row_label(rk)} · " \
                     f"{layout.col_label(ck)}"

@@ -1,5 +1,7 @@
-"""Per-run metrics: the values a report shows for one run, taken from the last record of its metrics.jsonl
-("final"), plus the best accuracy, the generalization gap and the rounds to a target accuracy.
+"""The metrics of one run that a report shows.
+
+The values a report shows for one run, taken from the last record of its metrics.jsonl ("final"), plus the best
+accuracy, the generalization gap and the rounds to a target accuracy.
 """
 
 from __future__ import annotations
@@ -39,7 +41,7 @@ CSV_METRICS = (
 )
 
 
-def _number(value: Any) -> float | None:
+def as_number(value: Any) -> float | None:
     """A finite number (ints stay ints), or None (missing, NaN, inf, not a number)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
@@ -51,31 +53,33 @@ def rounds_to_target(metrics: list[dict[str, Any]], target: float | None) -> int
     if target is None:
         return None
     for record in metrics:
-        acc = _number(record.get("test_acc"))
+        acc = as_number(record.get("test_acc"))
         if acc is not None and acc >= target:
             return int(record["round"])
     return None
 
 
 def run_target(run: RunRecord, target: float | None, own_targets: bool) -> float | None:
-    """The target accuracy of one run: its own `target_accuracy` (config) with `own_targets` when it has one,
-    else the report's `target`."""
+    """The target accuracy of one run.
+
+    Its own `target_accuracy` (config) with `own_targets` when it has one, else the report's `target`.
+    """
     own = run.config.get("target_accuracy")
-    return own if own_targets and _number(own) is not None else target
+    return own if own_targets and as_number(own) is not None else target
 
 
 def run_metrics(run: RunRecord, target: float | None) -> dict[str, float | None]:
     """The final-record metrics of one run; None where the run has no such value."""
     last = run.final or {}
-    out = {k: _number(last.get(k)) for k in (
+    out = {k: as_number(last.get(k)) for k in (
         "test_acc", "train_acc", "test_loss", "train_loss", "client_acc_mean", "client_acc_std",
         "client_acc_min", "client_acc_max", "consensus_distance", "bytes_sent_total", *LOCAL_TEST_METRICS,
         *NETWORK_METRICS,
     )}
-    out["final_round"] = _number(last.get("round"))
-    measured = [h for h in (_number(m.get("hessian_top_eig")) for m in run.metrics) if h is not None]
+    out["final_round"] = as_number(last.get("round"))
+    measured = [h for h in (as_number(m.get("hessian_top_eig")) for m in run.metrics) if h is not None]
     out["hessian_top_eig"] = measured[-1] if measured else None
-    accs = [a for a in (_number(m.get("test_acc")) for m in run.metrics) if a is not None]
+    accs = [a for a in (as_number(m.get("test_acc")) for m in run.metrics) if a is not None]
     out["best_test_acc"] = max(accs) if accs else None
     gap = None
     if out["train_acc"] is not None and out["test_acc"] is not None:
@@ -84,5 +88,5 @@ def run_metrics(run: RunRecord, target: float | None) -> dict[str, float | None]
     reached = rounds_to_target(run.metrics, target)
     out["rounds_to_target"] = reached
     for key in ("lambda", "lambda_Q", "gossip_steps"):
-        out[key] = _number(run.summary.get(key))
+        out[key] = as_number(run.summary.get(key))
     return out

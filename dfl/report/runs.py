@@ -1,8 +1,9 @@
-"""Run directories on disk: finding them (a sweep's runs first, in its order) and reading each into a
-`RunRecord` whose unreadable parts are listed as problems, never raised; and what a summary's status means
-now (`effective_status`): a run whose summary says "running" but whose process is gone is "killed".
-A run that ended as it should is `FINISHED`: "completed", or "stopped" early by a callback or its target
-accuracy (`dfl.engine.hooks`).
+"""Run directories on disk: found, read into `RunRecord`s, and what their status means now.
+
+Finding them (a sweep's runs first, in its order) and reading each into a `RunRecord` whose unreadable parts are listed
+as problems, never raised; and what a summary's status means now (`effective_status`): a run whose summary says
+"running" but whose process is gone is "killed". A run that ended as it should is `FINISHED`: "completed", or "stopped"
+early by a callback or its target accuracy (`dfl.engine.hooks`).
 """
 
 from __future__ import annotations
@@ -43,14 +44,17 @@ class RunRecord:
 
     @property
     def finished(self) -> bool:
+        """Whether the run ended on purpose: completed, or stopped early."""
         return self.status in FINISHED
 
     @property
     def seed(self) -> Any:
+        """The run's seed (from its config)."""
         return self.config.get("seed")
 
     @property
     def final(self) -> dict[str, Any] | None:
+        """The run's last metrics record (None without one)."""
         return self.metrics[-1] if self.metrics else None
 
 
@@ -75,10 +79,12 @@ def pid_alive(pid: int) -> bool:
 
 
 def run_process(summary: dict[str, Any]) -> str | None:
-    """For a summary whose status is "running": where its process is. "alive" (this host, the pid exists),
-    "gone" (this host, no such process: killed or crashed), "elsewhere" (recorded on another host: cannot be
-    checked from here) or "unknown" (no pid/host recorded: a run from before they were). None for any other
-    status."""
+    """Where the process of a run whose summary says "running" is.
+
+    "alive" (this host, the pid exists), "gone" (this host, no such process: killed or crashed),
+    "elsewhere" (recorded on another host: cannot be checked from here) or "unknown" (no pid/host recorded: a run from
+    before they were). None for any other status.
+    """
     if summary.get("status") != "running":
         return None
     pid, host = summary.get("pid"), summary.get("host")
@@ -90,9 +96,11 @@ def run_process(summary: dict[str, Any]) -> str | None:
 
 
 def effective_status(summary: dict[str, Any]) -> str:
-    """The summary's status, except that "running" becomes "killed" when the run's process was on this host
-    and is gone (SIGKILL, out-of-memory kill, crash, power loss). A "running" run on another host, or one
-    without a recorded pid/host, stays "running": it cannot be checked."""
+    """The summary's status as it is now: "running" becomes "killed" when its process is gone.
+
+    That is, when the run's process was on this host and is gone (SIGKILL, out-of-memory kill, crash, power loss). A
+    "running" run on another host, or one without a recorded pid/host, stays "running": it cannot be checked.
+    """
     status = str(summary.get("status", "unknown"))
     if status == "running" and run_process(summary) == "gone":
         return "killed"
@@ -100,8 +108,10 @@ def effective_status(summary: dict[str, Any]) -> str:
 
 
 def has_metrics(run_dir: str | Path) -> bool:
-    """Whether run_dir/metrics.jsonl holds at least one record (a run that failed or diverged before its first
-    evaluation has none)."""
+    """Whether run_dir/metrics.jsonl holds at least one record.
+
+    A run that failed or diverged before its first evaluation has none.
+    """
     try:
         text = read_text(Path(run_dir) / "metrics.jsonl", "metrics file")
     except FileReadError:
@@ -116,12 +126,16 @@ def has_metrics(run_dir: str | Path) -> bool:
 
 
 def is_run_dir(path: Path) -> bool:
+    """Whether `path` is a run directory: it holds summary.json and config.toml."""
     return (path / "summary.json").is_file() and (path / "config.toml").is_file()
 
 
 def find_run_dirs(path: str | Path, skip: Iterable[Path] = ()) -> list[Path]:
-    """PATH itself when it is a run directory, else every run directory below it (not below `skip`, nor
-    below a `report/` directory). Runs listed in PATH/sweep.json come first, in the sweep's order."""
+    """PATH itself when it is a run directory, else every run directory below it.
+
+    Nothing below `skip` nor below a `report/` directory is searched. Runs listed in PATH/sweep.json come first, in
+    the sweep's order.
+    """
     root = Path(path)
     if not root.exists():
         raise ReportError(f"path {root} does not exist")
@@ -146,8 +160,11 @@ def find_run_dirs(path: str | Path, skip: Iterable[Path] = ()) -> list[Path]:
 
 
 def _sweep_entries(root: Path) -> list[dict[str, Any]]:
-    """The entries of root/sweep.json that name a run directory (none when root holds no readable sweep.json:
-    a report of a folder that is no sweep reads only its run directories)."""
+    """The entries of root/sweep.json that name a run directory.
+
+    None when root holds no readable sweep.json: a report of a folder that is no sweep reads only its run
+    directories.
+    """
     if not (root / "sweep.json").is_file():
         return []
     try:
@@ -160,8 +177,11 @@ def _sweep_entries(root: Path) -> list[dict[str, Any]]:
 
 
 def _unreadable(exc: FileReadError, name: str, consequence: str) -> str:
-    """The problem noted in the report for an unreadable file of a run; also a warning (one line naming the file
-    and what is wrong: `dfl report` prints it), so that the reason is not only inside report.md."""
+    """The problem noted in the report for an unreadable file of a run.
+
+    Also a warning (one line naming the file and what is wrong: `dfl report` prints it), so that the reason is not only
+    inside report.md.
+    """
     warnings.warn(f"{exc}; {consequence}", stacklevel=3)
     return f"{name} unreadable ({exc.reason})"
 
@@ -203,6 +223,11 @@ def load_run(path: str | Path, root: str | Path | None = None) -> RunRecord:
 
 
 def load_runs(path: str | Path, skip: Iterable[Path] = ()) -> list[RunRecord]:
+    """Every run under `path` (`find_run_dirs`), loaded.
+
+    Raises:
+        ReportError: when there is no run directory under `path`.
+    """
     dirs = find_run_dirs(path, skip)
     if not dirs:
         raise ReportError(f"no run directories under {path} (a run directory holds summary.json and config.toml)")

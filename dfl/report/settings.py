@@ -1,5 +1,7 @@
-"""Settings: runs grouped by their config minus seed, name and `NOT_SETTING_FIELDS`, each aggregated over its
-seeds (`Stat`: mean ± sample standard deviation); the default target accuracy.
+"""Settings: the runs grouped by configuration (seeds aside) and aggregated over their seeds.
+
+Runs grouped by their config minus seed, name and `NOT_SETTING_FIELDS`, each aggregated over its seeds (`Stat`: mean ±
+sample standard deviation); the default target accuracy.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from dfl.config import Config
-from dfl.report.metrics import CSV_METRICS, _number, run_metrics, run_target
+from dfl.report.metrics import CSV_METRICS, as_number, run_metrics, run_target
 from dfl.report.runs import ReportError, RunRecord
 
 CONFIG_FIELDS = tuple(f.name for f in fields(Config))
@@ -26,7 +28,7 @@ SETTING_FIELDS = tuple(f for f in CONFIG_FIELDS if f not in NOT_SETTING_FIELDS)
 DEFAULT_TARGET_FRACTION = 0.9
 
 
-def _canon(value: Any) -> str:
+def canonical(value: Any) -> str:
     """A hashable, order-free identity of a config value (dicts and lists included)."""
     return json.dumps(value, sort_keys=True, default=str)
 
@@ -41,6 +43,10 @@ class Stat:
 
     @classmethod
     def of(cls, values: Iterable[float | None]) -> Stat:
+        """Mean, sample standard deviation and count of the finite values.
+
+        The standard deviation has n − 1 in the denominator (None for one value); None and NaN are left out.
+        """
         vals = [v for v in values if v is not None and math.isfinite(v)]
         if not vals:
             return cls(None, None, 0)
@@ -54,6 +60,10 @@ class Stat:
 
 @dataclass
 class Setting:
+    """The runs that share every setting field (`values`), their seeds aside.
+
+    `aggregate` fills each run's metrics (`per_run`) and their `stats` over the seeds.
+    """
     values: dict[str, Any]  # SETTING_FIELDS -> value
     runs: list[RunRecord]
     per_run: list[dict[str, float | None]] = field(default_factory=list)
@@ -65,6 +75,10 @@ class Setting:
         return all(r.finished for r in self.runs)
 
     def aggregate(self, target: float | None, own_targets: bool = False) -> None:
+        """Compute each run's metrics and their statistics over the runs.
+
+        Rounds to target count to `target`, or to each run's own target with `own_targets`.
+        """
         self.per_run = [run_metrics(r, run_target(r, target, own_targets)) for r in self.runs]
         self.stats = {k: Stat.of(m[k] for m in self.per_run) for k in CSV_METRICS}
 
@@ -76,26 +90,32 @@ def group_settings(runs: list[RunRecord]) -> list[Setting]:
         if not run.metrics:
             continue
         values = {f: run.config.get(f) for f in SETTING_FIELDS}
-        key = _canon(values)
+        key = canonical(values)
         groups.setdefault(key, Setting(values, [])).runs.append(run)
     return list(groups.values())
 
 
 def varying_fields(settings: list[Setting]) -> list[str]:
-    return [f for f in SETTING_FIELDS if len({_canon(s.values[f]) for s in settings}) > 1]
+    """The setting fields whose value differs between `settings`, in Config order."""
+    return [f for f in SETTING_FIELDS if len({canonical(s.values[f]) for s in settings}) > 1]
 
 
 def default_target(settings: list[Setting]) -> float | None:
     """DEFAULT_TARGET_FRACTION × the lowest mean final test accuracy over the settings (None if none > 0)."""
     means = []
     for s in settings:
-        mean = Stat.of(_number((r.final or {}).get("test_acc")) for r in s.runs).mean
+        mean = Stat.of(as_number((r.final or {}).get("test_acc")) for r in s.runs).mean
         if mean is not None and mean > 0:
             means.append(mean)
     return DEFAULT_TARGET_FRACTION * min(means) if means else None
 
 
 def check_target(target: Any) -> float:
+    """`target` as a float, when it is a test accuracy in (0, 1].
+
+    Raises:
+        ReportError: for anything else.
+    """
     if isinstance(target, bool) or not isinstance(target, (int, float)) or not 0 < target <= 1:
         raise ReportError(f"target accuracy must be a fraction in (0, 1] (e.g. 0.8 for 80%), got {target!r}")
     return float(target)

@@ -1,5 +1,6 @@
-"""Tables: Markdown cells (`format_stat`) and tables (`metric_table`), and the CSV files (settings.csv,
-runs.csv).
+"""The report's tables: Markdown cells and tables, and the CSV files.
+
+Markdown cells (`format_stat`) and tables (`metric_table`), and the CSV files (settings.csv, runs.csv).
 """
 
 from __future__ import annotations
@@ -25,8 +26,11 @@ def _num(x: float, digits: int) -> str:
 
 
 def format_stat(stat: Stat, kind: str, n_runs: int | None = None) -> str:
-    """One table cell: "71.00 ± 1.41" (pct: fractions shown in %), "3.20e-04 ± 1.1e-05" (sci), "7.9 MiB"
-    (bytes), rounds "40 ± 5" and "(k/n)" when only k of the n seeds reached the target; "—" for no value."""
+    """One table cell.
+
+    "71.00 ± 1.41" (pct: fractions shown in %), "3.20e-04 ± 1.1e-05" (sci), "7.9 MiB" (bytes), rounds "40 ± 5" and
+    "(k/n)" when only k of the n seeds reached the target; "—" for no value.
+    """
     if stat.mean is None:
         return "—"
     if kind == "pct":
@@ -50,14 +54,17 @@ def _md_escape(text: str) -> str:
 
 
 def markdown_table(header: list[str], rows: list[list[str]]) -> str:
+    """A Markdown table of `header` and `rows` (cells escaped for Markdown)."""
     lines = ["| " + " | ".join(_md_escape(h) for h in header) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(_md_escape(c) for c in row) + " |" for row in rows]
     return "\n".join(lines)
 
 
 def metric_table(layout: Layout, metric: str, kind: str) -> str:
-    """Rows × columns of one metric; "n/a" where a combination was not run, "†" on settings with runs that
-    are not completed."""
+    """Rows × columns of one metric.
+
+    "n/a" where a combination was not run, "†" on settings with runs that are not completed.
+    """
     body = []
     for rk in layout.row_keys:
         row = [layout.row_label(rk)]
@@ -72,7 +79,8 @@ def metric_table(layout: Layout, metric: str, kind: str) -> str:
     return markdown_table([layout.corner, *(layout.col_label(ck) for ck in layout.col_keys)], body)
 
 
-def _seed_table(layout: Layout) -> str:
+def seed_table(layout: Layout) -> str:
+    """Rows × columns of the number of seeds of each setting ("n/a" where a combination was not run)."""
     body = [[layout.row_label(rk), *(str(len(layout.cells[(rk, ck)].runs)) if (rk, ck) in layout.cells else "n/a"
                                      for ck in layout.col_keys)] for rk in layout.row_keys]
     return markdown_table([layout.corner, *(layout.col_label(ck) for ck in layout.col_keys)], body)
@@ -87,7 +95,8 @@ def _csv_value(value: Any) -> Any:
     return value
 
 
-def _write_csv(path: Path, header: list[str], rows: list[list[Any]]) -> Path:
+def write_csv(path: Path, header: list[str], rows: list[list[Any]]) -> Path:
+    """Write `header` and `rows` as the CSV file `path` (atomically; floats unrounded, None empty); returns `path`."""
     buf = io.StringIO()
     writer = csv.writer(buf, lineterminator="\n")
     writer.writerow(header)
@@ -96,7 +105,8 @@ def _write_csv(path: Path, header: list[str], rows: list[list[Any]]) -> Path:
     return path
 
 
-def _status_counts(runs: list[RunRecord]) -> str:
+def status_counts(runs: list[RunRecord]) -> str:
+    """The statuses of `runs` and their counts, e.g. "completed:3;failed:1"."""
     counts: dict[str, int] = {}
     for r in runs:
         counts[r.status] = counts.get(r.status, 0) + 1
@@ -105,8 +115,11 @@ def _status_counts(runs: list[RunRecord]) -> str:
 
 def write_settings_csv(path: Path, layout: Layout, settings: list[Setting], target: float | None,
                        own_targets: bool = False) -> Path:
-    """One row per setting: its label, the layout fields, n, statuses, target (its runs' targets, ";"-joined
-    when they differ), then <metric>_mean/_std/_n."""
+    """Write settings.csv: one row per setting; returns `path`.
+
+    Its label, the layout fields, n, statuses, target (its runs' targets, ";"-joined when they differ), then
+    <metric>_mean/_std/_n.
+    """
     names = [*layout.rows, *layout.cols]
     header = ["setting", *names, "runs", "seeds", "status", "target_acc"]
     for m in CSV_METRICS:
@@ -120,19 +133,21 @@ def write_settings_csv(path: Path, layout: Layout, settings: list[Setting], targ
             seeds = ";".join(str(r.seed) for r in s.runs)
             targets = list(dict.fromkeys(run_target(r, target, own_targets) for r in s.runs))
             row = [f"{layout.row_label(rk)} | {layout.col_label(ck)}", *(s.values[n] for n in names),
-                   len(s.runs), seeds, _status_counts(s.runs),
+                   len(s.runs), seeds, status_counts(s.runs),
                    targets[0] if len(targets) == 1 else ";".join(map(str, targets))]
             for m in CSV_METRICS:
                 st = s.stats[m]
                 row += [st.mean, st.std, st.n]
             rows.append(row)
-    return _write_csv(path, header, rows)
+    return write_csv(path, header, rows)
 
 
 def write_runs_csv(path: Path, runs: list[RunRecord], target: float | None, fields_: list[str],
                    own_targets: bool = False) -> Path:
-    """One row per run, in discovery order: its directory, the layout fields, seed, status, its target, final
-    metrics."""
+    """Write runs.csv: one row per run, in discovery order; returns `path`.
+
+    Its directory, the layout fields, seed, status, its target, final metrics.
+    """
     header = ["run", *fields_, "seed", "status", "rounds_completed", "rounds", "target_acc", *CSV_METRICS,
               "problems", "error"]
     rows = []
@@ -142,4 +157,4 @@ def write_runs_csv(path: Path, runs: list[RunRecord], target: float | None, fiel
         rows.append([r.name, *(r.config.get(f) for f in fields_), r.seed, r.status,
                      r.summary.get("rounds_completed"), r.summary.get("rounds"), own,
                      *(m[k] for k in CSV_METRICS), "; ".join(r.problems), r.summary.get("error")])
-    return _write_csv(path, header, rows)
+    return write_csv(path, header, rows)

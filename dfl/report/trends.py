@@ -1,5 +1,7 @@
-"""Spectral-gap trends: the gap 1 − λ^Q of a setting, least-squares fits of a metric on ln(1 − λ^Q)
-(`fit_log_trend`) and the plotted series of setting means against the gap.
+"""Spectral-gap trends: the gap 1 − λ^Q of a setting and least-squares fits of a metric on it.
+
+The gap 1 − λ^Q of a setting, least-squares fits of a metric on ln(1 − λ^Q) (`fit_log_trend`) and the plotted series of
+setting means against the gap.
 
 A trend is fitted within one client count m (and one combination of the other varied fields), never across
 client counts: λ and the consensus distance both depend on m, so pooling m = 16 and m = 64 into one regression
@@ -26,8 +28,11 @@ MIN_FIT_POINTS = 3  # distinct x values a trend needs (2 points always fit exact
 
 @dataclass
 class Fit:
-    """y = a + b·ln(x) by least squares (log_y: ln y = a + b·ln x); r2 = coefficient of determination;
-    n points; b_ci = the 95% confidence interval of the slope b (Student t with n − 2 degrees of freedom)."""
+    """y = a + b·ln(x) by least squares (log_y: ln y = a + b·ln x).
+
+    R2 = coefficient of determination; n points; b_ci = the 95% confidence interval of the slope b (Student t with n − 2
+    degrees of freedom).
+    """
 
     a: float
     b: float
@@ -37,14 +42,17 @@ class Fit:
     b_ci: tuple[float, float] | None = None
 
     def __call__(self, x: float) -> float:
+        """The trend's value at `x`: a + b·ln x (exp of it for a fit on ln y)."""
         y = self.a + self.b * math.log(x)
         return math.exp(y) if self.log_y else y
 
 
 def fit_log_trend(xs: list[float], ys: list[float], log_y: bool = False) -> Fit | None:
-    """Least squares of y (or ln y) on ln x over the points with x > 0 (and y > 0 when log_y); None when
-    fewer than MIN_FIT_POINTS distinct x remain. The slope's 95% interval is b ± t(0.975, n − 2)·se(b), se(b)² =
-    (SS_res/(n − 2))/Σ(ln x − mean)²."""
+    """Least squares of y (or ln y) on ln x over the points with x > 0 (and y > 0 when log_y).
+
+    None when fewer than MIN_FIT_POINTS distinct x remain. The slope's 95% interval is b ± t(0.975, n − 2)·se(b), se(b)²
+    = (SS_res/(n − 2))/Σ(ln x − mean)².
+    """
     from scipy.stats import t as student_t
 
     pts = [(math.log(x), math.log(y) if log_y else y) for x, y in zip(xs, ys) if x > 0 and (y > 0 or not log_y)]
@@ -78,11 +86,13 @@ def gap_of(setting: Setting) -> float | None:
     return None if lam_q is None else 1.0 - lam_q
 
 
-def _gap_series(settings: list[Setting], metric: str, point_label: Callable[[Setting], str],
+def gap_series(settings: list[Setting], metric: str, point_label: Callable[[Setting], str],
                 scale: float = 1.0, log_y: bool = False) -> tuple[list[plots.Series], list[str]]:
-    """Series of (1 − λ^Q, metric mean ± std) points, one series per combination of the varied non-gap fields and
-    client count (trends are fitted within a client count), each with its `fit_log_trend`; and one Markdown
-    line per series saying what was fitted, or why not."""
+    """Series of (1 − λ^Q, metric mean ± std) points, and a line on each series' trend.
+
+    One series per combination of the varied non-gap fields and client count (trends are fitted within a client count),
+    each with its `fit_log_trend`; and one Markdown line per series saying what was fitted, or why not.
+    """
     varying = varying_fields(settings)
     other = [f for f in varying if f not in GAP_FIELDS] + (["clients"] if "clients" in varying else [])
     groups: dict[str, list[Setting]] = {}
@@ -113,7 +123,8 @@ def _gap_series(settings: list[Setting], metric: str, point_label: Callable[[Set
         trend = None
         if fit is not None:
             text = describe_fit(fit, "ln y" if log_y else "y")
-            trend = plots.Trend(fit, f"least squares, slope 95% CI [{fit.b_ci[0]:.3g}, {fit.b_ci[1]:.3g}]")
+            lo, hi = fit.b_ci if fit.b_ci else (float("nan"), float("nan"))
+            trend = plots.Trend(fit, f"least squares, slope 95% CI [{lo:.3g}, {hi:.3g}]")
             notes.append(f"- {name}: {text}")
         elif points:
             distinct = len({round(p.x, 12) for p in fitted})
@@ -123,5 +134,6 @@ def _gap_series(settings: list[Setting], metric: str, point_label: Callable[[Set
     return series, notes
 
 
-def _distinct_gaps(settings: list[Setting]) -> int:
+def distinct_gaps(settings: list[Setting]) -> int:
+    """The number of distinct spectral gaps 1 − λ^Q among `settings` (to 12 decimals)."""
     return len({round(g, 12) for g in (gap_of(s) for s in settings) if g is not None})

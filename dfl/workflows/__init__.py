@@ -1,5 +1,7 @@
-"""Many runs and what is made from them: sweeps over a grid (`sweep`) and the loss landscape of a finished run
-(`landscape`). Reports and plots are `dfl.report`."""
+"""Many runs and what is made from them.
+
+Sweeps over a grid (`sweep`) and the loss landscape of a finished run (`landscape`). Reports and plots are `dfl.report`.
+"""
 
 from dfl.lazy import submodules
 

@@ -28,9 +28,12 @@ BYTES_PER_POINT = 256
 
 def check_arguments(run_dir: str | Path, *, points: int = 21, span: float = 1.0, samples: int = 2000,
                     split: str = "train", hessian_iters: int = 20, out: str | Path | None = None) -> Path:
-    """Every check of `landscape`'s arguments that needs no torch (so `dfl landscape` refuses them at once):
-    the ranges, a grid that fits in memory, a run directory of dfl's with saved parameters, and an `out` that
-    dfl may write (`dfl.directories.check_output_plot`). Returns the plot's path."""
+    """Every check of `landscape`'s arguments that needs no torch (so `dfl landscape` refuses them at once).
+
+        The ranges, a grid that fits in memory, a run directory of dfl's with saved parameters, and an `out` that
+    dfl may write (`dfl.directories.check_output_plot`). Returns the plot's path.
+
+    """
     run_dir = Path(run_dir)
     if isinstance(points, bool) or not isinstance(points, int) or points < 3:
         raise ValueError(f"--points must be an integer >= 3, got {points!r}")
@@ -65,11 +68,13 @@ PARAM_FILES = ("params.pt", "checkpoint.pt")  # the final parameters, else the l
 
 def landscape(run_dir: str | Path, *, points: int = 21, span: float = 1.0, samples: int = 2000, split: str = "train",
               seed: int = 0, hessian_iters: int = 20, device: str | None = None, out: str | Path | None = None):
-    """The loss L(θ + a·d1 + b·d2) of the run's averaged model θ on a `points` × `points` grid over
-    [-span, span]², along two filter-normalised random directions d1, d2 (Li et al. 2018), and λ_max of the
-    Hessian at θ (`hessian_iters` power-iteration steps; 0 = skip). Writes the plot (`out`, default
-    RUN_DIR/plots/landscape.png) and RUN_DIR/landscape.json; returns (result, png path, json path). The
-    arguments are checked first, without torch (`check_arguments`)."""
+    """The loss surface around a run's final averaged model θ, and the top Hessian eigenvalue there.
+
+    The loss L(θ + a·d1 + b·d2) on a `points` × `points` grid over [-span, span]², along two filter-normalised random
+    directions d1, d2 (Li et al. 2018), and λ_max of the Hessian at θ (`hessian_iters` power-iteration steps; 0 = skip).
+    Writes the plot (`out`, default RUN_DIR/plots/landscape.png) and RUN_DIR/landscape.json; returns (result, png path,
+    json path). The arguments are checked first, without torch (`check_arguments`).
+    """
     png = check_arguments(run_dir, points=points, span=span, samples=samples, split=split,
                           hessian_iters=hessian_iters, out=out)
     from dfl.config import Config

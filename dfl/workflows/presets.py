@@ -1,5 +1,8 @@
-"""Ready-made sweeps: the DFedSAM paper's topology study (`dfl compare-topologies`) and one algorithm across
-topologies and gossip steps Q (`dfl spectral-study`), as `Sweep` objects that `run_sweep` runs like any other."""
+"""Ready-made sweeps.
+
+The DFedSAM paper's topology study (`dfl compare-topologies`) and one algorithm across topologies and gossip steps Q
+(`dfl spectral-study`), as `Sweep` objects that `run_sweep` runs like any other.
+"""
 
 from __future__ import annotations
 
@@ -39,14 +42,14 @@ def compare_topologies_sweep(
     topologies: list[str] | None = None, algorithms: list[str] | None = None,
     overrides: dict[str, Any] | None = None,
 ) -> Sweep:
-    """algorithm x topology x seed on the laptop (or `full`: the paper's CIFAR-10) setting."""
+    """Algorithm x topology x seed on the laptop (or `full`: the paper's CIFAR-10) setting."""
     base = dict(FULL_BASE if full else LAPTOP_BASE)
     if data_root is not None:
         base["data_root"] = data_root
     for algorithm in algorithms or ():
         _decentralized("--algorithms", algorithm)
-    vary = {"algorithm": list(algorithms or PAPER_ALGORITHMS), "topology": list(topologies or PAPER_TOPOLOGIES),
-            "seed": _seeds(seeds)}
+    vary: dict[str, list[Any]] = {"algorithm": list(algorithms or PAPER_ALGORITHMS),
+                                  "topology": list(topologies or PAPER_TOPOLOGIES), "seed": _seeds(seeds)}
     return _preset("compare-topologies-full" if full else "compare-topologies", base, vary, rounds, overrides)
 
 
@@ -55,8 +58,11 @@ def spectral_study_sweep(
     clients: list[int] | None = None, rounds: int | None = None, seeds: int = 1,
     overrides: dict[str, Any] | None = None,
 ) -> Sweep:
-    """topology x (clients) x gossip_steps x seed for one algorithm on the laptop setting. An algorithm without
-    multiple gossip steps (no `gossip_steps` hyperparameter) gets no Q axis, and giving one is an error."""
+    """Topology x (clients) x gossip_steps x seed for one algorithm on the laptop setting.
+
+    An algorithm without multiple gossip steps (no `gossip_steps` hyperparameter) gets no Q axis, and giving one is an
+    error.
+    """
     from dfl.algorithms import ALGORITHMS, resolve_hyperparameters  # no torch: the algorithms' cards
 
     try:
@@ -83,8 +89,11 @@ def spectral_study_sweep(
 
 
 def _decentralized(flag: str, algorithm: str) -> None:
-    """A study that varies the topology needs an algorithm that gossips over it: a centralized one aggregates at a
-    server (the complete graph) whatever the topology, so every topology would be the same run."""
+    """A study that varies the topology needs an algorithm that gossips over it.
+
+    A centralized one aggregates at a server (the complete graph) whatever the topology, so every topology would be the
+    same run.
+    """
     from dfl.algorithms import ALGORITHMS, is_centralized  # no torch: the algorithms' cards
 
     if algorithm in ALGORITHMS and is_centralized(algorithm):
