@@ -20,11 +20,13 @@ ENV = "DFL_TEST_DEVICE"
 
 
 def share_cores_between_workers() -> None:
-    """Under pytest-xdist (`-n auto`), give each worker its share of the cores, it and the processes it starts
-    (`dfl run`, torchrun, sweeps read OMP_NUM_THREADS through `threads = "auto"`), as a sweep's pool shares them
-    between its workers (`dfl.threads.share`): two workers of two torch threads each on two cores spin against
-    each other and the suite is no faster than one worker (measured: 628 s either way; one thread per worker:
-    459 s)."""
+    """Under pytest-xdist (`-n auto`), give each worker its share of the cores.
+
+    The share holds for the worker and the processes it starts (`dfl run`, torchrun, sweeps read OMP_NUM_THREADS
+    through `threads = "auto"`), as a sweep's pool shares them between its workers (`dfl.threads.share`): two
+    workers of two torch threads each on two cores spin against each other and the suite is no faster than one
+    worker (measured: 628 s either way; one thread per worker: 459 s).
+    """
     workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "0") or 0)
     if workers > 1:
         n = dfl.threads.share(workers)
@@ -36,10 +38,12 @@ share_cores_between_workers()
 
 
 def requested_device() -> str:
+    """The device the engine tests ask for: DFL_TEST_DEVICE, "cpu" when unset or blank."""
     return os.environ.get(ENV, "cpu").strip() or "cpu"
 
 
 def pytest_report_header(config):
+    """Say in pytest's header which device the engine tests run on and whether CUDA is there."""
     return f"dfl test device: {requested_device()} ({ENV}; cuda available: {torch.cuda.is_available()})"
 
 

@@ -1,4 +1,5 @@
-"""Gossip exactness (contract 3) and the special cases of the decentralized algorithms (contract 4)."""
+"""Gossip is exact and the decentralized algorithms keep their special cases (the design contracts "gossip is exact"
+and "special cases hold", docs/architecture.md#design-contracts)."""
 
 from __future__ import annotations
 
@@ -11,43 +12,14 @@ import torch
 import dfl
 import topologies
 from dfl.config import Config
-from dfl.data import FederatedData
-from dfl.models import build_model
 from dfl.network.comm import LocalCommunicator
 from dfl.network.gossip import Gossip
-from dfl.training.clients import ParamLayout
-from dfl.training.local import LocalRule, LocalTrainer
-
-
-def small_data(m=8, n=12, seed=0):
-    g = torch.Generator().manual_seed(seed)
-    train = []
-    for i in range(m):
-        x = torch.randn(n, 5, generator=g) + 0.5 * i / m
-        y = (x[:, 0] + 0.3 * torch.randn(n, generator=g) > 0.25).long() + (i % 2)
-        train.append((x, y))
-    test = (torch.randn(20, 5, generator=g), torch.randint(0, 3, (20,), generator=g))
-    return FederatedData.from_arrays(train=train, test=test, num_classes=3)
-
-
-def base_config(**changes):
-    values = dict(
-        clients=8, model="mlp", model_options={"hidden": [6]}, rounds=3, batch_size=4, local_steps=2,
-        lr=0.1, lr_decay=1.0, eval_every=1, progress=False, topology="ring",
-    )
-    values.update(changes)
-    return Config(**values)
+from dfl.training.local import LocalRule
+from tests.helpers import base_config, reference_trainer, small_data
 
 
 def run(config, data=None):
     return dfl.run(config, data=data or small_data(config.clients))
-
-
-def reference_trainer(config, data):
-    """The local trainer a run builds for `base_config`'s model, for hand-made reference rounds."""
-    torch.manual_seed(config.seed)
-    model = build_model("mlp", data.input_shape, 3, hidden=[6]).to(data.train_x.device)
-    return LocalTrainer(model, ParamLayout.of(model), data, list(range(config.clients)), config)
 
 
 # ------------------------------------------------------------------ gossip

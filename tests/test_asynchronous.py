@@ -6,6 +6,7 @@ invariance of whole runs; bad inputs."""
 from __future__ import annotations
 
 import copy
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -16,34 +17,29 @@ import torch.distributed as dist
 
 import dfl
 import topologies
-from dfl.config import Config, ConfigError
+from dfl.config import ConfigError
 from dfl.engine.asynchronous import AsyncEngine
 from dfl.engine.validation import validate
 from dfl.network.async_events import ComputeTimes, EventSchedule, Local, Mix
 from dfl.network.comm import LocalCommunicator
 from dfl.network.faults import Stragglers
+from tests.helpers import (
+    assert_histories_close,
+    assert_same_history,
+    blob_data,
+    init_gloo,
+    interrupted,
+    row_coded_data,
+    spawn,
+    tiny_config,
+)
 
 pytestmark = pytest.mark.timeout(300)  # hang guard only (spawned process groups)
 
 CLIENTS = 6
+make_data = partial(blob_data, sizes=(6, 7, 8, 6, 7, 8), shift=1.0)
+make_config = partial(tiny_config, local_steps=3, algorithm="dfedavg", topology="ring", mode="async")
 NO_COST = dict(link_latency=0.0, link_bandwidth=0.0)
-
-
-def make_data(sizes=(6, 7, 8, 6, 7, 8), seed: int = 0):
-    from dfl.data import FederatedData
-
-    g = torch.Generator().manual_seed(seed)
-    train = [(torch.randn(n, 5, generator=g) + i / len(sizes), torch.randint(0, 3, (n,), generator=g))
-             for i, n in enumerate(sizes)]
-    test = (torch.randn(30, 5, generator=g), torch.randint(0, 3, (30,), generator=g))
-    return FederatedData.from_arrays(train=train, test=test, num_classes=3)
-
-
-def make_config(**changes) -> Config:
-    values = dict(seed=1, rounds=4, eval_every=1, clients=CLIENTS, model="mlp", model_options={"hidden": [6]},
-                  local_steps=3, batch_size=4, lr=0.1, progress=False, train_eval_samples=20, device="cpu",
-                  algorithm="dfedavg", topology="ring", dist_timeout=60.0, mode="async")
-    return Config(**{**values, **changes})
 
 
 ASYNC = dict(stragglers=0.4, straggler_slowdown=3.0, link_latency=0.3, link_bandwidth=2e4, max_staleness=1)
@@ -223,9 +219,7 @@ def test_the_staleness_bound_holds_in_the_mixes_themselves():
 @pytest.mark.parametrize("augment", [None, "crop-flip"])
 def test_schedules_with_a_round_and_a_step_per_client_equal_each_clients_own(augment):
     from dfl.data.sampler import RoundSchedule
-    from tests.test_sampler import make_data as sampler_data
-
-    data = sampler_data(sizes=(5, 9, 3, 7), augment=augment)
+    data = row_coded_data(sizes=(5, 9, 3, 7), augment=augment)
     rounds, ids = np.array([4, 0, 7, 2]), [0, 1, 2, 3]
     mixed = RoundSchedule(data, ids, rounds, 3, 2, "epochs", 2)  # every client in its own round
     steps = np.array([5, 0, 3, 6])
@@ -280,8 +274,6 @@ def test_a_denser_graph_costs_more_simulated_time_per_round():
 
 
 def test_async_runs_are_reproducible_and_resume_exactly(tmp_path):
-    from tests.test_resume import assert_same_history, interrupted
-
     data = make_data()
     for algorithm in ("dfedsam", "dpsgd"):
         config = make_config(algorithm=algorithm, rounds=4, **ASYNC)
@@ -351,9 +343,7 @@ def test_an_unsupported_registered_algorithm_is_refused():
 
 # ------------------------------------------------------------------------- world size (gloo, 2 processes)
 def _async_worker(rank, world, rdzv, out_dir):
-    from tests.test_distributed import _init
-
-    _init(rank, world, rdzv)
+    init_gloo(rank, world, rdzv)
     try:
         for algorithm in ("dfedavg", "dpsgd"):
             result = dfl.run(make_config(algorithm=algorithm, **ASYNC), data=make_data())
@@ -365,10 +355,8 @@ def _async_worker(rank, world, rdzv, out_dir):
 
 @pytest.mark.parametrize("world", [2, 4])
 def test_async_runs_do_not_depend_on_the_world_size(tmp_path, world):
-    from tests.test_distributed import _assert_same_history, _spawn
-
     references = {a: dfl.run(make_config(algorithm=a, **ASYNC), data=make_data()) for a in ("dfedavg", "dpsgd")}
-    _spawn(_async_worker, world, str(tmp_path / "rdzv"), str(tmp_path))
+    spawn(_async_worker, world, str(tmp_path / "rdzv"), str(tmp_path))
     for algorithm, reference in references.items():
         for rank in range(world):
             got = torch.load(tmp_path / f"{algorithm}-{rank}.pt")
@@ -378,4 +366,4 @@ def test_async_runs_do_not_depend_on_the_world_size(tmp_path, world):
                                        msg=f"{algorithm} {rank}")
             history = got["history"] if rank == 0 else [
                 {**h, "client_acc": r["client_acc"]} for h, r in zip(got["history"], reference.history)]
-            _assert_same_history(history, reference.history, f"{algorithm} rank {rank}")
+            assert_histories_close(history, reference.history, f"{algorithm} rank {rank}")

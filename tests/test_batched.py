@@ -13,8 +13,7 @@ from dfl.models.simple import MLP
 from dfl.training.batched import batched_forward_of, batched_grad_and_value
 from dfl.training.clients import ParamLayout, initial_stack
 from dfl.training.local import LocalTrainer
-
-from .test_local import RULES, sequential_reference
+from tests.helpers import LOCAL_RULES, sequential_reference
 
 CASES = [("logreg", (6,), {}), ("mlp", (6,), {"hidden": (5, 4)}), ("cnn1d", (12,), {}), ("cnn1d", (2, 12), {})]
 
@@ -72,6 +71,6 @@ def test_batched_local_training_equals_sequential(rule_name, name, shape, option
     assert trainer.batched
     X0 = initial_stack(model, len(sizes), torch.device("cpu"))
     X0 = X0 + 0.1 * torch.randn(X0.shape, generator=torch.Generator().manual_seed(1))
-    result = trainer.train(X0, round_index=2, lr=0.1, rule=RULES[rule_name])
-    reference = sequential_reference(model, layout, data, trainer.schedule(2), X0, 0.1, RULES[rule_name])
+    result = trainer.train(X0, round_index=2, lr=0.1, rule=LOCAL_RULES[rule_name])
+    reference = sequential_reference(model, layout, data, trainer.schedule(2), X0, 0.1, LOCAL_RULES[rule_name])
     torch.testing.assert_close(result.Y, reference, atol=1e-5, rtol=1e-5)

@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from tests.test_benchmarks import benchmark_module, run_script
+from tests.helpers import benchmark_module, run_script
 
 pytest.importorskip("pfl", reason="pfl is an optional extra: pip install -e '.[pfl]'")
 

@@ -7,30 +7,10 @@ import re
 import shutil
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
-
-
-def benchmark_module(file: str, name: str):
-    """A script of benchmarks/ imported as a module (registered in sys.modules: dataclasses look their module up
-    there)."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / file)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-def run_script(name: str, *args: str) -> str:
-    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / name), *args], capture_output=True,
-                          text=True, timeout=300, cwd=ROOT)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    return proc.stdout
+from tests.helpers import ROOT, benchmark_module, run_script
 
 
 @pytest.mark.slow
@@ -206,8 +186,8 @@ def test_study_rejects_an_unknown_part(tmp_path):
 
 
 def test_exported_records_are_not_ignored_by_git(tmp_path):
-    """An export committed under benchmarks/results keeps its run directories (`<part>/runs/<name>/`): the 2026-11-24
-    records lost theirs to an unanchored `runs/` rule in .gitignore."""
+    """An export committed under benchmarks/results keeps its run directories (`<part>/runs/<name>/`): an unanchored
+    `runs/` rule in .gitignore would leave them out of the commit."""
     if shutil.which("git") is None or not (ROOT / ".git").exists():
         pytest.skip("not a git checkout")
     exported = "benchmarks/results/reproduce_dfedsam-2099-01-01-records/main/runs/seed=0/metrics.jsonl"
@@ -279,6 +259,7 @@ def test_flower_benchmark_runs_both_systems_at_toy_size(tmp_path):
     assert "| mlp × 3 |" in table and "flwr 1." in table
 
 
+@pytest.mark.slow
 def test_rank_memory_benchmark_reports_every_rank_of_each_world(tmp_path):
     """Toy size: torchrun worlds 1 and 2 (gloo), one record per rank with its peak, the table with the ratios."""
     out = run_script("rank_memory.py", "--clients", "6", "--worlds", "1", "2", "--json", str(tmp_path / "r.json"),

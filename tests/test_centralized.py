@@ -5,7 +5,6 @@ world-size invariance and configuration errors. Full-batch gradients (batch_size
 from __future__ import annotations
 
 import copy
-from datetime import timedelta
 from pathlib import Path
 
 import numpy as np
@@ -25,6 +24,7 @@ from dfl.models import build_model
 from dfl.network.comm import LocalCommunicator
 from dfl.training.clients import ParamLayout, initial_stack
 from dfl.training.local import LocalTrainer
+from tests.helpers import init_gloo
 
 M = 6  # clients
 
@@ -300,9 +300,7 @@ def world_data():
 
 
 def _world_worker(rank, world, rdzv, out_dir):
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"file://{rdzv}", rank=rank, world_size=world,
-                            timeout=timedelta(seconds=60))
+    init_gloo(rank, world, rdzv)
     try:
         for case in CASES:
             result = dfl.run(world_config(case), data=world_data())

@@ -5,7 +5,6 @@ checkpoints of the single-file format before still resume, and a broken shard is
 from __future__ import annotations
 
 import json
-from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -20,41 +19,30 @@ from dfl.engine import checkpoint as ckpt
 from dfl.engine.checkpoint import CheckpointError
 from dfl.engine.results import read_metrics
 from dfl.network.comm import even_blocks
+from tests.helpers import blob_data, init_gloo, tiny_config
 
 pytestmark = pytest.mark.timeout(300)  # hang guard only (spawned process groups)
 
 CLIENTS = 7  # uneven blocks on 2 and 3 processes
 TIMING = {"seconds_per_round", "bytes_moved", "bytes_moved_round"}
+SHARDS_RUN = dict(seed=4, clients=CLIENTS, algorithm="scaffold", participation=0.6)
 
 
 def make_data():
-    from dfl.data import FederatedData
-
-    g = torch.Generator().manual_seed(5)
-    train = [(torch.randn(6 + i % 3, 5, generator=g), torch.randint(0, 3, (6 + i % 3,), generator=g))
-             for i in range(CLIENTS)]
-    return FederatedData.from_arrays(train=train, test=(torch.randn(30, 5, generator=g), torch.arange(30) % 3),
-                                     num_classes=3)
+    """7 clients of 6 to 8 rows (seed 5)."""
+    return blob_data([6 + i % 3 for i in range(CLIENTS)], cyclic_test_labels=True, seed=5)
 
 
 def make_config(rounds: int, **changes) -> Config:
-    values = dict(seed=4, rounds=rounds, eval_every=1, clients=CLIENTS, model="mlp", model_options={"hidden": [6]},
-                  local_steps=2, batch_size=4, lr=0.1, progress=False, train_eval_samples=20, device="cpu",
-                  dist_timeout=60.0, algorithm="scaffold", participation=0.6)
-    return Config(**{**values, **changes})
-
-
-def _init(rank, world, rdzv):
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"file://{rdzv}", rank=rank, world_size=world,
-                            timeout=timedelta(seconds=60))
+    """`tiny_config` with SCAFFOLD on 7 clients, 60 % participating, for `rounds` rounds."""
+    return tiny_config(rounds=rounds, **{**SHARDS_RUN, **changes})
 
 
 def _start_worker(rank, world, rdzv, root):
     """Three rounds in `world` processes, recording the shape of every tensor gathered to all ranks."""
     from dfl.engine.distributed import DistributedCommunicator
 
-    _init(rank, world, rdzv)
+    init_gloo(rank, world, rdzv)
     gathered = []
     original = DistributedCommunicator.gather_rows
 
@@ -72,7 +60,7 @@ def _start_worker(rank, world, rdzv, root):
 
 
 def _resume_worker(rank, world, rdzv, root):
-    _init(rank, world, rdzv)
+    init_gloo(rank, world, rdzv)
     try:
         result = dfl.run(make_config(5), data=make_data(), out=Path(root) / "run", resume=True)
         torch.save({"params": result.params, "ids": result.client_ids, "initial": result.initial_params.clone()},

@@ -5,6 +5,7 @@ resumes exactly, does not depend on the world size, and refuses what it cannot d
 from __future__ import annotations
 
 import math
+from functools import partial
 
 import numpy as np
 import pytest
@@ -20,9 +21,13 @@ from dfl.network.choco import STATE_KEY, ChocoGossip
 from dfl.network.comm import LocalCommunicator
 from dfl.network.faults import LinkFaults, Network, RealisedTopology
 from dfl.network.gossip import Gossip
-from tests.test_network import CLIENTS, assert_world_size_invariant, make_config, make_data
+from tests.helpers import assert_same_history, assert_world_size_invariant, blob_data, interrupted, tiny_config
 
 pytestmark = pytest.mark.timeout(300)  # hang guard only (spawned process groups)
+
+CLIENTS = 6
+make_data = partial(blob_data, sizes=(6, 7, 8, 6, 7, 8), shift=1.0)
+make_config = partial(tiny_config, local_steps=3, algorithm="dfedsam-mgs", gossip_steps=2, topology="ring")
 
 COMPRESSORS = [("top-k", 0.2), ("random-k", 0.25), ("qsgd", 4)]
 
@@ -221,8 +226,6 @@ def test_runs_with_link_faults_count_each_message_once_per_neighbour():
     ("dpsgd", dict(compressor="qsgd", compression=6, gossip_steps=None)),
 ])
 def test_compressed_runs_resume_exactly(tmp_path, algorithm, changes):
-    from tests.test_resume import assert_same_history, interrupted
-
     data = make_data()
     config = make_config(algorithm=algorithm, rounds=4, **changes)
     full = dfl.run(config, data=data, out=tmp_path / "full")
@@ -284,4 +287,4 @@ COMPRESSED = dict(compressor="random-k", compression=0.3, link_failure=0.2, offl
 @pytest.mark.parametrize("world,overrides", [
     (2, COMPRESSED), (4, dict(compressor="qsgd", compression=4, link_failure=0.2, offline=0.2, offline_burst=2.0))])
 def test_compressed_gossip_does_not_depend_on_the_world_size(tmp_path, world, overrides):
-    assert_world_size_invariant(tmp_path, overrides, world)
+    assert_world_size_invariant(tmp_path, make_config(**overrides), make_data(), world)

@@ -13,7 +13,7 @@ from dfl.config import MAX_NAME, MAX_SEED, Config, ConfigError, options
 from dfl.engine.validation import validate
 
 
-# ---------------------------------------------------------------------------------------------- defect 9
+# ------------------------------------------------------------------------------------------- names and seeds
 @pytest.mark.parametrize("name", ["../../x", "..", ".", "", "a/b", "/abs", ".hidden", "a b", "x\n", "é", "a" * 201,
                                   "runs\\x"])
 def test_unsafe_names_are_rejected(name):
@@ -65,7 +65,7 @@ def test_sweep_run_names_are_valid_config_names():
     validate(Config(name=name))
 
 
-# ---------------------------------------------------------------------------------------------- defect 10
+# -------------------------------------------------------------------------------------------------- the parser
 def test_every_config_field_has_help_and_a_flag():
     names = [f.name for f in fields(Config)]
     described = {o.name: o for o in options()}

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 from contextlib import contextmanager
-from datetime import timedelta
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -30,6 +30,7 @@ from dfl.engine import checkpoint as ckpt
 from dfl.engine.asynchronous import EMPTY, AsyncEngine
 from dfl.engine.experiment import Experiment
 from dfl.errors import DeviceMismatch
+from tests.helpers import blob_data, init_gloo, tiny_config
 
 pytestmark = pytest.mark.timeout(300)  # hang guard only (spawned process groups)
 
@@ -68,20 +69,12 @@ def strict_devices():
         ckpt.restore = original_restore
 
 
-def make_data():
-    from dfl.data import FederatedData
-
-    g = torch.Generator().manual_seed(0)
-    train = [(torch.randn(6 + i % 3, 5, generator=g), torch.randint(0, 3, (6 + i % 3,), generator=g))
-             for i in range(CLIENTS)]
-    return FederatedData.from_arrays(train=train, test=(torch.randn(30, 5, generator=g), torch.arange(30) % 3),
-                                     num_classes=3)
+make_data = partial(blob_data, sizes=[6 + i % 3 for i in range(CLIENTS)], cyclic_test_labels=True)
 
 
 def make_config(case: str, rounds: int) -> Config:
-    return Config(seed=2, rounds=rounds, eval_every=1, clients=CLIENTS, model="mlp", model_options={"hidden": [6]},
-                  local_steps=2, batch_size=4, lr=0.1, progress=False, train_eval_samples=20, device="cpu",
-                  dist_timeout=60.0, **CASES[case])
+    """`tiny_config` with CASES[case], seed 2, for `rounds` rounds."""
+    return tiny_config(seed=2, rounds=rounds, **CASES[case])
 
 
 def interrupted_and_resumed(case: str, out: Path) -> dfl.Result:
@@ -99,7 +92,7 @@ def test_every_engine_path_names_its_devices(tmp_path, case):
 
 
 def test_the_strict_default_device_catches_a_tensor_made_without_its_device(tmp_path, monkeypatch):
-    """The issue's bug, put back: `messages` made the checkpoint's versions with torch.full(...) and no device."""
+    """A device bug put back: `messages` making the checkpoint's versions with torch.full(...) and no device."""
     def messages(self):
         S = int((self.latest - self.low).max()) + 1
         n, d = self.X.shape
@@ -115,9 +108,7 @@ def test_the_strict_default_device_catches_a_tensor_made_without_its_device(tmp_
 
 # ------------------------------------------------------------------------------------------------ world of two
 def _worker(rank, world, rdzv, root):
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"file://{rdzv}", rank=rank, world_size=world,
-                            timeout=timedelta(seconds=60))
+    init_gloo(rank, world, rdzv)
     try:
         reports = {}
         for case in CASES:
@@ -148,9 +139,7 @@ def test_every_engine_path_names_its_devices_across_processes(tmp_path):
 def _boundary_worker(rank, world, rdzv, root):
     from dfl.engine.distributed import DistributedCommunicator
 
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"file://{rdzv}", rank=rank, world_size=world,
-                            timeout=timedelta(seconds=60))
+    init_gloo(rank, world, rdzv)
     messages = []
     try:
         comm = DistributedCommunicator(4, device=torch.device("cpu"))

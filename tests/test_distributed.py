@@ -1,5 +1,6 @@
-"""Contract 2: world size does not change results (gloo on CPU, spawned workers); gossip across processes
-is exact; a failing rank stops every rank with a clear error instead of a hang."""
+"""World size does not change results (gloo on CPU, spawned workers; the design contract of
+docs/architecture.md#design-contracts); gossip across processes is exact; a failing rank stops every rank with a clear
+error instead of a hang."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import socket
 import subprocess
 import sys
 import time
-from datetime import timedelta
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -23,6 +24,7 @@ import topologies
 from dfl.config import Config
 from dfl.engine import checkpoint as ckpt
 from dfl.network.comm import even_blocks, exchange_plan
+from tests.helpers import START_METHOD, assert_histories_close, blob_data, init_gloo, spawn
 
 pytestmark = pytest.mark.timeout(300)  # hang guard only: a deadlock fails the test instead of blocking CI
 
@@ -33,10 +35,8 @@ CASES = {
     "dfedavg-full": dict(algorithm="dfedavg", topology="full"),
 }
 MODES = ("p2p", "allgather")
-# Spawned workers re-import torch (~7 s for 4 workers on 2 cores); forked ones inherit it. Every process
-# group is created inside the workers, after the fork, as DataLoader workers do on Linux.
-START_METHOD = "fork" if sys.platform == "linux" else "spawn"
-VOLATILE = {"seconds_per_round", "bytes_moved", "bytes_moved_round"}
+
+make_data = partial(blob_data, sizes=[6 + i % 3 for i in range(CLIENTS)])
 
 
 def make_config(case: str, mode: str = "p2p", **changes) -> Config:
@@ -48,32 +48,10 @@ def make_config(case: str, mode: str = "p2p", **changes) -> Config:
     return Config(**{**values, **CASES[case], **changes})
 
 
-def make_data():
-    from dfl.data import FederatedData
-
-    g = torch.Generator().manual_seed(0)
-    train = []
-    for i in range(CLIENTS):
-        n = 6 + i % 3
-        train.append((torch.randn(n, 5, generator=g), torch.randint(0, 3, (n,), generator=g)))
-    test = (torch.randn(30, 5, generator=g), torch.randint(0, 3, (30,), generator=g))
-    return FederatedData.from_arrays(train=train, test=test, num_classes=3)
-
-
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-def _init(rank: int, world: int, rdzv: str) -> None:
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"file://{rdzv}", rank=rank, world_size=world,
-                            timeout=timedelta(seconds=60))
-
-
-def _spawn(fn, world: int, *args) -> None:
-    mp.start_processes(fn, args=(world, *args), nprocs=world, join=True, start_method=START_METHOD)
 
 
 # ---------------------------------------------------------------------------------------------- placement
@@ -99,7 +77,7 @@ def _gossip_worker(rank, world, rdzv, out):
     from dfl.engine.distributed import DistributedCommunicator
     from dfl.network.gossip import Gossip
 
-    _init(rank, world, rdzv)
+    init_gloo(rank, world, rdzv)
     try:
         results = {}
         X_all = torch.randn(CLIENTS, 7, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
@@ -122,7 +100,7 @@ def _gossip_worker(rank, world, rdzv, out):
 @pytest.mark.parametrize("world", [2, 4])
 def test_gossip_across_processes_equals_the_product(tmp_path, world):
     out = tmp_path / "gossip.pt"
-    _spawn(_gossip_worker, world, str(tmp_path / "rdzv"), str(out))
+    spawn(_gossip_worker, world, str(tmp_path / "rdzv"), str(out))
     results = torch.load(out)
     X = torch.randn(CLIENTS, 7, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
     d_bytes = 7 * 8
@@ -146,7 +124,7 @@ def test_gossip_across_processes_equals_the_product(tmp_path, world):
 def _run_worker(rank, world, rdzv, out_dir):
     import dfl
 
-    _init(rank, world, rdzv)
+    init_gloo(rank, world, rdzv)
     try:
         data = make_data()
         for case in CASES:
@@ -156,18 +134,6 @@ def _run_worker(rank, world, rdzv, out_dir):
                             "summary": result.summary}, Path(out_dir) / f"{case}-{mode}-r{rank}.pt")
     finally:
         dist.destroy_process_group()
-
-
-def _assert_same_history(history, reference, label):
-    assert len(history) == len(reference), label
-    for got, want in zip(history, reference):
-        for key, value in want.items():
-            if key in VOLATILE:
-                continue
-            if key == "client_acc":
-                np.testing.assert_allclose(got[key], value, atol=1e-6, err_msg=f"{label} {key}")
-            else:
-                assert got[key] == pytest.approx(value, rel=1e-4, abs=1e-5), f"{label} round {want['round']} {key}"
 
 
 @pytest.fixture(scope="module")
@@ -181,7 +147,7 @@ def single_process_results():
 
 @pytest.mark.parametrize("world", [2, 4])
 def test_world_size_does_not_change_results(tmp_path, world, single_process_results):
-    _spawn(_run_worker, world, str(tmp_path / "rdzv"), str(tmp_path))
+    spawn(_run_worker, world, str(tmp_path / "rdzv"), str(tmp_path))
     for case, reference in single_process_results.items():
         assert reference.summary["processes"] == 1
         for mode in MODES:
@@ -196,7 +162,7 @@ def test_world_size_does_not_change_results(tmp_path, world, single_process_resu
                 if rank != 0:  # per-client accuracies are reported on the main process only
                     assert all("client_acc" not in h for h in history), label
                     history = [{**h, "client_acc": r["client_acc"]} for h, r in zip(history, reference.history)]
-                _assert_same_history(history, reference.history, label)
+                assert_histories_close(history, reference.history, label)
                 # bytes between processes: counted, the same on every rank, absent in a world of one
                 assert history[-1]["bytes_moved_round"] > 0 and history[-1]["bytes_moved"] > 0, label
                 assert reference.history[-1]["bytes_moved"] == 0
@@ -206,7 +172,7 @@ def test_world_size_does_not_change_results(tmp_path, world, single_process_resu
 def _personal_worker(rank, world, rdzv, out_dir):
     import dfl
 
-    _init(rank, world, rdzv)
+    init_gloo(rank, world, rdzv)
     try:
         result = dfl.run(make_config("mgs-ring", local_test_fraction=0.3, client_chunk=2), data=make_data())
         torch.save(result.history, Path(out_dir) / f"personal-r{rank}.pt")
@@ -218,7 +184,7 @@ def test_personalized_metrics_do_not_depend_on_the_world_size(tmp_path):
     import dfl
 
     reference = dfl.run(make_config("mgs-ring", local_test_fraction=0.3), data=make_data()).history
-    _spawn(_personal_worker, 2, str(tmp_path / "rdzv"), str(tmp_path))
+    spawn(_personal_worker, 2, str(tmp_path / "rdzv"), str(tmp_path))
     keys = [f"{name}_{stat}" for name in ("personal_acc", "global_acc") for stat in ("mean", "std", "min")]
     for rank in range(2):
         history = torch.load(tmp_path / f"personal-r{rank}.pt")
@@ -246,7 +212,7 @@ def _dpsgd_epochs_config() -> Config:
 def _dpsgd_epochs_worker(rank, world, rdzv, out_dir):
     import dfl
 
-    _init(rank, world, rdzv)
+    init_gloo(rank, world, rdzv)
     try:
         result = dfl.run(_dpsgd_epochs_config(), data=_unequal_data())
         torch.save(result.params, Path(out_dir) / f"dpsgd-r{rank}.pt")
@@ -258,7 +224,7 @@ def test_dpsgd_local_epochs_with_unequal_step_counts_across_processes(tmp_path):
     import dfl
 
     reference = dfl.run(_dpsgd_epochs_config(), data=_unequal_data())
-    _spawn(_dpsgd_epochs_worker, 2, str(tmp_path / "rdzv"), str(tmp_path))
+    spawn(_dpsgd_epochs_worker, 2, str(tmp_path / "rdzv"), str(tmp_path))
     for rank, ids in enumerate(([0, 1, 2, 3], [2, 3])):  # the main process: every client; the other: its block
         torch.testing.assert_close(torch.load(tmp_path / f"dpsgd-r{rank}.pt"), reference.params[ids], atol=1e-6, rtol=0)
 
@@ -271,7 +237,7 @@ def _tracking_config(algorithm: str, rounds: int) -> Config:
 def _tracking_worker(rank, world, rdzv, out_dir, algorithm):
     import dfl
 
-    _init(rank, world, rdzv)
+    init_gloo(rank, world, rdzv)
     try:
         result = dfl.run(_tracking_config(algorithm, 2), data=make_data(), out=Path(out_dir) / "run")
         torch.save({"params": result.params, "ids": result.client_ids, "history": result.history},
@@ -289,7 +255,7 @@ def test_gradient_tracking_does_not_depend_on_the_world_size(tmp_path, algorithm
 
     # the workers are forked before this process runs anything: forking after torch started its OpenMP threads
     # can leave a child waiting forever on their lock
-    _spawn(_tracking_worker, 2, str(tmp_path / "rdzv"), str(tmp_path), algorithm)
+    spawn(_tracking_worker, 2, str(tmp_path / "rdzv"), str(tmp_path), algorithm)
     two_rounds = dfl.run(_tracking_config(algorithm, 2), data=make_data())
     reference = dfl.run(_tracking_config(algorithm, 3), data=make_data())
     for rank in range(2):
@@ -300,14 +266,14 @@ def test_gradient_tracking_does_not_depend_on_the_world_size(tmp_path, algorithm
         if rank != 0:
             history = [{**h, "client_acc": r["client_acc"]} for h, r in zip(history, reference.history)]
         torch.testing.assert_close(got["params"], two_rounds.params[got["ids"]], atol=1e-5, rtol=0, msg=label)
-        _assert_same_history(history, two_rounds.history, label)
+        assert_histories_close(history, two_rounds.history, label)
     manifest = ckpt.load(tmp_path / "run")
     assert manifest["processes"] == 2 and manifest["round"] == 2
     names = {"dsgt": ["client_state.last_gradient", "client_state.tracker"], "kgt": ["client_state.correction"]}
     assert sorted(manifest["rows"]) == [*names[algorithm], "params"]
     resumed = dfl.run(_tracking_config(algorithm, 3), data=make_data(), out=tmp_path / "run", resume=True)
     torch.testing.assert_close(resumed.params, reference.params, atol=1e-5, rtol=0, msg=algorithm)
-    _assert_same_history(resumed.history, reference.history, f"{algorithm} resumed in one process")
+    assert_histories_close(resumed.history, reference.history, f"{algorithm} resumed in one process")
 
 
 # ------------------------------------------------------------------------------------- a failing rank
@@ -325,7 +291,7 @@ def _failing_worker(rank, world, port, out_dir, bad_rank, how="raise"):
             if t == 1:
                 if how == "kill":
                     os.kill(os.getpid(), signal.SIGKILL)
-                if how == "device":  # the issue's bug: a tensor on another device handed to a collective
+                if how == "device":  # a tensor on another device handed to a collective
                     self.ctx.comm.sum(torch.zeros(3, device="meta"))
                 raise ValueError(f"injected failure on rank {rank}")
             return original(self, t)
@@ -391,6 +357,7 @@ def test_a_killed_rank_is_named_by_the_others_within_seconds(tmp_path, bad_rank)
 
 
 # ---------------------------------------------------------------------------------------------- torchrun
+@pytest.mark.slow
 def test_torchrun_launch_matches_a_single_process_run(tmp_path):
     import dfl
 

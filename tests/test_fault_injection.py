@@ -221,6 +221,7 @@ def temporaries(run: Path) -> list[str]:
     return sorted(p.name for p in run.iterdir() if any(p.name.startswith(f".{name}.") for name in RUN_FILES))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", CASES)
 def test_sigkill_at_a_write_or_between_rounds_then_resume_equals_an_uninterrupted_run(case, killed, uninterrupted):
     run, ended, stderr = killed[case]

@@ -448,7 +448,8 @@ def test_landscape_points_are_refused_for_memory_before_any_work(tmp_path):
 
 @pytest.mark.parametrize("empty", ["train", "test"])
 def test_a_dataset_with_an_empty_split_is_refused_naming_it(empty):
-    """Any loader, a user's too: an empty test split used to report 0.00% accuracy and loss 0.0000."""
+    """Any loader, a user's too: an empty split is refused, naming it (an empty test split would report 0.00% accuracy
+    and loss 0.0000)."""
     from dfl.data import Dataset, load_dataset, register
     from dfl.data.dataset import DATASETS
 

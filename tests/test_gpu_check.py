@@ -36,6 +36,7 @@ def test_without_cuda_it_exits_2_with_one_clear_line(tmp_path):
     assert not (tmp_path / "report.md").exists()
 
 
+@pytest.mark.slow
 def test_cpu_dry_run_writes_a_report_with_every_section(tmp_path):
     # --toy keeps toy sizes on a GPU machine too; with no --out the report goes under $OUT
     proc = run_check("--allow-cpu", "--quick", "--toy", env=dict(os.environ, OUT=str(tmp_path)))

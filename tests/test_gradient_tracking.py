@@ -4,71 +4,31 @@ keep a bias; a torchrun world of 2 processes (gloo) gives the single-process res
 
 from __future__ import annotations
 
-from datetime import timedelta
-from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
 import pytest
 import torch
-import torch.distributed as dist
-import torch.multiprocessing as mp
 
 import dfl
 import topologies
 from dfl.algorithms import algorithm_class, resolve_hyperparameters
 from dfl.algorithms.base import Context
 from dfl.config import Config
-from dfl.data import FederatedData
-from dfl.network.comm import LocalCommunicator, even_blocks
+from dfl.network.comm import LocalCommunicator
 from dfl.network.gossip import Gossip
 from dfl.training.local import LocalResult
-
-M, N, D_IN, C = 6, 12, 5, 3  # clients, samples per client, input size, classes
-
-
-def heterogeneous_data(seed: int = 0) -> FederatedData:
-    g = torch.Generator().manual_seed(seed)
-    train = []
-    for i in range(M):
-        x = torch.randn(N, D_IN, generator=g) + 0.8 * i / M  # shifted inputs and skewed labels per client
-        y = ((x[:, 0] + 0.5 * torch.randn(N, generator=g)) > 0.4).long() + (i % 2)
-        train.append((x, y))
-    test = (torch.randn(20, D_IN, generator=g), torch.randint(0, C, (20,), generator=g))
-    return FederatedData.from_arrays(train=train, test=test, num_classes=C)
-
-
-def config(algorithm: str, **changes) -> Config:
-    values = dict(algorithm=algorithm, clients=M, model="logreg", rounds=3, local_steps=3, batch_size=0, lr=0.2,
-                  lr_decay=1.0, weight_decay=0.01, eval_every=3, progress=False, topology="ring",
-                  train_eval_samples=0)
-    values.update(changes)
-    return Config(**values)
+from tests.helpers import (
+    M,
+    assert_world_of_two_gives_the_single_process_result,
+    heterogeneous_data,
+    logreg_gradients,
+    sam_gradients,
+)
+from tests.helpers import tracking_config as config
 
 
 # --------------------------------------------------------------------------- numpy references (the papers' rules)
-def logreg_gradients(X: np.ndarray, data: FederatedData) -> np.ndarray:
-    """Full-batch gradient of each client's mean cross-entropy, for dfl's logreg layout [W (C x D) row-major, b]."""
-    out = np.empty_like(X)
-    for i in range(M):
-        rows = data.client_indices[i]
-        x, y = data.train_x[rows].double().numpy(), data.train_y[rows].numpy()
-        Wm, b = X[i, : C * D_IN].reshape(C, D_IN), X[i, C * D_IN:]
-        logits = x @ Wm.T + b
-        p = np.exp(logits - logits.max(axis=1, keepdims=True))
-        p /= p.sum(axis=1, keepdims=True)
-        p[np.arange(len(y)), y] -= 1.0
-        p /= len(y)
-        out[i] = np.concatenate([(p.T @ x).ravel(), p.sum(axis=0)])
-    return out
-
-
-def sam_gradients(X: np.ndarray, data: FederatedData, rho: float) -> np.ndarray:
-    """∇f_i(x_i + ρ g_i/‖g_i‖) per client (SAM's ascent step with the client's own gradient)."""
-    g = logreg_gradients(X, data)
-    return logreg_gradients(X + rho * g / np.linalg.norm(g, axis=1, keepdims=True), data)
-
-
 def dsgt_reference(x0, W, data, lr, wd, iterations, rho=0.0):
     """Pu & Nedić: x^{k+1} = W(x^k − α y^k); y^{k+1} = W y^k + g(x^{k+1}) − g(x^k); y^0 = g(x^0)."""
     def grad(x):
@@ -238,34 +198,7 @@ CASES = {case: dict(changes, rounds=2, eval_every=1) for case, changes in {
 }.items()}
 
 
-def _world_worker(rank, world, rdzv, out_dir, cases):
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"file://{rdzv}", rank=rank, world_size=world,
-                            timeout=timedelta(seconds=60))
-    try:
-        for case, changes in cases.items():
-            result = dfl.run(config(**changes, dist_timeout=30.0), data=heterogeneous_data())
-            torch.save({"params": result.params, "ids": result.client_ids}, Path(out_dir) / f"{case}-r{rank}.pt")
-    finally:
-        dist.destroy_process_group()
-
-
-def assert_world_of_two_gives_the_single_process_result(tmp_path, cases: dict[str, dict]) -> None:
-    """Each case (`config` changes) run by two gloo processes equals the one-process run, row for row: the main
-    process holds every client (assembled), the other its own block. The workers are spawned, not forked: the
-    parent has run dfl, and a forked child can hang on the locks of its OpenMP threads."""
-    mp.start_processes(_world_worker, args=(2, str(tmp_path / "rdzv"), str(tmp_path), cases), nprocs=2, join=True,
-                       start_method="spawn")
-    for case, changes in cases.items():
-        reference = dfl.run(config(**changes), data=heterogeneous_data())
-        assert reference.summary["processes"] == 1
-        for rank in range(2):
-            got = torch.load(tmp_path / f"{case}-r{rank}.pt")
-            assert got["ids"] == (list(range(M)) if rank == 0 else list(even_blocks(M, 2)[rank]))
-            torch.testing.assert_close(got["params"], reference.params[got["ids"]], atol=1e-5, rtol=0,
-                                       msg=f"{case} rank {rank}")
-
-
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_world_of_two_processes_gives_the_single_process_result(tmp_path):
     assert_world_of_two_gives_the_single_process_result(tmp_path, CASES)

@@ -8,9 +8,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
+@pytest.mark.slow
 def test_quick_study_runs_every_cell_and_writes_its_report(tmp_path):
     out, results = tmp_path / "study", tmp_path / "results" / "heterogeneity-test"
     proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "heterogeneity_study.py"), "--quick", "--out",

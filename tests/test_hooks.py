@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 import math
-import sys
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -20,28 +20,13 @@ from dfl.config import Config, ConfigError
 from dfl.engine.results import read_metrics
 from dfl.engine.validation import validate
 from dfl.loggers import LOGGERS, Logger
+from tests.helpers import START_METHOD, blob_data, tiny_config
 
 pytestmark = pytest.mark.timeout(300)  # hang guard only (a spawned process group)
 
 CLIENTS = 4
-START_METHOD = "fork" if sys.platform == "linux" else "spawn"
-
-
-def make_data():
-    from dfl.data import FederatedData
-
-    g = torch.Generator().manual_seed(0)
-    train = [(torch.randn(8, 5, generator=g) + i / CLIENTS, torch.randint(0, 3, (8,), generator=g))
-             for i in range(CLIENTS)]
-    test = (torch.randn(40, 5, generator=g), torch.randint(0, 3, (40,), generator=g))
-    return FederatedData.from_arrays(train=train, test=test, num_classes=3)
-
-
-def make_config(**changes) -> Config:
-    values = dict(seed=1, rounds=6, eval_every=1, clients=CLIENTS, model="mlp", model_options={"hidden": [6]},
-                  local_steps=2, batch_size=4, lr=0.1, progress=False, train_eval_samples=0, device="cpu",
-                  dist_timeout=60.0)
-    return Config(**{**values, **changes})
+make_data = partial(blob_data, sizes=(8,) * CLIENTS, shift=1.0, test_size=40)
+make_config = partial(tiny_config, rounds=6, clients=CLIENTS, train_eval_samples=0)
 
 
 class StopAt:

@@ -274,6 +274,7 @@ def test_half_failed_submission_is_recorded(tmp_path, monkeypatch):
 
 
 # ---------------------------------------------------------------------------------------------- a real job
+@pytest.mark.slow
 def test_world_of_two_through_the_local_executor(tmp_path, capsys, monkeypatch):
     """One run of 2 processes (gloo) as one submitit job of 2 tasks: MASTER_ADDR/PORT, RANK, WORLD_SIZE and
     LOCAL_RANK come from submitit's TorchDistributedEnvironment. Then the rerun submits nothing."""
@@ -298,6 +299,7 @@ def test_world_of_two_through_the_local_executor(tmp_path, capsys, monkeypatch):
     assert len(launchers.read_jobs(out)) == 1
 
 
+@pytest.mark.slow
 def test_preempted_job_is_requeued_and_resumes_its_run(tmp_path, monkeypatch):
     """SIGUSR2 to the job's task (what Slurm sends before a time limit or on preemption, with submitit's
     --signal): submitit calls RunJob.checkpoint and requeues; the requeued task resumes from the checkpoint."""

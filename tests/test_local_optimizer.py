@@ -19,10 +19,19 @@ from dfl.engine.validation import validate
 from dfl.training.adam import AdamState
 from dfl.training.clients import ParamLayout, initial_stack
 from dfl.training.local import LocalRule, LocalTrainer
-from tests.test_algorithms import base_config, reference_trainer, small_data
-from tests.test_local import SIZES, make_data, make_model, sequential_reference
-from tests.test_resume import CLIENTS, assert_same_history, interrupted, make_config
-from tests.test_resume import make_data as resume_data
+from tests.helpers import (
+    LOCAL_SIZES,
+    assert_same_history,
+    base_config,
+    blob_data,
+    interrupted,
+    local_data,
+    reference_trainer,
+    sequential_reference,
+    small_data,
+    small_mlp,
+    tiny_config,
+)
 
 ADAPTIVE = {"dpsgd", "dfedavg", "dfedsam", "dfedsam-mgs", "fedavg", "fedsam", "fedavgsm"}
 RULES = {"adam": LocalRule(optimizer="adam", weight_decay=1e-2, rho=0.05),
@@ -30,10 +39,11 @@ RULES = {"adam": LocalRule(optimizer="adam", weight_decay=1e-2, rho=0.05),
 
 
 def setup(device, **config):
-    data, model = make_data().to(device), make_model().to(device)
+    data, model = local_data().to(device), small_mlp().to(device)
     layout = ParamLayout.of(model)
-    trainer = LocalTrainer(model, layout, data, list(range(len(SIZES))), Config(clients=4, batch_size=4, **config))
-    X0 = initial_stack(model, len(SIZES), device)
+    clients = list(range(len(LOCAL_SIZES)))
+    trainer = LocalTrainer(model, layout, data, clients, Config(clients=4, batch_size=4, **config))
+    X0 = initial_stack(model, len(LOCAL_SIZES), device)
     X0 = X0 + 0.1 * torch.randn(X0.shape, generator=torch.Generator().manual_seed(1)).to(device)
     return model, layout, data, trainer, X0
 
@@ -146,8 +156,8 @@ def test_exactly_the_adaptive_algorithms_accept_adam_and_keep_changes_them():
     dict(algorithm="dpsgd", local_optimizer="adam"),
 ], ids=["dfedsam-adamw", "fedavg-half-adam", "dpsgd-adam"])
 def test_keep_resumes_exactly_and_checkpoints_the_moments_per_client(tmp_path, changes):
-    data = resume_data()
-    config = make_config(4, lr=0.01, checkpoint_every=2, local_optimizer_state="keep", **changes)
+    data = blob_data((6, 7, 8, 6, 7, 8), shift=1.0)
+    config = tiny_config(rounds=4, lr=0.01, checkpoint_every=2, local_optimizer_state="keep", **changes)
     full = dfl.run(config, data=data)
     resumed = interrupted(config, 2, tmp_path / "run", data)
     torch.testing.assert_close(resumed.params, full.params, atol=0, rtol=0)
@@ -156,9 +166,9 @@ def test_keep_resumes_exactly_and_checkpoints_the_moments_per_client(tmp_path, c
     state = checkpoint["client_state"]
     assert set(AdamState.KEYS) <= set(state) and not set(AdamState.KEYS) & set(checkpoint["server_state"])
     d = full.params.shape[1]
-    assert state["adam_exp_avg"].shape == state["adam_exp_avg_sq"].shape == (CLIENTS, d)
-    assert state["adam_step"].shape == (CLIENTS,) and state["adam_step"].max() > 2  # accumulated over rounds
-    reset = make_config(2, lr=0.01, checkpoint_every=2, **changes)
+    assert state["adam_exp_avg"].shape == state["adam_exp_avg_sq"].shape == (config.clients, d)
+    assert state["adam_step"].shape == (config.clients,) and state["adam_step"].max() > 2  # accumulated over rounds
+    reset = tiny_config(rounds=2, lr=0.01, checkpoint_every=2, **changes)
     dfl.run(reset, data=data, out=tmp_path / "reset")
     assert not set(AdamState.KEYS) & set(ckpt.read(tmp_path / "reset")["client_state"])
     with pytest.raises(ConfigError, match="local_optimizer_state"):

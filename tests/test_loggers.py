@@ -7,24 +7,18 @@ from __future__ import annotations
 
 import sys
 import types
+from functools import partial
 
 import pytest
-import torch
 
 import dfl
 from dfl.cli import build_parser, main
 from dfl.cli.run import config_from_args
 from dfl.config import Config, ConfigError
 from dfl.loggers import LOGGERS, Logger
+from tests.helpers import blob_data
 
-
-def make_data():
-    from dfl.data import FederatedData
-
-    g = torch.Generator().manual_seed(0)
-    train = [(torch.randn(8, 5, generator=g) + i / 4, torch.randint(0, 3, (8,), generator=g)) for i in range(4)]
-    return FederatedData.from_arrays(train=train, test=(torch.randn(40, 5, generator=g),
-                                                        torch.randint(0, 3, (40,), generator=g)), num_classes=3)
+make_data = partial(blob_data, sizes=(8,) * 4, shift=1.0, test_size=40)
 
 
 def make_config(**changes) -> Config:

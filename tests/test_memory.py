@@ -139,6 +139,7 @@ def test_explicit_chunk_above_the_estimate_warns(monkeypatch):
     assert result.summary["client_chunk"] == 4
 
 
+@pytest.mark.slow
 def test_keep_freed_memory_is_glibc_only_and_can_be_declined():
     import subprocess
 
@@ -157,6 +158,7 @@ def _resident_bytes() -> int:
         return next(int(line.split()[1]) * 1024 for line in fh if line.startswith("VmRSS:"))
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/status")
 def test_planning_hands_the_kept_heap_back_to_the_os():
     """A run's freed stacks stay in the kept heap, resident but free. Before planning, the planner hands them back

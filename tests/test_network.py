@@ -5,17 +5,16 @@ faults are reproducible, resumable and world-size invariant; bad combinations fa
 from __future__ import annotations
 
 import math
-from pathlib import Path
+from functools import partial
 
 import networkx as nx
 import numpy as np
 import pytest
 import torch
-import torch.distributed as dist
 
 import dfl
 import topologies
-from dfl.config import Config, ConfigError
+from dfl.config import ConfigError
 from dfl.engine.validation import validate
 from dfl.network import faults as network
 from dfl.network import gossip as gossip_module
@@ -23,11 +22,14 @@ from dfl.network.comm import LocalCommunicator
 from dfl.network.faults import LinkFaults, Network, RealisedTopology, Stragglers, realised_gap
 from dfl.network.gossip import Gossip
 from dfl.training.local import LocalTrainer
+from tests.helpers import assert_same_history, assert_world_size_invariant, blob_data, interrupted, tiny_config
 from topologies.weights import drop_links
 
 pytestmark = pytest.mark.timeout(300)  # hang guard only (spawned process groups)
 
 CLIENTS = 6
+make_data = partial(blob_data, sizes=(6, 7, 8, 6, 7, 8), shift=1.0)  # sizes 6..8: batch 4 gives 2 steps per epoch
+make_config = partial(tiny_config, local_steps=3, algorithm="dfedsam-mgs", gossip_steps=2, topology="ring")
 
 
 def realised(name: str, n: int, p: float = 0.3, q: float = 0.2, seed: int = 0, weights: str | None = None,
@@ -35,24 +37,6 @@ def realised(name: str, n: int, p: float = 0.3, q: float = 0.2, seed: int = 0, w
     topology = topologies.build(name, n, weights=weights, **options)
     scheme = weights or "metropolis"
     return RealisedTopology(topology, LinkFaults(seed, p, q), scheme, options.get("base") if scheme == "lazy" else None)
-
-
-def make_data(sizes=(6, 7, 8, 6, 7, 8), seed: int = 0):
-    from dfl.data import FederatedData
-
-    g = torch.Generator().manual_seed(seed)
-    train = []
-    for i, n in enumerate(sizes):
-        train.append((torch.randn(n, 5, generator=g) + i / len(sizes), torch.randint(0, 3, (n,), generator=g)))
-    test = (torch.randn(30, 5, generator=g), torch.randint(0, 3, (30,), generator=g))
-    return FederatedData.from_arrays(train=train, test=test, num_classes=3)
-
-
-def make_config(**changes) -> Config:
-    values = dict(seed=1, rounds=4, eval_every=1, clients=CLIENTS, model="mlp", model_options={"hidden": [6]},
-                  local_steps=3, batch_size=4, lr=0.1, progress=False, train_eval_samples=20, device="cpu",
-                  algorithm="dfedsam-mgs", gossip_steps=2, topology="ring", dist_timeout=60.0)
-    return Config(**{**values, **changes})
 
 
 FAULTY = dict(link_failure=0.3, offline=0.2, stragglers=0.4, straggler_slowdown=2.0, round_deadline=2.0)
@@ -321,8 +305,6 @@ def test_straggler_metrics_of_a_run_in_epoch_mode():
 # --------------------------------------------------------------------------------------------------- runs
 @pytest.mark.parametrize("algorithm,faults", [("dfedsam-mgs", FAULTY), ("dpsgd", FAULTY), ("dfedsam-mgs", BURSTY)])
 def test_runs_with_faults_are_reproducible_and_resume_exactly(tmp_path, algorithm, faults):
-    from tests.test_resume import assert_same_history, interrupted
-
     data = make_data()
     config = make_config(algorithm=algorithm, rounds=4, **faults)
     if algorithm == "dpsgd":
@@ -401,35 +383,6 @@ def test_sweeps_grid_over_the_network_fields():
 
 
 # ---------------------------------------------------------------------- world size (gloo, 2 and 4 processes)
-def _gossip_modes_worker(rank, world, rdzv, out_dir, overrides):
-    from tests.test_distributed import _init
-
-    _init(rank, world, rdzv)
-    try:
-        for mode in ("p2p", "allgather"):
-            result = dfl.run(make_config(gossip_mode=mode, **overrides), data=make_data())
-            torch.save({"params": result.params, "ids": result.client_ids, "history": result.history},
-                       Path(out_dir) / f"{mode}-r{rank}.pt")
-    finally:
-        dist.destroy_process_group()
-
-
-def assert_world_size_invariant(tmp_path, overrides: dict, world: int = 2) -> None:
-    """A `world`-process gloo run with `overrides` (p2p and allgather gossip) equals the 1-process run."""
-    from tests.test_distributed import _assert_same_history, _spawn
-
-    reference = dfl.run(make_config(**overrides), data=make_data())
-    _spawn(_gossip_modes_worker, world, str(tmp_path / "rdzv"), str(tmp_path), overrides)
-    for mode in ("p2p", "allgather"):
-        for rank in range(world):
-            got = torch.load(tmp_path / f"{mode}-r{rank}.pt")
-            torch.testing.assert_close(got["params"], reference.params[got["ids"]], atol=1e-5, rtol=0,
-                                       msg=f"{mode} {rank}")
-            history = got["history"] if rank == 0 else [
-                {**h, "client_acc": r["client_acc"]} for h, r in zip(got["history"], reference.history)]
-            _assert_same_history(history, reference.history, f"{mode} rank {rank}")
-
-
 @pytest.mark.parametrize("world,faults", [(2, FAULTY), (4, BURSTY)])
 def test_faults_do_not_depend_on_the_world_size(tmp_path, world, faults):
-    assert_world_size_invariant(tmp_path, faults, world)
+    assert_world_size_invariant(tmp_path, make_config(**faults), make_data(), world)

@@ -10,6 +10,7 @@ import shutil
 import subprocess
 import sys
 import textwrap
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -22,6 +23,7 @@ from dfl.config import Config, ConfigError, tomllib
 from dfl.engine.validation import validate
 from dfl.registry import RegistryError
 from dfl.workflows.sweep import Sweep, SweepError
+from tests.helpers import blob_data
 
 pytestmark = pytest.mark.timeout(300)  # hang guard only (pip and dfl subprocesses)
 
@@ -75,13 +77,7 @@ def registered():
         ALGORITHMS.unregister(name)
 
 
-def make_data():
-    from dfl.data import FederatedData
-
-    g = torch.Generator().manual_seed(0)
-    train = [(torch.randn(8, 5, generator=g) + i, torch.randint(0, 3, (8,), generator=g)) for i in range(CLIENTS)]
-    test = (torch.randn(20, 5, generator=g), torch.randint(0, 3, (20,), generator=g))
-    return FederatedData.from_arrays(train=train, test=test, num_classes=3)
+make_data = partial(blob_data, sizes=(8,) * CLIENTS, shift=float(CLIENTS), test_size=20)  # client i: x + i
 
 
 def tiny(**changes) -> Config:

@@ -156,8 +156,8 @@ def test_client_accuracies_equal_a_per_client_loop(chunk, min_per_client, device
 
 
 def test_evaluation_reads_the_weights_once_per_training_batch():
-    """A chunk of 10,000 clients used to get 1 sample per client per call (every layer a matrix-vector product);
-    dfl.run passes the training batch size as the floor."""
+    """The evaluation batch is split over a chunk's clients with a floor: without one a chunk of 10,000 clients gets
+    1 sample per client per call (every layer a matrix-vector product); dfl.run passes the training batch size."""
     assert _per_client_batch(1024, 10_000, 10_000) == 1
     assert _per_client_batch(1024, 10_000, 10_000, min_per_client=32) == 32
     assert _per_client_batch(1024, 16, 16, min_per_client=32) == 256  # small chunks keep the wider rule

@@ -206,6 +206,7 @@ def test_preset_runs_end_to_end_on_tiny_cifar(path, names, cifar_root):
         assert result.params.shape[0] == 10
 
 
+@pytest.mark.slow
 def test_single_run_preset_through_dfl_run(cifar_root, tmp_path):
     """`dfl run launch/configs/fedgloss-cifar10.toml --data-root DIR` as the header says, shrunk by flags."""
     out = tmp_path / "run"

@@ -15,14 +15,14 @@ import dfl
 import topologies
 from dfl.algorithms import ALGORITHMS, mixes_by_push_sum
 from dfl.topologies import PUSH_SUM_ALGORITHMS
-from tests.test_gradient_tracking import (
+from tests.helpers import (
     M,
     assert_world_of_two_gives_the_single_process_result,
-    config,
     heterogeneous_data,
     logreg_gradients,
     sam_gradients,
 )
+from tests.helpers import tracking_config as config
 
 # an irregular digraph on M = 6 nodes: out-degrees 3, 1, 2, 1, 1, 1, so column-stochastic weights are not doubly
 DIGRAPH = nx.DiGraph([(0, 1), (0, 2), (0, 3), (1, 2), (2, 3), (2, 5), (3, 4), (4, 5), (5, 0)])
@@ -123,6 +123,7 @@ def test_a_checkpoint_keeps_the_push_sum_weights(tmp_path):
 
 
 # ------------------------------------------------------------------------------- torchrun: world size 2, gloo
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_world_of_two_processes_gives_the_single_process_result(tmp_path):
     case = dict(algorithm="dfedsam-mgs", gossip_steps=2, rounds=2, eval_every=1, **DIRECTED)

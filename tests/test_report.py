@@ -173,6 +173,7 @@ def test_explicit_target_partial_and_never(sweep):
     }
 
 
+@pytest.mark.slow
 def test_layout_options_and_folded_fields(sweep, tmp_path):
     md = write_report(sweep, tmp_path / "t", rows="topology", cols="algorithm")["report.md"].read_text()
     assert table(md, "Final test accuracy") == {
@@ -333,6 +334,7 @@ def test_spectral_trends_are_fitted_within_a_client_count(tmp_path):
     assert all("n = 3 points" in line for line in fits)
 
 
+@pytest.mark.slow
 def test_cli_prints_table_and_files(sweep, capsys):
     assert main(["report", str(sweep), "--target", "0.7", "--spectral"]) == 0
     out = capsys.readouterr().out
@@ -363,6 +365,7 @@ def test_no_run_directories(tmp_path, capsys):
         write_spectral_report(tmp_path / "empty")
 
 
+@pytest.mark.slow
 def test_real_run_directories(tmp_path):
     tiny = dict(dataset="mnist1d", dataset_options={"num_samples": 400}, clients=4, model="logreg", rounds=3,
                 eval_every=1, local_steps=2, batch_size=16, progress=False, device="cpu", train_eval_samples=50,

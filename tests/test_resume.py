@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import time
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -22,11 +23,19 @@ from dfl.engine import checkpoint as ckpt
 from dfl.engine.checkpoint import NoCheckpoint
 from dfl.engine.results import read_metrics
 from dfl.network.comm import even_blocks
+from tests.helpers import TIMING, assert_same_history, blob_data, init_gloo, interrupted, tiny_config
 
 pytestmark = pytest.mark.timeout(300)  # hang guard only (spawned process groups, a subprocess)
 
 CLIENTS = 6
-TIMING = {"seconds_per_round"}  # the only field allowed to differ between a resumed and an uninterrupted run
+make_data = partial(blob_data, sizes=(6, 7, 8, 6, 7, 8), shift=1.0)
+
+
+def make_config(rounds: int, **changes) -> Config:
+    """`tiny_config` (6 clients, a 6-unit MLP) for `rounds` rounds."""
+    return tiny_config(rounds=rounds, **changes)
+
+
 CASES = {
     "dfedsam-mgs": dict(algorithm="dfedsam-mgs", topology="ring", gossip_steps=2),
     "scaffold-half": dict(algorithm="scaffold", participation=0.5),
@@ -35,48 +44,6 @@ CASES = {
     "fedavg-half-adam-keep": dict(algorithm="fedavg", participation=0.5, local_optimizer="adam",
                                   local_optimizer_state="keep", lr=0.01),
 }
-
-
-def make_data(seed: int = 0):
-    from dfl.data import FederatedData
-
-    g = torch.Generator().manual_seed(seed)
-    train = []
-    for i in range(CLIENTS):
-        n = 6 + i % 3
-        x = torch.randn(n, 5, generator=g) + i / CLIENTS
-        train.append((x, torch.randint(0, 3, (n,), generator=g)))
-    test = (torch.randn(30, 5, generator=g), torch.randint(0, 3, (30,), generator=g))
-    return FederatedData.from_arrays(train=train, test=test, num_classes=3)
-
-
-def make_config(rounds: int, **changes) -> Config:
-    values = dict(
-        seed=1, rounds=rounds, eval_every=1, clients=CLIENTS, model="mlp", model_options={"hidden": [6]},
-        local_steps=2, batch_size=4, lr=0.1, progress=False, train_eval_samples=20, device="cpu", dist_timeout=60.0,
-    )
-    return Config(**{**values, **changes})
-
-
-def assert_same_history(got, want, label="", exact=True, skip=TIMING):
-    assert [h["round"] for h in got] == [h["round"] for h in want], label
-    for g, w in zip(got, want):
-        assert set(g) == set(w), label
-        for key in w:
-            if key in skip:
-                continue
-            if exact:
-                assert g[key] == w[key], f"{label} round {w['round']} {key}: {g[key]} != {w[key]}"
-            elif key == "client_acc":
-                assert g[key] == pytest.approx(w[key], abs=1e-6), f"{label} round {w['round']} {key}"
-            else:
-                assert g[key] == pytest.approx(w[key], rel=1e-5, abs=1e-6), f"{label} round {w['round']} {key}"
-
-
-def interrupted(config: Config, stop: int, out: Path, data) -> dfl.Result:
-    """Run `stop` rounds into `out`, then resume it to config.rounds."""
-    dfl.run(config.replace(rounds=stop), data=data, out=out)
-    return dfl.run(config, data=data, out=out, resume=True)
 
 
 # ---------------------------------------------------------------------------------- single process
@@ -289,11 +256,8 @@ def test_python_api_errors(tmp_path):
 
 # ---------------------------------------------------------------------------------- multi-process (gloo)
 def _resume_worker(rank, world, rdzv, root):
-    from datetime import timedelta
 
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"file://{rdzv}", rank=rank, world_size=world,
-                            timeout=timedelta(seconds=60))
+    init_gloo(rank, world, rdzv)
     try:
         data = make_data()
         for case in ("scaffold-half", "dpsgd-one-peer", "fedavg-half-adam-keep"):
@@ -311,6 +275,7 @@ def _resume_worker(rank, world, rdzv, root):
         dist.destroy_process_group()
 
 
+@pytest.mark.slow
 def test_multi_process_resume_equals_a_single_process_uninterrupted_run(tmp_path):
     import torch.multiprocessing as mp
 

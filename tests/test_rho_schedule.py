@@ -15,7 +15,7 @@ from dfl.cli.run import config_from_args
 from dfl.config import Config, ConfigError
 from dfl.engine.checkpoint import check_config
 from dfl.engine.validation import validate
-from tests.test_algorithms import base_config, small_data
+from tests.helpers import base_config, small_data
 
 SAM_ALGORITHMS = ("dfedsam", "dfedsam-mgs", "fedsam", "mofedsam", "fedgloss")
 

@@ -93,8 +93,8 @@ def test_a_folder_dfl_did_not_make_is_never_written(tmp_path, capsys, finished_r
     spec.write_text("[base]\nrounds = 1\nclients = 4\nprogress = false\n[vary]\nseed = [0]\n")
     commands = [
         ["run", *FLAGS, "--out", str(mine)],
-        ["run", *FLAGS, "--out", str(mine), "--overwrite"],  # the issue: replaced the user's params.pt
-        ["sweep", str(spec), "--out", str(mine), "--no-report"],  # the issue: replaced the user's sweep.json
+        ["run", *FLAGS, "--out", str(mine), "--overwrite"],  # would replace the user's params.pt
+        ["sweep", str(spec), "--out", str(mine), "--no-report"],  # would replace the user's sweep.json
         ["sweep", str(spec), "--out", str(mine), "--dry-run"],
         ["compare-topologies", "--out", str(mine), "--dry-run"],
         ["report", str(finished_run), "--out", str(mine)],
@@ -239,7 +239,7 @@ def test_the_default_landscape_plot_of_a_run_is_dfls_and_rewritten(run_dir, tmp_
 
 
 def test_report_names_each_unreadable_file_of_a_run_in_one_line(run_dir, tmp_path, capsys):
-    """The issue's tracebacks: a metrics.jsonl with a bad row, a config.toml that is not UTF-8. The run is listed
+    """Unreadable files: a metrics.jsonl with a bad row, a config.toml that is not UTF-8. The run is listed
     (not counted) in the report, and stderr names the file, the line and what is wrong."""
     with open(run_dir / "metrics.jsonl", "a") as fh:
         fh.write('{"round": "x"}\n')

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from functools import partial
+
 import numpy as np
 import pytest
 import torch
@@ -9,22 +11,10 @@ import torch
 from dfl.data import FederatedData
 from dfl.data import sampler as sampler_module
 from dfl.data.sampler import CROP_PADDING, RoundSchedule, apply_crop_flip
+from tests.helpers import row_coded_data
 
 SIZES = (10, 7, 13, 5, 1, 8, 4)
-
-
-def make_data(sizes=SIZES, augment=None, seed=0):
-    """Client i holds len sizes[i] rows of a shuffled pool; x[r] encodes r so batches can be decoded."""
-    total = sum(sizes)
-    perm = torch.randperm(total, generator=torch.Generator().manual_seed(seed))
-    parts = list(torch.split(perm, list(sizes)))
-    if augment:
-        x = torch.randn(total, 3, 8, 8, generator=torch.Generator().manual_seed(seed + 1))
-    else:
-        x = torch.arange(total, dtype=torch.float32)[:, None]
-    y = torch.arange(total) % 3
-    return FederatedData(train_x=x, train_y=y, client_indices=parts, test_x=x[:2], test_y=y[:2], num_classes=3,
-                         input_shape=tuple(x.shape[1:]), augment=augment)
+make_data = partial(row_coded_data, sizes=SIZES)
 
 
 def schedule(data, ids, t=0, seed=0, B=4, mode="epochs", amount=1):

@@ -139,7 +139,10 @@ def test_consensus_steps():
     assert consensus_steps(ring16.W, 0.1) == math.ceil(math.log(10) / math.log(1 / lam)) == 45
     assert ring16.consensus_steps(0.1) == 45
     assert lam ** 45 <= 0.1 < lam**44
-    assert consensus_steps(build("ring", 64).W, 0.1) == 717
+    lam64 = 1 / 3 + 2 / 3 * math.cos(2 * math.pi / 64)  # Metropolis ring: 1/3 + 2/3 cos(2 pi / n)
+    steps64 = math.ceil(math.log(0.1) / math.log(lam64))
+    assert lam64**steps64 <= 0.1 < lam64 ** (steps64 - 1)
+    assert consensus_steps(build("ring", 64).W, 0.1) == steps64
     assert consensus_steps(J(5), 0.1) == 0
     assert consensus_steps(np.eye(3), 0.1) == math.inf
     # eps = lambda^2 exactly: 2 steps, not 3 from round-off

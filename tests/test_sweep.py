@@ -303,6 +303,7 @@ def test_spectral_study_sweep_axes():
         spectral_study_sweep(algorithm="dfedavg", gossip_steps=[1, 2])
 
 
+@pytest.mark.slow
 def test_spectral_study_end_to_end(tmp_path, capsys):
     out = tmp_path / "ss"
     sets = sum((["--set", f"{k}={v!r}"] for k, v in TINY.items() if k != "rounds"), [])

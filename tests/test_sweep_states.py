@@ -1,4 +1,4 @@
-"""Hardening: what `dfl report` and `dfl sweep` make of a run directory's state.
+"""What `dfl report` and `dfl sweep` make of a run directory's state.
 
 A summary.json that says "running" is checked against its process (pid and host, written by the runner): gone
 on this host -> "killed" (resumed like an interrupted run), alive or on another host -> still "running" (left

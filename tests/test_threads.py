@@ -12,6 +12,7 @@ import pytest
 import dfl
 from dfl import threads
 from dfl.errors import ConfigError
+from tests.helpers import run_script
 
 
 @pytest.mark.parametrize("value", ["auto", 1, 2, 64])
@@ -84,6 +85,7 @@ def test_run_applies_threads_and_warns_once_when_torch_came_first():
     assert python(code, GOMP_SPINCOUNT="1000")["warnings"] == []  # the user bounded the spin: nothing to say
 
 
+@pytest.mark.slow
 def test_apply_before_torch_loads_sets_the_environment_it_reads():
     got = python("import dfl, json, os; from dfl import threads; n = threads.apply(1); import torch; "
                  "print(json.dumps({'n': n, 'omp': os.environ['OMP_NUM_THREADS'], 'torch': torch.get_num_threads()}))")
@@ -102,8 +104,6 @@ def test_cli_refuses_bad_threads_before_loading_torch():
 
 @pytest.mark.slow
 def test_threads_and_conv_layouts_benchmarks_run_at_toy_size(tmp_path):
-    from tests.test_benchmarks import run_script
-
     out = run_script("threads.py", "--loads", "0", "--settings", "today", "auto", "threads:1", "--workloads",
                      "main", "--rounds", "1", "--repeats", "1", "--markdown", str(tmp_path / "t.md"))
     row = next(line for line in out.splitlines() if line.startswith("| main | 0 × torch |"))
