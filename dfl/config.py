@@ -31,13 +31,14 @@ from pathlib import Path
 from typing import Any
 
 if sys.version_info >= (3, 11):
-    import tomllib
+    pass
 else:  # pragma: no cover
-    import tomli as tomllib
+    pass
 
 import tomli_w
 
-from dfl.errors import ArgumentError, ConfigError
+from dfl import files
+from dfl.errors import ArgumentError, ConfigError, FileReadError
 
 # fp32: PyTorch's defaults (fp32 matmuls in IEEE fp32; cuDNN may run convolutions in TF32 on Ampere and later, as
 # PyTorch allows by default). bf16: the clients' forward and backward passes run under torch.autocast(bfloat16);
@@ -531,40 +532,19 @@ def _choice(name: str, value: Any, allowed: tuple[str, ...]) -> None:
 
 # ---------------------------------------------------------------------------------------------- reading
 def read_toml(path: str | Path, what: str = "TOML file") -> dict[str, Any]:
-    """The table a TOML file holds.
+    """The table a TOML file holds, read by `dfl.files.read_toml` (the one reader of every file dfl takes).
 
-    Any failure is one `ConfigError` line naming the file (`what` says what it is: "config file", "sweep file") and what
-    is wrong: missing, a directory, unreadable, UTF-16 or otherwise not UTF-8, or not TOML (with tomllib's line and
-    column). A UTF-8 byte-order mark, which some editors write, is skipped.
+    Any failure is one `ConfigError` line naming the file (`what` says what it is: "config file", "sweep file") and
+    what is wrong: missing, a directory, a device or pipe (never opened), unreadable, UTF-16 or otherwise not UTF-8,
+    or not TOML (with tomllib's line and column). A UTF-8 byte-order mark, which some editors write, is skipped.
+
+    Raises:
+        ConfigError: the `FileReadError`'s one line, as a configuration mistake.
     """
     try:
-        path = Path(path)
-        special = path.exists() and not path.is_dir() and not path.is_file()  # a FIFO would block: never opened
-        raw = b"" if special else path.read_bytes()
-    except FileNotFoundError:
-        raise ConfigError(f"{what} {path} does not exist") from None
-    except IsADirectoryError:
-        raise ConfigError(f"{what} {path} is a directory, not a TOML file") from None
-    except (OSError, ValueError, TypeError) as exc:  # permissions, a NUL in the name, a path that is no path
-        raise ConfigError(f"{what} {path} cannot be read: {getattr(exc, 'strerror', None) or exc}") from None
-    if special:
-        raise ConfigError(f"{what} {path} is not a regular file (a device, pipe or socket)")
-    if raw.startswith(b"\xef\xbb\xbf"):
-        raw = raw[3:]
-    if raw.startswith((b"\xff\xfe", b"\xfe\xff")) or b"\x00" in raw:
-        raise ConfigError(f"{what} {path} is UTF-16 or binary (it holds NUL bytes); TOML files are UTF-8 text: save it "
-                          "as UTF-8")
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise ConfigError(f"{what} {path} is not UTF-8 text (byte 0x{raw[exc.start]:02x} at offset {exc.start}); "
-                          "TOML files are UTF-8: save it as UTF-8") from None
-    try:
-        return tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"{what} {path} is not valid TOML: {exc}") from None
-    except RecursionError:
-        raise ConfigError(f"{what} {path} is not valid TOML: arrays or tables nested too deeply") from None
+        return files.read_toml(path, what)
+    except FileReadError as exc:
+        raise ConfigError(str(exc)) from None
 
 
 def _structure(values: dict[Any, Any], owner: Callable[[str], str | None] | None,

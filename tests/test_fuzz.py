@@ -25,8 +25,9 @@ from hypothesis import strategies as st
 
 import dfl
 from dfl.cli import main
-from dfl.config import Config, tomllib
+from dfl.config import Config
 from dfl.errors import ArgumentError, ConfigError
+from dfl.files import tomllib
 
 pytestmark = pytest.mark.timeout(240)  # a hang guard only
 

@@ -19,8 +19,9 @@ import torch
 
 import dfl
 from dfl.algorithms import ALGORITHMS, Algorithm, RoundStats, register
-from dfl.config import Config, ConfigError, tomllib
+from dfl.config import Config, ConfigError
 from dfl.engine.validation import validate
+from dfl.files import tomllib
 from dfl.registry import RegistryError
 from dfl.workflows.sweep import Sweep, SweepError
 from tests.helpers import blob_data

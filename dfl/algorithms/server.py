@@ -30,7 +30,7 @@ import torch
 from typing_extensions import override
 
 from dfl.algorithms.base import Algorithm, Context, RoundStats
-from dfl.config import AGGREGATIONS, PARTICIPATION_MODES  # noqa: F401 (re-exported)
+from dfl.config import PARTICIPATION_MODES
 from dfl.errors import ConfigError
 
 # Hyperparameters every centralized algorithm reads, with their defaults (full participation, mean).

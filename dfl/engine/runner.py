@@ -16,9 +16,8 @@ from dfl.config import Config
 from dfl.engine.distributed import communicator_from_env  # before any process group: see its torch._dynamo note
 from dfl.engine.experiment import Experiment
 from dfl.engine.results import Result
-from dfl.engine.setup import build_data, build_topology, resolve_device  # noqa: F401 (the run's set-up, re-exported)
 from dfl.engine.validation import validate
-from dfl.errors import ArgumentError, ConfigError, DivergenceError, RunInterrupted  # noqa: F401 (re-exported)
+from dfl.errors import ArgumentError, ConfigError, RunInterrupted
 from dfl.training import memory
 
 
