@@ -21,10 +21,12 @@ def _registries_restored():
     from dfl.topologies import TOPOLOGIES
 
     registries = (ALGORITHMS, DATASETS, PARTITIONS, LOGGERS, MODELS, COMPRESSORS, TOPOLOGIES)
-    saved = [(r, dict(r._table), dict(r._sources)) for r in registries]
+    # _lazy too: a built-in declared but not yet imported is None in _table until an example's `get` resolves it
+    # (and drops it from _lazy); restoring _table alone would leave None there for every later example.
+    fields = ("_table", "_sources", "_lazy", "_cards")
+    saved = [(r, [dict(getattr(r, f)) for f in fields]) for r in registries]
     yield
-    for registry, table, sources in saved:
-        registry._table.clear()
-        registry._table.update(table)
-        registry._sources.clear()
-        registry._sources.update(sources)
+    for registry, tables in saved:
+        for field, table in zip(fields, tables):
+            getattr(registry, field).clear()
+            getattr(registry, field).update(table)

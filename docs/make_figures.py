@@ -1,7 +1,8 @@
 """Regenerate the figures of the docs (docs/figures/*.png) with the project's own commands, at small sizes.
 
-    python docs/make_figures.py                 # one to five minutes on 2 CPU cores
+    python docs/make_figures.py                 # about 2 minutes on 2 idle CPU cores, 3-5 on a busy machine
     python docs/make_figures.py --only claims   # only the reproduction study's figures (seconds)
+    python docs/make_figures.py --only runs     # only the figures drawn from runs (nearly all of the time)
 
 Every figure is made by the project's own code: `dfl sweep` + its report, `dfl topology compare --plot`, `dfl topology
 draw` and
@@ -85,14 +86,15 @@ def run_figures(work: Path) -> list[Path]:
     dfl("sweep", "topologies.toml", "--out", "sweep", cwd=work)
     plots = work / "sweep" / "report" / "plots"
     made = [Path(shutil.copy(plots / name, FIGURES / name)) for name in ("accuracy.png", "consensus.png")]
+    # drawn into the work directory and copied: dfl overwrites only figures it wrote, and `shrink` drops the
+    # metadata by which it recognises them
     dfl("topology", "compare", "--clients", "16", "32", "64", "128", "--topologies", "ring", "grid",
-        "exponential", "full", "--plot", str(FIGURES / "spectral_gap.png"), cwd=work)
-    made.append(FIGURES / "spectral_gap.png")
-    dfl("topology", "draw", "one-peer-exponential", "--clients", "8", "--out", str(FIGURES / "topology_one_peer.png"),
-        cwd=work)
+        "exponential", "full", "--plot", "spectral_gap.png", cwd=work)
+    dfl("topology", "draw", "one-peer-exponential", "--clients", "8", "--out", "topology_one_peer.png", cwd=work)
     dfl("topology", "draw", "hierarchical", "--clients", "16", "--groups", "4", "--outer", "ring", "--out",
-        str(FIGURES / "topology_hierarchical.png"), cwd=work)
-    made += [FIGURES / "topology_one_peer.png", FIGURES / "topology_hierarchical.png"]
+        "topology_hierarchical.png", cwd=work)
+    made += [Path(shutil.copy(work / name, FIGURES / name))
+             for name in ("spectral_gap.png", "topology_one_peer.png", "topology_hierarchical.png")]
     run = work / "sweep" / "runs" / "topology=ring"
     dfl("landscape", str(run), "--points", "11", "--samples", "500", cwd=work)
     made.append(Path(shutil.copy(run / "plots" / "landscape.png", FIGURES / "landscape.png")))
