@@ -72,7 +72,8 @@ class FedGLoSS(ServerAlgorithm):
         if part.count == 0:
             return self.skipped()
         ctx, beta, r = self.ctx, self.hp["fedgloss_beta"], part.rows
-        # 1. server ascent along the previous pseudo-gradient
+        # 1. server ascent along the previous pseudo-gradient: one vector, the paper's step without an ε in the
+        # norm, so it is not the clients' per-row SAM point (dfl.training.local.sam_point)
         norm = float(self.delta_prev.norm())
         rho = ctx.rho(t, self.hp["server_rho"])
         w_tilde = self.x + rho * self.delta_prev / norm if norm > 0 and rho > 0 else self.x
