@@ -58,8 +58,11 @@ def _option_names(name: str) -> tuple[str, ...]:
 
 
 def default_weights(name: str) -> str:
-    """The weight scheme `name` uses when none is given: row-stochastic for random-pull (DisPFL's 1/(k + 1)),
-    metropolis for the others."""
+    """The weight scheme topology `name` uses when none is given.
+
+    Row-stochastic for random-pull (DisPFL's w_ij = 1/(k + 1) on a client's k pulls and itself), metropolis
+    (w_ij = 1/(1 + max(d_i, d_j)) on each edge) for the others.
+    """
     return "row-stochastic" if name == "random-pull" else "metropolis"
 
 
@@ -75,9 +78,11 @@ def _split_options(name: str, options: dict) -> tuple[dict, str | None, object]:
 
 
 def edge_count(name: str, n: int, options: dict, scheme: str = "metropolis") -> int:
-    """The directed edges the graph of `name` on n clients holds while it is built (time-varying: those of the
-    steps a schedule keeps; hierarchical: the nonzeros of W_out ⊗ W_in), from n and the options alone; an option
-    of the wrong type counts as its minimum (the builder refuses it)."""
+    """The directed edges the graph of `name` on n clients holds while it is built, from n and the options alone.
+
+    Time-varying: those of the steps a schedule keeps; hierarchical: the nonzeros of W_out ⊗ W_in. An option of
+    the wrong type counts as its minimum (the builder refuses it).
+    """
     log = max(1, (n - 1).bit_length())
     if name in ("ring", "star"):
         return 2 * n
@@ -91,8 +96,9 @@ def edge_count(name: str, n: int, options: dict, scheme: str = "metropolis") -> 
         return n * value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else n
     if name == "erdos-renyi":
         p = options.get("p")
-        ok = isinstance(p, (int, float)) and not isinstance(p, bool) and 0 <= p <= 1
-        return int(p * n * n) if ok else n
+        if isinstance(p, (int, float)) and not isinstance(p, bool) and 0 <= p <= 1:
+            return int(p * n * n)
+        return n
     if name == "one-peer":
         graph, graph_options = options.get("graph", "exponential"), options.get("graph_options") or {}
         ok = isinstance(graph, str) and graph in STATIC and isinstance(graph_options, dict)
@@ -117,8 +123,14 @@ def _level_edges(options: dict, level: str, size: int) -> int:
 
 
 def check_size(name: str, n: int, options: dict, scheme: str = "metropolis") -> None:
-    """Refuse a topology whose construction would need more memory than this machine has free (an estimate
-    from `edge_count` and `limits.EDGE_BYTES`), before anything is allocated."""
+    """Refuse a topology whose construction would need more memory than this machine has free.
+
+    The need is estimated before anything is allocated: `limits.EDGE_BYTES` per edge of `edge_count` plus
+    `limits.NODE_BYTES` per client.
+
+    Raises:
+        TopologyError: the estimate exceeds `limits.available_memory()`.
+    """
     edges = edge_count(name, n, options, scheme)
     need = limits.EDGE_BYTES * edges + limits.NODE_BYTES * n
     free = limits.available_memory()
@@ -128,12 +140,26 @@ def check_size(name: str, n: int, options: dict, scheme: str = "metropolis") -> 
 
 
 def check(name: str, n: int | None, weights: str | None = None, **options) -> tuple[dict, str | None, object]:
-    """Every check of `build` that needs no construction, in microseconds: the name, the options and their
-    values (grid shape, exponential symmetric and exponent_base, star centre, hypercube n, random-regular degree,
-    erdos-renyi p, random-k and random-pull k, seeds, one-peer's base graph, hierarchical groups and levels), the
-    weights scheme, n, and the memory building it would take. What needs the graph itself (uniform weights on an
-    irregular graph, a random graph's connectivity, sample counts, a custom graph, file or matrix) is checked by
-    `build`. Returns (the options without base and sizes, base, sizes)."""
+    """Every check of `build` that needs no construction, in microseconds.
+
+    Checked: the name, the options and their values (grid shape, exponential symmetric and exponent_base, star
+    centre, hypercube n, random-regular degree, erdos-renyi p, random-k and random-pull k, seeds, one-peer's base
+    graph, hierarchical groups and levels), the weights scheme, n, and the memory building it would take. What
+    needs the graph itself (uniform weights on an irregular graph, a random graph's connectivity, sample counts, a
+    custom graph, file or matrix) is checked by `build`.
+
+    Args:
+        name: the topology, one of NAMES.
+        n: the number of clients (None only for `custom`, which takes it from its source).
+        weights: the weight scheme, one of `topologies.weights.SCHEMES`, or None for `default_weights(name)`.
+        **options: the topology's own options, and base (the scheme under 'lazy') and sizes (sample counts).
+
+    Returns:
+        (the options without base and sizes, base, sizes).
+
+    Raises:
+        TopologyError: the first check that fails, naming the option and what is allowed.
+    """
     if not isinstance(name, str) or name not in NAMES:
         raise TopologyError(f"unknown topology {name!r}; allowed: {', '.join(NAMES)}")
     options, base, sizes = _split_options(name, dict(options))
@@ -152,6 +178,13 @@ def check(name: str, n: int | None, weights: str | None = None, **options) -> tu
     if name == "random-pull" and scheme not in RANDOM_PULL_SCHEMES:
         raise TopologyError(f"random-pull (each client averages k peers it pulls: in-degree k, uneven out-degrees) "
                             f"supports weights {', '.join(RANDOM_PULL_SCHEMES)}; got weights={label!r}")
+    _check_options(name, n, weights, base, options)
+    check_size(name, n, options, scheme)
+    return options, base, sizes
+
+
+def _check_options(name: str, n: int, weights: str | None, base: str | None, options: dict) -> None:
+    """The values of the options of the built-in topology `name` on n clients, without building anything."""
     if "seed" in options:
         graphs._check_seed(options["seed"])
     if name == "grid":
@@ -173,8 +206,6 @@ def check(name: str, n: int | None, weights: str | None = None, **options) -> tu
         _check_one_peer(n, **options)
     elif name == "hierarchical":
         _check_hierarchical(n, weights, base, options)
-    check_size(name, n, options, scheme)
-    return options, base, sizes
 
 
 def _check_one_peer(n: int, graph: object = "exponential", graph_options: object = None) -> None:
@@ -198,8 +229,11 @@ def _check_one_peer(n: int, graph: object = "exponential", graph_options: object
 
 
 def _hierarchical_levels(options: dict) -> dict[str, tuple[str, dict]]:
-    """hierarchical's two levels, {"inner": (graph, its options), "outer": ...} (defaults: full inside a group, a
-    ring between groups), each a static topology with a table of options (TopologyError naming the option)."""
+    """The two levels of a hierarchical topology: {"inner": (graph, its options), "outer": ...}.
+
+    Defaults: full inside a group, a ring between groups. Each level must be a static topology with a table of
+    options (else a TopologyError naming the option).
+    """
     levels = {}
     for level, default in (("inner", "full"), ("outer", "ring")):
         name = options.get(level, default)
@@ -264,6 +298,7 @@ def build(name: str, n: int | None, weights: str | None = None, **options) -> To
     options, base, sizes = check(name, n, weights, **options)
     if name == "custom":
         return _build_custom(n, weights, base, sizes, options)
+    n = graphs.check_n(n)  # checked by `check` already: here it narrows int | None to int
     scheme = weights or default_weights(name)
     label = _scheme_label(scheme, base)
     kind = KIND.get(scheme, "doubly")

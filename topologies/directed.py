@@ -30,7 +30,7 @@ Perron vector, which is one sparse linear solve.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Sequence, Sized
 
 import numpy as np
 import scipy.sparse as sp
@@ -62,15 +62,24 @@ def _dense(W: object, what: str) -> np.ndarray:
     if n > spectral.dense_spectral_limit():
         raise TopologyError(f"{what} uses dense O(n^3) math, refused for n = {n} > "
                             f"topologies.limits.DENSE_SPECTRAL_LIMIT = {spectral.dense_spectral_limit()}")
-    return M.toarray() if sp.issparse(M) else M
+    return M if isinstance(M, np.ndarray) else M.toarray()
+
+
+def _size(M: object) -> int:
+    """The n of an [n, n] step matrix, dense (its length, not converted) or sparse (canonical CSR's rows)."""
+    if sp.issparse(M):
+        return spectral.as_csr(M).shape[0]
+    if not isinstance(M, Sized):
+        raise TopologyError(f"a step matrix must be an [n, n] array or scipy sparse matrix, got {type(M).__name__}")
+    return len(M)
 
 
 def stationary(W: object, kind: str) -> np.ndarray:
-    """The Perron vector pi of a stochastic W (sum pi = 1): the left one (pi^T W = pi^T) for "row", the right
-    one (W pi = pi) for "column", 1/n for "doubly".
+    """The Perron vector pi of a stochastic W, normalised to sum pi = 1.
 
-    One sparse linear solve of (M - I) pi = 0 with the last equation replaced by sum pi = 1 (M = W^T for row, W
-    for column): unique when W's graph is strongly connected. ValueError when the solve fails (a disconnected W).
+    The left one (pi^T W = pi^T) for "row", the right one (W pi = pi) for "column", 1/n for "doubly". One sparse
+    linear solve of (M - I) pi = 0 with the last equation replaced by sum pi = 1 (M = W^T for row, W for column):
+    unique when W's graph is strongly connected. ValueError when the solve fails (a disconnected W).
     """
     kind = _kind(kind)
     S = spectral.as_csr(W)
@@ -121,14 +130,16 @@ def second_eigenvalue_modulus(W: object) -> float:
 
 
 def consensus_error(P: object, kind: str) -> float:
-    """The kind's disagreement after the steps of P (a product of step matrices, dense or sparse; module doc):
+    """The kind's disagreement after the steps of P (a product of step matrices, dense or sparse; module doc).
+
     ||P - J||_2 (doubly), ||(I - J) P||_2 (row), ||diag(P 1)^{-1} P - J||_2 (column; inf if some P 1 is 0).
     A list of step matrices [W_0, W_1, ...] (W_0 acts first) stands for their product; above
     topologies.limits.DENSE_SPECTRAL_LIMIT clients it is never formed: the norm is the square root of the largest
-    eigenvalue of A^T A by Lanczos (`spectral.lanczos_extremes`), A applied step by step."""
+    eigenvalue of A^T A by Lanczos (`spectral.lanczos_extremes`), A applied step by step.
+    """
     kind = check_kind(kind)
     mats = list(P) if isinstance(P, (list, tuple)) else [P]
-    n = spectral.as_csr(mats[0]).shape[0] if sp.issparse(mats[0]) else len(mats[0])
+    n = _size(mats[0])
     if n > spectral.dense_spectral_limit():
         return _iterative_error([spectral.as_csr(M) for M in mats], kind)
     D = product(mats)

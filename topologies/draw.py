@@ -1,5 +1,7 @@
-"""A figure of a topology: its clients, its links weighted by W, arrows where W is not symmetric, one panel per
-gossip step of a time-varying schedule, and the groups of a hierarchical one (networkx + matplotlib).
+"""A figure of a topology: its clients and its links weighted by W (networkx + matplotlib).
+
+Arrows are drawn where W is not symmetric, one panel per gossip step of a time-varying schedule, and the groups of
+a hierarchical topology each on a circle of their own.
 
     topologies.draw.draw(topologies.build("one-peer", 8), "one-peer.png", steps=3)
 
@@ -15,6 +17,7 @@ import math
 import os
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import networkx as nx
 import numpy as np
@@ -41,7 +44,7 @@ def _check_path(path: str | Path) -> Path:
     return path
 
 
-def _steps(topology, steps: int | None) -> tuple[int, str]:
+def _steps(topology: Topology, steps: int | None) -> tuple[int, str]:
     """How many panels, and a note when a time-varying schedule is cut short."""
     if not topology.is_time_varying:
         return 1, ""
@@ -88,7 +91,7 @@ def _positions(n: int, layout: str, groups: np.ndarray | None, graph: nx.Graph, 
     return nx.shell_layout(graph)
 
 
-def _panel(ax, W: sp.csr_array, pos: dict, groups: np.ndarray | None, title: str) -> None:
+def _panel(ax: Any, W: sp.csr_array, pos: dict, groups: np.ndarray | None, title: str) -> None:
     n = W.shape[0]
     symmetric = spectral.is_symmetric(W)
     coo = sp.coo_array(W)
@@ -142,17 +145,29 @@ def draw(topology: Topology, path: str | Path, *, steps: int | None = None, layo
     path = _check_path(path)
     if layout not in LAYOUTS:
         raise TopologyError(f"layout must be one of {', '.join(LAYOUTS)}; got {layout!r}")
-    n = topology.n
-    if n > DRAW_LIMIT:
-        raise TopologyError(f"{topology.name} has n = {n} clients; a drawing is readable up to {DRAW_LIMIT}")
+    if topology.n > DRAW_LIMIT:
+        raise TopologyError(f"{topology.name} has n = {topology.n} clients; a drawing is readable up to {DRAW_LIMIT}")
     count, note = _steps(topology, steps)
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    fig = _figure(plt, topology, count, layout)
+    kind = "" if topology.stochastic == "doubly" else f", {topology.stochastic}-stochastic"
+    fig.suptitle(title or f"{topology.name}, n = {topology.n}, weights {topology.weights}{kind}{note}", fontsize=10)
+    fig.tight_layout()
+    try:
+        _save(fig, path, metadata)
+    finally:
+        plt.close(fig)
+    return path
+
+
+def _figure(plt: Any, topology: Topology, count: int, layout: str) -> Any:
+    """A figure of `count` panels, at most 4 a row, one per gossip step from step 0 (unused cells blanked)."""
     groups = getattr(topology, "groups", None)
-    pos = _positions(n, layout, groups, topology.graph_at(0), topology.name)
+    pos = _positions(topology.n, layout, groups, topology.graph_at(0), topology.name)
     cols = min(count, 4)
     rows = math.ceil(count / cols)
     fig, axes = plt.subplots(rows, cols, figsize=(3.4 * cols, 3.4 * rows + 0.4), squeeze=False)
@@ -161,12 +176,16 @@ def draw(topology: Topology, path: str | Path, *, steps: int | None = None, layo
         _panel(axes[step // cols][step % cols], topology.sparse(step), pos, groups, label)
     for k in range(count, rows * cols):
         axes[k // cols][k % cols].set_axis_off()
-    kind = "" if topology.stochastic == "doubly" else f", {topology.stochastic}-stochastic"
-    fig.suptitle(title or f"{topology.name}, n = {n}, weights {topology.weights}{kind}{note}", fontsize=10)
-    fig.tight_layout()
+    return fig
+
+
+def _save(fig: Any, path: Path, metadata: dict[str, str] | None) -> None:
+    """Write `fig` to `path` in the format its extension names, at 150 dpi, creating its folder.
+
+    Atomically (a temporary file next to it, then a rename): an existing figure is replaced whole or not at all.
+    By hand rather than dfl.files' writer: this package imports nothing of dfl.
+    """
     path.parent.mkdir(parents=True, exist_ok=True)
-    # atomically (a temporary file next to it, then a rename): an existing figure is replaced whole or not at all.
-    # By hand rather than dfl.files' writer: this package imports nothing of dfl
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
     try:
         with os.fdopen(fd, "wb") as fh:
@@ -176,9 +195,6 @@ def draw(topology: Topology, path: str | Path, *, steps: int | None = None, layo
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
-    finally:
-        plt.close(fig)
-    return path
 
 
 def _umask() -> int:

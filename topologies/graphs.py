@@ -16,6 +16,7 @@ import math
 import os
 import stat
 import warnings
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import networkx as nx
@@ -76,7 +77,7 @@ def adjacency_of(G: nx.Graph) -> tuple[sp.csr_array, bool]:
 
 
 def from_adjacency(A: sp.sparray, directed: bool) -> nx.Graph:
-    """networkx graph on 0..n-1 of a receive adjacency (the nonzero pattern off the diagonal; edge j -> i)."""
+    """The networkx graph on 0..n-1 of a receive adjacency (the nonzero pattern off the diagonal; edge j -> i)."""
     coo = sp.coo_array(A)
     recv, send = coo.row.astype(np.int64), coo.col.astype(np.int64)
     keep = recv != send if directed else send < recv
@@ -118,8 +119,10 @@ def _two_dimensional(n: int) -> bool:
 
 
 def _nearest_grid_counts(n: int) -> str:
-    """'16 (4 × 4) or 18 (3 × 6)': the nearest smaller and larger counts whose near-square shape has both sides
-    >= 2 (the smaller one only when there is one, i.e. n > 4)."""
+    """The client counts nearest to n whose near-square grid has both sides >= 2, e.g. '16 (4 × 4) or 18 (3 × 6)'.
+
+    The nearest smaller count is named only when there is one (n > 4); the nearest larger one always.
+    """
     below = next((m for m in range(n - 1, 3, -1) if _two_dimensional(m)), None)
     above = next(m for m in range(n + 1, 2 * n + 4) if _two_dimensional(m))  # n + 1 is even for prime n > 2
     return " or ".join(f"{m} ({' × '.join(map(str, grid_shape(m)))})" for m in (below, above) if m is not None)
@@ -138,9 +141,10 @@ def _grid_shape_option(n: int, shape: object, periodic: object) -> tuple[int, in
                 f"{_nearest_grid_counts(n)} clients, {force.format(n=n)} "
                 f"(dfl run: --topology-options 'shape=(1,{n})'; dfl topology: --shape 1 {n})")
         return r, c
+    values = shape if isinstance(shape, Iterable) else ()  # not iterable: refused below, as a wrong count
     try:
-        r, c = (int(s) for s in shape)
-        ok = all(int(s) == s for s in shape)
+        r, c = (int(s) for s in values)
+        ok = all(int(s) == s for s in values)
     except (TypeError, ValueError):
         ok = False
     if not ok or r < 1 or c < 1 or r * c != n:
@@ -253,8 +257,11 @@ def star_edges(n: int, centre: int = 0) -> tuple[np.ndarray, np.ndarray]:
 
 
 def star(n: int, centre: int = 0) -> nx.Graph:
-    """Star: every client linked to the client `centre` (default 0, as BlueFog's `StarGraph(n, center_rank)`);
-    n nodes in total, unlike `nx.star_graph`."""
+    """Star: every client linked to the client `centre` (default 0, as BlueFog's `StarGraph(n, center_rank)`).
+
+    n nodes in total, unlike `nx.star_graph` (n + 1). Its Metropolis weights are 1/n on each spoke, leaving the
+    centre 1/n and each leaf 1 - 1/n for itself.
+    """
     n = check_n(n)
     return _with_nodes(n, _pairs(*star_edges(n, centre)))
 
@@ -308,6 +315,7 @@ def check_probability(p: object) -> float:
 
 
 def check_hypercube(n: int) -> int:
+    """Return n unchanged when it is a power of 2 (the hypercube's 2^d nodes); TopologyError otherwise."""
     if n & (n - 1):
         raise TopologyError(f"hypercube needs n to be a power of 2 (1, 2, 4, 8, ...), got n = {n}")
     return n
@@ -354,17 +362,22 @@ def _undirected(edges: tuple[np.ndarray, np.ndarray], n: int) -> tuple[sp.csr_ar
 
 
 def exponential_adjacency(n: int, symmetric: bool = False, exponent_base: int = 2) -> tuple[sp.csr_array, bool]:
+    """(receive adjacency, directed) of the static exponential graph: i -> i + b^k (mod n), b^k < n.
+
+    Directed unless `symmetric` (see `exponential`); A[(i + b^k) mod n, i] = 1.
+    """
     n = check_n(n)
     directed = not _check_symmetric(symmetric)
     return adjacency(n, *exponential_edges(n, exponent_base), directed=directed), directed
 
 
 def directed_ring_adjacency(n: int) -> tuple[sp.csr_array, bool]:
+    """(receive adjacency, directed) of the directed ring: A[(i + 1) mod n, i] = 1; undirected for n <= 2."""
     n = check_n(n)
     return adjacency(n, *ring_edges(n), directed=n > 2), n > 2
 
 
-ADJACENCY = {
+ADJACENCY: dict[str, Callable[..., tuple[sp.csr_array, bool]]] = {
     "ring": lambda n: _undirected(ring_edges(n), n),
     "directed-ring": directed_ring_adjacency,
     "grid": lambda n, shape=None, periodic=False: _undirected(grid_edges(n, shape, periodic), n),
@@ -399,9 +412,12 @@ def from_networkx(graph: nx.Graph, n: int | None = None) -> nx.Graph:
 
 
 def check_file(path: str | Path, label: str) -> Path:
-    """`path` if it is a regular file that can be opened (following links); else a one-line ValueError naming it
-    (`label`, e.g. "matrix file 'W.npy'"): missing, a directory, a device or pipe (never opened: a pipe would
-    block), or unreadable."""
+    """`path` as a Path if it is a regular file that can be opened (following links).
+
+    Raises:
+        ValueError: one line naming it (`label`, e.g. "matrix file 'W.npy'"): missing, a directory, a device or
+            pipe (never opened: a pipe would block), or unreadable.
+    """
     path = Path(path)
     try:
         info = path.stat()
@@ -417,10 +433,10 @@ def check_file(path: str | Path, label: str) -> Path:
 
 
 def from_edge_list(path: str | Path, n: int | None = None, option: str = "path", directed: bool = False) -> nx.Graph:
-    """Graph from a text file with one edge `u v` per line (integers in 0..n-1): undirected, or with
-    `directed=True` a digraph whose line `u v` means u sends to v (networkx's and BlueFog's convention).
+    """Graph from a text file with one edge `u v` per line (integers in 0..n-1); `directed=True`: u sends to v.
 
-    Blank lines and `#` comments are ignored, and so is anything after the two node ids (the edge data that
+    Undirected by default (a digraph's `u v` is u -> v, networkx's and BlueFog's convention). Blank lines and `#`
+    comments are ignored, and so is anything after the two node ids (the edge data that
     `networkx.write_edgelist` writes, e.g. `0 1 {}` or a weight: the weights come from the scheme). n defaults
     to the largest node + 1. `option` names the option in error messages (path or edges). The graph must be
     connected, so n is at most the number of edge lines + 1: a larger n (given, or implied by a node id such as
@@ -526,8 +542,12 @@ class _Refused(ValueError):
 
 
 def _utf8(path: Path, label: str) -> str:
-    """The file's text (UTF-8, a byte-order mark dropped); a one-line `_Refused` naming `label` (e.g. "matrix file
-    'W.csv'") for UTF-16 or another encoding, with the line and column of the first bad byte."""
+    """The file's text (UTF-8, a byte-order mark dropped).
+
+    Raises:
+        _Refused: one line naming `label` (e.g. "matrix file 'W.csv'") for UTF-16 or another encoding, with the
+            line and column of the first bad byte.
+    """
     data = path.read_bytes()
     if data[:2] in (b"\xff\xfe", b"\xfe\xff"):
         raise _Refused(f"{label} is UTF-16 text; save it as UTF-8")
@@ -541,8 +561,11 @@ def _utf8(path: Path, label: str) -> str:
 
 
 def _load_npy(path: Path, name: str) -> np.ndarray:
-    """The array of a .npy file, memory-mapped first so that a header promising more than the file holds is
-    refused before anything is allocated."""
+    """The array of a .npy file, as float64.
+
+    Memory-mapped first, so that a header promising more than the file holds is refused before anything is
+    allocated.
+    """
     with open(path, "rb") as fh:
         if fh.read(len(np.lib.format.MAGIC_PREFIX)) != np.lib.format.MAGIC_PREFIX:
             raise _Refused(f"matrix file {name!r} is not a .npy file (it does not start with numpy's magic "
@@ -564,10 +587,13 @@ def _load_npy(path: Path, name: str) -> np.ndarray:
 
 
 def _check_mtx_header(path: Path, name: str) -> None:
-    """Refuse a Matrix Market file whose banner or size line cannot give W: not a matrix, a pattern (no weights)
-    or complex field, not square, or more entries than the rest of the file can hold (each entry line of a
-    coordinate file has at least 6 bytes, `i j v`; each of an array file at least 2), or fewer entries than
-    rows (each row of a stochastic W has a nonzero; a symmetric file stores one entry for two)."""
+    """Refuse a Matrix Market file whose banner or size line cannot give W.
+
+    Refused: not a matrix, a pattern (no weights) or complex field, not square, or more entries than the rest of
+    the file can hold (each entry line of a coordinate file has at least 6 bytes, `i j v`; each of an array file
+    at least 2), or fewer entries than rows (each row of a stochastic W has a nonzero; a symmetric file stores one
+    entry for two).
+    """
     label = f"matrix file {name!r}"
     size = path.stat().st_size
     with open(path, "rb") as fh:

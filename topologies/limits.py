@@ -1,6 +1,8 @@
-"""Size limits of the topologies package, read at call time (`monkeypatch.setattr(topologies.limits, ...)`
-changes them for a test), and the memory this machine has free (`available_memory`, which a build is checked
-against before it allocates; dfl's memory planner reads it too)."""
+"""Size limits of the topologies package, and the memory this machine has free.
+
+The limits are read at call time (`monkeypatch.setattr(topologies.limits, ...)` changes them for a test).
+`available_memory` is what a build is checked against before it allocates; dfl's memory planner reads it too.
+"""
 
 from __future__ import annotations
 
@@ -17,8 +19,11 @@ NODE_BYTES = 64
 
 
 def available_memory() -> int:
-    """Bytes of memory free now: the OS's MemAvailable, capped by a cgroup (v2) limit when lower; the free
-    physical pages where /proc is not there."""
+    """Bytes of memory free now.
+
+    The OS's MemAvailable, capped by a cgroup (v2) limit when lower; the free physical pages where /proc is not
+    there.
+    """
     candidates = [b for b in (_meminfo_available(), _cgroup_free()) if b is not None]
     if not candidates:
         return int(os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))

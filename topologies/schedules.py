@@ -10,6 +10,7 @@ with `directed` saying whether it is a digraph) from index arithmetic and vector
 from __future__ import annotations
 
 import math
+from typing import Protocol
 
 import networkx as nx
 import numpy as np
@@ -21,6 +22,27 @@ from topologies.graphs import _check_seed, adjacency, check_n, exponential, expo
 # random-k draws node by node with `rng.choice` (the original definition, ~6 us per node) up to this many
 # clients, and vectorised above (same distribution, different draws): see `RandomK.peers`
 RANDOM_K_LOOP_LIMIT = 4096
+
+
+class Schedule(Protocol):
+    """What `Topology` needs of a time-varying schedule (the classes below, or one of the caller's own).
+
+    `n` clients; `period` tau, the steps after which the graphs repeat, or None when they never do;
+    `graph_at(step)` the communication graph of a gossip step; `union_graph()` the graph `Topology.graph` shows
+    (the union over one period, or step 0's graph without a period).
+    """
+
+    n: int
+
+    @property
+    def period(self) -> int | None:
+        """Steps after which the step graphs repeat (tau), or None when they never do."""
+
+    def graph_at(self, step: int) -> nx.Graph:
+        """The communication graph of gossip step `step`."""
+
+    def union_graph(self) -> nx.Graph:
+        """Every edge used over one period (step 0's graph when there is no period)."""
 
 
 def _check_step(step: object) -> int:
@@ -45,16 +67,17 @@ class OnePeerExponential:
         self.period = max(1, len(self.hops))
 
     def hop(self, step: int) -> int:
-        """2^(step mod tau), or 0 for a single client (no edges)."""
+        """The hop of step `step`: 2^(step mod tau), or 0 for a single client (no edges)."""
         step = _check_step(step)
         return self.hops[step % len(self.hops)] if self.hops else 0
 
     def adjacency_at(self, step: int) -> sp.csr_array:
-        """i receives from i - hop: A[(i + hop) mod n, i] = 1."""
+        """Receive adjacency of step `step`: i receives from i - hop, A[(i + hop) mod n, i] = 1."""
         i = np.arange(self.n, dtype=np.int64)
         return adjacency(self.n, i, (i + self.hop(step)) % self.n, directed=True)
 
     def graph_at(self, step: int) -> nx.DiGraph:
+        """The permutation digraph of step `step`: i -> i + hop (mod n), no edges for a single client."""
         G = nx.DiGraph()
         G.add_nodes_from(range(self.n))
         hop = self.hop(step)
@@ -91,8 +114,12 @@ def _check_k(k: object, n: int, name: str) -> int:
 
 
 def draw_peers(n: int, k: int, seed: int, step: int) -> np.ndarray:
-    """[n, k]: row i holds k distinct peers drawn uniformly from the other n - 1 clients, from
-    `np.random.default_rng([seed, step])` alone (see `RandomK` for how)."""
+    """The peers every client draws at gossip step `step`, from `np.random.default_rng([seed, step])` alone.
+
+    Returns:
+        An [n, k] int64 array; row i holds k distinct peers drawn uniformly from the other n - 1 clients (see
+        `RandomK` for how: one `rng.choice` per client up to RANDOM_K_LOOP_LIMIT, Floyd's algorithm above).
+    """
     rng = np.random.default_rng([seed, step])
     if n <= RANDOM_K_LOOP_LIMIT:
         draws = np.stack([rng.choice(n - 1, size=k, replace=False) for _ in range(n)])
@@ -136,6 +163,7 @@ class RandomK:
                          directed=False)
 
     def graph_at(self, step: int) -> nx.Graph:
+        """The undirected graph of step `step` (see `adjacency_at`)."""
         return from_adjacency(self.adjacency_at(step), directed=False)
 
     def union_graph(self) -> nx.Graph:
@@ -144,8 +172,10 @@ class RandomK:
 
 
 class RandomPull(RandomK):
-    """The DisPFL `random` topology (Dai et al., ICML 2022, code option `cs='random'`): at every gossip step each
-    client pulls the models of k peers drawn uniformly from the others and averages them with its own.
+    """The DisPFL `random` topology (Dai et al., ICML 2022, code option `cs='random'`): random pulls of k peers.
+
+    At every gossip step each client pulls the models of k peers drawn uniformly from the others and averages
+    them with its own.
 
     Client i's draws at step t are `RandomK`'s (the same `draw_peers(n, k, seed, t)`), but the step graph stays
     directed: j -> i for each peer j that i drew, so in-degree k everywhere and out-degrees vary. Its natural
@@ -163,6 +193,7 @@ class RandomPull(RandomK):
         return adjacency(self.n, peers.ravel(), np.repeat(np.arange(self.n, dtype=np.int64), self.k), directed=True)
 
     def graph_at(self, step: int) -> nx.DiGraph:
+        """The pull digraph of step `step`: j -> i for each peer j that i drew."""
         return from_adjacency(self.adjacency_at(step), directed=True)
 
 
@@ -170,9 +201,10 @@ ONE_PEER_MAX_PERIOD = 100_000  # a longer cycle (the lcm of the out-degrees) is 
 
 
 class OnePeer:
-    """One-peer schedule of any base graph (BlueFog's `GetDynamicOnePeerSendRecvRanks`): at step t client i sends to
-    one out-neighbour only, the (t mod d_i)-th of its out-neighbours in clockwise order, i.e. sorted by (j - i) mod n
-    (d_i its out-degree in the base graph; an undirected edge counts both ways).
+    """One-peer schedule of any base graph (BlueFog's `GetDynamicOnePeerSendRecvRanks`): one out-neighbour a step.
+
+    At step t client i sends to one out-neighbour only, the (t mod d_i)-th of its out-neighbours in clockwise
+    order, i.e. sorted by (j - i) mod n (d_i its out-degree in the base graph; an undirected edge counts both ways).
 
     Each step costs one message per client instead of d_i. On the static exponential graph this is exactly the
     one-peer exponential graph (every node cycles through the hops 2^0, 2^1, ...); on a ring it alternates
@@ -213,12 +245,14 @@ class OnePeer:
         return out
 
     def adjacency_at(self, step: int) -> sp.csr_array:
+        """Receive adjacency of step `step`: A[receivers(step)[i], i] = 1 for every client i that sends."""
         dst = self.receivers(step)
         src = np.arange(self.n, dtype=np.int64)
         keep = dst >= 0
         return adjacency(self.n, src[keep], dst[keep], directed=True)
 
     def graph_at(self, step: int) -> nx.DiGraph:
+        """The digraph of step `step`: i -> receivers(step)[i]."""
         return from_adjacency(self.adjacency_at(step), directed=True)
 
     def union_graph(self) -> nx.DiGraph:

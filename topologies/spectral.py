@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
+from typing import TypeGuard
 
 import numpy as np
 import scipy.sparse as sp
@@ -43,12 +44,17 @@ def dense_spectral_limit() -> int:
 
 # --- matrix plumbing ----------------------------------------------------------------------------------------
 
+def _is_sparse(W: object) -> TypeGuard[sp.sparray | sp.spmatrix]:
+    """`scipy.sparse.issparse`, telling the type checker that W is then a scipy sparse array or matrix."""
+    return sp.issparse(W)
+
+
 def as_csr(W: object, name: str = "W") -> sp.csr_array:
     """W as a canonical float64 CSR array (sorted indices, no duplicates, no stored zeros); square n >= 1.
 
     A canonical float64 CSR input shares its arrays with the result (no copy); anything else is converted.
     """
-    if sp.issparse(W):
+    if _is_sparse(W):
         M = sp.csr_array(W.tocsr(), dtype=np.float64)
     else:
         D = _square_dense(W, name)
@@ -75,7 +81,7 @@ def _square(W: object, name: str = "W") -> np.ndarray | sp.csr_array:
 
 
 def _dense(W: np.ndarray | sp.sparray) -> np.ndarray:
-    return W.toarray() if sp.issparse(W) else W
+    return W.toarray() if _is_sparse(W) else W
 
 
 def is_symmetric(W: np.ndarray | sp.sparray) -> bool:
@@ -104,6 +110,7 @@ def disagreement_norm(M: np.ndarray) -> float:
 
 
 def check_steps(Q: object) -> int:
+    """Return Q, the number of gossip steps, as an int; TopologyError unless it is an integer >= 1."""
     if isinstance(Q, bool) or not isinstance(Q, (int, np.integer)) or Q < 1:
         raise TopologyError(f"Q (gossip steps) must be an integer >= 1, got {Q!r}")
     return int(Q)
@@ -112,19 +119,25 @@ def check_steps(Q: object) -> int:
 # --- circulant matrices -------------------------------------------------------------------------------------
 
 def circulant_offsets(W: object, atol: float = CIRCULANT_ATOL) -> tuple[np.ndarray, np.ndarray] | None:
-    """(k, c_k) with the offsets k sorted, when W[i, (i + k) mod n] = c_k for every row i (values to `atol`),
-    else None: row i is row 0 rolled by i. Read off the sparse structure in O(nnz log k)."""
-    W = as_csr(W)
-    n = W.shape[0]
-    counts = np.diff(W.indptr)
+    """The offsets and values (k, c_k) of a circulant W, else None.
+
+    W is circulant when W[i, (i + k) mod n] = c_k for every row i (values to `atol`): row i is row 0 rolled by i.
+    Read off the sparse structure in O(nnz log k).
+
+    Returns:
+        (the offsets k, sorted; the values c_k at them), or None when W is not circulant.
+    """
+    M = as_csr(W)
+    n = M.shape[0]
+    counts = np.diff(M.indptr)
     k = int(counts[0])
     if k == 0 or not np.all(counts == k):
         return None
     rows = np.repeat(np.arange(n, dtype=np.int64), k)
-    offsets = ((W.indices.astype(np.int64) - rows) % n).reshape(n, k)
+    offsets = ((M.indices.astype(np.int64) - rows) % n).reshape(n, k)
     order = np.argsort(offsets, axis=1, kind="stable")
     offsets = np.take_along_axis(offsets, order, axis=1)
-    values = np.take_along_axis(W.data.reshape(n, k), order, axis=1)
+    values = np.take_along_axis(M.data.reshape(n, k), order, axis=1)
     if not np.array_equal(offsets, np.broadcast_to(offsets[0], offsets.shape)):
         return None
     if np.abs(values - values[0]).max() > atol:
@@ -318,26 +331,35 @@ def product_lambda(mats: Sequence[object], method: str = "auto") -> float:
         raise TopologyError(f"method must be one of {', '.join(METHODS)}; got {method!r}")
     if len(mats) == 0:
         raise TopologyError("product_lambda needs at least one matrix")
-    mats = [_square(M) for M in mats]
-    if len({M.shape for M in mats}) != 1:
+    squares = [_square(M) for M in mats]
+    if len({M.shape for M in squares}) != 1:
         raise TopologyError("the matrices of a product must all have the same shape")
-    n = mats[0].shape[0]
+    n = squares[0].shape[0]
     if method == "dense" or (method == "auto" and n <= dense_spectral_limit()):
-        P = _dense(mats[0])
-        for M in mats[1:]:
+        P = _dense(squares[0])
+        for M in squares[1:]:
             P = _dense(M) @ P
         return disagreement_norm(P)
     if method in ("auto", "circulant"):
-        rows = [circulant_row(M) for M in mats]
-        if all(c is not None for c in rows):
-            return circulant_lambda([circulant_spectrum(c) for c in rows])
+        spectra = _circulant_spectra(squares)
+        if spectra is not None:
+            return circulant_lambda(spectra)
         if method == "circulant":
             raise TopologyError("method 'circulant' needs every matrix to be circulant (row i = row 0 rolled by i)")
-    return iterative_lambda(mats)
+    return iterative_lambda(squares)
+
+
+def _circulant_spectra(mats: Sequence[object]) -> list[np.ndarray] | None:
+    """The spectra fft(c) of the matrices when every one is circulant (first row c), else None."""
+    rows = [circulant_row(M) for M in mats]
+    known = [c for c in rows if c is not None]
+    if len(known) < len(rows):
+        return None
+    return [circulant_spectrum(c) for c in known]
 
 
 def second_eigenvalue(W: object) -> float:
-    """lambda = ||W - J||_2 (max |eigenvalue| of W other than the eigenvalue 1, for symmetric W).
+    """The contraction lambda = ||W - J||_2 (max |eigenvalue| of W other than the eigenvalue 1, for symmetric W).
 
     Dense or sparse W; exact for n <= topologies.limits.DENSE_SPECTRAL_LIMIT, FFT or Lanczos above (`product_lambda`).
     """
@@ -350,9 +372,12 @@ def spectral_gap(W: object) -> float:
 
 
 def _static_matrix(obj: object) -> object:
+    """The matrix of a static topology-like object (its `sparse(0)`, else its `W`), or `obj` itself (a matrix)."""
     if hasattr(obj, "sparse"):
         return obj.sparse(0)
-    return obj.W if hasattr(obj, "matrix") else obj
+    if hasattr(obj, "matrix") and hasattr(obj, "W"):
+        return obj.W
+    return obj
 
 
 def gossip_lambda(topology_or_W: object, Q: int) -> float:
@@ -363,10 +388,14 @@ def gossip_lambda(topology_or_W: object, Q: int) -> float:
     """
     Q = check_steps(Q)
     if getattr(topology_or_W, "is_time_varying", False):
-        step = topology_or_W.sparse if hasattr(topology_or_W, "sparse") else topology_or_W.matrix
-        return product_lambda([step(t) for t in range(Q)])
+        if hasattr(topology_or_W, "sparse"):
+            return product_lambda([topology_or_W.sparse(t) for t in range(Q)])
+        if hasattr(topology_or_W, "matrix"):
+            return product_lambda([topology_or_W.matrix(t) for t in range(Q)])
+        raise TopologyError(f"a time-varying {type(topology_or_W).__name__} needs sparse(step) or matrix(step)")
     averaging = getattr(topology_or_W, "averaging", None)
-    if averaging is not None:  # a I + (1 - a) J: (W - J)^Q = a^Q (I - J)
+    # W = a I + (1 - a) J: (W - J)^Q = a^Q (I - J)
+    if averaging is not None and hasattr(topology_or_W, "second_eigenvalue"):
         return _clean(topology_or_W.second_eigenvalue() ** Q)
     W = _square(_static_matrix(topology_or_W))
     if W.shape[0] <= dense_spectral_limit():
@@ -401,6 +430,7 @@ def phi(lam: float, m: int, Q: int) -> float:
 # --- effective number of neighbours -------------------------------------------------------------------------
 
 def check_gamma(gamma: object) -> float:
+    """Return gamma, the discount of `effective_neighbors`, as a float; TopologyError unless 0 <= gamma < 1."""
     if isinstance(gamma, bool) or not isinstance(gamma, (int, float, np.floating)) or not 0.0 <= gamma < 1.0:
         raise TopologyError(f"gamma must be a number with 0 <= gamma < 1, got {gamma!r}")
     return float(gamma)
@@ -456,10 +486,10 @@ def effective_neighbors(W: object, gamma: float = 0.951) -> float:
             raise TopologyError("the matrices of a periodic schedule must all have the same shape")
         n = Ws[0].shape[0]
         if n > dense_spectral_limit():
-            rows = [circulant_row(M) for M in Ws]
-            if any(c is None for c in rows):
+            spectra = _circulant_spectra(Ws)
+            if spectra is None:
                 raise _too_large("effective_neighbors", n)
-            return circulant_neighbors([circulant_spectrum(c) for c in rows], gamma)
+            return circulant_neighbors(spectra, gamma)
         Ws = [_dense(M) for M in Ws]
         mean_var = float(np.mean([np.trace(S) / n for S in _periodic_covariances(Ws, gamma)]))
         return 1.0 / ((1.0 - gamma) * mean_var)
@@ -481,6 +511,7 @@ def effective_neighbors(W: object, gamma: float = 0.951) -> float:
 # --- consensus steps ----------------------------------------------------------------------------------------
 
 def check_eps(eps: object) -> float:
+    """Return eps, the factor disagreement must shrink by, as a float; TopologyError unless 0 < eps < 1."""
     if isinstance(eps, bool) or not isinstance(eps, (int, float, np.floating)) or not 0.0 < eps < 1.0:
         raise TopologyError(f"eps must be a number with 0 < eps < 1, got {eps!r}")
     return float(eps)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 from collections import OrderedDict
 from collections.abc import Callable
+from typing import Generic, TypeAlias, TypeVar
 
 import networkx as nx
 import numpy as np
@@ -18,7 +19,7 @@ import scipy.sparse as sp
 
 from topologies import directed, graphs, limits, spectral
 from topologies.errors import TopologyError
-from topologies.schedules import _check_step
+from topologies.schedules import Schedule, _check_step
 from topologies.validation import (
     check_connected,
     check_gossip_matrix,
@@ -33,22 +34,28 @@ _SPARSE_CACHE_NNZ = 1 << 24  # ... and at most this many stored entries in all (
 _DENSE_CACHE_BYTES = 1 << 30  # dense step matrices kept at most (1 GiB), one at least
 
 
-class _LRU:
+V = TypeVar("V")
+GraphSource: TypeAlias = nx.Graph | Callable[[], nx.Graph]  # a graph, or a function building it on first use
+
+
+class _LRU(Generic[V]):
     """Least-recently-used cache bounded by a number of entries and a total cost (one entry always fits)."""
 
     def __init__(self, max_entries: int | None, max_cost: float = math.inf):
         self.max_entries, self.max_cost = max_entries, max_cost
-        self._items: OrderedDict[int, tuple[object, float]] = OrderedDict()
+        self._items: OrderedDict[int, tuple[V, float]] = OrderedDict()
         self._cost = 0.0
 
-    def get(self, key: int) -> object | None:
+    def get(self, key: int) -> V | None:
+        """The value stored under `key` (now the most recently used), or None."""
         item = self._items.get(key)
         if item is None:
             return None
         self._items.move_to_end(key)
         return item[0]
 
-    def put(self, key: int, value: object, cost: float) -> None:
+    def put(self, key: int, value: V, cost: float) -> None:
+        """Store `value` under `key`, then drop the least recently used entries until both bounds hold."""
         self._items[key] = (value, cost)
         self._cost += cost
         while len(self._items) > 1 and ((self.max_entries is not None and len(self._items) > self.max_entries)
@@ -105,9 +112,16 @@ class Topology:
     hierarchical topology (drawing only).
     """
 
-    def __init__(self, name: str, *, graph: nx.Graph | Callable[[], nx.Graph] | None = None,
+    n: int
+    period: int | None
+    _graph: GraphSource
+    _step_matrix: Callable[[int], np.ndarray | sp.sparray]
+    _sparse_cache: _LRU[sp.csr_array]
+    _dense_cache: _LRU[np.ndarray]
+
+    def __init__(self, name: str, *, graph: GraphSource | None = None,
                  W: np.ndarray | sp.sparray | None = None,
-                 schedule: object | None = None, weigh: Callable[[nx.Graph], np.ndarray] | None = None,
+                 schedule: Schedule | None = None, weigh: Callable[[nx.Graph], np.ndarray] | None = None,
                  weights: str = "metropolis", symmetric: bool = True, averaging: float | None = None,
                  n: int | None = None, step_matrix: Callable[[int], np.ndarray | sp.sparray] | None = None,
                  stochastic: str = "doubly", groups: np.ndarray | None = None):
@@ -125,20 +139,37 @@ class Topology:
         self._spectra: dict[int, np.ndarray | None] = {}
         self._graph_given = schedule is None and averaging is None and isinstance(graph, nx.Graph)
         if schedule is None:
-            self.period: int | None = 1
+            self.period = 1
             if averaging is not None:
-                self._averaging = _check_averaging(averaging)
-                self.n = graphs.check_n(n)
-                self._graph = graph if graph is not None else (lambda: graphs.full(self.n))
-                return
-            if W is None:
-                raise TopologyError("a static Topology needs W (or averaging with n)")
-            checked = check_gossip_matrix(W, self.symmetric, f"W of {name}", stochastic)
-            self._static = spectral.as_csr(checked)
-            self.n = self._static.shape[0]
-            static = self._static
-            self._graph = graph if graph is not None else (lambda: graphs.support(static))
+                self._init_averaging(averaging, n, graph)
+            else:
+                self._init_static(W, graph)
             return
+        self._init_schedule(schedule, step_matrix, weigh)
+
+    def _init_averaging(self, averaging: float, n: int | None, graph: GraphSource | None) -> None:
+        """W = a I + (1 - a) J on n clients, described by a alone; the graph is K_n unless one is given."""
+        self._averaging = _check_averaging(averaging)
+        self.n = graphs.check_n(n)
+        self._graph = graph if graph is not None else (lambda: graphs.full(self.n))
+
+    def _init_static(self, W: np.ndarray | sp.sparray | None, graph: GraphSource | None) -> None:
+        """A static W, validated and stored as CSR; the graph is W's support unless one is given."""
+        if W is None:
+            raise TopologyError("a static Topology needs W (or averaging with n)")
+        checked = check_gossip_matrix(W, self.symmetric, f"W of {self.name}", self.stochastic)
+        static = spectral.as_csr(checked)
+        self._static = static
+        self.n = static.shape[0]
+        self._graph = graph if graph is not None else (lambda: graphs.support(static))
+
+    def _init_schedule(self, schedule: Schedule, step_matrix: Callable[[int], np.ndarray | sp.sparray] | None,
+                       weigh: Callable[[nx.Graph], np.ndarray] | None) -> None:
+        """A time-varying schedule: its step matrices, their caches, and the check that its products contract.
+
+        Periodic doubly stochastic: ||W_{tau-1} ... W_0 - J||_2 < 1; periodic one-sided: B-connectivity
+        (`_check_one_sided_schedule`); random-k: step 0 is drawn and checked (later steps as they are drawn).
+        """
         self.n = schedule.n
         self.period = schedule.period
         if step_matrix is None:
@@ -151,34 +182,42 @@ class Topology:
         self._dense_cache = _LRU(self.period or _RANDOM_CACHE, _DENSE_CACHE_BYTES)
         if self.period is None:
             self.sparse(0)
-        elif stochastic != "doubly":
-            self._check_one_sided_schedule()
+        elif self.stochastic != "doubly":
+            self._check_one_sided_schedule(self.period)
         else:
-            self._period_lambda = self._product_lambda(self.period)
-            require_contraction(self._period_lambda, f"the product of the {self.period} step matrices of {name}")
+            lam = self._period_product_lambda(self.period)
+            require_contraction(lam, f"the product of the {self.period} step matrices of {self.name}")
 
-    def _check_one_sided_schedule(self) -> None:
+    def _check_one_sided_schedule(self, period: int) -> None:
         """Every step of one period has a positive diagonal and their union is strongly connected."""
         union = None
-        for step in range(self.period):
+        for step in range(period):
             W = self.sparse(step)
             if not np.all(W.diagonal() > 0.0):
                 i = int(np.flatnonzero(W.diagonal() <= 0.0)[0])
                 raise TopologyError(f"W_{step} of {self.name} gives client {i} no self-weight: a one-sided schedule "
                                     "needs a positive self-weight at every step to converge")
             union = W if union is None else union + W
-        check_connected(union, f"the union of the {self.period} step graphs of {self.name}")
+        check_connected(union, f"the union of the {period} step graphs of {self.name}")
+
+    def _period_product_lambda(self, period: int) -> float:
+        """||W_{tau-1} ... W_0 - J||_2 of a periodic schedule (tau = period), computed once."""
+        if self._period_lambda is None:
+            self._period_lambda = self._product_lambda(period)
+        return self._period_lambda
+
     def __repr__(self) -> str:
         kind = f"time-varying, period={self.period}" if self.is_time_varying else "static"
         return f"Topology({self.name!r}, n={self.n}, weights={self.weights!r}, {kind})"
 
     @property
     def is_time_varying(self) -> bool:
+        """Whether W changes from one gossip step to the next (a schedule was given)."""
         return self._schedule is not None
 
     @property
     def averaging(self) -> float | None:
-        """a when every step's W is exactly a I + (1 - a) J (`full`: 0, lazy `full`: 0.5), else None.
+        """The a of W = a I + (1 - a) J when every step's W is exactly that (`full`: 0, lazy `full`: 0.5), else None.
 
         Gossip with such a W is x_i <- a x_i + (1 - a) mean(x): use that instead of a matrix. Set only by
         construction (`full`); other matrices, custom ones included, are not inspected and give None.
@@ -259,7 +298,7 @@ class Topology:
         if self._schedule is None:
             if self._dense is None:
                 D = averaging_matrix(self._averaging, self.n) if self._averaging is not None \
-                    else self._static.toarray()
+                    else self.sparse(0).toarray()
                 D.flags.writeable = False
                 self._dense = D
             return self._dense
@@ -330,9 +369,10 @@ class Topology:
         if self.period is None:
             return None
         period = [self._spectrum(key) for key in range(min(steps, self.period))]
-        if any(s is None for s in period):
+        known = [s for s in period if s is not None]
+        if len(known) < len(period):
             return None
-        return [period[t % self.period] for t in range(steps)]
+        return [known[t % self.period] for t in range(steps)]
 
     def _large(self) -> bool:
         return self.n > spectral.dense_spectral_limit()
@@ -351,11 +391,18 @@ class Topology:
                                 f"{self.stochastic}-stochastic (see topologies.directed for what applies to it)")
 
     def second_eigenvalue(self) -> float:
-        """lambda = ||W - J||_2; for a periodic schedule the per-step rate ||prod_period - J||_2^(1/tau).
+        """The contraction of one gossip step, lambda = ||W - J||_2 (per step over a period when periodic).
+
+        A periodic schedule has ||W_{tau-1} ... W_0 - J||_2^(1/tau). For a symmetric doubly stochastic W, lambda =
+        max(|lambda_2(W)|, |lambda_n(W)|) and the spectral gap is 1 - lambda (e.g. the Metropolis ring on n >= 4
+        clients: lambda = 1/3 + 2/3 cos(2 pi/n); `full`: 0).
 
         A row- or column-stochastic topology has |lambda_2(W)| instead (of the period's product, to the power
         1/tau): the asymptotic rate at which W^t approaches its rank-one limit (`topologies.directed`).
-        random-k has no period and raises: use gossip_lambda(Q) (the realised contraction of Q steps).
+
+        Raises:
+            TopologyError: random-k, which has no period: use gossip_lambda(Q) (the realised contraction of Q
+                steps).
         """
         if self._lambda is None:
             if self.period is None:
@@ -369,7 +416,7 @@ class Topology:
             elif not self.is_time_varying:
                 self._lambda = spectral.second_eigenvalue(self._static)
             else:
-                self._lambda = self._period_lambda ** (1.0 / self.period)
+                self._lambda = self._period_product_lambda(self.period) ** (1.0 / self.period)
         return self._lambda
 
     def spectral_gap(self) -> float:
@@ -377,8 +424,11 @@ class Topology:
         return 1.0 - self.second_eigenvalue()
 
     def gossip_lambda(self, Q: int) -> float:
-        """Contraction of Q gossip steps from step 0 (see `spectral.gossip_lambda`); for a row- or column-stochastic
-        topology the kind's consensus error of the Q steps (`topologies.directed.consensus_error`)."""
+        """Contraction of Q gossip steps from step 0: ||W_{Q-1} ... W_0 - J||_2 (lambda^Q for a symmetric static W).
+
+        See `spectral.gossip_lambda`. For a row- or column-stochastic topology, the kind's consensus error of the Q
+        steps (`topologies.directed.consensus_error`).
+        """
         Q = spectral.check_steps(Q)
         if self.stochastic != "doubly":
             return directed.consensus_error([self.sparse(t) for t in range(Q)], self.stochastic)
@@ -394,9 +444,11 @@ class Topology:
         return spectral.phi(self.second_eigenvalue(), self.n, Q)
 
     def stationary(self) -> np.ndarray:
-        """The Perron vector pi of W (of the period's product when periodic): 1/n when doubly stochastic, the left
-        one for row-stochastic W (x <- W x reaches consensus on pi^T x), the right one for column-stochastic W
-        (push-sum's weights tend to n pi); see `topologies.directed.stationary`."""
+        """The Perron vector pi of W (of the period's product when periodic), with sum pi = 1.
+
+        1/n when doubly stochastic, the left one for row-stochastic W (x <- W x reaches consensus on pi^T x), the
+        right one for column-stochastic W (push-sum's weights tend to n pi); see `topologies.directed.stationary`.
+        """
         if self.period is None:
             raise TopologyError(f"{self.name} has no period, so no stationary vector")
         if self.stochastic == "doubly":

@@ -109,7 +109,10 @@ def require_contraction(lam: float, label: str = "W") -> None:
 
 
 def check_contraction(W: object, label: str = "W", force: bool = False) -> None:
-    """lambda = ||W - J||_2 must be < 1, or the disagreement never shrinks."""
+    """Raise unless lambda = ||W - J||_2 < 1: otherwise the disagreement never shrinks.
+
+    `force` runs the eigen-solve even when the structure of W already guarantees a contraction.
+    """
     S = spectral.as_csr(W, label)
     if not force and _contraction_is_guaranteed(S):
         return
@@ -117,9 +120,12 @@ def check_contraction(W: object, label: str = "W", force: bool = False) -> None:
 
 
 def check_primitive(W: object, label: str = "W") -> None:
-    """A row- or column-stochastic W must be primitive (W^t converges to a rank-one limit): strongly connected
-    (`check_connected`) and aperiodic. A positive diagonal makes it aperiodic without an eigen-solve; otherwise
-    |lambda_2(W)| < 1 is checked densely, up to topologies.limits.DENSE_SPECTRAL_LIMIT clients."""
+    """Raise unless a row- or column-stochastic W is primitive (W^t converges to a rank-one limit).
+
+    Primitive: strongly connected (`check_connected`) and aperiodic. A positive diagonal makes it aperiodic
+    without an eigen-solve; otherwise |lambda_2(W)| < 1 is checked densely, up to
+    topologies.limits.DENSE_SPECTRAL_LIMIT clients.
+    """
     check_connected(W, label)
     S = spectral.as_csr(W, label)
     if np.all(S.diagonal() > 0.0):
@@ -136,8 +142,11 @@ def check_primitive(W: object, label: str = "W") -> None:
 
 def check_gossip_matrix(W: object, symmetric: bool, label: str = "W",
                         kind: str = "doubly") -> np.ndarray | sp.csr_array:
-    """All checks for a static W: stochastic (of `kind`), (symmetric), connected, and contracting (doubly: lambda =
-    ||W - J||_2 < 1) or primitive (row, column: `check_primitive`). Returns W as in check_stochastic."""
+    """All checks for a static W; returns W as `check_stochastic` does (dense, or canonical CSR when sparse).
+
+    Checked: stochastic (of `kind`), symmetric when `symmetric`, connected, and contracting (doubly: lambda =
+    ||W - J||_2 < 1) or primitive (row, column: `check_primitive`).
+    """
     W = check_stochastic(W, symmetric, label, kind)
     if kind != "doubly":
         check_primitive(W, label)

@@ -58,10 +58,10 @@ def _in_out_degrees(A: sp.csr_array) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _with_weights(A: sp.csr_array, offdiag: np.ndarray, columns: bool = False) -> sp.csr_array:
-    """W with the off-diagonal values `offdiag` on A's pattern and w_ii = 1 - sum_j w_ij (`columns`: 1 - sum_j w_ji,
-    so the columns sum to 1 instead of the rows).
+    """W with the off-diagonal values `offdiag` on A's pattern and w_ii = 1 - sum_j w_ij.
 
-    Canonical CSR without stored zeros (a zero diagonal is left out, so the pattern is the support).
+    With `columns`, w_ii = 1 - sum_j w_ji instead, so the columns sum to 1 rather than the rows. Canonical CSR
+    without stored zeros (a zero diagonal is left out, so the pattern is the support).
     """
     n = A.shape[0]
     rows = _rows(A)
@@ -183,6 +183,11 @@ def check_scheme(scheme: str, base: str | None) -> str | None:
         raise TopologyError(f"option base only applies to weights='lazy', not to weights={scheme!r}")
     if scheme != "lazy":
         return None
+    return lazy_base(base)
+
+
+def lazy_base(base: str | None) -> str:
+    """The scheme under 'lazy': `base`, or metropolis when None; TopologyError unless one of LAZY_BASES."""
     base = "metropolis" if base is None else base
     if base not in LAZY_BASES:
         raise TopologyError(f"base (the scheme under 'lazy') must be one of {', '.join(LAZY_BASES)}; got {base!r}")
@@ -191,9 +196,23 @@ def check_scheme(scheme: str, base: str | None) -> str | None:
 
 def sparse_weights(A: sp.csr_array, directed: bool, scheme: str = "metropolis", base: str | None = None,
                    name: str = "graph", sizes: object = None) -> sp.csr_array:
-    """Weights of a scheme (see SCHEMES) on the receive adjacency A, as canonical CSR; `base` is under 'lazy',
-    `sizes` (the clients' sample counts) are for 'sample-count' only."""
-    base = check_scheme(scheme, base)
+    """The gossip matrix W of a weight scheme on the receive adjacency A, as canonical CSR.
+
+    The schemes and their formulas are in the module docstring (metropolis: w_ij = 1/(1 + max(d_i, d_j)), ...).
+
+    Args:
+        A: receive adjacency, A[i, j] = 1 when i receives from j.
+        directed: whether A is a digraph (then only the schemes that stay stochastic on it are offered).
+        scheme: one of SCHEMES.
+        base: the scheme under 'lazy' (default metropolis); only with 'lazy'.
+        name: the graph's name in error messages.
+        sizes: the clients' sample counts, for 'sample-count' only.
+
+    Raises:
+        TopologyError: an unknown scheme or base, sizes with another scheme, or a scheme the graph does not
+            admit (e.g. uniform on an irregular graph).
+    """
+    check_scheme(scheme, base)
     if sizes is not None and scheme != "sample-count":
         raise TopologyError(f"option sizes (sample counts) applies to weights='sample-count' only, not to {scheme!r}")
     if scheme == "row-stochastic":
@@ -203,7 +222,7 @@ def sparse_weights(A: sp.csr_array, directed: bool, scheme: str = "metropolis", 
     if scheme == "sample-count":
         return sparse_sample_count(A, sizes)
     if scheme == "lazy":
-        return lazy(sparse_weights(A, directed, base, name=name))
+        return lazy(sparse_weights(A, directed, lazy_base(base), name=name))
     if scheme == "metropolis":
         return sparse_metropolis(A, directed)
     if scheme == "uniform":
