@@ -9,7 +9,9 @@ already holds: the communicator (`dfl.network.comm.LocalCommunicator` or `dfl.en
 from __future__ import annotations
 
 import os
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from dfl import threads
 from dfl.config import Config
@@ -19,6 +21,13 @@ from dfl.engine.results import Result
 from dfl.engine.validation import validate
 from dfl.errors import ArgumentError, ConfigError, RunInterrupted
 from dfl.training import memory
+
+if TYPE_CHECKING:  # annotations only
+    from torch import nn
+
+    from dfl.algorithms.base import Communicator
+    from dfl.data import FederatedData
+    from dfl.engine.hooks import Callback
 
 
 def raise_on_signal(signum, frame) -> None:
@@ -32,13 +41,13 @@ def raise_on_signal(signum, frame) -> None:
 
 def run(  # over 50 lines by its docstring alone: dfl.run's documentation of every argument
     config: Config | None = None,
-    data=None,
+    data: FederatedData | None = None,
     out: str | Path | None = None,
     overwrite: bool = False,
-    comm=None,
+    comm: Communicator | None = None,
     resume: bool = False,
-    model=None,
-    callbacks=None,
+    model: nn.Module | Callable[..., nn.Module] | None = None,
+    callbacks: Sequence[Callback] | None = None,
 ) -> Result:
     """Run one experiment: set-up, the round loop, the run directory.
 
@@ -67,9 +76,8 @@ def run(  # over 50 lines by its docstring alone: dfl.run's documentation of eve
         The run's `Result` (every client's parameters on the main process, this process's block elsewhere).
     """
     config = _run_config(config, data, out, overwrite, resume, model)
-    own = comm is None
-    if own:
-        comm = communicator_from_env(config, config.clients)
+    owned = communicator_from_env(config, config.clients) if comm is None else None
+    comm = owned if owned is not None else comm
     try:
         return _run(config, data, out, overwrite, comm, resume, model, callbacks)
     except BaseException as exc:
@@ -79,8 +87,8 @@ def run(  # over 50 lines by its docstring alone: dfl.run's documentation of eve
         getattr(comm, "report_failure", lambda e: None)(exc)
         raise
     finally:
-        if own:
-            comm.close()
+        if owned is not None:  # a communicator given by the caller stays open
+            owned.close()
         memory.release_free_heap()  # the run's freed stacks go back to the OS, not held until the process exits
 
 
