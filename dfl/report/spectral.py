@@ -49,7 +49,6 @@ def spectral_quantities(setting: Setting, cache: dict[str, tuple] | None = None)
     contraction of a round's Q gossip steps (= λ^Q for a static symmetric W), averaged over the seeds. Φ and n_W
     are None ("—") where undefined (random-k has no period). A random graph drawn per seed (random-regular,
     erdos-renyi) is rebuilt for the first run's seed.
-
     """
     from dfl.engine.setup import build_topology
 

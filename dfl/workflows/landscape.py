@@ -30,9 +30,8 @@ def check_arguments(run_dir: str | Path, *, points: int = 21, span: float = 1.0,
                     split: str = "train", hessian_iters: int = 20, out: str | Path | None = None) -> Path:
     """Every check of `landscape`'s arguments that needs no torch (so `dfl landscape` refuses them at once).
 
-        The ranges, a grid that fits in memory, a run directory of dfl's with saved parameters, and an `out` that
+    The ranges, a grid that fits in memory, a run directory of dfl's with saved parameters, and an `out` that
     dfl may write (`dfl.directories.check_output_plot`). Returns the plot's path.
-
     """
     run_dir = Path(run_dir)
     if isinstance(points, bool) or not isinstance(points, int) or points < 3:
