@@ -81,9 +81,8 @@ class PeerFailure(RuntimeError):
 class DeviceMismatch(RuntimeError):
     """A tensor handed to a communicator is not on the communicator's device.
 
-    A tensor handed to a communicator is not on the communicator's device (an engine bug that NCCL would turn into
-    a crash, and gloo would hide behind a copy); the message names the operation, the tensor's device and the
-    communicator's.
+    An engine bug that NCCL would turn into a crash, and gloo would hide behind a copy; the message names the
+    operation, the tensor's device and the communicator's.
     """
 
 
@@ -148,10 +147,9 @@ class LauncherError(SweepError):
 class FileReadError(ValueError):
     """A file dfl reads is missing, unreadable or not what it should be.
 
-    A file dfl reads is missing, unreadable or not what it should be (not a regular file, not UTF-8, bad syntax,
-    the wrong shape, truncated, a header claiming more than the file holds). `path` is the file, `what` says what
-    it was read as (e.g. "sweep file"), `reason` what is wrong; the message is one line:
-    `<what> <path>: <reason>`.
+    For example: not a regular file, not UTF-8, bad syntax, the wrong shape, truncated, a header claiming more than
+    the file holds. `path` is the file, `what` says what it was read as (e.g. "sweep file"), `reason` what is wrong;
+    the message is one line: `<what> <path>: <reason>`.
     """
 
     def __init__(self, path: str | Path, reason: str, what: str = "file"):

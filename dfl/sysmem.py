@@ -1,9 +1,9 @@
 """The memory this process may still allocate on this machine, read without torch.
 
-The memory this process may still allocate on this machine, read without torch (so a size refused for memory
-is refused before torch loads): `available_memory` is `topologies.limits.available_memory` (the kernel's
-MemAvailable, capped by the cgroup's memory limit when there is one), and `human_bytes` writes sizes for messages.
-`dfl.training.memory.available_bytes` builds on it (and adds CUDA and the kept heap).
+Read without torch so that a size refused for memory is refused before torch loads: `available_memory` is
+`topologies.limits.available_memory` (the kernel's MemAvailable, capped by the cgroup's memory limit when there is
+one), and `human_bytes` writes sizes for messages. `dfl.training.memory.available_bytes` builds on it (and adds CUDA
+and the kept heap).
 """
 
 from __future__ import annotations

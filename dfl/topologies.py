@@ -417,8 +417,8 @@ def column_refusal(what: str, algorithm: str | None = None) -> str:
 def is_column_stochastic(config) -> bool:
     """Whether `config` asks for a column-stochastic W.
 
-    Whether `config` asks for a column-stochastic W (weights = column-stochastic, or a custom matrix with
-    stochastic = column): the W that only push-sum averages.
+    That is weights = column-stochastic, or a custom matrix with stochastic = column: the W that only push-sum
+    averages.
     """
     custom = config.topology == "custom" and config.topology_options.get("stochastic", "doubly") == "column"
     return config.weights == "column-stochastic" or custom

@@ -1,7 +1,6 @@
 """The two Dirichlet label-skew samplers.
 
-The two Dirichlet label-skew samplers (docs/reference/update-rules.md#dirichlet-partition and Flower's
-DirichletPartitioner).
+See docs/reference/update-rules.md#dirichlet-partition, and Flower's DirichletPartitioner for the per-class one.
 
 Both take a numpy Generator and integer labels [N] and return one index array per client.
 """

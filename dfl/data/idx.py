@@ -70,8 +70,7 @@ def read_idx(path: Path, magic: int, what: str = "IDX file") -> np.ndarray:
 def _read_exactly(fh, size: int, block: int = 1 << 24) -> bytes:
     """Up to size + 1 bytes of `fh`, read in blocks.
 
-    Up to size + 1 bytes of `fh`, read in blocks (so a header that overstates the size allocates only what the file
-    holds).
+    Block by block, so a header that overstates the size allocates only what the file holds.
     """
     parts, total = [], 0
     while total <= size:

@@ -259,9 +259,8 @@ class RoundSchedule:
     def _augmentation_grid(self, keys: np.ndarray) -> torch.Tensor:
         """The crop-flip parameters of every (client, flat position) of the round.
 
-        The crop-flip parameters of every (client, flat position) of the round, uint8 [m, steps * B, 3] (3 bytes
-        a sample) on the data's device: computed on the host once and sent in one copy, so a step's block only
-        slices them on the device.
+        uint8 [m, steps * B, 3] (3 bytes a sample) on the data's device: computed on the host once and sent in one
+        copy, so a step's block only slices them on the device.
         """
         m, width = len(self.client_ids), self.steps * self.batch_size
         rows_per_group = max(1, _GROUP // max(width, 1))  # bounds the uint64 hash temporaries

@@ -127,8 +127,7 @@ class AsyncEngine:
     def replay(self, rounds: int) -> None:
         """Advance the clocks and the message bookkeeping through `rounds` rounds without training.
 
-        Advance the clocks and the message bookkeeping through `rounds` rounds without training (a resume: the
-        models and messages come from the checkpoint).
+        Used on resume: the models and messages come from the checkpoint.
         """
         while self.rounds_done < rounds:
             self._account(self.schedule.advance(self.updates))
@@ -268,8 +267,8 @@ class AsyncEngine:
     def _exchange(self, events, keys_of):
         """The message rows this process's mixes need from other processes.
 
-        The message rows this process's mixes need from other processes (a collective: every rank calls it with
-        the same events). Returns (keys, rows [len(keys), d]) in the order received.
+        A collective: every rank calls it with the same events. Returns (keys, rows [len(keys), d]) in the order
+        received.
         """
         need = [[set() for _ in range(self.world)] for _ in range(self.world)]  # need[q][r]: q sends to r
         for ev, terms in zip(events, keys_of):

@@ -145,8 +145,8 @@ def local_rows(algorithm, state: dict[str, torch.Tensor] | None = None) -> dict[
 def remove_stale_shards(run_dir: str | Path, keep: str | None = None) -> None:
     """Delete the shard directories of `run_dir` other than `keep`.
 
-    Delete the shard directories of `run_dir` other than `keep` (None: the one the manifest names; all when there is
-    no readable manifest): what a save killed before its manifest, or an older checkpoint, left behind.
+    `keep` None keeps the one the manifest names, and none when there is no readable manifest. What goes is what a
+    save killed before its manifest, or an older checkpoint, left behind.
     """
     root = Path(run_dir) / SHARDS
     if not root.is_dir():
@@ -179,9 +179,8 @@ def _named_shards(run_dir: Path) -> str | None:
 def load(run_dir: str | Path) -> dict[str, Any]:
     """Read the manifest `run_dir/checkpoint.pt`.
 
-    Read the manifest `run_dir/checkpoint.pt` (every process reads it: a multi-node resume needs the run directory
-    on a shared filesystem). A checkpoint of the legacy format is memory-mapped, not read: its rows are copied out
-    by `restore`, each process its own.
+    Every process reads it, so a multi-node resume needs the run directory on a shared filesystem. A checkpoint of
+    the legacy format is memory-mapped, not read: its rows are copied out by `restore`, each process its own.
     """
     path = Path(run_dir) / FILENAME
     if not path.is_file():

@@ -35,8 +35,7 @@ SIGNATURE = "f(input_shape, num_classes, *, option=default, ...) -> nn.Module"
 def is_module(obj: Any) -> bool:
     """Whether `obj` is an `nn.Module` instance, without importing torch.
 
-    Whether `obj` is an `nn.Module` instance, without importing torch (no torch loaded: none can exist), so
-    checking a model spec does not wait for torch.
+    With no torch loaded none can exist, so checking a model spec does not wait for torch.
     """
     torch = sys.modules.get("torch")
     return torch is not None and isinstance(obj, torch.nn.Module)
