@@ -277,9 +277,9 @@ def write_marker(path: str | Path, kind: str) -> None:
 def remove_written(path: str | Path, kind: str) -> list[Path]:
     """Delete the files dfl writes in a `kind` directory, and nothing else.
 
-    Delete the files dfl writes in a `kind` directory (`KINDS[kind].files`, and the temporaries of their atomic
-    writes), never another file, never through a symbolic link (a link is removed, not its target); returns what
-    was deleted. A folder of those files (e.g. plots/) is removed when that leaves it empty.
+    Those are `KINDS[kind].files` and the temporaries of their atomic writes; nothing is deleted through a
+    symbolic link (a link is removed, not its target). A folder of those files (e.g. plots/) is removed when that
+    leaves it empty. Returns what was deleted.
     """
     path = Path(path)
     removed = []

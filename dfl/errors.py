@@ -49,8 +49,8 @@ class ArgumentError(ConfigError, TypeError):
 class DataError(OneLine, ValueError):
     """Data that cannot be used; the message names the dataset, option or array.
 
-    Data that cannot be used (a partition that leaves a client empty, arrays of the wrong shape, labels out of
-    range, an empty test set); the message names the dataset, option or array and what is allowed.
+    For example a partition that leaves a client empty, arrays of the wrong shape, labels out of range or an empty
+    test set; the message also says what is allowed.
     """
 
 

@@ -116,8 +116,8 @@ def prepare_environment() -> bool:
 def spin_is_bounded() -> bool:
     """Whether this process's OpenMP threads spin boundedly while they wait.
 
-    Whether this process's OpenMP threads wait as the rule says or as the user set (False: torch was loaded
-    before dfl, with libgomp's default spin).
+    True when they wait as the rule says or as the user set; False when torch was loaded before dfl, so libgomp
+    kept its default spin.
     """
     return bool(_state["set_spin"]) or not _state["torch_first"] or any(n in os.environ for n in WAIT_VARIABLES)
 
@@ -125,9 +125,9 @@ def spin_is_bounded() -> bool:
 def apply(value: Any = AUTO) -> int:
     """Give this process `count(value)` threads; return the count.
 
-    Give this process `count(value)` threads (torch.set_num_threads when torch is loaded, else the
-    environment torch reads when it loads); returns the count. Warns once per process when torch was loaded
-    before dfl with libgomp's default spin and more than one thread (the case that collapses on a busy machine).
+    Through torch.set_num_threads when torch is loaded, else through the environment torch reads when it loads.
+    Warns once per process when torch was loaded before dfl with libgomp's default spin and more than one thread
+    (the case that collapses on a busy machine).
     """
     n = count(value)
     torch = sys.modules.get("torch")

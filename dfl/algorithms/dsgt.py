@@ -1,7 +1,7 @@
 """DSGT: distributed stochastic gradient tracking, and its SAM variant DSGT-SAM.
 
-DSGT: distributed stochastic gradient tracking (Pu & Nedić, "Distributed stochastic gradient tracking methods",
-Mathematical Programming 187, 2021; arXiv 1805.11454, Algorithm 1 "DSGT").
+Source: Pu & Nedić, "Distributed stochastic gradient tracking methods", Mathematical Programming 187, 2021;
+arXiv 1805.11454, Algorithm 1 "DSGT".
 
 Each client keeps its model x_i and a tracker y_i of the average gradient; with G(X) the [m, d] stack of the
 clients' stochastic gradients, one iteration is (Algorithm 1 in the paper's stacked form)

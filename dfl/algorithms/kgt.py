@@ -1,7 +1,7 @@
 """K-GT: gradient tracking with local steps, and its SAM variant K-GT-SAM.
 
-K-GT: gradient tracking with local steps (Liu, Lin, Koloskova & Stich, "Decentralized Gradient Tracking with
-Local Steps", Optimization Methods and Software, 2024; arXiv 2301.01313, Algorithm 1).
+Source: Liu, Lin, Koloskova & Stich, "Decentralized Gradient Tracking with Local Steps", Optimization Methods
+and Software, 2024; arXiv 2301.01313, Algorithm 1.
 
 Each client keeps its model x_i and a correction c_i (c_i = 0 at the start, so Σ_i c_i = 0); round t, client i:
 

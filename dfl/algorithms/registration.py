@@ -57,8 +57,7 @@ def check_algorithm(name: str, cls: Any) -> None:
 def option_defaults(cls: Any) -> dict[str, Any]:
     """The algorithm options of `cls` with their defaults.
 
-    The algorithm options of `cls` (a class or its card: its hyperparameters that are not Config fields) with
-    their defaults.
+    `cls` is an algorithm class or its card; its options are the hyperparameters that are not Config fields.
     """
     return {k: v for k, v in cls.hyperparameters.items() if k not in HYPERPARAMETERS}
 

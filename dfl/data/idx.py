@@ -32,9 +32,8 @@ FASHION_MEAN, FASHION_STD = 0.2860, 0.3530
 def read_idx(path: Path, magic: int, what: str = "IDX file") -> np.ndarray:
     """The uint8 array stored in an IDX file (optionally gzipped), checked before it is read.
 
-    The uint8 array stored in an IDX file (optionally gzipped), checking the magic number, and the size its header
-    claims against the file (and the memory available) before the data is read; every failure is one `FileReadError`
-    line naming the file.
+    The magic number, and the size the header claims against the file and the memory available, are checked
+    before the data is read; every failure is one `FileReadError` line naming the file.
     """
     path = check_input_file(path, what)
     gz = path.suffix == ".gz"

@@ -355,8 +355,8 @@ class RoundSchedule:
     def index(self) -> torch.Tensor:
         """The train row id of every (client, flat position) of the round: long [m, steps * B].
 
-        The train row id of every (client, flat position). Padding (weight 0) repeats the epoch's last real
-        sample, as `batch` does; past the client's steps it is any valid row id.
+        Padding (weight 0) repeats the epoch's last real sample, as `batch` does; past the client's steps it is any
+        valid row id.
         """
         return self._grid[0]
 

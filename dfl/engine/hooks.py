@@ -72,8 +72,8 @@ def _label(obj: Any) -> str:
 class Hooks:
     """The listeners of one run: loggers, the target accuracy and callbacks.
 
-    The listeners of one run (built at set-up, before any training, on every process: a missing logger package or a
-    bad callback fails on every rank alike; only rank 0 calls them).
+    Built at set-up, before any training, on every process, so a missing logger package or a bad callback fails on
+    every rank alike; only rank 0 calls them.
     """
 
     def __init__(self, config: Config, callbacks: Sequence[Any] | None, comm, out_dir: str | Path | None):

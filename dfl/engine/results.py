@@ -53,9 +53,9 @@ def atomic_torch_save(path: Path, obj: Any) -> None:
 def read_torch_file(path: str | Path, what: str = "torch file") -> Any:
     """What `torch.save` wrote to `path`, loaded safely on the CPU.
 
-    What `torch.save` wrote to `path`, loaded on the CPU with `weights_only=True` (tensors and plain containers,
-    nothing executable). Any failure (missing, a directory, truncated, random bytes, a pickle naming a forbidden
-    global) is one `FileReadError` line naming the file, not torch's several-line text.
+    `weights_only=True`: tensors and plain containers, nothing executable. Any failure (missing, a directory,
+    truncated, random bytes, a pickle naming a forbidden global) is one `FileReadError` line naming the file, not
+    torch's several-line text.
     """
     path = check_input_file(path, what)
     if path.stat().st_size == 0:

@@ -57,8 +57,8 @@ def build_topology(config: Config, n: int, sizes: Sequence[int] | None = None):
 def build_data(config: Config) -> FederatedData:
     """The run's dataset, split among its clients.
 
-    The run's dataset split among `config.clients` clients by `config.partition` (Dirichlet partitions take `alpha`,
-    default 0.3: `dfl.data.run_partition_options`), seeded by `config.seed`.
+    `config.partition` deals it to `config.clients` clients, seeded by `config.seed` (Dirichlet partitions take
+    `alpha`, default 0.3: `dfl.data.run_partition_options`).
     """
     return FederatedData.build(
         config.dataset,

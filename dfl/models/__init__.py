@@ -1,7 +1,8 @@
 """Models for vectorized multi-client training, and the `MODELS` registry.
 
-Models for vectorized multi-client training (`functional_call` + `vmap` over a client axis; the built-in logreg,
-mlp and cnn1d also define `batched_forward`, every client's forward at once without vmap: `dfl.training.batched`).
+A model is trained for every client at once through `functional_call` + `vmap` over a client axis; the built-in
+logreg, mlp and cnn1d also define `batched_forward`, every client's forward at once without vmap
+(`dfl.training.batched`).
 
     model = build_model("cnn1d", (1, 40), 10, conv_impl="unfold")
 

@@ -42,9 +42,8 @@ class AdamState:
     def direction(self, g: torch.Tensor, y: torch.Tensor, rule, rows: slice | torch.Tensor) -> torch.Tensor:
         """One Adam/AdamW step of the clients `rows`: the direction d of y ← y − η d.
 
-        One Adam/AdamW step of the clients `rows` (a slice: views updated in place; an index tensor: gathered
-        and written back) at parameters y with gradient g: updates their state and returns d, the step being y ←
-        y − η d.
+        `rows` is a slice (its views are updated in place) or an index tensor (gathered and written back); y are the
+        parameters and g their gradient. The clients' moments are updated as a side effect.
         """
         if isinstance(rows, slice):
             return adam_direction(g, y, rule, self.exp_avg[rows], self.exp_avg_sq[rows], self.step[rows])

@@ -115,9 +115,9 @@ def available_bytes(device: torch.device) -> int:
 def release_free_heap() -> bool:
     """Hand the free pages of the kept heap back to the OS.
 
-    Hand the free pages of the heap `keep_freed_memory` keeps back to the OS (glibc `malloc_trim(0)`, which also
-    releases whole free pages inside the heap, not only at its top). Returns whether it ran: not without the kept
-    heap (glibc's defaults already unmap large blocks and trim the top) nor off glibc.
+    The heap is the one `keep_freed_memory` keeps; glibc's `malloc_trim(0)` also releases whole free pages inside it,
+    not only at its top. Returns whether it ran: not without the kept heap (glibc's defaults already unmap large
+    blocks and trim the top) nor off glibc.
     """
     if not _HEAP_KEPT:
         return False
