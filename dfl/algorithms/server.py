@@ -131,7 +131,8 @@ class ServerAlgorithm(Algorithm):
         """
         if self.threat is None:
             return self.aggregate(D, part.weights)
-        ids = np.asarray(self.ctx.comm.client_ids)[part.rows.cpu().numpy()]
+        clients = np.asarray(self.ctx.comm.client_ids)
+        ids = clients[part.mask[clients]]  # the participants of this process, in row order (as part.rows)
         out = server_updates(self.threat, D[part.rows], self.threat.byzantine[ids], part.weights[part.rows], t,
                              self.robust_center)
         if self.threat.aggregator == "centered-clipping":

@@ -155,6 +155,9 @@ class ByzantineGossip:
             raise ConfigError(f"byzantine / aggregator = {threat.aggregator}: a torchrun world of "
                               f"{inner.comm.world_size} processes is not supported (the attacker and the robust "
                               "rules read every client's row); run in one process")
+        if getattr(inner.topology, "stochastic", "doubly") == "column":
+            raise ConfigError("weights = column-stochastic (push-sum) is not modelled with Byzantine clients or a "
+                              "robust aggregator: use a row- or doubly stochastic scheme (e.g. metropolis)")
         self.inner, self.threat = inner, threat
         self.topology, self.comm = inner.topology, inner.comm
         device, dtype = start.device, start.dtype

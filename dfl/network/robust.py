@@ -47,7 +47,8 @@ class Neighbourhoods:
     """One gossip step's in-neighbourhoods as a padded table (module docstring), on the run's device.
 
     `index` [m, K] client ids (slot 0 = the receiver; padding repeats it), `weight` [m, K] the W_ij (0 on padding),
-    `valid` [m, K] bool, `count` [m] = k_i, and `most` = K (host int).
+    `valid` [m, K] bool, `count` [m] = k_i, `most` = K (host int), and `senders` [m, K] the host (numpy) copy of
+    `index` with -1 on padding (what host-side counts read, so they need no copy back from the device).
     """
 
     index: torch.Tensor
@@ -55,6 +56,7 @@ class Neighbourhoods:
     valid: torch.Tensor
     count: torch.Tensor
     most: int
+    senders: np.ndarray
 
     @classmethod
     def of(cls, W, dtype: torch.dtype, device: torch.device) -> Neighbourhoods:
@@ -75,12 +77,13 @@ class Neighbourhoods:
         weight[rows[other], slot] = W.data[other]
         valid = np.arange(K)[None, :] < count[:, None]
         return cls(torch.as_tensor(index, device=device), torch.as_tensor(weight, dtype=dtype, device=device),
-                   torch.as_tensor(valid, device=device), torch.as_tensor(count, device=device), K)
+                   torch.as_tensor(valid, device=device), torch.as_tensor(count, device=device), K,
+                   np.where(valid, index, -1))
 
     def byzantine_inputs(self, byzantine: np.ndarray) -> int:
-        """The most Byzantine in-neighbours any honest receiver has (the default b of `trim`)."""
-        index, valid = self.index.cpu().numpy(), self.valid.cpu().numpy()
-        bad = (byzantine[index] & valid)[:, 1:].sum(axis=1)
+        """The most Byzantine in-neighbours any honest receiver has (the default b of `trim`; host arrays only)."""
+        valid = self.senders >= 0
+        bad = (byzantine[np.maximum(self.senders, 0)] & valid)[:, 1:].sum(axis=1)
         honest = ~byzantine
         return int(bad[honest].max()) if honest.any() else 0
 
@@ -120,7 +123,7 @@ def coordinatewise(G: torch.Tensor, count: torch.Tensor, rule: str, b: torch.Ten
         return (torch.gather(S, 0, lo) + torch.gather(S, 0, hi)).squeeze(0) / 2
     position = torch.arange(S.shape[0], device=S.device).view(-1, 1, 1)
     keep = (position >= b.view(1, -1, 1)) & (position < (count - b).view(1, -1, 1))
-    total = torch.where(keep, S, torch.zeros((), dtype=S.dtype, device=S.device)).sum(dim=0)
+    total = S.masked_fill_(~keep, 0.0).sum(dim=0)  # S is msort's own copy
     return total / (count - 2 * b).to(S.dtype).view(-1, 1)
 
 
@@ -131,12 +134,11 @@ def robust_step(M: torch.Tensor, hood: Neighbourhoods, rule: str, b: int, rows: 
     receiver with k_i <= 2b trims b_i = ⌊(k_i − 1)/2⌋ (what it can: an isolated one keeps its model).
     """
     out = torch.empty_like(M)
-    inf = torch.tensor(float("inf"), dtype=M.dtype, device=M.device)
     trims = torch.minimum(torch.full_like(hood.count, b), (hood.count - 1) // 2)
     for a in range(0, M.shape[0], rows):
         s = slice(a, min(a + rows, M.shape[0]))
         G = M[hood.index[s].T]  # [K, r, d]
-        G = torch.where(hood.valid[s].T.unsqueeze(-1), G, inf)
+        G = G.masked_fill_(~hood.valid[s].T.unsqueeze(-1), float("inf"))  # G is the gather's own copy
         out[s] = coordinatewise(G, hood.count[s], rule, trims[s])
     return out
 
@@ -157,7 +159,7 @@ def clipped_weights(dist: torch.Tensor, hood: Neighbourhoods, tau: float | None,
     τ_i = `tau`, or (None) the (b+1)-th largest neighbour distance of receiver i (0 with at most b neighbours).
     """
     if tau is None:
-        ranked = torch.where(hood.valid[:, 1:], dist[:, 1:], torch.tensor(-1.0, dtype=dist.dtype, device=dist.device))
+        ranked = dist[:, 1:].masked_fill(~hood.valid[:, 1:], -1.0)
         ranked = torch.sort(ranked, dim=1, descending=True).values
         radius = ranked[:, b].clamp_min(0) if b < ranked.shape[1] else torch.zeros_like(dist[:, 0])
     else:
