@@ -283,6 +283,17 @@ def test_resume_continues_bit_for_bit(tmp_path, attack):
         [{k: v for k, v in r.items() if not k.startswith(drop)} for r in resumed]
 
 
+def test_server_resume_keeps_the_centered_clipping_state(tmp_path):
+    config = Config(**dict(RUN, clients=8, rounds=4, eval_every=1), algorithm="fedavgsm", byzantine=2,
+                    attack="sign-flip", aggregator="centered-clipping", clip_radius=0.5, participation=0.75)
+    straight = dfl.run(config, out=tmp_path / "a").history
+    dfl.run(Config(**{**config.to_dict(), "rounds": 2}), out=tmp_path / "b")
+    resumed = dfl.run(config, out=tmp_path / "b", resume=True).history
+    drop = ("seconds", "time", "wall")
+    assert [{k: v for k, v in r.items() if not k.startswith(drop)} for r in straight] == \
+        [{k: v for k, v in r.items() if not k.startswith(drop)} for r in resumed]
+
+
 # ------------------------------------------------------------------------------------------------ refusals
 REFUSALS = [
     (dict(byzantine=2), "needs attack"),
@@ -305,6 +316,7 @@ REFUSALS = [
     (dict(byzantine=2, attack="ipm", weights="column-stochastic", topology="exponential"), "push-sum"),
     (dict(byzantine=2, attack="ipm", algorithm="fedavg", aggregator="median", aggregation="size"), "aggregation ="),
     (dict(byzantine=9, attack="alie", clients=16), "z_max"),
+    (dict(byzantine=3, attack="ipm", algorithm="fedavg", aggregator="krum", clients=8), "krum with 3 Byzantine"),
 ]
 
 

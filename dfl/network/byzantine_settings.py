@@ -131,6 +131,24 @@ def _check_combinations(config, centralized: bool, accepts: bool) -> None:
     if config.weights == "column-stochastic":
         raise ConfigError(f"weights = column-stochastic (push-sum) is not modelled with {what}: use a row- or "
                           "doubly stochastic scheme (e.g. metropolis)")
+    if centralized and config.aggregator == "krum":
+        _check_krum(config)
     if centralized and config.aggregator != "mean" and config.aggregation == "size":
         raise ConfigError(f"aggregation = size weighs the clients by their data, but aggregator = {config.aggregator} "
                           "is unweighted; use aggregation = uniform")
+
+
+def _check_krum(config) -> None:
+    """Krum needs n > 2f + 2 participants (Blanchard et al.): checked here where the round's n is fixed.
+
+    That is with uniform participation (round(f·N), at least 1); Bernoulli rounds are checked as they come.
+    """
+    fraction = 1.0 if config.participation is None else config.participation
+    if (config.participation_mode or "uniform") != "uniform":
+        return
+    n = max(1, math.floor(fraction * config.clients + 0.5))
+    f = config.trim if config.trim is not None else byzantine_count(config.byzantine, config.clients)
+    if n <= 2 * f + 2:
+        raise ConfigError(f"aggregator = krum with {f} Byzantine inputs (trim, or byzantine) needs more than 2·{f} + 2 "
+                          f"= {2 * f + 2} participants per round (Blanchard et al.), got {n}; use fewer Byzantine "
+                          "clients, more participants or another aggregator")

@@ -19,7 +19,8 @@ padded [m, K] table (K = max_i k_i; slot 0 is i itself, padding masked), process
 - median: per coordinate, the median of the k_i values (the mean of the two middle ones when k_i is even).
 
 Server (`server_aggregate`), over the participants' updates Δ_1 … Δ_n (unweighted):
-- median and trimmed-mean: as above, coordinate-wise over the n updates (Yin et al., ICML 2018);
+- median and trimmed-mean: as above, coordinate-wise over the n updates (Yin et al., ICML 2018); a round with
+  n <= 2b participants trims ⌊(n − 1)/2⌋;
 - krum (Blanchard et al., NeurIPS 2017): the Δ_i with the smallest score Σ_{j ∈ n−f−2 nearest of i} ‖Δ_i − Δ_j‖²,
   f = b; needs n > 2f + 2;
 - centered-clipping (Karimireddy, He & Jaggi, ICML 2021, eq. (2), one iteration): v ← v + (1/n) Σ_i CLIP(Δ_i − v, τ),
@@ -190,10 +191,7 @@ def server_aggregate(V: torch.Tensor, rule: str, b: int, tau: float | None = Non
     """
     n, d = V.shape
     if rule in ("median", "trimmed-mean"):
-        if rule == "trimmed-mean" and n <= 2 * b:
-            raise ConfigError(f"aggregator = trimmed-mean with trim = {b} needs more than {2 * b} participants in a "
-                              f"round, got {n}; lower trim or raise participation")
-        count, trim = torch.full((1,), n, device=V.device), torch.full((1,), b, device=V.device)
+        count, trim = torch.full((1,), n, device=V.device), torch.full((1,), min(b, (n - 1) // 2), device=V.device)
         columns = max(1, BLOCK_BYTES.get(V.device.type, BLOCK_BYTES["cpu"]) // (SORT_COPIES * n * V.element_size()))
         return torch.cat([coordinatewise(V[:, c:c + columns].unsqueeze(1), count, rule, trim).squeeze(0)
                           for c in range(0, d, columns)])
