@@ -446,7 +446,7 @@ def _evaluate(model, layout, X, mean, comm, x, y, train_sub: Pair | None, client
         )
     accs = comm.gather_rows(client_accuracies(model, layout, X, *client_test, config.eval_batch_size, chunk,
                                               min_per_client=config.batch_size))
-    accs = accs.double() if honest is None else accs.double()[honest]
+    accs = accs.double() if honest is None else accs.double()[honest.to(accs.device)]
     if honest is not None:
         record["honest_clients"] = int(honest.sum())
     record.update(
@@ -460,7 +460,8 @@ def _evaluate(model, layout, X, mean, comm, x, y, train_sub: Pair | None, client
         personal, global_ = local_accuracies(model, layout, X, mean, *local_test, config.eval_batch_size, chunk,
                                              min_per_client=config.batch_size)
         for name, values in (("personal_acc", personal), ("global_acc", global_)):
-            values = comm.gather_rows(values) if honest is None else comm.gather_rows(values)[honest]
+            values = comm.gather_rows(values)
+            values = values if honest is None else values[honest.to(values.device)]
             record.update({f"{name}_mean": float(values.mean()), f"{name}_std": float(values.std(unbiased=False)),
                            f"{name}_min": float(values.min())})
     if comm.is_main:
