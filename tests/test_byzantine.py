@@ -218,10 +218,15 @@ def test_server_mean_under_sign_flip_is_the_weighted_mean_of_the_messages():
     assert torch.allclose(server_updates(t, V, bad, w, 0, torch.zeros(3, dtype=torch.float64)), w @ expected)
 
 
-def test_a_neighbourhood_that_cannot_fit_is_refused(monkeypatch):
+def test_a_neighbourhood_that_cannot_fit_is_refused_before_the_first_round(monkeypatch):
     monkeypatch.setattr(robust, "free_bytes", lambda device: 1000)
     with pytest.raises(ConfigError, match="aggregator = median on topology = full"):
         robust.block_rows(100, 1000, 4, CPU, "aggregator = median on topology = full (100 clients)")
+    trained = []
+    monkeypatch.setattr("dfl.training.local.LocalTrainer.train", lambda *a, **k: trained.append(1))
+    with pytest.raises(ConfigError, match=r"aggregator = median on topology = full \(8 clients\): one receiver's "):
+        dfl.run(Config(topology="full", clients=8, rounds=1, aggregator="median", progress=False))
+    assert not trained
 
 
 # ------------------------------------------------------------------------------------------------ runs

@@ -51,7 +51,7 @@ def byzantine_count(value: Any, clients: int) -> int:
         return int(value)
     count = math.floor(value * clients + 0.5)
     if count == 0:
-        raise ConfigError(f"byzantine = {value} of {clients} clients rounds to no Byzantine client; use a fraction >= "
+        raise ConfigError(f"byzantine = {value:g} of {clients} clients rounds to no Byzantine client; use a fraction >= "
                           f"{0.5 / clients:.3g} or a count >= 1")
     return count
 
@@ -79,7 +79,7 @@ def check_config(config, centralized: bool, accepts: bool) -> None:
     """
     count = byzantine_count(config.byzantine, config.clients)
     if count >= config.clients:
-        raise ConfigError(f"byzantine = {config.byzantine} leaves no honest client among clients = {config.clients}; "
+        raise ConfigError(f"byzantine = {config.byzantine:g} leaves no honest client among clients = {config.clients}; "
                           "use fewer")
     if count == 0:
         for name in ("attack", "attack_scale"):
@@ -87,7 +87,7 @@ def check_config(config, centralized: bool, accepts: bool) -> None:
                 raise ConfigError(f"{name} = {getattr(config, name)!r} applies to Byzantine clients, but byzantine = "
                                   "0; set byzantine (a count or a fraction of the clients), or unset it")
     elif config.attack is None:
-        raise ConfigError(f"byzantine = {config.byzantine} needs attack: one of sign-flip, gaussian, alie, ipm")
+        raise ConfigError(f"byzantine = {config.byzantine:g} needs attack: one of sign-flip, gaussian, alie, ipm")
     elif config.attack == "alie" and config.attack_scale is None:
         alie_z(config.clients, count)
     _check_aggregator(config, centralized)
@@ -120,7 +120,7 @@ def _check_aggregator(config, centralized: bool) -> None:
 
 def _check_combinations(config, centralized: bool, accepts: bool) -> None:
     """What Byzantine clients or a robust aggregator cannot run with (module docstring)."""
-    what = f"byzantine = {config.byzantine}" if config.byzantine else f"aggregator = {config.aggregator}"
+    what = f"byzantine = {config.byzantine:g}" if config.byzantine else f"aggregator = {config.aggregator}"
     if not accepts:
         raise ConfigError(f"algorithm: {what} runs with dpsgd, dfedavg, dfedavgm, dfedsam, dfedsam-mgs, fedavg, "
                           f"fedsam, fedavgsm (they share only their models), not {config.algorithm!r}")
