@@ -51,8 +51,8 @@ def byzantine_count(value: Any, clients: int) -> int:
         return int(value)
     count = math.floor(value * clients + 0.5)
     if count == 0:
-        raise ConfigError(f"byzantine = {value:g} of {clients} clients rounds to no Byzantine client; use a fraction >= "
-                          f"{0.5 / clients:.3g} or a count >= 1")
+        raise ConfigError(f"byzantine = {value:g} of {clients} clients rounds to no Byzantine client; use a fraction "
+                          f">= {0.5 / clients:.3g} or a count >= 1")
     return count
 
 
