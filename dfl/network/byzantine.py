@@ -15,7 +15,7 @@ deviation (n_H − 1 in the denominator) of the honest messages of the step:
   previous gossip, y: the model it trained; at the server −s Δ_b). Bit/sign flipping as in He, Karimireddy & Jaggi
   2022 and Karimireddy et al. 2021, taken on the update so that s = 1 sends the opposite step;
 - gaussian: z_b = x_b^start + s ξ, ξ ~ N(0, I) drawn per step and client from the seed: the update replaced by Gaussian
-  noise, as the Gaussian Byzantine of Blanchard et al. (NeurIPS 2017, §5) replaces the gradient (s = 1 by default);
+  noise, as the Gaussian Byzantine of Blanchard et al. (NeurIPS 2017) replaces the gradient (s = 1 by default);
 - alie: z_b = μ_H − z σ_H (Baruch, Baruch & Goldberg, "A Little Is Enough", NeurIPS 2019), z = s or, unset, their
   z_max = Φ⁻¹((n − f − s')/(n − f)) with s' = ⌊n/2 + 1⌋ − f (`dfl.network.byzantine_settings.alie_z`; n clients, f
   Byzantine, over the whole population);

@@ -5,7 +5,7 @@ j ≠ i) and its own model x_i, the set N̄_i = N_i ∪ {i} of k_i = |N̄_i| vec
 padded [m, K] table (K = max_i k_i; slot 0 is i itself, padding masked), processed in blocks of receivers whose
 [K, rows, d] gathers stay under a byte budget, so memory does not grow with m·K·d.
 
-- clipped-gossip (He, Karimireddy & Jaggi, "Byzantine-robust decentralized learning via ClippedGossip", 2022, eq. (3)):
+- clipped-gossip (He, Karimireddy & Jaggi, "Byzantine-robust decentralized learning via ClippedGossip", 2022):
   x_i ← x_i + Σ_{j∈N_i} w_ij CLIP(z_j − x_i, τ_i), CLIP(v, τ) = v · min(1, τ/‖v‖). Since CLIP(v, τ) = c v with
   c = min(1, τ/‖v‖), this is x_i ← Σ_j w̃_ij z_j with w̃_ij = c_ij w_ij (j ≠ i) and w̃_ii = 1 − Σ_{j≠i} w̃_ij: a
   matmul with a rescaled W whose rows still sum to 1 (`clipped_weights`). τ_i = `clip_radius` when set, else
@@ -13,9 +13,10 @@ padded [m, K] table (K = max_i k_i; slot 0 is i itself, padding masked), process
   neighbours are clipped to it; b = 1 is the rule of the authors' code (epfml/byzantine-robust-decentralized-optimizer,
   `SelfCenteredClipping`: the second-largest distance). A receiver with at most b neighbours gets τ_i = 0 (keeps x_i).
   τ = ∞ is plain gossip.
-- trimmed-mean (BRIDGE-T, Yang & Bajwa, "ByRDiE"/"BRIDGE", 2019): per coordinate, the b largest and the b smallest of
-  the k_i values are dropped and the remaining k_i − 2b averaged (unweighted). A receiver with k_i <= 2b trims what it
-  can, b_i = ⌊(k_i − 1)/2⌋ (with link faults an isolated client keeps its model).
+- trimmed-mean (BRIDGE-T: Yang & Bajwa, "BRIDGE: Byzantine-resilient decentralized gradient descent", 2019): per
+  coordinate, the b largest and the b smallest of the k_i values are dropped and the remaining k_i − 2b averaged
+  (unweighted). A receiver with k_i <= 2b trims what it can, b_i = ⌊(k_i − 1)/2⌋ (with link faults an isolated
+  client keeps its model).
 - median: per coordinate, the median of the k_i values (the mean of the two middle ones when k_i is even).
 
 Server (`server_aggregate`), over the participants' updates Δ_1 … Δ_n (unweighted):
@@ -23,8 +24,9 @@ Server (`server_aggregate`), over the participants' updates Δ_1 … Δ_n (unwei
   n <= 2b participants trims ⌊(n − 1)/2⌋;
 - krum (Blanchard et al., NeurIPS 2017): the Δ_i with the smallest score Σ_{j ∈ n−f−2 nearest of i} ‖Δ_i − Δ_j‖²,
   f = b; needs n > 2f + 2;
-- centered-clipping (Karimireddy, He & Jaggi, ICML 2021, eq. (2), one iteration): v ← v + (1/n) Σ_i CLIP(Δ_i − v, τ),
-  v the previous round's aggregate (0 at first), τ = `clip_radius`.
+- centered-clipping (Karimireddy, He & Jaggi, "Learning from history for Byzantine robust optimization", ICML 2021;
+  one iteration): v ← v + (1/n) Σ_i CLIP(Δ_i − v, τ), v the previous round's aggregate (0 at first),
+  τ = `clip_radius`.
 """
 
 from __future__ import annotations
