@@ -74,6 +74,9 @@ DEVICES = ("auto", "cpu", "cuda")
 # how the server weighs them.
 PARTICIPATION_MODES = ("uniform", "bernoulli")
 AGGREGATIONS = ("uniform", "size")
+# Byzantine clients (dfl.network.byzantine): what they send, and the robust rules that combine what is received
+BYZANTINE_ATTACKS = ("sign-flip", "gaussian", "alie", "ipm")
+ROBUST_AGGREGATORS = ("mean", "clipped-gossip", "trimmed-mean", "median", "krum", "centered-clipping")
 
 
 def option(default: Any = MISSING, help: str = "", *, factory: Any = None, choices: tuple[str, ...] | None = None,
@@ -153,7 +156,8 @@ class Option:
 SECTIONS = (
     ("Experiment", "name"), ("Algorithm", "algorithm"), ("Centralized algorithms", "participation"),
     ("SAM radius schedule", "rho_schedule"), ("Topology", "topology"), ("Unreliable network", "link_failure"),
-    ("Compressed gossip", "compressor"), ("Asynchronous gossip", "mode"), ("Clients and data", "clients"),
+    ("Compressed gossip", "compressor"), ("Asynchronous gossip", "mode"), ("Byzantine clients", "byzantine"),
+    ("Clients and data", "clients"),
     ("Model", "model"), ("Local training", "lr"), ("Evaluation and output", "eval_every"),
     ("Live metrics and early stopping", "loggers"), ("Multi-process (torchrun)", "backend"),
 )
@@ -277,6 +281,21 @@ class Config:
         "message at a time; 0 = unlimited")
     max_staleness: int = option(-1, "async: a client mixes neighbour models at most this many updates behind its own, "
         "waiting otherwise; -1 = unbounded")
+    # Byzantine clients and robust aggregation (dfl.network.byzantine, dfl.network.robust; checks in
+    # dfl.network.byzantine_settings)
+    byzantine: float = option(0.0, "Byzantine clients: a count >= 1 or a fraction in (0, 1) of the clients, chosen "
+        "from the seed; they send attack messages and are left out of every metric; 0 = none", interval="[0, inf)")
+    attack: str | None = option(None, "what the Byzantine clients send (needed when byzantine > 0): sign-flip, "
+        "gaussian, alie or ipm", choices=BYZANTINE_ATTACKS)
+    attack_scale: float | None = option(None, "the attack's strength: sign-flip s (unset = 1), gaussian std (unset = "
+        "1), alie z (unset = Baruch et al.'s z_max), ipm epsilon (unset = 0.1)", interval="(0, inf)")
+    aggregator: str = option("mean", "how a client (decentralized) or the server (centralized) combines the models it "
+        "receives: mean, clipped-gossip, trimmed-mean, median, krum, centered-clipping", choices=ROBUST_AGGREGATORS)
+    trim: int | None = option(None, "b of trimmed-mean (drops the b largest and b smallest per coordinate), krum "
+        "(assumes b Byzantine inputs) and adaptive clipped-gossip (clips the b farthest neighbours); unset = the most "
+        "Byzantine inputs a receiver has", interval="[0, inf)")
+    clip_radius: float | None = option(None, "tau of clipped-gossip (unset = adaptive) and centered-clipping (needed)",
+        interval="(0, inf)")
     # clients and data
     clients: int = option(16, "number of clients", interval="[1, inf)")
     dataset: str = option("mnist1d", "mnist1d, digits, synthetic, cifar10, cifar100, mnist, fashion-mnist, or a "

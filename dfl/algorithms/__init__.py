@@ -42,7 +42,8 @@ __getattr__ = submodules(__name__, {
 
 __all__ = [
     "ALGORITHMS", "HYPERPARAMETERS", "Algorithm", "AlgorithmCard", "Context", "LocalResult", "LocalRule",
-    "RoundStats", "ServerAlgorithm", "algorithm_class", "check_config", "is_centralized", "mixes_by_push_sum",
+    "RoundStats", "ServerAlgorithm", "accepts_byzantine", "algorithm_class", "check_config", "is_centralized",
+    "mixes_by_push_sum",
     "option_defaults",
     "register", "resolve_hyperparameters",
 ]
@@ -69,6 +70,14 @@ def mixes_by_push_sum(name: str) -> bool:
     by push-sum (read from its card: imports nothing).
     """
     return bool(getattr(ALGORITHMS.card(name, "algorithm"), "push_sum", False))
+
+
+def accepts_byzantine(name: str) -> bool:
+    """Whether algorithm `name` runs with Byzantine clients and robust aggregators (its card's `byzantine`).
+
+    Such an algorithm shares only its models (`dfl.network.byzantine_settings`); read from its card, importing nothing.
+    """
+    return bool(getattr(ALGORITHMS.card(name, "algorithm"), "byzantine", False))
 
 
 def resolve_hyperparameters(config, warn: bool = True) -> tuple[dict, list[str]]:

@@ -297,6 +297,10 @@ class Algorithm(ABC):
     # Whether the rounds gossip through `self.mix`, which carries push-sum's weights: such an algorithm also runs on
     # a column-stochastic W (directed graphs), with the weights and the ratio x/y of `mix`. The others refuse one.
     push_sum: ClassVar[bool] = False
+    # Whether the algorithm runs with Byzantine clients and robust aggregation (`dfl.network.byzantine`): it shares only
+    # its models (no tracker, control variate or server state built from the clients' messages). Subclasses that
+    # change what is shared set it back to False.
+    byzantine: ClassVar[bool] = False
 
     def __init__(self, ctx: Context, X: torch.Tensor):
         self.ctx = ctx

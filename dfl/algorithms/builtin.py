@@ -40,6 +40,7 @@ class AlgorithmCard:
     local_optimizers: tuple[str, ...] = SGD
     check: Callable[[dict[str, Any]], None] | None = field(default=None, compare=False)
     push_sum: bool = False  # gossips through `Algorithm.mix`: runs on a column-stochastic W (push-sum)
+    byzantine: bool = False  # shares only its models: runs with Byzantine clients and robust aggregators
 
     def check_hyperparameters(self, hp: dict[str, Any]) -> None:
         """Run the algorithm's own check of its resolved hyperparameters.
@@ -57,8 +58,8 @@ def check_kgt(hp: dict[str, Any]) -> None:
         raise ValueError(f"algorithm_options.outer_lr (K-GT's eta_s) must be > 0, got {hp['outer_lr']}")
 
 
-def _central(hp: dict[str, Any], local_optimizers: tuple[str, ...] = SGD) -> AlgorithmCard:
-    return AlgorithmCard({**SERVER, **hp}, True, local_optimizers)
+def _central(hp: dict[str, Any], local_optimizers: tuple[str, ...] = SGD, byzantine: bool = False) -> AlgorithmCard:
+    return AlgorithmCard({**SERVER, **hp}, True, local_optimizers, byzantine=byzantine)
 
 
 _FEDAVG = {"server_lr": 1.0}
@@ -70,25 +71,27 @@ _TRACKING = {"rho_schedule": "constant", "rho_ramp_rounds": 0, **SAM_VARIANT}  #
 
 # name -> ("module:Class", card), in the order `dfl list algorithms` shows them
 BUILTINS: dict[str, tuple[str, AlgorithmCard]] = {
-    "dpsgd": ("dfl.algorithms.dpsgd:DPSGD", AlgorithmCard({}, False, ADAPTIVE)),
-    "dfedavg": ("dfl.algorithms.dfedavg:DFedAvg", AlgorithmCard({}, False, ADAPTIVE, push_sum=True)),
-    "dfedavgm": ("dfl.algorithms.dfedavg:DFedAvgM", AlgorithmCard({"momentum": 0.9}, False, SGD, push_sum=True)),
+    "dpsgd": ("dfl.algorithms.dpsgd:DPSGD", AlgorithmCard({}, False, ADAPTIVE, byzantine=True)),
+    "dfedavg": ("dfl.algorithms.dfedavg:DFedAvg", AlgorithmCard({}, False, ADAPTIVE, push_sum=True, byzantine=True)),
+    "dfedavgm": ("dfl.algorithms.dfedavg:DFedAvgM",
+                 AlgorithmCard({"momentum": 0.9}, False, SGD, push_sum=True, byzantine=True)),
     "dfedsam": ("dfl.algorithms.dfedsam:DFedSAM",
-                AlgorithmCard({**_sam(0.01), "momentum": 0.9}, False, ADAPTIVE, push_sum=True)),
+                AlgorithmCard({**_sam(0.01), "momentum": 0.9}, False, ADAPTIVE, push_sum=True, byzantine=True)),
     "dfedsam-mgs": ("dfl.algorithms.dfedsam:DFedSAMMGS",
                     AlgorithmCard({**_sam(0.01), "momentum": 0.9, "gossip_steps": 4}, False, ADAPTIVE,
-                                  push_sum=True)),
+                                  push_sum=True, byzantine=True)),
     "dsgt": ("dfl.algorithms.dsgt:DSGT", AlgorithmCard({"rho": 0.0, **_TRACKING})),
     "dsgt-sam": ("dfl.algorithms.dsgt:DSGTSAM", AlgorithmCard({"rho": 0.01, **_TRACKING})),
     "kgt": ("dfl.algorithms.kgt:KGT", AlgorithmCard({"rho": 0.0, **_TRACKING, "outer_lr": 1.0}, check=check_kgt)),
     "kgt-sam": ("dfl.algorithms.kgt:KGTSAM",
                 AlgorithmCard({"rho": 0.01, **_TRACKING, "outer_lr": 1.0}, check=check_kgt)),
-    "fedavg": ("dfl.algorithms.fedavg:FedAvg", _central(_FEDAVG, ADAPTIVE)),
-    "fedsam": ("dfl.algorithms.fedavg:FedSAM", _central({**_FEDAVG, **_sam(0.1)}, ADAPTIVE)),
+    "fedavg": ("dfl.algorithms.fedavg:FedAvg", _central(_FEDAVG, ADAPTIVE, byzantine=True)),
+    "fedsam": ("dfl.algorithms.fedavg:FedSAM", _central({**_FEDAVG, **_sam(0.1)}, ADAPTIVE, byzantine=True)),
     "mofedsam": ("dfl.algorithms.fedcm:MoFedSAM", _central({**_FEDCM, **_sam(0.1)})),
     "fedcm": ("dfl.algorithms.fedcm:FedCM", _central(_FEDCM)),
     "scaffold": ("dfl.algorithms.scaffold:Scaffold", _central(_FEDAVG)),
-    "fedavgsm": ("dfl.algorithms.fedavg:FedAvgSM", _central({**_FEDAVG, "server_momentum": 0.9}, ADAPTIVE)),
+    "fedavgsm": ("dfl.algorithms.fedavg:FedAvgSM",
+                 _central({**_FEDAVG, "server_momentum": 0.9}, ADAPTIVE, byzantine=True)),
     "fedavglm": ("dfl.algorithms.momentum:FedAvgLM", _central(_LM)),
     "fedavglm-z": ("dfl.algorithms.momentum:FedAvgLMZ", _central(_LM)),
     "fedavgslm": ("dfl.algorithms.momentum:FedAvgSLM", _central(_SLM)),

@@ -32,6 +32,7 @@ class DFedAvg(Algorithm):
     hyperparameters: ClassVar[dict[str, Any]] = {}
     local_optimizers = ADAPTIVE
     push_sum = True  # gossips through `Algorithm.mix`: runs on column-stochastic W too
+    byzantine = True  # shares only its models: Byzantine clients and robust gossip apply (`dfl.network.byzantine`)
 
     @override
     def round(self, t: int) -> RoundStats:

@@ -45,6 +45,7 @@ class DFedSAMMGS(Algorithm):
     hyperparameters = {**SAM_DEFAULTS, "gossip_steps": 4}
     local_optimizers = ADAPTIVE
     push_sum = True  # gossips through `Algorithm.mix`: runs on column-stochastic W too
+    byzantine = True  # shares only its models: Byzantine clients and robust gossip apply (`dfl.network.byzantine`)
 
     def gossip_steps(self) -> int:
         """Q, the gossip steps after each round's local steps (the hyperparameter `gossip_steps`; DFedSAM: 1)."""

@@ -37,6 +37,7 @@ class DPSGD(Algorithm):
     name = "dpsgd"
     hyperparameters: ClassVar[dict[str, Any]] = {}
     local_optimizers = ADAPTIVE
+    byzantine = True  # shares only its models: Byzantine clients and robust gossip apply (`dfl.network.byzantine`)
 
     def __init__(self, ctx: Context, X: torch.Tensor):
         super().__init__(ctx, X)

@@ -33,6 +33,7 @@ class FedAvg(ServerAlgorithm):
     name = "fedavg"
     hyperparameters = {**SERVER_DEFAULTS, "server_lr": 1.0}
     local_optimizers = ADAPTIVE  # subclasses whose rule is written in SGD steps set ("sgd",)
+    byzantine = True  # the server aggregates only model updates (`ServerAlgorithm.aggregate_updates`)
 
     def local(self, t: int, part):
         """K local steps from the global model x_t for the round's participants.
@@ -50,7 +51,7 @@ class FedAvg(ServerAlgorithm):
             return self.skipped()
         local = self.local(t, part)
         # Δ_i = y_{i,K} − x_t in place: Y is this round's own copy (no second [m, d] stack)
-        self.server_step(self.aggregate(local.Y.sub_(self.x), part.weights))  # Σ_S p_i Δ_i
+        self.server_step(self.aggregate_updates(local.Y.sub_(self.x), part, t))  # Σ_S p_i Δ_i, or a robust rule
         return self.stats(local.loss, part)
 
     def server_step(self, delta: torch.Tensor) -> None:

@@ -39,6 +39,7 @@ class FedCM(FedAvg):
     hyperparameters = {**FedAvg.hyperparameters, "fedcm_alpha": 0.1}
     downlink = 2  # x_t and Δ_t
     local_optimizers = ("sgd",)  # Δ_t is normalized by η K: SGD steps
+    byzantine = False  # the server's momentum Δ_t is sent to the clients: refused with Byzantine clients
 
     def __init__(self, ctx: Context, X: torch.Tensor):
         super().__init__(ctx, X)

@@ -43,6 +43,7 @@ class MimeLite(FedAvg):
     hyperparameters = {**FedAvg.hyperparameters, "server_momentum": 0.9}
     uplink = downlink = 2
     local_optimizers = ("sgd",)  # the server momentum replaces local optimizer state
+    byzantine = False  # full-batch gradients feed the server momentum: refused with Byzantine clients
 
     def __init__(self, ctx, X):
         super().__init__(ctx, X)

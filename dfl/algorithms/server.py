@@ -32,6 +32,7 @@ from typing_extensions import override
 from dfl.algorithms.base import Algorithm, Context, RoundStats
 from dfl.config import PARTICIPATION_MODES
 from dfl.errors import ConfigError
+from dfl.network.byzantine import Threat, server_updates
 
 # Hyperparameters every centralized algorithm reads, with their defaults (full participation, mean).
 SERVER_DEFAULTS = {"participation": 1.0, "participation_mode": "uniform", "aggregation": "uniform"}
@@ -85,6 +86,17 @@ class ServerAlgorithm(Algorithm):
         self.sizes = sizes.numpy()
         share = sizes / sizes.sum() if self.hp["aggregation"] == "size" else torch.full_like(sizes, 1 / len(sizes))
         self.share = share[ids].to(device=X.device, dtype=X.dtype)  # q_i of the local clients
+        # Byzantine clients and a robust rule at the server (`aggregate_updates`); None: the weighted mean of today
+        self.threat: Threat | None = None
+        config = ctx.config
+        if config.byzantine or config.aggregator != "mean":
+            world = getattr(ctx.comm, "world_size", 1)
+            if world > 1:
+                raise ConfigError(f"byzantine / aggregator = {config.aggregator}: a torchrun world of "
+                                  f"{world} processes is not supported at the server (the attacker reads "
+                                  "every participant's update); run in one process")
+            self.threat = Threat.from_config(config, ctx.comm.num_clients)
+            self.robust_center = torch.zeros_like(self.x)  # centered-clipping's v: the previous aggregate
 
     # ------------------------------------------------------------------ sampling and aggregation
     def participants(self, t: int) -> Participation:
@@ -109,6 +121,23 @@ class ServerAlgorithm(Algorithm):
         """
         local = weights @ V if V.dim() == 2 else (weights * V).sum()
         return self.ctx.comm.sum(local.reshape(-1).double()).to(V.dtype).reshape(V.shape[1:])
+
+    def aggregate_updates(self, D: torch.Tensor, part: Participation, t: int) -> torch.Tensor:
+        """The server's aggregate [d] of the participants' model updates D ([m_local, d], rows off S_t unused).
+
+        Without Byzantine clients and with aggregator = mean: `aggregate(D, part.weights)`, Σ_S p_i Δ_i. Otherwise the
+        Byzantine participants' rows are replaced by their attack and the `aggregator` combines the participants
+        (`dfl.network.byzantine.server_updates`, `dfl.network.robust.server_aggregate`; one process).
+        """
+        if self.threat is None:
+            return self.aggregate(D, part.weights)
+        clients = np.asarray(self.ctx.comm.client_ids)
+        ids = clients[part.mask[clients]]  # the participants of this process, in row order (as part.rows)
+        out = server_updates(self.threat, D[part.rows], self.threat.byzantine[ids], part.weights[part.rows], t,
+                             self.robust_center)
+        if self.threat.aggregator == "centered-clipping":
+            self.robust_center = out
+        return out
 
     def pseudo_gradient(self, Y: torch.Tensor, steps: torch.Tensor, lr: float, part: Participation):
         """The normalized pseudo-gradient Σ_S p_i (x − y_i)/(η K_i) and the mean step count K̄ = Σ_S p_i K_i."""
@@ -144,4 +173,5 @@ class ServerAlgorithm(Algorithm):
 
     @override
     def state(self) -> dict[str, torch.Tensor]:
-        return {**super().state(), "x": self.x}
+        robust = {"robust_center": self.robust_center} if self.threat is not None else {}
+        return {**super().state(), "x": self.x, **robust}

@@ -37,11 +37,13 @@ from dfl.engine.setup import (
     train_subset,
 )
 from dfl.errors import DivergenceError
+from dfl.network.byzantine import Threat
 from dfl.training import memory
 from dfl.training.evaluate import (
     client_accuracies,
     consensus_distance,
     evaluate_row,
+    honest_mean,
     local_accuracies,
     nonfinite_clients,
     suspect_rows,
@@ -90,6 +92,7 @@ class Experiment:
         self.config, self.comm, self.data, self.device, self.hp = config, comm, data, device, hp
         self.model, self.layout, self.X0, self.trainer, self.network = model, layout, X0, trainer, network
         self.tf32 = config.precision == "tf32"  # TF32 matmuls while the rounds go (`status`)
+        self._prepare_threat()
         self._restore_progress(saved)
         self._open_run_directory(out, overwrite, resume)
         self.message_bytes = gossip.message_bytes(layout.dim, X0.element_size())  # a model, or compressed
@@ -97,6 +100,19 @@ class Experiment:
         self._prepare_evaluation()
         if saved is not None:  # last: the generators continue where the checkpointed run's were
             ckpt.set_rng_state(saved["rng"])
+
+    def _prepare_threat(self) -> None:
+        """The run's Byzantine clients, if any: every metric of the clients' models is then over the honest ones.
+
+        `self.honest` is the [m] bool mask of the honest clients (None without Byzantine clients: every metric as
+        before); `self.threat` (None without Byzantine clients or a robust aggregator) goes to summary.json.
+        """
+        config = self.config
+        robust = config.byzantine or config.aggregator != "mean"
+        self.threat = Threat.from_config(config, self.comm.num_clients) if robust else None
+        self.honest: torch.Tensor | None = None
+        if self.threat is not None and self.threat.byzantine.any():  # one process (multi-process runs are refused)
+            self.honest = torch.as_tensor(self.threat.honest, device=self.device)
 
     def _restore_progress(self, saved: dict[str, Any] | None) -> None:
         """The history and counters so far.
@@ -141,6 +157,8 @@ class Experiment:
             self.summary["resumed_from_round"] = self.start
         self.summary.update(self.hooks.summary_fields())
         self.summary.update(getattr(gossip, "describe", dict)())  # compressed gossip: compressor, ω, γ
+        if self.threat is not None:  # Byzantine clients, attack, aggregator
+            self.summary.update(self.threat.describe())
         if not self.run_dir:
             return
         self.run_dir.write_config(self.config.to_toml())
@@ -244,17 +262,17 @@ class Experiment:
 
     def evaluate(self, t: int, stats) -> dict[str, Any]:
         """The metrics record of round t (a collective: every process calls it)."""
-        config, comm, X = self.config, self.comm, self.algorithm.X
-        mean = comm.mean_rows(X)
+        config, comm, X, honest = self.config, self.comm, self.algorithm.X, self.honest
+        mean = comm.mean_rows(X) if honest is None else honest_mean(X, honest)  # x̄ of the honest clients
         metrics = _evaluate(self.model, self.layout, X, mean, comm, self.eval_x, self.eval_y, self.train_sub,
-                            self.client_test, config, self.chunk, self.local_test)
+                            self.client_test, config, self.chunk, self.local_test, honest)
         if self.hessian_due(t) and self.hessian_sub is not None:  # the sample exists when hessian_every > 0
             metrics["hessian_top_eig"] = _hessian(self.model, self.layout, mean, self.hessian_sub, config)
         bytes_round, moved_round = self._last_round
         record = {
             "round": t + 1,
             **metrics,
-            "train_loss": _mean_train_loss(stats, comm),
+            "train_loss": _mean_train_loss(stats, comm, honest),
             "bytes_sent": bytes_round,
             "bytes_sent_total": self.bytes_total,
             "bytes_per_client": bytes_round / self.data.num_clients,
@@ -404,8 +422,12 @@ def tf32_matmuls():
 
 
 def _evaluate(model, layout, X, mean, comm, x, y, train_sub: Pair | None, client_test: Pair, config, chunk: int,
-              local_test: LocalTest | None = None) -> dict[str, Any]:
+              local_test: LocalTest | None = None, honest: torch.Tensor | None = None) -> dict[str, Any]:
     """Metrics of the averaged model `mean` (= comm.mean_rows(X)) and of every client row of X.
+
+    With Byzantine clients (`honest`: the [m] bool mask of the honest ones, one process) every metric is over the
+    honest clients only, as the Byzantine-robustness literature reports it: `mean` is their average, the per-client
+    accuracies and the consensus distance theirs, and `honest_clients` says how many there are.
 
     With local test sets (`local_test_fraction`), personalized evaluation as the DisPFL / DFedSAM code bases report
     it: personal_acc = accuracy of client i's own model x_i on its own local test set, global_acc = accuracy of the
@@ -424,19 +446,22 @@ def _evaluate(model, layout, X, mean, comm, x, y, train_sub: Pair | None, client
         )
     accs = comm.gather_rows(client_accuracies(model, layout, X, *client_test, config.eval_batch_size, chunk,
                                               min_per_client=config.batch_size))
-    accs = accs.double()
+    accs = accs.double() if honest is None else accs.double()[honest.to(accs.device)]
+    if honest is not None:
+        record["honest_clients"] = int(honest.sum())
     record.update(
         client_acc_mean=float(accs.mean()),
         client_acc_std=float(accs.std(unbiased=False)),
         client_acc_min=float(accs.min()),
         client_acc_max=float(accs.max()),
-        consensus_distance=consensus_distance(X, comm),
+        consensus_distance=consensus_distance(X, comm, honest),
     )
     if local_test is not None:
         personal, global_ = local_accuracies(model, layout, X, mean, *local_test, config.eval_batch_size, chunk,
                                              min_per_client=config.batch_size)
         for name, values in (("personal_acc", personal), ("global_acc", global_)):
             values = comm.gather_rows(values)
+            values = values if honest is None else values[honest.to(values.device)]
             record.update({f"{name}_mean": float(values.mean()), f"{name}_std": float(values.std(unbiased=False)),
                            f"{name}_min": float(values.min())})
     if comm.is_main:
@@ -455,9 +480,10 @@ def _hessian(model, layout, mean, sample: Pair, config: Config) -> float:
                                   batch_size=config.eval_batch_size, seed=config.seed)
 
 
-def _mean_train_loss(stats, comm) -> float:
-    """Mean local training loss over the clients that trained this round (NaN if none did)."""
+def _mean_train_loss(stats, comm, honest: torch.Tensor | None = None) -> float:
+    """Mean local training loss over the (honest, with Byzantine clients) clients that trained (NaN if none did)."""
     trained = torch.ones_like(stats.train_loss, dtype=torch.bool) if stats.trained is None else stats.trained
+    trained = trained if honest is None else trained & honest
     local = torch.stack([(stats.train_loss * trained).sum(), trained.sum()]).double()
     total, count = comm.sum(local).tolist()
     return total / count if count else float("nan")

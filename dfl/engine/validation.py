@@ -15,6 +15,7 @@ from __future__ import annotations
 from dfl import algorithms, data, loggers, models, threads, topologies
 from dfl.config import Config
 from dfl.errors import ArgumentError, ConfigError
+from dfl.network import byzantine_settings
 from dfl.network import settings as network
 from topologies import limits
 
@@ -37,6 +38,7 @@ def validate(config: Config) -> Config:
     loggers.check_config(config)
     threads.check_config(config)  # "auto" or N >= 1 (dfl.threads: no torch, so the CLI checks it before torch loads)
     network.check_config(config, centralized)  # link faults, stragglers; compressed gossip; the asynchronous mode
+    byzantine_settings.check_config(config, centralized, algorithms.accepts_byzantine(config.algorithm))
     if config.mode == "async" and config.compressor != "none":
         raise ConfigError(f"compressor = {config.compressor} is not modelled in mode = async (CHOCO's public "
                           "copies need every neighbour to see every message in order); use mode = sync")

@@ -355,6 +355,9 @@ class Network:
                                 float(config.link_failure_burst), float(config.offline_burst))
             self.realised = self.topology = RealisedTopology(topology, faults, scheme, base)
         self.compressor, self.consensus_lr, self.seed = None, None, config.seed  # compressed gossip (dfl.network.choco)
+        # Byzantine clients or a robust aggregator on gossip (dfl.network.byzantine; the server's: ServerAlgorithm)
+        robust = config.byzantine or config.aggregator != "mean"
+        self.threat_config = config if robust and participants is None else None
         if config.compressor != "none":
             from dfl.network import choco, compression
 
@@ -379,12 +382,17 @@ class Network:
         """The run's gossip over this network: the one place it is built.
 
         With a compressor, CHOCO-GOSSIP (`dfl.network.choco`) wraps it, its public copies starting at `start` (the local
-        rows of X_0).
+        rows of X_0); with Byzantine clients or a robust aggregator, `dfl.network.byzantine.ByzantineGossip` does.
         """
         from dfl.network.choco import ChocoGossip
         from dfl.network.gossip import Gossip
 
         gossip = Gossip(self.topology, comm, dtype, device)
+        if self.threat_config is not None:  # validation refuses it with a compressor
+            from dfl.network.byzantine import ByzantineGossip, Threat
+
+            assert start is not None, "Byzantine gossip starts from X_0"
+            return ByzantineGossip(gossip, Threat.from_config(self.threat_config, self.topology.n), start)
         if self.compressor is None:
             return gossip
         faults = base = None

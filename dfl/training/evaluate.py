@@ -126,13 +126,29 @@ def row_blocks(X: torch.Tensor):
         yield slice(s, s + rows)
 
 
-def consensus_distance(X: torch.Tensor, comm) -> float:
-    """(1/m) Σ_i ‖x_i − x̄‖² over all clients of all processes (summed block by block in float64)."""
+def consensus_distance(X: torch.Tensor, comm, honest: torch.Tensor | None = None) -> float:
+    """(1/m) Σ_i ‖x_i − x̄‖² over all clients of all processes (summed block by block in float64).
+
+    With `honest` (the [m] bool mask of the honest clients, one process: `dfl.network.byzantine`), over them only:
+    (1/|H|) Σ_{i∈H} ‖x_i − x̄_H‖², x̄_H their mean.
+    """
+    if honest is not None:
+        mean = honest_mean(X, honest)
+        total = torch.zeros(1, dtype=torch.float64, device=X.device)
+        for rows in row_blocks(X):
+            total += (((X[rows] - mean) ** 2).sum(dim=1, dtype=torch.float64) * honest[rows]).sum()
+        return float(total) / int(honest.sum())
     mean = comm.mean_rows(X)
     local = torch.zeros(1, dtype=torch.float64, device=X.device)
     for rows in row_blocks(X):
         local += ((X[rows] - mean) ** 2).sum(dtype=torch.float64)
     return float(comm.sum(local)) / comm.num_clients
+
+
+def honest_mean(X: torch.Tensor, honest: torch.Tensor) -> torch.Tensor:
+    """x̄_H = (1/|H|) Σ_{i∈H} x_i: the mean of the rows `honest` ([m] bool) marks, in X's dtype (one matvec)."""
+    weights = honest.to(X.dtype)
+    return (weights @ X) / weights.sum()
 
 
 def suspect_rows(X: torch.Tensor) -> torch.Tensor:

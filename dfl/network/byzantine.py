@@ -1,0 +1,262 @@
+"""Byzantine clients: who they are, what they send, and gossip that aggregates robustly (`ByzantineGossip`).
+
+Threat model (as in the papers of each attack): a fixed set B of Byzantine clients, drawn once from the seed
+(`byzantine_clients`; `summary.json` records it). The attacker is omniscient: it knows every honest client's message
+of the current gossip step (or round, at a server) and colludes across B. A Byzantine client sends the same message to
+every neighbour it has in that step (it cannot send different messages to different receivers). It cannot change an
+honest client's state or the messages between honest clients. Between its messages it holds the mean of the honest
+models (its best view of the consensus) and trains from it on its own data like an honest client, so "its update" is
+an honest-looking local update.
+
+Attacks (each gossip step for the decentralized algorithms, on the models; each round at the server, on the updates
+Δ = y − x, where the "start" below is 0). s = `attack_scale`; μ_H and σ_H are the coordinate-wise mean and standard
+deviation (n_H − 1 in the denominator) of the honest messages of the step:
+- sign-flip: z_b = x_b^start − s (y_b − x_b^start), its local update reversed and scaled (x^start: its model after the
+  previous gossip, y: the model it trained; at the server −s Δ_b). Bit/sign flipping as in He, Karimireddy & Jaggi
+  2022 and Karimireddy et al. 2021, taken on the update so that s = 1 sends the opposite step;
+- gaussian: z_b = x_b^start + s ξ, ξ ~ N(0, I) drawn per step and client from the seed: the update replaced by Gaussian
+  noise, as the Gaussian Byzantine of Blanchard et al. (NeurIPS 2017) replaces the gradient (s = 1 by default);
+- alie: z_b = μ_H − z σ_H (Baruch, Baruch & Goldberg, "A Little Is Enough", NeurIPS 2019), z = s or, unset, their
+  z_max = Φ⁻¹((n − f − s')/(n − f)) with s' = ⌊n/2 + 1⌋ − f (`dfl.network.byzantine_settings.alie_z`; n clients, f
+  Byzantine, over the whole population);
+- ipm: z_b = −ε μ_H (Xie, Koyejo & Gupta, "Fall of Empires: inner product manipulation", UAI 2019; on models as in
+  He et al.'s decentralized adaptation), ε = s (unset 0.1, their decentralized default).
+All Byzantine clients send the same message for alie and ipm; sign-flip and gaussian are per client.
+
+Robust gossip (`ByzantineGossip.mix`): each step the Byzantine rows of the stack are replaced by their messages, each
+receiver combines its neighbourhood with `aggregator` (`dfl.network.robust`: mean = the topology's gossip itself,
+clipped-gossip, trimmed-mean, median), then the Byzantine rows are set to the new honest mean. A multi-process run is
+refused here: the attacker and the neighbourhood gathers read every client's row.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from dfl.errors import ConfigError
+from dfl.network import robust
+from dfl.network.byzantine_settings import DEFAULT_SCALE, alie_z, byzantine_count
+
+STREAM_CHOICE, STREAM_NOISE = 0x42595A, 0x4E4F4953  # seeds of the Byzantine set and of the gaussian attack's noise
+STATE_KEY = "byzantine_start"  # checkpoint key of x^start (sign-flip): `ByzantineGossip.client_state`
+
+
+def byzantine_clients(seed: int, clients: int, count: int) -> np.ndarray:
+    """The [clients] bool mask of the Byzantine set: `count` clients drawn without replacement from the seed alone."""
+    mask = np.zeros(clients, dtype=bool)
+    if count:
+        rng = np.random.default_rng(np.random.SeedSequence([seed, STREAM_CHOICE]))
+        mask[rng.choice(clients, size=count, replace=False)] = True
+    return mask
+
+
+@dataclass(frozen=True)
+class Threat:
+    """A run's Byzantine clients, their attack and the robust aggregator (module docstring)."""
+
+    byzantine: np.ndarray  # [m] bool
+    attack: str | None
+    scale: float | None  # resolved: the attack's strength (None without attack)
+    aggregator: str
+    trim: int | None  # None: the most Byzantine inputs a receiver has
+    clip_radius: float | None
+    seed: int
+
+    @classmethod
+    def from_config(cls, config, clients: int) -> Threat:
+        """The threat a (validated) config describes, for `clients` clients."""
+        count = byzantine_count(config.byzantine, clients)
+        scale = None
+        if count:
+            scale = config.attack_scale if config.attack_scale is not None else DEFAULT_SCALE[config.attack]
+            if scale is None:  # alie's z_max
+                scale = alie_z(clients, count)
+        return cls(byzantine_clients(config.seed, clients, count), config.attack if count else None, scale,
+                   config.aggregator, config.trim, config.clip_radius, int(config.seed))
+
+    @property
+    def active(self) -> bool:
+        """Whether anything differs from plain gossip / averaging (Byzantine clients, or a robust aggregator)."""
+        return bool(self.byzantine.any()) or self.aggregator != "mean"
+
+    @property
+    def honest(self) -> np.ndarray:
+        """The [m] bool mask of the honest clients."""
+        return ~self.byzantine
+
+    def describe(self) -> dict[str, Any]:
+        """summary.json's entries: the Byzantine clients, how many are honest, the attack and the aggregator."""
+        return {"byzantine_clients": np.flatnonzero(self.byzantine).tolist(), "honest_clients": int(self.honest.sum()),
+                "attack": self.attack, "attack_scale": self.scale, "aggregator": self.aggregator}
+
+    def noise(self, step: int, rows: int, d: int, like: torch.Tensor) -> torch.Tensor:
+        """ξ [rows, d] ~ N(0, I) of the gaussian attack at `step` (a gossip step, or a round at the server)."""
+        state = np.random.SeedSequence([self.seed, step, STREAM_NOISE]).generate_state(1, np.uint64)[0]
+        generator = torch.Generator(device=like.device).manual_seed(int(state >> np.uint64(1)))
+        return torch.randn((rows, d), generator=generator, dtype=like.dtype, device=like.device)
+
+    def forge(self, own: torch.Tensor, start: torch.Tensor | None, mean: torch.Tensor, std: torch.Tensor | None,
+              step: int) -> torch.Tensor:
+        """The Byzantine messages [b, d] (module docstring).
+
+        `own`: the Byzantine rows' current models (updates at the server); `start`: x^start (None = 0, at the
+        server); `mean`, `std`: μ_H and σ_H of the honest messages (std only for alie).
+        """
+        s = float(self.scale)  # type: ignore[arg-type]  # set whenever there is an attack
+        if self.attack == "sign-flip":
+            return -s * own if start is None else start - s * (own - start)
+        if self.attack == "gaussian":
+            noise = self.noise(step, own.shape[0], own.shape[1], own)
+            return s * noise if start is None else start + s * noise
+        if self.attack == "alie":
+            assert std is not None, "alie needs the honest standard deviation"
+            return (mean - s * std).expand_as(own).clone()
+        if self.attack == "ipm":
+            return (-s * mean).expand_as(own).clone()
+        raise ValueError(f"unknown attack {self.attack!r}")
+
+
+def honest_moments(X: torch.Tensor, honest: torch.Tensor, count: int,
+                   std: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """(μ_H, σ_H) of the rows of X that `honest` ([m] 0/1 in X's dtype) marks, block by block (no [m, d] copy).
+
+    σ_H divides by count − 1 (0 with one honest row); None unless `std`.
+    """
+    mean = (honest @ X) / count
+    if not std:
+        return mean, None
+    var = torch.zeros_like(mean)
+    for rows in robust_row_blocks(X):
+        var += honest[rows] @ (X[rows] - mean) ** 2
+    return mean, (var / max(count - 1, 1)).sqrt()
+
+
+def robust_row_blocks(X: torch.Tensor):
+    """Slices of X's rows whose [rows, d] temporaries stay under the CPU block budget."""
+    rows = max(1, robust.BLOCK_BYTES["cpu"] // max(1, X.shape[1] * X.element_size()))
+    for s in range(0, X.shape[0], rows):
+        yield slice(s, s + rows)
+
+
+class ByzantineGossip:
+    """Gossip with Byzantine clients and a robust aggregator over `inner` (a `dfl.network.gossip.Gossip`).
+
+    The `Mixer` of `ctx.gossip` (module docstring): `mix` replaces the Byzantine rows by their messages and
+    aggregates each step; `sends` and `message_bytes` are the inner gossip's (a Byzantine client sends one model-sized
+    message to each neighbour too). `start`: X_0, the Byzantine clients' first x^start.
+    """
+
+    def __init__(self, inner, threat: Threat, start: torch.Tensor):
+        if getattr(inner.comm, "world_size", 1) > 1:
+            raise ConfigError(f"byzantine / aggregator = {threat.aggregator}: a torchrun world of "
+                              f"{inner.comm.world_size} processes is not supported (the attacker and the robust "
+                              "rules read every client's row); run in one process")
+        if getattr(inner.topology, "stochastic", "doubly") == "column":
+            raise ConfigError("weights = column-stochastic (push-sum) is not modelled with Byzantine clients or a "
+                              "robust aggregator: use a row- or doubly stochastic scheme (e.g. metropolis)")
+        self.inner, self.threat = inner, threat
+        self.topology, self.comm = inner.topology, inner.comm
+        device, dtype = start.device, start.dtype
+        self.bad = torch.as_tensor(np.flatnonzero(threat.byzantine), device=device)
+        self.honest = torch.as_tensor(threat.honest, dtype=dtype, device=device)
+        self.honest_count = int(threat.honest.sum())
+        self.start = start[self.bad].clone() if threat.attack == "sign-flip" else None
+        self.dim = start.shape[1]
+        self._hoods: dict[int, tuple[robust.Neighbourhoods, int, int]] = {}
+        if threat.aggregator != "mean":
+            self.neighbourhoods(0, dtype, device)  # a neighbourhood too large to aggregate is refused before round 1
+
+    def neighbourhoods(self, step: int, dtype: torch.dtype, device: torch.device):
+        """(tables, b, receivers per block) of gossip step `step` (cached per distinct matrix)."""
+        static = not self.topology.is_time_varying or self.topology.period is not None
+        key = self.inner.step_key(step)
+        if static and key in self._hoods:
+            return self._hoods[key]
+        hood = robust.Neighbourhoods.of(self.topology.sparse(step), dtype, device)
+        b = self.threat.trim if self.threat.trim is not None else hood.byzantine_inputs(self.threat.byzantine)
+        what = f"aggregator = {self.threat.aggregator} on topology = {self.topology.name} ({self.topology.n} clients)"
+        coordinate = self.threat.aggregator in ("median", "trimmed-mean")
+        rows = robust.block_rows(hood.most if coordinate else 1, self.dim, torch.finfo(dtype).bits // 8, device, what)
+        entry = (hood, b, rows)
+        if static:
+            self._hoods[key] = entry
+        return entry
+
+    def step(self, M: torch.Tensor, s: int) -> torch.Tensor:
+        """One gossip step of the messages M with the run's aggregator."""
+        rule = self.threat.aggregator
+        if rule == "mean":
+            return self.inner.mix(M, s, 1)
+        hood, b, rows = self.neighbourhoods(s, M.dtype, M.device)
+        if rule == "clipped-gossip":
+            weight = robust.clipped_weights(robust.neighbour_distances(M, hood, rows), hood, self.threat.clip_radius, b)
+            return robust.weighted_step(M, hood, weight, rows)
+        return robust.robust_step(M, hood, rule, b, rows)
+
+    def mix(self, X: torch.Tensor, first_step: int, steps: int) -> torch.Tensor:
+        """Gossip steps first_step … first_step+steps−1 of the model stack X under attack (module docstring)."""
+        if X.shape[1] != self.dim:
+            raise RuntimeError(f"Byzantine gossip mixes the model stack ([m, {self.dim}]); got {tuple(X.shape)}")
+        attacked = self.threat.attack is not None
+        own = X[self.bad] if attacked else None
+        for s in range(first_step, first_step + steps):
+            M = X
+            if attacked:
+                assert own is not None
+                mean, std = honest_moments(X, self.honest, self.honest_count, self.threat.attack == "alie")
+                M = X.index_put((self.bad,), self.threat.forge(own, self.start, mean, std, s))
+            X = self.step(M, s)
+            if attacked:
+                X[self.bad] = ((self.honest @ X) / self.honest_count).to(X.dtype)
+        if self.start is not None:
+            self.start = X[self.bad].clone()
+        return X
+
+    def sends(self, first_step: int, steps: int) -> np.ndarray:
+        """Models each client sends over these steps (the inner gossip's count)."""
+        return self.inner.sends(first_step, steps)
+
+    def message_bytes(self, dim: int, itemsize: int) -> int:
+        """Bytes of one message: a model."""
+        return self.inner.message_bytes(dim, itemsize)
+
+    # ------------------------------------------------------------------ checkpoints (`dfl.engine.checkpoint`)
+    def client_state(self) -> dict[str, torch.Tensor]:
+        """Per-client rows the next rounds depend on: x^start of the Byzantine clients (sign-flip; 0 elsewhere)."""
+        if self.start is None:
+            return {}
+        rows = torch.zeros((self.topology.n, self.dim), dtype=self.start.dtype, device=self.start.device)
+        rows[self.bad] = self.start
+        return {STATE_KEY: rows}
+
+    def load_client_state(self, state: dict[str, torch.Tensor]) -> None:
+        """Restore x^start of the Byzantine clients from a checkpoint's rows."""
+        if self.start is None:
+            return
+        if STATE_KEY not in state:
+            raise ValueError("the checkpoint lacks the Byzantine clients' x^start (attack = sign-flip)")
+        self.start = state[STATE_KEY][self.bad.to(state[STATE_KEY].device)].to(self.start)
+
+
+def server_updates(threat: Threat, V: torch.Tensor, bad: np.ndarray, weights: torch.Tensor, round_index: int,
+                   center: torch.Tensor) -> torch.Tensor:
+    """The server's aggregate [d] of the participants' updates V [n, d] under attack (module docstring).
+
+    `bad` [n] marks the Byzantine participants, `weights` [n] their aggregation weights (used by mean only),
+    `center` the previous aggregate (centered-clipping).
+    """
+    V = V.clone() if bad.any() else V
+    if bad.any() and threat.attack is not None:
+        rows = torch.as_tensor(np.flatnonzero(bad), device=V.device)
+        honest = torch.as_tensor(~bad, dtype=V.dtype, device=V.device)
+        count = max(int((~bad).sum()), 1)
+        mean, std = honest_moments(V, honest, count, threat.attack == "alie")
+        V[rows] = threat.forge(V[rows], None, mean, std, round_index)
+    if threat.aggregator == "mean":
+        return weights @ V
+    b = threat.trim if threat.trim is not None else int(bad.sum())
+    return robust.server_aggregate(V, threat.aggregator, b, threat.clip_radius, center)
