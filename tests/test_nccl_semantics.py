@@ -6,7 +6,9 @@ wait by aborting the group (`dfl.engine.distributed.failures`). gloo's abort doe
 (checked: torch 2.13), so these tests put the main thread where NCCL leaves it, in host work after the collective,
 and check what happens there: torch's `_abort_process_group` called from the heartbeat thread drops the group, and
 whatever this rank raises next is reported as the peer's failure, never as its own. The blocked-kernel part itself
-needs a GPU: benchmarks/gpu_check.py step 7 (a SIGKILLed rank under NCCL).
+needs a GPU: benchmarks/gpu_check.py step 7 (a SIGKILLed rank under NCCL). Also here: NCCL's error types
+classified outside a collective, the NCCL group bound to the rank's GPU (CUDA calls faked and recorded), and the
+engine's communicator interface checked at `dfl.run`'s boundary.
 """
 
 from __future__ import annotations
@@ -51,7 +53,9 @@ def _abort_worker(rank: int, world: int, port: int, out_dir: str) -> None:
     if rank == 1:
         watch.report(ValueError("injected on rank 1"))
         record["own"] = _outcome(lambda: watch.peer_failure(ValueError("injected on rank 1")))
-        store.wait(["test/done"])
+        Path(out_dir, f"rank{rank}.json").write_text(json.dumps(record))
+        store.wait(["test/done"])  # alive (as a stuck NCCL peer would be) until rank 0 has looked
+        store.set("test/ack", "1")
     else:
         # where NCCL leaves the main thread: a host sync after an enqueued collective, while the peer is stuck
         deadline = time.monotonic() + HANG_GUARD_SECONDS
@@ -66,9 +70,10 @@ def _abort_worker(rank: int, world: int, port: int, out_dir: str) -> None:
         record["stopping"] = watch.stopping
         record["stopped_count"] = int(group_store.add(STOPPED_KEY, 0))
         record["destroy"] = _outcome(watch.destroy_group_after_failure)
+        Path(out_dir, f"rank{rank}.json").write_text(json.dumps(record))
         store.set("test/done", "1")
+        store.wait(["test/ack"])  # rank 0 hosts the store: it leaves after rank 1 has read "done"
     watch.stop()
-    Path(out_dir, f"rank{rank}.json").write_text(json.dumps(record))
     if dist.is_initialized():
         dist.destroy_process_group()
 
