@@ -29,7 +29,6 @@ import os
 import socket
 import statistics
 import time
-from datetime import timedelta
 
 import torch
 import torch.distributed as dist
@@ -141,15 +140,15 @@ def single_process(topology, m: int, d: int, device: torch.device, repeat: int, 
 
 
 def _worker(rank, world, port, args, device_type, queue):
-    from dfl.engine.distributed import DistributedCommunicator
+    from dfl.config import Config
+    from dfl.engine.distributed import DistributedCommunicator, init_process_group
 
     torch.set_num_threads(max(1, (os.cpu_count() or 1) // world))
-    backend = "nccl" if device_type == "cuda" else "gloo"
     device = torch.device("cuda", rank) if device_type == "cuda" else torch.device("cpu")
-    if device.type == "cuda":
-        torch.cuda.set_device(device)
-    dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world,
-                            timeout=timedelta(seconds=120))
+    # dfl's own set-up (as a torchrun rank: env://, cuda:LOCAL_RANK, NCCL bound to it), not a hand-made group
+    os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank), MASTER_ADDR="127.0.0.1",
+                      MASTER_PORT=str(port))
+    init_process_group(Config(device=device_type, dist_timeout=120.0))
     try:
         W = topologies.build(args.topology, args.clients).matrix(0)
         out = {}
@@ -161,7 +160,7 @@ def _worker(rank, world, port, args, device_type, queue):
             step_bytes = comm.bytes_moved - before
             times = []
             for _ in range(args.repeat):
-                dist.barrier()
+                comm.barrier()
                 tic = time.perf_counter()
                 comm.mix_steps([W], X)
                 _sync(device)
@@ -170,6 +169,7 @@ def _worker(rank, world, port, args, device_type, queue):
             worst = torch.tensor([statistics.median(times)], dtype=torch.float64, device=device)
             dist.all_reduce(worst, op=dist.ReduceOp.MAX)
             out[mode] = (float(worst), step_bytes)
+            comm.close()  # its heartbeat thread (the group is this worker's, destroyed below)
         if rank == 0:
             queue.put(out)
     finally:

@@ -428,14 +428,19 @@ class Check:
         deadline = time.monotonic() + limit
         s = self.sizes["multi"]
         backend = "nccl" if self.device == "cuda" else "gloo"
-        args = ["run", "--clients", str(s["clients"]), "--rounds", str(s["rounds"]), "--model", s["model"],
-                "--dataset", "mnist1d", "--dataset-options", "num_samples=2000", "--eval-every", "1",
-                "--local-steps", "2", "--device", self.device, "--backend", backend, "--no-progress",
-                "--dist-timeout", "120", "--topology", "ring", "--gossip-steps", "2", "--overwrite"]
+        common = ["--clients", str(s["clients"]), "--model", s["model"], "--dataset", "mnist1d", "--dataset-options",
+                  "num_samples=2000", "--eval-every", "1", "--checkpoint-every", "1", "--local-steps", "2",
+                  "--device", self.device, "--backend", backend, "--no-progress", "--dist-timeout", "120",
+                  "--topology", "ring", "--gossip-steps", "2"]
+        args = ["run", "--rounds", str(s["rounds"]), *common, "--overwrite"]
         one, two = self.tmp / "world1", self.tmp / "world2"
+        torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nnodes=1", "--nproc_per_node=2",
+                    "-m", "dfl.cli", "run"]
+        # world 2 stops one round short, then resumes: sharded checkpoints (DCP) written and read through the group
         commands = [("world 1", [sys.executable, "-m", "dfl.cli", *args, "--out", str(one)]),
-                    ("world 2", [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nnodes=1",
-                                 "--nproc_per_node=2", "-m", "dfl.cli", *args, "--out", str(two)])]
+                    ("world 2", [*torchrun, "--rounds", str(s["rounds"] - 1), *common, "--overwrite", "--out",
+                                 str(two)]),
+                    ("world 2 resumed", [*torchrun, "--resume", str(two), "--rounds", str(s["rounds"])])]
         outputs = []
         for label, cmd in commands:
             rc, output = self.run_cmd(step, cmd, max(1.0, deadline - time.monotonic()))
@@ -448,12 +453,14 @@ class Check:
         step.data.update(world2_vs_world1=diffs)
         killed = self.killed_rank(args, deadline)
         step.data.update(killed=killed)
-        step.command = f"{shlex.join(commands[1][1])}; then a killed rank (env:// launch, 2 processes)"
+        step.command = (f"{shlex.join(commands[1][1])}; then {shlex.join(commands[2][1])}; then a killed rank (env:// "
+                        "launch, 2 processes)")
         same = diffs["max_relative_diff"] <= 1e-3
         reported = killed.get("reported", False)
         step.status = "ok" if same and reported else "FAILED"
-        step.result = (f"{backend}: world 2 vs world 1 max relative metric difference {diffs['max_relative_diff']:.1e}"
-                       f" over {diffs['records']} records; rank 1 SIGKILLed in round {KILL_ROUND}: "
+        step.result = (f"{backend}: world 2 (checkpointed, resumed) vs world 1 max relative metric difference "
+                       f"{diffs['max_relative_diff']:.1e} over {diffs['records']} records; rank 1 SIGKILLed in round "
+                       f"{KILL_ROUND}: "
                        + (f"rank 0 stopped {killed['seconds_after_kill']:.1f} s later with "
                           f"'{killed['rank0_error'][:160]}'" if reported else
                           f"not reported ({killed.get('problem', 'see data')})"))
@@ -544,15 +551,17 @@ class Check:
         what = {
             "device": "nvidia-smi, torch.cuda properties, versions (in this process)",
             "preflight": "import dfl, topologies (in this process)",
-            "engine": f"gpu_check.py --worker engine {self.device}: {s['engine']['model']} x {s['engine']['clients']} "
-                      "clients; async, CHOCO + link faults, SCAFFOLD; 2 rounds, checkpoint, resume to 3",
+            "engine": f"gpu_check.py --worker engine {self.device}: every collective once; {s['engine']['model']} x "
+                      f"{s['engine']['clients']} clients: async, CHOCO + link faults, SCAFFOLD; 2 rounds, checkpoint, "
+                      "resume to 3",
             "syncs": f"benchmarks/host_syncs.py --device {self.device} {' '.join(s['syncs'])}",
             "memory": f"gpu_check.py --worker memory {self.device}: {s['memory']['model']} x "
                       f"{s['memory']['clients']} clients, evaluation and checkpoint every round",
             "gossip": f"benchmarks/gossip.py {' '.join(s['gossip'])} --gossip-steps 4 --worlds "
                       f"{'2' if self.device == 'cuda' and self.gpus >= 2 else '0'} --device {self.device}",
-            "multi": ("torchrun --standalone --nproc_per_node=2 -m dfl.cli run ... vs python -m dfl.cli run ...; "
-                      f"then 2 processes (env://), rank 1 SIGKILLed in round {KILL_ROUND}") if two else
+            "multi": ("torchrun --standalone --nproc_per_node=2 -m dfl.cli run ... (checkpointed, then --resume) vs "
+                      f"python -m dfl.cli run ...; then 2 processes (env://), rank 1 SIGKILLed in round {KILL_ROUND}")
+                     if two else
                      f"skipped: {self.gpus} GPU visible",
             "fp32": f"benchmarks/throughput.py --model {s['model']} --dataset cifar10 --clients {s['clients']} "
                     f"--precision fp32",
@@ -640,10 +649,6 @@ def _fmt_time(seconds: float) -> str:
     return f"{seconds:.0f} s" if seconds >= 10 else f"{seconds:.1f} s"
 
 
-def _fmt_time(seconds: float) -> str:
-    return f"{seconds:.0f} s" if seconds >= 10 else f"{seconds:.1f} s"
-
-
 def render(check: Check) -> str:
     s = check.sizes
     elapsed = time.monotonic() - check.start
@@ -672,8 +677,10 @@ def render(check: Check) -> str:
     engine = check.by_key["engine"]
     lines += ["", "## Engine paths on a one-rank group", "",
               "dfl's own set-up (`init_process_group`, `DistributedCommunicator`) on one rank: every collective goes "
-              "through the backend. Each case runs 2 rounds, checkpoints, resumes to 3, and is compared with the same "
-              "run in one process without a group.", ""]
+              "through the backend. 'every collective, once' calls each communicator method (all_to_all_single with "
+              "rows and with zero-size splits, float64 all_reduce, all_gather_into_tensor, barrier, assemble_rows) "
+              "against the same arithmetic done locally; each other case runs 2 rounds, checkpoints, resumes to 3, and "
+              "is compared with the same run in one process without a group.", ""]
     if engine.data.get("cases"):
         lines += ["| case | ok | max abs difference | seconds |", "| --- | --- | --- | --- |"]
         lines += [f"| {k} | {v['ok']} | {v['max_abs_diff']:.2e} | {v['seconds']:.1f} |"
@@ -773,10 +780,20 @@ def engine_worker(device_name: str, sizes: str, root: str) -> int:
              "scaffold, half participate": dict(algorithm="scaffold", participation=0.5),
              "dfedsam-mgs ring, Q = 4": dict(algorithm="dfedsam-mgs", topology="ring", gossip_steps=4)}
     init_process_group(base)
-    comm = DistributedCommunicator(s["clients"], "p2p", torch.device(device_name, 0) if device_name == "cuda"
-                                   else torch.device("cpu"), owns_group=True)
+    device = torch.device(device_name, 0) if device_name == "cuda" else torch.device("cpu")
+    comm = DistributedCommunicator(s["clients"], "p2p", device, owns_group=True)
     results = {}
     try:
+        tic = time.perf_counter()
+        try:
+            diff = communicator_calls(device)
+            results["every collective, once"] = {"ok": diff <= 1e-5, "max_abs_diff": diff,
+                                                 "seconds": time.perf_counter() - tic}
+        except Exception as exc:
+            results["every collective, once"] = {"ok": False, "max_abs_diff": float("nan"),
+                                                 "seconds": time.perf_counter() - tic,
+                                                 "error": f"{type(exc).__name__}: {str(exc)[:300]}"}
+            print(f"every collective, once: {type(exc).__name__}: {exc}", flush=True)
         for name, changes in cases.items():
             config = base.replace(**changes)
             tic = time.perf_counter()
@@ -795,6 +812,45 @@ def engine_worker(device_name: str, sizes: str, root: str) -> int:
         comm.close()
     print(json.dumps({"backend": backend, "device": device_name, "cases": results}))
     return 0 if all(r["ok"] for r in results.values()) else 1
+
+
+def communicator_calls(device) -> float:
+    """Every method of `DistributedCommunicator` once, on the one-rank group, against the same arithmetic done here.
+
+    One rank still moves every buffer through the backend (NCCL on a GPU): all_to_all_single to itself, with rows
+    and with zero-size splits and an empty input (what a rank with no neighbour on another process sends); float64
+    all_reduce; all_gather_into_tensor (allgather gossip); barrier with device_ids; assemble_rows. Returns the
+    largest absolute difference.
+    """
+    import numpy as np
+    import torch
+
+    from dfl.engine.distributed import DistributedCommunicator
+
+    m = 6
+    p2p = DistributedCommunicator(m, "p2p", device)
+    gathered = DistributedCommunicator(m, "allgather", device)
+    X = torch.randn(m, 5, generator=torch.Generator().manual_seed(0)).to(device)
+    W = 0.5 * np.eye(m) + 0.25 * np.roll(np.eye(m), 1, axis=1) + 0.25 * np.roll(np.eye(m), -1, axis=1)
+    mixed = torch.tensor(W @ W, dtype=torch.float32, device=device) @ X
+    send = torch.tensor([4, 0], device=device)
+    empty = torch.empty(0, dtype=torch.long, device=device)
+    value = torch.tensor([1.5, -2.0], dtype=torch.float64, device=device)
+    checks = [
+        (p2p.exchange_rows(X, send, [2], [2], 2), X[send]),
+        (p2p.exchange_rows(X, empty, [0], [0], 0), X[:0]),
+        (p2p.sum(value), value),
+        (p2p.mean_rows(X), X.double().mean(0).float()),
+        (p2p.gather_rows(X), X),
+        (gathered.mix_steps([W, W], X), mixed),
+        (p2p.mix_steps([W, W], X), mixed),
+        (p2p.assemble_rows(X), X.cpu()),
+    ]
+    p2p.barrier()
+    for got, want in checks:
+        if got.shape != want.shape or got.device.type != want.device.type:
+            raise AssertionError(f"{tuple(got.shape)} on {got.device}, expected {tuple(want.shape)} on {want.device}")
+    return max((float((got.double() - want.double()).abs().max()) if got.numel() else 0.0) for got, want in checks)
 
 
 def memory_worker(device_name: str, sizes: str, root: str) -> int:

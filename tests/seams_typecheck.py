@@ -3,7 +3,7 @@ structural types an algorithm sees (`dfl.algorithms.base`), so a renamed or re-t
 
 from __future__ import annotations
 
-from dfl.algorithms.base import Communicator, LocalTraining, Mixer
+from dfl.algorithms.base import Communicator, EngineCommunicator, LocalTraining, Mixer
 from dfl.engine.distributed import DistributedCommunicator
 from dfl.network.comm import LocalCommunicator
 from dfl.network.gossip import Gossip
@@ -17,4 +17,6 @@ def conforms(trainer: LocalTrainer, gossip: Gossip, local: LocalCommunicator,
     as_mixer: Mixer = gossip
     as_local: Communicator = local
     as_distributed: Communicator = distributed
-    del as_training, as_mixer, as_local, as_distributed
+    engine_local: EngineCommunicator = local  # what dfl.run and the engine ask of a communicator
+    engine_distributed: EngineCommunicator = distributed
+    del as_training, as_mixer, as_local, as_distributed, engine_local, engine_distributed

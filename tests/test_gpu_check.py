@@ -67,7 +67,7 @@ def test_cpu_dry_run_writes_a_report_with_every_section(tmp_path):
         assert f"| {precision} | dfl engine |" in text
     # the engine paths through dfl's own one-rank group (gloo here, NCCL on a GPU), each resumed and compared
     engine = steps["engine"]["data"]
-    assert engine["backend"] == "gloo" and len(engine["cases"]) == 5
+    assert engine["backend"] == "gloo" and len(engine["cases"]) == 6 and "every collective, once" in engine["cases"]
     assert all(case["ok"] and case["max_abs_diff"] <= 1e-4 for case in engine["cases"].values())
     syncs = steps["syncs"]["data"]["record"]
     assert all(v["syncs_per_local_step"] == 0 for k, v in syncs.items() if k != "evaluation")

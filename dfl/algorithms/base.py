@@ -86,6 +86,7 @@ from typing import Any, ClassVar, Protocol
 
 import numpy as np
 import torch
+from typing_extensions import get_protocol_members
 
 import topologies
 from dfl.config import LOCAL_OPTIMIZERS, Config
@@ -210,6 +211,78 @@ class Communicator(Protocol):
     def gather_rows(self, X: torch.Tensor) -> torch.Tensor:
         """All clients' rows in client order (complete on the main process)."""
         ...
+
+
+class EngineCommunicator(Communicator, Protocol):
+    """Everything the engine asks of a communicator: an algorithm's `Communicator`, and the run's own needs.
+
+    Besides the reductions an algorithm uses: where this process stands (rank, world size, main process), the
+    device its tensors must be on (None: the run's config decides), the traffic it counted, gossip by any [m, m]
+    matrix, the final rows on the main process's host, a barrier, and the failure protocol of a multi-process run
+    (`dfl.engine.distributed.failures`). `dfl.network.comm.LocalCommunicator` (one process; the failure methods do
+    nothing) and `dfl.engine.distributed.DistributedCommunicator` (torchrun) implement it; a communicator given to
+    `dfl.run(comm=...)` is checked against it once, by name (`missing_members`).
+    """
+
+    bytes_moved: int  # bytes sent between processes so far, all processes together (the engine restores it)
+
+    @property
+    def rank(self) -> int:
+        """This process's rank, 0 … world_size − 1."""
+        ...
+
+    @property
+    def world_size(self) -> int:
+        """The number of processes."""
+        ...
+
+    @property
+    def is_main(self) -> bool:
+        """Whether this is the main process (rank 0: it writes the run directory)."""
+        ...
+
+    @property
+    def device(self) -> torch.device | None:
+        """The device every tensor handed to the communicator must be on; None: the config's `device` decides."""
+        ...
+
+    @property
+    def gossip_mode(self) -> str | None:
+        """How gossip crosses processes ("p2p", "allgather"); None in a world of one (nothing crosses)."""
+        ...
+
+    def mix(self, M: torch.Tensor, X: torch.Tensor) -> torch.Tensor:
+        """X_local ← M[local, :] X for the global [m, m] matrix M (rows = receivers)."""
+        ...
+
+    def assemble_rows(self, X: torch.Tensor) -> torch.Tensor:
+        """Every client's rows on the main process's host ([m, ...], client order); this process's rows elsewhere."""
+        ...
+
+    def barrier(self) -> None:
+        """Wait until every process gets here."""
+        ...
+
+    def report_failure(self, exc: BaseException) -> None:
+        """Record this process's failure `exc` for the other processes."""
+        ...
+
+    def peer_failure(self, exc: BaseException) -> BaseException | None:
+        """The `PeerFailure` naming the process whose failure caused `exc` here; None when `exc` is this one's own."""
+        ...
+
+    def check_peers(self) -> None:
+        """Raise `PeerFailure` when another process's failure is already known here (no communication)."""
+        ...
+
+    def close(self) -> None:
+        """Release what the communicator holds (a process group it created)."""
+        ...
+
+
+def missing_members(comm: object) -> list[str]:
+    """The members of `EngineCommunicator` that `comm` lacks, sorted (by name: signatures are mypy's to check)."""
+    return sorted(name for name in get_protocol_members(EngineCommunicator) if not hasattr(comm, name))
 
 
 @dataclass

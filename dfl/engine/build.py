@@ -16,6 +16,7 @@ import torch
 from torch import nn
 
 from dfl.algorithms import is_centralized, resolve_hyperparameters
+from dfl.algorithms.base import EngineCommunicator
 from dfl.algorithms.server import sample_participants
 from dfl.config import Config
 from dfl.data import FederatedData, ignored_options
@@ -50,14 +51,14 @@ def hyperparameters(config: Config) -> tuple[dict[str, Any], list[str]]:
     return hp, ignored + ignored_options(config)  # data_root with an embedded dataset: warned and recorded the same
 
 
-def device(config: Config, comm) -> torch.device:
+def device(config: Config, comm: EngineCommunicator) -> torch.device:
     """The run's device (the communicator's, under torchrun), checked against `precision`.
 
     On the CPU freed heap is kept for reuse instead of zero-filled fresh mappings every round. precision = tf32
     turns TF32 matmuls on while the rounds go (`Experiment.status`) and needs CUDA; fp32 and bf16 leave PyTorch's
     defaults alone; gossip averages in IEEE fp32 either way (`dfl.network.gossip.exact_matmul`).
     """
-    dev = getattr(comm, "device", None) or resolve_device(config.device)
+    dev = comm.device or resolve_device(config.device)
     if dev.type == "cpu":
         memory.keep_freed_memory()
     if config.precision == "tf32" and dev.type != "cuda":
@@ -139,7 +140,8 @@ def trainer(net: nn.Module, layout: ParamLayout, data: FederatedData, comm, conf
     return local
 
 
-def client_chunk(local: LocalTrainer, algorithm, comm, layout: ParamLayout, X0: torch.Tensor) -> int:
+def client_chunk(local: LocalTrainer, algorithm, comm: EngineCommunicator, layout: ParamLayout,
+                 X0: torch.Tensor) -> int:
     """The clients per vectorized call, resolved before any training (`LocalTrainer.plan_chunk`).
 
     A run that cannot fit one client stops here, with the estimate. The plan counts every per-client stack this
@@ -147,6 +149,6 @@ def client_chunk(local: LocalTrainer, algorithm, comm, layout: ParamLayout, X0: 
     a round receives from every process.
     """
     held = memory.held_bytes(ckpt.local_rows(algorithm), getattr(algorithm, "engine", None))
-    if getattr(comm, "gossip_mode", None) == "allgather" and comm.world_size > 1:
+    if comm.gossip_mode == "allgather" and comm.world_size > 1:
         held += comm.num_clients * layout.dim * X0.element_size()
     return local.plan_chunk(algorithm.X, held_bytes=held)

@@ -51,6 +51,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from dfl.algorithms.base import EngineCommunicator
 from dfl.config import Config
 from dfl.engine.results import torch_load_reason
 from dfl.errors import CheckpointError, ConfigError, NoCheckpoint, PeerFailure  # noqa: F401 (re-exported)
@@ -355,14 +356,13 @@ def _block(comm) -> range:
 
 
 # --------------------------------------------------------------------------------- DCP with row-offset chunks
-def _dcp_save(rows: dict[str, torch.Tensor], directory: Path, start: int, m: int, comm) -> None:
+def _dcp_save(rows: dict[str, torch.Tensor], directory: Path, start: int, m: int, comm: EngineCommunicator) -> None:
     import torch.distributed.checkpoint as dcp
 
-    world = getattr(comm, "world_size", 1)
     with warnings.catch_warnings():  # "torch.distributed is disabled ... assuming ... a single process": meant
         warnings.simplefilter("ignore", UserWarning)
         _unwrapped(lambda: dcp.save(rows, storage_writer=dcp.FileSystemWriter(directory, single_file_per_rank=True),
-                                    planner=_row_save_planner(start, m), no_dist=world == 1), comm, "writing")
+                                    planner=_row_save_planner(start, m), no_dist=comm.world_size == 1), comm, "writing")
 
 
 def _unwrapped(call, comm, doing: str):
@@ -387,14 +387,15 @@ def _unwrapped(call, comm, doing: str):
                           f"{type(cause).__name__}: {lines[0] if lines else ''}") from None
 
 
-def _dcp_load(rows: dict[str, torch.Tensor], directory: Path, start: int, m: int, comm) -> None:
+def _dcp_load(rows: dict[str, torch.Tensor], directory: Path, start: int, m: int,
+              comm: EngineCommunicator | None) -> None:
     """Fill `rows` (this process's rows start.., each [n, ...]) from the shard directory, checking its metadata first.
 
     A missing or corrupt shard is a CheckpointError naming the file.
     """
     import torch.distributed.checkpoint as dcp
 
-    world = getattr(comm, "world_size", 1) if comm is not None else 1
+    world = comm.world_size if comm is not None else 1
     reader = dcp.FileSystemReader(directory)
     try:
         metadata = reader.read_metadata()

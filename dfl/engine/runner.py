@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from dfl import threads
+from dfl.algorithms.base import EngineCommunicator, missing_members
 from dfl.config import Config
 from dfl.engine.distributed import communicator_from_env  # before any process group: see its torch._dynamo note
 from dfl.engine.experiment import Experiment
@@ -25,7 +26,6 @@ from dfl.training import memory
 if TYPE_CHECKING:  # annotations only
     from torch import nn
 
-    from dfl.algorithms.base import Communicator
     from dfl.data import FederatedData
     from dfl.engine.hooks import Callback
 
@@ -44,7 +44,7 @@ def run(  # over 50 lines by its docstring alone: dfl.run's documentation of eve
     data: FederatedData | None = None,
     out: str | Path | None = None,
     overwrite: bool = False,
-    comm: Communicator | None = None,
+    comm: EngineCommunicator | None = None,
     resume: bool = False,
     model: nn.Module | Callable[..., nn.Module] | None = None,
     callbacks: Sequence[Callback] | None = None,
@@ -60,7 +60,9 @@ def run(  # over 50 lines by its docstring alone: dfl.run's documentation of eve
         data: the clients' data (`FederatedData`); None builds it from the config.
         out: the run directory to write (docs/architecture.md#the-run-directory); None writes nothing.
         overwrite: replace an existing run directory.
-        comm: a communicator to use as is (not closed); None picks one from the environment.
+        comm: a communicator to use as is (not closed): a `dfl.algorithms.base.EngineCommunicator`, e.g. a
+            `dfl.engine.distributed.DistributedCommunicator` on a process group the caller made; None picks one
+            from the environment.
         resume: continue the run in `out` from its checkpoint.pt (`dfl.engine.checkpoint`). The config must equal
             the checkpoint's except for `dfl.engine.checkpoint.RESUMABLE_FIELDS` (e.g. more `rounds` extend a
             finished run); metrics.jsonl is rewritten from the checkpoint's history and rounds after the checkpoint
@@ -75,21 +77,31 @@ def run(  # over 50 lines by its docstring alone: dfl.run's documentation of eve
     Returns:
         The run's `Result` (every client's parameters on the main process, this process's block elsewhere).
     """
+    _check_communicator(comm)
     config = _run_config(config, data, out, overwrite, resume, model)
-    owned = communicator_from_env(config, config.clients) if comm is None else None
-    comm = owned if owned is not None else comm
+    owned: EngineCommunicator | None = None
+    if comm is None:
+        comm = owned = communicator_from_env(config, config.clients)
     try:
         return _run(config, data, out, overwrite, comm, resume, model, callbacks)
     except BaseException as exc:
-        peer = getattr(comm, "peer_failure", lambda e: None)(exc)
+        peer = comm.peer_failure(exc)
         if peer is not None:
             raise peer from exc
-        getattr(comm, "report_failure", lambda e: None)(exc)
+        comm.report_failure(exc)
         raise
     finally:
         if owned is not None:  # a communicator given by the caller stays open
             owned.close()
         memory.release_free_heap()  # the run's freed stacks go back to the OS, not held until the process exits
+
+
+def _check_communicator(comm) -> None:
+    """A communicator given to `run` has every member of `EngineCommunicator` (an `ArgumentError` names the rest)."""
+    missing = missing_members(comm) if comm is not None else []
+    if missing:
+        raise ArgumentError(f"comm must be a dfl.algorithms.base.EngineCommunicator (as dfl.network.comm."
+                            f"LocalCommunicator is); {type(comm).__name__} lacks {', '.join(missing)}")
 
 
 def _run_config(config: Config | None, data, out, overwrite: bool, resume: bool, model) -> Config:
@@ -136,12 +148,15 @@ def _check_arguments(config, data, out, overwrite, resume) -> None:
                           "deletes it")
 
 
-def _run(config: Config, data, out, overwrite: bool, comm, resume: bool, given_model=None, callbacks=None) -> Result:
+def _run(config: Config, data, out, overwrite: bool, comm: EngineCommunicator, resume: bool, given_model=None,
+         callbacks=None) -> Result:
     """The phases of a run, in order.
 
     Set-up, the round loop (train, evaluate when due, checkpoint when due), finish. `Experiment.record` is where
     every evaluated round's metrics go out (metrics.jsonl, progress, loggers, callbacks); a stop they ask for ends
-    the loop after that round's checkpoint.
+    the loop after that round's checkpoint. `comm.check_peers()` stands before what leaves the process: under NCCL
+    a group aborted for another rank's failure leaves garbage in the collectives that were in flight, and the host
+    syncs after them return normally (`dfl.engine.distributed.failures`).
     """
     exp = Experiment(config, data, out, overwrite, comm, resume, given_model, callbacks)
     with exp.status():
@@ -150,8 +165,12 @@ def _run(config: Config, data, out, overwrite: bool, comm, resume: bool, given_m
                 break
             stats = exp.train_round(t)
             if exp.evaluation_due(t):
-                exp.record(exp.evaluate(t, stats))
+                metrics = exp.evaluate(t, stats)
+                comm.check_peers()
+                exp.record(metrics)
             if exp.checkpoint_due(t):
+                comm.check_peers()
                 exp.checkpoint(t)
         exp.save_params()
+        comm.check_peers()
     return exp.result()

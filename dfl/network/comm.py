@@ -36,16 +36,21 @@ def even_blocks(num_clients: int, world_size: int) -> list[range]:
 
 
 class LocalCommunicator:
-    """A single process hosting all `num_clients` clients."""
+    """A single process hosting all `num_clients` clients.
+
+    It implements the engine's communicator interface (`dfl.algorithms.base.EngineCommunicator`): nothing crosses a
+    process boundary, so the failure methods have nothing to report or name.
+    """
 
     rank = 0
     world_size = 1
+    gossip_mode = None  # no gossip crosses processes
 
     def __init__(self, num_clients: int):
         self.num_clients = num_clients
         self.client_ids = list(range(num_clients))
         self.bytes_moved = 0  # bytes exchanged between processes (none in a world of one)
-        self.device = None  # the runner picks the device from the config
+        self.device: torch.device | None = None  # the runner picks the device from the config
 
     @property
     def is_main(self) -> bool:
@@ -83,6 +88,9 @@ class LocalCommunicator:
     def peer_failure(self, exc: BaseException) -> BaseException | None:
         """The failure of another process that caused `exc` here, if any (never, in a world of one)."""
         return None
+
+    def check_peers(self) -> None:
+        """Raise the failure of another process known here (none, in a world of one)."""
 
     def close(self) -> None:
         """Nothing to release in a single process."""

@@ -49,6 +49,8 @@ from dfl.training.evaluate import row_blocks
 GOSSIP_MODES = ("p2p", "allgather")
 _CACHE_SIZE = 64  # exchange plans / products kept (static and periodic topologies reuse a few)
 DENSE_PRODUCT_LIMIT = 20_000  # allgather mode: largest m whose [m, m] product is formed
+# all_gather_into_tensor under its torch 2.13 name (the old one warns FutureWarning at every call); older torch
+_ALL_GATHER = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
 
 
 class DistributedCommunicator:
@@ -273,14 +275,14 @@ class DistributedCommunicator:
     def _gather_padded(self, X: torch.Tensor) -> torch.Tensor:
         """[P · size, ...].
 
-        Every rank's block padded to size = the largest block's rows, in rank order (one all_gather_into_tensor;
+        Every rank's block padded to size = the largest block's rows, in rank order (one all_gather_single;
         no concatenation, so one buffer of the population, not two).
         """
         size = max(len(b) for b in self.blocks)
         buf = self._wire(X).new_zeros((size, *X.shape[1:]))
         buf[: X.shape[0]] = self._wire(X)
         out = buf.new_empty((self.world_size * size, *X.shape[1:]))
-        self._collective(dist.all_gather_into_tensor, out, buf)
+        self._collective(_ALL_GATHER, out, buf)
         self.bytes_moved += self.world_size * (self.world_size - 1) * buf.numel() * buf.element_size()
         return self._back(out)
 
@@ -319,7 +321,8 @@ class DistributedCommunicator:
                 continue
             part = torch.empty((len(block), *X.shape[1:]), dtype=X.dtype, device=self.wire)  # one block in flight
             self._collective(dist.recv, part, src=q)
-            out[block.start : block.stop] = part
+            out[block.start : block.stop] = part  # NCCL: the host waits here for the receive, not in recv
+        self._failures.check()  # an abort during those waits leaves garbage rows: never returned as a result
         return out
 
     @staticmethod
@@ -338,6 +341,14 @@ class DistributedCommunicator:
         """
         return self._failures.peer_failure(exc)
 
+    def check_peers(self) -> None:
+        """Raise `PeerFailure` if another rank's failure already aborted this rank's group (`FailureWatch.check`).
+
+        No collective: under NCCL the results of the collectives in flight when the group was aborted are garbage,
+        so the engine calls this before such results leave the process (metrics, checkpoints, the result).
+        """
+        self._failures.check()
+
     def close(self) -> None:
         """Stop the heartbeat; destroy the process group if this communicator created it.
 
@@ -345,10 +356,10 @@ class DistributedCommunicator:
         failed and why (`FailureWatch.destroy_group_after_failure`).
         """
         self._failures.stop()
-        if self.owns_group and dist.is_initialized():
-            if self._failures.stopping:
+        if self.owns_group:
+            if self._failures.stopping or self._failures.aborted:  # aborted: torch already dropped the group
                 self._failures.destroy_group_after_failure()
-            else:
+            elif dist.is_initialized():
                 # let every rank finish its last exchange before any rank tears its connections down
                 self.barrier()
                 dist.destroy_process_group()

@@ -5,12 +5,25 @@ A rank that fails records "rank r (host) failed: …" in the rendezvous store be
 collective fails, `FailureWatch.peer_failure` names the cause: the recorded failure of another rank, or a rank whose
 heartbeat stopped (SIGKILL, a lost node) — `PeerFailure: rank r stopped because rank k …` — and if no other rank
 failed, the error is this rank's own and is reported as such (never blamed on "another rank"). gloo notices a dead
-peer at once (its sockets close). NCCL does not: a rank blocked in a collective waits for the watchdog; so under NCCL
-the heartbeat thread also watches, and on a recorded failure or a heartbeat silent for STALE_SECONDS it aborts the
-process group, which ends the blocked collective, and the rank stops with PeerFailure within seconds. The process
-group's NCCL environment (`dfl.engine.distributed.setup`) lets the watchdog abort the communicators without killing
-the process, so that the blocked rank raises and dfl reports why. `dist_timeout` stays the bound on any wait (a
-frozen rank: its heartbeat thread still runs).
+peer at once (its sockets close). NCCL does not: a rank waiting for a dead peer waits for the watchdog; so under
+NCCL the heartbeat thread also watches, and on a recorded failure or a heartbeat silent for STALE_SECONDS it aborts
+the process group, which ends the wait, and the rank stops with PeerFailure within seconds. The process group's
+NCCL environment (`dfl.engine.distributed.setup`) lets the watchdog abort the communicators without killing the
+process, so that the blocked rank raises and dfl reports why. `dist_timeout` stays the bound on any wait (a frozen
+rank: its heartbeat thread still runs).
+
+What an abort does under NCCL (torch 2.13; docs/how-to/torchrun.md#nccl-semantics-dfl-relies-on). NCCL collectives
+are asynchronous to the host: `dist.all_reduce` returns once the kernel is enqueued, so a rank waiting for a dead
+peer is blocked in a later host sync (`.item()`, `.cpu()`, a device-to-host copy), not in the collective.
+`_abort_process_group()`, called by the heartbeat thread, aborts the NCCL communicators (their kernels exit, so
+that host sync returns, with whatever the aborted kernels left in the buffers) and clears torch's registry of
+groups (the default group and store are gone: `dist.is_initialized()` is False, and any `dist` call raises). So
+the watch records the failure BEFORE it aborts, and once it has aborted, every exception this rank raises
+afterwards, whatever its type (a ValueError from torch's cleared registry, a DistBackendError, an error computed
+from garbage), is a consequence: `peer_failure` names the peer. Every collective checks first, and the engine
+calls `check` where garbage could leave the process (before a round's metrics are recorded, a checkpoint is
+written or the final rows are returned: `dfl.engine.runner`). The watch keeps its own reference to the store, so
+the failure record and rank 0's store outlive the aborted group.
 
 Store keys: FAILURE_KEY (the first failure's message), STOPPED_KEY (how many ranks have read or written it) and
 `dfl/beat/<rank>` (each rank's heartbeat counter).
@@ -67,22 +80,38 @@ class FailureWatch:
         """Run one torch.distributed call, `fn(*args, **kwargs)`.
 
         An exception it raises is marked as a collective failure (`peer_failure` decides whose), and a failure
-        the heartbeat thread saw stops the rank with PeerFailure.
+        the heartbeat thread saw stops the rank with PeerFailure. Under NCCL the call returns once enqueued: a
+        failure that happens while the kernel runs shows at a later host sync or at the next call (`check`).
 
         Raises:
             PeerFailure: the heartbeat thread saw another rank fail (before the call, or while it was blocked).
         """
-        self._raise_seen_failure()
+        self.check()
         try:
             out = fn(*args, **kwargs)
         except BaseException as exc:
             self._collective_error = exc
             raise
-        self._raise_seen_failure()  # aborted while we were blocked
+        self.check()  # aborted while we were blocked (gloo blocks in the call; NCCL only to enqueue it)
         return out
 
-    def _raise_seen_failure(self) -> None:
+    @property
+    def aborted(self) -> bool:
+        """Whether the heartbeat thread aborted the process group because another rank failed."""
+        return self._monitor is not None and self._monitor.failure is not None
+
+    def check(self) -> None:
+        """Raise the PeerFailure the heartbeat thread saw, if any (no collective, no store access).
+
+        Called before and after every collective and by the engine before anything computed since the last
+        collective leaves the process: once the group is aborted, the results of the collectives in flight are
+        garbage (module docstring).
+
+        Raises:
+            PeerFailure: another rank failed and this rank's group was aborted.
+        """
         if self._monitor is not None and self._monitor.failure is not None:
+            self._stopped()
             raise PeerFailure(f"rank {self.rank} stopped because {self._monitor.failure}")
 
     def report(self, exc: BaseException) -> None:
@@ -95,7 +124,7 @@ class FailureWatch:
         if isinstance(exc, PeerFailure):
             return
         self.stopping = True
-        store = _store()
+        store = self._store()
         if store is None:
             return
         try:
@@ -108,15 +137,21 @@ class FailureWatch:
     def peer_failure(self, exc: BaseException) -> BaseException | None:
         """A `PeerFailure` naming the rank that caused `exc`, or None when the error is this rank's own.
 
-        A `PeerFailure` naming the rank that caused `exc` here, when `exc` is a failed collective (one run by
-        `collective`, or a plain RuntimeError: gloo's report of a dead peer in another library's collective,
-        e.g. a checkpoint's) and another rank failed (recorded in the store, or its heartbeat stopped); None
-        when the error is this rank's own, which is then reported as it is.
+        A `PeerFailure` naming the rank that caused `exc` here, when
+        - the heartbeat thread aborted the group (`aborted`): whatever `exc` is, it followed the abort (module
+          docstring); or
+        - `exc` is a failed collective (one run by `collective`, a `torch.distributed.DistError` such as NCCL's
+          DistBackendError from a later host sync or `work.wait()`, or a plain RuntimeError: gloo's report of a
+          dead peer in another library's collective, e.g. a checkpoint's) and another rank failed (recorded in
+          the store, or its heartbeat stopped).
+        None when the error is this rank's own, which is then reported as it is.
         """
-        if isinstance(exc, PeerFailure) or not (self._from_collective(exc) or type(exc) is RuntimeError):
+        if isinstance(exc, PeerFailure):
             return None
         message = self._monitor.failure if self._monitor is not None else None
-        store = _store()
+        if message is None and not (self._from_collective(exc) or type(exc) is RuntimeError):
+            return None
+        store = self._store()
         if message is None and store is not None:
             try:
                 if store.check([FAILURE_KEY]):
@@ -131,16 +166,27 @@ class FailureWatch:
                            f"see its output)")
         if message is None or message.startswith(f"rank {self.rank} "):
             return None  # nobody else failed: the collective's error is this rank's own, reported as it is
-        self.stopping = True
-        try:
-            if store is not None:
-                store.add(STOPPED_KEY, 1)
-        except Exception:
-            pass
+        self._stopped()
         return PeerFailure(f"rank {self.rank} stopped because {message}")
 
+    def _stopped(self) -> None:
+        """This rank stops for another's failure: no more collectives; counted once in STOPPED_KEY for rank 0."""
+        if self.stopping:
+            return
+        self.stopping = True
+        try:
+            store = self._store()
+            if store is not None:
+                store.add(STOPPED_KEY, 1)
+        except Exception:  # the store is gone with rank 0: nobody waits for the count
+            pass
+
     def _from_collective(self, exc: BaseException) -> bool:
-        """Whether `exc`, or an exception in its cause/context chain, was raised inside a collective."""
+        """Whether `exc`, or an exception in its cause/context chain, was raised inside a collective.
+
+        Inside `collective`, or anywhere as a `torch.distributed.DistError` (DistBackendError: NCCL's errors, which
+        surface at a host sync or `work.wait()` after the call returned; DistNetworkError, DistStoreError).
+        """
         seen: set[int] = set()
         e: BaseException | None = exc
         while e is not None and id(e) not in seen:
@@ -149,6 +195,10 @@ class FailureWatch:
             seen.add(id(e))
             e = e.__cause__ or e.__context__
         return False
+
+    def _store(self):
+        """The rendezvous store: the heartbeat's own reference (it outlives an aborted group), else torch's."""
+        return self._monitor.store if self._monitor is not None else _store()
 
     def stop(self) -> None:
         """Stop the heartbeat thread."""
@@ -160,10 +210,12 @@ class FailureWatch:
 
         Rank 0 (which hosts the rendezvous store unless torchrun's agent does) closes its connections, which makes
         the others' pending collectives fail, then keeps the store alive for up to STORE_GRACE_SECONDS so that
-        every rank can read which rank failed and why.
+        every rank can read which rank failed and why. After the heartbeat thread aborted the group, torch has
+        already dropped it (nothing to destroy); rank 0 still waits, through the heartbeat's store reference.
         """
-        store = _store() if self.rank == 0 else None  # this reference keeps the store's server up
-        dist.destroy_process_group()
+        store = self._store() if self.rank == 0 else None  # this reference keeps the store's server up
+        if dist.is_initialized():
+            dist.destroy_process_group()
         if store is not None:
             _wait_for_stopped_ranks(store, self.world - self.dead)
 
@@ -244,10 +296,12 @@ class _Monitor:
                 return
 
     def _abort(self, message: str) -> None:
+        # The failure first: the main thread, released from its host sync by the abort, must find it set before
+        # it uses the garbage the aborted collective left (FailureWatch.check, module docstring).
         self.failure = message
-        try:  # ends the collective the main thread is blocked in (NCCL); it then raises PeerFailure
+        try:  # aborts the NCCL communicators: the kernels exit, the main thread's host sync returns
             dist.distributed_c10d._abort_process_group()
-        except Exception:
+        except Exception:  # already aborted or destroyed (the watchdog, or the run ending)
             pass
 
 

@@ -45,6 +45,10 @@ def communicator_from_env(config: Config, num_clients: int) -> LocalCommunicator
         if dist.get_world_size() == 1:
             return LocalCommunicator(num_clients)
         device = _device(config, dist.get_backend(), _env_int("LOCAL_RANK", 0, minimum=0))
+        if device.type == "cuda":
+            # the caller's group may not have set it: torch's object collectives (which DCP's checkpoints use) and
+            # a barrier without device_ids run on the current CUDA device, cuda:0 on every rank unless set
+            torch.cuda.set_device(device)
         return DistributedCommunicator(num_clients, config.gossip_mode, device, owns_group=False)
     world = env_world_size()
     if world == 1:
@@ -64,7 +68,7 @@ def init_process_group(config: Config) -> None:
     NCCL when CUDA is available (and device is not "cpu"), gloo otherwise; `config.backend` overrides.
     With CUDA each process uses cuda:LOCAL_RANK (set before the group is created). The timeout is
     `config.dist_timeout`; an eager barrier makes every rank connect now rather than at the first
-    gossip step, so a missing rank fails here.
+    gossip step, so a missing rank fails here. An NCCL group is bound to cuda:LOCAL_RANK (`device_id`).
     """
     if not dist.is_available():
         raise RuntimeError("torch.distributed is not available in this torch build; run with one process")
@@ -86,7 +90,10 @@ def init_process_group(config: Config) -> None:
         for name, value in NCCL_ENVIRONMENT.items():  # read when the group is created
             os.environ.setdefault(name, value)
     timeout = timedelta(seconds=config.dist_timeout)
-    dist.init_process_group(backend, init_method="env://", rank=rank, world_size=world, timeout=timeout)
+    # NCCL: the group is bound to this rank's GPU (device_id): the communicator is formed now (a missing or
+    # misconfigured rank fails here), and barriers and object collectives (DCP's) use that GPU, not a guess
+    dist.init_process_group(backend, init_method="env://", rank=rank, world_size=world, timeout=timeout,
+                            device_id=device if backend == "nccl" else None)
     try:
         if backend == "nccl":
             dist.barrier(device_ids=[device.index])

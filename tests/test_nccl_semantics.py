@@ -1,0 +1,219 @@
+"""What the NCCL path relies on, pinned on the CPU (gloo): how a failure is named once NCCL's asynchrony is
+accounted for, and the communicator interface the engine checks at its boundary.
+
+NCCL collectives return once enqueued; a dead peer shows at a later host sync, and the heartbeat thread ends that
+wait by aborting the group (`dfl.engine.distributed.failures`). gloo's abort does not end a blocked collective
+(checked: torch 2.13), so these tests put the main thread where NCCL leaves it, in host work after the collective,
+and check what happens there: torch's `_abort_process_group` called from the heartbeat thread drops the group, and
+whatever this rank raises next is reported as the peer's failure, never as its own. The blocked-kernel part itself
+needs a GPU: benchmarks/gpu_check.py step 7 (a SIGKILLed rank under NCCL). Also here: NCCL's error types
+classified outside a collective, the NCCL group bound to the rank's GPU (CUDA calls faked and recorded), and the
+engine's communicator interface checked at `dfl.run`'s boundary.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+import dfl
+from dfl.engine import experiment
+from dfl.engine.distributed import FAILURE_KEY, STOPPED_KEY, FailureWatch
+from dfl.errors import ArgumentError, PeerFailure
+from dfl.network.comm import LocalCommunicator
+from tests.helpers import START_METHOD, blob_data, tiny_config
+
+HANG_GUARD_SECONDS = 60.0  # only against a hang: the abort comes within about a heartbeat (1 s)
+
+
+def _outcome(call) -> str:
+    try:
+        out = call()
+    except BaseException as exc:  # the test compares what each call says
+        return f"{type(exc).__name__}: {exc}"
+    return "returned None" if out is None else f"returned {type(out).__name__}: {out}"
+
+
+def _abort_worker(rank: int, world: int, port: int, out_dir: str) -> None:
+    torch.set_num_threads(1)
+    store = dist.TCPStore("127.0.0.1", port, world, rank == 0, timeout=timedelta(seconds=HANG_GUARD_SECONDS))
+    dist.init_process_group("gloo", store=store, rank=rank, world_size=world,
+                            timeout=timedelta(seconds=HANG_GUARD_SECONDS))
+    group_store = dist.distributed_c10d._get_default_store()  # held here: the abort drops torch's reference
+    watch = FailureWatch(rank, world, watch=True)  # NCCL's watch, on gloo
+    record: dict = {}
+    if rank == 1:
+        watch.report(ValueError("injected on rank 1"))
+        record["own"] = _outcome(lambda: watch.peer_failure(ValueError("injected on rank 1")))
+        Path(out_dir, f"rank{rank}.json").write_text(json.dumps(record))
+        store.wait(["test/done"])  # alive (as a stuck NCCL peer would be) until rank 0 has looked
+        store.set("test/ack", "1")
+    else:
+        # where NCCL leaves the main thread: a host sync after an enqueued collective, while the peer is stuck
+        deadline = time.monotonic() + HANG_GUARD_SECONDS
+        while dist.is_initialized() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        record["group_left"] = not dist.is_initialized()
+        record["aborted"] = watch.aborted
+        record["garbage"] = _outcome(lambda: watch.peer_failure(ValueError("loss is nan")))
+        record["backend"] = _outcome(lambda: watch.peer_failure(dist.DistBackendError("NCCL communicator aborted")))
+        record["check"] = _outcome(watch.check)
+        record["collective"] = _outcome(lambda: watch.collective(dist.all_reduce, torch.ones(1)))
+        record["stopping"] = watch.stopping
+        record["stopped_count"] = int(group_store.add(STOPPED_KEY, 0))
+        record["destroy"] = _outcome(watch.destroy_group_after_failure)
+        Path(out_dir, f"rank{rank}.json").write_text(json.dumps(record))
+        store.set("test/done", "1")
+        store.wait(["test/ack"])  # rank 0 hosts the store: it leaves after rank 1 has read "done"
+    watch.stop()
+    if dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def test_after_the_heartbeat_aborts_the_group_every_error_names_the_failed_peer(tmp_path):
+    mp.start_processes(_abort_worker, args=(2, _free_port(), str(tmp_path)), nprocs=2, join=True,
+                       start_method=START_METHOD)
+    rank0 = json.loads((tmp_path / "rank0.json").read_text())
+    rank1 = json.loads((tmp_path / "rank1.json").read_text())
+    named = "PeerFailure: rank 0 stopped because rank 1 ("
+    assert rank0["group_left"] and rank0["aborted"], rank0  # torch's _abort_process_group ran, from the thread
+    for key in ("garbage", "backend", "check", "collective"):
+        assert rank0[key].startswith(("returned PeerFailure: rank 0 stopped because rank 1 (", named)), (key, rank0)
+        assert rank0[key].endswith("failed: ValueError: injected on rank 1"), (key, rank0)
+    assert rank0["stopping"] and rank0["stopped_count"] == 2, rank0  # rank 1 reported, rank 0 counted once
+    assert rank0["destroy"] == "returned None", rank0  # the group is already gone: nothing to destroy, no error
+    assert rank1["own"] == "returned None", rank1  # the failing rank's error is its own
+
+
+def test_errors_are_classified_by_what_nccl_raises(tmp_path):
+    """Without an abort (a world of one, the failure record set by hand): NCCL's DistBackendError, raised at a host
+    sync outside any collective, alone or as the cause of another error, names the failed peer; this rank's own
+    errors stay its own."""
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'rdzv'}", rank=0, world_size=1,
+                            timeout=timedelta(seconds=HANG_GUARD_SECONDS))
+    try:
+        dist.distributed_c10d._get_default_store().set(FAILURE_KEY, "rank 1 (node7) failed: OSError: disk full")
+        watch = FailureWatch(0, 1, watch=False)
+        wrapped = RuntimeError("checkpoint failed")
+        wrapped.__cause__ = dist.DistBackendError("NCCL error: remote process exited")
+        named = "rank 0 stopped because rank 1 (node7) failed: OSError: disk full"
+        for exc in (dist.DistBackendError("NCCL communicator was aborted"), wrapped, RuntimeError("gloo: closed")):
+            peer = watch.peer_failure(exc)
+            assert isinstance(peer, PeerFailure) and str(peer) == named, (exc, peer)
+        assert watch.peer_failure(ValueError("a bug of this rank")) is None
+        assert watch.peer_failure(PeerFailure("already named")) is None
+    finally:
+        dist.destroy_process_group()
+
+
+class _AbortedMidRound(LocalCommunicator):
+    """A communicator whose group is aborted while round 2's evaluation waits at a host sync."""
+
+    aborted = False
+
+    def check_peers(self) -> None:
+        if self.aborted:
+            raise PeerFailure("rank 0 stopped because rank 1 (node) failed: ValueError: boom")
+
+
+def test_metrics_of_a_round_whose_group_was_aborted_are_not_recorded(tmp_path, monkeypatch):
+    comm = _AbortedMidRound(6)
+    original = experiment.Experiment.evaluate
+
+    def evaluate(self, t, stats):
+        metrics = original(self, t, stats)
+        if t == 1:
+            comm.aborted = True  # the heartbeat aborted the group while this evaluation read its results back
+        return metrics
+
+    monkeypatch.setattr(experiment.Experiment, "evaluate", evaluate)
+    with pytest.raises(PeerFailure, match="because rank 1"):
+        dfl.run(tiny_config(), data=blob_data([10] * 6), out=tmp_path / "run", comm=comm)
+    rounds = [json.loads(line)["round"] for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert rounds == [1], rounds
+
+
+def test_a_communicator_is_checked_against_the_engine_interface_at_the_boundary():
+    class OnlyReductions:  # what an algorithm sees (dfl.algorithms.base.Communicator), not what the engine needs
+        num_clients, client_ids = 6, list(range(6))
+
+        def mean_rows(self, X):
+            return X.mean(0)
+
+        def sum(self, value):
+            return value
+
+        def gather_rows(self, X):
+            return X
+
+    with pytest.raises(ArgumentError) as info:
+        dfl.run(tiny_config(), data=blob_data([10] * 6), comm=OnlyReductions())
+    message = str(info.value)
+    assert "\n" not in message
+    assert message.startswith("comm must be a dfl.algorithms.base.EngineCommunicator"), message
+    assert message.endswith("OnlyReductions lacks assemble_rows, barrier, bytes_moved, check_peers, close, device, "
+                            "gossip_mode, is_main, mix, peer_failure, rank, report_failure, world_size"), message
+    assert dfl.run(tiny_config(rounds=1), data=blob_data([10] * 6), comm=LocalCommunicator(6)).history
+
+
+def test_torch_still_has_the_abort_dfl_calls():
+    """The heartbeat calls torch's private `_abort_process_group(group=None)`; a rename fails here, not on a GPU."""
+    import inspect
+
+    params = inspect.signature(dist.distributed_c10d._abort_process_group).parameters
+    assert list(params) == ["group"] and params["group"].default is None
+
+
+@pytest.fixture
+def two_gpus(monkeypatch):
+    """CUDA faked as far as dfl's set-up asks (2 GPUs, rank 1 of 2), and what it calls recorded, not run."""
+    from dfl.engine.distributed import setup
+
+    calls: dict = {"set_device": []}
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    monkeypatch.setattr(torch.cuda, "set_device", lambda device: calls["set_device"].append(torch.device(device)))
+    for name, value in dict(RANK="1", WORLD_SIZE="2", LOCAL_RANK="1", MASTER_ADDR="127.0.0.1",
+                            MASTER_PORT="1").items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.delenv("TORCH_NCCL_ASYNC_ERROR_HANDLING", raising=False)
+    return setup, calls
+
+
+def test_an_nccl_group_is_bound_to_the_rank_s_gpu(two_gpus, monkeypatch):
+    """Barriers and torch's object collectives (DCP's checkpoint planning) run on the bound device, not cuda:0."""
+    setup, calls = two_gpus
+    monkeypatch.setattr(dist, "init_process_group", lambda *args, **kwargs: calls.update(init=(args, kwargs)))
+    monkeypatch.setattr(dist, "barrier", lambda **kwargs: calls.update(barrier=kwargs))
+    setup.init_process_group(tiny_config(device="cuda", backend="nccl"))
+    args, kwargs = calls["init"]
+    assert args == ("nccl",) and kwargs["device_id"] == torch.device("cuda", 1), calls
+    assert calls["set_device"] == [torch.device("cuda", 1)] and calls["barrier"] == {"device_ids": [1]}
+    assert os.environ["TORCH_NCCL_ASYNC_ERROR_HANDLING"] == "2"
+
+
+def test_a_caller_s_nccl_group_gets_the_rank_s_gpu_as_current_device(two_gpus, monkeypatch):
+    setup, calls = two_gpus
+    monkeypatch.setattr(dist, "is_initialized", lambda: True)
+    monkeypatch.setattr(dist, "get_world_size", lambda group=None: 2)
+    monkeypatch.setattr(dist, "get_backend", lambda group=None: "nccl")
+    monkeypatch.setattr(setup, "DistributedCommunicator", lambda *args, **kwargs: (args, kwargs))
+    args, kwargs = setup.communicator_from_env(tiny_config(device="cuda"), 6)
+    assert args[2] == torch.device("cuda", 1) and kwargs == {"owns_group": False}
+    assert calls["set_device"] == [torch.device("cuda", 1)]  # set by dfl: the caller's group did not
