@@ -26,12 +26,15 @@ def share_cores_between_workers() -> None:
     through `threads = "auto"`), as a sweep's pool shares them between its workers (`dfl.threads.share`): two
     workers of two torch threads each on two cores spin against each other and the suite is no faster than one
     worker (measured: 628 s either way; one thread per worker: 459 s).
+
+    Without xdist the suite runs on one thread too: the multi-process tests fork their workers (`tests.helpers.spawn`),
+    and a child forked after the parent's OpenMP pool started can hang on that pool's locks (seen in
+    tests/test_distributed.py run on its own, without `-n`).
     """
     workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "0") or 0)
-    if workers > 1:
-        n = dfl.threads.share(workers)
-        os.environ.update({name: str(n) for name in dfl.threads.COUNT_VARIABLES})
-        torch.set_num_threads(n)
+    n = dfl.threads.share(workers) if workers > 1 else 1
+    os.environ.update({name: str(n) for name in dfl.threads.COUNT_VARIABLES})
+    torch.set_num_threads(n)
 
 
 share_cores_between_workers()
