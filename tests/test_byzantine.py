@@ -353,12 +353,13 @@ def test_refusals_answer_before_torch_loads():
 
 
 def test_a_multi_process_world_is_refused_at_set_up():
-    class World(LocalCommunicator):
-        world_size = 2
+    first_of_two = LocalCommunicator(8)  # rank 0 of a world of two hosts the first block of 4 clients
+    first_of_two.client_ids = [0, 1, 2, 3]
 
     topo = topologies.build("ring", 8)
-    with pytest.raises(ConfigError, match="torchrun world of 2 processes is not supported"):
-        ByzantineGossip(Gossip(topo, World(8), torch.float32, CPU), threat("ipm", None), torch.zeros(8, 3))
+    with pytest.raises(ConfigError, match="hosts 4 of the 8 clients .a torchrun world of several processes., which is "
+                                          "not supported"):
+        ByzantineGossip(Gossip(topo, first_of_two, torch.float32, CPU), threat("ipm", None), torch.zeros(8, 3))
 
 
 # ------------------------------------------------------------------------------------------------ host syncs

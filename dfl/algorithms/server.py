@@ -90,11 +90,12 @@ class ServerAlgorithm(Algorithm):
         self.threat: Threat | None = None
         config = ctx.config
         if config.byzantine or config.aggregator != "mean":
-            world = getattr(ctx.comm, "world_size", 1)
-            if world > 1:
-                raise ConfigError(f"byzantine / aggregator = {config.aggregator}: a torchrun world of "
-                                  f"{world} processes is not supported at the server (the attacker reads "
-                                  "every participant's update); run in one process")
+            hosted = len(ctx.comm.client_ids)
+            if hosted < ctx.comm.num_clients:  # a torchrun world of several processes
+                raise ConfigError(f"byzantine / aggregator = {config.aggregator}: this process hosts {hosted} of the "
+                                  f"{ctx.comm.num_clients} clients (a torchrun world of several processes), which is "
+                                  "not supported at the server (the attacker reads every participant's update); run in "
+                                  "one process")
             self.threat = Threat.from_config(config, ctx.comm.num_clients)
             self.robust_center = torch.zeros_like(self.x)  # centered-clipping's v: the previous aggregate
 
