@@ -153,7 +153,8 @@ class Option:
 SECTIONS = (
     ("Experiment", "name"), ("Algorithm", "algorithm"), ("Centralized algorithms", "participation"),
     ("SAM radius schedule", "rho_schedule"), ("Topology", "topology"), ("Unreliable network", "link_failure"),
-    ("Compressed gossip", "compressor"), ("Asynchronous gossip", "mode"), ("Clients and data", "clients"),
+    ("Compressed gossip", "compressor"), ("Asynchronous gossip", "mode"),
+    ("Differential privacy", "dp_clip"), ("Clients and data", "clients"),
     ("Model", "model"), ("Local training", "lr"), ("Evaluation and output", "eval_every"),
     ("Live metrics and early stopping", "loggers"), ("Multi-process (torchrun)", "backend"),
 )
@@ -277,6 +278,13 @@ class Config:
         "message at a time; 0 = unlimited")
     max_staleness: int = option(-1, "async: a client mixes neighbour models at most this many updates behind its own, "
         "waiting otherwise; -1 = unbounded")
+    # client-level differential privacy (dfl.training.privacy: clip + Gaussian noise; dfl.training.accountant)
+    dp_clip: float = option(0.0, "differential privacy: each client's round update Y - X is clipped to this L2 norm C "
+        "before it is shared, plus Gaussian noise; 0 = off", interval="[0, inf)")
+    dp_noise: float | None = option(None, "differential privacy: noise multiplier sigma, the noise's std is sigma*C "
+        "per coordinate (unset = 1.0)", interval="[0, inf)")
+    dp_delta: float | None = option(None, "differential privacy: the delta at which epsilon is reported (unset = "
+        "1e-5)", interval="(0, 1)")
     # clients and data
     clients: int = option(16, "number of clients", interval="[1, inf)")
     dataset: str = option("mnist1d", "mnist1d, digits, synthetic, cifar10, cifar100, mnist, fashion-mnist, or a "

@@ -43,6 +43,7 @@ __getattr__ = submodules(__name__, {
 __all__ = [
     "ALGORITHMS", "HYPERPARAMETERS", "Algorithm", "AlgorithmCard", "Context", "LocalResult", "LocalRule",
     "RoundStats", "ServerAlgorithm", "algorithm_class", "check_config", "is_centralized", "mixes_by_push_sum",
+    "private_algorithms", "takes_privacy",
     "option_defaults",
     "register", "resolve_hyperparameters",
 ]
@@ -69,6 +70,20 @@ def mixes_by_push_sum(name: str) -> bool:
     by push-sum (read from its card: imports nothing).
     """
     return bool(getattr(ALGORITHMS.card(name, "algorithm"), "push_sum", False))
+
+
+def takes_privacy(name: str) -> bool:
+    """Whether client-level differential privacy (`dp_clip`) protects everything algorithm `name` sends.
+
+    Read from its card (`Algorithm.dp`: every message is a post-processing of the trained models and public values);
+    imports nothing.
+    """
+    return bool(getattr(ALGORITHMS.card(name, "algorithm"), "dp", False))
+
+
+def private_algorithms() -> list[str]:
+    """The registered algorithms that take differential privacy (`takes_privacy`), in listing order."""
+    return [name for name in ALGORITHMS.names() if takes_privacy(name)]
 
 
 def resolve_hyperparameters(config, warn: bool = True) -> tuple[dict, list[str]]:

@@ -297,6 +297,10 @@ class Algorithm(ABC):
     # Whether the rounds gossip through `self.mix`, which carries push-sum's weights: such an algorithm also runs on
     # a column-stochastic W (directed graphs), with the weights and the ratio x/y of `mix`. The others refuse one.
     push_sum: ClassVar[bool] = False
+    # Whether client-level differential privacy (`dp_clip`, `dfl.training.privacy`) protects everything a client sends:
+    # every message is a post-processing of the models Y that `trainer.train` returns (clipped and noised there) and of
+    # public values. Not when a client sends gradients, trackers, momentum buffers or its step count K_i.
+    dp: ClassVar[bool] = False
 
     def __init__(self, ctx: Context, X: torch.Tensor):
         self.ctx = ctx

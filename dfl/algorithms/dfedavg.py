@@ -32,6 +32,7 @@ class DFedAvg(Algorithm):
     hyperparameters: ClassVar[dict[str, Any]] = {}
     local_optimizers = ADAPTIVE
     push_sum = True  # gossips through `Algorithm.mix`: runs on column-stochastic W too
+    dp = True  # sends only its trained Y (and push-sum's public weight)
 
     @override
     def round(self, t: int) -> RoundStats:

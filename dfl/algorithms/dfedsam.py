@@ -45,6 +45,7 @@ class DFedSAMMGS(Algorithm):
     hyperparameters = {**SAM_DEFAULTS, "gossip_steps": 4}
     local_optimizers = ADAPTIVE
     push_sum = True  # gossips through `Algorithm.mix`: runs on column-stochastic W too
+    dp = True  # sends only its trained Y (and push-sum's public weight)
 
     def gossip_steps(self) -> int:
         """Q, the gossip steps after each round's local steps (the hyperparameter `gossip_steps`; DFedSAM: 1)."""

@@ -39,6 +39,7 @@ class FedCM(FedAvg):
     hyperparameters = {**FedAvg.hyperparameters, "fedcm_alpha": 0.1}
     downlink = 2  # x_t and Δ_t
     local_optimizers = ("sgd",)  # Δ_t is normalized by η K: SGD steps
+    dp = False  # the server divides by each client's step count K_i (its data size in epochs mode)
 
     def __init__(self, ctx: Context, X: torch.Tensor):
         super().__init__(ctx, X)

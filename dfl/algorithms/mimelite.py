@@ -43,6 +43,7 @@ class MimeLite(FedAvg):
     hyperparameters = {**FedAvg.hyperparameters, "server_momentum": 0.9}
     uplink = downlink = 2
     local_optimizers = ("sgd",)  # the server momentum replaces local optimizer state
+    dp = False  # clients send full-batch gradients at x_t besides their models
 
     def __init__(self, ctx, X):
         super().__init__(ctx, X)

@@ -37,6 +37,7 @@ class FedAvgLM(FedAvg):
     hyperparameters = {**FedAvg.hyperparameters, "momentum": 0.9}
     reset = False  # -Z variants start every round from u = 0
     local_optimizers = ("sgd",)  # local heavy-ball momentum by definition
+    dp = False  # the server averages the clients' momentum buffers, which no clipping bounds
 
     def __init__(self, ctx: Context, X: torch.Tensor):
         super().__init__(ctx, X)
