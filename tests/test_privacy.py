@@ -255,3 +255,21 @@ def test_a_resumed_run_equals_the_uninterrupted_one(tmp_path, changes):
     resumed = interrupted(config, 2, tmp_path / "part", data())
     assert torch.equal(resumed.params, full.params)
     assert_same_history(resumed.history, full.history)
+
+
+# ------------------------------------------------------------------------------------------------ the study
+@pytest.mark.slow
+def test_the_quick_privacy_study_runs_and_writes_its_table(tmp_path):
+    results = tmp_path / "results" / "privacy-test"
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "privacy_study.py"), "--quick", "--out",
+                           str(tmp_path / "runs"), "--results", str(results)], capture_output=True, text=True,
+                          timeout=300, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    import json
+
+    records = json.loads(results.with_suffix(".json").read_text())["records"]
+    assert [(r["topology"], r["noise"]) for r in records] == [("ring", None), ("ring", 1.0), ("full", None),
+                                                              ("full", 1.0)]
+    assert all(("dp_epsilon" in r) == (r["noise"] is not None) for r in records)
+    text = results.with_suffix(".md").read_text()
+    assert text.count("\n| ring |") == 2 and "| full | 0.1 | 1 | 16.5 |" in text
