@@ -165,6 +165,7 @@ CASES = {
     "dfedsam-mgs ring Q=4": dict(algorithm="dfedsam-mgs", topology="ring", gossip_steps=4),
     "dpsgd ring (gossip every step)": dict(algorithm="dpsgd", topology="ring"),
     "dfedavgm exponential": dict(algorithm="dfedavgm", topology="exponential"),
+    "dfedsam ring, differential privacy": dict(algorithm="dfedsam", topology="ring", dp_clip=1.0, dp_noise=1.0),
 }
 
 

@@ -157,7 +157,7 @@ SECTIONS = (
     ("Experiment", "name"), ("Algorithm", "algorithm"), ("Centralized algorithms", "participation"),
     ("SAM radius schedule", "rho_schedule"), ("Topology", "topology"), ("Unreliable network", "link_failure"),
     ("Compressed gossip", "compressor"), ("Asynchronous gossip", "mode"), ("Byzantine clients", "byzantine"),
-    ("Clients and data", "clients"),
+    ("Differential privacy", "dp_clip"), ("Clients and data", "clients"),
     ("Model", "model"), ("Local training", "lr"), ("Evaluation and output", "eval_every"),
     ("Live metrics and early stopping", "loggers"), ("Multi-process (torchrun)", "backend"),
 )
@@ -296,6 +296,13 @@ class Config:
         "Byzantine inputs a receiver has", interval="[0, inf)")
     clip_radius: float | None = option(None, "tau of clipped-gossip (unset = adaptive) and centered-clipping (needed)",
         interval="(0, inf)")
+    # client-level differential privacy (dfl.training.privacy: clip + Gaussian noise; dfl.training.accountant)
+    dp_clip: float = option(0.0, "differential privacy: each client's round update Y - X is clipped to this L2 norm C "
+        "before it is shared, plus Gaussian noise; 0 = off", interval="[0, inf)")
+    dp_noise: float | None = option(None, "differential privacy: noise multiplier sigma, the noise's std is sigma*C "
+        "per coordinate (unset = 1.0)", interval="[0, inf)")
+    dp_delta: float | None = option(None, "differential privacy: the delta at which epsilon is reported (unset = "
+        "1e-5)", interval="(0, 1)")
     # clients and data
     clients: int = option(16, "number of clients", interval="[1, inf)")
     dataset: str = option("mnist1d", "mnist1d, digits, synthetic, cifar10, cifar100, mnist, fashion-mnist, or a "

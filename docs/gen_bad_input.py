@@ -83,7 +83,7 @@ FAMILIES: list[tuple[str, str, list[Case]]] = [
         "dfl run --topology hierarchical --clients 1000000000000 --topology-options groups=10",
         "dfl spectral-study --clients 1000000000 --dry-run"]]),
     ("Fields that go together", "Rules between fields: schedules, optimizers, stopping, unreliable networks, "
-     "compressed gossip, the asynchronous mode, Byzantine clients.", [Case(c) for c in [
+     "compressed gossip, the asynchronous mode, Byzantine clients, differential privacy.", [Case(c) for c in [
         "dfl run --stop-at-target", "dfl run --algorithm scaffold --local-optimizer adam",
         "dfl run --local-optimizer adam --adam-betas 0.9 1.0", "dfl run --rho-schedule linear",
         "dfl run --topology star --weights uniform", "dfl run --link-failure 1",
@@ -95,6 +95,7 @@ FAMILIES: list[tuple[str, str, list[Case]]] = [
         "dfl run --precision tf32 --device cpu",
         "dfl run --byzantine 3", "dfl run --byzantine 3 --attack ipm --algorithm scaffold",
         "dfl run --aggregator krum", "dfl run --aggregator median --trim 1",
+        "dfl run --dp-noise 0.5", "dfl run --dp-clip 1 --algorithm dsgt",
         "dfl run --dataset-options num_samples=100 --clients 80 --partition iid --local-test-fraction 0.2"]]),
     ("Config files", "A TOML file is read through one reader: whatever is wrong with it is one line naming the file. "
      "Every wrong key of a file is reported at once, each with the file and the key; a key that belongs to an "

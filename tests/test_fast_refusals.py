@@ -32,6 +32,7 @@ def test_each_algorithm_card_equals_its_class(name):
     assert tuple(card.local_optimizers) == tuple(cls.local_optimizers)
     assert card.push_sum == cls.push_sum
     assert card.byzantine == cls.byzantine
+    assert card.dp == cls.dp
     from dfl.algorithms.base import Algorithm
 
     # the card's check is the class's: none where the class refines nothing, else the function both call

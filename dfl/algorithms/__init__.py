@@ -43,7 +43,7 @@ __getattr__ = submodules(__name__, {
 __all__ = [
     "ALGORITHMS", "HYPERPARAMETERS", "Algorithm", "AlgorithmCard", "Context", "LocalResult", "LocalRule",
     "RoundStats", "ServerAlgorithm", "accepts_byzantine", "algorithm_class", "check_config", "is_centralized",
-    "mixes_by_push_sum",
+    "mixes_by_push_sum", "private_algorithms", "takes_privacy",
     "option_defaults",
     "register", "resolve_hyperparameters",
 ]
@@ -78,6 +78,20 @@ def accepts_byzantine(name: str) -> bool:
     Such an algorithm shares only its models (`dfl.network.byzantine_settings`); read from its card, importing nothing.
     """
     return bool(getattr(ALGORITHMS.card(name, "algorithm"), "byzantine", False))
+
+
+def takes_privacy(name: str) -> bool:
+    """Whether client-level differential privacy (`dp_clip`) protects everything algorithm `name` sends.
+
+    Read from its card (`Algorithm.dp`: every message is a post-processing of the trained models and public values);
+    imports nothing.
+    """
+    return bool(getattr(ALGORITHMS.card(name, "algorithm"), "dp", False))
+
+
+def private_algorithms() -> list[str]:
+    """The registered algorithms that take differential privacy (`takes_privacy`), in listing order."""
+    return [name for name in ALGORITHMS.names() if takes_privacy(name)]
 
 
 def resolve_hyperparameters(config, warn: bool = True) -> tuple[dict, list[str]]:

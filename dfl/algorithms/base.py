@@ -374,6 +374,10 @@ class Algorithm(ABC):
     # its models (no tracker, control variate or server state built from the clients' messages). Subclasses that
     # change what is shared set it back to False.
     byzantine: ClassVar[bool] = False
+    # Whether client-level differential privacy (`dp_clip`, `dfl.training.privacy`) protects everything a client sends:
+    # every message is a post-processing of the models Y that `trainer.train` returns (clipped and noised there) and of
+    # public values. Not when a client sends gradients, trackers, momentum buffers or its step count K_i.
+    dp: ClassVar[bool] = False
 
     def __init__(self, ctx: Context, X: torch.Tensor):
         self.ctx = ctx

@@ -41,6 +41,7 @@ class AlgorithmCard:
     check: Callable[[dict[str, Any]], None] | None = field(default=None, compare=False)
     push_sum: bool = False  # gossips through `Algorithm.mix`: runs on a column-stochastic W (push-sum)
     byzantine: bool = False  # shares only its models: runs with Byzantine clients and robust aggregators
+    dp: bool = False  # every message is a post-processing of the trained models Y: takes dp_clip (`Algorithm.dp`)
 
     def check_hyperparameters(self, hp: dict[str, Any]) -> None:
         """Run the algorithm's own check of its resolved hyperparameters.
@@ -58,8 +59,9 @@ def check_kgt(hp: dict[str, Any]) -> None:
         raise ValueError(f"algorithm_options.outer_lr (K-GT's eta_s) must be > 0, got {hp['outer_lr']}")
 
 
-def _central(hp: dict[str, Any], local_optimizers: tuple[str, ...] = SGD, byzantine: bool = False) -> AlgorithmCard:
-    return AlgorithmCard({**SERVER, **hp}, True, local_optimizers, byzantine=byzantine)
+def _central(hp: dict[str, Any], local_optimizers: tuple[str, ...] = SGD, byzantine: bool = False,
+             dp: bool = False) -> AlgorithmCard:
+    return AlgorithmCard({**SERVER, **hp}, True, local_optimizers, byzantine=byzantine, dp=dp)
 
 
 _FEDAVG = {"server_lr": 1.0}
@@ -72,26 +74,28 @@ _TRACKING = {"rho_schedule": "constant", "rho_ramp_rounds": 0, **SAM_VARIANT}  #
 # name -> ("module:Class", card), in the order `dfl list algorithms` shows them
 BUILTINS: dict[str, tuple[str, AlgorithmCard]] = {
     "dpsgd": ("dfl.algorithms.dpsgd:DPSGD", AlgorithmCard({}, False, ADAPTIVE, byzantine=True)),
-    "dfedavg": ("dfl.algorithms.dfedavg:DFedAvg", AlgorithmCard({}, False, ADAPTIVE, push_sum=True, byzantine=True)),
+    "dfedavg": ("dfl.algorithms.dfedavg:DFedAvg",
+                AlgorithmCard({}, False, ADAPTIVE, push_sum=True, byzantine=True, dp=True)),
     "dfedavgm": ("dfl.algorithms.dfedavg:DFedAvgM",
-                 AlgorithmCard({"momentum": 0.9}, False, SGD, push_sum=True, byzantine=True)),
+                 AlgorithmCard({"momentum": 0.9}, False, SGD, push_sum=True, byzantine=True, dp=True)),
     "dfedsam": ("dfl.algorithms.dfedsam:DFedSAM",
-                AlgorithmCard({**_sam(0.01), "momentum": 0.9}, False, ADAPTIVE, push_sum=True, byzantine=True)),
+                AlgorithmCard({**_sam(0.01), "momentum": 0.9}, False, ADAPTIVE, push_sum=True, byzantine=True,
+                              dp=True)),
     "dfedsam-mgs": ("dfl.algorithms.dfedsam:DFedSAMMGS",
                     AlgorithmCard({**_sam(0.01), "momentum": 0.9, "gossip_steps": 4}, False, ADAPTIVE,
-                                  push_sum=True, byzantine=True)),
+                                  push_sum=True, byzantine=True, dp=True)),
     "dsgt": ("dfl.algorithms.dsgt:DSGT", AlgorithmCard({"rho": 0.0, **_TRACKING})),
     "dsgt-sam": ("dfl.algorithms.dsgt:DSGTSAM", AlgorithmCard({"rho": 0.01, **_TRACKING})),
     "kgt": ("dfl.algorithms.kgt:KGT", AlgorithmCard({"rho": 0.0, **_TRACKING, "outer_lr": 1.0}, check=check_kgt)),
     "kgt-sam": ("dfl.algorithms.kgt:KGTSAM",
                 AlgorithmCard({"rho": 0.01, **_TRACKING, "outer_lr": 1.0}, check=check_kgt)),
-    "fedavg": ("dfl.algorithms.fedavg:FedAvg", _central(_FEDAVG, ADAPTIVE, byzantine=True)),
-    "fedsam": ("dfl.algorithms.fedavg:FedSAM", _central({**_FEDAVG, **_sam(0.1)}, ADAPTIVE, byzantine=True)),
+    "fedavg": ("dfl.algorithms.fedavg:FedAvg", _central(_FEDAVG, ADAPTIVE, byzantine=True, dp=True)),
+    "fedsam": ("dfl.algorithms.fedavg:FedSAM", _central({**_FEDAVG, **_sam(0.1)}, ADAPTIVE, byzantine=True, dp=True)),
     "mofedsam": ("dfl.algorithms.fedcm:MoFedSAM", _central({**_FEDCM, **_sam(0.1)})),
     "fedcm": ("dfl.algorithms.fedcm:FedCM", _central(_FEDCM)),
     "scaffold": ("dfl.algorithms.scaffold:Scaffold", _central(_FEDAVG)),
     "fedavgsm": ("dfl.algorithms.fedavg:FedAvgSM",
-                 _central({**_FEDAVG, "server_momentum": 0.9}, ADAPTIVE, byzantine=True)),
+                 _central({**_FEDAVG, "server_momentum": 0.9}, ADAPTIVE, byzantine=True, dp=True)),
     "fedavglm": ("dfl.algorithms.momentum:FedAvgLM", _central(_LM)),
     "fedavglm-z": ("dfl.algorithms.momentum:FedAvgLMZ", _central(_LM)),
     "fedavgslm": ("dfl.algorithms.momentum:FedAvgSLM", _central(_SLM)),
@@ -99,8 +103,8 @@ BUILTINS: dict[str, tuple[str, AlgorithmCard]] = {
     "domo": ("dfl.algorithms.domo:DOMO", _central(_DOMO)),
     "domo-s": ("dfl.algorithms.domo:DOMOS", _central(_DOMO)),
     "mimelite": ("dfl.algorithms.mimelite:MimeLite", _central({**_FEDAVG, "server_momentum": 0.9})),
-    "feddyn": ("dfl.algorithms.feddyn:FedDyn", _central({"feddyn_alpha": 0.01})),
+    "feddyn": ("dfl.algorithms.feddyn:FedDyn", _central({"feddyn_alpha": 0.01}, dp=True)),
     "fedgloss": ("dfl.algorithms.fedgloss:FedGLoSS", _central({
         **_FEDAVG, "rho": 0.15, **SAM_VARIANT, "server_rho": 0.15, "fedgloss_beta": 10.0,
-        "rho_schedule": "linear", "rho_ramp_rounds": 0})),
+        "rho_schedule": "linear", "rho_ramp_rounds": 0}, dp=True)),
 }

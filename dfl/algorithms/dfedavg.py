@@ -33,6 +33,7 @@ class DFedAvg(Algorithm):
     local_optimizers = ADAPTIVE
     push_sum = True  # gossips through `Algorithm.mix`: runs on column-stochastic W too
     byzantine = True  # shares only its models: Byzantine clients and robust gossip apply (`dfl.network.byzantine`)
+    dp = True  # sends only its trained Y (and push-sum's public weight)
 
     @override
     def round(self, t: int) -> RoundStats:

@@ -46,6 +46,7 @@ class DFedSAMMGS(Algorithm):
     local_optimizers = ADAPTIVE
     push_sum = True  # gossips through `Algorithm.mix`: runs on column-stochastic W too
     byzantine = True  # shares only its models: Byzantine clients and robust gossip apply (`dfl.network.byzantine`)
+    dp = True  # sends only its trained Y (and push-sum's public weight)
 
     def gossip_steps(self) -> int:
         """Q, the gossip steps after each round's local steps (the hyperparameter `gossip_steps`; DFedSAM: 1)."""

@@ -34,6 +34,7 @@ class FedAvg(ServerAlgorithm):
     hyperparameters = {**SERVER_DEFAULTS, "server_lr": 1.0}
     local_optimizers = ADAPTIVE  # subclasses whose rule is written in SGD steps set ("sgd",)
     byzantine = True  # the server aggregates only model updates (`ServerAlgorithm.aggregate_updates`)
+    dp = True  # the server reads only y_i − x_t (subclasses that read more set False)
 
     def local(self, t: int, part):
         """K local steps from the global model x_t for the round's participants.

@@ -40,6 +40,7 @@ class FedCM(FedAvg):
     downlink = 2  # x_t and Δ_t
     local_optimizers = ("sgd",)  # Δ_t is normalized by η K: SGD steps
     byzantine = False  # the server's momentum Δ_t is sent to the clients: refused with Byzantine clients
+    dp = False  # the server divides by each client's step count K_i (its data size in epochs mode)
 
     def __init__(self, ctx: Context, X: torch.Tensor):
         super().__init__(ctx, X)

@@ -35,6 +35,7 @@ class FedDyn(ServerAlgorithm):
         sampled each round, how (uniform or bernoulli), and their weights p_i (uniform or size) (`ServerAlgorithm`).
     """
     name = "feddyn"
+    dp = True  # the server reads only θ_i − x_t (h_i is a sum of them)
     hyperparameters = {**SERVER_DEFAULTS, "feddyn_alpha": 0.01}
     client_state = ("h",)  # h_i per client; x is server state
 

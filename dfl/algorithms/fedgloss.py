@@ -54,6 +54,7 @@ class FedGLoSS(ServerAlgorithm):
         sampled each round, how (uniform or bernoulli), and their weights p_i (uniform or size) (`ServerAlgorithm`).
     """
     name = "fedgloss"
+    dp = True  # the server reads only w_k − w̃ (σ_k is a sum of them)
     hyperparameters = {
         **SERVER_DEFAULTS, "server_lr": 1.0, "rho": 0.15, **SAM_VARIANT_DEFAULTS,
         "server_rho": 0.15, "fedgloss_beta": 10.0, "rho_schedule": "linear", "rho_ramp_rounds": 0,

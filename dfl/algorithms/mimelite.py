@@ -44,6 +44,7 @@ class MimeLite(FedAvg):
     uplink = downlink = 2
     local_optimizers = ("sgd",)  # the server momentum replaces local optimizer state
     byzantine = False  # full-batch gradients feed the server momentum: refused with Byzantine clients
+    dp = False  # clients send full-batch gradients at x_t besides their models
 
     def __init__(self, ctx, X):
         super().__init__(ctx, X)

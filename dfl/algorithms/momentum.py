@@ -38,6 +38,7 @@ class FedAvgLM(FedAvg):
     reset = False  # -Z variants start every round from u = 0
     local_optimizers = ("sgd",)  # local heavy-ball momentum by definition
     byzantine = False  # momentum buffers are aggregated too: refused with Byzantine clients
+    dp = False  # the server averages the clients' momentum buffers, which no clipping bounds
 
     def __init__(self, ctx: Context, X: torch.Tensor):
         super().__init__(ctx, X)

@@ -41,6 +41,7 @@ class Scaffold(FedAvg):
     client_state = ("ci",)  # c_i per client; x and c are server state
     local_optimizers = ("sgd",)  # option II's c_i⁺ is (x − y_K)/(K η): SGD steps
     byzantine = False  # control variates are aggregated too: refused with Byzantine clients
+    dp = False  # the control variate sent divides by the client's step count K_i (its data size in epochs mode)
 
     def __init__(self, ctx: Context, X: torch.Tensor):
         super().__init__(ctx, X)

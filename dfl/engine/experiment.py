@@ -38,7 +38,7 @@ from dfl.engine.setup import (
 )
 from dfl.errors import DivergenceError
 from dfl.network.byzantine import Threat
-from dfl.training import memory
+from dfl.training import memory, privacy_settings
 from dfl.training.evaluate import (
     client_accuracies,
     consensus_distance,
@@ -222,6 +222,7 @@ class Experiment:
             "malloc": "heap kept (dfl.training.memory.keep_freed_memory)" if memory.heap_kept() else "system",
             "memory_estimate": self.trainer.memory_estimate,
             "rounds": config.rounds,
+            **_privacy_summary(self.trainer.privacy),
             "rounds_completed": self.start,
             "status": "running",
             # while running: which process on which machine, so `dfl report` / `dfl sweep` can tell a run whose
@@ -283,9 +284,23 @@ class Experiment:
             "seconds_per_round": float(np.mean(self.round_seconds)),
             **self.network.metrics(t, len(self.round_seconds)),  # links_up, steps_done, sim_time, ... when on
             **self.algorithm.metrics(),  # the algorithm's own (async: sim_time, staleness, ...)
+            **self._privacy_metrics(t),  # differential privacy: the worst client's ε so far
         }
         self.round_seconds = []
         return record
+
+    def _privacy_metrics(self, t: int) -> dict[str, Any]:
+        """ε at δ of the client that has released most after round t, and its release count; {} with DP off.
+
+        A collective when on (the counts of every process). ε by `dfl.training.accountant`, imported here so that
+        dp_accounting (~0.5 s of imports) loads only in a run with differential privacy.
+        """
+        privacy = self.trainer.privacy
+        if privacy is None:
+            return {}
+        from dfl.training import accountant
+
+        return accountant.report(privacy.settings, privacy.worst(self.comm, t + 1, self.device))
 
     def record(self, record: dict[str, Any]) -> None:
         """Where an evaluated round's metrics go.
@@ -521,6 +536,16 @@ def _check_finite_metrics(record: dict[str, Any]) -> None:
         values = ", ".join(f"{key} = {record[key]}" for key in bad)
         raise DivergenceError(f"training diverged by round {record['round']}: {values} (not finite); the last good "
                               "checkpoint, if any, is kept; try a smaller lr, a smaller rho, or clip_grad_norm")
+
+
+def _privacy_summary(privacy) -> dict[str, Any]:
+    """summary.json's description of the differential privacy of the run ({} when off)."""
+    if privacy is None:
+        return {}
+    settings = privacy.settings
+    return {"dp": {"clip": settings.clip, "noise": settings.noise, "delta": settings.delta,
+                   "noise_std": settings.std, "sensitivity": privacy_settings.SENSITIVITY * settings.clip,
+                   "neighbouring": privacy_settings.NEIGHBOURING, "accountant": "RDP (dp-accounting), no subsampling"}}
 
 
 def _final_metrics(history: list[dict[str, Any]]) -> dict[str, Any]:

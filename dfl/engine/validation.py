@@ -17,6 +17,7 @@ from dfl.config import Config
 from dfl.errors import ArgumentError, ConfigError
 from dfl.network import byzantine_settings
 from dfl.network import settings as network
+from dfl.training import privacy_settings as privacy
 from topologies import limits
 
 
@@ -39,6 +40,8 @@ def validate(config: Config) -> Config:
     threads.check_config(config)  # "auto" or N >= 1 (dfl.threads: no torch, so the CLI checks it before torch loads)
     network.check_config(config, centralized)  # link faults, stragglers; compressed gossip; the asynchronous mode
     byzantine_settings.check_config(config, centralized, algorithms.accepts_byzantine(config.algorithm))
+    privacy.check_config(config, algorithms.takes_privacy(config.algorithm), algorithms.private_algorithms(),
+                         algorithms.resolve_hyperparameters(config, warn=False)[0])  # dp_clip, dp_noise, dp_delta
     if config.mode == "async" and config.compressor != "none":
         raise ConfigError(f"compressor = {config.compressor} is not modelled in mode = async (CHOCO's public "
                           "copies need every neighbour to see every message in order); use mode = sync")

@@ -38,6 +38,7 @@ from dfl.training.adam import AdamState
 from dfl.training.batched import batched_forward_of, batched_grad_and_value
 from dfl.training.clients import ParamLayout
 from dfl.training.precision import warn_if_slow_bf16
+from dfl.training.privacy import ClientPrivacy
 
 SAM_EPS = 1e-12
 
@@ -100,6 +101,8 @@ class LocalTrainer:
         # ASAM's T (asam_form "kwon") adds η on the parameters named "weight": the [d] mask, and its per-parameter views
         self.weight_mask = layout.mask(lambda name: "weight" in name).to(data.train_x.device)
         self.weight_masks = layout.split(self.weight_mask)
+        # client-level differential privacy (dp_clip > 0; else None): every `train` releases clipped, noised updates
+        self.privacy = ClientPrivacy.of(config, self.client_ids)
 
         device_type, bf16 = data.train_x.device.type, config.precision == "bf16"
         warn_if_slow_bf16(config.precision, device_type)  # emulated bf16 is ~40× slower than fp32
@@ -234,7 +237,7 @@ class LocalTrainer:
         return loss
 
     # ---------------------------------------------------------------- one round of local steps
-    def train(
+    def train(  # over 50 lines: eight arguments and the round's pseudo-code in the docstring
         self,
         X: torch.Tensor,
         round_index: int | np.ndarray,
@@ -251,6 +254,7 @@ class LocalTrainer:
                 g ← ∇f_i(sam_point(y_i); ξ_{i,k})        (the plain gradient when ρ = 0)
                 g ← transform(g)                          (an algorithm's correction, if any)
                 y_i ← y_i − η · direction(g)              (clipping, weight decay, momentum or Adam)
+            y_i ← x_i + clip_C(y_i − x_i) + σC ξ_i           (with differential privacy, `privacy`: the release)
 
         Args:
             X: [m, d] the local clients' models at the start of the round.
@@ -283,6 +287,7 @@ class LocalTrainer:
                 else:
                     loss = self._rows_step_at(state, at, part, rule, lr, transform)
                 state.loss_sum[at.where] += loss.detach()
+        state.release(X, self.privacy, schedule.client_ids, round_index)  # with DP: the updates clipped and noised
         return state.result(schedule)
 
     def _sgd_step_at(self, state: _RoundState, at: _Rows, part: Batch, rule: LocalRule, lr: float) -> torch.Tensor:
@@ -377,6 +382,20 @@ class _RoundState:
             part = batch.slice(s, e)
             ids = self.index[part.rows]
             yield part, _Rows(slice(s, e) if contiguous else ids, ids)
+
+    def release(self, X: torch.Tensor, privacy: ClientPrivacy | None, clients: Sequence[int] | np.ndarray,
+                round_index: int | np.ndarray) -> None:
+        """Replace the trained rows of Y by their releases (`ClientPrivacy.release`; `clients`: their global ids).
+
+        Nothing without differential privacy (`privacy` None; the asynchronous mode, whose `round_index` is an
+        array, refuses it).
+        """
+        if privacy is None:
+            return
+        if self.everyone:
+            privacy.release(self.Y, X, clients, int(round_index))
+        else:
+            self.Y[self.index] = privacy.release(self.Y[self.index], X[self.index], clients, int(round_index))
 
     def momentum_at(self, at: _Rows) -> torch.Tensor | None:
         """The momentum rows `at` (None without momentum)."""
