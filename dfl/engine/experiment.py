@@ -293,7 +293,7 @@ class Experiment:
         """ε at δ of the client that has released most after round t, and its release count; {} with DP off.
 
         A collective when on (the counts of every process). ε by `dfl.training.accountant`, imported here so that
-        dp_accounting (~0.5 s of imports) loads only in a run with differential privacy.
+        Opacus's accountant (~1 s of imports) loads only in a run with differential privacy.
         """
         privacy = self.trainer.privacy
         if privacy is None:
@@ -545,7 +545,7 @@ def _privacy_summary(privacy) -> dict[str, Any]:
     settings = privacy.settings
     return {"dp": {"clip": settings.clip, "noise": settings.noise, "delta": settings.delta,
                    "noise_std": settings.std, "sensitivity": privacy_settings.SENSITIVITY * settings.clip,
-                   "neighbouring": privacy_settings.NEIGHBOURING, "accountant": "RDP (dp-accounting), no subsampling"}}
+                   "neighbouring": privacy_settings.NEIGHBOURING, "accountant": "RDP (Opacus), no subsampling"}}
 
 
 def _final_metrics(history: list[dict[str, Any]]) -> dict[str, Any]:

@@ -1,4 +1,4 @@
-r"""The privacy accountant: ε of a client after its releases, by Rényi DP (Google's dp-accounting).
+r"""The privacy accountant: ε of a client after its releases, by Rényi DP (Opacus's RDP analysis).
 
 Each release of client i is one Gaussian mechanism (`dfl.training.privacy`): an update of L2 sensitivity Δ = 2C under
 the replace-one neighbouring relation (`dfl.training.privacy_settings.NEIGHBOURING`) with noise of std σC, i.e. noise
@@ -6,8 +6,9 @@ multiplier z = σC/Δ = σ/2. Its Rényi DP at order α is α/(2z²) (Mironov, C
 
     ε_RDP(α) = T α Δ² / (2σ²C²) = 2Tα / σ²,
 
-converted to (ε, δ)-DP by `dp_accounting.rdp.RdpAccountant` (the conversion of Balle et al., AISTATS 2020, Thm. 21,
-minimized over its orders), as DP-FedSAM (Shi et al., CVPR 2023, Thm. 2) accounts. No amplification by subsampling
+computed by `opacus.accountants.analysis.rdp.compute_rdp` (sampling rate 1) and converted to (ε, δ)-DP by its
+`get_privacy_spent` (the conversion of Balle et al., AISTATS 2020, Thm. 21, minimized over Opacus's default orders,
+`RDPAccountant.DEFAULT_ALPHAS`), as DP-FedSAM (Shi et al., CVPR 2023, Thm. 2) accounts. No amplification by subsampling
 is claimed: a client's ε counts only the rounds it trained, but which rounds those are is not treated as secret.
 Only the clients' release counts enter, so the worst client is the one that released most.
 """
@@ -16,8 +17,8 @@ from __future__ import annotations
 
 import math
 
-from dp_accounting import GaussianDpEvent, SelfComposedDpEvent
-from dp_accounting.rdp import RdpAccountant
+from opacus.accountants import RDPAccountant
+from opacus.accountants.analysis import rdp
 
 from dfl.training.privacy_settings import PrivacySettings
 
@@ -28,9 +29,10 @@ def epsilon(settings: PrivacySettings, releases: int) -> float:
         return 0.0
     if settings.noise == 0:
         return math.inf
-    accountant = RdpAccountant()
-    accountant.compose(SelfComposedDpEvent(GaussianDpEvent(settings.noise_multiplier), releases))
-    return float(accountant.get_epsilon(settings.delta))
+    orders = RDPAccountant.DEFAULT_ALPHAS
+    divergence = rdp.compute_rdp(q=1.0, noise_multiplier=settings.noise_multiplier, steps=releases, orders=orders)
+    eps, _ = rdp.get_privacy_spent(orders=orders, rdp=divergence, delta=settings.delta)
+    return float(eps)
 
 
 def report(settings: PrivacySettings, releases: int) -> dict[str, float | int | None]:
