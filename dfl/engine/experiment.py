@@ -239,7 +239,7 @@ class Experiment:
         moved_before = self.comm.bytes_moved
         stats = self.algorithm.round(t)
         moved_round = self.comm.bytes_moved - moved_before  # this round's traffic between processes
-        _check_finite(self.algorithm.X, stats.train_loss, t, self.comm)
+        _check_finite(self.algorithm.X, stats.train_loss, t, self.comm, divergence_hint(self.config))
         if self.device.type == "cuda":
             torch.cuda.synchronize()
         self.round_seconds.append(time.perf_counter() - tic)
@@ -316,14 +316,14 @@ class Experiment:
         self.hooks.round_end(record, self.device)  # loggers, target accuracy, callbacks; a stop agreed by all
         self.summary.update(self.hooks.summary_fields())
         train_loss, n = record["train_loss"], record["round"]
-        _check_finite_metrics(record)
+        _check_finite_metrics(record, divergence_hint(self.config))
         self.above_bound = self.above_bound + 1 if train_loss > self.loss_bound else 0
         if self.above_bound >= DIVERGENCE_PATIENCE or (self.above_bound and n == self.config.rounds):
             raise DivergenceError(
                 f"training diverged by round {n}: the mean local training loss was above "
                 f"{self.loss_bound:.3g} ({DIVERGENCE_LOSS_FACTOR:g} × ln {self.data.num_classes}, the loss of a "
                 f"uniform guess) at the last {self.above_bound} evaluation(s) (latest {train_loss:.4g}); the last "
-                "good checkpoint, if any, is kept; try a smaller lr, a smaller rho, or clip_grad_norm"
+                f"good checkpoint, if any, is kept; {divergence_hint(self.config)}"
             )
 
     def checkpoint_due(self, t: int) -> bool:
@@ -504,7 +504,18 @@ def _mean_train_loss(stats, comm, honest: torch.Tensor | None = None) -> float:
     return total / count if count else float("nan")
 
 
-def _check_finite(X: torch.Tensor, train_loss: torch.Tensor, t: int, comm) -> None:
+def divergence_hint(config: Config) -> str:
+    """What to try after a divergence: the step sizes, and under differential privacy the noise first."""
+    hint = "try a smaller lr, a smaller rho, or clip_grad_norm"
+    settings = privacy_settings.PrivacySettings.of(config)
+    if settings is not None:
+        std = settings.std
+        hint = (f"with differential privacy the noise's std per coordinate is dp_clip x dp_noise = {std:g}, likely "
+                f"too large for this model: lower dp_noise or dp_clip (or use a smaller model); else {hint}")
+    return hint
+
+
+def _check_finite(X: torch.Tensor, train_loss: torch.Tensor, t: int, comm, hint: str) -> None:
     """DivergenceError when any client of any process has a NaN/inf loss or parameter.
 
     One read back per round in the common case: the count, over every process, of the suspect rows (a non-finite row
@@ -521,11 +532,11 @@ def _check_finite(X: torch.Tensor, train_loss: torch.Tensor, t: int, comm) -> No
         where = f"clients {shown}" if bad_ids else "clients on another process"
         raise DivergenceError(
             f"training diverged in round {t + 1}: NaN/inf loss or parameters on {count} client(s) ({where}); "
-            "try a smaller lr, a smaller rho, or clip_grad_norm"
+            f"{hint}"
         )
 
 
-def _check_finite_metrics(record: dict[str, Any]) -> None:
+def _check_finite_metrics(record: dict[str, Any], hint: str) -> None:
     """DivergenceError when a metric that stays finite in a sound run is NaN/inf.
 
     A metric of the averaged model or of the clients' spread that is NaN/inf means the run diverged, even when every
@@ -535,7 +546,7 @@ def _check_finite_metrics(record: dict[str, Any]) -> None:
     if bad:
         values = ", ".join(f"{key} = {record[key]}" for key in bad)
         raise DivergenceError(f"training diverged by round {record['round']}: {values} (not finite); the last good "
-                              "checkpoint, if any, is kept; try a smaller lr, a smaller rho, or clip_grad_norm")
+                              f"checkpoint, if any, is kept; {hint}")
 
 
 def _privacy_summary(privacy) -> dict[str, Any]:

@@ -218,6 +218,7 @@ def format_summary(summary: dict[str, Any]) -> str:
         else:
             text = fmt.format(value)
         lines.append(f"  {label:<{width}}  {text}")
+    lines += [f"  {label:<{width}}  {text}" for label, text in _threat_lines(summary)]
     if summary.get("target_accuracy") is not None:
         reached = summary.get("rounds_to_target")
         lines.append(f"  {'rounds to ' + format(summary['target_accuracy'], '.2%'):<{width}}  "
@@ -229,6 +230,23 @@ def format_summary(summary: dict[str, Any]) -> str:
     if summary.get("out_dir"):
         lines.append(f"  run directory: {summary['out_dir']}")
     return "\n".join(lines)
+
+
+def _threat_lines(summary: dict[str, Any]) -> list[tuple[str, str]]:
+    """(label, text) of the privacy spent and of the Byzantine clients, for the runs that have them."""
+    lines = []
+    dp = summary.get("dp")
+    if dp:
+        eps = summary.get("dp_epsilon")
+        spent = "ε = ∞ (σ = 0: no privacy)" if eps is None else f"ε = {eps:.4g} at δ = {summary.get('dp_delta'):g}"
+        lines.append(("differential privacy", f"{spent} after {summary.get('dp_releases')} releases per client "
+                                              f"(C = {dp['clip']:g}, σ = {dp['noise']:g})"))
+    if summary.get("byzantine_clients"):
+        byzantine = len(summary["byzantine_clients"])
+        lines.append(("Byzantine clients", f"{byzantine} of {byzantine + summary['honest_clients']} "
+                                           f"(attack {summary.get('attack')}, aggregator {summary.get('aggregator')}); "
+                                           "metrics over the honest ones"))
+    return lines
 
 
 def human_bytes(n: float) -> str:
