@@ -9,7 +9,8 @@ import pytest
 import torch
 
 import dfl
-from dfl.engine.experiment import DIVERGENCE_LOSS_FACTOR, DIVERGENCE_PATIENCE
+from dfl.config import Config
+from dfl.engine.experiment import DIVERGENCE_LOSS_FACTOR, DIVERGENCE_PATIENCE, divergence_hint
 from dfl.errors import DivergenceError
 
 
@@ -70,11 +71,19 @@ def test_nonfinite_rows_finds_nan_inf_and_not_finite_rows_whose_sum_overflows():
 def test_a_non_finite_metric_is_divergence_even_with_finite_parameters():
     from dfl.engine.experiment import _check_finite_metrics
 
-    _check_finite_metrics({"round": 3, "test_loss": 0.5, "consensus_distance": 1e30, "train_loss": float("nan")})
+    hint = divergence_hint(Config())
+    _check_finite_metrics({"round": 3, "test_loss": 0.5, "consensus_distance": 1e30, "train_loss": float("nan")}, hint)
     with pytest.raises(DivergenceError, match=r"training diverged by round 3: consensus_distance = inf \(not finite\)"):
-        _check_finite_metrics({"round": 3, "test_loss": 0.5, "consensus_distance": float("inf")})
-    with pytest.raises(DivergenceError, match="test_loss = nan"):
-        _check_finite_metrics({"round": 1, "test_loss": float("nan"), "consensus_distance": 0.0})
+        _check_finite_metrics({"round": 3, "test_loss": 0.5, "consensus_distance": float("inf")}, hint)
+    with pytest.raises(DivergenceError, match="test_loss = nan.*try a smaller lr"):
+        _check_finite_metrics({"round": 1, "test_loss": float("nan"), "consensus_distance": 0.0}, hint)
+
+
+def test_under_differential_privacy_the_hint_names_the_noise_first():
+    assert divergence_hint(Config()) == "try a smaller lr, a smaller rho, or clip_grad_norm"
+    hint = divergence_hint(Config(dp_clip=0.5, dp_noise=2.0))
+    assert hint.startswith("with differential privacy the noise's std per coordinate is dp_clip x dp_noise = 1,")
+    assert hint.endswith("else try a smaller lr, a smaller rho, or clip_grad_norm")
 
 
 def test_lr_1e30_ends_diverged_with_its_metrics_and_exit_status_1(tmp_path, capsys):
