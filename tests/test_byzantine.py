@@ -316,6 +316,8 @@ REFUSALS = [
     (dict(byzantine=2, attack="ipm", algorithm="dsgt"), "not 'dsgt'"),
     (dict(byzantine=2, attack="ipm", algorithm="scaffold"), "not 'scaffold'"),
     (dict(aggregator="median", algorithm="kgt"), "not 'kgt'"),
+    (dict(aggregator="median", topology="full", clients=2049, dataset_options={"num_samples": 10_000}),
+     "explicit neighbourhoods stop at 2,048 clients"),
     (dict(byzantine=2, attack="ipm", compressor="top-k"), "compressor = top-k is not modelled"),
     (dict(byzantine=2, attack="ipm", mode="async", algorithm="dfedavg"), "mode = async is not modelled"),
     (dict(byzantine=2, attack="ipm", weights="column-stochastic", topology="exponential"), "push-sum"),

@@ -27,6 +27,7 @@ from statistics import NormalDist
 from typing import Any
 
 from dfl.errors import ConfigError
+from topologies import limits
 
 FIELDS = ("byzantine", "attack", "attack_scale", "aggregator", "trim", "clip_radius")
 DECENTRALIZED = ("mean", "clipped-gossip", "trimmed-mean", "median")  # per receiver, over its neighbourhood
@@ -93,6 +94,12 @@ def check_config(config, centralized: bool, accepts: bool) -> None:
     _check_aggregator(config, centralized)
     if count == 0 and config.aggregator == "mean":
         return
+    if not centralized and config.aggregator != "mean" and config.topology == "full" \
+            and config.clients > limits.FULL_SPARSE_LIMIT:
+        raise ConfigError(f"aggregator = {config.aggregator} on topology = full reads each receiver's whole "
+                          f"neighbourhood, the {config.clients - 1:,} other clients; the complete graph's explicit "
+                          f"neighbourhoods stop at {limits.FULL_SPARSE_LIMIT:,} clients (clients = "
+                          f"{config.clients:,}): use fewer clients or a sparser topology (e.g. exponential)")
     _check_combinations(config, centralized, accepts)
 
 
