@@ -92,10 +92,10 @@ class ServerAlgorithm(Algorithm):
         if config.byzantine or config.aggregator != "mean":
             hosted = len(ctx.comm.client_ids)
             if hosted < ctx.comm.num_clients:  # a torchrun world of several processes
-                raise ConfigError(f"byzantine / aggregator = {config.aggregator}: this process hosts {hosted} of the "
-                                  f"{ctx.comm.num_clients} clients (a torchrun world of several processes), which is "
-                                  "not supported at the server (the attacker reads every participant's update); run in "
-                                  "one process")
+                raise ConfigError(f"byzantine = {config.byzantine:g}, aggregator = {config.aggregator}: this process "
+                                  f"hosts {hosted} of the {ctx.comm.num_clients} clients (a torchrun world of several "
+                                  "processes), which is not supported at the server (the attacker reads every "
+                                  "participant's update); run in one process")
             self.threat = Threat.from_config(config, ctx.comm.num_clients)
             self.robust_center = torch.zeros_like(self.x)  # centered-clipping's v: the previous aggregate
 

@@ -153,9 +153,10 @@ class ByzantineGossip:
     def __init__(self, inner, threat: Threat, start: torch.Tensor):
         hosted, clients = len(inner.comm.client_ids), inner.comm.num_clients
         if hosted < clients:  # a torchrun world of several processes: each holds its own block of rows
-            raise ConfigError(f"byzantine / aggregator = {threat.aggregator}: this process hosts {hosted} of the "
-                              f"{clients} clients (a torchrun world of several processes), which is not supported: "
-                              "the attacker and the robust rules read every client's row; run in one process")
+            raise ConfigError(f"byzantine = {int(threat.byzantine.sum())}, aggregator = {threat.aggregator}: this "
+                              f"process hosts {hosted} of the {clients} clients (a torchrun world of several "
+                              "processes), which is not supported: the attacker and the robust rules read every "
+                              "client's row; run in one process")
         if inner.topology.stochastic == "column":
             raise ConfigError("weights = column-stochastic (push-sum) is not modelled with Byzantine clients or a "
                               "robust aggregator: use a row- or doubly stochastic scheme (e.g. metropolis)")
