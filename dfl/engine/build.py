@@ -84,8 +84,8 @@ def data_on_device(config: Config, data: FederatedData | None, comm, dev: torch.
 def topology(config: Config, data: FederatedData, ignored: list[str]) -> tuple[Topology, list[str]]:
     """The graph the run mixes with, and the ignored options.
 
-    The graph the run mixes with (`dfl.engine.setup.build_topology`) and the ignored options, with "topology" added
-    (and a warning) when a centralized algorithm is given a topology it does not use.
+    The graph comes from `dfl.engine.setup.build_topology`; "topology" is added to the ignored options (with a
+    warning) when a centralized algorithm is given a topology it does not use.
     """
     if is_centralized(config.algorithm) and (config.topology not in ("ring", "full") or config.topology_options):
         # ring is the default: only a topology the user chose is worth a warning

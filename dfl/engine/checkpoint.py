@@ -258,8 +258,7 @@ def check_config(checkpoint: dict[str, Any], config: Config, run_dir) -> None:
 def changed_fields(stored: dict[str, Any], config: Config) -> list[str]:
     """The Config fields outside RESUMABLE_FIELDS in which `config` differs from the `stored` one.
 
-    The Config fields outside RESUMABLE_FIELDS in which `config` differs from the `stored` config values (a field
-    missing from `stored` counts as its default).
+    A field missing from `stored` (a checkpoint's config values) counts as its default.
     """
     defaults = Config()
     return [

@@ -107,9 +107,9 @@ def _check_communicator(comm) -> None:
 def _run_config(config: Config | None, data, out, overwrite: bool, resume: bool, model) -> Config:
     """The validated config of a run, with the arguments checked and a given model recorded.
 
-    The validated config of a run, the arguments checked, a given model recorded (as "module:factory" when that
-    imports back to the factory, else as "module.Name (instance)"/"(factory)", which runs and resumes only with the
-    object passed again); this process's torch threads set ("auto" or N: `dfl.threads`).
+    A given model is recorded as "module:factory" when that imports back to the factory, else as
+    "module.Name (instance)"/"(factory)", which runs and resumes only with the object passed again; this process's torch
+    threads are set as a side effect ("auto" or N: `dfl.threads`).
     """
     config = Config() if config is None else config
     _check_arguments(config, data, out, overwrite, resume)

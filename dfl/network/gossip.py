@@ -394,8 +394,8 @@ class Gossip:
     def calibrate(self, first_step: int, steps: int, X: torch.Tensor, options: list[str]) -> dict:
         """Time each way of applying these gossip steps to X and name the fastest.
 
-        Time each way of applying these steps to X (one warm-up, then the best of CALIBRATION_REPEATS; the device
-        synchronised around each), and return {"method": the fastest, "seconds": {method: seconds}}.
+        One warm-up, then the best of CALIBRATION_REPEATS, the device synchronised around each; returns
+        {"method": the fastest, "seconds": {method: seconds}}.
         """
         seconds = {}
         for name in options:

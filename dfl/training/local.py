@@ -150,11 +150,10 @@ class LocalTrainer:
     def plan_chunk(self, X: torch.Tensor, held_bytes: int | None = None) -> int:
         """Measure a gradient call's memory and resolve `client_chunk`.
 
-        Measure a gradient call's memory on round 0's first batch and resolve `client_chunk`
-        (`dfl.training.memory`): "auto" becomes the largest chunk that fits and is fast; an explicit chunk is
-        kept (a warning says when the estimate puts it above memory). Raises ConfigError with the estimate when
-        not even one client fits. held_bytes: the per-client stacks this process holds
-        (`dfl.training.memory.held_bytes`; None: X alone).
+        The call is measured on round 0's first batch (`dfl.training.memory`); "auto" becomes the largest chunk that
+        fits and is fast; an explicit chunk is kept (a warning says when the estimate puts it above memory). Raises
+        ConfigError with the estimate when not even one client fits. held_bytes: the per-client stacks this process
+        holds (`dfl.training.memory.held_bytes`; None: X alone).
         """
         m = X.shape[0]
         probe = min(4, m)
@@ -447,10 +446,9 @@ def sam_point(y: Sequence[torch.Tensor], g: Sequence[torch.Tensor], rule: LocalR
 def dropout_seed(seed: int, round_index: int, first_client: int) -> int:
     """The seed of torch's global generator for a round's local training (dropout's draws).
 
-    The seed of torch's global generator for a round's local training, from which dropout (vmap randomness
-    "different") draws: a function of (seed, round, the block's first client id), so draws are reproducible, the
-    same after a resume, and different on every process. They do depend on how clients are grouped into vectorized
-    calls (client_chunk) and on the device.
+    Dropout draws from it (vmap randomness "different"). It is a function of (seed, round, the block's first client
+    id), so draws are reproducible, the same after a resume, and different on every process. They do depend on how
+    clients are grouped into vectorized calls (client_chunk) and on the device.
     """
     return int(np.random.SeedSequence([seed, round_index, first_client, 0xD80]).generate_state(1, np.uint64)[0])
 

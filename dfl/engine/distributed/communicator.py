@@ -201,7 +201,7 @@ class DistributedCommunicator:
     def _composed(self, matrices, X):
         """The p2p operator of the product of Q gossip steps, when it is sparse enough.
 
-        The p2p operator of the product W_{Q−1} ⋯ W_0 (float64) when it has at most COMPOSED_OFFSETS_FACTOR × as
+        The product W_{Q−1} ⋯ W_0 is formed in float64 and used when it has at most COMPOSED_OFFSETS_FACTOR × as
         many nonzeros as the steps together (a ring's Q = 4 steps: 9 diagonals against 4 × 3), else None (step
         by step). One exchange of the rows the product needs, then one pass: Q − 1 fewer collectives and one
         output stack instead of two alive at once.
@@ -303,9 +303,9 @@ class DistributedCommunicator:
     def assemble_rows(self, X: torch.Tensor) -> torch.Tensor:
         """Every client's rows on the main process's host; this process's rows elsewhere.
 
-        Every client's rows on the main process's host, [m, ...] in client order, received block by block from
-        the other ranks (point-to-point; one block in flight at a time): no rank but the main one ever holds
-        more than its own rows. Elsewhere: this process's rows, on the host. A collective.
+        On the main process: [m, ...] in client order, received block by block from the other ranks
+        (point-to-point; one block in flight at a time), so no rank but the main one ever holds more than its own rows.
+        Elsewhere: this process's rows, on the host. A collective.
         """
         self._check("assemble_rows", X)
         self.bytes_moved += sum(len(b) for b in self.blocks[1:]) * self._row_bytes(X)

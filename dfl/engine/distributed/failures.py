@@ -137,7 +137,7 @@ class FailureWatch:
     def peer_failure(self, exc: BaseException) -> BaseException | None:
         """A `PeerFailure` naming the rank that caused `exc`, or None when the error is this rank's own.
 
-        A `PeerFailure` naming the rank that caused `exc` here, when
+        It is returned when
         - the heartbeat thread aborted the group (`aborted`): whatever `exc` is, it followed the abort (module
           docstring); or
         - `exc` is a failed collective (one run by `collective`, a `torch.distributed.DistError` such as NCCL's
