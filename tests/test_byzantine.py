@@ -7,9 +7,11 @@ over the honest clients only, resume, and the refusals (one line each, before to
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -135,6 +137,24 @@ def threat(attack, scale, m=8, count=2, aggregator="mean", trim=None, clip_radiu
     config = Config(clients=m, byzantine=count, attack=attack, attack_scale=scale, aggregator=aggregator, trim=trim,
                     clip_radius=clip_radius)
     return Threat.from_config(config, m)
+
+
+def test_adaptive_clipped_gossip_warns_when_it_isolates_honest_receivers():
+    """On a ring whose client 4 has two Byzantine neighbours (3, 5), trim unset means b = 2 for every receiver: each has
+    2 neighbours, so τ = 0 everywhere and nobody gossips; dfl says so. With trim = 1 it gossips and says nothing."""
+    bad = np.zeros(8, dtype=bool)
+    bad[[3, 5]] = True
+    ring = topologies.build("ring", 8)
+    for trim, warns in ((None, True), (1, False)):
+        t = dataclasses.replace(threat("ipm", None, aggregator="clipped-gossip", trim=trim), byzantine=bad)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            ByzantineGossip(Gossip(ring, LocalCommunicator(8), torch.float32, CPU), t, torch.zeros(8, 3))
+        said = [str(w.message) for w in caught if "clipped-gossip" in str(w.message)]
+        assert said == (["aggregator = clipped-gossip: 6 of the 6 honest clients have at most b = 2 neighbours, so "
+                         "the adaptive radius clips every neighbour to tau = 0 and they keep their own models (b: "
+                         "trim, unset = the most Byzantine in-neighbours of any honest client); set trim lower (e.g. "
+                         "trim = 1) or clip_radius"] if warns else [])
 
 
 def test_each_attack_sends_its_formula():

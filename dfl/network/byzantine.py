@@ -31,6 +31,7 @@ refused here: the attacker and the neighbourhood gathers read every client's row
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 from typing import Any
 
@@ -169,6 +170,7 @@ class ByzantineGossip:
         self.start = start[self.bad].clone() if threat.attack == "sign-flip" else None
         self.dim = start.shape[1]
         self._hoods: dict[int, tuple[robust.Neighbourhoods, int, int]] = {}
+        self._isolation_warned = False
         if threat.aggregator != "mean":
             self.neighbourhoods(0, dtype, device)  # a neighbourhood too large to aggregate is refused before round 1
 
@@ -184,9 +186,27 @@ class ByzantineGossip:
         coordinate = self.threat.aggregator in ("median", "trimmed-mean")
         rows = robust.block_rows(hood.most if coordinate else 1, self.dim, torch.finfo(dtype).bits // 8, device, what)
         entry = (hood, b, rows)
+        self._warn_isolated(hood, b)
         if static:
             self._hoods[key] = entry
         return entry
+
+    def _warn_isolated(self, hood: robust.Neighbourhoods, b: int) -> None:
+        """Warn (once) when adaptive clipped gossip leaves honest receivers with τ = 0: no more neighbours than b.
+
+        With `trim` unset, b is the most Byzantine in-neighbours of any honest receiver, applied to every receiver; on a
+        sparse graph that can switch gossip off for every client with at most b neighbours (a ring with b = 2).
+        """
+        if self._isolation_warned or self.threat.aggregator != "clipped-gossip" or self.threat.clip_radius is not None:
+            return
+        neighbours = (hood.senders[:, 1:] >= 0).sum(axis=1)
+        isolated = int(((neighbours <= b) & self.threat.honest).sum())
+        if isolated and b:
+            self._isolation_warned = True
+            warnings.warn(f"aggregator = clipped-gossip: {isolated} of the {int(self.threat.honest.sum())} honest "
+                          f"clients have at most b = {b} neighbours, so the adaptive radius clips every neighbour to "
+                          "tau = 0 and they keep their own models (b: trim, unset = the most Byzantine in-neighbours "
+                          "of any honest client); set trim lower (e.g. trim = 1) or clip_radius", stacklevel=2)
 
     def step(self, M: torch.Tensor, s: int) -> torch.Tensor:
         """One gossip step of the messages M with the run's aggregator."""
