@@ -61,6 +61,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.heterogeneity_study import Comparison, paired, verdict  # noqa: E402 (after the path)
+from benchmarks.study_runs import run_or_read  # noqa: E402
 
 TOPOLOGIES = ("ring", "full")
 ATTACKS = ("none", "sign-flip", "gaussian", "alie", "ipm")
@@ -107,23 +108,11 @@ def grid(quick: bool):
 
 def run_all(out: Path, quick: bool) -> list[dict]:
     """Run every cell into out/NAME (a finished run is read back, not rerun); one record per run."""
-    import dfl
-    from dfl.errors import DivergenceError
-
     records = []
     for block, topology, attack, rule, seed, config in grid(quick):
         name = f"{block}-{topology}-{attack}-{rule}-seed{seed}" if block == "gossip" else \
             f"server-{attack}-{rule}-seed{seed}"
-        summary_file = out / name / "summary.json"
-        if summary_file.exists() and json.loads(summary_file.read_text()).get("status") in ("completed", "diverged"):
-            summary = json.loads(summary_file.read_text())
-        else:
-            try:
-                summary = dfl.run(config, out=out / name, overwrite=True).summary
-            except DivergenceError:  # a diverged run is listed, never averaged in
-                summary = json.loads(summary_file.read_text())
-            print(f"{name}: {summary['status']} {summary.get('test_acc', float('nan')):.4f} "
-                  f"({summary.get('wall_seconds', float('nan')):.1f} s)", flush=True)
+        summary = run_or_read(config, out / name)  # a diverged run is listed, never averaged in
         records.append({"block": block, "topology": topology if block == "gossip" else None, "attack": attack,
                         "aggregator": rule, "seed": seed, "status": summary["status"],
                         "byzantine_clients": summary.get("byzantine_clients", []),

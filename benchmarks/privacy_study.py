@@ -28,6 +28,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.study_runs import run_or_read  # noqa: E402 (after the path)
+
 TOPOLOGIES = ("ring", "full")
 CLIPS = (0.1, 1.0)
 NOISES = (0.0, 0.5, 1.0, 2.0)
@@ -59,21 +61,10 @@ def cells(quick: bool):
 
 def run_all(out: Path, quick: bool) -> list[dict]:
     """Run every cell into out/NAME (a finished run is read back, not rerun); one record per run."""
-    import dfl
-    from dfl.errors import DivergenceError
-
     records = []
     for topology, setting, seed, config in cells(quick):
         name = f"{topology}-{'nodp' if setting is None else f'C{setting[0]:g}-sigma{setting[1]:g}'}-seed{seed}"
-        summary_file = out / name / "summary.json"
-        if summary_file.exists() and json.loads(summary_file.read_text()).get("status") in ("completed", "diverged"):
-            summary = json.loads(summary_file.read_text())
-        else:
-            try:
-                summary = dfl.run(config, out=out / name, overwrite=True).summary
-            except DivergenceError:  # a diverged run is listed, never averaged in
-                summary = json.loads(summary_file.read_text())
-            print(f"{name}: {summary['status']} {summary.get('test_acc', float('nan')):.4f}", flush=True)
+        summary = run_or_read(config, out / name)  # a diverged run is listed, never averaged in
         clip, noise = setting or (None, None)
         records.append({"topology": topology, "clip": clip, "noise": noise, "seed": seed, "status": summary["status"],
                         **{k: summary[k] for k in (*METRICS, "dp_epsilon") if k in summary}})

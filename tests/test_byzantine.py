@@ -28,6 +28,7 @@ from dfl.network.byzantine import ByzantineGossip, Threat, byzantine_clients, se
 from dfl.network.byzantine_settings import alie_z, byzantine_count
 from dfl.network.comm import LocalCommunicator
 from dfl.network.gossip import Gossip
+from tests.helpers import assert_same_history, interrupted
 
 ROOT = Path(__file__).resolve().parents[1]
 CPU = torch.device("cpu")
@@ -301,22 +302,14 @@ def test_resume_continues_bit_for_bit(tmp_path, attack):
     config = Config(**dict(RUN, topology="ring", clients=8, rounds=4, eval_every=1), byzantine=2, attack=attack,
                     aggregator="trimmed-mean", algorithm="dfedsam-mgs", gossip_steps=2)
     straight = dfl.run(config, out=tmp_path / "a").history
-    dfl.run(Config(**{**config.to_dict(), "rounds": 2}), out=tmp_path / "b")
-    resumed = dfl.run(config, out=tmp_path / "b", resume=True).history
-    drop = ("seconds", "time", "wall")
-    assert [{k: v for k, v in r.items() if not k.startswith(drop)} for r in straight] == \
-        [{k: v for k, v in r.items() if not k.startswith(drop)} for r in resumed]
+    assert_same_history(interrupted(config, 2, tmp_path / "b", None).history, straight)
 
 
 def test_server_resume_keeps_the_centered_clipping_state(tmp_path):
     config = Config(**dict(RUN, clients=8, rounds=4, eval_every=1), algorithm="fedavgsm", byzantine=2,
                     attack="sign-flip", aggregator="centered-clipping", clip_radius=0.5, participation=0.75)
     straight = dfl.run(config, out=tmp_path / "a").history
-    dfl.run(Config(**{**config.to_dict(), "rounds": 2}), out=tmp_path / "b")
-    resumed = dfl.run(config, out=tmp_path / "b", resume=True).history
-    drop = ("seconds", "time", "wall")
-    assert [{k: v for k, v in r.items() if not k.startswith(drop)} for r in straight] == \
-        [{k: v for k, v in r.items() if not k.startswith(drop)} for r in resumed]
+    assert_same_history(interrupted(config, 2, tmp_path / "b", None).history, straight)
 
 
 # ------------------------------------------------------------------------------------------------ refusals

@@ -3,25 +3,17 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from benchmarks import byzantine_study as study  # noqa: E402 (after the path)
+from benchmarks import byzantine_study as study
+from tests.helpers import run_script
 
 
 @pytest.mark.slow  # two subprocesses of 12 tiny runs: about 5 s alone, more beside another worker
 def test_the_quick_byzantine_study_runs_and_writes_its_tables(tmp_path):
     results = tmp_path / "results" / "byzantine-test"
-    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "byzantine_study.py"), "--quick", "--out",
-                           str(tmp_path / "runs"), "--results", str(results)], capture_output=True, text=True,
-                          timeout=300, cwd=ROOT)
-    assert proc.returncode == 0, proc.stderr[-2000:]
+    run_script("byzantine_study.py", "--quick", "--out", str(tmp_path / "runs"), "--results", str(results))
     data = json.loads(results.with_suffix(".json").read_text())
     records = data["records"]
     gossip = [(r["topology"], r["attack"], r["aggregator"]) for r in records if r["block"] == "gossip"]
@@ -38,9 +30,7 @@ def test_the_quick_byzantine_study_runs_and_writes_its_tables(tmp_path):
     text = results.with_suffix(".md").read_text()
     assert text.count("\n| ring |") == 2 and text.count("\n| full |") == 2 and "\n| gaussian |" in text
     # a rerun reads the finished runs back instead of running them again
-    again = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "byzantine_study.py"), "--quick", "--out",
-                            str(tmp_path / "runs")], capture_output=True, text=True, timeout=300, cwd=ROOT)
-    assert again.returncode == 0 and ": completed" not in again.stdout
+    assert ": completed" not in run_script("byzantine_study.py", "--quick", "--out", str(tmp_path / "runs"))
 
 
 def record(topology, attack, rule, seed, acc, status="completed", block="gossip"):

@@ -30,6 +30,7 @@ from tests.helpers import (
     assert_world_of_two_gives_the_single_process_result,
     blob_data,
     interrupted,
+    run_script,
     tiny_config,
 )
 
@@ -261,10 +262,7 @@ def test_a_resumed_run_equals_the_uninterrupted_one(tmp_path, changes):
 @pytest.mark.slow
 def test_the_quick_privacy_study_runs_and_writes_its_table(tmp_path):
     results = tmp_path / "results" / "privacy-test"
-    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "privacy_study.py"), "--quick", "--out",
-                           str(tmp_path / "runs"), "--results", str(results)], capture_output=True, text=True,
-                          timeout=300, cwd=ROOT)
-    assert proc.returncode == 0, proc.stderr[-2000:]
+    run_script("privacy_study.py", "--quick", "--out", str(tmp_path / "runs"), "--results", str(results))
     import json
 
     records = json.loads(results.with_suffix(".json").read_text())["records"]
