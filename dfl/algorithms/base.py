@@ -94,6 +94,7 @@ from dfl.data import FederatedData
 from dfl.data.sampler import Batch, RoundSchedule
 from dfl.training.adam import AdamState
 from dfl.training.local import LocalResult, LocalRule, Transform
+from dfl.training.privacy import ClientPrivacy
 
 
 def scheduled_lr(config: Any, t: int) -> float:
@@ -146,6 +147,7 @@ class LocalTraining(Protocol):
     amount: int
     batch_size: int  # 0: full batch
     seed: int
+    privacy: ClientPrivacy | None  # client-level differential privacy of every `train` (None when off)
 
     @property
     def client_ids(self) -> Sequence[int]:

@@ -87,16 +87,15 @@ class ServerAlgorithm(Algorithm):
         share = sizes / sizes.sum() if self.hp["aggregation"] == "size" else torch.full_like(sizes, 1 / len(sizes))
         self.share = share[ids].to(device=X.device, dtype=X.dtype)  # q_i of the local clients
         # Byzantine clients and a robust rule at the server (`aggregate_updates`); None: the weighted mean of today
-        self.threat: Threat | None = None
         config = ctx.config
-        if config.byzantine or config.aggregator != "mean":
+        self.threat = Threat.of(config, ctx.comm.num_clients)
+        if self.threat is not None:
             hosted = len(ctx.comm.client_ids)
             if hosted < ctx.comm.num_clients:  # a torchrun world of several processes
                 raise ConfigError(f"byzantine = {config.byzantine:g}, aggregator = {config.aggregator}: this process "
                                   f"hosts {hosted} of the {ctx.comm.num_clients} clients (a torchrun world of several "
                                   "processes), which is not supported at the server (the attacker reads every "
                                   "participant's update); run in one process")
-            self.threat = Threat.from_config(config, ctx.comm.num_clients)
             self.robust_center = torch.zeros_like(self.x)  # centered-clipping's v: the previous aggregate
 
     # ------------------------------------------------------------------ sampling and aggregation

@@ -127,7 +127,7 @@ def client_block(net: nn.Module, layout: ParamLayout, comm, dev: torch.device, r
     Every client starts from the same x_0, so the block is x_0 repeated: a view of one row (the algorithm's X is its
     own copy), the same numbers as the rows of the whole stack.
     """
-    extra = int(run_network.compressor is not None) + int(run_network.threat_config is not None)  # x̂; the messages
+    extra = int(run_network.compressor is not None) + int(run_network.threat is not None)  # x̂; the messages
     memory.check_stacks(len(comm.client_ids), layout.dim, dev, extra)
     return common_start(net, len(comm.client_ids), dev)
 

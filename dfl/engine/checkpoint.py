@@ -141,7 +141,7 @@ def local_rows(algorithm, state: dict[str, torch.Tensor] | None = None) -> dict[
     gossip = _gossip_state(algorithm)
     if gossip is not None:
         rows.update({GOSSIP_PREFIX + k: v.detach() for k, v in gossip.items()})
-    privacy = _privacy(algorithm)
+    privacy = algorithm.ctx.trainer.privacy
     if privacy is not None:  # the index of each client's next noise draw, and what its ε composes
         rows[RELEASES] = privacy.state().to(algorithm.X.device)
     return rows
@@ -293,16 +293,11 @@ def restore(checkpoint: dict[str, Any], algorithm, comm, layout) -> None:
     if _gossip_state(algorithm) is not None:  # compressed gossip: its public copies, this process's rows
         algorithm.ctx.gossip.load_client_state(
             {k.removeprefix(GOSSIP_PREFIX): v for k, v in rows.items() if k.startswith(GOSSIP_PREFIX)})
-    privacy = _privacy(algorithm)
+    privacy = algorithm.ctx.trainer.privacy
     if privacy is not None:
         if RELEASES not in rows:
             raise ValueError("the checkpoint lacks the clients' differential-privacy release counts")
         privacy.load_state(rows[RELEASES])
-
-
-def _privacy(algorithm):
-    """The run's differential-privacy mechanism (`dfl.training.privacy.ClientPrivacy`), None when off."""
-    return getattr(getattr(getattr(algorithm, "ctx", None), "trainer", None), "privacy", None)
 
 
 def _read_local_rows(checkpoint: dict[str, Any], comm, device: torch.device) -> dict[str, torch.Tensor]:

@@ -107,9 +107,7 @@ class Experiment:
         `self.honest` is the [m] bool mask of the honest clients (None without Byzantine clients: every metric as
         before); `self.threat` (None without Byzantine clients or a robust aggregator) goes to summary.json.
         """
-        config = self.config
-        robust = config.byzantine or config.aggregator != "mean"
-        self.threat = Threat.from_config(config, self.comm.num_clients) if robust else None
+        self.threat = Threat.of(self.config, self.comm.num_clients)
         self.honest: torch.Tensor | None = None
         if self.threat is not None and self.threat.byzantine.any():  # one process (multi-process runs are refused)
             self.honest = torch.as_tensor(self.threat.honest, device=self.device)

@@ -68,6 +68,11 @@ class Threat:
     seed: int
 
     @classmethod
+    def of(cls, config, clients: int) -> Threat | None:
+        """The threat of a (validated) config, or None when it has no Byzantine clients and aggregates by the mean."""
+        return cls.from_config(config, clients) if config.byzantine or config.aggregator != "mean" else None
+
+    @classmethod
     def from_config(cls, config, clients: int) -> Threat:
         """The threat a (validated) config describes, for `clients` clients."""
         count = byzantine_count(config.byzantine, clients)

@@ -51,7 +51,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import scipy.sparse as sp
@@ -64,6 +64,9 @@ from dfl.network.settings import BURST_FIELDS, NETWORK_FIELDS, check_faults, fau
 from topologies import spectral
 from topologies.schedules import _check_step
 from topologies.weights import drop_links
+
+if TYPE_CHECKING:
+    from dfl.network.byzantine import Threat
 
 # hash streams: the sampler uses 0 (data order) and 1 (augmentation); these spell LINK, OFFL, SLOW
 STREAM_LINK, STREAM_OFFLINE, STREAM_STRAGGLER = 0x4C494E4B, 0x4F46464C, 0x534C4F57
@@ -356,8 +359,11 @@ class Network:
             self.realised = self.topology = RealisedTopology(topology, faults, scheme, base)
         self.compressor, self.consensus_lr, self.seed = None, None, config.seed  # compressed gossip (dfl.network.choco)
         # Byzantine clients or a robust aggregator on gossip (dfl.network.byzantine; the server's: ServerAlgorithm)
-        robust = config.byzantine or config.aggregator != "mean"
-        self.threat_config = config if robust and participants is None else None
+        self.threat: Threat | None = None
+        if participants is None:
+            from dfl.network.byzantine import Threat
+
+            self.threat = Threat.of(config, self.topology.n)
         if config.compressor != "none":
             from dfl.network import choco, compression
 
@@ -388,11 +394,11 @@ class Network:
         from dfl.network.gossip import Gossip
 
         gossip = Gossip(self.topology, comm, dtype, device)
-        if self.threat_config is not None:  # validation refuses it with a compressor
-            from dfl.network.byzantine import ByzantineGossip, Threat
+        if self.threat is not None:  # validation refuses it with a compressor
+            from dfl.network.byzantine import ByzantineGossip
 
             assert start is not None, "Byzantine gossip starts from X_0"
-            return ByzantineGossip(gossip, Threat.from_config(self.threat_config, self.topology.n), start)
+            return ByzantineGossip(gossip, self.threat, start)
         if self.compressor is None:
             return gossip
         faults = base = None

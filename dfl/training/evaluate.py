@@ -132,17 +132,13 @@ def consensus_distance(X: torch.Tensor, comm, honest: torch.Tensor | None = None
     With `honest` (the [m] bool mask of the honest clients, one process: `dfl.network.byzantine`), over them only:
     (1/|H|) Σ_{i∈H} ‖x_i − x̄_H‖², x̄_H their mean.
     """
-    if honest is not None:
-        mean = honest_mean(X, honest)
-        total = torch.zeros(1, dtype=torch.float64, device=X.device)
-        for rows in row_blocks(X):
-            total += (((X[rows] - mean) ** 2).sum(dim=1, dtype=torch.float64) * honest[rows]).sum()
-        return float(total) / int(honest.sum())
-    mean = comm.mean_rows(X)
+    mean = comm.mean_rows(X) if honest is None else honest_mean(X, honest)
     local = torch.zeros(1, dtype=torch.float64, device=X.device)
     for rows in row_blocks(X):
-        local += ((X[rows] - mean) ** 2).sum(dtype=torch.float64)
-    return float(comm.sum(local)) / comm.num_clients
+        squares = (X[rows] - mean) ** 2
+        local += squares.sum(dtype=torch.float64) if honest is None else \
+            (squares.sum(dim=1, dtype=torch.float64) * honest[rows]).sum()
+    return float(comm.sum(local)) / (comm.num_clients if honest is None else int(honest.sum()))
 
 
 def honest_mean(X: torch.Tensor, honest: torch.Tensor) -> torch.Tensor:

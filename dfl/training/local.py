@@ -102,7 +102,7 @@ class LocalTrainer:
         self.weight_mask = layout.mask(lambda name: "weight" in name).to(data.train_x.device)
         self.weight_masks = layout.split(self.weight_mask)
         # client-level differential privacy (dp_clip > 0; else None): every `train` releases clipped, noised updates
-        self.privacy = ClientPrivacy.of(config, self.client_ids)
+        self.privacy: ClientPrivacy | None = ClientPrivacy.of(config, self.client_ids)
 
         device_type, bf16 = data.train_x.device.type, config.precision == "bf16"
         warn_if_slow_bf16(config.precision, device_type)  # emulated bf16 is ~40× slower than fp32
