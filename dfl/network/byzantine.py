@@ -143,9 +143,7 @@ def honest_moments(X: torch.Tensor, honest: torch.Tensor, count: int,
 
 def robust_row_blocks(X: torch.Tensor):
     """Slices of X's rows whose [rows, d] temporaries stay under the CPU block budget."""
-    rows = max(1, robust.BLOCK_BYTES["cpu"] // max(1, X.shape[1] * X.element_size()))
-    for s in range(0, X.shape[0], rows):
-        yield slice(s, s + rows)
+    return robust.row_slices(X.shape[0], max(1, robust.BLOCK_BYTES["cpu"] // max(1, X.shape[1] * X.element_size())))
 
 
 class ByzantineGossip:

@@ -114,6 +114,17 @@ def block_rows(K: int, d: int, itemsize: int, device: torch.device, what: str) -
     return max(1, min(budget, free // 4) // per_row)
 
 
+def row_slices(m: int, rows: int):
+    """Slices of `rows` consecutive rows (receivers) covering 0 … m − 1: the blocks the rules work in."""
+    for a in range(0, m, rows):
+        yield slice(a, min(a + rows, m))
+
+
+def clip_scale(radius: torch.Tensor | float, norm: torch.Tensor) -> torch.Tensor:
+    """The factor c = min(1, τ/‖v‖) with CLIP(v, τ) = c·v (1 for a zero v: 0/0)."""
+    return (radius / norm).clamp(max=1.0).nan_to_num(nan=1.0)
+
+
 def coordinatewise(G: torch.Tensor, count: torch.Tensor, rule: str, b: torch.Tensor) -> torch.Tensor:
     """Median or trimmed mean along dim 0 of G [K, r, d], of the first count[r] entries of each column.
 
@@ -138,8 +149,7 @@ def robust_step(M: torch.Tensor, hood: Neighbourhoods, rule: str, b: int, rows: 
     """
     out = torch.empty_like(M)
     trims = torch.minimum(torch.full_like(hood.count, b), (hood.count - 1) // 2)
-    for a in range(0, M.shape[0], rows):
-        s = slice(a, min(a + rows, M.shape[0]))
+    for s in row_slices(M.shape[0], rows):
         G = M[hood.index[s].T]  # [K, r, d]
         G = G.masked_fill_(~hood.valid[s].T.unsqueeze(-1), float("inf"))  # G is the gather's own copy
         out[s] = coordinatewise(G, hood.count[s], rule, trims[s])
@@ -149,8 +159,7 @@ def robust_step(M: torch.Tensor, hood: Neighbourhoods, rule: str, b: int, rows: 
 def neighbour_distances(M: torch.Tensor, hood: Neighbourhoods, rows: int) -> torch.Tensor:
     """[m, K]: ‖z_j − x_i‖ for the slots of each receiver's neighbourhood (0 on padding and on slot 0)."""
     dist = torch.zeros(hood.index.shape, dtype=M.dtype, device=M.device)
-    for a in range(0, M.shape[0], rows):
-        s = slice(a, min(a + rows, M.shape[0]))
+    for s in row_slices(M.shape[0], rows):
         for k in range(1, hood.most):
             dist[s, k] = torch.linalg.vector_norm(M[hood.index[s, k]] - M[s], dim=1)
     return dist * hood.valid
@@ -167,7 +176,7 @@ def clipped_weights(dist: torch.Tensor, hood: Neighbourhoods, tau: float | None,
         radius = ranked[:, b].clamp_min(0) if b < ranked.shape[1] else torch.zeros_like(dist[:, 0])
     else:
         radius = torch.full_like(dist[:, 0], tau)
-    scale = (radius[:, None] / dist[:, 1:]).clamp(max=1.0).nan_to_num(nan=1.0)  # 0/0 (a neighbour equal to x_i): 1
+    scale = clip_scale(radius[:, None], dist[:, 1:])  # a neighbour equal to x_i: 1
     off = hood.weight[:, 1:] * scale
     return torch.cat([1 - off.sum(dim=1, keepdim=True), off], dim=1)
 
@@ -175,8 +184,7 @@ def clipped_weights(dist: torch.Tensor, hood: Neighbourhoods, tau: float | None,
 def weighted_step(M: torch.Tensor, hood: Neighbourhoods, weight: torch.Tensor, rows: int) -> torch.Tensor:
     """out_i = Σ_k weight[i, k] z_{index[i, k]}: a gossip step with the (rescaled) weights of the table."""
     out = torch.empty_like(M)
-    for a in range(0, M.shape[0], rows):
-        s = slice(a, min(a + rows, M.shape[0]))
+    for s in row_slices(M.shape[0], rows):
         part = M[hood.index[s, 0]] * weight[s, 0:1]
         for k in range(1, hood.most):
             part.addcmul_(M[hood.index[s, k]], weight[s, k:k + 1])
@@ -209,6 +217,6 @@ def server_aggregate(V: torch.Tensor, rule: str, b: int, tau: float | None = Non
         assert tau is not None, "validation requires clip_radius for centered-clipping"
         v = torch.zeros(d, dtype=V.dtype, device=V.device) if center is None else center
         diff = V - v
-        scale = (tau / torch.linalg.vector_norm(diff, dim=1, keepdim=True)).clamp(max=1.0).nan_to_num(nan=1.0)
+        scale = clip_scale(tau, torch.linalg.vector_norm(diff, dim=1, keepdim=True))
         return v + (diff * scale).mean(dim=0)
     raise ValueError(f"unknown server aggregator {rule!r}")
