@@ -42,8 +42,8 @@ __getattr__ = submodules(__name__, {
 
 __all__ = [
     "ALGORITHMS", "HYPERPARAMETERS", "Algorithm", "AlgorithmCard", "Context", "LocalResult", "LocalRule",
-    "RoundStats", "ServerAlgorithm", "accepts_byzantine", "algorithm_class", "check_config", "is_centralized",
-    "mixes_by_push_sum", "private_algorithms", "takes_privacy",
+    "RoundStats", "ServerAlgorithm", "accepts_byzantine", "algorithm_class", "byzantine_algorithms", "check_config",
+    "is_centralized", "mixes_by_push_sum", "private_algorithms", "takes_privacy",
     "option_defaults",
     "register", "resolve_hyperparameters",
 ]
@@ -60,7 +60,7 @@ def is_centralized(name: str) -> bool:
     Whether the algorithm registered as `name` aggregates at a server (the complete-graph case) instead of
     gossiping with neighbours (read from its card: imports nothing).
     """
-    return bool(getattr(ALGORITHMS.card(name, "algorithm"), "centralized", False))
+    return _card_flag(name, "centralized")
 
 
 def mixes_by_push_sum(name: str) -> bool:
@@ -69,7 +69,7 @@ def mixes_by_push_sum(name: str) -> bool:
     Whether the algorithm registered as `name` gossips through `Algorithm.mix`, so runs on a column-stochastic W
     by push-sum (read from its card: imports nothing).
     """
-    return bool(getattr(ALGORITHMS.card(name, "algorithm"), "push_sum", False))
+    return _card_flag(name, "push_sum")
 
 
 def accepts_byzantine(name: str) -> bool:
@@ -77,7 +77,12 @@ def accepts_byzantine(name: str) -> bool:
 
     Such an algorithm shares only its models (`dfl.network.byzantine_settings`); read from its card, importing nothing.
     """
-    return bool(getattr(ALGORITHMS.card(name, "algorithm"), "byzantine", False))
+    return _card_flag(name, "byzantine")
+
+
+def byzantine_algorithms() -> list[str]:
+    """The registered algorithms that run with Byzantine clients (`accepts_byzantine`), in listing order."""
+    return [name for name in ALGORITHMS.names() if accepts_byzantine(name)]
 
 
 def takes_privacy(name: str) -> bool:
@@ -86,12 +91,17 @@ def takes_privacy(name: str) -> bool:
     Read from its card (`Algorithm.dp`: every message is a post-processing of the trained models and public values);
     imports nothing.
     """
-    return bool(getattr(ALGORITHMS.card(name, "algorithm"), "dp", False))
+    return _card_flag(name, "dp")
 
 
 def private_algorithms() -> list[str]:
     """The registered algorithms that take differential privacy (`takes_privacy`), in listing order."""
     return [name for name in ALGORITHMS.names() if takes_privacy(name)]
+
+
+def _card_flag(name: str, flag: str) -> bool:
+    """A boolean of the card of the algorithm registered as `name` (False when the card lacks it): imports nothing."""
+    return bool(getattr(ALGORITHMS.card(name, "algorithm"), flag, False))
 
 
 def resolve_hyperparameters(config, warn: bool = True) -> tuple[dict, list[str]]:

@@ -39,7 +39,8 @@ def validate(config: Config) -> Config:
     loggers.check_config(config)
     threads.check_config(config)  # "auto" or N >= 1 (dfl.threads: no torch, so the CLI checks it before torch loads)
     network.check_config(config, centralized)  # link faults, stragglers; compressed gossip; the asynchronous mode
-    byzantine_settings.check_config(config, centralized, algorithms.accepts_byzantine(config.algorithm))
+    byzantine_settings.check_config(config, centralized, algorithms.accepts_byzantine(config.algorithm),
+                                    algorithms.byzantine_algorithms())
     privacy.check_config(config, algorithms.takes_privacy(config.algorithm), algorithms.private_algorithms(),
                          algorithms.resolve_hyperparameters(config, warn=False)[0])  # dp_clip, dp_noise, dp_delta
     if config.mode == "async" and config.compressor != "none":

@@ -72,11 +72,17 @@ def alie_z(clients: int, byzantine: int) -> float:
     return NormalDist().inv_cdf(p)
 
 
-def check_config(config, centralized: bool, accepts: bool) -> None:
-    """The Byzantine part of `dfl.validate` (`accepts`: the algorithm's card says it runs with Byzantine clients).
+def check_config(config, centralized: bool, accepts: bool, accepting: list[str]) -> None:
+    """The Byzantine part of `dfl.validate`.
 
     ConfigError, one line naming the field and the allowed values, for every combination the module docstring
     refuses.
+
+    Args:
+        config: the run's `Config` (its fields already checked on their own by `Config.validate`).
+        centralized: whether the algorithm aggregates at a server.
+        accepts: whether the algorithm's card says it runs with Byzantine clients (`dfl.algorithms.accepts_byzantine`).
+        accepting: the algorithms that do (`dfl.algorithms.byzantine_algorithms`), for the message.
     """
     count = byzantine_count(config.byzantine, config.clients)
     if count >= config.clients:
@@ -100,7 +106,7 @@ def check_config(config, centralized: bool, accepts: bool) -> None:
                           f"neighbourhood, the {config.clients - 1:,} other clients; the complete graph's explicit "
                           f"neighbourhoods stop at {limits.FULL_SPARSE_LIMIT:,} clients (clients = "
                           f"{config.clients:,}): use fewer clients or a sparser topology (e.g. exponential)")
-    _check_combinations(config, centralized, accepts)
+    _check_combinations(config, centralized, accepts, accepting)
 
 
 def _check_aggregator(config, centralized: bool) -> None:
@@ -125,12 +131,12 @@ def _check_aggregator(config, centralized: bool) -> None:
                           "around the previous aggregate)")
 
 
-def _check_combinations(config, centralized: bool, accepts: bool) -> None:
+def _check_combinations(config, centralized: bool, accepts: bool, accepting: list[str]) -> None:
     """What Byzantine clients or a robust aggregator cannot run with (module docstring)."""
     what = f"byzantine = {config.byzantine:g}" if config.byzantine else f"aggregator = {config.aggregator}"
     if not accepts:
-        raise ConfigError(f"algorithm: {what} runs with dpsgd, dfedavg, dfedavgm, dfedsam, dfedsam-mgs, fedavg, "
-                          f"fedsam, fedavgsm (they share only their models), not {config.algorithm!r}")
+        raise ConfigError(f"algorithm: {what} runs with {', '.join(accepting)} (they share only their models), not "
+                          f"{config.algorithm!r}")
     if config.compressor != "none":
         raise ConfigError(f"compressor = {config.compressor} is not modelled with {what}: use compressor = none")
     if config.mode != "sync":
