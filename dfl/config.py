@@ -12,8 +12,8 @@ components are checked by the components themselves, all at once by `dfl.validat
 (`dfl.engine.validation`), which every run calls.
 
 Algorithm hyperparameters (`rho`, `momentum`, `gossip_steps`, ...) default to `None`, meaning "the algorithm's
-own default". A value set explicitly for an algorithm that does not use it is reported as ignored (warning +
-`summary.json`), never silently dropped: see `dfl.algorithms.resolve_hyperparameters`. An algorithm's own
+own default". A value set explicitly for an algorithm that does not read it is refused by `dfl.validate`, naming
+the algorithms that read it (`dfl.algorithms.unread_fields`), never ignored. An algorithm's own
 options (registered algorithms: `dfl.algorithms.base`) go in `algorithm_options`, checked against the defaults
 it declares.
 """

@@ -12,8 +12,6 @@ A registered name works everywhere a built-in does: `dfl.run(Config(algorithm="m
 
 from __future__ import annotations
 
-import warnings
-
 from dfl.algorithms.builtin import BUILTINS, AlgorithmCard
 from dfl.algorithms.registration import HYPERPARAMETERS, check_algorithm, option_defaults, resolve_options
 from dfl.errors import ConfigError
@@ -45,7 +43,7 @@ __all__ = [
     "RoundStats", "ServerAlgorithm", "accepts_byzantine", "algorithm_class", "byzantine_algorithms", "check_config",
     "is_centralized", "mixes_by_push_sum", "private_algorithms", "takes_privacy",
     "option_defaults",
-    "register", "resolve_hyperparameters",
+    "readers", "register", "resolve_hyperparameters", "unread_fields", "unread_message",
 ]
 
 
@@ -104,39 +102,56 @@ def _card_flag(name: str, flag: str) -> bool:
     return bool(getattr(ALGORITHMS.card(name, "algorithm"), flag, False))
 
 
-def resolve_hyperparameters(config, warn: bool = True) -> tuple[dict, list[str]]:
-    """The hyperparameters a run of `config` uses, and the set fields that do not apply.
+def resolve_hyperparameters(config) -> dict:
+    """The hyperparameters a run of `config` uses: the algorithm's defaults, overridden by its set Config fields.
 
-    The algorithm's hyperparameters (its defaults, overridden by set Config fields and by
-    `config.algorithm_options`) and the names of Config fields that were set but do not apply to it (warned
-    about, never silently dropped). ValueError for an algorithm option that is unknown or of the wrong type,
-    or for values the algorithm's `check_hyperparameters` refuses.
+    The algorithm's declared hyperparameters with their defaults, the Config fields it reads where they are set, and
+    `config.algorithm_options`. A set field the algorithm does not read plays no part here: `check_config` refuses
+    it (`unread_fields`). ValueError for an algorithm option that is unknown or of the wrong type, or for values the
+    algorithm's `check_hyperparameters` refuses.
     """
     cls = ALGORITHMS.card(config.algorithm, "algorithm")  # a built-in's card, or a registered class itself
     hp = dict(cls.hyperparameters)
-    ignored = []
-    for name in HYPERPARAMETERS:
-        value = getattr(config, name)
-        if value is None:
-            continue
-        if name in hp:
-            hp[name] = value
-        else:
-            ignored.append(name)
+    hp.update({name: getattr(config, name) for name in HYPERPARAMETERS
+               if name in hp and getattr(config, name) is not None})
     hp.update(resolve_options(config.algorithm, cls, config.algorithm_options))
     cls.check_hyperparameters(hp)
-    if "asam_eta" in hp and config.asam_eta is not None and (
-            hp.get("sam") != "asam" or hp.get("asam_form") == "dp-fedsam"):  # no eta in the DP-FedSAM form
-        ignored.append("asam_eta")
-    if "asam_form" in hp and hp.get("sam") != "asam" and config.asam_form is not None:
-        ignored.append("asam_form")
-    if ignored and warn:
-        warnings.warn(
-            f"{config.algorithm} does not use {', '.join(ignored)}; ignoring "
-            f"{', '.join(f'{n}={getattr(config, n)!r}' for n in ignored)}",
-            stacklevel=2,
-        )
-    return hp, ignored
+    return hp
+
+
+def unread_fields(config) -> list[str]:
+    """The algorithm hyperparameters set in `config` (not None) that its algorithm does not read.
+
+    A field the algorithm does not declare (`rho` for dpsgd), `asam_eta` unless the SAM variant is ASAM in Kwon et
+    al.'s form, and `asam_form` unless it is ASAM. Imports nothing (the algorithm's card).
+    """
+    hp = dict(ALGORITHMS.card(config.algorithm, "algorithm").hyperparameters)
+    unread = [name for name in HYPERPARAMETERS if getattr(config, name) is not None and name not in hp]
+    sam = config.sam if config.sam is not None else hp.get("sam")
+    form = config.asam_form if config.asam_form is not None else hp.get("asam_form")
+    if "asam_eta" in hp and config.asam_eta is not None and (sam != "asam" or form == "dp-fedsam"):
+        unread.append("asam_eta")  # no eta in plain SAM, nor in the DP-FedSAM form of ASAM
+    if "asam_form" in hp and config.asam_form is not None and sam != "asam":
+        unread.append("asam_form")
+    return unread
+
+
+def readers(field: str) -> list[str]:
+    """The registered algorithms that read the Config field `field` (their cards declare it), in listing order."""
+    return [name for name in ALGORITHMS.names() if field in ALGORITHMS.card(name).hyperparameters]
+
+
+def unread_message(config, field: str) -> str:
+    """Why `field` is refused for `config.algorithm`: one line naming the field, its value and what reads it."""
+    value = getattr(config, field)
+    if field == "asam_eta":
+        return (f"asam_eta = {value!r} applies only to sam = asam with asam_form = kwon (the DP-FedSAM form has no "
+                f"eta); {config.algorithm} runs sam = {config.sam or 'sam'}: remove asam_eta or set sam = \"asam\"")
+    if field == "asam_form":
+        return (f"asam_form = {value!r} applies only to sam = asam; {config.algorithm} runs sam = "
+                f"{config.sam or 'sam'}: remove asam_form or set sam = \"asam\"")
+    return (f"{field} = {value!r} is not read by {config.algorithm}; remove it, or use an algorithm that reads it: "
+            f"{', '.join(readers(field)) or 'none is registered'}")
 
 
 def check_config(config) -> None:
@@ -153,11 +168,15 @@ def check_config(config) -> None:
             f"participation = {config.participation} applies only to the centralized algorithms; the "
             f"decentralized {config.algorithm!r} trains and gossips every client each round (use 1 or unset)"
         )
+    unread = unread_fields(config)
+    if unread:  # refused, never ignored: a set field that the run would not read is a mistake (every one at once)
+        problems = [unread_message(config, name) for name in unread]
+        raise ConfigError("; ".join(problems), problems)
     try:
-        hp, _ = resolve_hyperparameters(config, warn=False)
+        hp = resolve_hyperparameters(config)
     except ValueError as exc:
         raise ConfigError(str(exc)) from exc
-    if "rho_schedule" in hp:  # a SAM algorithm (for the others both options are reported as ignored)
+    if "rho_schedule" in hp:  # a SAM algorithm (the others refuse both options above)
         if hp["rho_schedule"] == "constant" and config.rho_ramp_rounds not in (None, 0):
             raise ConfigError(f"rho_ramp_rounds = {config.rho_ramp_rounds} applies only to rho_schedule = linear, "
                               f"but {config.algorithm}'s rho_schedule is constant; set rho_schedule = \"linear\" or "

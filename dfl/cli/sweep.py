@@ -24,6 +24,7 @@ from dfl.workflows.sweep import (
     format_status,
     format_sweep_status,
     is_table_key,
+    left_out_lines,
     load_sweep,
     plan_runs,
     run_sweep,
@@ -318,6 +319,8 @@ def _execute(command: str, sweep: Sweep, args: argparse.Namespace, out, spectral
             print(f"{len(planned)} runs into {out}/runs/:")
             for p, plan in zip(planned, plans):
                 print(f"  {plan.action:<6} {p.name}" + (f"  ({plan.note})" if plan.note else ""))
+            for line in left_out_lines(planned):
+                print(line)
             return 0
         entries = run_sweep(sweep, out, retry_diverged=getattr(args, "retry_diverged", False), launcher=launcher)
         if launcher.kind != "local":

@@ -7,7 +7,6 @@ so a bad run fails here, before the first round, with the message of the step th
 
 from __future__ import annotations
 
-import warnings
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +18,7 @@ from dfl.algorithms import is_centralized, resolve_hyperparameters
 from dfl.algorithms.base import EngineCommunicator
 from dfl.algorithms.server import sample_participants
 from dfl.config import Config
-from dfl.data import FederatedData, ignored_options
+from dfl.data import FederatedData
 from dfl.engine import checkpoint as ckpt
 from dfl.engine.setup import build_data, build_topology, resolve_device, split_local_test
 from dfl.errors import ConfigError
@@ -45,10 +44,9 @@ def checkpoint_to_resume(config: Config, out: str | Path | None, resume: bool) -
     return saved
 
 
-def hyperparameters(config: Config) -> tuple[dict[str, Any], list[str]]:
-    """The algorithm's resolved hyperparameters and the options the run ignores (warned and recorded)."""
-    hp, ignored = resolve_hyperparameters(config)
-    return hp, ignored + ignored_options(config)  # data_root with an embedded dataset: warned and recorded the same
+def hyperparameters(config: Config) -> dict[str, Any]:
+    """The algorithm's resolved hyperparameters (a set field it does not read was refused by `dfl.validate`)."""
+    return resolve_hyperparameters(config)
 
 
 def device(config: Config, comm: EngineCommunicator) -> torch.device:
@@ -81,17 +79,9 @@ def data_on_device(config: Config, data: FederatedData | None, comm, dev: torch.
     return data.to(dev)
 
 
-def topology(config: Config, data: FederatedData, ignored: list[str]) -> tuple[Topology, list[str]]:
-    """The graph the run mixes with, and the ignored options.
-
-    The graph comes from `dfl.engine.setup.build_topology`; "topology" is added to the ignored options (with a
-    warning) when a centralized algorithm is given a topology it does not use.
-    """
-    if is_centralized(config.algorithm) and (config.topology not in ("ring", "full") or config.topology_options):
-        # ring is the default: only a topology the user chose is worth a warning
-        warnings.warn(f"{config.algorithm} is centralized (complete topology); ignoring topology", stacklevel=4)
-        ignored = [*ignored, "topology"]
-    return build_topology(config, data.num_clients, data.sizes.tolist()), ignored
+def topology(config: Config, data: FederatedData) -> Topology:
+    """The graph the run mixes with (`dfl.engine.setup.build_topology`; the complete graph for a centralized one)."""
+    return build_topology(config, data.num_clients, data.sizes.tolist())
 
 
 def network(config: Config, graph: Topology, data: FederatedData, hp: dict[str, Any]) -> Network:

@@ -77,10 +77,10 @@ class Experiment:
                  callbacks=None):
         saved = build.checkpoint_to_resume(config, out, resume)  # before any work, on every rank alike
         self.hooks = Hooks(config, callbacks, comm, out)  # loggers' packages and callbacks checked before any work
-        hp, ignored = build.hyperparameters(config)
+        hp = build.hyperparameters(config)
         device = build.device(config, comm)
         data = build.data_on_device(config, data, comm, device)
-        topology, ignored = build.topology(config, data, ignored)
+        topology = build.topology(config, data)
         network = build.network(config, topology, data, hp)
         model, layout = build.model(config, data, device, given_model)
         X0 = build.client_block(model, layout, comm, device, network)
@@ -96,7 +96,7 @@ class Experiment:
         self._restore_progress(saved)
         self._open_run_directory(out, overwrite, resume)
         self.message_bytes = gossip.message_bytes(layout.dim, X0.element_size())  # a model, or compressed
-        self._write_start(hp, ignored, topology, gossip, saved)
+        self._write_start(hp, topology, gossip, saved)
         self._prepare_evaluation()
         if saved is not None:  # last: the generators continue where the checkpointed run's were
             ckpt.set_rng_state(saved["rng"])
@@ -144,13 +144,13 @@ class Experiment:
         elif resume:
             ckpt.remove_stale_shards(out)  # left by a save killed before its manifest
 
-    def _write_start(self, hp: dict[str, Any], ignored: list[str], topology, gossip, saved) -> None:
+    def _write_start(self, hp: dict[str, Any], topology, gossip, saved) -> None:
         """Write the initial summary and the run directory's first files.
 
         The initial summary, and the run directory's config.toml, partition.json and summary.json (on resume,
         metrics.jsonl rewritten from the checkpoint's history and the previous params.pt removed).
         """
-        self.summary = self._initial_summary(hp, ignored, topology)
+        self.summary = self._initial_summary(hp, topology)
         if saved is not None:
             self.summary["resumed_from_round"] = self.start
         self.summary.update(self.hooks.summary_fields())
@@ -196,14 +196,13 @@ class Experiment:
         self.params: torch.Tensor | None = None
         self._last_round = (0, 0)  # (bytes sent, bytes moved between processes) of the latest round
 
-    def _initial_summary(self, hp: dict, ignored: list[str], topology) -> dict[str, Any]:
+    def _initial_summary(self, hp: dict, topology) -> dict[str, Any]:
         config, comm, run_dir = self.config, self.comm, self.run_dir
         lam = gossip_lambda(topology, 1)
         return {
             "name": config.name,
             "algorithm": config.algorithm,
             "hyperparameters": hp,
-            "ignored_options": ignored,
             "topology": topology.name,
             "weights": topology.weights,
             "lambda": lam,

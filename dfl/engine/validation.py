@@ -42,11 +42,27 @@ def validate(config: Config) -> Config:
     byzantine_settings.check_config(config, centralized, algorithms.accepts_byzantine(config.algorithm),
                                     algorithms.byzantine_algorithms())
     privacy.check_config(config, algorithms.takes_privacy(config.algorithm), algorithms.private_algorithms(),
-                         algorithms.resolve_hyperparameters(config, warn=False)[0])  # dp_clip, dp_noise, dp_delta
+                         algorithms.resolve_hyperparameters(config))  # dp_clip, dp_noise, dp_delta
     if config.mode == "async" and config.compressor != "none":
         raise ConfigError(f"compressor = {config.compressor} is not modelled in mode = async (CHOCO's public "
                           "copies need every neighbour to see every message in order); use mode = sync")
     return config
+
+
+def unread_fields(config: Config) -> list[str]:
+    """The fields set in `config` that its run would not read, which `validate` refuses (one line each).
+
+    An algorithm hyperparameter its algorithm does not declare (`rho` for dpsgd, `dfl.algorithms.unread_fields`),
+    `data_root` for a dataset made in memory, the topology fields of a centralized algorithm. A sweep leaves such a
+    `[base]` field out of the runs that do not read it (`dfl.workflows.sweep.Sweep.plan`). [] when the config names
+    no registered algorithm or dataset (`validate` says so).
+    """
+    try:
+        centralized = algorithms.is_centralized(config.algorithm)
+        return [*algorithms.unread_fields(config), *data.unread_fields(config),
+                *topologies.unread_fields(config, centralized)]
+    except ConfigError:
+        return []
 
 
 # bytes a round's minibatch schedule keeps per sample a client visits: one row id (int64 at worst;

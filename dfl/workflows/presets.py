@@ -6,10 +6,8 @@ The DFedSAM paper's topology study (`dfl compare-topologies`) and one algorithm 
 
 from __future__ import annotations
 
-import warnings
 from typing import Any
 
-from dfl.config import Config
 from dfl.errors import ConfigError
 from dfl.workflows.sweep import Sweep, SweepError, apply_overrides
 
@@ -63,16 +61,14 @@ def spectral_study_sweep(
     An algorithm without multiple gossip steps (no `gossip_steps` hyperparameter) gets no Q axis, and giving one is an
     error.
     """
-    from dfl.algorithms import ALGORITHMS, resolve_hyperparameters  # no torch: the algorithms' cards
+    from dfl.algorithms import ALGORITHMS  # no torch: the algorithms' cards
 
     try:
         ALGORITHMS.card(algorithm, "--algorithm")  # a registered name (or the closest one suggested)
     except ConfigError as exc:
         raise SweepError(str(exc)) from None
     _decentralized("--algorithm", algorithm)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        takes_q = "gossip_steps" not in resolve_hyperparameters(Config(algorithm=algorithm, gossip_steps=2))[1]
+    takes_q = "gossip_steps" in ALGORITHMS.card(algorithm).hyperparameters
     if not takes_q and gossip_steps is not None:
         raise SweepError(f"--gossip-steps: {algorithm} does not take multiple gossip steps; use an algorithm "
                          "with gossip_steps (e.g. dfedsam-mgs) or leave --gossip-steps out")

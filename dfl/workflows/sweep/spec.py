@@ -8,7 +8,6 @@ launcher defaults; parsed and checked (`Sweep.from_dict`, `load_sweep`) and plan
 from __future__ import annotations
 
 import itertools
-import warnings
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -31,12 +30,14 @@ TABLE_FIELDS = tuple(f.name for f in fields(Config) if str(f.type).startswith("d
 class PlannedRun:
     """One combination of a sweep.
 
-    Its run `name`, the varied fields (`overrides`) and its validated `config` (whose `name` is the run name).
+    Its run `name`, the varied fields (`overrides`), its validated `config` (whose `name` is the run name) and the
+    `[base]` fields left out of it because its run does not read them (`left_out`, e.g. `rho` for dpsgd).
     """
 
     name: str
     overrides: dict[str, Any]
     config: Config
+    left_out: tuple[str, ...] = ()
 
 
 @dataclass
@@ -91,7 +92,12 @@ class Sweep:
         return tomli_w.dumps(self.to_dict())
 
     def plan(self) -> list[PlannedRun]:
-        """Every combination, first [vary] key slowest, each Config validated (errors name the run)."""
+        """Every combination, first [vary] key slowest, each Config validated (errors name the run).
+
+        A `[base]` field is shared by the runs that read it: a run whose algorithm, dataset or topology does not read
+        it (`rho` for dpsgd, `data_root` for mnist1d, a topology for a centralized algorithm) leaves it out (its
+        `left_out`, which `dfl sweep` says). A varied field a run does not read is refused (those runs would repeat).
+        """
         keys = list(self.vary)
         planned: list[PlannedRun] = []
         seen: dict[str, dict[str, Any]] = {}
@@ -103,7 +109,9 @@ class Sweep:
                                  "values distinct")
             seen[name] = overrides
             values = {**apply_overrides(self.base, overrides), "name": name}
-            planned.append(PlannedRun(name, overrides, _validated(name, values)))
+            left_out = _unread_base(values, self.base, overrides)
+            values = {k: v for k, v in values.items() if k not in left_out}
+            planned.append(PlannedRun(name, overrides, _validated(name, values), left_out))
         return planned
 
     def runs(self) -> list[tuple[str, Config]]:
@@ -216,16 +224,34 @@ def apply_overrides(base: dict[str, Any], overrides: dict[str, Any]) -> dict[str
 
 
 
+def left_out_lines(planned: list[PlannedRun]) -> list[str]:
+    """One line per `[base]` field that some runs leave out (they do not read it): how many, and an example run."""
+    runs: dict[str, list[str]] = {}
+    for p in planned:
+        for name in p.left_out:
+            runs.setdefault(name, []).append(p.name)
+    return [f"[base] {name} is left out of {len(names)} of {len(planned)} runs, which do not read it (e.g. "
+            f"{names[0]})" for name, names in runs.items()]
+
+
+def _unread_base(values: dict[str, Any], base: dict[str, Any], overrides: dict[str, Any]) -> tuple[str, ...]:
+    """The `[base]` fields (not varied) that the run of `values` would not read (`dfl.validate`'s `unread_fields`)."""
+    from dfl.engine.validation import unread_fields
+
+    try:
+        config = Config.from_dict(values)
+    except (ConfigError, TypeError):  # the run's own validation names what is wrong
+        return ()
+    varied = {key.split(".", 1)[0] for key in overrides}
+    return tuple(name for name in unread_fields(config) if name in base and name not in varied)
+
+
 def _validated(name: str, values: dict[str, Any]) -> Config:
     """The validated Config of run `name` (its hyperparameters resolved too); a `SweepError` naming the run."""
-    from dfl.algorithms import resolve_hyperparameters
     from dfl.engine.validation import validate
 
     try:
         config = validate(Config.from_dict(values))
-        with warnings.catch_warnings():  # ignored options are reported when the run starts
-            warnings.simplefilter("ignore")
-            resolve_hyperparameters(config)
     except (ConfigError, TypeError) as exc:
         raise SweepError(f"run {name}: {exc}") from exc
     return config
