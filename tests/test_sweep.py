@@ -51,11 +51,26 @@ def strip_timing(history):
 
 
 # ---------------------------------------------------------------------------------------------- spec
+def test_every_mistake_of_a_sweep_file_is_said_at_once(tmp_path):
+    spec = tmp_path / "s.toml"
+    spec.write_text("[swep]\nname = 'x'\n[base]\nalgoritm = 'dfedsam'\nlr = -1\n[vary]\ntopology = ['ring', 'grdi']\n")
+    with pytest.raises(SweepError) as caught:
+        load_sweep(spec)
+    said = str(caught.value)
+    for part in ["unknown table [swep] (did you mean [sweep]?)", "unknown Config field 'algoritm' in [base] (did you "
+                 "mean 'algorithm'?)", "runs topology=ring and 1 more: lr must be > 0.0, got -1",
+                 "run topology=grdi: topology must be one of", "(did you mean 'grid'?)"]:
+        assert part in said, said
+    assert len(said) < 1000 and "\n" not in said
+
+
 @pytest.mark.parametrize("text, message", [
-    ("[base]\nrounds = 2\n[vary]\nseed = [0]\n[extra]\nx = 1\n", r"unknown table\(s\) \[extra\]"),
+    ("[base]\nrounds = 2\n[vary]\nseed = [0]\n[extra]\nx = 1\n", r"unknown table \[extra\]; allowed: \[sweep\]"),
     ("rounds = 2\n[vary]\nseed = [0]\n", "outside a table"),
-    ("[base]\nlearning_rate = 0.1\n[vary]\nseed = [0]\n", r"unknown Config field\(s\) learning_rate in \[base\]"),
-    ("[vary]\nalgoritm = ['dfedavg']\n", r"unknown Config field\(s\) algoritm in \[vary\]"),
+    ("[base]\nlearning_rate = 0.1\n[vary]\nseed = [0]\n",
+     r"unknown Config field 'learning_rate' in \[base\]; .* listed by dfl run --help$"),
+    ("[vary]\nalgoritm = ['dfedavg']\n",
+     r"unknown Config field 'algoritm' in \[vary\] \(did you mean 'algorithm'\?\)$"),
     ("[vary]\ntopology = 'ring'\n", "topology must be a list"),
     ("[vary]\nseed = []\n", "seed is an empty list"),
     ("[base]\nseed = 1\n[vary]\nseed = [0, 1]\n", "seed in both"),

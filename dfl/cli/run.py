@@ -18,7 +18,8 @@ from collections.abc import Iterator
 from dataclasses import fields
 from pathlib import Path
 
-from dfl.config import Config, options, read_toml
+from dfl.cli.lists import add_list
+from dfl.config import Config, field_of, options, read_toml
 from dfl.errors import ConfigError
 
 
@@ -69,7 +70,8 @@ def add_config_flags(parser: argparse.ArgumentParser) -> None:
             group.add_argument(flag, dest=opt.name, nargs="+", metavar="KEY=VALUE", type=key_value,
                                help=text + "; one or more key=value pairs, values as Python literals")
         elif kind.startswith("list["):  # e.g. lr_milestones: --lr-milestones 100 150 (no values = empty list)
-            group.add_argument(flag, dest=opt.name, nargs="*", metavar="N", type=_scalar_type(kind[5:-1]), help=text)
+            add_list(group, flag, dest=opt.name, item=_scalar_type(kind[5:-1]), empty=True, metavar="N", help=text,
+                     what="numbers")
         else:
             group.add_argument(flag, dest=opt.name, type=_scalar_type(kind), metavar=metavar, help=text)
 
@@ -118,29 +120,41 @@ def config_from_args(args: argparse.Namespace) -> Config:
 
     values = vars(args)
     config = Config.from_toml(values["config_file"], owner=option_owner) if values.get("config_file") else Config()
-    changes = {}
-    for f in fields(Config):
-        if f.name in values:
-            value = values[f.name]
-            changes[f.name] = dict(value) if str(f.type).startswith("dict") else value
-    return config.replace(**changes)
+    return config.replace(**_flag_changes(args))
+
+
+def _flag_changes(args: argparse.Namespace) -> dict:
+    """The Config fields given as flags, with their values."""
+    values = vars(args)
+    return {f.name: dict(values[f.name]) if str(f.type).startswith("dict") else values[f.name]
+            for f in fields(Config) if f.name in values}
 
 
 def validate_args(args: argparse.Namespace, validate) -> Config:
-    """`validate(config_from_args(args))`.
+    """`validate(config_from_args(args))`, every mistake of the file and the flags at once.
 
-    A refusal of a field that the config file set (and no flag replaced) names the file, as the file's own type and
-    range errors do (`Config.from_toml`).
+    The config file's wrong keys (`Config.load`) and then what `validate` finds in the rest; a refusal of a field
+    that the config file set (and no flag replaced) names the file, as the file's own type and range errors do.
     """
-    config = config_from_args(args)
+    from dfl.engine.validation import option_owner  # no torch
+
+    path = vars(args).get("config_file")
+    config, found = Config.load(path, owner=option_owner) if path else (Config(), [])
+    in_file = read_toml(path, "config file") if path else {}
+    found = [p for p in found if field_of(p.split(": ", 1)[1]) not in vars(args)]  # a flag replaced the file's value
+    wrong_keys = {field_of(problem.split(": ", 1)[1]) for problem in found}
+    config = config.replace(**_flag_changes(args))
     try:
-        return validate(config)
+        config = validate(config)
     except ConfigError as exc:
-        path = vars(args).get("config_file")
-        field = str(exc).split(" ", 1)[0].split(".", 1)[0].rstrip(":")  # "topology must ...", "x_options.key = ..."
-        if path and field not in vars(args) and field in read_toml(path, "config file"):
-            raise type(exc)(f"config file {path}: {exc}") from None
-        raise
+        for problem in exc.problems:
+            field = field_of(problem)
+            if field in wrong_keys and field not in vars(args):
+                continue  # the file's own wrong value, said above
+            found.append(f"config file {path}: {problem}" if field in in_file and field not in vars(args) else problem)
+    if found:
+        raise ConfigError("; ".join(found), found)
+    return config
 
 
 def resume_args(args: argparse.Namespace) -> argparse.Namespace:
@@ -163,17 +177,18 @@ def resume_args(args: argparse.Namespace) -> argparse.Namespace:
     return argparse.Namespace(**{**vars(args), "config_file": str(run_dir / "config.toml"), "out": str(run_dir)})
 
 
-def check_out(args: argparse.Namespace) -> None:
+def check_out(args: argparse.Namespace, config: Config) -> None:
     """Refuse, before torch is imported, an --out that `dfl run` may not write into (`dfl.directories`).
 
     A folder dfl did not make (with or without --overwrite), a file, a path under a file, a sweep or report directory,
     or a run directory without --overwrite or --resume. Under torchrun only rank 0 checks (it alone writes there).
+    `config` is the validated config (its mistakes are said first).
     """
     from dfl.directories import check_output_directory
 
     if int(os.environ.get("RANK", "0")) != 0 or getattr(args, "resume", None) is not None:
         return  # --resume writes only into a run of dfl's, which resume_args and the run directory check
-    out = getattr(args, "out", None) or Path("runs") / config_from_args(args).validate().name
+    out = getattr(args, "out", None) or Path("runs") / config.name
     check_output_directory(out, "run", overwrite=getattr(args, "overwrite", False))
 
 
@@ -207,23 +222,24 @@ def main(args: argparse.Namespace) -> int:
         The exit status: 0, 1 for a diverged run, 2 for a refused config or output, 128 + the signal that
         interrupted the run.
     """
-    try:  # the run directory first, before torch loads (dfl.directories)
-        check_out(args)
-    except (ConfigError, ValueError, FileExistsError) as exc:  # OutputPathError, RunDirectoryExists, ...
+    from dfl.engine.validation import validate  # no torch: every check that needs no data answers at once
+
+    resume = getattr(args, "resume", None)
+    try:  # every mistake of the config, then the run directory, before torch loads (dfl.directories)
+        if resume is not None:
+            args = resume_args(args)
+        config = validate_args(args, validate)
+        check_out(args, config)
+    except (ConfigError, ValueError, FileExistsError, FileNotFoundError) as exc:  # OutputPathError, NoCheckpoint, ...
         print(f"dfl run: error: {exc}", file=sys.stderr)
         return 2
 
     from dfl.engine.results import RunDirectoryExists, format_summary
-    from dfl.engine.validation import validate  # no torch: every check that needs no data answers at once
     from dfl.errors import DivergenceError
 
     out = None
     with _signals_stop_run():
         try:
-            resume = getattr(args, "resume", None)
-            if resume is not None:
-                args = resume_args(args)
-            config = validate_args(args, validate)
             out = Path(getattr(args, "out", None) or Path("runs") / config.name)
             from dfl.engine.runner import run  # torch loads here, once the config is known to be good
 

@@ -12,7 +12,9 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+from dfl.cli.lists import add_list
 from dfl.cli.run import key_value
+from dfl.config import unknown_field_hint
 from dfl.errors import ConfigError, FileReadError, OutputPathError, SweepInterrupted
 from dfl.workflows.launchers import LAUNCHERS, SLURM_KEYS, SlurmOptions, make_launcher
 from dfl.workflows.presets import PAPER_ALGORITHMS, PAPER_TOPOLOGIES, compare_topologies_sweep, spectral_study_sweep
@@ -20,7 +22,6 @@ from dfl.workflows.sweep import (
     CONFIG_FIELDS,
     Sweep,
     SweepError,
-    apply_overrides,
     format_status,
     format_sweep_status,
     is_table_key,
@@ -106,10 +107,10 @@ def _add_compare_topologies(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--full", action="store_true", help="the paper's CIFAR-10 scale (needs --data-root; a GPU)")
     p.add_argument("--data-root", help="directory holding cifar-10-batches-py (for --full)")
-    p.add_argument("--topologies", type=_names, default=PAPER_TOPOLOGIES, help="comma-separated (default: "
-                   + ",".join(PAPER_TOPOLOGIES) + ")")
-    p.add_argument("--algorithms", type=_names, default=PAPER_ALGORITHMS, help="comma-separated (default: "
-                   + ",".join(PAPER_ALGORITHMS) + ")")
+    add_list(p, "--topologies", default=PAPER_TOPOLOGIES, metavar="NAME",
+             help="topologies (default: " + " ".join(PAPER_TOPOLOGIES) + ")")
+    add_list(p, "--algorithms", default=PAPER_ALGORITHMS, metavar="NAME",
+             help="decentralized algorithms (default: " + " ".join(PAPER_ALGORITHMS) + ")")
     _study_flags(p)
     _common(p, out_help="sweep directory (default runs/compare-topologies, or runs/compare-topologies-full)")
     p.set_defaults(handler=compare_topologies_main)
@@ -125,12 +126,12 @@ def _add_spectral_study(subparsers: argparse._SubParsersAction) -> None:
         "1 - lambda^Q, Phi(lambda, m, Q), effective neighbours) into OUT/report/ and print the table.",
     )
     p.add_argument("--algorithm", default="dfedsam-mgs", help="default dfedsam-mgs")
-    p.add_argument("--topologies", type=_names, default=PAPER_TOPOLOGIES,
-                   help="comma-separated (default: " + ",".join(PAPER_TOPOLOGIES) + ")")
-    p.add_argument("--gossip-steps", type=_ints, default=None, metavar="Q,...",
-                   help="comma-separated gossip steps per round (default 1,2,4; only for algorithms that take Q)")
-    p.add_argument("--clients", type=_ints, default=None, metavar="M,...",
-                   help="comma-separated client counts (default: one count, the base's 16)")
+    add_list(p, "--topologies", default=PAPER_TOPOLOGIES, metavar="NAME",
+             help="topologies (default: " + " ".join(PAPER_TOPOLOGIES) + ")")
+    add_list(p, "--gossip-steps", item=int, what="integers", default=None, metavar="Q",
+             help="gossip steps per round (default 1 2 4; only for algorithms that take Q)")
+    add_list(p, "--clients", item=int, what="integers", default=None, metavar="M",
+             help="client counts (default: one count, the base's 16)")
     _study_flags(p)
     _common(p, out_help="sweep directory (default runs/spectral-study)")
     p.set_defaults(handler=spectral_study_main)
@@ -183,24 +184,10 @@ def _study_flags(p: argparse.ArgumentParser) -> None:
                    "--set algorithm_options.clip=0.5")
 
 
-def _names(text: str) -> list[str]:
-    names = [t.strip() for t in text.split(",") if t.strip()]
-    if not names:
-        raise argparse.ArgumentTypeError(f"expected a comma-separated list, got {text!r}")
-    return names
-
-
-def _ints(text: str) -> list[int]:
-    try:
-        return [int(t) for t in _names(text)]
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from exc
-
-
 def _assignment(text: str) -> tuple[str, Any]:
     key, value = key_value(text, form="FIELD=VALUE")
     if key not in CONFIG_FIELDS and not is_table_key(key):  # FIELD.KEY sets one key of a table field
-        raise argparse.ArgumentTypeError(f"unknown Config field {key!r}; known fields: {', '.join(CONFIG_FIELDS)}")
+        raise argparse.ArgumentTypeError(f"unknown Config field {key!r}{unknown_field_hint(key)}")
     return key, value
 
 
@@ -219,18 +206,10 @@ def sweep_main(args: argparse.Namespace) -> int:
     if _out_refused("sweep", args):
         return 2
     try:
-        sweep = load_sweep(args.spec)
         overrides = dict(args.overrides)
         if args.data_root is not None:
             overrides["data_root"] = args.data_root
-        if overrides:
-            clash = sorted(set(overrides) & set(sweep.vary))
-            if clash:
-                raise SweepError(f"--set {', '.join(clash)}: varied in [vary]; edit the sweep file instead")
-            spec = sweep.to_dict()
-            spec["base"] = apply_overrides(spec.get("base", {}), overrides)
-            sweep = Sweep.from_dict(spec, where=str(args.spec))
-            sweep.plan()  # validate every combination with the overrides before anything runs
+        sweep = load_sweep(args.spec, overrides)  # every combination validated, with the overrides
     except (SweepError, ConfigError) as exc:
         return _error("sweep", exc)
     return _execute("sweep", sweep, args, args.out or Path("runs") / sweep.name)

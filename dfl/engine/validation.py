@@ -13,7 +13,7 @@ a wrong config is refused at once; only a plug-in named by entry point or "packa
 from __future__ import annotations
 
 from dfl import algorithms, data, loggers, models, threads, topologies
-from dfl.config import Config
+from dfl.config import Config, gather
 from dfl.errors import ArgumentError, ConfigError
 from dfl.network import byzantine_settings
 from dfl.network import settings as network
@@ -25,28 +25,57 @@ def validate(config: Config) -> Config:
     """Check `config` as a run would, before any work, and return it.
 
     Returning it lets a caller write `config = validate(config)`.
+
+    Raises:
+        ConfigError: one message listing every mistake (`problems`), each naming the field and what is allowed.
+    """
+    found = problems(config)
+    if found:
+        raise ConfigError("; ".join(found), found)
+    return config
+
+
+def problems(config: Config) -> list[str]:
+    """Every mistake of `config` at once: each field on its own, the rules between fields, each component's checks.
+
+    A component's check that reads a field already found wrong is skipped, and a problem of such a field is said
+    once (`dfl.config.gather`).
     """
     if not isinstance(config, Config):
         raise ArgumentError(f"config must be a dfl.Config (dfl.Config(...), Config.from_toml(path) or "
                             f"Config.from_dict(table)), got {type(config).__name__}")
-    config.validate()
-    algorithms.check_config(config)
-    centralized = algorithms.is_centralized(config.algorithm)
-    topologies.check_config(config, centralized, push_sum=algorithms.mixes_by_push_sum(config.algorithm))
-    shape = data.check_config(config)
-    _check_round_size(config, shape)
-    models.check_config(config)
-    loggers.check_config(config)
-    threads.check_config(config)  # "auto" or N >= 1 (dfl.threads: no torch, so the CLI checks it before torch loads)
-    network.check_config(config, centralized)  # link faults, stragglers; compressed gossip; the asynchronous mode
-    byzantine_settings.check_config(config, centralized, algorithms.accepts_byzantine(config.algorithm),
-                                    algorithms.byzantine_algorithms())
-    privacy.check_config(config, algorithms.takes_privacy(config.algorithm), algorithms.private_algorithms(),
-                         algorithms.resolve_hyperparameters(config))  # dp_clip, dp_noise, dp_delta
-    if config.mode == "async" and config.compressor != "none":
-        raise ConfigError(f"compressor = {config.compressor} is not modelled in mode = async (CHOCO's public "
-                          "copies need every neighbour to see every message in order); use mode = sync")
-    return config
+    shape: list = []
+
+    def the_topology() -> None:
+        centralized = algorithms.is_centralized(config.algorithm)
+        topologies.check_config(config, centralized, push_sum=algorithms.mixes_by_push_sum(config.algorithm))
+
+    def the_data() -> None:
+        shape.append(data.check_config(config))
+        _check_round_size(config, shape[0])
+
+    def the_network() -> None:  # link faults, stragglers; compressed gossip; the asynchronous mode
+        network.check_config(config, algorithms.is_centralized(config.algorithm))
+
+    def the_threat() -> None:
+        byzantine_settings.check_config(config, algorithms.is_centralized(config.algorithm),
+                                        algorithms.accepts_byzantine(config.algorithm),
+                                        algorithms.byzantine_algorithms())
+
+    def the_privacy() -> None:  # dp_clip, dp_noise, dp_delta
+        privacy.check_config(config, algorithms.takes_privacy(config.algorithm), algorithms.private_algorithms(),
+                             algorithms.resolve_hyperparameters(config))
+
+    def async_compression() -> None:
+        if config.mode == "async" and config.compressor != "none":
+            raise ConfigError(f"compressor = {config.compressor} is not modelled in mode = async (CHOCO's public "
+                              "copies need every neighbour to see every message in order); use mode = sync")
+
+    checks = [lambda: algorithms.check_config(config), the_topology, the_data, lambda: models.check_config(config),
+              lambda: loggers.check_config(config),
+              lambda: threads.check_config(config),  # "auto" or N >= 1 (dfl.threads: no torch, so the CLI checks it)
+              the_network, the_threat, the_privacy, async_compression]
+    return gather(checks, config.all_problems())
 
 
 def unread_fields(config: Config) -> list[str]:

@@ -7,6 +7,7 @@ launcher defaults; parsed and checked (`Sweep.from_dict`, `load_sweep`) and plan
 
 from __future__ import annotations
 
+import difflib
 import itertools
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -14,7 +15,7 @@ from typing import Any
 
 import tomli_w
 
-from dfl.config import MAX_NAME, NAME_RE, Config
+from dfl.config import MAX_NAME, NAME_RE, Config, unknown_field_hint
 from dfl.errors import ConfigError, FileReadError, SweepError
 from dfl.files import read_toml
 from dfl.workflows.launchers import SlurmOptions
@@ -61,23 +62,52 @@ class Sweep:
         The values are not checked here: `plan()` validates every combination's Config.
 
         Raises:
-            SweepError: one line naming `where`, the table and the key, for a table or key dfl does not know, a
-                [vary] value that is not a non-empty list, or a field set in both [base] and [vary].
+            SweepError: every mistake at once, each naming `where`, the table and the key: a table or key dfl does not
+                know (with the one meant), a [vary] value that is not a non-empty list, a field set in both [base] and
+                [vary].
         """
+        sweep, problems = cls.parse(spec, where)
+        if problems:
+            raise SweepError("; ".join(problems))
+        return sweep
+
+    @classmethod
+    def parse(cls, spec: dict[str, Any], where: str = "sweep spec") -> tuple[Sweep, list[str]]:
+        """The sweep of a spec's right parts, and what is wrong with the others (`from_dict`'s mistakes).
+
+        A wrong table or key is left out of the sweep, so that `load_sweep` can validate the runs of the rest and say
+        every mistake of a file at once.
+        """
+        problems = []
         loose = [k for k, v in spec.items() if not isinstance(v, dict)]
         if loose:
-            raise SweepError(f"{where}: key(s) {', '.join(loose)} outside a table; put Config fields under [base] "
-                             "and lists of values under [vary]")
-        unknown = [k for k in spec if k not in TABLES]
-        if unknown:
-            raise SweepError(f"{where}: unknown table(s) {', '.join(f'[{k}]' for k in unknown)}; allowed: "
-                             + ", ".join(f"[{t}]" for t in TABLES))
-        meta, base, vary, slurm = (dict(spec.get(t, {})) for t in TABLES)
-        SlurmOptions.from_table(slurm, where=f"{where}: [slurm]")  # a bad option fails before anything runs
-        name, parallel = _sweep_table(meta, where)
-        base, vary = nest_dotted(base, where), flatten_tables(vary)
-        _check_fields(base, vary, where)
-        return cls(base=base, vary=vary, name=name, parallel=parallel, slurm=slurm)
+            problems.append(f"{where}: key(s) {', '.join(loose)} outside a table; put Config fields under [base] "
+                            "and lists of values under [vary]")
+        for key in (k for k in spec if k not in TABLES):
+            close = difflib.get_close_matches(key.lower(), TABLES, n=1)
+            problems.append(f"{where}: unknown table [{key}]" + (f" (did you mean [{close[0]}]?)" if close else
+                            "; allowed: " + ", ".join(f"[{t}]" for t in TABLES)))
+        meta, base, vary, slurm = (dict(v) if isinstance(v := spec.get(t, {}), dict) else {} for t in TABLES)
+        try:
+            SlurmOptions.from_table(slurm, where=f"{where}: [slurm]")  # a bad option fails before anything runs
+        except (SweepError, ConfigError, ValueError) as exc:
+            problems.append(str(exc))
+            slurm = {}
+        try:
+            name, parallel = _sweep_table(meta, where)
+        except SweepError as exc:
+            problems.append(str(exc))
+            name, parallel = "sweep", 1
+        try:
+            base = nest_dotted(base, where)
+        except SweepError as exc:
+            problems.append(str(exc))
+            base = {k: v for k, v in base.items() if not is_table_key(k)}
+        vary = flatten_tables(vary)
+        found, wrong = _field_problems(base, vary, where)
+        base = {k: v for k, v in base.items() if ("base", k) not in wrong}
+        vary = {k: v for k, v in vary.items() if ("vary", k) not in wrong}
+        return cls(base=base, vary=vary, name=name, parallel=parallel, slurm=slurm), problems + found
 
     def to_dict(self) -> dict[str, Any]:
         """The spec's tables, as `from_dict` reads them."""
@@ -98,9 +128,12 @@ class Sweep:
         it (`rho` for dpsgd, `data_root` for mnist1d, a topology for a centralized algorithm) leaves it out (its
         `left_out`, which `dfl sweep` says). A varied field a run does not read is refused (those runs would repeat).
         """
+        from dfl.engine.validation import validate
+
         keys = list(self.vary)
         planned: list[PlannedRun] = []
         seen: dict[str, dict[str, Any]] = {}
+        failed: dict[str, list[str]] = {}  # each mistake -> the runs that have it
         for combination in itertools.product(*(self.vary[k] for k in keys)):
             overrides = dict(zip(keys, combination))
             name = run_name(overrides)
@@ -111,7 +144,13 @@ class Sweep:
             values = {**apply_overrides(self.base, overrides), "name": name}
             left_out = _unread_base(values, self.base, overrides)
             values = {k: v for k, v in values.items() if k not in left_out}
-            planned.append(PlannedRun(name, overrides, _validated(name, values), left_out))
+            try:
+                planned.append(PlannedRun(name, overrides, validate(Config.from_dict(values)), left_out))
+            except (ConfigError, TypeError) as exc:
+                for problem in getattr(exc, "problems", [str(exc)]):
+                    failed.setdefault(problem, []).append(name)
+        if failed:
+            raise SweepError(_failed_runs(failed))
         return planned
 
     def runs(self) -> list[tuple[str, Config]]:
@@ -134,46 +173,66 @@ def _sweep_table(meta: dict[str, Any], where: str) -> tuple[str, int]:
     return name, parallel
 
 
-def _check_fields(base: dict[str, Any], vary: dict[str, Any], where: str) -> None:
-    """[base] and [vary] name Config fields (or FIELD.KEY of a table field), each in one table, not `name`.
+def _field_problems(base: dict[str, Any], vary: dict[str, Any], where: str) -> tuple[list[str], set]:
+    """What is wrong with [base] and [vary], every mistake at once, and the wrong (table, key)s.
 
-    Each [vary] value is a non-empty list.
+    Both name Config fields (or FIELD.KEY of a table field; an unknown one with the field meant), each in one
+    table, not `name`; each [vary] value is a non-empty list.
     """
+    problems, wrong = [], set()
     for table, values in (("base", base), ("vary", vary)):
-        unknown = [k for k in values if k not in CONFIG_FIELDS and not is_table_key(k)]
-        if unknown:
-            raise SweepError(f"{where}: unknown Config field(s) {', '.join(unknown)} in [{table}]; known "
-                             f"fields: {', '.join(CONFIG_FIELDS)} (and FIELD.KEY for the tables "
-                             f"{', '.join(TABLE_FIELDS)})")
+        for key in (k for k in values if k not in CONFIG_FIELDS and not is_table_key(k)):
+            problems.append(f"{where}: unknown Config field {key!r} in [{table}]{unknown_field_hint(key)}")
+            wrong.add((table, key))
         if "name" in values:
-            raise SweepError(f"{where}: 'name' cannot be set in [{table}]: each run is named after its varied "
-                             "fields; name the sweep with [sweep] name = \"...\"")
+            problems.append(f"{where}: 'name' cannot be set in [{table}]: each run is named after its varied "
+                            "fields; name the sweep with [sweep] name = \"...\"")
+            wrong.add((table, "name"))
     for key, values in vary.items():
         if not isinstance(values, list):
-            raise SweepError(f"{where}: [vary] {key} must be a list of values, got {values!r} (a single value "
-                             "belongs in [base])")
-        if not values:
-            raise SweepError(f"{where}: [vary] {key} is an empty list; give at least one value")
+            problems.append(f"{where}: [vary] {key} must be a list of values, got {values!r} (a single value "
+                            "belongs in [base])")
+            wrong.add(("vary", key))
+        elif not values:
+            problems.append(f"{where}: [vary] {key} is an empty list; give at least one value")
+            wrong.add(("vary", key))
     both = [k for k in vary if k in base]
     for key in filter(is_table_key, vary):  # algorithm_options.clip vs algorithm_options = {clip = 1}
         head, sub = key.split(".", 1)
         if head in vary:
-            raise SweepError(f"{where}: [vary] has both {head} and {key}; vary the whole table or its keys")
+            problems.append(f"{where}: [vary] has both {head} and {key}; vary the whole table or its keys")
+            wrong.add(("vary", key))
         if isinstance(base.get(head), dict) and sub in base[head]:
             both.append(key)
     if both:
-        raise SweepError(f"{where}: field(s) {', '.join(both)} in both [base] and [vary]; keep each in one")
+        problems.append(f"{where}: field(s) {', '.join(both)} in both [base] and [vary]; keep each in one")
+        wrong.update(("vary", key) for key in both)
+    return problems, wrong
 
 
-def load_sweep(path: str | Path) -> Sweep:
-    """Read a sweep TOML file (`[base]`, `[vary]`, optional `[sweep]`); every combination is validated."""
+def load_sweep(path: str | Path, overrides: dict[str, Any] | None = None) -> Sweep:
+    """Read a sweep TOML file (`[base]`, `[vary]`, optional `[sweep]`); every combination is validated.
+
+    `overrides` (`dfl sweep --set FIELD=VALUE`) replace `[base]` fields before the combinations are validated; one
+    that is varied in `[vary]` is refused.
+    """
     path = Path(path)
     try:
         spec = read_toml(path, "sweep file")
     except FileReadError as exc:
         raise SweepError(str(exc)) from None
-    sweep = Sweep.from_dict(spec, where=f"sweep file {path}")
-    sweep.plan()  # fail fast on a typo in any combination
+    sweep, problems = Sweep.parse(spec, where=f"sweep file {path}")
+    if overrides:
+        clash = sorted(key for key in overrides if key in sweep.vary)
+        problems += [f"--set {', '.join(clash)}: varied in [vary]; edit the sweep file instead"] if clash else []
+        base = apply_overrides(sweep.base, {k: v for k, v in overrides.items() if k not in clash})
+        sweep = Sweep(base=base, vary=sweep.vary, name=sweep.name, parallel=sweep.parallel, slurm=sweep.slurm)
+    try:
+        sweep.plan()  # every mistake of every combination, before anything runs
+    except SweepError as exc:
+        problems.append(str(exc))
+    if problems:
+        raise SweepError("; ".join(problems))
     return sweep
 
 
@@ -246,13 +305,16 @@ def _unread_base(values: dict[str, Any], base: dict[str, Any], overrides: dict[s
     return tuple(name for name in unread_fields(config) if name in base and name not in varied)
 
 
-def _validated(name: str, values: dict[str, Any]) -> Config:
-    """The validated Config of run `name` (its hyperparameters resolved too); a `SweepError` naming the run."""
-    from dfl.engine.validation import validate
+SHOWN_PROBLEMS = 8  # distinct mistakes a refused sweep lists (then how many more)
 
-    try:
-        config = validate(Config.from_dict(values))
-    except (ConfigError, TypeError) as exc:
-        raise SweepError(f"run {name}: {exc}") from exc
-    return config
+
+def _failed_runs(failed: dict[str, list[str]]) -> str:
+    """Every mistake of a sweep's runs, once each, with the runs it is in.
+
+    "run NAME: ..." or "runs NAME and 15 more: ..." (a mistake of [base] is in every run).
+    """
+    said = [f"run {names[0]}: {problem}" if len(names) == 1 else
+            f"runs {names[0]} and {len(names) - 1} more: {problem}" for problem, names in failed.items()]
+    more = f"; and {len(said) - SHOWN_PROBLEMS} more mistakes" if len(said) > SHOWN_PROBLEMS else ""
+    return "; ".join(said[:SHOWN_PROBLEMS]) + more
 
