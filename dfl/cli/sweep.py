@@ -17,7 +17,13 @@ from dfl.cli.run import key_value
 from dfl.config import unknown_field_hint
 from dfl.errors import ConfigError, FileReadError, OutputPathError, SweepInterrupted
 from dfl.workflows.launchers import LAUNCHERS, SLURM_KEYS, SlurmOptions, make_launcher
-from dfl.workflows.presets import PAPER_ALGORITHMS, PAPER_TOPOLOGIES, compare_topologies_sweep, spectral_study_sweep
+from dfl.workflows.presets import (
+    ALGORITHM_DEFAULTS_NOTE,
+    PAPER_ALGORITHMS,
+    PAPER_TOPOLOGIES,
+    compare_topologies_sweep,
+    spectral_study_sweep,
+)
 from dfl.workflows.sweep import (
     CONFIG_FIELDS,
     Sweep,
@@ -103,7 +109,8 @@ def _add_compare_topologies(subparsers: argparse._SubParsersAction) -> None:
         description="Ring, grid, exponential and full topologies x D-PSGD, DFedAvg, DFedAvgM, DFedSAM and "
         "DFedSAM-MGS. By default a laptop-CPU setting on MNIST-1D (16 clients, Dirichlet 0.3, cnn1d, 100 rounds); "
         "--full uses the paper's CIFAR-10 setting (100 clients, VGG-11, 5 local epochs, 500 rounds) for a GPU. "
-        "The spec is written to OUT/sweep.toml, so `dfl sweep OUT/sweep.toml --out OUT` resumes it.",
+        + ALGORITHM_DEFAULTS_NOTE + " The spec is written to OUT/sweep.toml, so `dfl sweep OUT/sweep.toml --out "
+        "OUT` resumes it.",
     )
     p.add_argument("--full", action="store_true", help="the paper's CIFAR-10 scale (needs --data-root; a GPU)")
     p.add_argument("--data-root", help="directory holding cifar-10-batches-py (for --full)")

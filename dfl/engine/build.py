@@ -18,11 +18,12 @@ from dfl.algorithms import is_centralized, resolve_hyperparameters
 from dfl.algorithms.base import EngineCommunicator
 from dfl.algorithms.server import sample_participants
 from dfl.config import Config
-from dfl.data import FederatedData
+from dfl.data import FederatedData, data_shape
+from dfl.data.dataset import with_clients
 from dfl.engine import checkpoint as ckpt
 from dfl.engine.setup import build_data, build_topology, resolve_device, split_local_test
 from dfl.errors import ConfigError
-from dfl.models import model_for_run
+from dfl.models import build_model, model_for_run
 from dfl.network.faults import Network
 from dfl.training import memory
 from dfl.training.clients import ParamLayout, common_start
@@ -109,6 +110,29 @@ def model(config: Config, data: FederatedData, dev: torch.device, given: Any = N
     net = model_for_run(config.model, config.model_options, tuple(data.input_shape), data.num_classes,
                         config.seed, dev, (data.train_x[:2], data.train_y[:2]), given)
     return net, ParamLayout.of(net)
+
+
+def stacks_fit_before_data(config: Config, comm, dev: torch.device, data: FederatedData | None, given: Any) -> None:
+    """Refuse, before any data is made, a run whose client stacks would not fit (`memory.check_stacks`).
+
+    The dataset's card gives its shape (`dfl.data.data_shape`) and the model, built on the meta device (no memory),
+    its parameter count, so a run of 200,000 clients that cannot hold its stacks is refused at once rather than after
+    minutes of data generation. Skipped where the config alone does not say (data or a model given, a dataset or
+    factory without a card); `client_block` checks again with the real model.
+    """
+    if data is not None or given is not None:
+        return
+    try:
+        shape = data_shape(config.dataset, with_clients(config.dataset, dict(config.dataset_options), config.clients))
+        if shape is None:
+            return
+        with torch.device("meta"):
+            net = build_model(config.model, tuple(shape.input_shape), shape.num_classes, **config.model_options)
+    except Exception:  # noqa: BLE001 (a model or dataset the config does not describe: checked with the real one)
+        return
+    dim = sum(p.numel() for p in net.parameters())
+    extra = int(config.compressor != "none") + int(config.byzantine > 0 or config.aggregator != "mean")
+    memory.check_stacks(len(comm.client_ids), dim, dev, extra)  # as client_block counts them
 
 
 def client_block(net: nn.Module, layout: ParamLayout, comm, dev: torch.device, run_network: Network) -> torch.Tensor:

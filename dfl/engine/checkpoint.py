@@ -54,6 +54,7 @@ import torch
 from dfl.algorithms.base import EngineCommunicator
 from dfl.config import Config
 from dfl.engine.results import torch_load_reason
+from dfl.engine.validation import resolved
 from dfl.errors import CheckpointError, ConfigError, NoCheckpoint, PeerFailure  # noqa: F401 (re-exported)
 
 FORMAT = 2
@@ -258,14 +259,21 @@ def check_config(checkpoint: dict[str, Any], config: Config, run_dir) -> None:
 def changed_fields(stored: dict[str, Any], config: Config) -> list[str]:
     """The Config fields outside RESUMABLE_FIELDS in which `config` differs from the `stored` one.
 
-    A field missing from `stored` (a checkpoint's config values) counts as its default.
+    A field missing from `stored` (a checkpoint's config values) counts as its default. Both are compared with the
+    defaults their run resolves written in (`dfl.engine.validation.resolved`): a run directory's config.toml records
+    momentum = 0.9 where the config left DFedSAM's momentum unset, the same run.
     """
     defaults = Config()
+    values = {f.name: stored.get(f.name, getattr(defaults, f.name)) for f in fields(Config)}
+    try:
+        before = resolved(Config(**values)).to_dict()
+    except (ConfigError, TypeError):  # a stored value of another type: compared as it is
+        before = values
+    now = resolved(config)
     return [
         f.name
         for f in fields(Config)
-        if f.name not in RESUMABLE_FIELDS
-        and _plain(stored.get(f.name, getattr(defaults, f.name))) != _plain(getattr(config, f.name))
+        if f.name not in RESUMABLE_FIELDS and _plain(before[f.name]) != _plain(getattr(now, f.name))
     ]
 
 

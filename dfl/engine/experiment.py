@@ -23,9 +23,11 @@ import torch
 
 from dfl.algorithms import Context
 from dfl.config import Config
+from dfl.data import data_shape
+from dfl.data.dataset import with_clients
 from dfl.engine import build
 from dfl.engine import checkpoint as ckpt
-from dfl.engine.hooks import Hooks, Progress, RunInfo
+from dfl.engine.hooks import Hooks, Progress, RunInfo, announced
 from dfl.engine.results import Result, RunDirectory
 from dfl.engine.setup import (
     LocalTest,
@@ -36,6 +38,7 @@ from dfl.engine.setup import (
     seeded_subset,
     train_subset,
 )
+from dfl.engine.validation import resolved
 from dfl.errors import DivergenceError
 from dfl.network.byzantine import Threat
 from dfl.training import memory, privacy_settings
@@ -79,8 +82,12 @@ class Experiment:
         self.hooks = Hooks(config, callbacks, comm, out)  # loggers' packages and callbacks checked before any work
         hp = build.hyperparameters(config)
         device = build.device(config, comm)
-        data = build.data_on_device(config, data, comm, device)
-        topology = build.topology(config, data)
+        show = config.progress and comm.is_main  # set-up steps that take long say so (hooks.announced)
+        build.stacks_fit_before_data(config, comm, device, data, given_model)
+        with announced(f"making the data ({_data_words(config)})", show and data is None):
+            data = build.data_on_device(config, data, comm, device)
+        with announced(f"building the topology ({config.topology}, {data.num_clients:,} clients)", show):
+            topology = build.topology(config, data)
         network = build.network(config, topology, data, hp)
         model, layout = build.model(config, data, device, given_model)
         X0 = build.client_block(model, layout, comm, device, network)
@@ -88,7 +95,8 @@ class Experiment:
         gossip = network.gossip(comm, X0.dtype, device, start=X0)  # compressed gossip: x̂ starts at X_0
         self.ctx = Context(config=config, hp=hp, trainer=trainer, gossip=gossip, comm=comm)
         self.algorithm = make_algorithm(config, self.ctx, X0, topology)  # rounds in lock-step, or async clocks
-        self.chunk = build.client_chunk(trainer, self.algorithm, comm, layout, X0)  # clients per vectorized call
+        with announced("measuring the clients per vectorized call (client_chunk)", show):
+            self.chunk = build.client_chunk(trainer, self.algorithm, comm, layout, X0)  # clients per vectorized call
         self.config, self.comm, self.data, self.device, self.hp = config, comm, data, device, hp
         self.model, self.layout, self.X0, self.trainer, self.network = model, layout, X0, trainer, network
         self.tf32 = config.precision == "tf32"  # TF32 matmuls while the rounds go (`status`)
@@ -159,7 +167,7 @@ class Experiment:
             self.summary.update(self.threat.describe())
         if not self.run_dir:
             return
-        self.run_dir.write_config(self.config.to_toml())
+        self.run_dir.write_config(resolved(self.config).to_toml())  # every default the run resolved, written in
         self.run_dir.write_json("partition.json", self.data.partition_info())
         if saved is not None:
             self.run_dir.write_metrics(self.history)  # drops records a killed run wrote after its checkpoint
@@ -571,6 +579,16 @@ def _final_metrics(history: list[dict[str, Any]]) -> dict[str, Any]:
         last["seconds_per_round_mean"] = sum(r * s for r, s in timed) / sum(r for r, _ in timed)
         last["seconds_per_round_rounds"] = rounds[-1]
     return last
+
+
+def _data_words(config: Config) -> str:
+    """What the data step makes, as its progress line says it: "mnist1d, 4,000 samples for 16 clients"."""
+    try:
+        shape = data_shape(config.dataset, with_clients(config.dataset, dict(config.dataset_options), config.clients))
+    except Exception:  # noqa: BLE001 (validated already; a registered loader's card may not know its size)
+        shape = None
+    size = f", {shape.train + shape.test:,} samples" if shape is not None else ""
+    return f"{config.dataset}{size} for {config.clients:,} clients"
 
 
 def _progress(config: Config, comm, start: int = 0):

@@ -12,8 +12,10 @@ a wrong config is refused at once; only a plug-in named by entry point or "packa
 
 from __future__ import annotations
 
+from typing import Any
+
 from dfl import algorithms, data, loggers, models, threads, topologies
-from dfl.config import Config, gather
+from dfl.config import Config, field_of, gather
 from dfl.errors import ArgumentError, ConfigError
 from dfl.network import byzantine_settings
 from dfl.network import settings as network
@@ -92,6 +94,37 @@ def unread_fields(config: Config) -> list[str]:
                 *topologies.unread_fields(config, centralized)]
     except ConfigError:
         return []
+
+
+def resolved(config: Config) -> Config:
+    """`config` with every default its run resolves written in: the Config a run directory's config.toml records.
+
+    The algorithm's hyperparameters that are Config fields (momentum 0.9 of DFedSAM, gossip_steps 4 of DFedSAM-MGS,
+    participation 1 of FedAvg, ...), its own options in `algorithm_options` (each at its default unless set), one local
+    epoch when neither local_epochs nor local_steps is set, and a Dirichlet partition's alpha. Loading the result runs
+    the same run (`dfl run RUN/config.toml`); a default that the checks would refuse as set (momentum with Adam, which
+    has its own first moment; asam_eta outside ASAM) stays unset. A config that does not validate is returned as it is.
+    """
+    try:
+        hp = algorithms.resolve_hyperparameters(config)
+        card = algorithms.ALGORITHMS.card(config.algorithm, "algorithm")
+    except (ConfigError, ValueError):
+        return config
+    changes: dict[str, Any] = {name: hp[name] for name in algorithms.HYPERPARAMETERS
+                               if name in hp and getattr(config, name) is None}
+    changes["algorithm_options"] = {name: hp[name] for name in algorithms.option_defaults(card)}
+    if config.local_epochs is None and config.local_steps is None:
+        changes["local_epochs"] = 1
+    if config.partition in data.DIRICHLET and config.alpha is None:
+        changes["alpha"] = data.ALPHA_DEFAULT
+    for _ in range(len(changes) + 1):  # leave unset each default the checks would refuse as a set value
+        candidate = config.replace(**changes)
+        refused = {field_of(problem) for problem in problems(candidate)} & set(changes)
+        if not refused:
+            return candidate
+        for name in refused:
+            del changes[name]
+    return config
 
 
 # bytes a round's minibatch schedule keeps per sample a client visits: one row id (int64 at worst;
