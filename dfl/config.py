@@ -487,11 +487,15 @@ class Config:
     def all_problems(self) -> list[str]:
         """Every mistake `validate` finds, each field on its own and then each rule between fields, at once.
 
-        A rule that reads a field already found wrong is not run (`gather`).
+        The rules check a copy whose fields already found wrong are at their defaults, so that one mistake is said
+        once (rounds = 0 is not also "warmup_rounds must be < rounds"; `gather`).
         """
-        return gather([self._validate_chunk, self._validate_stopping, self._validate_local_work,
-                       self._validate_lr_schedule, self._validate_local_optimizer, self._validate_precision],
-                      self.problems())
+        found = self.problems()
+        wrong = {field_of(problem) for problem in found} & {f.name for f in fields(self)}
+        defaults = Config()
+        safe = self.replace(**{name: getattr(defaults, name) for name in wrong})
+        return gather([safe._validate_chunk, safe._validate_stopping, safe._validate_local_work,
+                       safe._validate_lr_schedule, safe._validate_local_optimizer, safe._validate_precision], found)
 
     def _validate_chunk(self) -> None:
         if isinstance(self.client_chunk, int) and self.client_chunk > self.clients:  # not "auto"; 0 is all

@@ -39,6 +39,7 @@ class SeparatedList(argparse.Action):
 
 def add_list(parser: Any, flag: str, *, item: Callable[[str], Any] = str, what: str = "names", help: str = "",
              empty: bool = False, **kwargs: Any) -> argparse.Action:
-    """Add `flag` taking a list (`SeparatedList`; `empty`: no items is the empty list), its help ending in SYNTAX."""
+    """Add `flag` taking a list (`SeparatedList`; `empty`: no items is the empty list), its help saying SYNTAX."""
+    said = f"{help[:-1]}; {SYNTAX})" if help.endswith(")") else f"{help} ({SYNTAX})" if help else SYNTAX
     return parser.add_argument(flag, nargs="*" if empty else "+", action=SeparatedList, item=item, what=what,
-                               help=f"{help} ({SYNTAX})" if help else SYNTAX, **kwargs)
+                               help=said, **kwargs)

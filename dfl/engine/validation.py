@@ -12,6 +12,7 @@ a wrong config is refused at once; only a plug-in named by entry point or "packa
 
 from __future__ import annotations
 
+from dataclasses import fields
 from typing import Any
 
 from dfl import algorithms, data, loggers, models, threads, topologies
@@ -40,12 +41,17 @@ def validate(config: Config) -> Config:
 def problems(config: Config) -> list[str]:
     """Every mistake of `config` at once: each field on its own, the rules between fields, each component's checks.
 
-    A component's check that reads a field already found wrong is skipped, and a problem of such a field is said
-    once (`dfl.config.gather`).
+    The components check a copy of `config` whose fields already found wrong are at their defaults, so that one
+    mistake is said once (clients = 0 is not also every component's complaint about zero clients); a problem of such
+    a field is said once (`dfl.config.gather`).
     """
     if not isinstance(config, Config):
         raise ArgumentError(f"config must be a dfl.Config (dfl.Config(...), Config.from_toml(path) or "
                             f"Config.from_dict(table)), got {type(config).__name__}")
+    found = config.all_problems()
+    defaults = Config()
+    wrong = {field_of(problem) for problem in found} & {f.name for f in fields(Config)}
+    config = config.replace(**{name: getattr(defaults, name) for name in wrong})
     shape: list = []
 
     def the_topology() -> None:
@@ -77,7 +83,7 @@ def problems(config: Config) -> list[str]:
               lambda: loggers.check_config(config),
               lambda: threads.check_config(config),  # "auto" or N >= 1 (dfl.threads: no torch, so the CLI checks it)
               the_network, the_threat, the_privacy, async_compression]
-    return gather(checks, config.all_problems())
+    return gather(checks, found)
 
 
 def unread_fields(config: Config) -> list[str]:
