@@ -12,6 +12,7 @@ import torch
 import dfl
 import topologies
 from dfl.config import Config
+from dfl.engine.validation import resolved
 from dfl.errors import ConfigError
 from dfl.network.comm import LocalCommunicator
 from dfl.network.gossip import Gossip
@@ -149,7 +150,7 @@ def test_run_directory_files_and_no_overwrite(tmp_path):
     assert [json.loads(line)["round"] for line in lines] == [1, 2, 3]
     summary = json.loads((out / "summary.json").read_text())
     assert summary["status"] == "completed" and summary["rounds_completed"] == 3
-    assert Config.from_toml(out / "config.toml") == result.config
+    assert Config.from_toml(out / "config.toml") == resolved(result.config)  # with the defaults the run resolved
     saved = torch.load(out / "params.pt")
     torch.testing.assert_close(saved["params"], result.params)
     with pytest.raises(FileExistsError, match="already exists"):

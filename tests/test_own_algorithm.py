@@ -246,7 +246,7 @@ def test_a_sweep_grids_over_an_algorithm_option(registered):
         Sweep.from_dict({"base": {"algorithm": "periodic"}, "vary": {"algorithm_options.period": [0]}}).plan()
     with pytest.raises(SweepError, match=r"algorithm_options.scale in both \[base\] and \[vary\]"):
         Sweep.from_dict({"base": {"algorithm_options": {"scale": 1.0}}, "vary": {"algorithm_options.scale": [2.0]}})
-    with pytest.raises(SweepError, match=r"unknown Config field\(s\) lr.x in \[vary\]"):
+    with pytest.raises(SweepError, match=r"unknown Config field 'lr.x' in \[vary\] \(did you mean 'lr'\?\)"):
         Sweep.from_dict({"vary": {"lr.x": [1]}})
 
 

@@ -185,14 +185,15 @@ def test_layout_options_and_folded_fields(sweep, tmp_path):
     write_run(sweep / "runs" / "alpha", config, [0.3, 0.4, 0.5], 0.6, 1e-3)
     md = write_report(sweep, tmp_path / "u")["report.md"].read_text()
     acc = table(md, "Final test accuracy")
-    assert acc["dfedavg"] == {"topology=ring, alpha=0.6": "50.00", "topology=ring, alpha=default": "61.00 ± 1.41",
-                              "topology=full, alpha=default": "72.00 ± 2.83"}
+    # (an unset alpha is the Dirichlet default 0.3 the runs used: reports resolve each run's defaults)
+    assert acc["dfedavg"] == {"topology=ring, alpha=0.6": "50.00", "topology=ring, alpha=0.3": "61.00 ± 1.41",
+                              "topology=full, alpha=0.3": "72.00 ± 2.83"}
     assert acc["dfedsam"]["topology=ring, alpha=0.6"] == "n/a"
     assert "## Seeds per setting" in md  # n differs between settings
     # explicit --cols: the other varied field joins the rows
     md = write_report(sweep, tmp_path / "v", cols="topology")["report.md"].read_text()
-    assert set(table(md, "Final test accuracy")) == {"algorithm=dfedavg, alpha=default",
-                                                    "algorithm=dfedavg, alpha=0.6", "algorithm=dfedsam, alpha=default"}
+    assert set(table(md, "Final test accuracy")) == {"algorithm=dfedavg, alpha=0.3",
+                                                    "algorithm=dfedavg, alpha=0.6", "algorithm=dfedsam, alpha=0.3"}
 
 
 def test_not_completed_runs_are_marked_and_listed(sweep):

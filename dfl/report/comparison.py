@@ -47,8 +47,7 @@ def _effective_lr(setting: Setting) -> float | None:
 
 def _round_bytes(setting: Setting) -> float | None:
     """Bytes all clients sent in the last evaluated round (mean over the setting's runs)."""
-    values = [as_number((r.final or {}).get("bytes_sent")) for r in setting.runs]
-    values = [v for v in values if v is not None]
+    values = [v for v in (as_number((r.final or {}).get("bytes_sent")) for r in setting.runs) if v is not None]
     return sum(values) / len(values) if values else None
 
 

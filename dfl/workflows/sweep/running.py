@@ -98,8 +98,8 @@ def _entries(out: Path, planned: list[PlannedRun], plans: list[RunPlan], launche
     live = launcher.live_jobs(out) if launcher.kind != "local" else {}
     entries = []
     for p, plan in zip(planned, plans):
-        entry = {"name": p.name, "dir": f"runs/{p.name}", "overrides": p.overrides, "status": "pending",
-                 "error": None, "action": ACTION_WORDS[plan.action]}
+        entry: dict[str, Any] = {"name": p.name, "dir": f"runs/{p.name}", "overrides": p.overrides,
+                                 "status": "pending", "error": None, "action": ACTION_WORDS[plan.action]}
         if plan.note:
             entry["note"] = plan.note
         if p.left_out:
