@@ -121,8 +121,9 @@ def comparison_section(settings: list[Setting], axes: list[str]) -> str:
     headings = [", ".join(names) or "setting"] + [h + (" ⚠" if h in flagged else "") for h, *_ in QUANTITIES]
     if flagged:
         verdict = (f"**⚠ Differs beyond the varied axes ({', '.join(axes)}):** {', '.join(flagged)}. These come with "
-                   "each algorithm's defaults, not with what the study varies: set them (e.g. `--set momentum=0.9`, "
-                   "`--set local_steps=K`) to compare at equal footing, or read the tables with them in mind.")
+                   "each algorithm's defaults, not with what the study varies: set them where the algorithms read "
+                   "them (e.g. `--set momentum=0`, which the algorithms without momentum leave out, or `--set "
+                   "local_steps=K`) to compare on an equal footing, or read the tables with them in mind.")
     else:
         verdict = f"Nothing of the quantities below differs beyond the varied axes ({', '.join(axes)})."
     shared = shared_settings(settings)

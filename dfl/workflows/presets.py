@@ -18,8 +18,9 @@ ALGORITHM_DEFAULTS_NOTE = (
     "Each algorithm runs with its own defaults, as the DFedSAM paper compares them: DFedSAM, DFedSAM-MGS and DFedAvgM "
     "train with heavy-ball momentum 0.9 and D-PSGD and DFedAvg with none; DFedSAM-MGS gossips Q = 4 times a round; "
     "D-PSGD gossips after every local step (a round of one epoch is about 7 steps at 16 clients: that many times "
-    "the bytes of DFedAvg). The report's first section lists these differences; --set momentum=0.9 (or "
-    "--set local_steps=K) puts the algorithms on an equal footing.")
+    "the bytes of DFedAvg). The report's first section lists these differences; --set momentum=0 runs every "
+    "algorithm without momentum (those that have none leave the field out), --set local_steps=K fixes the local "
+    "work.")
 LAPTOP_BASE: dict[str, Any] = {
     "dataset": "mnist1d", "clients": 16, "partition": "dirichlet", "alpha": 0.3, "model": "cnn1d",
     "rounds": 100, "eval_every": 5,
