@@ -1,13 +1,13 @@
-"""One Python process that runs a page's `dfl` commands for tests/test_docs.py, one after the other.
+"""One Python process that runs the pages' `dfl` commands for tests/test_docs.py, one after the other.
 
-The page's script (bash) defines `dfl` as a shell function that writes the command to the fifo REQUEST (the working
-directory, the command's number, then its words, NUL-separated, a newline at the end) and reads its exit status from
-the fifo REPLY; this process runs it with the console script's own entry point, `dfl.cli.main(argv)`, in that
-directory, its output into LOG/N.out and LOG/N.err (which the function prints). Every command runs as written; only
-the process is shared, so torch and the generated datasets load once per page instead of once per command (a
-few-round `dfl run` costs ~4 s of start-up alone on 2 cores).
+A page's script (bash) defines `dfl` as a shell function that writes the command to the fifo REQUEST (the page's log
+folder, the working directory, the command's number, then its words, each ending in NUL, a newline at the end) and
+reads its exit status from the fifo REPLY; this process runs it with the console script's own entry point,
+`dfl.cli.main(argv)`, in that directory, its output into LOG/N.out and LOG/N.err (which the function prints). Every
+command runs as written; only the process is shared (one per test worker), so torch and the generated datasets load
+once instead of once per command (a few-round `dfl run` costs ~4 s of start-up alone on 2 cores).
 
-    python tests/doc_worker.py REQUEST REPLY LOG
+    python tests/doc_worker.py REQUEST REPLY
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import traceback
 from pathlib import Path
 
 
-def serve(request: str, reply: str, log: Path) -> None:
+def serve(request: str, reply: str) -> None:
     """Answer requests until an empty one (the script's end) or end of file."""
     from dfl.cli import main
 
@@ -28,9 +28,9 @@ def serve(request: str, reply: str, log: Path) -> None:
             line = fifo.readline()
         if not line.strip():
             return
-        cwd, number, *argv = line.rstrip(b"\n").decode().split("\0")[:-1]  # each word ends in NUL
+        log, cwd, number, *argv = line.rstrip(b"\n").decode().split("\0")[:-1]  # each word ends in NUL
         os.chdir(cwd)
-        with open(log / f"{number}.out", "w") as out, open(log / f"{number}.err", "w") as err, \
+        with open(Path(log) / f"{number}.out", "w") as out, open(Path(log) / f"{number}.err", "w") as err, \
                 contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
             try:
                 status = main(argv)
@@ -44,4 +44,4 @@ def serve(request: str, reply: str, log: Path) -> None:
 
 
 if __name__ == "__main__":
-    serve(sys.argv[1], sys.argv[2], Path(sys.argv[3]))
+    serve(sys.argv[1], sys.argv[2])

@@ -378,29 +378,57 @@ def _words(text: str) -> list[list[str]]:
     return [line.split() for line in text.strip("\n").splitlines() if line.strip()]
 
 
-# The page's `dfl` commands go to one Python process (tests/doc_worker.py), which runs each with the console script's
-# `dfl.cli.main`: as written, without paying Python's, torch's and the data's start-up per command.
+# The pages' `dfl` commands go to one Python process per test worker (tests/doc_worker.py), which runs each with the
+# console script's `dfl.cli.main`: as written, without paying Python's, torch's and the data's start-up per command.
 DFL_FUNCTION = r"""
 DFL_N=0
 dfl() {
   DFL_N=$((DFL_N + 1))
-  { printf '%s\0' "$PWD" "$DFL_N" "$@"; printf '\n'; } > "$DFL_REQUEST"
+  { printf '%s\0' "$DFL_LOG" "$PWD" "$DFL_N" "$@"; printf '\n'; } > "$DFL_REQUEST"
   local status
   read -r status < "$DFL_REPLY"
   cat "$DFL_LOG/$DFL_N.out"
   cat "$DFL_LOG/$DFL_N.err" >&2
   return "$status"
 }
-trap 'printf "\n" > "$DFL_REQUEST"' EXIT
 """
 
 
-def run_page(page: Path, folder: Path) -> list[tuple[Step, int | None, str, str, float]]:
+class DflWorker:
+    """The process that runs the pages' `dfl` commands (tests/doc_worker.py), fed through two fifos in `folder`."""
+
+    def __init__(self, folder: Path):
+        self.request, self.reply = folder / "request", folder / "reply"
+        os.mkfifo(self.request)
+        os.mkfifo(self.reply)
+        self.log = open(folder / "worker.log", "w")  # noqa: SIM115 (open while the process lives)
+        self.process = subprocess.Popen([sys.executable, str(ROOT / "tests" / "doc_worker.py"), str(self.request),
+                                         str(self.reply)], cwd=folder, env=PAGE_ENV, stdin=subprocess.DEVNULL,
+                                        stdout=self.log, stderr=subprocess.STDOUT)
+
+    def close(self) -> None:
+        """Stop the process (an empty request; killed if it does not end)."""
+        if self.process.poll() is None:
+            with open(self.request, "w") as fifo:
+                fifo.write("\n")
+            try:
+                self.process.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        self.log.close()
+
+
+PAGE_ENV = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+            "MPLBACKEND": "Agg"}
+
+
+def run_page(page: Path, folder: Path, worker: DflWorker) -> list[tuple[Step, int | None, str, str, float]]:
     """Run the commands of `page` that run (the rules above) in `folder`, as one bash script, in order.
 
     One script, so that what a command leaves (a file, the working directory, a shell variable) is there for the
-    next; `set -e` stops it at the first failure. Returns (step, exit status or None when not reached, stdout,
-    stderr, seconds) per step.
+    next; `set -e` stops it at the first failure; its `dfl` commands go to `worker`. Returns (step, exit status or
+    None when not reached, stdout, stderr, seconds) per step.
     """
     steps = [s for s in STEPS[page] if not s.skip]
     for shipped in SHIPPED:
@@ -408,27 +436,13 @@ def run_page(page: Path, folder: Path) -> list[tuple[Step, int | None, str, str,
             shutil.copytree(ROOT / shipped, folder / shipped, ignore=shutil.ignore_patterns("__pycache__", "results"))
     log = folder.parent / f"{folder.name}-log"
     (log / "dfl").mkdir(parents=True)
-    request, reply = log / "request", log / "reply"
-    os.mkfifo(request)
-    os.mkfifo(reply)
     script = ["set -eo pipefail", DFL_FUNCTION]
     for i, step in enumerate(steps):
         script += [f"echo $EPOCHREALTIME > {log}/{i}.start", f"{{\n{step.text}\n}} > {log}/{i}.out 2> {log}/{i}.err",
                    f"echo $EPOCHREALTIME > {log}/{i}.end"]
-    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}", "MPLBACKEND": "Agg",
-           "DFL_REQUEST": str(request), "DFL_REPLY": str(reply), "DFL_LOG": str(log / "dfl")}
-    with open(log / "worker.log", "w") as worker_log:
-        worker = subprocess.Popen([sys.executable, str(ROOT / "tests" / "doc_worker.py"), str(request), str(reply),
-                                   str(log / "dfl")], cwd=folder, env=env, stdin=subprocess.DEVNULL,
-                                  stdout=worker_log, stderr=subprocess.STDOUT)
-        try:
-            proc = subprocess.run(["bash", "-c", "\n".join(script)], cwd=folder, env=env, stdin=subprocess.DEVNULL,
-                                  capture_output=True, text=True)
-            worker.wait(timeout=60)
-        finally:
-            if worker.poll() is None:
-                worker.kill()
-                worker.wait()
+    env = {**PAGE_ENV, "DFL_REQUEST": str(worker.request), "DFL_REPLY": str(worker.reply), "DFL_LOG": str(log / "dfl")}
+    proc = subprocess.run(["bash", "-c", "\n".join(script)], cwd=folder, env=env, stdin=subprocess.DEVNULL,
+                          capture_output=True, text=True)
     results = []
     for i, step in enumerate(steps):
         if not (log / f"{i}.start").exists():
@@ -442,13 +456,21 @@ def run_page(page: Path, folder: Path) -> list[tuple[Step, int | None, str, str,
     return results
 
 
+@pytest.fixture(scope="session")
+def dfl_worker(tmp_path_factory):
+    """One `DflWorker` for every page this test process runs."""
+    worker = DflWorker(tmp_path_factory.mktemp("dfl-worker"))
+    yield worker
+    worker.close()
+
+
 @pytest.mark.timeout(1800)
 @pytest.mark.parametrize("page", [_page_param(p) for p in RUN_PAGES])
-def test_the_shell_commands_of_a_page_run(page, tmp_path):
+def test_the_shell_commands_of_a_page_run(page, tmp_path, dfl_worker):
     """Each command the page runs (the rules above) succeeds, in order, in one fresh folder; console output matches."""
     folder = tmp_path / "page"
     folder.mkdir()
-    for step, status, out, err, _ in run_page(page, folder):
+    for step, status, out, err, _ in run_page(page, folder, dfl_worker):
         assert status == 0, f"{step.where}: `{step.text}` exited with {status}:\n{(out + err)[-3000:]}"
         if step.expected is not None:
             assert _words(out) == _words(step.expected), (
