@@ -382,11 +382,13 @@ def test_torchrun_launch_matches_a_single_process_run(tmp_path):
         assert two[key] == pytest.approx(one[key], rel=1e-4, abs=1e-6), key
     lines = (tmp_path / "two" / "metrics.jsonl").read_text().splitlines()
     assert len(lines) == 2 and json.loads(lines[-1])["bytes_moved"] > 0
-    # the checkpoint holds every client's rows (each rank wrote its own shard), equal to the final parameters
+    # the checkpoint holds every client's rows (each rank wrote its own shard), equal to the final parameters, which
+    # each rank wrote too (params.shards/, no params.pt: nothing gathered on rank 0)
     checkpoint = ckpt.read(tmp_path / "two")
-    final = torch.load(tmp_path / "two" / "params.pt")["params"]
+    final = ckpt.read_final_params(tmp_path / "two")
+    assert final["source"] == "params.shards" and not (tmp_path / "two" / "params.pt").exists()
     assert checkpoint["round"] == 2 and checkpoint["params"].shape[0] == 4 and checkpoint["processes"] == 2
-    assert sorted(p.name for p in (tmp_path / "two" / checkpoint["shards"]).glob("*.distcp")) == \
-        ["__0_0.distcp", "__1_0.distcp"]
-    torch.testing.assert_close(checkpoint["params"], final)
+    for shards in (tmp_path / "two" / checkpoint["shards"], tmp_path / "two" / "params.shards"):
+        assert sorted(p.name for p in shards.glob("*.distcp")) == ["__0_0.distcp", "__1_0.distcp"]
+    torch.testing.assert_close(checkpoint["params"], final["params"])
     assert proc.stdout.count("test accuracy (averaged model)") == 1  # only rank 0 prints the summary

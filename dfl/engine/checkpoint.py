@@ -37,6 +37,11 @@ of processes may differ from the interrupted run's.
 
 Checkpoints written before this format (format 1: one `checkpoint.pt` holding every row) still resume: the file
 is memory-mapped, and each process copies only its own rows out of it.
+
+The final parameters of a multi-process run go the same way (`save_final_params`): every rank writes its rows of X
+into `params.shards/` (DCP's metadata and one file per rank, the row-offset planner above), so that no host ever
+holds the whole population; `read_final_params` reads them back (all rows, or a range), as it reads the `params.pt`
+of a single process or of a run with `gather_params = true`.
 """
 
 from __future__ import annotations
@@ -68,7 +73,7 @@ ROW_CHUNK_BYTES = 64 * 2**20
 # where it ends, as `rounds` does); the execution fields give the same run up to float rounding, as a
 # different number of processes does.
 EXACT_FIELDS = ("rounds", "progress", "checkpoint_every", "dist_timeout", "data_root", "loggers", "target_accuracy",
-                "stop_at_target")
+                "stop_at_target", "gather_params")
 EXECUTION_FIELDS = ("device", "backend", "gossip_mode", "client_chunk", "compile", "eval_batch_size", "threads")
 RESUMABLE_FIELDS = EXACT_FIELDS + EXECUTION_FIELDS
 
@@ -80,6 +85,8 @@ LEGACY_REQUIRED_KEYS = ("round", "params", "client_state", "server_state", "hist
 from dfl.errors import RESTART_HINT  # noqa: E402,F401
 
 PARAMS = "params"
+PARAMS_FILE = "params.pt"  # the final parameters in one file: a single process, or gather_params = true
+PARAMS_SHARDS = "params.shards"  # ... every rank's own rows (DCP): a multi-process run
 CLIENT_PREFIX, GOSSIP_PREFIX = "client_state.", "gossip_state."
 RELEASES = "privacy.releases"  # differential privacy: each client's release count (`dfl.training.privacy`)
 
@@ -356,6 +363,68 @@ def read(run_dir: str | Path) -> dict[str, Any]:
     if gossip:
         out["gossip_state"] = gossip
     return out
+
+
+# --------------------------------------------------------------------------------------------- final parameters
+def save_final_params(X: torch.Tensor, comm, run_dir: str | Path) -> Path:
+    """Every rank writes its rows of the final parameters X into `run_dir/params.shards/` (a collective).
+
+    The rows go out as chunks of at most ROW_CHUNK_BYTES (what DCP's writer copies to the host at a time); rank 0
+    removes an earlier directory first and writes DCP's metadata last, once every rank's file is complete, so a
+    directory without its metadata is an interrupted write. Returns the directory.
+    """
+    directory = Path(run_dir) / PARAMS_SHARDS
+    if comm.is_main:
+        shutil.rmtree(directory, ignore_errors=True)  # an interrupted earlier attempt, or the run before a resume
+    comm.barrier()
+    _dcp_save({PARAMS: X.detach()}, directory, _block(comm).start, comm.num_clients, comm)
+    return directory
+
+
+def read_final_params(run_dir: str | Path, start: int = 0, stop: int | None = None) -> dict[str, Any]:
+    """The final parameters of the run in `run_dir`, rows start..stop-1 (default: every client), on the host.
+
+    From `params.pt` (a single process, or `gather_params = true`) or else from `params.shards/` (each rank's rows;
+    only the stored chunks overlapping the rows asked for are read). Returns {"params": [rows, d], "param_names":
+    list or None, "source": the file or directory read}. `FileReadError`/`CheckpointError` naming the file when it
+    is missing, truncated or not dfl's.
+    """
+    from dfl.engine.results import read_torch_file
+
+    run_dir = Path(run_dir)
+    if (run_dir / PARAMS_FILE).exists() or not (run_dir / PARAMS_SHARDS).exists():
+        saved = read_torch_file(run_dir / PARAMS_FILE, "parameter file")
+        params = saved.get("params") if isinstance(saved, dict) else None
+        if not isinstance(params, torch.Tensor) or params.dim() != 2:
+            raise CheckpointError(run_dir / PARAMS_FILE, "holds no [clients, dim] parameter tensor under 'params'")
+        return {"params": params[start:stop], "param_names": saved.get("param_names"), "source": PARAMS_FILE}
+    directory = run_dir / PARAMS_SHARDS
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.metadata import TensorStorageMetadata
+
+    try:
+        metadata = dcp.FileSystemReader(directory).read_metadata()
+    except Exception as exc:  # no metadata: the write was interrupted (or it is not dfl's)
+        raise CheckpointError(directory / ".metadata", f"missing or corrupt (the final parameters were not written "
+                                                       f"completely): {torch_load_reason(exc)}") from exc
+    stored = metadata.state_dict_metadata.get(PARAMS)
+    size = getattr(stored, "size", None)
+    if not isinstance(stored, TensorStorageMetadata) or size is None or len(size) != 2:
+        raise CheckpointError(directory / ".metadata", f"holds no [clients, dim] {PARAMS!r} tensor")
+    m, d = int(size[0]), int(size[1])
+    first, last, _ = slice(start, stop).indices(m)
+    rows = {PARAMS: torch.empty((max(last - first, 0), d), dtype=stored.properties.dtype)}
+    _dcp_load(rows, directory, first, m, None)
+    return {"params": rows[PARAMS], "param_names": None, "source": PARAMS_SHARDS}
+
+
+def remove_final_params(run_dir: str | Path) -> None:
+    """Delete the final parameters of `run_dir` (params.pt and params.shards/): a resumed run writes them again."""
+    run_dir = Path(run_dir)
+    (run_dir / PARAMS_FILE).unlink(missing_ok=True)
+    directory = run_dir / PARAMS_SHARDS
+    if directory.is_dir() and not directory.is_symlink():
+        shutil.rmtree(directory, ignore_errors=True)
 
 
 def _block(comm) -> range:

@@ -47,6 +47,9 @@ from dfl.network.gossip import COMPOSED_OFFSETS_FACTOR, RowsOperator, exact_matm
 from dfl.training.evaluate import row_blocks
 
 GOSSIP_MODES = ("p2p", "allgather")
+# Backends whose ranks do not notice a dead peer by themselves, so that the heartbeat thread watches (and aborts the
+# group): NCCL. Tests add "gloo" to run the NCCL-only watch on the CPU.
+WATCHED_BACKENDS = ("nccl",)
 _CACHE_SIZE = 64  # exchange plans / products kept (static and periodic topologies reuse a few)
 DENSE_PRODUCT_LIMIT = 20_000  # allgather mode: largest m whose [m, m] product is formed
 # all_gather_into_tensor under its torch 2.13 name (the old one warns FutureWarning at every call); older torch
@@ -84,7 +87,7 @@ class DistributedCommunicator:
         self.bytes_moved = 0
         self._cache: OrderedDict[tuple, tuple] = OrderedDict()
         # the heartbeat, and whose failure stopped this rank; under NCCL it also watches the peers
-        self._failures = FailureWatch(self.rank, self.world_size, watch=self.backend == "nccl")
+        self._failures = FailureWatch(self.rank, self.world_size, watch=self.backend in WATCHED_BACKENDS)
 
     @property
     def is_main(self) -> bool:
@@ -349,19 +352,33 @@ class DistributedCommunicator:
         """
         self._failures.check()
 
+    def finish(self) -> None:
+        """This rank has done its last collective of the run (`FailureWatch.finish`).
+
+        From here on no rank watches it, so its end-of-run work (rank 0: summary.json, loggers) may take any time
+        without being reported as a silent peer. The engine calls it after the closing barrier of the final
+        parameters (`dfl.engine.runner`).
+        """
+        self._failures.finish()
+
     def close(self) -> None:
         """Stop the heartbeat; destroy the process group if this communicator created it.
 
-        After a failure, rank 0 keeps the rendezvous store alive for a while so that every rank can read which rank
-        failed and why (`FailureWatch.destroy_group_after_failure`).
+        After a completed run there is no closing collective: every rank has finished (`finish`, after the last
+        collective), rank 0 keeps the rendezvous store up until the others have marked it
+        (`FailureWatch.wait_for_peers_to_finish`), and each rank destroys its group when its own end-of-run work is
+        done. After a failure, rank 0 keeps the store alive for a while so that every rank can read which rank failed
+        and why (`FailureWatch.destroy_group_after_failure`).
         """
-        self._failures.stop()
+        failures = self._failures
+        if self.owns_group and not (failures.stopping or failures.aborted) and dist.is_initialized():
+            failures.finish()  # a run that ended without the engine's finish (it raised nothing, but returned early)
+            failures.wait_for_peers_to_finish()
+        failures.stop()
         if self.owns_group:
-            if self._failures.stopping or self._failures.aborted:  # aborted: torch already dropped the group
-                self._failures.destroy_group_after_failure()
+            if failures.stopping or failures.aborted:  # aborted: torch already dropped the group
+                failures.destroy_group_after_failure()
             elif dist.is_initialized():
-                # let every rank finish its last exchange before any rank tears its connections down
-                self.barrier()
                 dist.destroy_process_group()
         self.owns_group = False
 
