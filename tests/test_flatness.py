@@ -16,8 +16,8 @@ from dfl.cli import main
 from dfl.config import Config, ConfigError
 from dfl.engine import checkpoint as ckpt
 from dfl.engine.validation import validate
-from dfl.network.comm import LocalCommunicator
 from dfl.models import build_model
+from dfl.network.comm import LocalCommunicator
 from dfl.report import write_report
 from dfl.training.clients import ParamLayout
 from dfl.training.flatness import (

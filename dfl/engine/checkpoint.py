@@ -46,10 +46,12 @@ of a single process or of a run with `gather_params = true`.
 
 from __future__ import annotations
 
+import math
 import random
 import shutil
 import warnings
-from dataclasses import fields
+from collections.abc import Callable
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -60,14 +62,15 @@ from dfl.algorithms.base import EngineCommunicator
 from dfl.config import Config
 from dfl.engine.results import torch_load_reason
 from dfl.errors import CheckpointError, ConfigError, NoCheckpoint, PeerFailure  # noqa: F401 (re-exported)
+from dfl.training import memory
 
 FORMAT = 2
 LEGACY_FORMAT = 1  # one file with every row (before sharded checkpoints): read, never written
 FILENAME = "checkpoint.pt"
 SHARDS = "checkpoint.shards"  # the directory of the per-round DCP shard directories
 # Rows of one stored chunk: a resume with another number of processes reads whole stored chunks, so this bounds
-# what a rank reads beyond its own rows (and the copy DCP's writer makes of each chunk).
-ROW_CHUNK_BYTES = 64 * 2**20
+# what a rank reads beyond its own rows (and the copy DCP's writer makes of each chunk; the memory planner's number)
+ROW_CHUNK_BYTES = memory.ROW_CHUNK_BYTES
 # Fields that may differ on resume. The first do not touch the trajectory (`rounds` may grow, to extend a
 # run, except under lr_schedule = cosine, which anneals over `rounds`; the hooks' fields only watch it, or say
 # where it ends, as `rounds` does); the execution fields give the same run up to float rounding, as a
@@ -89,6 +92,24 @@ PARAMS_FILE = "params.pt"  # the final parameters in one file: a single process,
 PARAMS_SHARDS = "params.shards"  # ... every rank's own rows (DCP): a multi-process run
 CLIENT_PREFIX, GOSSIP_PREFIX = "client_state.", "gossip_state."
 RELEASES = "privacy.releases"  # differential privacy: each client's release count (`dfl.training.privacy`)
+
+
+@dataclass(frozen=True)
+class RowSource:
+    """Per-client rows that are written as they are produced, never held whole (`Algorithm.row_sources`).
+
+    `shape` [m_local, ...] and `dtype` of the entry; `rows(a, b)` makes rows a..b-1 (on any device). The DCP writer
+    asks for one chunk of at most ROW_CHUNK_BYTES at a time, so a checkpoint of the asynchronous mode's messages,
+    [m_local, S, d], costs one chunk of memory, not the stack.
+    """
+
+    shape: tuple[int, ...]
+    dtype: torch.dtype
+    rows: Callable[[int, int], torch.Tensor]
+
+    def element_size(self) -> int:
+        """Bytes of one element."""
+        return torch.empty((), dtype=self.dtype).element_size()
 
 
 # ------------------------------------------------------------------------------------------------------ save
@@ -133,18 +154,20 @@ def save(algorithm, comm, round_done: int, history, counters: dict[str, Any], co
     return manifest
 
 
-def local_rows(algorithm, state: dict[str, torch.Tensor] | None = None) -> dict[str, torch.Tensor]:
+def local_rows(algorithm, state: dict[str, torch.Tensor] | None = None) -> dict[str, torch.Tensor | RowSource]:
     """This process's per-client rows, by checkpoint key.
 
     X, the algorithm's `client_state`, the gossip's state (`state`: the algorithm's `state()`, when the caller has
-    it already).
+    it already). An entry the algorithm makes as it is written (`row_sources()`: the asynchronous messages) is a
+    `RowSource`.
     """
     state = algorithm.state() if state is None else state
-    unknown = sorted(set(algorithm.client_state) - set(state))
+    sources: dict[str, RowSource] = getattr(algorithm, "row_sources", dict)()
+    unknown = sorted(set(algorithm.client_state) - set(state) - set(sources))
     if unknown:
         raise RuntimeError(f"{algorithm.name}.client_state names {unknown}, which state() does not return")
-    rows = {PARAMS: algorithm.X.detach()}
-    rows.update({CLIENT_PREFIX + k: state[k].detach() for k in algorithm.client_state})
+    rows: dict[str, torch.Tensor | RowSource] = {PARAMS: algorithm.X.detach()}
+    rows.update({CLIENT_PREFIX + k: state[k].detach() if k in state else sources[k] for k in algorithm.client_state})
     gossip = _gossip_state(algorithm)
     if gossip is not None:
         rows.update({GOSSIP_PREFIX + k: v.detach() for k, v in gossip.items()})
@@ -433,7 +456,8 @@ def _block(comm) -> range:
 
 
 # --------------------------------------------------------------------------------- DCP with row-offset chunks
-def _dcp_save(rows: dict[str, torch.Tensor], directory: Path, start: int, m: int, comm: EngineCommunicator) -> None:
+def _dcp_save(rows: dict[str, torch.Tensor | RowSource], directory: Path, start: int, m: int,
+              comm: EngineCommunicator) -> None:
     import torch.distributed.checkpoint as dcp
 
     with warnings.catch_warnings():  # "torch.distributed is disabled ... assuming ... a single process": meant
@@ -527,22 +551,24 @@ def _row_save_planner(start: int, m: int):
             items, self.pieces = [], {}
             for key, tensor in self.state_dict.items():
                 n, tail = tensor.shape[0], tuple(tensor.shape[1:])
-                row_bytes = max(1, tensor[:1].numel() * tensor.element_size())
+                row_bytes = max(1, math.prod(tail) * tensor.element_size())
                 step = max(1, ROW_CHUNK_BYTES // row_bytes)
-                properties = TensorProperties.create_from_tensor(tensor)
+                properties = TensorProperties(dtype=tensor.dtype) if isinstance(tensor, RowSource) else \
+                    TensorProperties.create_from_tensor(tensor)
                 for a in range(0, n, step):
-                    piece = tensor[a:a + step]
+                    b = min(n, a + step)
                     offsets = torch.Size([start + a] + [0] * len(tail))
                     index = MetadataIndex(key, offsets)
-                    self.pieces[(key, tuple(offsets))] = piece
+                    self.pieces[(key, tuple(offsets))] = (tensor, a, b)
                     items.append(WriteItem(index=index, type=WriteItemType.SHARD, tensor_data=TensorWriteData(
-                        chunk=ChunkStorageMetadata(offsets=offsets, sizes=piece.shape), properties=properties,
-                        size=torch.Size([m, *tail]))))
+                        chunk=ChunkStorageMetadata(offsets=offsets, sizes=torch.Size([b - a, *tail])),
+                        properties=properties, size=torch.Size([m, *tail]))))
             self.plan = SavePlan(items)
             return self.plan
 
         def resolve_data(self, write_item):
-            return self.pieces[(write_item.index.fqn, tuple(write_item.index.offset))]
+            tensor, a, b = self.pieces[(write_item.index.fqn, tuple(write_item.index.offset))]
+            return tensor.rows(a, b) if isinstance(tensor, RowSource) else tensor[a:b]  # a RowSource: made now
 
     return RowSavePlanner()
 

@@ -90,6 +90,7 @@ class Experiment:
         self.ctx = Context(config=config, hp=hp, trainer=trainer, gossip=gossip, comm=comm)
         self.algorithm = make_algorithm(config, self.ctx, X0, topology)  # rounds in lock-step, or async clocks
         self.chunk = build.client_chunk(trainer, self.algorithm, comm, layout, X0)  # clients per vectorized call
+        self._plan_final_params(config, comm, out, layout.dim, X0.element_size(), device, trainer)
         self.config, self.comm, self.data, self.device, self.hp = config, comm, data, device, hp
         self.model, self.layout, self.X0, self.trainer, self.network = model, layout, X0, trainer, network
         self.tf32 = config.precision == "tf32"  # TF32 matmuls while the rounds go (`status`)
@@ -101,6 +102,20 @@ class Experiment:
         self._prepare_evaluation()
         if saved is not None:  # last: the generators continue where the checkpointed run's were
             ckpt.set_rng_state(saved["rng"])
+
+    @staticmethod
+    def _plan_final_params(config: Config, comm, out, dim: int, itemsize: int, device: torch.device, trainer) -> None:
+        """The end of run in the memory plan (`memory.final_params_plan`), refused now if rank 0 could not gather.
+
+        Its bytes go into `memory_estimate` (summary.json).
+        """
+        how = final_params_plan(config, comm, out)
+        plan = memory.final_params_plan(how, comm.num_clients, len(comm.client_ids), dim, itemsize, device,
+                                        comm.is_main)
+        if comm.is_main:
+            memory.check_final_params(plan, comm.num_clients, dim)
+        if trainer.memory_estimate is not None:
+            trainer.memory_estimate.update(plan)
 
     def _prepare_threat(self) -> None:
         """The run's Byzantine clients, if any: every metric of the clients' models is then over the honest ones.
