@@ -210,6 +210,7 @@ class Experiment:
         self.progress = _progress(config, self.comm, self.start)
         self.started = time.perf_counter()
         self.params: torch.Tensor | None = None
+        self.params_on_disk = False  # the final parameters are in params.shards/ only (`save_params`)
         self._last_round = (0, 0)  # (bytes sent, bytes moved between processes) of the latest round
 
     def _initial_summary(self, hp: dict, ignored: list[str], topology) -> dict[str, Any]:
@@ -374,9 +375,11 @@ class Experiment:
         comm, X = self.comm, self.algorithm.X.detach()
         tic = time.perf_counter()
         plan = final_params_plan(self.config, comm, self.out)
+        self.params_on_disk = plan == "shards"
         if plan == "shards":
             ckpt.save_final_params(X, comm, self.out)
-            self.params = X.cpu()  # this process's rows; the main process's Result reads every row back (`result`)
+            # this process's rows for its Result; the main process's Result reads every row back (`result`)
+            self.params = X[:0].cpu() if comm.is_main else X.cpu()
         else:
             if comm.is_main and comm.world_size > 1:
                 # the round's freed stacks go back to the OS first: the host copy of every client's rows then takes
@@ -436,7 +439,7 @@ class Experiment:
         initial = self.X0[:1].detach().to("cpu").expand(len(ids), -1)
         assert self.params is not None, "the runner calls save_params before result"
         params: torch.Tensor | FinalParams = self.params
-        if self.comm.is_main and len(ids) != self.params.shape[0]:  # written as shards: read back when first used
+        if self.comm.is_main and self.params_on_disk:  # written as shards: read back when first used
             out = Path(self.out)
             params = FinalParams(out / ckpt.PARAMS_SHARDS, lambda: ckpt.read_final_params(out)["params"])
         return Result(
