@@ -434,7 +434,7 @@ def test_a_finished_rank_is_not_watched_and_rank_0_waits_for_every_rank_to_finis
     for step in range(1, 4 * int(failures.STALE_SECONDS)):  # rank 0's long end of run: ranks 1, 2 beat no more
         clock[0] = float(step)
         monitors[0].tick()
-    assert monitors[0].failure is None and not monitors[0]._seen
+    assert monitors[0].failure is None
     before = clock[0]
     monitors[0].finish()
     monitors[0].wait_for_finished()
@@ -442,3 +442,23 @@ def test_a_finished_rank_is_not_watched_and_rank_0_waits_for_every_rank_to_finis
     assert int(store.values[failures.FINISHED_KEY]) == 3
     monitors[0].unfinish()  # the communicator is used for another run: watched again
     assert int(store.values[failures.FINISHED_KEY]) == 2 and int(store.values["dfl/beat/0"]) < failures.FINISHED_MARK
+
+
+def test_a_rank_that_starts_another_run_on_the_same_communicator_is_watched_again(monkeypatch):
+    from dfl.engine.distributed import failures
+
+    clock = [0.0]
+    monkeypatch.setattr(failures.time, "monotonic", lambda: clock[0])
+    store = _CountingStore()
+    monitors = _monitors(2, store)
+    monitors[1].tick()
+    monitors[1].finish()
+    for step in range(1, 2 * int(failures.STALE_SECONDS)):
+        clock[0] = float(step)
+        monitors[0].tick()
+    assert monitors[0].failure is None  # finished: not waited for
+    monitors[1].unfinish()  # its next run's first collective; then it dies
+    for step in range(2 * int(failures.STALE_SECONDS), 4 * int(failures.STALE_SECONDS)):
+        clock[0] = float(step)
+        monitors[0].tick()
+    assert monitors[0].failure is not None and monitors[0].failure.startswith("rank 1 stopped responding")

@@ -422,8 +422,8 @@ class _Monitor:
         now = time.monotonic()
         for q, (last, since) in list(self._seen.items()):
             value = int(self.store.add(_beat_key(q), 0))
-            if value >= FINISHED_MARK:
-                del self._seen[q]  # done with every collective of the run: nothing of it to wait for
+            if value >= FINISHED_MARK:  # done with every collective of the run: not waited for (until it unfinishes)
+                self._seen[q] = (value, now)
             elif value != last:
                 self._seen[q] = (value, now)
             elif now - since > STALE_SECONDS:
