@@ -278,7 +278,7 @@ class EngineCommunicator(Communicator, Protocol):
         ...
 
     def finish(self) -> None:
-        """This process has done its last collective of the run: the others stop watching it (no communication)."""
+        """This process has done its last collective of the run: the others stop watching it (no collective)."""
         ...
 
     def close(self) -> None:
