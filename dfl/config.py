@@ -385,6 +385,9 @@ class Config:
         "locally)", choices=("p2p", "allgather"))
     dist_timeout: float = option(300.0, "torchrun: seconds before a collective waiting on a dead rank fails",
         interval="(0, inf)")
+    gather_params: bool = option(False, "torchrun: assemble every client's final parameters on rank 0's host and write "
+        "one params.pt (m x d on one host); off, each rank writes its own rows to params.shards/, which "
+        "dfl.Result.params and dfl landscape read back")
 
     def __post_init__(self) -> None:
         """A value of the wrong type is refused at once.

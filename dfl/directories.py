@@ -45,7 +45,9 @@ MARKER = "dfl-directory.json"
 RUN_FILES = ("checkpoint.pt", "params.pt", "metrics.jsonl", "summary.json", "config.toml", "partition.json",
              "error.log",
              # the checkpoint's per-round shards (torch.distributed.checkpoint: its metadata and one file per rank)
-             "checkpoint.shards/round-*/.metadata", "checkpoint.shards/round-*/*.distcp")
+             "checkpoint.shards/round-*/.metadata", "checkpoint.shards/round-*/*.distcp",
+             # the final parameters of a multi-process run, every rank's own rows (the same format)
+             "params.shards/.metadata", "params.shards/*.distcp")
 # ... and what other commands add to it: `dfl landscape`, the TensorBoard logger
 RUN_EXTRA_FILES = ("landscape.json", "plots/landscape.png", "tensorboard/events.out.tfevents.*")
 SWEEP_FILES = ("sweep.toml", "sweep.json", "submitit/jobs.json")  # runs/<name>/ are run directories of their own

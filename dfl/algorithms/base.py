@@ -277,6 +277,10 @@ class EngineCommunicator(Communicator, Protocol):
         """Raise `PeerFailure` when another process's failure is already known here (no communication)."""
         ...
 
+    def finish(self) -> None:
+        """This process has done its last collective of the run: the others stop watching it (no collective)."""
+        ...
+
     def close(self) -> None:
         """Release what the communicator holds (a process group it created)."""
         ...

@@ -145,10 +145,19 @@ def client_chunk(local: LocalTrainer, algorithm, comm: EngineCommunicator, layou
     """The clients per vectorized call, resolved before any training (`LocalTrainer.plan_chunk`).
 
     A run that cannot fit one client stops here, with the estimate. The plan counts every per-client stack this
-    process holds: X, the algorithm's and the gossip's state, the async pool, and under all-gather gossip the rows
-    a round receives from every process.
+    process holds: X, the algorithm's and the gossip's state, the async pool and its next growth, under all-gather
+    gossip the rows a round receives from every process, and a multi-process communicator's cache of exchange plans
+    (its bound).
     """
-    held = memory.held_bytes(ckpt.local_rows(algorithm), getattr(algorithm, "engine", None))
+    engine = getattr(algorithm, "engine", None)  # the asynchronous mode's: its message pool
+    held = memory.held_bytes(ckpt.local_rows(algorithm), engine)
     if comm.gossip_mode == "allgather" and comm.world_size > 1:
         held += comm.num_clients * layout.dim * X0.element_size()
-    return local.plan_chunk(algorithm.X, held_bytes=held)
+    cache = int(getattr(comm, "cache_limit", 0))  # a multi-process communicator's exchange plans, at most
+    chunk = local.plan_chunk(algorithm.X, held_bytes=held + cache)
+    if local.memory_estimate is not None:  # counted in held_bytes; shown on their own
+        if engine is not None:
+            local.memory_estimate["async_pool_bytes"] = engine.planned_pool_bytes()
+        if cache:
+            local.memory_estimate["exchange_cache_bytes"] = cache
+    return chunk

@@ -16,6 +16,7 @@ import socket
 import time
 import warnings
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -26,7 +27,7 @@ from dfl.config import Config
 from dfl.engine import build
 from dfl.engine import checkpoint as ckpt
 from dfl.engine.hooks import Hooks, Progress, RunInfo
-from dfl.engine.results import Result, RunDirectory
+from dfl.engine.results import FinalParams, Result, RunDirectory
 from dfl.engine.setup import (
     LocalTest,
     Pair,
@@ -89,6 +90,7 @@ class Experiment:
         self.ctx = Context(config=config, hp=hp, trainer=trainer, gossip=gossip, comm=comm)
         self.algorithm = make_algorithm(config, self.ctx, X0, topology)  # rounds in lock-step, or async clocks
         self.chunk = build.client_chunk(trainer, self.algorithm, comm, layout, X0)  # clients per vectorized call
+        self._plan_final_params(config, comm, out, layout.dim, X0.element_size(), device, trainer)
         self.config, self.comm, self.data, self.device, self.hp = config, comm, data, device, hp
         self.model, self.layout, self.X0, self.trainer, self.network = model, layout, X0, trainer, network
         self.tf32 = config.precision == "tf32"  # TF32 matmuls while the rounds go (`status`)
@@ -100,6 +102,20 @@ class Experiment:
         self._prepare_evaluation()
         if saved is not None:  # last: the generators continue where the checkpointed run's were
             ckpt.set_rng_state(saved["rng"])
+
+    @staticmethod
+    def _plan_final_params(config: Config, comm, out, dim: int, itemsize: int, device: torch.device, trainer) -> None:
+        """The end of run in the memory plan (`memory.final_params_plan`), refused now if rank 0 could not gather.
+
+        Its bytes go into `memory_estimate` (summary.json).
+        """
+        how = final_params_plan(config, comm, out)
+        plan = memory.final_params_plan(how, comm.num_clients, len(comm.client_ids), dim, itemsize, device,
+                                        comm.is_main)
+        if comm.is_main:
+            memory.check_final_params(plan, comm.num_clients, dim)
+        if trainer.memory_estimate is not None:
+            trainer.memory_estimate.update(plan)
 
     def _prepare_threat(self) -> None:
         """The run's Byzantine clients, if any: every metric of the clients' models is then over the honest ones.
@@ -163,7 +179,7 @@ class Experiment:
         self.run_dir.write_json("partition.json", self.data.partition_info())
         if saved is not None:
             self.run_dir.write_metrics(self.history)  # drops records a killed run wrote after its checkpoint
-            self.run_dir.remove("params.pt")  # written again when the run finishes
+            ckpt.remove_final_params(self.run_dir.path)  # params.pt or params.shards/: written again at the end
         self.run_dir.write_json("summary.json", self.summary)
 
     def _prepare_evaluation(self) -> None:
@@ -194,6 +210,7 @@ class Experiment:
         self.progress = _progress(config, self.comm, self.start)
         self.started = time.perf_counter()
         self.params: torch.Tensor | None = None
+        self.params_on_disk = False  # the final parameters are in params.shards/ only (`save_params`)
         self._last_round = (0, 0)  # (bytes sent, bytes moved between processes) of the latest round
 
     def _initial_summary(self, hp: dict, ignored: list[str], topology) -> dict[str, Any]:
@@ -239,7 +256,7 @@ class Experiment:
         moved_round = self.comm.bytes_moved - moved_before  # this round's traffic between processes
         _check_finite(self.algorithm.X, stats.train_loss, t, self.comm, divergence_hint(self.config))
         if self.device.type == "cuda":
-            torch.cuda.synchronize()
+            torch.cuda.synchronize(self.device)  # this rank's GPU (cuda:N), not the current device's default cuda:0
         self.round_seconds.append(time.perf_counter() - tic)
         bytes_round = int(stats.models_sent.sum()) * self.message_bytes
         self.bytes_total += bytes_round
@@ -346,18 +363,34 @@ class Experiment:
 
     # ---------------------------------------------------------------------------------------------- finish
     def save_params(self) -> None:
-        """params.pt, then status "completed".
+        """The final parameters, then status "completed" (a collective: every process calls it).
 
-        A kill in between leaves a run that is not marked done. The whole population is assembled on the main
-        process's host, block by block (`comm.assemble_rows`); every other process keeps only its own rows.
+        A kill in between leaves a run that is not marked done. In one process: X as params.pt. In a multi-process
+        run (`final_params_plan`): by default every process writes its own rows to params.shards/ (DCP; no host
+        holds the population) and the main process's `Result.params` reads them back when first used; with
+        `gather_params` (or without a run directory, where the Result is the only output) the population is
+        assembled on the main process's host, block by block (`comm.assemble_rows`), and written as params.pt. A
+        barrier ends it: after it no rank waits for another (`comm.finish`), whatever the end of run takes.
         """
-        if self.comm.is_main and self.comm.world_size > 1:
-            # the round's freed stacks go back to the OS first: the host copy of every client's rows then takes their
-            # place instead of growing the heap beyond them (CPU, kept heap; a no-op otherwise)
-            memory.release_free_heap()
-        self.params = self.comm.assemble_rows(self.algorithm.X.detach())
-        if self.run_dir:
-            self.run_dir.save("params.pt", {"params": self.params, "param_names": list(self.layout.names)})
+        comm, X = self.comm, self.algorithm.X.detach()
+        tic = time.perf_counter()
+        plan = final_params_plan(self.config, comm, self.out)
+        self.params_on_disk = plan == "shards"
+        if plan == "shards":
+            ckpt.save_final_params(X, comm, self.out)
+            # this process's rows for its Result; the main process's Result reads every row back (`result`)
+            self.params = X[:0].cpu() if comm.is_main else X.cpu()
+        else:
+            if comm.is_main and comm.world_size > 1:
+                # the round's freed stacks go back to the OS first: the host copy of every client's rows then takes
+                # their place instead of growing the heap beyond them (CPU, kept heap; a no-op otherwise)
+                memory.release_free_heap()
+            self.params = comm.assemble_rows(X)
+        comm.barrier()  # every rank's rows are out: from here on, nobody waits for anybody
+        if self.run_dir and plan != "shards":
+            self.run_dir.save(ckpt.PARAMS_FILE, {"params": self.params, "param_names": list(self.layout.names)})
+        # how they were written and how long it took on the main process (the end of run: docs/how-to/gpu.md)
+        self.summary["final_params"] = {"written": plan, "seconds": round(time.perf_counter() - tic, 3)}
         self.summary["status"] = "completed"
 
     @contextmanager
@@ -405,10 +438,14 @@ class Experiment:
         ids = list(range(self.comm.num_clients)) if self.comm.is_main else list(self.comm.client_ids)
         initial = self.X0[:1].detach().to("cpu").expand(len(ids), -1)
         assert self.params is not None, "the runner calls save_params before result"
+        params: torch.Tensor | FinalParams = self.params
+        if self.comm.is_main and self.params_on_disk:  # written as shards: read back when first used
+            out = Path(self.out)
+            params = FinalParams(out / ckpt.PARAMS_SHARDS, lambda: ckpt.read_final_params(out)["params"])
         return Result(
             config=self.config,
             history=self.history,
-            params=self.params,
+            params=params,  # type: ignore[arg-type]  # a FinalParams reads itself back on first use (Result.params)
             initial_params=initial,
             client_ids=ids,
             param_names=list(self.layout.names),
@@ -416,6 +453,19 @@ class Experiment:
             layout=self.layout,
             out_dir=self.run_dir.path if self.run_dir else None,
         )
+
+
+def final_params_plan(config: Config, comm, out) -> str:
+    """How the final parameters leave the processes: "one file", "gathered" or "shards".
+
+    "one file": a single process writes X as params.pt. "shards": each process of a multi-process run writes its own
+    rows to params.shards/ (the default). "gathered": the main process assembles every row on its host and writes
+    params.pt, when `gather_params` asks for it, or when there is no run directory (the main process's `Result`
+    is then the only place the final parameters go).
+    """
+    if comm.world_size == 1:
+        return "one file"
+    return "gathered" if config.gather_params or out is None else "shards"
 
 
 def tf32_matmuls():

@@ -156,7 +156,9 @@ def _run(config: Config, data, out, overwrite: bool, comm: EngineCommunicator, r
     every evaluated round's metrics go out (metrics.jsonl, progress, loggers, callbacks); a stop they ask for ends
     the loop after that round's checkpoint. `comm.check_peers()` stands before what leaves the process: under NCCL
     a group aborted for another rank's failure leaves garbage in the collectives that were in flight, and the host
-    syncs after them return normally (`dfl.engine.distributed.failures`).
+    syncs after them return normally (`dfl.engine.distributed.failures`). `comm.finish()` follows the last
+    collective (the barrier that ends `save_params`): from there on no rank watches this one, so the end of the run
+    (summary.json, loggers) cannot be taken for a dead rank however long it takes.
     """
     exp = Experiment(config, data, out, overwrite, comm, resume, given_model, callbacks)
     with exp.status():
@@ -171,6 +173,7 @@ def _run(config: Config, data, out, overwrite: bool, comm: EngineCommunicator, r
             if exp.checkpoint_due(t):
                 comm.check_peers()
                 exp.checkpoint(t)
-        exp.save_params()
+        exp.save_params()  # ends with a barrier: the run's last collective
         comm.check_peers()
+        comm.finish()  # nobody waits for this rank any more: its end of run (summary, loggers) takes what it takes
     return exp.result()

@@ -435,8 +435,13 @@ class Gossip:
         return self._apply(self.method(first_step, steps, X), X, first_step, steps)
 
     def _exchange_matrix(self, step: int):
-        """What a multi-process communicator gets per step: the dense matrix for small m, else scipy CSR."""
-        if self.topology.n <= DENSE_MAX_CLIENTS:
+        """What a multi-process communicator gets per step: the dense matrix for small m, else scipy CSR.
+
+        A random schedule (time-varying without a period) always gets CSR: each of its steps is a new matrix, so
+        its exchange plan is built every step from the nonzeros alone, and no dense [m, m] is made per step.
+        """
+        random = self.topology.is_time_varying and self.topology.period is None
+        if self.topology.n <= DENSE_MAX_CLIENTS and not random:
             return self.topology.matrix(step)
         return self.topology.sparse(step)
 
