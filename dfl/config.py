@@ -40,11 +40,18 @@ import tomli_w
 from dfl import files
 from dfl.errors import ArgumentError, ConfigError, FileReadError
 
-# fp32: PyTorch's defaults (fp32 matmuls in IEEE fp32; cuDNN may run convolutions in TF32 on Ampere and later, as
-# PyTorch allows by default). bf16: the clients' forward and backward passes run under torch.autocast(bfloat16);
-# parameters, updates, gossip and evaluation stay fp32. tf32: fp32 tensors with TF32 matmuls too (CUDA only; ~1e-3
-# relative error per product). Gossip averages in IEEE fp32/fp64 whatever the precision (`dfl.network.gossip`).
+# fp32: matmuls and cuDNN convolutions in IEEE fp32 (TF32 off, though PyTorch allows it for convolutions by default).
+# bf16: the clients' forward and backward passes run under torch.autocast(bfloat16); parameters, updates, gossip and
+# evaluation stay fp32. tf32: fp32 tensors with TF32 matmuls and convolutions (CUDA only; ~1e-3 relative error per
+# product). Gossip averages in IEEE fp32/fp64 whatever the precision (`dfl.network.gossip`). dfl sets these for the
+# run and puts the process's settings back after (`dfl.models.kernels`).
 PRECISIONS = ("fp32", "bf16", "tf32")
+# How cuDNN picks its algorithms on CUDA (`dfl.models.kernels`). deterministic: cudnn.deterministic on, autotuning
+# (cudnn.benchmark) off, gossip adds at most one term per row per kernel (no racing atomics): two runs give the same
+# numbers bit for bit, and world sizes agree to fp32 rounding of the gossip sums. fast: cudnn.benchmark autotunes
+# each shape and may pick non-deterministic algorithms; gossip adds received rows with one atomic scatter: faster
+# convolutions, but runs differ in the last bits from run to run and with the client chunk (so the world size).
+KERNELS = ("deterministic", "fast")
 # Learning-rate schedules (`dfl.algorithms.base.Context.lr` has the formulas) and the options each one reads:
 # an option set to a non-default value for a schedule that does not read it is an error, never ignored.
 LR_SCHEDULES = ("exponential", "cosine", "step")
@@ -352,6 +359,8 @@ class Config:
     compile: bool = option(False, "torch.compile the per-client gradient (faster rounds after ~10 s of compiling)")
     precision: str = option("fp32", "fp32, bf16 (local forward/backward under bf16 autocast) or tf32 (TF32 matmuls on "
         "CUDA)", choices=PRECISIONS)
+    kernels: str = option("deterministic", "CUDA kernels: deterministic (the same numbers every run) or fast (cuDNN "
+        "autotuning and atomic adds: faster, not bitwise repeatable)", choices=KERNELS)
     # evaluation and output
     eval_every: int = option(5, "rounds between evaluations", interval="[1, inf)")
     eval_batch_size: int = option(1024, "batch size of evaluation", interval="[1, inf)")

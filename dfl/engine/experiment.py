@@ -37,6 +37,7 @@ from dfl.engine.setup import (
     train_subset,
 )
 from dfl.errors import DivergenceError
+from dfl.models import kernels
 from dfl.network.byzantine import Threat
 from dfl.training import memory, privacy_settings
 from dfl.training.evaluate import (
@@ -91,7 +92,6 @@ class Experiment:
         self.chunk = build.client_chunk(trainer, self.algorithm, comm, layout, X0)  # clients per vectorized call
         self.config, self.comm, self.data, self.device, self.hp = config, comm, data, device, hp
         self.model, self.layout, self.X0, self.trainer, self.network = model, layout, X0, trainer, network
-        self.tf32 = config.precision == "tf32"  # TF32 matmuls while the rounds go (`status`)
         self._prepare_threat()
         self._restore_progress(saved)
         self._open_run_directory(out, overwrite, resume)
@@ -366,11 +366,14 @@ class Experiment:
 
         Marks the summary with how the run ended (completed by `save_params`, stopped when a callback or the
         target asked; diverged, interrupted or failed here, with the error) and writes summary.json with the
-        final metrics, whatever happened. The hooks (`dfl.engine.hooks`) start here and finish last.
+        final metrics, whatever happened. The hooks (`dfl.engine.hooks`) start here and finish last. While inside,
+        PyTorch's TF32 and cuDNN settings are the run's (`precision`, `kernels`: `dfl.models.kernels`), and the
+        caller's are put back after.
         """
         summary = self.summary
-        restore_precision = tf32_matmuls() if self.tf32 else None
+        kernel_settings = kernels.snapshot()  # TF32 and cuDNN as the caller had them: put back at the end
         try:
+            kernels.apply(self.config.precision, self.config.kernels)
             self.hooks.start(RunInfo(self.config, self.hp, self.run_dir.path if self.run_dir else None,
                                      self.start, list(self.history), dict(summary)))
             yield
@@ -386,8 +389,7 @@ class Experiment:
             summary.update(status="failed", error=f"{type(exc).__name__}: {exc}")
             raise
         finally:
-            if restore_precision is not None:
-                restore_precision()
+            kernels.restore(kernel_settings)
             if self.progress is not None:
                 self.progress.close()
             summary["wall_seconds"] = self.wall_before + time.perf_counter() - self.started
@@ -416,22 +418,6 @@ class Experiment:
             layout=self.layout,
             out_dir=self.run_dir.path if self.run_dir else None,
         )
-
-
-def tf32_matmuls():
-    """Allow TF32 for CUDA fp32 matmuls (`precision = "tf32"`); returns the function that puts PyTorch's setting back.
-
-    The per-backend API where torch has it (2.9+; mixing it with `allow_tf32` is an error there), else allow_tf32.
-    """
-    matmul = torch.backends.cuda.matmul
-    try:
-        previous = matmul.fp32_precision
-        matmul.fp32_precision = "tf32"
-        return lambda: setattr(matmul, "fp32_precision", previous)
-    except (AttributeError, RuntimeError):
-        previous = matmul.allow_tf32
-        matmul.allow_tf32 = True
-        return lambda: setattr(matmul, "allow_tf32", previous)
 
 
 def _evaluate(model, layout, X, mean, comm, x, y, train_sub: Pair | None, client_test: Pair, config, chunk: int,

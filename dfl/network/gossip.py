@@ -32,6 +32,7 @@ import numpy as np
 import scipy.sparse as sp
 import torch
 
+from dfl.models.kernels import ieee_matmuls
 from topologies import spectral
 
 # Dense wins when m² ≤ DENSE_FACTOR · Σ_steps (nnz + m): a dense matmul does 2m² flops per column of X and
@@ -154,28 +155,15 @@ def ieee_fp32(device: torch.device):
     """fp32 matmuls in full fp32 (no TF32) on a CUDA device while inside, outside autocast.
 
     Gossip averages exactly in the stack's precision whatever precision training uses (`precision = "tf32"` or "bf16"
-    change local training only). PyTorch's own setting is put back on the way out. A no-op on the CPU, whose fp32
-    matmuls are IEEE.
+    change local training only). The legacy and per-backend TF32 settings are changed together and PyTorch's own
+    setting is put back on the way out (`dfl.models.kernels.ieee_matmuls`: torch 2.9–2.11 refuse a cuBLAS call when
+    the two disagree). A no-op on the CPU, whose fp32 matmuls are IEEE.
     """
     if device.type != "cuda":
         yield
         return
-    matmul = torch.backends.cuda.matmul
-    with torch.autocast("cuda", enabled=False):
-        try:  # torch >= 2.9: the per-backend precision API (mixing it with allow_tf32 is an error there)
-            previous = matmul.fp32_precision
-            matmul.fp32_precision = "ieee"
-            legacy = False
-        except (AttributeError, RuntimeError):
-            previous, legacy = matmul.allow_tf32, True
-            matmul.allow_tf32 = False
-        try:
-            yield
-        finally:
-            if legacy:
-                matmul.allow_tf32 = previous
-            else:
-                matmul.fp32_precision = previous
+    with torch.autocast("cuda", enabled=False), ieee_matmuls():
+        yield
 
 
 def exact_matmul(A: torch.Tensor, X: torch.Tensor) -> torch.Tensor:
