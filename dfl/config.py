@@ -47,10 +47,10 @@ from dfl.errors import ArgumentError, ConfigError, FileReadError
 # run and puts the process's settings back after (`dfl.models.kernels`).
 PRECISIONS = ("fp32", "bf16", "tf32")
 # How cuDNN picks its algorithms on CUDA (`dfl.models.kernels`). deterministic: cudnn.deterministic on, autotuning
-# (cudnn.benchmark) off, gossip adds at most one term per row per kernel (no racing atomics): two runs give the same
-# numbers bit for bit, and world sizes agree to fp32 rounding of the gossip sums. fast: cudnn.benchmark autotunes
-# each shape and may pick non-deterministic algorithms; gossip adds received rows with one atomic scatter: faster
-# convolutions, but runs differ in the last bits from run to run and with the client chunk (so the world size).
+# (cudnn.benchmark) off: two runs on one machine give the same numbers bit for bit. fast: cudnn.benchmark autotunes
+# each convolution shape and may pick non-deterministic backward algorithms: faster convolutions, but runs differ in
+# the last bits from run to run and with the client chunk (so with the world size). Gossip has no racing atomics in
+# either mode (`dfl.network.gossip.RowsOperator`); the CPU is deterministic either way.
 KERNELS = ("deterministic", "fast")
 # Learning-rate schedules (`dfl.algorithms.base.Context.lr` has the formulas) and the options each one reads:
 # an option set to a non-default value for a schedule that does not read it is an error, never ignored.
@@ -360,7 +360,7 @@ class Config:
     precision: str = option("fp32", "fp32, bf16 (local forward/backward under bf16 autocast) or tf32 (TF32 matmuls on "
         "CUDA)", choices=PRECISIONS)
     kernels: str = option("deterministic", "CUDA kernels: deterministic (the same numbers every run) or fast (cuDNN "
-        "autotuning and atomic adds: faster, not bitwise repeatable)", choices=KERNELS)
+        "autotuning: faster convolutions, not bitwise repeatable)", choices=KERNELS)
     # evaluation and output
     eval_every: int = option(5, "rounds between evaluations", interval="[1, inf)")
     eval_batch_size: int = option(1024, "batch size of evaluation", interval="[1, inf)")
