@@ -184,7 +184,8 @@ class Experiment:
         if config.client_eval_samples == 0 and passes > CLIENT_EVAL_WARN_PASSES:
             warnings.warn(f"client_eval_samples = 0: every evaluation runs each of the {config.clients:,} clients on "
                           f"all {self.eval_x.shape[0]:,} test samples ({passes:,} forward passes); set "
-                          f"client_eval_samples (e.g. 500) to use a fixed seeded subset per client", stacklevel=4)
+                          f"client_eval_samples (the default: 2000) to use a fixed seeded subset per client",
+                          stacklevel=4)
         # personalized evaluation (local_test_fraction): this process's clients' local test sets
         self.local_test = local_test_sets(data, self.comm.client_ids) if data.local_test_indices is not None else None
         self.hessian_sub = train_subset(data, config, config.hessian_samples) if config.hessian_every else None
@@ -437,11 +438,12 @@ def _evaluate(model, layout, X, mean, comm, x, y, train_sub: Pair | None, client
     evaluates right after
     local training).
     """
-    test_acc, test_loss = evaluate_row(model, layout, mean, x, y, config.eval_batch_size)
+    # the averaged model once in all: each process its share of the batches, the sums added (`evaluate_row`)
+    test_acc, test_loss = evaluate_row(model, layout, mean, x, y, config.eval_batch_size, comm)
     record: dict[str, Any] = {"test_acc": test_acc, "test_loss": test_loss}
     if train_sub is not None:
         record["train_acc"], record["train_eval_loss"] = evaluate_row(
-            model, layout, mean, *train_sub, config.eval_batch_size
+            model, layout, mean, *train_sub, config.eval_batch_size, comm
         )
     accs = comm.gather_rows(client_accuracies(model, layout, X, *client_test, config.eval_batch_size, chunk,
                                               min_per_client=config.batch_size))
@@ -453,7 +455,7 @@ def _evaluate(model, layout, X, mean, comm, x, y, train_sub: Pair | None, client
         client_acc_std=float(accs.std(unbiased=False)),
         client_acc_min=float(accs.min()),
         client_acc_max=float(accs.max()),
-        consensus_distance=consensus_distance(X, comm, honest),
+        consensus_distance=consensus_distance(X, comm, honest, mean),  # the x̄ computed once per evaluation
     )
     if local_test is not None:
         personal, global_ = local_accuracies(model, layout, X, mean, *local_test, config.eval_batch_size, chunk,
