@@ -357,8 +357,8 @@ class Config:
     local_steps: int | None = option(None, "local steps per round (instead of --local-epochs)", interval="[1, inf)")
     client_chunk: int | str = option("auto", "clients per vectorised call: auto (measured), 0 = all at once, or N")
     compile: bool = option(False, "torch.compile the per-client gradient (faster rounds after ~10 s of compiling)")
-    precision: str = option("fp32", "fp32, bf16 (local forward/backward under bf16 autocast) or tf32 (TF32 matmuls on "
-        "CUDA)", choices=PRECISIONS)
+    precision: str = option("fp32", "fp32, bf16 (local forward/backward under bf16 autocast) or tf32 (TF32 matmuls and "
+        "convolutions on CUDA)", choices=PRECISIONS)
     kernels: str = option("deterministic", "CUDA kernels: deterministic (the same numbers every run) or fast (cuDNN "
         "autotuning: faster convolutions, not bitwise repeatable)", choices=KERNELS)
     # evaluation and output. client_eval_samples: the per-client accuracy costs m × (its samples) forward passes per

@@ -248,7 +248,8 @@ class LocalTrainer:
         clipping) sum in another order: the norm of the per-parameter norms.
         """
         ys = self.layout.split(Yb)
-        g, loss = self._rows_grad(Yb, batch)
+        grads, loss = self._rows_grad(Yb, batch)
+        g: Sequence[torch.Tensor] = grads
         if rule.rho > 0:  # the gradient at the SAM point y + ρ g/(‖g‖+ε₀), parameter by parameter, written into
             point = torch.empty_like(Yb)  # [a, d] rows: the same layout as Yb's (one compiled graph for both calls)
             sam_point(ys, g, rule, self.weight_masks, out=self.layout.split(point))
