@@ -1140,6 +1140,7 @@ def paper_worker(device_name: str, sizes: str, out: str, seconds: str) -> int:
     data = cifar_shaped(paper["clients"], paper["per_client"], paper["test"])
     record: dict = {"setting": {k: v for k, v in paper.items() if k != "models"}, "device": device_name, "models": {}}
     current: dict = {"model": None, "rounds": [], "sync_debug": []}
+    last_stats: list = []  # the latest round's statistics (for an evaluation run after a cut)
     train_round, evaluate = Experiment.train_round, Experiment.evaluate
 
     def save():
@@ -1151,7 +1152,7 @@ def paper_worker(device_name: str, sizes: str, out: str, seconds: str) -> int:
             last = current["rounds"][-1]
             if time.monotonic() + last * (1.05 + EVALUATION_ESTIMATE) > current["deadline"]:
                 current["cut"] = f"{len(current['rounds'])} round(s): the next would not end within the step's limit"
-                timed_evaluation(self, t - 1, current.pop("stats"))
+                timed_evaluation(self, t - 1, last_stats.pop())
                 raise OutOfTime
         with SyncDebug(self.device) as debug:
             tic = time.perf_counter()
@@ -1165,7 +1166,7 @@ def paper_worker(device_name: str, sizes: str, out: str, seconds: str) -> int:
             current["peak_bytes"] = torch.cuda.max_memory_allocated()
         print(f"{current['model']}: round {t + 1} {seconds:.2f} s", flush=True)
         save()
-        current["stats"] = stats
+        last_stats[:] = [stats]
         return stats
 
     def timed_evaluation(self, t, stats):
@@ -1187,7 +1188,7 @@ def paper_worker(device_name: str, sizes: str, out: str, seconds: str) -> int:
             dfl.run(paper_config(paper, model, device_name), data=data)
         except OutOfTime:
             pass
-        current.pop("stats", None)
+        last_stats.clear()
         current.pop("deadline")
         save()
     print(json.dumps({"models": list(record["models"])}))
