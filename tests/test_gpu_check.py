@@ -146,3 +146,16 @@ def test_pack_deps_copies_the_pure_python_dependencies(tmp_path, monkeypatch):
     for name in gpu_check.PACKED_DEPS:
         assert (tmp_path / ".gpu_deps" / name / "__init__.py").is_file()
     assert str(tmp_path / ".gpu_deps") in gpu_check.python_path().split(os.pathsep)
+
+
+@pytest.mark.slow
+def test_the_paper_worker_stops_a_run_whose_next_round_would_not_fit_and_still_evaluates(tmp_path):
+    paper = dict(gpu_check.MODES["toy"]["paper"], rounds=3)
+    out = tmp_path / "paper.json"
+    proc = subprocess.run([sys.executable, str(SCRIPT), "--worker", "paper", "cpu", json.dumps(paper), str(out), "0.5"],
+                          capture_output=True, text=True, timeout=600, cwd=ROOT)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    cnn = json.loads(out.read_text())["models"]["cnn"]
+    assert len(cnn["rounds"]) == 1 and cnn["evaluation_s"] > 0 and cnn["cut"].startswith("1 round(s)")
+    got = gpu_check.projection({"models": {"cnn": cnn}}, paper)["cnn"]
+    assert got["from_first_round"] and got["evaluation_measured"] and got["cut"]

@@ -186,9 +186,11 @@ class LocalTrainer:
         Equal up to one client, so that the last call, padded to the chunk, costs at most one client more (100 clients
         by 64: two calls of 50, not 64 + 36 padded to 64).
         """
+        if not self.compiled:
+            return chunk
         m = max(1, len(self.client_ids))
         chunk = max(1, min(chunk, m))
-        return -(-m // -(-m // chunk)) if self.compiled else chunk
+        return -(-m // -(-m // chunk))
 
     # ---------------------------------------------------------------- gradients of a batch
     def gradient(self, Xb: torch.Tensor, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
