@@ -40,11 +40,18 @@ import tomli_w
 from dfl import files
 from dfl.errors import ArgumentError, ConfigError, FileReadError
 
-# fp32: PyTorch's defaults (fp32 matmuls in IEEE fp32; cuDNN may run convolutions in TF32 on Ampere and later, as
-# PyTorch allows by default). bf16: the clients' forward and backward passes run under torch.autocast(bfloat16);
-# parameters, updates, gossip and evaluation stay fp32. tf32: fp32 tensors with TF32 matmuls too (CUDA only; ~1e-3
-# relative error per product). Gossip averages in IEEE fp32/fp64 whatever the precision (`dfl.network.gossip`).
+# fp32: matmuls and cuDNN convolutions in IEEE fp32 (TF32 off, though PyTorch allows it for convolutions by default).
+# bf16: the clients' forward and backward passes run under torch.autocast(bfloat16); parameters, updates, gossip and
+# evaluation stay fp32. tf32: fp32 tensors with TF32 matmuls and convolutions (CUDA only; ~1e-3 relative error per
+# product). Gossip averages in IEEE fp32/fp64 whatever the precision (`dfl.network.gossip`). dfl sets these for the
+# run and puts the process's settings back after (`dfl.models.kernels`).
 PRECISIONS = ("fp32", "bf16", "tf32")
+# How cuDNN picks its algorithms on CUDA (`dfl.models.kernels`). deterministic: cudnn.deterministic on, autotuning
+# (cudnn.benchmark) off: two runs on one machine give the same numbers bit for bit. fast: cudnn.benchmark autotunes
+# each convolution shape and may pick non-deterministic backward algorithms: faster convolutions, but runs differ in
+# the last bits from run to run and with the client chunk (so with the world size). Gossip has no racing atomics in
+# either mode (`dfl.network.gossip.RowsOperator`); the CPU is deterministic either way.
+KERNELS = ("deterministic", "fast")
 # Learning-rate schedules (`dfl.algorithms.base.Context.lr` has the formulas) and the options each one reads:
 # an option set to a non-default value for a schedule that does not read it is an error, never ignored.
 LR_SCHEDULES = ("exponential", "cosine", "step")
@@ -350,15 +357,21 @@ class Config:
     local_steps: int | None = option(None, "local steps per round (instead of --local-epochs)", interval="[1, inf)")
     client_chunk: int | str = option("auto", "clients per vectorised call: auto (measured), 0 = all at once, or N")
     compile: bool = option(False, "torch.compile the per-client gradient (faster rounds after ~10 s of compiling)")
-    precision: str = option("fp32", "fp32, bf16 (local forward/backward under bf16 autocast) or tf32 (TF32 matmuls on "
-        "CUDA)", choices=PRECISIONS)
-    # evaluation and output
+    precision: str = option("fp32", "fp32, bf16 (local forward/backward under bf16 autocast) or tf32 (TF32 matmuls and "
+        "convolutions on CUDA)", choices=PRECISIONS)
+    kernels: str = option("deterministic", "CUDA kernels: deterministic (the same numbers every run) or fast (cuDNN "
+        "autotuning: faster convolutions, not bitwise repeatable)", choices=KERNELS)
+    # evaluation and output. client_eval_samples: the per-client accuracy costs m × (its samples) forward passes per
+    # evaluation while a round's training costs about the same whatever m (the data is split among the clients): on
+    # CIFAR-10's 10,000 test samples, 100 clients cost 1M passes per evaluation and 1,000 clients 10M, more than a
+    # round of training. 2,000 samples (a standard error of about 1.1 points on one client's accuracy) cost 5x less
+    # and keep it below training at 1,000 clients; test sets of at most 2,000 samples are evaluated whole as before.
     eval_every: int = option(5, "rounds between evaluations", interval="[1, inf)")
     eval_batch_size: int = option(1024, "batch size of evaluation", interval="[1, inf)")
     train_eval_samples: int = option(2000, "training samples for the averaged model's train loss/accuracy",
         interval="[0, inf)")
-    client_eval_samples: int = option(0, "test samples for each client's accuracy (a fixed seeded subset); 0 = all",
-        interval="[0, inf)")
+    client_eval_samples: int = option(2000, "test samples for each client's accuracy (a fixed seeded subset, the same "
+        "for every client; like train_eval_samples); 0 = the whole test set", interval="[0, inf)")
     # personalized evaluation: each client holds out this fraction of its data (stratified by label) as its local
     # test set, and trains on the rest; adds personal_acc_* and global_acc_* (dfl.data.local_test). 0 = off
     local_test_fraction: float = option(0.0, "fraction of each client's data held out (stratified by label) "

@@ -171,7 +171,7 @@ def test_client_accuracy_on_all_test_samples_at_scale_warns_and_a_subset_does_no
     monkeypatch.setattr(experiment, "CLIENT_EVAL_WARN_PASSES", 10)  # 6 clients × the test set is far above
     data = skewed_data()
     with pytest.warns(UserWarning, match=r"client_eval_samples = 0: every evaluation runs each of the 6 clients"):
-        dfl.run(config(local_test_fraction=0.0, rounds=1), data=data)
+        dfl.run(config(local_test_fraction=0.0, rounds=1, client_eval_samples=0), data=data)
     with warnings.catch_warnings():
         warnings.filterwarnings("error", message="client_eval_samples")
         result = dfl.run(config(local_test_fraction=0.0, rounds=1, client_eval_samples=5), data=data)

@@ -55,8 +55,9 @@ def device(config: Config, comm: EngineCommunicator) -> torch.device:
     """The run's device (the communicator's, under torchrun), checked against `precision`.
 
     On the CPU freed heap is kept for reuse instead of zero-filled fresh mappings every round. precision = tf32
-    turns TF32 matmuls on while the rounds go (`Experiment.status`) and needs CUDA; fp32 and bf16 leave PyTorch's
-    defaults alone; gossip averages in IEEE fp32 either way (`dfl.network.gossip.exact_matmul`).
+    turns TF32 matmuls and convolutions on while the rounds go (`Experiment.status`, `dfl.models.kernels`) and needs
+    CUDA; fp32 and bf16 turn TF32 off for fp32 products then; gossip averages in IEEE fp32 either way
+    (`dfl.network.gossip.exact_matmul`). The caller's settings are put back when the run ends.
     """
     dev = comm.device or resolve_device(config.device)
     if dev.type == "cpu":

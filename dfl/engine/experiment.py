@@ -38,6 +38,7 @@ from dfl.engine.setup import (
     train_subset,
 )
 from dfl.errors import DivergenceError
+from dfl.models import kernels
 from dfl.network.byzantine import Threat
 from dfl.training import memory, privacy_settings
 from dfl.training.evaluate import (
@@ -93,7 +94,6 @@ class Experiment:
         self._plan_final_params(config, comm, out, layout.dim, X0.element_size(), device, trainer)
         self.config, self.comm, self.data, self.device, self.hp = config, comm, data, device, hp
         self.model, self.layout, self.X0, self.trainer, self.network = model, layout, X0, trainer, network
-        self.tf32 = config.precision == "tf32"  # TF32 matmuls while the rounds go (`status`)
         self._prepare_threat()
         self._restore_progress(saved)
         self._open_run_directory(out, overwrite, resume)
@@ -200,7 +200,8 @@ class Experiment:
         if config.client_eval_samples == 0 and passes > CLIENT_EVAL_WARN_PASSES:
             warnings.warn(f"client_eval_samples = 0: every evaluation runs each of the {config.clients:,} clients on "
                           f"all {self.eval_x.shape[0]:,} test samples ({passes:,} forward passes); set "
-                          f"client_eval_samples (e.g. 500) to use a fixed seeded subset per client", stacklevel=4)
+                          f"client_eval_samples (the default: 2000) to use a fixed seeded subset per client",
+                          stacklevel=4)
         # personalized evaluation (local_test_fraction): this process's clients' local test sets
         self.local_test = local_test_sets(data, self.comm.client_ids) if data.local_test_indices is not None else None
         self.hessian_sub = train_subset(data, config, config.hessian_samples) if config.hessian_every else None
@@ -399,11 +400,14 @@ class Experiment:
 
         Marks the summary with how the run ended (completed by `save_params`, stopped when a callback or the
         target asked; diverged, interrupted or failed here, with the error) and writes summary.json with the
-        final metrics, whatever happened. The hooks (`dfl.engine.hooks`) start here and finish last.
+        final metrics, whatever happened. The hooks (`dfl.engine.hooks`) start here and finish last. While inside,
+        PyTorch's TF32 and cuDNN settings are the run's (`precision`, `kernels`: `dfl.models.kernels`), and the
+        caller's are put back after.
         """
         summary = self.summary
-        restore_precision = tf32_matmuls() if self.tf32 else None
+        kernel_settings = kernels.snapshot()  # TF32 and cuDNN as the caller had them: put back at the end
         try:
+            kernels.apply(self.config.precision, self.config.kernels)
             self.hooks.start(RunInfo(self.config, self.hp, self.run_dir.path if self.run_dir else None,
                                      self.start, list(self.history), dict(summary)))
             yield
@@ -419,8 +423,7 @@ class Experiment:
             summary.update(status="failed", error=f"{type(exc).__name__}: {exc}")
             raise
         finally:
-            if restore_precision is not None:
-                restore_precision()
+            kernels.restore(kernel_settings)
             if self.progress is not None:
                 self.progress.close()
             summary["wall_seconds"] = self.wall_before + time.perf_counter() - self.started
@@ -468,22 +471,6 @@ def final_params_plan(config: Config, comm, out) -> str:
     return "gathered" if config.gather_params or out is None else "shards"
 
 
-def tf32_matmuls():
-    """Allow TF32 for CUDA fp32 matmuls (`precision = "tf32"`); returns the function that puts PyTorch's setting back.
-
-    The per-backend API where torch has it (2.9+; mixing it with `allow_tf32` is an error there), else allow_tf32.
-    """
-    matmul = torch.backends.cuda.matmul
-    try:
-        previous = matmul.fp32_precision
-        matmul.fp32_precision = "tf32"
-        return lambda: setattr(matmul, "fp32_precision", previous)
-    except (AttributeError, RuntimeError):
-        previous = matmul.allow_tf32
-        matmul.allow_tf32 = True
-        return lambda: setattr(matmul, "allow_tf32", previous)
-
-
 def _evaluate(model, layout, X, mean, comm, x, y, train_sub: Pair | None, client_test: Pair, config, chunk: int,
               local_test: LocalTest | None = None, honest: torch.Tensor | None = None) -> dict[str, Any]:
     """Metrics of the averaged model `mean` (= comm.mean_rows(X)) and of every client row of X.
@@ -501,11 +488,12 @@ def _evaluate(model, layout, X, mean, comm, x, y, train_sub: Pair | None, client
     evaluates right after
     local training).
     """
-    test_acc, test_loss = evaluate_row(model, layout, mean, x, y, config.eval_batch_size)
+    # the averaged model once in all: each process its share of the batches, the sums added (`evaluate_row`)
+    test_acc, test_loss = evaluate_row(model, layout, mean, x, y, config.eval_batch_size, comm)
     record: dict[str, Any] = {"test_acc": test_acc, "test_loss": test_loss}
     if train_sub is not None:
         record["train_acc"], record["train_eval_loss"] = evaluate_row(
-            model, layout, mean, *train_sub, config.eval_batch_size
+            model, layout, mean, *train_sub, config.eval_batch_size, comm
         )
     accs = comm.gather_rows(client_accuracies(model, layout, X, *client_test, config.eval_batch_size, chunk,
                                               min_per_client=config.batch_size))
@@ -517,7 +505,7 @@ def _evaluate(model, layout, X, mean, comm, x, y, train_sub: Pair | None, client
         client_acc_std=float(accs.std(unbiased=False)),
         client_acc_min=float(accs.min()),
         client_acc_max=float(accs.max()),
-        consensus_distance=consensus_distance(X, comm, honest),
+        consensus_distance=consensus_distance(X, comm, honest, mean),  # the x̄ computed once per evaluation
     )
     if local_test is not None:
         personal, global_ = local_accuracies(model, layout, X, mean, *local_test, config.eval_batch_size, chunk,

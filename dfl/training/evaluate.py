@@ -17,22 +17,41 @@ from dfl.models.modes import eval_mode
 
 
 @torch.no_grad()
-def evaluate_row(model, layout, row: torch.Tensor, x: torch.Tensor, y: torch.Tensor, batch_size: int):
+def evaluate_row(model, layout, row: torch.Tensor, x: torch.Tensor, y: torch.Tensor, batch_size: int, comm=None):
     """(accuracy, mean cross-entropy) of one parameter row on (x, y).
 
-    The sums stay on the device (float64) until the end: one device-to-host copy per call, not two per batch.
+    The sums stay on the device (float64) until the end: one device-to-host copy per call, not two per batch. With a
+    communicator `comm` of several processes, each evaluates its own contiguous share of the batches (the same batches
+    as one process would, `batch_share`) and the sums are added over the processes: the row is evaluated once in all,
+    not once per process. Every process gets the totals.
     """
     params = layout.views(row)
     sums = torch.zeros(2, dtype=torch.float64, device=row.device)  # (correct, loss)
+    first, last = batch_share(x.shape[0], batch_size, comm)
     with eval_mode(model):
-        for s in range(0, x.shape[0], batch_size):
+        for s in range(first, last, batch_size):
             logits = functional_call(model, params, (x[s : s + batch_size],))
             target = y[s : s + batch_size]
             sums[1] += F.cross_entropy(logits, target, reduction="sum").double()
             sums[0] += (logits.argmax(dim=1) == target).sum()
+    if comm is not None and comm.world_size > 1:
+        sums = comm.sum(sums)
     n = max(x.shape[0], 1)
     correct, loss = sums.tolist()
     return correct / n, loss / n
+
+
+def batch_share(n: int, batch_size: int, comm=None) -> tuple[int, int]:
+    """The samples [first, last) of n whose batches (of `batch_size`, from 0) this process evaluates.
+
+    Process r of P takes batches ⌊rB/P⌋ .. ⌊(r+1)B/P⌋ − 1 of the B = ⌈n/batch_size⌉: every batch is the one a single
+    process evaluates, so only the order in which the float64 sums are added differs with the world size.
+    """
+    if comm is None or comm.world_size <= 1:
+        return 0, n
+    batches = -(-n // batch_size)
+    rank, world = comm.rank, comm.world_size
+    return min(n, rank * batches // world * batch_size), min(n, (rank + 1) * batches // world * batch_size)
 
 
 @torch.no_grad()
@@ -126,13 +145,16 @@ def row_blocks(X: torch.Tensor):
         yield slice(s, s + rows)
 
 
-def consensus_distance(X: torch.Tensor, comm, honest: torch.Tensor | None = None) -> float:
+def consensus_distance(X: torch.Tensor, comm, honest: torch.Tensor | None = None,
+                       mean: torch.Tensor | None = None) -> float:
     """(1/m) Σ_i ‖x_i − x̄‖² over all clients of all processes (summed block by block in float64).
 
     With `honest` (the [m] bool mask of the honest clients, one process: `dfl.network.byzantine`), over them only:
-    (1/|H|) Σ_{i∈H} ‖x_i − x̄_H‖², x̄_H their mean.
+    (1/|H|) Σ_{i∈H} ‖x_i − x̄_H‖², x̄_H their mean. `mean`: x̄ (or x̄_H) when the caller has it already (an evaluation
+    computes it once), else computed here.
     """
-    mean = comm.mean_rows(X) if honest is None else honest_mean(X, honest)
+    if mean is None:
+        mean = comm.mean_rows(X) if honest is None else honest_mean(X, honest)
     local = torch.zeros(1, dtype=torch.float64, device=X.device)
     for rows in row_blocks(X):
         squares = (X[rows] - mean) ** 2

@@ -125,14 +125,18 @@ class LocalTrainer:
         self.batched = forward is not None and not config.compile
         if forward is not None and self.batched:
             self._grad = self._eager_grad = batched_grad_and_value(forward, layout, device_type, bf16)
-        if config.compile:
+        self.compiled = bool(config.compile)
+        if self.compiled:
             if device_type == "cpu":
                 require_cpp_compiler()
             elif device_type == "cuda":
                 require_triton(data.train_x.device)
-            # dynamic=None: the first call specializes on its shapes; a second client count (a short last
-            # chunk, clients that finished their epochs) recompiles once with a symbolic client dimension.
-            self._grad = torch.compile(self._grad, dynamic=None)
+            # dynamic=False and a few fixed client counts (`compiled_sizes`: each call padded up to one): one graph
+            # per count, compiled once, however the clients are chunked; every call's rows in one layout (row
+            # views of an [a, d] stack, the SAM point too), so no stride guard fails either
+            self._grad = torch.compile(self._grad, dynamic=False)
+        if self.chunk is not None:
+            self.chunk = self._even_chunk(self.chunk)
 
     def schedule(self, round_index: int | np.ndarray, rows: torch.Tensor | None = None) -> RoundSchedule:
         """Round `round_index`'s batches for the local clients (or only the local rows `rows`).
@@ -172,9 +176,21 @@ class LocalTrainer:
         if chunk > estimate["memory_limit"]:  # only an explicit chunk can exceed it
             warnings.warn(f"client_chunk = {chunk} may not fit in memory: the estimate allows "
                           f"{estimate['memory_limit']} clients per call ({estimate})", stacklevel=2)
-        estimate["chunk"] = self.chunk = chunk
+        estimate["chunk"] = self.chunk = chunk = self._even_chunk(chunk)
         self.memory_estimate = estimate
         return chunk
+
+    def _even_chunk(self, chunk: int) -> int:
+        """The chunk a run uses: `chunk` (eager), or compiled the one that makes ⌈m/chunk⌉ calls of equal size.
+
+        Equal up to one client, so that the last call, padded to the chunk, costs at most one client more (100 clients
+        by 64: two calls of 50, not 64 + 36 padded to 64).
+        """
+        if not self.compiled:
+            return chunk
+        m = max(1, len(self.client_ids))
+        chunk = max(1, min(chunk, m))
+        return -(-m // -(-m // chunk))
 
     # ---------------------------------------------------------------- gradients of a batch
     def gradient(self, Xb: torch.Tensor, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
@@ -185,9 +201,25 @@ class LocalTrainer:
         losses = torch.empty(a, dtype=Xb.dtype, device=Xb.device)
         for s in range(0, a, chunk):
             e = min(s + chunk, a)
-            g, losses[s:e] = self._grad(self.layout.split(Xb[s:e]), batch.x[s:e], batch.y[s:e], batch.weight[s:e])
+            g, losses[s:e] = self._rows_grad(Xb[s:e], batch.slice(s, e))
             self.layout.join(g, out=grads[s:e])
         return grads, losses
+
+    def _rows_grad(self, rows: torch.Tensor, batch: Batch) -> tuple[tuple[torch.Tensor, ...], torch.Tensor]:
+        """Per-parameter gradients and losses of the [a, d] rows (row views: the layout of every call).
+
+        Compiled, the call is padded to the next of `compiled_sizes` by repeating the last client (its rows and
+        batch); the padding's results are dropped. Each client's gradient depends on its own row and batch only.
+        """
+        a = rows.shape[0]
+        size = padded_size(a, self.chunk) if self.compiled and self.chunk else a
+        if size != a:
+            rows, batch = _pad_rows(rows, size), Batch(batch.rows, *(_pad_rows(t, size) for t in (
+                batch.x, batch.y, batch.weight)))
+        g, loss = self._grad(self.layout.split(rows), batch.x, batch.y, batch.weight)
+        if size != a:
+            g, loss = tuple(q[:a] for q in g), loss[:a]
+        return g, loss
 
     def sam_gradient(self, Xb: torch.Tensor, batch: Batch, rule: LocalRule) -> tuple[torch.Tensor, torch.Tensor]:
         """The gradient at the SAM/ASAM point of the same minibatch, and the loss at Xb.
@@ -218,9 +250,12 @@ class LocalTrainer:
         clipping) sum in another order: the norm of the per-parameter norms.
         """
         ys = self.layout.split(Yb)
-        g, loss = self._grad(ys, batch.x, batch.y, batch.weight)
-        if rule.rho > 0:  # the gradient at the SAM point y + ρ g/(‖g‖+ε₀), parameter by parameter
-            g = self._grad(tuple(sam_point(ys, g, rule, self.weight_masks)), batch.x, batch.y, batch.weight)[0]
+        grads, loss = self._rows_grad(Yb, batch)
+        g: Sequence[torch.Tensor] = grads
+        if rule.rho > 0:  # the gradient at the SAM point y + ρ g/(‖g‖+ε₀), parameter by parameter, written into
+            point = torch.empty_like(Yb)  # [a, d] rows: the same layout as Yb's (one compiled graph for both calls)
+            sam_point(ys, g, rule, self.weight_masks, out=self.layout.split(point))
+            g = self._rows_grad(point, batch)[0]
         if rule.clip_grad_norm > 0:
             factor = (rule.clip_grad_norm / (row_norms(g) + 1e-6)).clamp(max=1.0)
             g = [q * per_row(factor, q) for q in g]
@@ -409,7 +444,7 @@ class _RoundState:
 
 
 def sam_point(y: Sequence[torch.Tensor], g: Sequence[torch.Tensor], rule: LocalRule,
-              weight_mask: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+              weight_mask: Sequence[torch.Tensor], out: Sequence[torch.Tensor] | None = None) -> list[torch.Tensor]:
     r"""The SAM or ASAM point y + ε of every client row, the one place either is computed.
 
     SAM (Foret et al. 2021) and ASAM (Kwon et al. 2021), per client row, with ε₀ = `SAM_EPS`:
@@ -427,13 +462,18 @@ def sam_point(y: Sequence[torch.Tensor], g: Sequence[torch.Tensor], rule: LocalR
         g: the gradients at y, parts shaped as y's.
         rule: ρ (`rho`), the variant (`sam`), η_a (`asam_eta`) and T's form (`asam_form`).
         weight_mask: one bool mask per part, broadcastable to it: True on the coordinates of "weight" tensors.
+        out: parts to write y + ε into (SAM), e.g. `ParamLayout.split` views of an [a, d] stack; None: new tensors.
 
     Returns:
-        The parts of y + ε.
+        The parts of y + ε (`out`'s when given).
     """
     if rule.sam == "sam":  # y + ρ g/(‖g‖+ε₀) in one pass over each part (no separate ε tensor)
         scale = rule.rho / (row_norms(g) + SAM_EPS)
+        if out is not None:
+            return [torch.addcmul(p, q, per_row(scale, q), out=o) for p, q, o in zip(y, g, out)]
         return [torch.addcmul(p, q, per_row(scale, q)) for p, q in zip(y, g)]
+    if out is not None:
+        raise ValueError("sam_point writes into `out` for SAM only")
     if rule.asam_form == "dp-fedsam":
         T = [p.abs() for p in y]
     else:
@@ -441,6 +481,28 @@ def sam_point(y: Sequence[torch.Tensor], g: Sequence[torch.Tensor], rule: LocalR
     Tg = [t * q for t, q in zip(T, g)]
     norm = row_norms(Tg) + SAM_EPS
     return [p + rule.rho * t * tq / per_row(norm, tq) for p, t, tq in zip(y, T, Tg)]
+
+
+# Client counts a compiled gradient is called with: the chunk and the powers of two below it, at most this many in all
+# (below dynamo's recompile limit of 8 graphs per function), so a count that varies (clients that finished their
+# epochs, a sampled subset) pads up to one of them and never compiles more than this many graphs.
+COMPILED_SIZES = 6
+
+
+def compiled_sizes(chunk: int) -> list[int]:
+    """The client counts of the compiled gradient's calls for a run whose chunk is `chunk`, largest first."""
+    powers = [2**k for k in range(chunk.bit_length() - 1, -1, -1) if 2**k < chunk]
+    return ([chunk] + powers)[:COMPILED_SIZES]
+
+
+def padded_size(a: int, chunk: int) -> int:
+    """The smallest of `compiled_sizes(chunk)` that holds `a` clients (a <= chunk)."""
+    return min(size for size in compiled_sizes(chunk) if size >= a) if a < chunk else a
+
+
+def _pad_rows(t: torch.Tensor, size: int) -> torch.Tensor:
+    """The rows of t followed by copies of its last row, `size` rows in all (a contiguous [size, ...] tensor)."""
+    return torch.cat([t, t[-1:].expand(size - t.shape[0], *t.shape[1:])])
 
 
 def dropout_seed(seed: int, round_index: int, first_client: int) -> int:
