@@ -32,7 +32,7 @@ from dfl.engine.validation import validate
 from dfl.models import build_model
 from dfl.network.comm import LocalCommunicator
 from dfl.training.clients import ParamLayout, initial_stack
-from dfl.training.local import LocalTrainer
+from dfl.training.local import LocalTrainer, Proximal
 from tests.helpers import (
     TIMING,
     assert_same_history,
@@ -86,6 +86,18 @@ def test_fedprox_with_mu_zero_is_fedavg_bit_for_bit(changes, device):
     assert_same_history(fedprox.history, fedavg.history, str(changes))
     moved = dfl.run(config.replace(algorithm="fedprox", prox_mu=1.0), data=make_data())
     assert not torch.equal(moved.params, fedavg.params)  # the term is there once μ > 0
+
+
+@pytest.mark.parametrize("optimizer", ["sgd", "adam"])  # SGD's parameter-by-parameter path and the joined rows
+def test_a_shared_anchor_equals_the_same_anchor_on_every_row(optimizer, device):
+    alg, *_ = build(tiny_config(algorithm="fedprox", device=device), make_data(), device)
+    trainer, x, rows = alg.ctx.trainer, alg.X[0].clone(), torch.tensor([0, 2, 5], device=alg.X.device)
+    rule = alg.ctx.rule(0, optimizer=optimizer, clip_grad_norm=0.5)
+    shared, per_row = (trainer.train(alg.X, 0, 0.05, rule, rows=rows, proximal=Proximal(0.7, anchor)).Y
+                       for anchor in (x, x.expand_as(alg.X).clone()))
+    assert torch.equal(shared, per_row)
+    plain = trainer.train(alg.X, 0, 0.05, rule, rows=rows).Y
+    assert not torch.equal(shared, plain) and torch.equal(shared[[1, 3, 4]], plain[[1, 3, 4]])
 
 
 def proximal_reference(model, layout, data, schedule, x, clients, lr, rule, mu):
