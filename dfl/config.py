@@ -81,6 +81,9 @@ DEVICES = ("auto", "cpu", "cuda")
 # how the server weighs them.
 PARTICIPATION_MODES = ("uniform", "bernoulli")
 AGGREGATIONS = ("uniform", "size")
+# FedAdam/FedYogi/FedAdagrad (docs/reference/update-rules.md#fedadam-fedyogi-and-fedadagrad): the paper's form, or a
+# library's convention reproduced exactly
+FEDOPT_FORMS = ("paper", "flower", "torch")
 # Byzantine clients (dfl.network.byzantine): what they send, and the robust rules that combine what is received
 BYZANTINE_ATTACKS = ("sign-flip", "gaussian", "alie", "ipm")
 ROBUST_AGGREGATORS = ("mean", "clipped-gossip", "trimmed-mean", "median", "krum", "centered-clipping")
@@ -208,7 +211,8 @@ class Config:
     algorithm: str = option("dfedsam-mgs", "dpsgd, dfedavg, dfedavgm, dfedsam, dfedsam-mgs, dsgt, dsgt-sam, kgt, "
         "kgt-sam (decentralized) or fedavg, "
         "fedsam, mofedsam, fedcm, scaffold, fedavgsm, fedavglm, fedavglm-z, fedavgslm, fedavgslm-z, domo, domo-s, "
-        "mimelite, feddyn, fedgloss (centralized), or a registered one (dfl list algorithms)")
+        "mimelite, feddyn, fedgloss, fedprox, fedadam, fedyogi, fedadagrad (centralized), or a registered one (dfl "
+        "list algorithms)")
     rho: float | None = option(None, "SAM perturbation radius (unset = the algorithm's default)", interval="[0, inf)")
     sam: str | None = option(None, "SAM variant: sam or asam (unset = the algorithm's default)",
         choices=("sam", "asam"))
@@ -226,8 +230,8 @@ class Config:
         "(each w.p. f)", choices=PARTICIPATION_MODES)
     aggregation: str | None = option(None, "centralized server weights: uniform (1/|S_t|) or size (n_i / sum of n_j)",
         choices=AGGREGATIONS)
-    server_lr: float | None = option(None, "centralized server learning rate (1 = plain averaging)",
-        interval="(0, inf)")
+    server_lr: float | None = option(None, "centralized server learning rate (1 = plain averaging; FedAdam/FedYogi/"
+        "FedAdagrad: the adaptive step eta)", interval="(0, inf)")
     server_momentum: float | None = option(None, "server momentum (FedAvgSM/SLM, DOMO, MimeLite)", interval="[0, 1)")
     fedcm_alpha: float | None = option(None, "FedCM/MoFedSAM weight of the local gradient (1 = FedAvg/FedSAM)",
         interval="[0, 1]")
@@ -236,6 +240,17 @@ class Config:
     fedgloss_beta: float | None = option(None, "FedGLoSS beta (ADMM penalty 1/beta)", interval="(0, inf)")
     server_rho: float | None = option(None, "FedGLoSS server SAM radius (the client radius is --rho)",
         interval="[0, inf)")
+    prox_mu: float | None = option(None, "FedProx proximal coefficient mu: each local objective gains "
+        "mu/2 ||x - x_t||^2 (0 = FedAvg)", interval="[0, inf)")
+    server_beta1: float | None = option(None, "FedAdam/FedYogi/FedAdagrad first-moment decay beta1 of the server "
+        "(0 = no momentum)", interval="[0, 1)")
+    server_beta2: float | None = option(None, "FedAdam/FedYogi second-moment decay beta2 of the server",
+        interval="[0, 1)")
+    server_tau: float | None = option(None, "FedAdam/FedYogi/FedAdagrad adaptivity tau: x += eta m/(sqrt(v) + tau)",
+        interval="(0, inf)")
+    fedopt_form: str | None = option(None, "FedAdam/FedYogi/FedAdagrad: paper (Reddi et al. Alg. 2: v starts at "
+        "tau^2, no bias correction), flower (Flower's: v starts at 0; FedAdam's step bias-corrected with its round "
+        "counter) or torch (fedadam only: torch.optim.Adam, as pfl-research)", choices=FEDOPT_FORMS)
     # SAM radius schedule of every SAM algorithm (rho; FedGLoSS: also server_rho): "constant" or "linear" (None =
     # the algorithm's default: linear for FedGLoSS, constant for the others)
     rho_schedule: str | None = option(None, "SAM radius schedule: constant or linear (ramp from min(0.001, rho) up to "

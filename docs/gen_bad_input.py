@@ -57,6 +57,7 @@ FAMILIES: list[tuple[str, str, list[Case]]] = [
         "dfl run --dataset-options test_fraction=1", "dfl run --partition similarity",
         "dfl run --model mlp --model-options width=3", "dfl run --algorithm-options clip=0.5",
         "dfl run --algorithm-options rho=0.05", "dfl run --algorithm kgt --algorithm-options outer_lr=0",
+        "dfl run --algorithm fedyogi --fedopt-form torch",
         "dfl run --topology hierarchical --topology-options groups=5",
         "dfl run --topology one-peer --topology-options graph=random-k",
         "dfl run --topology random-pull --weights metropolis",

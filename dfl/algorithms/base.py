@@ -93,7 +93,7 @@ from dfl.config import LOCAL_OPTIMIZERS, Config
 from dfl.data import FederatedData
 from dfl.data.sampler import Batch, RoundSchedule
 from dfl.training.adam import AdamState
-from dfl.training.local import LocalResult, LocalRule, Transform
+from dfl.training.local import LocalResult, LocalRule, Proximal, Transform
 from dfl.training.privacy import ClientPrivacy
 
 
@@ -157,7 +157,8 @@ class LocalTraining(Protocol):
     def train(self, X: torch.Tensor, round_index: int | np.ndarray, lr: float, rule: LocalRule,
               momentum: torch.Tensor | None = None,
               transform: Transform | None = None,
-              rows: torch.Tensor | None = None, adam: AdamState | None = None) -> LocalResult:
+              rows: torch.Tensor | None = None, adam: AdamState | None = None,
+              proximal: Proximal | None = None) -> LocalResult:
         """K local steps of `rule` from X for every local client (or the local rows `rows`)."""
         ...
 

@@ -59,6 +59,13 @@ def check_kgt(hp: dict[str, Any]) -> None:
         raise ValueError(f"algorithm_options.outer_lr (K-GT's eta_s) must be > 0, got {hp['outer_lr']}")
 
 
+def check_fedopt_form(hp: dict[str, Any]) -> None:
+    """FedYogi and FedAdagrad take the paper's form or Flower's (`dfl.algorithms.fedopt`); torch is FedAdam's only."""
+    if hp["fedopt_form"] == "torch":
+        raise ValueError("fedopt_form = torch is torch.optim.Adam (pfl-research's FedAdam) and applies only to "
+                         "algorithm = fedadam; fedyogi and fedadagrad take fedopt_form = paper or flower")
+
+
 def _central(hp: dict[str, Any], local_optimizers: tuple[str, ...] = SGD, byzantine: bool = False,
              dp: bool = False) -> AlgorithmCard:
     return AlgorithmCard({**SERVER, **hp}, True, local_optimizers, byzantine=byzantine, dp=dp)
@@ -69,6 +76,8 @@ _FEDCM = {**_FEDAVG, "fedcm_alpha": 0.1}
 _LM = {**_FEDAVG, "momentum": 0.9}
 _SLM = {**_LM, "server_momentum": 0.9}
 _DOMO = {"momentum": 0.9, "server_momentum": 0.9, "server_lr": 1.0, "domo_alpha": 1.0}
+_FEDADAM = {"server_lr": 0.01, "server_beta1": 0.9, "server_beta2": 0.99, "server_tau": 1e-3, "fedopt_form": "paper"}
+_FEDADAGRAD = {"server_lr": 0.1, "server_beta1": 0.0, "server_tau": 1e-3, "fedopt_form": "paper"}
 _TRACKING = {"rho_schedule": "constant", "rho_ramp_rounds": 0, **SAM_VARIANT}  # dsgt, kgt
 
 # name -> ("module:Class", card), in the order `dfl list algorithms` shows them
@@ -107,4 +116,12 @@ BUILTINS: dict[str, tuple[str, AlgorithmCard]] = {
     "fedgloss": ("dfl.algorithms.fedgloss:FedGLoSS", _central({
         **_FEDAVG, "rho": 0.15, **SAM_VARIANT, "server_rho": 0.15, "fedgloss_beta": 10.0,
         "rho_schedule": "linear", "rho_ramp_rounds": 0}, dp=True)),
+    "fedprox": ("dfl.algorithms.fedprox:FedProx",
+                _central({**_FEDAVG, "prox_mu": 0.01}, ADAPTIVE, byzantine=True, dp=True)),
+    "fedadam": ("dfl.algorithms.fedopt:FedAdam", _central(_FEDADAM, ADAPTIVE, byzantine=True, dp=True)),
+    "fedyogi": ("dfl.algorithms.fedopt:FedYogi",
+                AlgorithmCard({**SERVER, **_FEDADAM}, True, ADAPTIVE, check_fedopt_form, byzantine=True, dp=True)),
+    "fedadagrad": ("dfl.algorithms.fedopt:FedAdagrad",
+                   AlgorithmCard({**SERVER, **_FEDADAGRAD}, True, ADAPTIVE, check_fedopt_form, byzantine=True,
+                                 dp=True)),
 }

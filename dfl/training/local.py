@@ -10,6 +10,7 @@ One local step for client i with minibatch ξ (docs/reference/update-rules.md#sa
     g  = ∇f_i(y; ξ)                              plain, or
     g  = ∇f_i(y + ε; ξ),  ε = ρ g₀/(‖g₀‖ + ε₀)    SAM (g₀ = ∇f_i(y; ξ), same ξ; step taken from y)
     ε  = ρ T²g₀/‖T g₀‖,   T = |y| + η_a           ASAM (T on tensors named "weight", 1 elsewhere)
+    g  ← g + μ (y − a)                            a proximal term μ/2 ‖y − a‖² of the loss (FedProx; `Proximal`)
     g  ← transform(g)                             algorithm-specific correction (SCAFFOLD, FedCM, ...)
     g  ← g · min(1, c/‖g‖)                        per-client clipping (c = clip_grad_norm)
     g  ← g + λ y                                  weight decay
@@ -44,6 +45,26 @@ SAM_EPS = 1e-12
 
 # transform(g, y, rows) -> g: a correction of the clients' descent direction (rows = local client ids).
 Transform = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
+
+
+@dataclass(frozen=True)
+class Proximal:
+    """A proximal term μ/2 ‖y − a‖² added to every training client's loss: each step's gradient gains μ (y − a).
+
+    It enters where the loss gradient does (after the SAM gradient, before the transform, clipping, weight decay
+    and momentum or Adam) and is applied parameter by parameter on SGD's fast path, so μ = 0 changes no bit.
+
+    Attributes:
+        mu: μ ≥ 0.
+        anchor: a, `[d]` (the same for every client, e.g. FedProx's global model x_t) or `[m_local, d]` (one per row).
+    """
+
+    mu: float
+    anchor: torch.Tensor
+
+    def rows(self, where: slice | torch.Tensor) -> torch.Tensor:
+        """The anchor of the stack's rows `where`: [d] for a shared anchor, else those rows."""
+        return self.anchor if self.anchor.dim() == 1 else self.anchor[where]
 
 
 @dataclass(frozen=True)
@@ -238,11 +259,13 @@ class LocalTrainer:
         (point,) = sam_point((Xb,), (g,), rule, (self.weight_mask,))
         return self.gradient(point, batch)[0], loss
 
-    def _sgd_step(self, Yb: torch.Tensor, b: torch.Tensor | None, batch: Batch, rule: LocalRule, lr: float):
+    def _sgd_step(self, Yb: torch.Tensor, b: torch.Tensor | None, batch: Batch, rule: LocalRule, lr: float,
+                  proximal: tuple[float, torch.Tensor] | None = None):
         """One SGD step, parameter by parameter, of the rows Yb.
 
         One step of SGD (SAM, clipping, weight decay, heavy-ball momentum; `rule.optimizer == "sgd"`, `rule.sam
         == "sam"`) for the rows Yb with momentum rows b, both updated in place; returns the losses [a] at Yb.
+        `proximal`: (μ, the anchor of these rows, [d] or [a, d]) adds μ (y − anchor) to the gradient.
 
         The same arithmetic as `sam_gradient` + `descent_direction`, element by element, but parameter by parameter
         on the gradients' own tensors and `ParamLayout.split` views of Yb and b: no `cat` joining the gradients into
@@ -256,6 +279,9 @@ class LocalTrainer:
             point = torch.empty_like(Yb)  # [a, d] rows: the same layout as Yb's (one compiled graph for both calls)
             sam_point(ys, g, rule, self.weight_masks, out=self.layout.split(point))
             g = self._rows_grad(point, batch)[0]
+        if proximal is not None:  # + μ (y − a); a [*shape] part of a shared anchor broadcasts over the rows
+            mu, anchor = proximal
+            g = [q.add(y - a, alpha=mu) for q, y, a in zip(g, ys, self.layout.split(anchor))]
         if rule.clip_grad_norm > 0:
             factor = (rule.clip_grad_norm / (row_norms(g) + 1e-6)).clamp(max=1.0)
             g = [q * per_row(factor, q) for q in g]
@@ -281,11 +307,13 @@ class LocalTrainer:
         transform: Transform | None = None,
         rows: torch.Tensor | None = None,
         adam: AdamState | None = None,
+        proximal: Proximal | None = None,
     ) -> LocalResult:
         """K local steps of `rule` from X (not modified), as in the papers' pseudo-code.
 
             for k = 0 .. K−1, for every client i (a chunk of clients per vectorized call):
                 g ← ∇f_i(sam_point(y_i); ξ_{i,k})        (the plain gradient when ρ = 0)
+                g ← g + μ (y_i − a_i)                     (a proximal term of the loss, if any)
                 g ← transform(g)                          (an algorithm's correction, if any)
                 y_i ← y_i − η · direction(g)              (clipping, weight decay, momentum or Adam)
             y_i ← x_i + clip_C(y_i − x_i) + σC ξ_i           (with differential privacy, `privacy`: the release)
@@ -300,6 +328,7 @@ class LocalTrainer:
             rows: local row ids of the clients that train (e.g. the round's sampled clients); None = every row.
                 The other rows, buffers, Adam state and losses are left as they are / 0.
             adam: the clients' kept Adam state (Adam/AdamW rules), updated in place; None = fresh moments.
+            proximal: a proximal term μ/2 ‖y − a‖² of every client's loss (FedProx), or None.
 
         Returns:
             The models, momentum buffers and Adam state after the round, each client's mean loss and step count.
@@ -317,17 +346,19 @@ class LocalTrainer:
             # temporaries per step — on CPU that churn cost more than the arithmetic at 1,000 mlp clients.
             for part, at in state.chunks(batch, chunk):
                 if by_parameter:
-                    loss = self._sgd_step_at(state, at, part, rule, lr)
+                    loss = self._sgd_step_at(state, at, part, rule, lr, proximal)
                 else:
-                    loss = self._rows_step_at(state, at, part, rule, lr, transform)
+                    loss = self._rows_step_at(state, at, part, rule, lr, transform, proximal)
                 state.loss_sum[at.where] += loss.detach()
         state.release(X, self.privacy, schedule.client_ids, round_index)  # with DP: the updates clipped and noised
         return state.result(schedule)
 
-    def _sgd_step_at(self, state: _RoundState, at: _Rows, part: Batch, rule: LocalRule, lr: float) -> torch.Tensor:
+    def _sgd_step_at(self, state: _RoundState, at: _Rows, part: Batch, rule: LocalRule, lr: float,
+                     proximal: Proximal | None) -> torch.Tensor:
         """One `_sgd_step` of the rows `at` of the round's stack (views updated in place, or copies written back)."""
         Yb, b = state.Y[at.where], state.momentum_at(at)
-        loss = self._sgd_step(Yb, b, part, rule, lr)
+        term = None if proximal is None else (proximal.mu, proximal.rows(at.where))
+        loss = self._sgd_step(Yb, b, part, rule, lr, term)
         if not at.is_view:
             state.Y[at.where] = Yb
             if b is not None and state.buf is not None:
@@ -335,10 +366,12 @@ class LocalTrainer:
         return loss
 
     def _rows_step_at(self, state: _RoundState, at: _Rows, part: Batch, rule: LocalRule, lr: float,
-                      transform: Transform | None) -> torch.Tensor:
-        """One step on joined [a, d] rows: SAM/ASAM gradient, the algorithm's transform, `descent_direction`."""
+                      transform: Transform | None, proximal: Proximal | None) -> torch.Tensor:
+        """One step on joined [a, d] rows: SAM/ASAM gradient, proximal term, transform, `descent_direction`."""
         Yb, b = state.Y[at.where], state.momentum_at(at)
         g, loss = self.sam_gradient(Yb, part, rule)
+        if proximal is not None:
+            g = g.add(Yb - proximal.rows(at.where), alpha=proximal.mu)
         if transform is not None:
             g = transform(g, Yb, at.ids)
         step = descent_direction(g, Yb, rule, b, state.adam, at.where)
