@@ -117,7 +117,7 @@ def _run_config(config: Config | None, data, out, overwrite: bool, resume: bool,
         from dfl.models import spec_of
 
         config = config.replace(model=spec_of(model))
-    config = validate(config)
+    config = validate(config, data)  # own data: what depends on the data is checked on it, not on config.dataset
     threads.apply(config.threads)
     return config
 
