@@ -3,7 +3,7 @@
 Gradient trackers with compressed gossip (refused, torch-free); a caller's own data judged by the config's dataset;
 random-k with one-sided weights; hierarchical with sample-count weights; a resumed run's network metrics with a robust
 aggregator; the momentum summary.json records with Adam; `dfl list`'s required options; the server's fields on a
-decentralized algorithm.
+decentralized algorithm; BRIDGE-T's trimmed mean (the neighbours' values only, the receiver's own kept) against numpy.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from dfl import algorithms
 from dfl.config import Config
 from dfl.data import FederatedData, partition_options
 from dfl.errors import ConfigError
+from dfl.network import robust
 from dfl.network import settings as network_settings
 from tests.helpers import ROOT, assert_same_history, interrupted, tiny_config
 
@@ -219,3 +220,60 @@ def test_server_fields_on_a_decentralized_algorithm_are_refused_alike(field, val
                                           rf"{default} or unset"):
         dfl.validate(Config(algorithm="dfedavg", **{field: value}))
     dfl.validate(Config(algorithm="fedavg", **{field: value}))
+
+
+# ------------------------------------------------------------------------------------------------ BRIDGE-T
+def reference_bridge(M: np.ndarray, W: np.ndarray, b: int) -> np.ndarray:
+    """BRIDGE-T per receiver in float64 numpy: trim b of each end of the neighbours' values, average with its own."""
+    out = np.empty_like(M, dtype=np.float64)
+    for i in range(len(W)):
+        neighbours = [j for j in range(len(W)) if j != i and W[i, j] > 0]
+        values = np.sort(M[neighbours].astype(np.float64), axis=0)
+        n = len(neighbours)
+        bi = min(b, n // 2)
+        kept = values[bi:n - bi]
+        out[i] = (M[i] + kept.sum(axis=0)) / (len(kept) + 1)
+    return out
+
+
+IRREGULAR = [("grid", 12, {}), ("star", 7, {}), ("erdos-renyi", 10, {"p": 0.4, "seed": 1}),
+             ("random-regular", 10, {"degree": 4, "seed": 2}), ("ring", 9, {})]
+
+
+@pytest.mark.parametrize("name, n, options", IRREGULAR)
+@pytest.mark.parametrize("b", [0, 1, 2, 3])
+def test_bridge_trimmed_mean_matches_numpy(name, n, options, b):
+    W = topologies.build(name, n, **options).matrix(0)
+    M = torch.randn(n, 6, generator=torch.Generator().manual_seed(b), dtype=torch.float64)
+    hood = robust.Neighbourhoods.of(W, torch.float64, CPU)
+    for rows in (1, 4, n):  # row blocks change nothing
+        out = robust.robust_step(M, hood, "bridge-trimmed-mean", b, rows)
+        np.testing.assert_allclose(out.numpy(), reference_bridge(M.numpy(), W, b), rtol=1e-12, atol=1e-12)
+
+
+def test_bridge_keeps_the_receivers_own_value_where_the_closed_trim_drops_it():
+    W = topologies.build("full", 5).matrix(0)  # every receiver: itself and 4 neighbours
+    M = torch.tensor([[10.0], [1.0], [2.0], [3.0], [4.0]], dtype=torch.float64)
+    hood = robust.Neighbourhoods.of(W, torch.float64, CPU)
+    bridge = robust.robust_step(M, hood, "bridge-trimmed-mean", 1, 5)
+    closed = robust.robust_step(M, hood, "trimmed-mean", 1, 5)
+    assert bridge[0, 0] == pytest.approx((10 + 2 + 3) / 3)  # neighbours 1..4 trimmed to 2, 3; its own 10 kept
+    assert closed[0, 0] == pytest.approx((2 + 3 + 4) / 3)  # over {10, 1, 2, 3, 4}: its own 10 trimmed away
+    isolated = robust.Neighbourhoods.of(np.eye(3), torch.float64, CPU)
+    assert torch.equal(robust.robust_step(M[:3], isolated, "bridge-trimmed-mean", 1, 3), M[:3])
+
+
+def test_bridge_trimmed_mean_defends_a_run_and_keeps_the_rules_refusals():
+    base = dict(RUN, topology="full", clients=12, rounds=4, eval_every=4, algorithm="dfedavg")
+    clean = dfl.run(Config(**base)).history[-1]["test_acc"]
+    attacked = dict(base, byzantine=2, attack="ipm", attack_scale=10.0)
+    broken = dfl.run(Config(**attacked)).history[-1]["test_acc"]
+    defended = dfl.run(Config(**attacked, aggregator="bridge-trimmed-mean")).history[-1]["test_acc"]
+    assert defended > broken + 0.2 and defended > clean - 0.15
+    with pytest.raises(ConfigError, match="aggregator = bridge-trimmed-mean is not a rule of the centralized"):
+        dfl.validate(Config(algorithm="fedavg", aggregator="bridge-trimmed-mean"))
+    with pytest.raises(ConfigError, match="trim = 1 applies to aggregator = trimmed-mean, bridge-trimmed-mean, krum"):
+        dfl.validate(Config(algorithm="dfedavg", aggregator="median", trim=1))
+    with pytest.raises(ConfigError, match="compressor = top-k is not modelled with aggregator = bridge-trimmed-mean"):
+        dfl.validate(Config(algorithm="dfedavg", aggregator="bridge-trimmed-mean", compressor="top-k"))
+    dfl.validate(Config(algorithm="dfedavg", aggregator="bridge-trimmed-mean", trim=1))
