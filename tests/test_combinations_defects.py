@@ -24,7 +24,13 @@ from dfl.data import FederatedData, partition_options
 from dfl.errors import ConfigError
 from dfl.network import robust
 from dfl.network import settings as network_settings
-from tests.helpers import ROOT, assert_same_history, interrupted, tiny_config
+from tests.helpers import (
+    ROOT,
+    assert_same_history,
+    assert_world_of_two_gives_the_single_process_result,
+    interrupted,
+    tiny_config,
+)
 
 CPU = torch.device("cpu")
 TRACKERS = ("dsgt", "dsgt-sam", "kgt", "kgt-sam")
@@ -95,6 +101,14 @@ def test_own_data_is_judged_on_itself_not_on_the_configs_dataset(changes, client
     assert np.isfinite(result.history[-1]["test_loss"])
 
 
+def test_an_own_model_replaces_the_configs_model_unchecked():
+    config = Config(clients=4, rounds=1, model="no_such_package.models:factory", progress=False, threads=1)
+    with pytest.raises(ConfigError, match="no_such_package"):  # the config alone would import it
+        dfl.validate(config)
+    result = dfl.run(config, data=own_data(4), model=torch.nn.Linear(5, 3))
+    assert result.summary["status"] == "completed" and "Linear (instance)" in result.summary["model"]
+
+
 def test_own_data_still_needs_the_configs_client_count():
     with pytest.raises(ConfigError, match="clients = 5 but the given data has 4 clients"):
         dfl.run(Config(clients=5, rounds=1, model="logreg", progress=False), data=own_data(4))
@@ -143,6 +157,17 @@ def test_random_k_column_stochastic_still_needs_push_sum():
     with pytest.raises(ConfigError, match="column-stochastic.*'dsgt' does not mix by push-sum"):
         dfl.validate(Config(topology="random-k", topology_options={"k": 2}, weights="column-stochastic",
                             algorithm="dsgt"))
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_one_sided_random_k_and_hierarchical_sample_count_give_the_single_process_result_in_a_world_of_two(tmp_path):
+    random_k = {"topology": "random-k", "topology_options": {"k": 2}}
+    assert_world_of_two_gives_the_single_process_result(tmp_path, {
+        "row": dict(algorithm="dfedavg", weights="row-stochastic", **random_k),
+        "push-sum": dict(algorithm="dfedsam-mgs", weights="column-stochastic", **random_k),
+        "hierarchical": dict(algorithm="dfedavg", weights="sample-count", topology="hierarchical",
+                             topology_options={"groups": 2})})
 
 
 # ------------------------------------------------------------------------------- hierarchical, sample counts
