@@ -86,7 +86,8 @@ AGGREGATIONS = ("uniform", "size")
 FEDOPT_FORMS = ("paper", "flower", "torch")
 # Byzantine clients (dfl.network.byzantine): what they send, and the robust rules that combine what is received
 BYZANTINE_ATTACKS = ("sign-flip", "gaussian", "alie", "ipm")
-ROBUST_AGGREGATORS = ("mean", "clipped-gossip", "trimmed-mean", "median", "krum", "centered-clipping")
+ROBUST_AGGREGATORS = ("mean", "clipped-gossip", "trimmed-mean", "bridge-trimmed-mean", "median", "krum",
+                      "centered-clipping")
 
 
 def option(default: Any = MISSING, help: str = "", *, factory: Any = None, choices: tuple[str, ...] | None = None,
@@ -312,8 +313,10 @@ class Config:
     attack_scale: float | None = option(None, "the attack's strength: sign-flip s (unset = 1), gaussian std (unset = "
         "1), alie z (unset = Baruch et al.'s z_max), ipm epsilon (unset = 0.1)", interval="(0, inf)")
     aggregator: str = option("mean", "how a client (decentralized) or the server (centralized) combines the models it "
-        "receives: mean, clipped-gossip, trimmed-mean, median, krum, centered-clipping", choices=ROBUST_AGGREGATORS)
-    trim: int | None = option(None, "b of trimmed-mean (drops the b largest and b smallest per coordinate), krum "
+        "receives: mean, clipped-gossip, trimmed-mean, bridge-trimmed-mean, median, krum, centered-clipping",
+        choices=ROBUST_AGGREGATORS)
+    trim: int | None = option(None, "b of trimmed-mean (drops the b largest and b smallest per coordinate; "
+        "bridge-trimmed-mean: of the neighbours' values), krum "
         "(assumes b Byzantine inputs) and adaptive clipped-gossip (clips the b farthest neighbours); unset = the most "
         "Byzantine inputs a receiver has", interval="[0, inf)")
     clip_radius: float | None = option(None, "tau of clipped-gossip (unset = adaptive) and centered-clipping (needed)",

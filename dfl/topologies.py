@@ -481,6 +481,17 @@ def run_options(config) -> dict[str, Any]:
     return options
 
 
+# what a run passes for an option of its weight scheme that topology_options leave unset
+# (`dfl.engine.setup.build_topology`); `dfl list weights` shows it
+RUN_FILLED = {"sizes": "a run passes its partition's training-sample counts"}
+
+
+def weight_options(scheme: str) -> tuple[dict[str, Any], list[str]]:
+    """The options of weight scheme `scheme` with their defaults, and a note per option a run fills in when unset."""
+    options = dict(topologies.weights.OPTIONS.get(scheme, {}))
+    return options, [f"{key} unset: {RUN_FILLED[key]}" for key in options if key in RUN_FILLED]
+
+
 LINK_FAULTS = ("link_failure", "offline")  # Config fields of the unreliable network (dfl.network.faults)
 
 

@@ -70,7 +70,8 @@ FAMILIES: list[tuple[str, str, list[Case]]] = [
      "listed in summary.json as `ignored_options`.", [Case(c) for c in [
         "dfl run --alpha 0.5 --partition-options alpha=0.1", "dfl run --partition-options seed=3",
         "dfl run --data-root data --dataset-options root=/elsewhere", "dfl run --partition iid --alpha 0.5",
-        "dfl run --participation 0.5", "dfl run --link-latency 1", "dfl run --compression 0.1",
+        "dfl run --participation 0.5", "dfl run --aggregation size", "dfl run --link-latency 1",
+        "dfl run --compression 0.1",
         "dfl compare-topologies --algorithms fedavg --dry-run", "dfl spectral-study --algorithm fedavg --dry-run"]]),
     ("Sizes", "Every size a user can make large is checked before anything is allocated, against the memory free "
      "now; the message names the option and the memory it would take (then \", more than the N GiB available\").",
@@ -91,7 +92,8 @@ FAMILIES: list[tuple[str, str, list[Case]]] = [
         "dfl run --offline 0.2 --topology exponential", "dfl run --link-failure 0.5 --link-failure-burst 1.5",
         "dfl run --link-failure 0.2 --algorithm fedavg", "dfl run --stragglers 0.2 --round-deadline 3",
         "dfl run --compressor top-k --compression 1.5", "dfl run --compressor qsgd --compression 0.5",
-        "dfl run --compressor top-k --algorithm fedavg", "dfl run --mode async",
+        "dfl run --compressor top-k --algorithm fedavg", "dfl run --compressor qsgd --algorithm dsgt",
+        "dfl run --mode async",
         "dfl run --mode async --algorithm dfedavg --topology one-peer-exponential",
         "dfl run --precision tf32 --device cpu",
         "dfl run --byzantine 3", "dfl run --byzantine 3 --attack ipm --algorithm scaffold",

@@ -354,4 +354,4 @@ def test_option_of_another_algorithm_is_warned_and_recorded():
     assert result.summary["ignored_options"] == ["feddyn_alpha"]
     assert result.summary["hyperparameters"]["participation"] == 1.0
     with pytest.warns(UserWarning, match="dfedavg does not use participation, aggregation"):
-        run(config(algorithm="dfedavg", aggregation="size", participation=1.0, rounds=1))
+        run(config(algorithm="dfedavg", aggregation="uniform", participation=1.0, rounds=1))  # defaults: warned

@@ -33,6 +33,7 @@ def test_each_algorithm_card_equals_its_class(name):
     assert card.push_sum == cls.push_sum
     assert card.byzantine == cls.byzantine
     assert card.dp == cls.dp
+    assert card.compression == cls.compression
     from dfl.algorithms.base import Algorithm
 
     # the card's check is the class's: none where the class refines nothing, else the function both call

@@ -40,7 +40,7 @@ CUSTOM_OPTIONS = (*CUSTOM_SOURCES, EDGES_ALIAS, "symmetric", "directed", "stocha
 NAMES = (*STATIC, *TIME_VARYING, "hierarchical", "custom")
 # random-k step graphs are irregular (uniform is not doubly stochastic there) and change every step
 # (an optimisation per step would dominate the run), so only the closed-form schemes are offered
-RANDOM_K_SCHEMES = ("metropolis", "max-degree", "lazy")
+RANDOM_K_SCHEMES = ("metropolis", "max-degree", "lazy", "row-stochastic", "column-stochastic", "sample-count")
 # random-pull is a pull graph (in-degree k, out-degrees vary): only the one-sided schemes weigh it
 RANDOM_PULL_SCHEMES = ("row-stochastic", "sample-count", "column-stochastic")
 # the base graph of a one-peer schedule, or a graph of a hierarchical topology: a static built-in
@@ -311,7 +311,7 @@ def build(name: str, n: int | None, weights: str | None = None, **options) -> To
             return sparse_weights(schedule.adjacency_at(step), schedule.directed, scheme, base, name, sizes)
 
         return Topology(name, schedule=schedule, step_matrix=step_matrix, weights=label,
-                        symmetric=name == "random-k", stochastic=kind)
+                        symmetric=name == "random-k" and kind == "doubly", stochastic=kind)
     if name == "full" and kind == "doubly":
         # every scheme averages exactly on K_n: W = a I + (1 - a) J is described by a alone (n^2 entries would
         # not fit at 100,000 clients), and the n(n-1)/2-edge networkx graph is built only if someone asks
@@ -356,20 +356,29 @@ def _one_peer(n: int, graph: object = "exponential", graph_options: object = Non
 
 
 def _build_hierarchical(n: int, weights: str | None, base: str | None, sizes: object, options: dict) -> Topology:
-    if sizes is not None:
-        raise TopologyError("hierarchical does not take sizes: weights='sample-count' is not offered for it")
     parts = _hierarchical_levels(options)
     hierarchy = Hierarchical(n, options.get("groups"))
+    per_client = weights == "sample-count"  # sample counts differ per client: no W_in common to every group
 
     def level(which: str, size: int) -> Topology:
         name, level_options = parts[which]
         lazy_base = {"base": base} if base is not None else {}
-        try:
-            return build(name, size, weights, **level_options, **lazy_base)
+        try:  # sample-count: the level's graph (its support), weighed below on the whole hierarchy
+            return build(name, size, "row-stochastic" if per_client else weights, **level_options, **lazy_base)
         except ValueError as err:
             raise TopologyError(f"hierarchical {which} graph ({name} on {size} clients): {err}") from None
 
     inner, outer = level("inner", hierarchy.size), level("outer", hierarchy.groups)
+    if per_client:  # the scheme on the hierarchy's graph, the support of W_out ⊗ W_in, as on any other graph
+        support = hierarchy.matrix(outer.sparse(0), inner.sparse(0))
+        A = sp.csr_array((support != 0).astype(np.float64))
+        A.setdiag(0.0)
+        A.eliminate_zeros()
+        return Topology("hierarchical", W=sparse_weights(A, False, "sample-count", None, "hierarchical", sizes),
+                        weights="sample-count", symmetric=False, stochastic="row", groups=hierarchy.labels())
+    if sizes is not None:  # sizes go with weights = sample-count only
+        raise TopologyError(f"option sizes (sample counts) applies to weights='sample-count' only, not to "
+                            f"{weights or 'metropolis'!r}")
     if inner.stochastic != outer.stochastic:  # one scheme weighs both, so this cannot happen; keep it explicit
         raise TopologyError("hierarchical: the inner and outer graphs must have the same kind of W")
     return Topology("hierarchical", W=hierarchy.matrix(outer.sparse(0), inner.sparse(0)),

@@ -385,6 +385,10 @@ class Algorithm(ABC):
     # every message is a post-processing of the models Y that `trainer.train` returns (clipped and noised there) and of
     # public values. Not when a client sends gradients, trackers, momentum buffers or its step count K_i.
     dp: ClassVar[bool] = False
+    # Whether compressed gossip (`compressor`, CHOCO-GOSSIP: `dfl.network.choco`) can carry the rounds' gossip: every
+    # gossip step mixes one model-sized stack (the models, or what is trained from them). Not when a step gossips more
+    # (a gradient tracker or correction beside the models): CHOCO keeps one public copy per client, of that one stack.
+    compression: ClassVar[bool] = True
 
     def __init__(self, ctx: Context, X: torch.Tensor):
         self.ctx = ctx

@@ -42,6 +42,7 @@ class AlgorithmCard:
     push_sum: bool = False  # gossips through `Algorithm.mix`: runs on a column-stochastic W (push-sum)
     byzantine: bool = False  # shares only its models: runs with Byzantine clients and robust aggregators
     dp: bool = False  # every message is a post-processing of the trained models Y: takes dp_clip (`Algorithm.dp`)
+    compression: bool = True  # gossips one model-sized stack per step: takes a compressor (`Algorithm.compression`)
 
     def check_hyperparameters(self, hp: dict[str, Any]) -> None:
         """Run the algorithm's own check of its resolved hyperparameters.
@@ -93,11 +94,12 @@ BUILTINS: dict[str, tuple[str, AlgorithmCard]] = {
     "dfedsam-mgs": ("dfl.algorithms.dfedsam:DFedSAMMGS",
                     AlgorithmCard({**_sam(0.01), "momentum": 0.9, "gossip_steps": 4}, False, ADAPTIVE,
                                   push_sum=True, byzantine=True, dp=True)),
-    "dsgt": ("dfl.algorithms.dsgt:DSGT", AlgorithmCard({"rho": 0.0, **_TRACKING})),
-    "dsgt-sam": ("dfl.algorithms.dsgt:DSGTSAM", AlgorithmCard({"rho": 0.01, **_TRACKING})),
-    "kgt": ("dfl.algorithms.kgt:KGT", AlgorithmCard({"rho": 0.0, **_TRACKING, "outer_lr": 1.0}, check=check_kgt)),
+    "dsgt": ("dfl.algorithms.dsgt:DSGT", AlgorithmCard({"rho": 0.0, **_TRACKING}, compression=False)),
+    "dsgt-sam": ("dfl.algorithms.dsgt:DSGTSAM", AlgorithmCard({"rho": 0.01, **_TRACKING}, compression=False)),
+    "kgt": ("dfl.algorithms.kgt:KGT",
+            AlgorithmCard({"rho": 0.0, **_TRACKING, "outer_lr": 1.0}, check=check_kgt, compression=False)),
     "kgt-sam": ("dfl.algorithms.kgt:KGTSAM",
-                AlgorithmCard({"rho": 0.01, **_TRACKING, "outer_lr": 1.0}, check=check_kgt)),
+                AlgorithmCard({"rho": 0.01, **_TRACKING, "outer_lr": 1.0}, check=check_kgt, compression=False)),
     "fedavg": ("dfl.algorithms.fedavg:FedAvg", _central(_FEDAVG, ADAPTIVE, byzantine=True, dp=True)),
     "fedsam": ("dfl.algorithms.fedavg:FedSAM", _central({**_FEDAVG, **_sam(0.1)}, ADAPTIVE, byzantine=True, dp=True)),
     "mofedsam": ("dfl.algorithms.fedcm:MoFedSAM", _central({**_FEDCM, **_sam(0.1)})),

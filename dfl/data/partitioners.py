@@ -33,6 +33,8 @@ from dfl.registry import Registry
 PARTITIONS: Registry = Registry("partition", group="dfl.partitions")
 """Every partition the config field `partition` takes: name -> method f(labels, num_clients, rng, *, options)."""
 USAGE = "f(labels, num_clients, rng, *, option=default, ...) -> one index array per client"
+# options a partition takes from the dataset, never from a config: the natural split (`Dataset.natural_split`)
+FROM_DATASET = ("split",)
 _REQUIRED_HINTS = {  # how to give a built-in's required option
     "similarity": "similarity=s with s in [0, 1]",
     "split": "split=<one index array per client>; only datasets with a natural client split (synthetic) provide one",
@@ -62,8 +64,17 @@ def _method(name: str) -> Any:
 
 
 def partition_options(method: str) -> dict[str, Any]:
-    """The options `method` accepts with their defaults (required ones map to the string "required")."""
-    return signatures.options(_method(method))
+    """The options a config gives `method` (`partition_options`), with their defaults ("required" for one without).
+
+    Its keyword-only parameters, less those the dataset supplies (FROM_DATASET: natural's split), which a run passes
+    itself and refuses from a config.
+    """
+    return {key: value for key, value in signatures.options(_method(method)).items() if key not in FROM_DATASET}
+
+
+def dataset_supplied(method: str) -> list[str]:
+    """The options of partition `method` that the dataset supplies (FROM_DATASET), in its signature's order."""
+    return [key for key in signatures.options(_method(method)) if key in FROM_DATASET]
 
 
 def check_partition_options(method: str, options: dict[str, Any]) -> dict[str, Any]:

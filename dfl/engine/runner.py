@@ -57,7 +57,9 @@ def run(  # over 50 lines by its docstring alone: dfl.run's documentation of eve
 
     Args:
         config: the run's options (default `Config()`).
-        data: the clients' data (`FederatedData`); None builds it from the config.
+        data: the clients' data (`FederatedData`); None builds it from the config. Given, the config's dataset,
+            partition and their options are not used, and what depends on the data is checked on it
+            (`dfl.validate(config, data)`): e.g. more clients than the config's dataset has samples.
         out: the run directory to write (docs/architecture.md#the-run-directory); None writes nothing.
         overwrite: replace an existing run directory.
         comm: a communicator to use as is (not closed): a `dfl.algorithms.base.EngineCommunicator`, e.g. a
@@ -117,7 +119,7 @@ def _run_config(config: Config | None, data, out, overwrite: bool, resume: bool,
         from dfl.models import spec_of
 
         config = config.replace(model=spec_of(model))
-    config = validate(config)
+    config = validate(config, data)  # own data: what depends on the data is checked on it, not on config.dataset
     threads.apply(config.threads)
     return config
 

@@ -12,19 +12,33 @@ a wrong config is refused at once; only a plug-in named by entry point or "packa
 
 from __future__ import annotations
 
-from dfl import algorithms, data, loggers, models, threads, topologies
+from typing import TYPE_CHECKING
+
+from dfl import algorithms, loggers, models, threads, topologies
+from dfl import data as datasets
 from dfl.config import Config
+from dfl.data.types import DataShape
 from dfl.errors import ArgumentError, ConfigError
 from dfl.network import byzantine_settings
 from dfl.network import settings as network
 from dfl.training import privacy_settings as privacy
 from topologies import limits
 
+if TYPE_CHECKING:  # annotations only: a caller's data is already loaded (torch), validation imports none of it
+    from dfl.data import FederatedData
 
-def validate(config: Config) -> Config:
+
+def validate(config: Config, data: FederatedData | None = None) -> Config:
     """Check `config` as a run would, before any work, and return it.
 
     Returning it lets a caller write `config = validate(config)`.
+
+    Args:
+        config: the run's options.
+        data: the clients' own data a run will be given (`dfl.run(config, data=...)`), or None (the run loads the
+            config's dataset). Given, the checks that depend on the data are made on it: the config's dataset,
+            partition and their options (dataset, dataset_options, data_root, partition, partition_options, alpha)
+            are then not used, so not checked, and a round's size is checked against the given data.
     """
     if not isinstance(config, Config):
         raise ArgumentError(f"config must be a dfl.Config (dfl.Config(...), Config.from_toml(path) or "
@@ -33,12 +47,18 @@ def validate(config: Config) -> Config:
     algorithms.check_config(config)
     centralized = algorithms.is_centralized(config.algorithm)
     topologies.check_config(config, centralized, push_sum=algorithms.mixes_by_push_sum(config.algorithm))
-    shape = data.check_config(config)
+    shape = datasets.check_config(config) if data is None else _shape_of(data)
     _check_round_size(config, shape)
     models.check_config(config)
     loggers.check_config(config)
     threads.check_config(config)  # "auto" or N >= 1 (dfl.threads: no torch, so the CLI checks it before torch loads)
     network.check_config(config, centralized)  # link faults, stragglers; compressed gossip; the asynchronous mode
+    if config.compressor != "none" and not algorithms.takes_compression(config.algorithm):
+        raise ConfigError(f"compressor = {config.compressor} is not defined for {config.algorithm!r}, which gossips "
+                          "a tracker or correction beside its models each step, while compressed gossip (CHOCO) keeps "
+                          "one public copy per client, of the models; compressing both is another algorithm (BEER, "
+                          "Zhao et al., NeurIPS 2022), not built in: use compressor = none, or one of "
+                          f"{', '.join(algorithms.compressible_algorithms())}")
     byzantine_settings.check_config(config, centralized, algorithms.accepts_byzantine(config.algorithm),
                                     algorithms.byzantine_algorithms())
     privacy.check_config(config, algorithms.takes_privacy(config.algorithm), algorithms.private_algorithms(),
@@ -47,6 +67,12 @@ def validate(config: Config) -> Config:
         raise ConfigError(f"compressor = {config.compressor} is not modelled in mode = async (CHOCO's public "
                           "copies need every neighbour to see every message in order); use mode = sync")
     return config
+
+
+def _shape_of(data: FederatedData) -> DataShape:
+    """The size of a caller's own data, as a dataset's card states it before loading (`dfl.data.DataShape`)."""
+    return DataShape(train=int(data.sizes.sum()), test=int(data.test_y.shape[0]),
+                     input_shape=tuple(data.input_shape), num_classes=int(data.num_classes))
 
 
 # bytes a round's minibatch schedule keeps per sample a client visits: one row id (int64 at worst;
@@ -100,8 +126,10 @@ def option_owner(key: str) -> str | None:
     """
     tables = (
         ("topology", "topology_options", lambda: ((n, topologies.topology_options(n)) for n in topologies.TOPOLOGIES)),
-        ("dataset", "dataset_options", lambda: ((n, data.DATASETS.card(n).options) for n in data.DATASETS)),
-        ("partition", "partition_options", lambda: ((n, data.partition_options(n)) for n in data.PARTITIONS)),
+        ("dataset", "dataset_options",
+         lambda: ((n, datasets.DATASETS.card(n).options) for n in datasets.DATASETS)),
+        ("partition", "partition_options",
+         lambda: ((n, datasets.partition_options(n)) for n in datasets.PARTITIONS)),
         ("model", "model_options", lambda: ((n, models.MODELS.card(n).options or {}) for n in models.MODELS)),
         ("algorithm", "algorithm_options",
          lambda: ((n, algorithms.option_defaults(algorithms.ALGORITHMS.card(n))) for n in algorithms.ALGORITHMS)),

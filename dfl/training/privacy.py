@@ -8,9 +8,10 @@ releases and public values), trains to y_i and shares, in place of y_i,
 
 the Gaussian mechanism on the round's update clipped to norm C (DP-FedAvg: McMahan et al., ICLR 2018, Algorithm 1
 with per-user clipping; DP-FedSAM: Shi et al., CVPR 2023, Algorithm 1, with the clipping over the whole update).
-Unlike both papers, whose server adds (or each client adds 1/√m of) noise calibrated to the *average* over the round's
-clients, every client here adds the full σC: in decentralized training each neighbour sees each message on its own,
-so each message must carry the guarantee (docs/how-to/differential-privacy.md).
+Unlike both papers, whose server adds noise of std σC to the *sum* of the round's m clipped updates (or each client
+adds σC/√m, whose m-fold sum has std σC; the average then carries σC/m), every client here adds the full σC: in
+decentralized training each neighbour sees each message on its own, so each message must carry the guarantee
+(docs/how-to/differential-privacy.md).
 
 The noise ξ_i of client i's r-th release is drawn from a generator seeded by (seed, i, r) alone, so it does not depend
 on which process holds the client, on which other clients train, or on a resume (the counts r are checkpointed). The
