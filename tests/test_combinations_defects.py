@@ -9,6 +9,7 @@ decentralized algorithm; BRIDGE-T's trimmed mean (the neighbours' values only, t
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 
@@ -240,8 +241,11 @@ def test_dfl_list_requires_only_what_a_run_needs_from_the_user(capsys):
 @pytest.mark.parametrize("field, value, default", [("participation", 0.5, "1.0"), ("aggregation", "size", "uniform"),
                                                    ("participation_mode", "bernoulli", "uniform")])
 def test_server_fields_on_a_decentralized_algorithm_are_refused_alike(field, value, default):
+    registry = algorithms.ALGORITHMS
+    takers = [name for name in registry.names() if field in registry.card(name).hyperparameters]
+    assert {"fedavg", "fedsam", "scaffold"} <= set(takers) and "dfedavg" not in takers
     with pytest.raises(ConfigError, match=rf"^{field} = {value} applies only to the centralized algorithms that take "
-                                          rf"it \(fedavg, fedsam, .*fedgloss\); the decentralized 'dfedavg' .*use "
+                                          rf"it \({re.escape(', '.join(takers))}\); the decentralized 'dfedavg' .*use "
                                           rf"{default} or unset"):
         dfl.validate(Config(algorithm="dfedavg", **{field: value}))
     dfl.validate(Config(algorithm="fedavg", **{field: value}))
