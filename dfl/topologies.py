@@ -658,6 +658,10 @@ def check_config(config, centralized: bool = False, push_sum: bool = False) -> N
         raise ConfigError(f"{fault} = {getattr(config, fault)} needs an undirected topology with doubly stochastic "
                           f"weights, but {what} is not: a failed link would break the balance of W's sums; use an "
                           "undirected topology (ring, grid, ...) with metropolis, max-degree or lazy weights")
+    if config.topology == "matcha" and not centralized and config.aggregator != "mean":
+        raise ConfigError(f"aggregator = {config.aggregator} on topology = matcha: the robust gossip rules weigh each "
+                          "neighbour by W's entries, assuming W >= 0, but MATCHA's W_t = I - alpha L_t has negative "
+                          "self-weights; use aggregator = mean or another topology")
     try:
         if centralized:
             topologies.check("full", config.clients)
