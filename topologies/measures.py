@@ -6,7 +6,8 @@ and the Base-(k+1) graph have ||W_t - J||_2 = 1 at most steps, yet their product
 (`dfl topology compare`):
 
 - `exact_steps`: the steps after which W_{T-1} ... W_0 = J to rounding (||. - J||_2 <= EXACT_TOL): finite-time
-  (exact) consensus; None when it is not reached within two periods (EXACT_SEARCH steps without a period);
+  (exact) consensus; None when it is not reached within two periods, and for a schedule without a period (a
+  random one only contracts geometrically, so it would cross any tolerance eventually);
 - `step_norms`: ||W_t - J||_2 of each step of one period (the first RANDOM_STEPS steps without a period);
 - `period_norm`: ||W_{tau-1} ... W_0 - J||_2, the contraction of one whole period (None without a period);
 - `peers`: the clients each client sends to per step, max and mean over clients and those steps;
@@ -27,7 +28,6 @@ from topologies import spectral
 from topologies.topology import Topology
 
 EXACT_TOL = 1e-12
-EXACT_SEARCH = 64  # steps searched for exact consensus when there is no period
 RANDOM_STEPS = 16  # steps measured of a schedule without a period
 RANDOM_START_LIMIT = 10_000
 RANDOM_START_COLUMNS = 4
@@ -56,9 +56,9 @@ def exact_steps(topology: Topology) -> int | None:
     """The first T with ||W_{T-1} ... W_0 - J||_2 <= EXACT_TOL, searched over two periods (None if never)."""
     if topology.averaging is not None:  # W = a I + (1 - a) J: exact in one step when a = 0, never otherwise
         return (1 if topology.n > 1 else 0) if topology.averaging == 0.0 else None
-    limit = 2 * topology.period if topology.period is not None else EXACT_SEARCH
-    if not topology.is_time_varying:
-        limit = 1  # a static W is exact only if W = J
+    if topology.period is None:  # a random schedule contracts geometrically: below EXACT_TOL is not finite-time
+        return None
+    limit = 2 * topology.period if topology.is_time_varying else 1  # a static W is exact only if W = J
     mats = []
     for T in range(1, limit + 1):
         mats.append(topology.sparse(T - 1))
