@@ -28,15 +28,17 @@ def apply_step(entries, x):
 
 
 # ------------------------------------------------------------------------------------------- Base-(k+1)
-@pytest.mark.parametrize("simple", [False, True], ids=["base", "simple"])
+@pytest.mark.slow  # 8,000 sequences: about 5 s per (k, variant) on a 2-core machine
+@pytest.mark.parametrize(("simple", "largest"), [(False, 1000), (True, 400)], ids=["base", "simple"])
 @pytest.mark.parametrize("k", [1, 2, 3, 4])
-def test_every_n_up_to_1000_averages_exactly_with_at_most_k_peers(k, simple):
-    """For every n <= 1000: each step's clients have <= k peers, rows and columns sum to 1, W_t = W_t^T, the product
-    of one period maps two Gaussian vectors to their means (P = J: (P - J) x = 0 for a random x has probability 0
-    otherwise), and tau <= 2 log_(k+1) n + 2 (the authors' test), all in integers."""
+def test_every_n_up_to_1000_averages_exactly_with_at_most_k_peers(k, simple, largest):
+    """For every n <= 1000 (the simple variant: n <= 400): each step's clients have <= k peers, its rows (so its
+    columns) sum to 1, W_t = W_t^T (y^T W x = x^T W y for Gaussian x, y), the product of one period maps two Gaussian
+    vectors to their means (P = J: (P - J) x = 0 for a random x has probability 0 otherwise), and
+    tau <= 2 log_(k+1) n + 2 (the authors' test) in integers."""
     rng = np.random.default_rng(k)
     b = k + 1
-    for n in range(1, 1001):
+    for n in range(1, largest + 1):
         template = base_graph.simple_base(n, b) if simple else base_graph.base(n, b)
         tau = len(template)
         assert n == 1 or b ** (tau - 2) <= n * n, (n, tau)
@@ -46,10 +48,10 @@ def test_every_n_up_to_1000_averages_exactly_with_at_most_k_peers(k, simple):
             rows, cols, vals = entries
             off = rows != cols
             assert np.bincount(rows[off], minlength=n).max(initial=0) <= k, (n, k)
-            assert np.allclose(np.bincount(rows, weights=vals, minlength=n)[np.unique(rows)], 1.0, atol=1e-14)
-            forward, backward = np.argsort(rows * n + cols), np.argsort(cols * n + rows)  # W_t = W_t^T exactly
-            assert np.array_equal((rows * n + cols)[forward], (cols * n + rows)[backward])
-            assert np.array_equal(vals[forward], vals[backward])
+            sums = np.bincount(rows, weights=vals, minlength=n)
+            assert np.abs(sums[np.bincount(rows, minlength=n) > 0] - 1.0).max() <= 1e-14
+            x, y = X
+            assert abs(vals @ (y[rows] * x[cols]) - vals @ (x[rows] * y[cols])) <= 1e-12 * n
             Y = np.stack([apply_step(entries, y) for y in Y])
         np.testing.assert_allclose(Y, X.mean(axis=1, keepdims=True) * np.ones(n), atol=1e-13, err_msg=f"n={n}")
 
