@@ -197,13 +197,15 @@ def _pair(groups: list[tuple[int, int]], sizes: list[int], starts: np.ndarray, r
     if inner_edges:
         rest = (subgroup_starts[:, None] + np.arange(block - u, dtype=np.int64)[None, :]).ravel()
         full = len(rest) // b
-        if full:
-            rows_, cols_, vals_ = _cliques(rest[: full * b].reshape(full, b))
-            rows.append(rows_), cols.append(cols_), vals.append(vals_)
+        cliques = [rest[: full * b].reshape(full, b)] if full else []
         tail = rest[full * b:]
-        if len(tail) > 1:
-            rows_, cols_, vals_ = _cliques(tail[None, :])
-            rows.append(rows_), cols.append(cols_), vals.append(vals_)
+        if len(tail) > 1:  # a last clique smaller than b; a single client left over stays alone
+            cliques.append(tail[None, :])
+        for members in cliques:
+            rows_, cols_, vals_ = _cliques(members)
+            rows.append(rows_)
+            cols.append(cols_)
+            vals.append(vals_)
     return np.concatenate(rows), np.concatenate(cols), np.concatenate(vals)
 
 
@@ -251,11 +253,11 @@ class BaseGraph(WeightedSchedule):
         self.k = check_k(k, n, self.name)
         b = min(self.k, max(n - 1, 1)) + 1  # k >= n - 1: one step of the whole clique (n is then b-smooth)
         self._template = simple_base(n, b) if simple else base(n, b)
-        self.period = len(self._template)
+        self.period = self.length = len(self._template)
 
     def step_matrix(self, step: int) -> sp.csr_array:
         """W of gossip step `step` (period `period`)."""
-        return step_matrix(self.n, self._template[step % self.period])
+        return step_matrix(self.n, self._template[step % self.length])
 
 
 class SimpleBaseGraph(BaseGraph):

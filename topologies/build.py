@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import networkx as nx
 import numpy as np
@@ -17,7 +19,7 @@ from topologies.topology import Topology
 from topologies.validation import check_connected, check_kind, check_stochastic
 from topologies.weights import KIND, SCHEMES, check_scheme, sparse_weights
 
-STATIC = {
+STATIC: dict[str, tuple[Callable[..., Any], tuple[str, ...]]] = {
     "ring": (graphs.ring, ()),
     "grid": (graphs.grid, ("shape", "periodic")),
     "exponential": (graphs.exponential, ("symmetric", "exponent_base")),
@@ -59,7 +61,7 @@ def matcha(n: int, graph: object = "exponential", graph_options: object = None, 
     return matcha_module.Matcha(_base_adjacency(n, graph, graph_options, "matcha"), budget, seed)
 
 
-TIME_VARYING = {
+TIME_VARYING: dict[str, tuple[Callable[..., Any], tuple[str, ...]]] = {
     "one-peer-exponential": (OnePeerExponential, ()),
     "one-peer": (OnePeer, ("graph", "graph_options")),
     "random-k": (RandomK, ("k", "seed")),

@@ -183,7 +183,7 @@ class EquiDyn(WeightedSchedule):
         self.undirected = undirected
         self.directed = not undirected
         self.M = None if M is None else check_samples(M, self.name)
-        self.shifts = None if M is None else offsets(self.n, self.M, self.seed)
+        self.shifts = None if self.M is None else offsets(self.n, self.M, self.seed)
 
     def draw(self, step: int) -> tuple[int, int]:
         """(a_t, s_t): step `step`'s offset and (OU-EquiDyn) start, from `np.random.default_rng([seed, step])`."""
