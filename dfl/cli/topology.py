@@ -48,7 +48,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
                     "Phi term, the effective number of neighbours and the consensus steps of a topology, or "
                     "of several with 'compare'; for a row- or column-stochastic W (directed graphs) lambda is "
                     "|lambda_2(W)|, lambda^Q the consensus error of Q steps, and sigma_2 and the spread of n*pi "
-                    "(pi: the Perron vector) say how far W is from doubly stochastic. 'draw NAME --out FILE' draws "
+                    "(pi: the Perron vector) say how far W is from doubly stochastic. For time-varying topologies "
+                    "read the steps to exact consensus, ||W_t - J||_2 per step and over a period, the peers per "
+                    "step, the bytes per round and the steps from a random start (topologies.measures). "
+                    "'draw NAME --out FILE' draws "
                     "the graph instead. Undefined values print as '-' (JSON null); infinite ones as inf (JSON "
                     "\"inf\").")
     names = tuple(TOPOLOGIES)  # the built-ins, then registered ones (dfl.topologies)
