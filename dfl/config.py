@@ -264,15 +264,16 @@ class Config:
         "algorithms`), e.g. clip=0.5 (registered algorithms; built-ins take theirs as fields)")
     # topology
     topology: str = option("ring", "communication graph: ring, directed-ring, grid, exponential, full, star, "
-        "hypercube, random-regular, erdos-renyi, one-peer-exponential, one-peer, random-k, random-pull, "
-        "hierarchical, custom, or a registered one (dfl list topologies)")
+        "hypercube, random-regular, erdos-renyi, d-equistatic, u-equistatic, one-peer-exponential, one-peer, "
+        "random-k, random-pull, base-graph, simple-base-graph, od-equidyn, ou-equidyn, matcha, hierarchical, "
+        "custom, or a registered one (dfl list topologies)")
     weights: str | None = option(None, "mixing-weight scheme: metropolis, uniform, max-degree, lazy, fastest, or the "
         "one-sided row-stochastic and sample-count (a biased, weighted consensus; sample counts from the partition "
         "unless sizes= is given) and column-stochastic (push-sum: dfedavg, dfedavgm, dfedsam, dfedsam-mgs) "
         "(unset = metropolis; random-pull: row-stochastic)")
     topology_options: dict[str, Any] = option(factory=dict, help="topology options, e.g. degree=4, p=0.3, k=2, "
         "shape=(4,4), periodic=True, exponent_base=4, centre=3, groups=4, matrix=W.npy (or .csv, .mtx), "
-        "edges=graph.edgelist, sizes=[...] (sample-count)")
+        "edges=graph.edgelist, sizes=[...] (sample-count), M=8, epsilon=0.5, delta=0.1, eta=0.5, budget=0.3")
     # unreliable network (dfl.network.faults): drawn from the seed per gossip step (links, clients) and per round
     link_failure: float = option(0.0, "probability in [0, 1) that a link is down in a gossip step (decentralized "
         "algorithms, undirected topologies; the weights are recomputed on the surviving links)")

@@ -27,12 +27,15 @@ from topologies.weights import LAZY_BASES, SCHEMES
 DEFAULT_COMPARE = ("ring", "grid", "exponential", "full")
 # CLI flag -> build() option; a row gets only the options its topology accepts in `compare` mode
 OPTION_FLAGS = ("degree", "p", "k", "seed", "shape", "periodic", "symmetric", "path", "edges", "matrix",
-                "exponent_base", "centre", "groups", "inner", "outer", "graph", "directed", "stochastic")
+                "exponent_base", "centre", "groups", "inner", "outer", "graph", "directed", "stochastic", "M",
+                "epsilon", "delta", "eta", "budget")
 COLUMNS = (
     ("topology", "topology"), ("n", "n"), ("weights", "weights"), ("degree", "degree min/mean/max"),
     ("lambda", "lambda"), ("spectral_gap", "gap"), ("gossip_lambda", "lambda^Q"), ("stochastic", "W"),
     ("sigma2", "sigma_2"), ("pi_spread", "n*pi min/max"), ("phi", "Phi"), ("effective_neighbors", "n_eff"),
-    ("consensus_steps", "steps"),
+    ("consensus_steps", "steps"), ("exact_steps", "exact"), ("step_norm", "|W_t-J| max"),
+    ("period_norm", "|period-J|"), ("peers", "peers max/mean"), ("bytes_per_round", "bytes/round"),
+    ("random_start_steps", "steps(x0)"),
 )
 COMMANDS = ("compare", "show", "draw")
 
@@ -45,7 +48,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
                     "Phi term, the effective number of neighbours and the consensus steps of a topology, or "
                     "of several with 'compare'; for a row- or column-stochastic W (directed graphs) lambda is "
                     "|lambda_2(W)|, lambda^Q the consensus error of Q steps, and sigma_2 and the spread of n*pi "
-                    "(pi: the Perron vector) say how far W is from doubly stochastic. 'draw NAME --out FILE' draws "
+                    "(pi: the Perron vector) say how far W is from doubly stochastic. For time-varying topologies "
+                    "read the steps to exact consensus, ||W_t - J||_2 per step and over a period, the peers per "
+                    "step, the bytes per round and the steps from a random start (topologies.measures). "
+                    "'draw NAME --out FILE' draws "
                     "the graph instead. Undefined values print as '-' (JSON null); infinite ones as inf (JSON "
                     "\"inf\").")
     names = tuple(TOPOLOGIES)  # the built-ins, then registered ones (dfl.topologies)
@@ -78,15 +84,27 @@ def _analysis_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--gamma", type=float, default=0.951,
                    help="decay for effective neighbours (default 0.951)")
     p.add_argument("--eps", type=float, default=0.1, help="consensus error target for steps (default 0.1)")
+    p.add_argument("--start-eps", dest="start_eps", type=float, default=1e-3,
+                   help="consensus error target for steps(x0), the steps from a random start (default 1e-3)")
+    p.add_argument("--params", type=int, default=1_000_000, metavar="P",
+                   help="model parameters (float32) for bytes/round, all clients' sends in a round (default 1000000)")
 
 
 
 def _option_flags(p: argparse.ArgumentParser) -> None:
     """The built-in topologies' options, one flag each (`OPTION_FLAGS`), and --options for any topology's."""
-    p.add_argument("--seed", type=int, help="seed of random-regular, erdos-renyi, random-k (default 0)")
+    p.add_argument("--seed", type=int,
+                   help="seed of random-regular, erdos-renyi, random-k, EquiTopo, matcha (default 0)")
     p.add_argument("--degree", type=int, help="random-regular degree")
     p.add_argument("--p", type=float, help="erdos-renyi edge probability")
-    p.add_argument("--k", type=int, help="random-k peers per node and step")
+    p.add_argument("--k", type=int,
+                   help="random-k, random-pull: peers per node and step; base-graph: max peers per step")
+    p.add_argument("--M", type=int, help="EquiTopo: the basis matrices drawn (equistatic degree)")
+    p.add_argument("--epsilon", type=float, help="d-/u-equistatic: the bound on ||W - J||_2 (with --delta: M)")
+    p.add_argument("--delta", type=float, help="d-/u-equistatic: the probability the bound fails (the paper's p)")
+    p.add_argument("--eta", type=float, help="od-/ou-equidyn: the weight of the exchanged model (default 0.5)")
+    p.add_argument("--budget", type=float,
+                   help="matcha: expected fraction of the matchings used per step (default 0.5)")
     p.add_argument("--shape", type=int, nargs=2, metavar=("ROWS", "COLS"), help="grid shape")
     p.add_argument("--periodic", action="store_true", default=None, help="grid: wrap around (torus)")
     p.add_argument("--symmetric", action="store_true", default=None,
@@ -97,7 +115,7 @@ def _option_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--groups", type=int, metavar="G", help="hierarchical: number of groups (divides --clients)")
     p.add_argument("--inner", metavar="NAME", help="hierarchical: the graph inside each group (default full)")
     p.add_argument("--outer", metavar="NAME", help="hierarchical: the graph between groups (default ring)")
-    p.add_argument("--graph", metavar="NAME", help="one-peer: the base graph (default exponential)")
+    p.add_argument("--graph", metavar="NAME", help="one-peer, matcha: the base graph (default exponential)")
     p.add_argument("--directed", action="store_true", default=None,
                    help="custom --edges/--path: read each line 'u v' as u -> v")
     p.add_argument("--stochastic", choices=("doubly", "row", "column"),
@@ -160,7 +178,9 @@ def format_table(rows: list[dict]) -> str:
                        enumerate(zip(r, widths))).rstrip() for r in [header, *body]]
     first = rows[0]
     note = (f"Q = {first['Q']} gossip step(s); n_eff at gamma = {first['gamma']}; steps to shrink "
-            f"disagreement by eps = {first['eps']}")
+            f"disagreement by eps = {first['eps']}; exact: steps to exact consensus; |W_t-J| max over one period's "
+            f"steps, |period-J| of their product; bytes/round: all clients, a {first['params']:,}-parameter fp32 "
+            f"model; steps(x0): from a random start to error {first['start_eps']}")
     return "\n".join([note, *lines])
 
 
@@ -184,6 +204,9 @@ def _check_args(args: argparse.Namespace) -> None:
     spectral.check_steps(args.gossip_steps)
     spectral.check_gamma(args.gamma)
     spectral.check_eps(args.eps)
+    spectral.check_eps(args.start_eps)
+    if args.params < 1:
+        raise ConfigError(f"--params must be an integer >= 1 (model parameters), got {args.params}")
     if args.topology == "compare":
         names = args.topologies or list(DEFAULT_COMPARE)
         bad = [t for t in names if t not in TOPOLOGIES or t == "custom"]
@@ -238,7 +261,7 @@ def run(args: argparse.Namespace) -> int:
                 try:
                     rows.append(topology_registry.spectral_summary(
                         name, n, args.weights, gossip_steps=args.gossip_steps, gamma=args.gamma, eps=args.eps,
-                        **_options(args, name, compare)))
+                        start_eps=args.start_eps, params=args.params, **_options(args, name, compare)))
                 except ValueError as err:
                     if not compare:
                         raise
