@@ -67,7 +67,7 @@ def test_every_documented_command_parses(where, argv):
 
 def test_reference_pages_are_current():
     proc = subprocess.run([sys.executable, str(ROOT / "docs" / "gen_reference.py"), "--check"], capture_output=True,
-                          text=True, cwd=ROOT)
+                          text=True)
     assert proc.returncode == 0, proc.stderr
 
 
