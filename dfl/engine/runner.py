@@ -84,17 +84,27 @@ def run(  # over 50 lines by its docstring alone: dfl.run's documentation of eve
         The run's `Result` (every client's parameters on the main process, this process's block elsewhere).
     """
     _check_communicator(comm)
+    callers_threads = threads.torch_threads()  # given back when the run returns: global state left as found
+    try:
+        return _run_in(config, data, out, overwrite, comm, resume, model, callbacks)
+    finally:
+        threads.restore(callers_threads)
+
+
+def _run_in(config, data, out, overwrite: bool, comm, resume: bool, model, callbacks) -> Result:
+    """`run` between the caller's thread count and its restoring: the config, the communicator, the run."""
     config = _run_config(config, data, out, overwrite, resume, model)
     owned: EngineCommunicator | None = None
     if comm is None:
         comm = owned = communicator_from_env(config, config.clients)
+    new = out if isinstance(out, NewDirectory) else None
     try:
-        if isinstance(out, NewDirectory):
-            out = _make_new_directory(out, comm)
+        if new is not None:
+            out = _make_new_directory(new, comm)
         return _run(config, data, out, overwrite, comm, resume, model, callbacks)
     except BaseException as exc:
-        if isinstance(out, NewDirectory) and comm.is_main:
-            out.remove_if_unused()
+        if new is not None and comm.is_main:
+            new.remove_if_unused()
         peer = comm.peer_failure(exc)
         if peer is not None:
             raise peer from exc
