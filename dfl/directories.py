@@ -302,19 +302,29 @@ class NewDirectory:
     stem: str
     parent: str | Path = RUNS
     path: Path | None = None
+    made_parent: bool = False  # whether `make` made `parent` too (removed with the directory when left empty)
 
     def make(self, kind: str) -> Path:
         """Make and mark the directory (`make_new_directory`); its path, also kept in `path`."""
+        self.made_parent = not Path(self.parent).exists()
         self.path = make_new_directory(kind, self.stem, self.parent)
         return self.path
 
     def remove_if_unused(self) -> None:
-        """Remove the directory made by `make` when nothing but its marker is in it (a run that failed in set-up)."""
+        """Remove the directory made by `make` when nothing but its marker is in it (a run that failed in set-up).
+
+        `parent` goes too when `make` made it and nothing else is in it now.
+        """
         if self.path is not None and self.path.is_dir() and not any(
                 entry.name != MARKER for entry in self.path.iterdir()):
             (self.path / MARKER).unlink(missing_ok=True)
             self.path.rmdir()
             self.path = None
+            if self.made_parent:
+                try:
+                    Path(self.parent).rmdir()  # only when empty: another command may have written there since
+                except OSError:
+                    pass
 
     def __str__(self) -> str:
         return str(self.path or Path(self.parent) / f"{safe_stem(self.stem)}-<YYYYmmdd-HHMMSS>")

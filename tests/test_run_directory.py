@@ -280,7 +280,12 @@ def test_a_new_directory_left_unused_is_removed_and_nothing_else(tmp_path):
     new = NewDirectory("a", tmp_path / "runs")
     path = new.make("run")
     new.remove_if_unused()
-    assert not path.exists() and new.path is None
+    assert not path.exists() and new.path is None and not (tmp_path / "runs").exists()  # it made runs/ too
+    (tmp_path / "runs").mkdir()
+    (tmp_path / "runs" / "mine.txt").write_text("")
+    new.make("run")
+    new.remove_if_unused()
+    assert [p.name for p in (tmp_path / "runs").iterdir()] == ["mine.txt"]
     path = new.make("run")
     (path / "summary.json").write_text("{}")
     new.remove_if_unused()

@@ -29,6 +29,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "list": ("dfl.cli.listing", "every algorithm, topology, model, dataset, partition, weight scheme and logger, "
                                 "with options"),
     "landscape": ("dfl.cli.landscape", "2-D loss landscape and top Hessian eigenvalue of a run's final averaged model"),
+    "torchrun": ("dfl.cli.torchrun", "dfl run on N processes of this machine (torchrun), a refusal in one line"),
 }
 COMMAND_MODULES = tuple(dict.fromkeys(module for module, _ in COMMANDS.values()))
 
