@@ -50,6 +50,7 @@ from pathlib import Path
 
 from dfl.errors import FileReadError, OutputPathError, RunDirectoryExists
 from dfl.files import atomic_write_text, check_input_file, file_ancestor, read_json, read_text, read_toml
+from dfl.version import __version__ as dfl_version
 
 MARKER = "dfl-directory.json"
 RUNS = "runs"  # where a command without --out writes (relative to the current directory)
@@ -281,8 +282,6 @@ def claim_directory(path: str | Path, kind: str, *, option: str = "--out", overw
 
 def write_marker(path: str | Path, kind: str) -> None:
     """Write `path`/dfl-directory.json for a `kind` directory."""
-    from dfl import __version__ as dfl_version
-
     created = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
     content = {"kind": kind, "dfl_version": dfl_version, "created": created,
                "written_by_dfl": list(KINDS[kind].files)}

@@ -1,5 +1,6 @@
-"""Ready to publish: the version is written once (dfl.__version__), and the package's metadata, CITATION.cff and the
-marker of the directories dfl writes agree with it; the licence pyproject.toml declares is the LICENSE file's."""
+"""Ready to publish: the version is written once (dfl/version.py, read as dfl.__version__), and the package's
+metadata, CITATION.cff and the marker of the directories dfl writes agree with it; the licence pyproject.toml declares
+is the LICENSE file's."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ def test_the_version_is_written_once_and_read_everywhere():
     project = read_toml(ROOT / "pyproject.toml")
     assert project["project"]["name"] == DISTRIBUTION
     assert "version" not in project["project"] and "version" in project["project"]["dynamic"]
-    assert project["tool"]["setuptools"]["dynamic"]["version"] == {"attr": "dfl.__version__"}
+    assert project["tool"]["setuptools"]["dynamic"]["version"] == {"attr": "dfl.version.__version__"}
     assert re.fullmatch(r"\d+\.\d+\.\d+", dfl.__version__)
     assert importlib.metadata.version(DISTRIBUTION) == dfl.__version__  # the installed metadata reads it
     citation = yaml.safe_load((ROOT / "CITATION.cff").read_text())

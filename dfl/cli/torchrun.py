@@ -31,7 +31,7 @@ def add_parser(subparsers) -> None:
 
 def main(args: argparse.Namespace) -> int:
     """`dfl torchrun`: check the run's config, then launch it; the exit status."""
-    from dfl.cli import _unrecognized, build_parser
+    from dfl.cli import build_parser, unrecognized
     from dfl.cli.run import run_directory, validate_args
     from dfl.engine.validation import validate  # no torch
     from dfl.errors import ConfigError
@@ -42,7 +42,7 @@ def main(args: argparse.Namespace) -> int:
     run_parser = build_parser("run")
     run_args, extra = run_parser.parse_known_args(["run", *args.run_args])
     if extra:  # a wrong flag: the usage of dfl run, the closest flags, exit 2
-        _unrecognized(run_parser, "run", extra)
+        unrecognized(run_parser, "run", extra)
     if getattr(run_args, "resume", None) is None:  # a resumed run's config is its directory's: the ranks check it
         try:
             run_directory(run_args, validate_args(run_args, validate))
