@@ -64,7 +64,7 @@ LOCAL_OPTIMIZER_STATES = ("reset", "keep")
 ADAM_DEFAULTS: dict[str, Any] = {"adam_betas": [0.9, 0.999], "adam_eps": 1e-8, "local_optimizer_state": "reset"}
 
 
-# `name` becomes a directory (runs/<name> by default) and a sweep run's name: letters, digits and . _ - = , only
+# `name` names a directory (runs/<name>-<time> without --out) and a sweep run's name: letters, digits and . _ - = , only
 # (`dfl.workflows.sweep.run_name` builds names such as "algorithm=dfedsam,seed=0"), not starting with "." (no "." / ".."
 # path tricks, no hidden directories), at most MAX_NAME characters (directory names stop at 255 bytes).
 NAME_ALLOWED = 'letters, digits and "._-=,"'
@@ -203,8 +203,9 @@ class Config:
     """
 
     # experiment
-    name: str = option("default", f"run name; the run directory is runs/<name> unless --out is given "
-        f"({NAME_ALLOWED}; not starting with '.'; at most {MAX_NAME} characters)")
+    name: str = option("default", f"run name; without --out the run writes into a new runs/<name>-<YYYYmmdd-HHMMSS> "
+        f"(named after the algorithm while name is 'default') ({NAME_ALLOWED}; not starting with '.'; at most "
+        f"{MAX_NAME} characters)")
     seed: int = option(0, "seed of every random draw (model init, partition, sampling, random topologies); "
         "0 .. 2^63 - 1")
     rounds: int = option(200, "communication rounds to run", interval="[1, inf)")

@@ -117,8 +117,7 @@ def test_validate_imports_no_torch_for_any_built_in():
     changes += [{"compressor": name, "algorithm": "dfedavg"} for name in settings.COMPRESSORS.names()]
     changes += [{"mode": "async", "algorithm": "dfedavg"}, {"clients": 0}, {"algorithm": "DFedSAM"},
                 {"loggers": ["tensorboard"]}, {"partition": "shards"}, {"dataset_options": {"num_samples": 10**9}}]
-    proc = subprocess.run([sys.executable, "-c", NO_TORCH.format(changes=changes)], capture_output=True, text=True,
-                          cwd=ROOT)
+    proc = subprocess.run([sys.executable, "-c", NO_TORCH.format(changes=changes)], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.strip() == "[]"
 

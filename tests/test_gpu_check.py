@@ -26,7 +26,7 @@ KEYS = ["device", "preflight", "paper", "determinism", "syncs", "engine", "memor
 
 def run_check(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True, timeout=600,
-                          cwd=ROOT, env=env)
+                          env=env)
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA: gpu_check would run")

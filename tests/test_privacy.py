@@ -214,8 +214,7 @@ REFUSALS = {
 
 def test_refusals_are_one_line_each_and_come_before_torch_loads():
     cases = list(REFUSALS.values())
-    proc = subprocess.run([sys.executable, "-c", REFUSE.format(cases=cases)], capture_output=True, text=True,
-                          cwd=ROOT)
+    proc = subprocess.run([sys.executable, "-c", REFUSE.format(cases=cases)], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr[-2000:]
     lines = proc.stdout.strip().splitlines()
     assert lines[-1] == "False"  # torch never loaded

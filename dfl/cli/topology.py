@@ -5,6 +5,7 @@ dfl topology show custom --matrix W.npy          # your own W (.npy, .csv, .mtx)
 dfl topology compare --clients 16 32 64 --topologies ring grid exponential full --plot gap.png
 dfl topology show two-cliques --clients 16 --options bridges=2   # a registered topology (dfl.topologies)
 dfl topology draw one-peer --clients 8 --out one-peer.png        # the graph itself, one panel per step
+dfl topology draw ring --clients 8                               # ... into a new runs/topology-ring-<time>.png
 """
 
 from __future__ import annotations
@@ -134,7 +135,8 @@ def _output_flags(p: argparse.ArgumentParser) -> None:
     """What is printed or drawn: a table, JSON, the gap plot, or (draw) the graph's figure."""
     p.add_argument("--json", action="store_true", help="print JSON (a list of rows) instead of a table")
     p.add_argument("--plot", metavar="FILE.png", help="draw the spectral gap against n per topology")
-    p.add_argument("--out", metavar="FILE", help=f"draw: the figure file ({', '.join(drawing.FORMATS)})")
+    p.add_argument("--out", metavar="FILE", help=f"draw: the figure file ({', '.join(drawing.FORMATS)}; default: a "
+                   "new runs/topology-<name>-<YYYYmmdd-HHMMSS>.png)")
     p.add_argument("--steps", type=int, metavar="S",
                    help=f"draw: panels of a time-varying topology (default one period, at most {drawing.STEP_LIMIT})")
     p.add_argument("--layout", choices=drawing.LAYOUTS, default="auto", help="draw: node placement (default auto)")
@@ -224,8 +226,6 @@ def _check_args(args: argparse.Namespace) -> None:
     if args.layout != "auto":
         drawing_flags.append("--layout")
     if args.draw:
-        if args.out is None:
-            raise ConfigError("'dfl topology draw' needs --out FILE (.png, .svg or .pdf)")
         if args.clients is not None and len(args.clients) > 1:
             raise ConfigError("'dfl topology draw' draws one topology: give one --clients N")
         if args.plot or args.json:
@@ -240,6 +240,20 @@ def _check_args(args: argparse.Namespace) -> None:
             check_output_plot(path, option)
 
 
+def _draw(topo, args: argparse.Namespace) -> Path:
+    """Draw into --out, or into a new runs/topology-<name>-<time>.png (reserved empty first, removed on failure)."""
+    from dfl.directories import RUNS, figure_metadata, reserve_new_file
+
+    out = Path(args.out) if args.out is not None else reserve_new_file(f"topology-{args.topology}", ".png", RUNS)
+    try:
+        return drawing.draw(topo, out, steps=args.steps, layout=args.layout,
+                            metadata=figure_metadata(out.suffix.lower().lstrip(".")))
+    except BaseException:
+        if args.out is None and out.is_file() and out.stat().st_size == 0:
+            out.unlink()
+        raise
+
+
 def run(args: argparse.Namespace) -> int:
     """Handler of `dfl topology`: 0 on success, 2 with a message on stderr for bad input."""
     try:
@@ -247,11 +261,7 @@ def run(args: argparse.Namespace) -> int:
         if args.draw:
             n = args.clients[0] if args.clients else None
             topo = topology_registry.analyse(args.topology, n, args.weights, **_options(args, args.topology, False))
-            from dfl.directories import figure_metadata
-
-            path = drawing.draw(topo, args.out, steps=args.steps, layout=args.layout,
-                                metadata=figure_metadata(Path(args.out).suffix.lower().lstrip(".")))
-            print(f"wrote {path}")
+            print(f"wrote {_draw(topo, args)}")
             return 0
         compare = args.topology == "compare"
         names = (args.topologies or list(DEFAULT_COMPARE)) if compare else [args.topology]

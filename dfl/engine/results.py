@@ -101,7 +101,7 @@ def _jsonable(value: Any):
 
 
 class RunDirectory:
-    """`runs/<name>/`.
+    """A run directory: --out, or a new `runs/<name>-<YYYYmmdd-HHMMSS>/` (`dfl.directories.NewDirectory`).
 
     config.toml, metrics.jsonl, summary.json, partition.json, checkpoint.pt, params.pt, and the marker
     `dfl-directory.json` (`dfl.directories`).
