@@ -307,7 +307,12 @@ def spectral_study_main(args: argparse.Namespace) -> int:
     return _execute("spectral-study", sweep, args, args.out or Path("runs") / sweep.name, spectral=True)
 
 
-def _execute(command: str, sweep: Sweep, args: argparse.Namespace, out, spectral: bool = False) -> int:
+def _execute(command: str, sweep: Sweep, args: argparse.Namespace, out, spectral: bool = False,
+             report=None) -> int:
+    """Run (or with --dry-run, list) the sweep into `out`, print its status, then the report; the exit status.
+
+    `report(out, status)` replaces the default report (`dfl report`, or the spectral study's with `spectral`).
+    """
     out = Path(out)
     try:
         launcher = _launcher(sweep, args)
@@ -321,7 +326,7 @@ def _execute(command: str, sweep: Sweep, args: argparse.Namespace, out, spectral
             return 0
         entries = run_sweep(sweep, out, retry_diverged=getattr(args, "retry_diverged", False), launcher=launcher)
         if launcher.kind != "local":
-            return _submitted(command, launcher, out, args, spectral)
+            return _submitted(command, launcher, out, args, spectral, report)
     except (*REFUSED, OSError) as exc:  # OSError: a directory that cannot be made or written (permissions, disk)
         return _error(command, exc)
     except SweepInterrupted as exc:  # the workers are stopped; their checkpoints stay
@@ -333,10 +338,10 @@ def _execute(command: str, sweep: Sweep, args: argparse.Namespace, out, spectral
         return 130
     print(format_status(entries))
     status = 1 if any(e["status"] == "failed" for e in entries) else 0
-    return _report(command, out, args, spectral, status)
+    return report(out, status) if report is not None else _report(command, out, args, spectral, status)
 
 
-def _submitted(command: str, launcher, out: Path, args: argparse.Namespace, spectral: bool) -> int:
+def _submitted(command: str, launcher, out: Path, args: argparse.Namespace, spectral: bool, report=None) -> int:
     """After a submitit submission: the status table; with --wait, wait for the jobs first, then the report."""
     if not getattr(args, "wait", False):
         print(format_sweep_status(sweep_status(out)))
@@ -347,7 +352,8 @@ def _submitted(command: str, launcher, out: Path, args: argparse.Namespace, spec
     sync_entries(out)
     rows = sweep_status(out)
     print(format_sweep_status(rows))
-    return _report(command, out, args, spectral, 1 if any(r["state"] == "failed" for r in rows) else 0)
+    status = 1 if any(r["state"] == "failed" for r in rows) else 0
+    return report(out, status) if report is not None else _report(command, out, args, spectral, status)
 
 
 def _report(command: str, out: Path, args: argparse.Namespace, spectral: bool, status: int) -> int:
