@@ -312,7 +312,7 @@ class Config:
     dataset_options: dict[str, Any] = option(factory=dict, help="dataset options, e.g. num_samples=4000 seed=42 "
         "test_fraction=0.2")
     partition: str = option("dirichlet", "how the train set is split among clients: iid, dirichlet, dirichlet-class, "
-        "shards, similarity, natural, or a registered one (dfl list partitions)")
+        "shards, pathological, similarity, natural, or a registered one (dfl list partitions)")
     alpha: float | None = option(None, "Dirichlet concentration (dirichlet partitions only; unset = 0.3)",
         interval="(0, inf)")
     partition_options: dict[str, Any] = option(factory=dict, help="partition options, e.g. shards_per_client=2")

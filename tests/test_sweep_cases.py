@@ -49,7 +49,8 @@ def test_spec_round_trips_through_its_toml():
     ({"cases": {"algorithm": {"a": {"lr": 0.1}}}}, r"\[cases.algorithm\]: algorithm is a Config field"),
     ({"cases": {"method": {}}}, r"\[cases.method\] must hold at least one case"),
     ({"cases": {"method": {"a": 3}}}, r"\[cases.method.a\] must be a table of Config fields"),
-    ({"cases": {"method": {"a": {"lerning_rate": 0.1}}}}, r"\[cases.method.a\]: unknown Config field\(s\) lerning_rate"),
+    ({"cases": {"method": {"a": {"lerning_rate": 0.1}}}},
+     r"\[cases.method.a\]: unknown Config field\(s\) lerning_rate"),
     ({"cases": {"method": {"a": {"rounds": 3}}}}, r"field rounds in both \[base\] and \[cases.method.a\]"),
     ({"cases": {"method": {"a": {"seed": 3}}}}, r"field seed in both \[vary\] and \[cases.method.a\]"),
     ({"cases": {"m": {"a": {"lr": 0.1}}, "n": {"b": {"lr": 0.2}}}}, r"field lr set by both case axes \[cases.m\] "

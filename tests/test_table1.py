@@ -21,6 +21,7 @@ from dfl.report.paper_table import expected_time, gpu_throughput, paper_tables, 
 from dfl.report.runs import load_runs
 from dfl.workflows.reproduce import METHODS, SPLITS, table1_sweep
 from dfl.workflows.sweep import SweepError, read_entries
+from tests.test_presets import write_batch
 
 pytestmark = pytest.mark.timeout(300)  # hang guard only
 
@@ -227,6 +228,11 @@ def test_written_report_has_both_tables_the_csv_and_the_time(table_dir):
         ("dfedavg", "Dirichlet 0.3", "2"), ("dfedavg", "Pathological 2", "1"), ("fedavg", "Dirichlet 0.3", "1"),
         ("fedavg", "Pathological 2", "2")]
     assert float(rows[3]["gap_mean"]) == pytest.approx(0.34) and float(rows[3]["averaged_test_mean"]) == 0.7
+    per_run = list(csv.DictReader(files["table1_runs.csv"].open()))
+    assert [(r["method"], r["split"], r["seed"], r["status"]) for r in per_run][:3] == [
+        ("dfedavg", "Dirichlet 0.3", "0", "completed"), ("dfedavg", "Dirichlet 0.3", "1", "completed"),
+        ("dfedavg", "Pathological 2", "0", "failed")]
+    assert (float(per_run[0]["train"]), float(per_run[0]["test"]), float(per_run[0]["wall_seconds"])) == (0.9, 0.7, 6)
 
 
 def test_gpu_projection_from_a_gpu_check_report(tmp_path):
@@ -252,22 +258,48 @@ def test_gpu_projection_from_a_gpu_check_report(tmp_path):
 
 # ---------------------------------------------------------------------------------------------- end to end
 @pytest.mark.slow
-def test_quick_end_to_end_then_a_second_invocation_skips_every_run(tmp_path, capsys):
+def test_quick_end_to_end_then_a_new_method_runs_alone_and_a_rerun_skips_everything(tmp_path, capsys):
+    """As DisPFL's row will be added: the same command with one more method runs only that method's runs."""
     out = tmp_path / "t1"
-    argv = ["reproduce", "dfedsam-table1", "--quick", "--methods", ",".join(SEVEN), "--splits", "dir0.3,path2",
-            "--out", str(out)]
-    assert main(argv) == 0
+    argv = ["reproduce", "dfedsam-table1", "--quick", "--splits", "dir0.3,path2", "--out", str(out), "--methods"]
+    assert main([*argv, ",".join(SEVEN[:-1])]) == 0
+    assert "| dfedsam-mgs | not run |" in capsys.readouterr().out  # a method of the table without runs yet
+    mtimes = {p: p.stat().st_mtime_ns for p in (out / "runs").rglob("*") if p.is_file()}
+    assert main([*argv, ",".join(SEVEN)]) == 0
     printed = capsys.readouterr().out
     assert "| dfedsam-mgs | " in printed and "Pathological 2 gap" in printed
     entries = read_entries(out)
     assert len(entries) == 7 * 2 and {e["status"] for e in entries} == {"completed"}
+    assert {e["name"] for e in entries if e["action"] == "started"} == {
+        "method=dfedsam-mgs,split=dir0.3,seed=0", "method=dfedsam-mgs,split=path2,seed=0"}
+    assert {p: p.stat().st_mtime_ns for p in mtimes} == mtimes  # the finished runs untouched
     table = (out / "report" / "table1.md").read_text()
     tables = table.split("## Time")[0]
     assert "not run" not in tables and "—" not in tables
     rows = list(csv.DictReader((out / "report" / "table1.csv").open()))
     assert len(rows) == 14 and all(0 <= float(r["test_mean"]) <= 1 for r in rows)
-    mtimes = {p: p.stat().st_mtime_ns for p in (out / "runs").rglob("*") if p.is_file()}
-    assert main(argv) == 0
+    assert main([*argv, ",".join(SEVEN)]) == 0
     assert {e["action"] for e in read_entries(out)} == {"skipped"}
-    assert {p: p.stat().st_mtime_ns for p in (out / "runs").rglob("*") if p.is_file()} == mtimes
-    assert (out / "report" / "table1.md").read_text().split("## Time")[0] == table.split("## Time")[0]
+    assert (out / "report" / "table1.md").read_text().split("## Time")[0] == tables
+
+
+@pytest.mark.slow
+def test_full_runs_on_cifar_files_shrunk_by_set(tmp_path):
+    """--full end to end on tiny CIFAR-10/100 files in the official format: both datasets, a centralized and a
+    decentralized method (a small model and 10 clients by --set)."""
+    root = tmp_path / "cifar"
+    for i in range(1, 6):  # 5 x 20 = 100 train images, 10 per class
+        write_batch(root / "cifar-10-batches-py" / f"data_batch_{i}", 20, b"labels", 10, i)
+    write_batch(root / "cifar-10-batches-py" / "test_batch", 20, b"labels", 10, 9)
+    write_batch(root / "cifar-100-python" / "train", 400, b"fine_labels", 100, 1)
+    write_batch(root / "cifar-100-python" / "test", 100, b"fine_labels", 100, 2)
+    out = tmp_path / "full"
+    assert main(["reproduce", "dfedsam-table1", "--full", "--data-root", str(root), "--methods", "fedsam,dfedsam-mgs",
+                 "--splits", "dir0.6", "--seeds", "1", "--rounds", "1", "--set", "model=logreg", "--set", "clients=10",
+                 "--set", "topology_options.k=3", "--set", "local_test_fraction=0.3", "--out", str(out)]) == 0
+    rows = list(csv.DictReader((out / "report" / "table1_runs.csv").open()))
+    assert sorted((r["dataset"], r["method"], r["status"]) for r in rows) == [
+        ("cifar10", "dfedsam-mgs", "completed"), ("cifar10", "fedsam", "completed"),
+        ("cifar100", "dfedsam-mgs", "completed"), ("cifar100", "fedsam", "completed")]
+    text = (out / "report" / "table1.md").read_text()
+    assert "### cifar10" in text and "### cifar100" in text

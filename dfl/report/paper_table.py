@@ -7,10 +7,10 @@ personalized pair every method has, each client's own model on its own training 
 from `personal_train_eval`) and on its own local test set (`personal_acc_mean`, from `local_test_fraction`); the
 averaged model on a training subset and on the test set (`train_acc`, `test_acc`) is the second table.
 
-`write_paper_table(PATH)` writes `table1.md` (the tables, the runs not completed, the time) and `table1.csv` (one
-row per dataset, method and split) into PATH/report/. `expected_time` says how long a sweep takes on this machine
-from its finished runs' measured wall time, and on one GPU from `benchmarks/gpu_check.py`'s throughput figure when
-one has been measured.
+`write_paper_table(PATH)` writes `table1.md` (the tables, the runs not completed, the time), `table1.csv` (one
+row per dataset, method and split) and `table1_runs.csv` (one row per run) into PATH/report/. `expected_time`
+says how long a sweep takes on this machine from its finished runs' measured wall time, and on one GPU from
+`benchmarks/gpu_check.py`'s throughput figure when one has been measured.
 """
 
 from __future__ import annotations
@@ -177,6 +177,7 @@ def write_paper_table(path: str | Path, out: str | Path | None = None, *, method
         doc.add("## Time\n\n" + "\n".join(time_lines) + "\n")
     doc.write("table1.md")
     doc.add_file("table1.csv", _write_csv(doc.out_dir / "table1.csv", doc.runs))
+    doc.add_file("table1_runs.csv", _write_runs_csv(doc.out_dir / "table1_runs.csv", doc.runs))
     return doc.written()
 
 
@@ -195,6 +196,21 @@ def _write_csv(path: Path, runs: list[RunRecord]) -> Path:
             for stat in (cell.train, cell.test, cell.gap):
                 row += [stat.mean, stat.std, stat.n]
         rows.append(row)
+    return write_csv(path, header, rows)
+
+
+def _write_runs_csv(path: Path, runs: list[RunRecord]) -> Path:
+    """One row per run: dataset, method, split, seed, status, both tables' final train and test, its wall time."""
+    header = ["dataset", "method", "split", "seed", "status", "train", "test", "averaged_train", "averaged_test",
+              "rounds_completed", "wall_seconds", "run"]
+    rows = []
+    for run in sorted(runs, key=lambda r: (str(r.config.get("dataset")), str(r.config.get("algorithm")),
+                                           split_of(r.config)[0], r.seed)):
+        final = run.final or {}
+        rows.append([run.config.get("dataset"), run.config.get("algorithm"), split_of(run.config)[1], run.seed,
+                     run.status, *(as_number(final.get(k)) for k in (PERSONAL.train, PERSONAL.test, AVERAGED.train,
+                                                                        AVERAGED.test)),
+                     run.summary.get("rounds_completed"), as_number(run.summary.get("wall_seconds")), run.name])
     return write_csv(path, header, rows)
 
 
