@@ -21,7 +21,6 @@ from dfl.cli.sweep import (
     _names,
     _out_refused,
 )
-from dfl.errors import ConfigError
 from dfl.workflows.reproduce import FULL_DATASETS, METHODS, SPLITS, STUDIES, table1_sweep
 
 GPU_REPORTS = "benchmarks/results/gpu_report*.json"  # where benchmarks/gpu_check.py's reports are kept
@@ -72,7 +71,7 @@ def reproduce_main(args: argparse.Namespace) -> int:
         sweep = table1_sweep(full=args.full, quick=args.quick, methods=args.methods, splits=args.splits,
                              seeds=args.seeds, datasets=args.datasets, data_root=args.data_root,
                              rounds=args.rounds, overrides=dict(args.overrides))
-    except (*REFUSED,) as exc:
+    except REFUSED as exc:
         return _error(command, exc)
     out = Path(args.out or Path("runs") / sweep.name)
     methods = list(sweep.cases["method"])
@@ -119,7 +118,7 @@ def _table(command: str, sweep, out: Path, args: argparse.Namespace, methods: li
             files = write_paper_table(out, methods=methods, seeds=len(sweep.vary["seed"]), planned=_planned(sweep),
                                       parallel=parallel, gpu=_gpu_figure(args),
                                       title=f"DFedSAM Table 1 ({sweep.name})")
-    except (*REFUSED, OSError, ConfigError) as exc:
+    except (*REFUSED, OSError) as exc:
         print(f"dfl {command}: error: writing the report failed: {exc}", file=sys.stderr)
         return 1
     for message in dict.fromkeys(str(w.message) for w in caught):
