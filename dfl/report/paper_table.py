@@ -288,8 +288,8 @@ def expected_time(planned: list[dict[str, Any]], runs: list[RunRecord], parallel
     else:
         note = f"; {', '.join(sorted(guessed))} from the other methods' time per round" if guessed else ""
         lines.append(f"- Expected on {host}: {total / 60 / parallel:.1f} min for the whole table "
-                     f"({total / 60:.1f} min of run time over {parallel} worker(s){note}; measured wall time of "
-                     "finished runs, on a machine other jobs may share).")
+                     f"({total / 60:.1f} min of run time over {parallel} worker(s){note}; each run's own measured "
+                     "wall time, without the start of a worker process, on a machine other jobs may share).")
     if gpu is None:
         lines.append("- Projected on one GPU: no GPU measurement yet (benchmarks/gpu_check.py's throughput step has "
                      "not run on a GPU).")
