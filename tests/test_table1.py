@@ -221,8 +221,9 @@ def test_written_report_has_both_tables_the_csv_and_the_time(table_dir):
     assert "- Projected on one GPU: no GPU measurement yet" in text
     # none of the planned runs finished: fedavg at its measured 0.6 s a round, dfedsam (unmeasured) at the 0.6 s of
     # all finished runs: 3 x 10 rounds x 0.6 s = 0.3 min over 2 workers
-    assert "- Runs: 3; 0 finished" in text
-    assert "0.1 min for the whole table (0.3 min of run time over 2 worker(s); dfedsam from the other methods" in text
+    assert "- Runs: 3; 0 finished" in text and "Still to run" not in text
+    assert ("0.1 min for the whole table (the runs' measured time; dfedsam from the other methods' time per round "
+            "+ the workers' start (not measured by this invocation), over 2 worker(s)") in text
     rows = list(csv.DictReader(files["table1.csv"].open()))
     assert [(r["method"], r["split"], r["runs"]) for r in rows] == [
         ("dfedavg", "Dirichlet 0.3", "2"), ("dfedavg", "Pathological 2", "1"), ("fedavg", "Dirichlet 0.3", "1"),
@@ -303,3 +304,48 @@ def test_full_runs_on_cifar_files_shrunk_by_set(tmp_path):
         ("cifar100", "dfedsam-mgs", "completed"), ("cifar100", "fedsam", "completed")]
     text = (out / "report" / "table1.md").read_text()
     assert "### cifar10" in text and "### cifar100" in text
+
+
+# ---------------------------------------------------------------------------------------------- the docs page
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_study_page_numbers_are_generated_from_the_committed_results():
+    """docs/study-table1.md's Results block is what docs/gen_table1.py makes of the committed per-run CSV."""
+    proc = subprocess.run([sys.executable, str(ROOT / "docs" / "gen_table1.py"), "--check"], capture_output=True,
+                          text=True, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr
+
+
+def test_orderings_verdicts_follow_the_paired_test(tmp_path, monkeypatch):
+    sys.path.insert(0, str(ROOT / "docs"))
+    try:
+        import gen_table1
+    finally:
+        sys.path.remove(str(ROOT / "docs"))
+    runs = {("dfedsam", "IID"): {0: (0.9, 0.80), 1: (0.9, 0.82), 2: (0.9, 0.81)},
+            ("dfedavgm", "IID"): {0: (0.9, 0.70), 1: (0.9, 0.71), 2: (0.9, 0.72)},
+            ("dfedavg", "IID"): {0: (0.9, 0.60), 1: (0.9, 0.90), 2: (0.9, 0.70)}}
+    assert gen_table1.laptop_verdict(runs, "dfedsam", "dfedavgm", "test", "IID") == "+10.0 **holds**"
+    assert gen_table1.laptop_verdict(runs, "dfedavgm", "dfedsam", "test", "IID") == "-10.0 **fails**"
+    assert gen_table1.laptop_verdict(runs, "dfedavgm", "dfedavg", "test", "IID") == "-2.3 inconclusive"
+    assert gen_table1.laptop_verdict(runs, "dfedsam", "dispfl", "test", "IID") == "not run"
+    # gap: dfedsam's train - test is 0.09 on average, dfedavgm's 0.19: dfedsam's is smaller, the ordering holds
+    assert gen_table1.laptop_verdict(runs, "dfedsam", "dfedavgm", "gap", "IID").endswith("**holds**")
+    assert gen_table1.paper_verdict("dfedsam-mgs", "dfedsam", "test") == "✓ ✓ ✓ ✓ ✓ ✓"
+    assert gen_table1.paper_verdict("dfedavg", "dpsgd", "test") == "✓ ✓ ✓ ✗ ✓ ✓"  # CIFAR-100 Dir 0.3: 27.62 < 27.98
+
+
+def test_time_of_a_partly_run_table_says_what_is_left(table_dir):
+    runs = load_runs(table_dir)
+    planned = [r.config for r in runs if r.finished] + [Config(algorithm="dfedavg", rounds=20, name="new").to_dict()]
+    started = [r.config["name"] for r in runs if r.finished][:4]
+    lines = expected_time(planned, runs, 2, None, invocation=(started, 15.0))
+    # 5 finished runs of 6 s; the new one: dfedavg's measured 0.6 s a round x 20 rounds = 12 s. The invocation ran 4
+    # runs (24 s of run time) in 15 s on 2 workers: (2 x 15 - 24) / 4 = 1.5 s a run to start its worker
+    assert lines[0] == "- Runs: 6; 5 finished, whose measured time adds up to 0.5 min (each run in its worker, " \
+                       "set-up included)."
+    assert lines[1] == "- This invocation ran 4 of them in 0.2 min, 2 at once: 1.5 s per run went to starting its " \
+                       "worker process (elapsed x workers - the runs' time)."
+    assert lines[2].split(": ", 1)[1].startswith("0.4 min for the whole table")  # (42 + 6 x 1.5) / 2 = 25.5 s
+    assert lines[3] == "- Still to run: 1 runs, about 0.1 min."  # (12 + 1.5) / 2 s

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 import warnings
 from pathlib import Path
 
@@ -22,6 +23,7 @@ from dfl.cli.sweep import (
     _out_refused,
 )
 from dfl.workflows.reproduce import FULL_DATASETS, METHODS, SPLITS, STUDIES, table1_sweep
+from dfl.workflows.sweep import read_entries
 
 GPU_REPORTS = "benchmarks/results/gpu_report*.json"  # where benchmarks/gpu_check.py's reports are kept
 
@@ -75,9 +77,11 @@ def reproduce_main(args: argparse.Namespace) -> int:
         return _error(command, exc)
     out = Path(args.out or Path("runs") / sweep.name)
     methods = list(sweep.cases["method"])
+    began = time.perf_counter()
 
     def report(out_dir: Path, status: int) -> int:
-        return _table(command, sweep, out_dir, args, methods, status)
+        started = [e["name"] for e in read_entries(out_dir) if e.get("action") in ("started", "resumed")]
+        return _table(command, sweep, out_dir, args, methods, status, (started, time.perf_counter() - began))
 
     status = _execute(command, sweep, args, out, report=report)
     return _dry_time(sweep, args, out) if args.dry_run and status == 0 else status
@@ -97,15 +101,16 @@ def _planned(sweep) -> list[dict]:
 def _dry_time(sweep, args: argparse.Namespace, out: Path) -> int:
     """--dry-run: the time the table takes, from the runs under `out` so far (none: not measured), writing nothing."""
     from dfl.report import find_run_dirs, load_runs
-    from dfl.report.paper_table import expected_time
+    from dfl.report.paper_table import expected_time, run_seconds
 
     parallel = sweep.parallel if args.parallel is None else args.parallel
     runs = load_runs(out) if out.is_dir() and find_run_dirs(out) else []
-    print("\n".join(expected_time(_planned(sweep), runs, parallel, _gpu_figure(args))))
+    print("\n".join(expected_time(_planned(sweep), runs, parallel, _gpu_figure(args), run_seconds(out, runs))))
     return 0
 
 
-def _table(command: str, sweep, out: Path, args: argparse.Namespace, methods: list[str], status: int) -> int:
+def _table(command: str, sweep, out: Path, args: argparse.Namespace, methods: list[str], status: int,
+           invocation: tuple[list[str], float]) -> int:
     """Write OUT/report/table1.md and table1.csv and print the table; `status`, or 1 if the report failed."""
     if args.no_report:
         return status
@@ -116,7 +121,7 @@ def _table(command: str, sweep, out: Path, args: argparse.Namespace, methods: li
         with warnings.catch_warnings(record=True) as caught:  # e.g. a run's unreadable file: one line naming it
             warnings.simplefilter("always")
             files = write_paper_table(out, methods=methods, seeds=len(sweep.vary["seed"]), planned=_planned(sweep),
-                                      parallel=parallel, gpu=_gpu_figure(args),
+                                      parallel=parallel, gpu=_gpu_figure(args), invocation=invocation,
                                       title=f"DFedSAM Table 1 ({sweep.name})")
     except (*REFUSED, OSError) as exc:
         print(f"dfl {command}: error: writing the report failed: {exc}", file=sys.stderr)

@@ -27,7 +27,7 @@ from dfl.errors import FileReadError
 from dfl.files import read_json
 from dfl.report.document import ReportDocument
 from dfl.report.metrics import as_number
-from dfl.report.runs import RunRecord
+from dfl.report.runs import RunRecord, sweep_entries
 from dfl.report.settings import Stat
 from dfl.report.tables import NOT_COMPLETED_MARK, markdown_table, write_csv
 
@@ -146,7 +146,8 @@ def paper_tables(runs: list[RunRecord], metrics: TableMetrics = PERSONAL, method
 def write_paper_table(path: str | Path, out: str | Path | None = None, *, methods: list[str] | None = None,
                       seeds: int | None = None, title: str = "Table 1 of the DFedSAM paper",
                       planned: list[dict[str, Any]] | None = None, parallel: int = 1,
-                      gpu: dict[str, Any] | None = None) -> dict[str, Path]:
+                      gpu: dict[str, Any] | None = None,
+                      invocation: tuple[list[str], float] | None = None) -> dict[str, Path]:
     """Write table1.md and table1.csv of the runs under `path` into `out` (default PATH/report/).
 
     Args:
@@ -158,12 +159,14 @@ def write_paper_table(path: str | Path, out: str | Path | None = None, *, method
         planned: the configs (as dicts) of every run of the sweep: adds the Time section (`expected_time`).
         parallel: the runs at once, for the Time section.
         gpu: a GPU throughput figure (`read_gpu_figure`) for the Time section's projection.
+        invocation: the runs the command just started and its elapsed seconds, for the Time section.
 
     Returns:
         Name -> written file.
     """
     doc = ReportDocument.open(path, out, title)
-    time_lines = None if planned is None else expected_time(planned, doc.runs, parallel, gpu)
+    time_lines = None if planned is None else expected_time(planned, doc.runs, parallel, gpu,
+                                                            run_seconds(path, doc.runs), invocation)
     for metrics in (PERSONAL, AVERAGED):
         doc.add(f"## Accuracy (%) of {metrics.title}\n\n{metrics.description} Mean ± sample standard deviation over "
                 "the seeds; gap = train − test, per seed.\n")
@@ -249,29 +252,49 @@ def sam_steps(config: dict[str, Any], train_samples: int) -> float:
     return active * steps * int(config.get("rounds") or 0) * sam
 
 
+def run_seconds(path: str | Path, runs: list[RunRecord]) -> dict[str, float]:
+    """Run name -> its measured seconds, finished runs only.
+
+    The sweep's (sweep.json `seconds`: the run in its worker, set-up included), else the run's own `wall_seconds`.
+    """
+    entries = {str(e.get("name")): as_number(e.get("seconds")) for e in sweep_entries(Path(path))}
+    out = {}
+    for run in runs:
+        name = str(run.config.get("name"))
+        seconds = entries.get(name) or as_number(run.summary.get("wall_seconds"))
+        if run.finished and seconds:
+            out[name] = float(seconds)
+    return out
+
+
 def expected_time(planned: list[dict[str, Any]], runs: list[RunRecord], parallel: int,
-                  gpu: dict[str, Any] | None) -> list[str]:
+                  gpu: dict[str, Any] | None, seconds: dict[str, float] | None = None,
+                  invocation: tuple[list[str], float] | None = None) -> list[str]:
     """Markdown lines: the time the `planned` runs (configs) take here and on one GPU.
 
-    Here: each run's measured wall time when it finished; the others get the mean measured time per round of the
-    finished runs of their algorithm (else of all finished runs, said so) times their rounds; the sum over `parallel`
-    workers. On one GPU: `sam_steps` of every run over `gpu`'s client-steps per second, scaled by batch size / the
-    measured batch (a projection from one model's throughput, evaluation not counted); or "no GPU measurement yet".
+    Here: each finished run's measured seconds (`seconds`, default `run_seconds` without a sweep: the runs' own wall
+    time); the others get the mean measured seconds per round of the finished runs of their algorithm (else of all
+    finished runs, said so) times their rounds; plus, when `invocation` (the runs this command started, its elapsed
+    seconds) measured it, the start of each run's worker process: elapsed × workers − the started runs' seconds, per
+    run. The sum over `parallel` workers. On one GPU: `sam_steps` of every run over `gpu`'s client-steps per second,
+    scaled by batch size / the measured batch (a projection from one model's throughput, evaluation not counted); or
+    "no GPU measurement yet".
     """
+    if seconds is None:
+        seconds = {str(r.config.get("name")): float(r.summary["wall_seconds"]) for r in runs
+                   if r.finished and as_number(r.summary.get("wall_seconds"))}
     measured: dict[str, list[float]] = {}
     for run in runs:
-        wall, done = as_number(run.summary.get("wall_seconds")), as_number(run.summary.get("rounds_completed"))
-        if run.finished and wall and done:
-            measured.setdefault(str(run.config.get("algorithm")), []).append(wall / done)
-    finished = {r.config.get("name"): r for r in runs if r.finished}
+        done_rounds = as_number(run.summary.get("rounds_completed"))
+        spent = seconds.get(str(run.config.get("name")))
+        if spent and done_rounds:
+            measured.setdefault(str(run.config.get("algorithm")), []).append(spent / done_rounds)
     everyone = [v for values in measured.values() for v in values]
     total, guessed, done_seconds, done = 0.0, set(), 0.0, 0
     for config in planned:
-        found = finished.get(config.get("name"))
-        if found is not None and as_number(found.summary.get("wall_seconds")):
-            done += 1
-            done_seconds += float(found.summary["wall_seconds"])
-            total += float(found.summary["wall_seconds"])
+        spent = seconds.get(str(config.get("name")))
+        if spent:
+            done, done_seconds, total = done + 1, done_seconds + spent, total + spent
             continue
         per_round = measured.get(str(config.get("algorithm"))) or everyone
         if not per_round:
@@ -280,23 +303,37 @@ def expected_time(planned: list[dict[str, Any]], runs: list[RunRecord], parallel
         if not measured.get(str(config.get("algorithm"))):
             guessed.add(str(config.get("algorithm")))
         total += sum(per_round) / len(per_round) * int(config.get("rounds") or 0)
+    start = None
+    if invocation is not None and invocation[0] and parallel > 1:
+        started, elapsed = invocation
+        inside = sum(seconds.get(name, 0.0) for name in started)
+        start = max(0.0, elapsed * min(parallel, len(started)) - inside) / len(started)
     host = f"{platform.node() or 'this machine'} ({os.cpu_count()} cores, {platform.machine()})"
-    lines = [f"- Runs: {len(planned)}; {done} finished, whose measured wall time adds up to {done_seconds / 60:.1f} "
-             "min."]
+    lines = [f"- Runs: {len(planned)}; {done} finished, whose measured time adds up to {done_seconds / 60:.1f} min "
+             "(each run in its worker, set-up included)."]
+    if invocation is not None and invocation[0]:
+        lines.append(f"- This invocation ran {len(invocation[0])} of them in {invocation[1] / 60:.1f} min, "
+                     f"{parallel} at once" + ("" if start is None else f": {start:.1f} s per run went to starting its "
+                                              "worker process (elapsed x workers - the runs' time)") + ".")
     if math.isnan(total):
         lines.append(f"- Expected on {host}: not measured yet (no finished run); the first runs' times give it.")
     else:
         note = f"; {', '.join(sorted(guessed))} from the other methods' time per round" if guessed else ""
-        lines.append(f"- Expected on {host}: {total / 60 / parallel:.1f} min for the whole table "
-                     f"({total / 60:.1f} min of run time over {parallel} worker(s){note}; each run's own measured "
-                     "wall time, without the start of a worker process, on a machine other jobs may share).")
+        starts = "" if parallel == 1 else " + the workers' start" + (
+            " (not measured by this invocation)" if start is None else f", {start:.1f} s a run")
+        total += (start or 0.0) * len(planned)
+        lines.append(f"- Expected on {host}: {total / 60 / parallel:.1f} min for the whole table (the runs' measured "
+                     f"time{note}{starts}, over {parallel} worker(s); on a machine other jobs may share).")
+        if 0 < done < len(planned):
+            left = (total - done_seconds - (start or 0.0) * done) / 60 / parallel
+            lines.append(f"- Still to run: {len(planned) - done} runs, about {left:.1f} min.")
     if gpu is None:
         lines.append("- Projected on one GPU: no GPU measurement yet (benchmarks/gpu_check.py's throughput step has "
                      "not run on a GPU).")
         return lines
     work = sum(sam_steps(c, _train_samples(c)) * int(c.get("batch_size") or 1) for c in planned)
-    seconds = work / (gpu["client_steps_per_s"] * int(gpu["batch_size"] or 1))
-    lines.append(f"- Projected on one GPU ({gpu['device_name']}): {seconds / 3600:.1f} h of local training, from "
+    gpu_seconds = work / (gpu["client_steps_per_s"] * int(gpu["batch_size"] or 1))
+    lines.append(f"- Projected on one GPU ({gpu['device_name']}): {gpu_seconds / 3600:.1f} h of local training, from "
                  f"{gpu['client_steps_per_s']:.0f} SAM client-steps/s of {gpu['model']} at batch {gpu['batch_size']} "
                  f"({gpu['file']}), scaled by each run's batch and model-agnostic (evaluation not counted).")
     return lines
