@@ -78,5 +78,7 @@ def test_dfl_sweep_runs_a_file_with_cases_and_skips_them_on_a_rerun(tmp_path, ca
     assert main(["sweep", str(path), "--out", str(out), "--no-report"]) == 0
     assert {e["status"] for e in read_entries(out)} == {"completed"}
     assert (out / "runs" / "method=dpsgd,split=path2,seed=0" / "config.toml").exists()
+    took = {e["name"]: e["seconds"] for e in read_entries(out)}
     assert main(["sweep", str(out / "sweep.toml"), "--out", str(out), "--no-report"]) == 0  # resumes from its copy
     assert {e["action"] for e in read_entries(out)} == {"skipped"}
+    assert {e["name"]: e["seconds"] for e in read_entries(out)} == took  # a skipped run keeps the time it took
