@@ -34,8 +34,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "reproduce", help="a paper's table as one resumable sweep: dfedsam-table1 (8 methods x 5 splits x 3 seeds)",
         description="dfedsam-table1: the DFedSAM paper's Table 1 (Shi et al., ICML 2023), FedAvg, FedSAM, D-PSGD, "
         "DFedAvg, DFedAvgM, DisPFL, DFedSAM and DFedSAM-MGS x Dirichlet 0.3 / 0.6, pathological 2 / 5 classes per "
-        "client and IID x 3 seeds. By default a laptop scale on MNIST-1D (20 clients, 60 rounds; minutes on 2 cores), "
-        "--quick a tiny one (about a minute), --full the paper's CIFAR-10/100 scale (100 clients, ResNet-18, 500 "
+        "client and IID x 3 seeds. By default a laptop scale on MNIST-1D (16 clients, 40 rounds; about 10 minutes on 2 "
+        "idle cores), "
+        "--quick a tiny one (under a minute), --full the paper's CIFAR-10/100 scale (100 clients, ResNet-18, 500 "
         "rounds, 5 local epochs of batch 128; a GPU). Rerunning the command skips finished runs and resumes the "
         "others. The report, OUT/report/table1.md and table1.csv, has train / test / gap per method and split "
         "(mean ± sd over seeds) and the time the table takes here and, from benchmarks/gpu_check.py's figures, on "
@@ -53,7 +54,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--splits", type=_names, default=None, help="comma-separated columns (default all: "
                    + ",".join(SPLITS) + ")")
     p.add_argument("--seeds", type=int, default=None, help="seeds 0..N-1 per cell (default 3; --quick 1)")
-    p.add_argument("--rounds", type=int, help="rounds per run (default 60; --quick 4; --full 500)")
+    p.add_argument("--rounds", type=int, help="rounds per run (default 40; --quick 4; --full 500)")
     p.add_argument("--set", dest="overrides", action="append", default=[], type=_assignment, metavar="FIELD=VALUE",
                    help="override a Config field: where a method sets it (e.g. rho, momentum, local_epochs), there")
     p.add_argument("--gpu-report", action="append", default=None, metavar="FILE",
