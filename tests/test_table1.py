@@ -7,6 +7,7 @@ from __future__ import annotations
 import csv
 import json
 import math
+import pickle
 import subprocess
 import sys
 import warnings
@@ -21,7 +22,6 @@ from dfl.report.paper_table import expected_time, gpu_throughput, paper_tables, 
 from dfl.report.runs import load_runs
 from dfl.workflows.reproduce import METHODS, SPLITS, table1_sweep
 from dfl.workflows.sweep import SweepError, read_entries
-from tests.test_presets import write_batch
 
 pytestmark = pytest.mark.timeout(300)  # hang guard only
 
@@ -282,6 +282,16 @@ def test_quick_end_to_end_then_a_new_method_runs_alone_and_a_rerun_skips_everyth
     assert main([*argv, ",".join(SEVEN)]) == 0
     assert {e["action"] for e in read_entries(out)} == {"skipped"}
     assert (out / "report" / "table1.md").read_text().split("## Time")[0] == tables
+
+
+def write_batch(path: Path, n: int, label_key: bytes, num_classes: int, seed: int) -> None:
+    """A CIFAR "python version" pickle (uint8 [n, 3072] images, labels i mod num_classes), as the loader reads it."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    batch = {label_key: [i % num_classes for i in range(n)], b"data": rng.integers(0, 256, (n, 3072), dtype=np.uint8)}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(pickle.dumps(batch, protocol=2))
 
 
 @pytest.mark.slow
