@@ -339,7 +339,7 @@ class Config:
     dataset_options: dict[str, Any] = option(factory=dict, help="dataset options, e.g. num_samples=4000 seed=42 "
         "test_fraction=0.2")
     partition: str = option("dirichlet", "how the train set is split among clients: iid, dirichlet, dirichlet-class, "
-        "shards, similarity, natural, or a registered one (dfl list partitions)")
+        "shards, pathological, similarity, natural, or a registered one (dfl list partitions)")
     alpha: float | None = option(None, "Dirichlet concentration (dirichlet partitions only; unset = 0.3)",
         interval="(0, inf)")
     partition_options: dict[str, Any] = option(factory=dict, help="partition options, e.g. shards_per_client=2")
@@ -396,6 +396,8 @@ class Config:
     # test set, and trains on the rest; adds personal_acc_* and global_acc_* (dfl.data.local_test). 0 = off
     local_test_fraction: float = option(0.0, "fraction of each client's data held out (stratified by label) "
         "as its local test set for personal_acc / global_acc; 0 = off", interval="[0, 1)", note="0 = off")
+    personal_train_eval: bool = option(False, "also score each client's own model on its own training data at every "
+        "evaluation (personal_train_acc_mean/_std/_min: the train accuracy of personalized-FL tables)")
     checkpoint_every: int = option(0, "rounds between checkpoints; 0 = at every evaluation", interval="[0, inf)")
     hessian_every: int = option(0, "rounds between top-Hessian-eigenvalue measurements; 0 = off", interval="[0, inf)")
     hessian_samples: int = option(1000, "training samples the Hessian is taken on", interval="[1, inf)")

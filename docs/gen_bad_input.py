@@ -75,7 +75,9 @@ FAMILIES: list[tuple[str, str, list[Case]]] = [
         "dfl run --data-root data --dataset-options root=/elsewhere", "dfl run --partition iid --alpha 0.5",
         "dfl run --participation 0.5", "dfl run --aggregation size", "dfl run --link-latency 1",
         "dfl run --compression 0.1",
-        "dfl compare-topologies --algorithms fedavg --dry-run", "dfl spectral-study --algorithm fedavg --dry-run"]]),
+        "dfl compare-topologies --algorithms fedavg --dry-run", "dfl spectral-study --algorithm fedavg --dry-run",
+        "dfl reproduce dfedsam-table1 --splits dir0.1", "dfl reproduce dfedsam-table1 --full --methods dfedavg",
+        "dfl reproduce dfedsam-table1 --set alpha=0.1 --methods dfedavg"]]),
     ("Sizes", "Every size a user can make large is checked before anything is allocated, against the memory free "
      "now; the message names the option and the memory it would take (then \", more than the N GiB available\").",
      [Case(c) for c in [

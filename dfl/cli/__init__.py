@@ -25,6 +25,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
                                             "algorithms (MNIST-1D, minutes)"),
     "spectral-study": ("dfl.cli.sweep", "one algorithm across topologies x gossip steps Q (x client counts): "
                                         "accuracy vs spectral gap"),
+    "reproduce": ("dfl.cli.reproduce", "a paper's table as one resumable sweep: dfedsam-table1 (8 methods x 5 "
+                                       "splits x 3 seeds)"),
     "report": ("dfl.cli.report", "tables and plots of a run directory or of all runs under a directory (e.g. a sweep)"),
     "list": ("dfl.cli.listing", "every algorithm, topology, model, dataset, partition, weight scheme and logger, "
                                 "with options"),

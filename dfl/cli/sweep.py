@@ -313,8 +313,12 @@ def spectral_study_main(args: argparse.Namespace) -> int:
     return _execute("spectral-study", sweep, args, spectral=True)
 
 
-def _execute(command: str, sweep: Sweep, args: argparse.Namespace, spectral: bool = False) -> int:
-    """Run (or with --dry-run list) the sweep into --out, or into a new runs/<sweep name>-<time> made for it."""
+def _execute(command: str, sweep: Sweep, args: argparse.Namespace, spectral: bool = False, report=None) -> int:
+    """Run (or with --dry-run list) the sweep into --out, or into a new runs/<sweep name>-<time> made for it.
+
+    Prints its status, then the report; returns the exit status. `report(out, status)` replaces the default report
+    (`dfl report`, or the spectral study's with `spectral`).
+    """
     new = NewDirectory(sweep.name, RUNS) if args.out is None else None
     try:
         launcher = _launcher(sweep, args)
@@ -330,7 +334,7 @@ def _execute(command: str, sweep: Sweep, args: argparse.Namespace, spectral: boo
         out = Path(args.out) if new is None else new.make("sweep")
         entries = run_sweep(sweep, out, retry_diverged=getattr(args, "retry_diverged", False), launcher=launcher)
         if launcher.kind != "local":
-            return _submitted(command, launcher, out, args, spectral)
+            return _submitted(command, launcher, out, args, spectral, report)
     except (*REFUSED, OSError) as exc:  # OSError: a directory that cannot be made or written (permissions, disk)
         _remove_if_unused(new)
         return _error(command, exc)
@@ -346,7 +350,7 @@ def _execute(command: str, sweep: Sweep, args: argparse.Namespace, spectral: boo
     print(format_status(entries))
     print(f"sweep directory: {out}")
     status = 1 if any(e["status"] == "failed" for e in entries) else 0
-    return _report(command, out, args, spectral, status)
+    return report(out, status) if report is not None else _report(command, out, args, spectral, status)
 
 
 def _again(out: Path, new: NewDirectory | None) -> str:
@@ -360,7 +364,7 @@ def _remove_if_unused(new: NewDirectory | None) -> None:
         new.remove_if_unused()
 
 
-def _submitted(command: str, launcher, out: Path, args: argparse.Namespace, spectral: bool) -> int:
+def _submitted(command: str, launcher, out: Path, args: argparse.Namespace, spectral: bool, report=None) -> int:
     """After a submitit submission: the status table; with --wait, wait for the jobs first, then the report."""
     if not getattr(args, "wait", False):
         print(format_sweep_status(sweep_status(out)))
@@ -372,7 +376,8 @@ def _submitted(command: str, launcher, out: Path, args: argparse.Namespace, spec
     sync_entries(out)
     rows = sweep_status(out)
     print(format_sweep_status(rows))
-    return _report(command, out, args, spectral, 1 if any(r["state"] == "failed" for r in rows) else 0)
+    status = 1 if any(r["state"] == "failed" for r in rows) else 0
+    return report(out, status) if report is not None else _report(command, out, args, spectral, status)
 
 
 def _report(command: str, out: Path, args: argparse.Namespace, spectral: bool, status: int) -> int:

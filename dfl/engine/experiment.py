@@ -33,6 +33,7 @@ from dfl.engine.setup import (
     Pair,
     gossip_lambda,
     local_test_sets,
+    local_train_sets,
     make_algorithm,
     seeded_subset,
     train_subset,
@@ -204,6 +205,8 @@ class Experiment:
                           stacklevel=4)
         # personalized evaluation (local_test_fraction): this process's clients' local test sets
         self.local_test = local_test_sets(data, self.comm.client_ids) if data.local_test_indices is not None else None
+        # each client's own model on its own training data (personal_train_eval)
+        self.local_train = local_train_sets(data, self.comm.client_ids) if config.personal_train_eval else None
         self.hessian_sub = train_subset(data, config, config.hessian_samples) if config.hessian_every else None
         self.round_seconds: list[float] = []
         self.loss_bound = DIVERGENCE_LOSS_FACTOR * math.log(max(data.num_classes, 2))
@@ -282,7 +285,7 @@ class Experiment:
         config, comm, X, honest = self.config, self.comm, self.algorithm.X, self.honest
         mean = comm.mean_rows(X) if honest is None else honest_mean(X, honest)  # x̄ of the honest clients
         metrics = _evaluate(self.model, self.layout, X, mean, comm, self.eval_x, self.eval_y, self.train_sub,
-                            self.client_test, config, self.chunk, self.local_test, honest)
+                            self.client_test, config, self.chunk, self.local_test, honest, self.local_train)
         if self.hessian_due(t) and self.hessian_sub is not None:  # the sample exists when hessian_every > 0
             metrics["hessian_top_eig"] = _hessian(self.model, self.layout, mean, self.hessian_sub, config)
         bytes_round, moved_round = self._last_round
@@ -472,7 +475,8 @@ def final_params_plan(config: Config, comm, out) -> str:
 
 
 def _evaluate(model, layout, X, mean, comm, x, y, train_sub: Pair | None, client_test: Pair, config, chunk: int,
-              local_test: LocalTest | None = None, honest: torch.Tensor | None = None) -> dict[str, Any]:
+              local_test: LocalTest | None = None, honest: torch.Tensor | None = None,
+              local_train: LocalTest | None = None) -> dict[str, Any]:
     """Metrics of the averaged model `mean` (= comm.mean_rows(X)) and of every client row of X.
 
     With Byzantine clients (`honest`: the [m] bool mask of the honest ones, one process) every metric is over the
@@ -486,7 +490,8 @@ def _evaluate(model, layout, X, mean, comm, x, y, train_sub: Pair | None, client
     accuracies, Σ_i correct_i / n_i / m, not Σ_i correct_i / Σ_i n_i). The models are those after the round's
     gossip, like every metric here (docs/reference/update-rules.md#conventions; DisPFL-derived code gossips first and
     evaluates right after
-    local training).
+    local training). With `local_train` (`personal_train_eval`), personal_train_acc: client i's own model on its
+    own training data, summarised the same way.
     """
     # the averaged model once in all: each process its share of the batches, the sums added (`evaluate_row`)
     test_acc, test_loss = evaluate_row(model, layout, mean, x, y, config.eval_batch_size, comm)
@@ -510,14 +515,23 @@ def _evaluate(model, layout, X, mean, comm, x, y, train_sub: Pair | None, client
     if local_test is not None:
         personal, global_ = local_accuracies(model, layout, X, mean, *local_test, config.eval_batch_size, chunk,
                                              min_per_client=config.batch_size)
-        for name, values in (("personal_acc", personal), ("global_acc", global_)):
-            values = comm.gather_rows(values)
-            values = values if honest is None else values[honest.to(values.device)]
-            record.update({f"{name}_mean": float(values.mean()), f"{name}_std": float(values.std(unbiased=False)),
-                           f"{name}_min": float(values.min())})
+        record.update(_over_clients("personal_acc", personal, comm, honest))
+        record.update(_over_clients("global_acc", global_, comm, honest))
+    if local_train is not None:
+        personal_train, _ = local_accuracies(model, layout, X, mean, *local_train, config.eval_batch_size, chunk,
+                                             min_per_client=config.batch_size, with_global=False)
+        record.update(_over_clients("personal_train_acc", personal_train, comm, honest))
     if comm.is_main:
         record["client_acc"] = [round(a, 6) for a in accs.tolist()]
     return record
+
+
+def _over_clients(name: str, values: torch.Tensor, comm, honest: torch.Tensor | None) -> dict[str, float]:
+    """`name`_mean, _std (population) and _min of this process's per-client `values` over every (honest) client."""
+    values = comm.gather_rows(values)
+    values = values if honest is None else values[honest.to(values.device)]
+    return {f"{name}_mean": float(values.mean()), f"{name}_std": float(values.std(unbiased=False)),
+            f"{name}_min": float(values.min())}
 
 
 def _hessian(model, layout, mean, sample: Pair, config: Config) -> float:

@@ -185,6 +185,7 @@ SUMMARY_ROWS = (
     ("client_acc_max", "client accuracy max", "{:.2%}"),
     ("personal_acc_mean", "personal accuracy mean (local tests)", "{:.2%}"),
     ("global_acc_mean", "global accuracy mean (local tests)", "{:.2%}"),
+    ("personal_train_acc_mean", "personal train accuracy mean (own data)", "{:.2%}"),
     ("train_loss", "train loss (local)", "{:.4f}"),
     ("consensus_distance", "consensus distance", "{:.3e}"),
     ("hessian_top_eig", "top Hessian eigenvalue", "{:.4g}"),

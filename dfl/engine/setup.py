@@ -125,7 +125,18 @@ def local_test_sets(data, client_ids: Sequence[int]) -> LocalTest:
     The pooled train set, their rows of it concatenated in client order, where each client starts, how many it has
     (the arguments of `evaluate.local_accuracies`).
     """
-    parts = [data.local_test_indices[i] for i in client_ids]
+    return _client_sets(data, [data.local_test_indices[i] for i in client_ids])
+
+
+def local_train_sets(data, client_ids: Sequence[int]) -> LocalTest:
+    """(x, y, (index, offsets, sizes)) of the given clients' training data (`personal_train_eval`).
+
+    The same arrays as `local_test_sets` gives for the local test sets.
+    """
+    return _client_sets(data, [data.client_indices[i] for i in client_ids])
+
+
+def _client_sets(data, parts: list[torch.Tensor]) -> LocalTest:
     sizes = torch.tensor([p.numel() for p in parts], dtype=torch.long)
     device = data.train_x.device
     local = torch.cat(parts).to(device), (torch.cumsum(sizes, 0) - sizes).to(device), sizes.to(device)

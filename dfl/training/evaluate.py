@@ -84,8 +84,8 @@ def _per_client_batch(batch_size: int, chunk: int, m: int, min_per_client: int =
 
 @torch.no_grad()
 def local_accuracies(model, layout, X, mean, x, y, local, batch_size: int, client_chunk: int,
-                     min_per_client: int = 1):
-    """(personal [m], global [m]).
+                     min_per_client: int = 1, with_global: bool = True):
+    """(personal [m], global [m]; None without `with_global`).
 
     Accuracy of each row x_i of X, and of the averaged model `mean`, on client i's own local test set. `local` =
     (index, offsets, sizes): client i's test samples are rows index[offsets[i] : offsets[i] + sizes[i]] of (x, y),
@@ -95,13 +95,16 @@ def local_accuracies(model, layout, X, mean, x, y, local, batch_size: int, clien
     training schedules, a block holds only the clients that still have samples at those positions (a masked,
     padded block when their sizes differ), so skewed sizes cost what their samples cost. Global: one model, so
     every client's test samples are concatenated and evaluated in batches of `batch_size`, then counted per client.
-    `b` follows `_per_client_batch` (with `min_per_client`).
+    `b` follows `_per_client_batch` (with `min_per_client`). The same works on any per-client sets, e.g. each
+    client's training data (`personal_train_eval`, which needs only the personal part: `with_global=False`).
     """
     with eval_mode(model):
-        return _local_accuracies(model, layout, X, mean, x, y, local, batch_size, client_chunk, min_per_client)
+        return _local_accuracies(model, layout, X, mean, x, y, local, batch_size, client_chunk, min_per_client,
+                                 with_global)
 
 
-def _local_accuracies(model, layout, X, mean, x, y, local, batch_size: int, client_chunk: int, min_per_client: int):
+def _local_accuracies(model, layout, X, mean, x, y, local, batch_size: int, client_chunk: int, min_per_client: int,
+                      with_global: bool):
     index, offsets, sizes = local
     m = X.shape[0]
     forward = vmap(lambda row, xb: functional_call(model, layout.views(row), (xb,)))
@@ -124,6 +127,8 @@ def _local_accuracies(model, layout, X, mean, x, y, local, batch_size: int, clie
         stack = X[c : c + rows.numel()] if rows.numel() == min(chunk, m - c) else X[rows]  # all: a view
         hits = (forward(stack, x[samples]).argmax(dim=2) == y[samples]) & valid
         personal[rows] += hits.sum(dim=1)
+    if not with_global:
+        return personal.double() / sizes, None
     owner = torch.repeat_interleave(torch.arange(m, device=X.device), sizes, output_size=int(host_sizes.sum()))
     global_ = torch.zeros(m, dtype=torch.long, device=X.device)
     params = layout.views(mean)

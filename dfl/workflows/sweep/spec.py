@@ -1,8 +1,12 @@
 """A sweep spec: its tables parsed and checked, and planned into one validated Config per run.
 
-`[base]` Config fields, `[vary]` lists (their cartesian product is the runs), `[sweep]` name and parallel, `[slurm]`
-launcher defaults; parsed and checked (`Sweep.from_dict`, `load_sweep`) and planned into validated Configs
-(`Sweep.plan`).
+`[base]` Config fields, `[cases]` named bundles of Config fields per axis and `[vary]` lists (the runs are the
+cartesian product of the case axes and the lists), `[sweep]` name and parallel, `[slurm]` launcher defaults; parsed
+and checked (`Sweep.from_dict`, `load_sweep`) and planned into validated Configs (`Sweep.plan`).
+
+A case axis is for settings that go together: `[cases.method.fedavg]` with `algorithm = "fedavg"` and
+`participation = 0.1`, `[cases.method.dpsgd]` with `algorithm = "dpsgd"` and `local_steps = 1`, and every run
+takes one case of each axis. Its runs are named after the case (`method=fedavg,seed=0`).
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ from dfl.files import read_toml
 from dfl.workflows.launchers import SlurmOptions
 from dfl.workflows.sweep.naming import run_name
 
-TABLES = ("sweep", "base", "vary", "slurm")
+TABLES = ("sweep", "base", "cases", "vary", "slurm")
 SWEEP_KEYS = ("name", "parallel")
 CONFIG_FIELDS = tuple(f.name for f in fields(Config))
 TABLE_FIELDS = tuple(f.name for f in fields(Config) if str(f.type).startswith("dict"))  # dotted keys vary these
@@ -35,7 +39,7 @@ class PlannedRun:
     """
 
     name: str
-    overrides: dict[str, Any]
+    overrides: dict[str, Any]  # the varied fields, and the case of each case axis by its name
     config: Config
 
 
@@ -43,12 +47,14 @@ class PlannedRun:
 class Sweep:
     """A parsed sweep spec: `base` Config fields, `vary` field -> list of values (in key order).
 
-    `name` names the sweep (and its default directory), `parallel` is the local pool's runs at once, `slurm` the
-    [slurm] table (the defaults of the submitit launchers).
+    `cases` axis -> case name -> the Config fields of that case (axes in key order, before the `vary` keys). `name`
+    names the sweep (and its default directory), `parallel` is the local pool's runs at once, `slurm` the [slurm]
+    table (the defaults of the submitit launchers).
     """
 
     base: dict[str, Any] = field(default_factory=dict)
     vary: dict[str, list[Any]] = field(default_factory=dict)
+    cases: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)
     name: str = "sweep"
     parallel: int = 1
     slurm: dict[str, Any] = field(default_factory=dict)
@@ -61,7 +67,8 @@ class Sweep:
 
         Raises:
             SweepError: one line naming `where`, the table and the key, for a table or key dfl does not know, a
-                [vary] value that is not a non-empty list, or a field set in both [base] and [vary].
+                [vary] value that is not a non-empty list, a case that is not a table, or a field set in two of
+                [base], [vary] and the case axes.
         """
         loose = [k for k, v in spec.items() if not isinstance(v, dict)]
         if loose:
@@ -71,17 +78,21 @@ class Sweep:
         if unknown:
             raise SweepError(f"{where}: unknown table(s) {', '.join(f'[{k}]' for k in unknown)}; allowed: "
                              + ", ".join(f"[{t}]" for t in TABLES))
-        meta, base, vary, slurm = (dict(spec.get(t, {})) for t in TABLES)
+        meta, base, cases, vary, slurm = (dict(spec.get(t, {})) for t in TABLES)
         SlurmOptions.from_table(slurm, where=f"{where}: [slurm]")  # a bad option fails before anything runs
         name, parallel = _sweep_table(meta, where)
         base, vary = nest_dotted(base, where), flatten_tables(vary)
         _check_fields(base, vary, where)
-        return cls(base=base, vary=vary, name=name, parallel=parallel, slurm=slurm)
+        cases = _check_cases(cases, base, vary, where)
+        return cls(base=base, vary=vary, cases=cases, name=name, parallel=parallel, slurm=slurm)
 
     def to_dict(self) -> dict[str, Any]:
         """The spec's tables, as `from_dict` reads them."""
-        out = {"sweep": {"name": self.name, "parallel": self.parallel}, "base": dict(self.base),
-               "vary": {k: list(v) for k, v in self.vary.items()}}
+        out: dict[str, Any] = {"sweep": {"name": self.name, "parallel": self.parallel}, "base": dict(self.base)}
+        if self.cases:
+            out["cases"] = {axis: {case: dict(values) for case, values in named.items()}
+                            for axis, named in self.cases.items()}
+        out["vary"] = {k: list(v) for k, v in self.vary.items()}
         if self.slurm:
             out["slurm"] = dict(self.slurm)
         return out
@@ -91,18 +102,26 @@ class Sweep:
         return tomli_w.dumps(self.to_dict())
 
     def plan(self) -> list[PlannedRun]:
-        """Every combination, first [vary] key slowest, each Config validated (errors name the run)."""
-        keys = list(self.vary)
+        """Every combination, the case axes then the [vary] keys, the first slowest; each Config validated.
+
+        Errors name the run.
+        """
+        keys = [*self.cases, *self.vary]
+        choices = [list(named) for named in self.cases.values()] + [self.vary[k] for k in self.vary]
         planned: list[PlannedRun] = []
         seen: dict[str, dict[str, Any]] = {}
-        for combination in itertools.product(*(self.vary[k] for k in keys)):
+        for combination in itertools.product(*choices):
             overrides = dict(zip(keys, combination))
             name = run_name(overrides)
             if name in seen:
                 raise SweepError(f"runs {seen[name]} and {overrides} get the same name {name!r}; make the [vary] "
                                  "values distinct")
             seen[name] = overrides
-            values = {**apply_overrides(self.base, overrides), "name": name}
+            base = dict(self.base)
+            for axis, named in self.cases.items():
+                base.update(named[overrides[axis]])
+            varied = {k: overrides[k] for k in self.vary}
+            values = {**apply_overrides(base, varied), "name": name}
             planned.append(PlannedRun(name, overrides, _validated(name, values)))
         return planned
 
@@ -155,6 +174,43 @@ def _check_fields(base: dict[str, Any], vary: dict[str, Any], where: str) -> Non
             both.append(key)
     if both:
         raise SweepError(f"{where}: field(s) {', '.join(both)} in both [base] and [vary]; keep each in one")
+
+
+def _check_cases(cases: dict[str, Any], base: dict[str, Any], vary: dict[str, Any],
+                 where: str) -> dict[str, dict[str, dict[str, Any]]]:
+    """[cases], checked: axis -> case name -> a table of Config fields.
+
+    Each field is set by one axis only and in neither [base] nor [vary]; an axis is not a Config field (nor varied)
+    and has at least one case.
+    """
+    out: dict[str, dict[str, dict[str, Any]]] = {}
+    owner: dict[str, str] = {}  # field -> the axis that sets it
+    for axis, named in cases.items():
+        if axis in CONFIG_FIELDS or axis in vary or is_table_key(axis):
+            raise SweepError(f"{where}: [cases.{axis}]: {axis} is a Config field; name a case axis after what its "
+                             "cases are (e.g. method, split) and vary a field itself in [vary]")
+        if not isinstance(named, dict) or not named:
+            raise SweepError(f"{where}: [cases.{axis}] must hold at least one case, a table of Config fields "
+                             f"([cases.{axis}.NAME]), got {named!r}")
+        out[axis] = {}
+        for case, values in named.items():
+            if not isinstance(values, dict):
+                raise SweepError(f"{where}: [cases.{axis}.{case}] must be a table of Config fields, got {values!r}")
+            values = nest_dotted(values, f"{where}: [cases.{axis}.{case}]")
+            unknown = [k for k in values if k not in CONFIG_FIELDS or k == "name"]
+            if unknown:
+                raise SweepError(f"{where}: [cases.{axis}.{case}]: unknown Config field(s) {', '.join(unknown)}; "
+                                 f"known fields: {', '.join(f for f in CONFIG_FIELDS if f != 'name')}")
+            for key in values:
+                if key in base or key in vary or any(k.split(".", 1)[0] == key for k in vary):
+                    table = "[base]" if key in base else "[vary]"
+                    raise SweepError(f"{where}: field {key} in both {table} and [cases.{axis}.{case}]; keep each "
+                                     "field in one table")
+                if owner.setdefault(key, axis) != axis:
+                    raise SweepError(f"{where}: field {key} set by both case axes [cases.{owner[key]}] and "
+                                     f"[cases.{axis}]; set each field on one axis")
+            out[axis][case] = values
+    return out
 
 
 def load_sweep(path: str | Path) -> Sweep:
