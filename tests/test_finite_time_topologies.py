@@ -86,7 +86,7 @@ def test_digits_are_integer_arithmetic():
 
 
 def test_published_lengths():
-    """The sequence lengths the authors' code gives (shared/TOPOLOGIES.md A2), and tau = p at n = (k+1)^p."""
+    """The sequence lengths the authors' code (yukiTakezawa/BaseGraph) gives, and tau = p at n = (k+1)^p."""
     assert [base_graph.BaseGraph(n, 1).period for n in (6, 12, 25, 100)] == [4, 5, 9, 11]
     assert base_graph.BaseGraph(100, 2).period == 8
     for k in (1, 2, 3, 4):
@@ -123,7 +123,7 @@ def test_base_graph_is_exact_where_one_peer_exponential_is_not():
         base = topologies.build("base-graph", n, k=1)
         ope = topologies.build("one-peer-exponential", n)
         assert base.gossip_lambda(base.period) == 0.0
-        assert ope.gossip_lambda(ope.period) > 0.05  # 0.21 at n = 12 (shared/TOPOLOGIES.md A2)
+        assert ope.gossip_lambda(ope.period) > 0.05  # 0.21 at n = 12
 
 
 # -------------------------------------------------------------------------------------------------- EquiTopo
