@@ -25,6 +25,7 @@ from dfl.algorithms.dispfl import (
     REGROW,
     SHARED_INIT,
     Block,
+    _first,
     active_counts,
     anneal_rate,
     mask_seed,
@@ -158,6 +159,21 @@ def test_prune_and_regrow_equals_a_per_client_loop_and_keeps_each_tensors_count(
     for offset, size, active in layout:
         assert (got[:, offset:offset + size].sum(1) == active).all()
     assert not torch.equal(got, mask)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_the_selection_is_a_stable_sorts_first_k(dtype, device):
+    """Packed keys and top-k (float32) choose what a stable sort's first k would: ties, ±0 and ±inf included."""
+    g = torch.Generator().manual_seed(1)
+    for _ in range(30):
+        x = ((torch.randn(5, 301, generator=g) * 3).round() / 2).to(dtype)
+        x[0, :10], x[1, :10], x[3, ::7] = math.inf, -math.inf, -0.0
+        for keys in (x.to(device), x.to(device)[:, ::2]):
+            for descending in (False, True):
+                k = int(torch.randint(1, keys.shape[1], (1,), generator=g))
+                want = torch.sort(keys.cpu(), dim=1, descending=descending, stable=True).indices[:, :k]
+                got = _first(keys, k, descending).cpu()
+                assert torch.equal(got.sort(dim=1).values, want.sort(dim=1).values)
 
 
 # --------------------------------------------------------------------------------- whole runs, a plain loop

@@ -119,8 +119,20 @@ def _row_chunks(rows: int, size: int):
 
 
 def _first(keys: torch.Tensor, k: int, descending: bool) -> torch.Tensor:
-    """The column indices of each row's k first keys in that order; ties: lower index first (a stable sort)."""
-    return torch.sort(keys, dim=1, descending=descending, stable=True).indices[:, :k]
+    """The column indices of each row's k smallest keys (largest: `descending`); ties: the lower index first.
+
+    The set a stable sort's first k would give. A float32 key and its column are packed into one int64, the key's
+    bits made monotone in its value (negatives flipped) above the column (its complement when descending), so every
+    packed key is distinct and a top-k of them is that set on any device: 3-4x faster than the stable sort on the CPU
+    (16 x 12,800 keys). Other dtypes take the stable sort.
+    """
+    if keys.dtype != torch.float32:
+        return torch.sort(keys, dim=1, descending=descending, stable=True).indices[:, :k]
+    bits = (keys + 0.0).view(torch.int32)  # + 0.0: -0.0 becomes 0.0, equal keys as the sort has them
+    monotone = (bits ^ ((bits >> 31) & 0x7FFFFFFF)).to(torch.int64)  # a < b as floats iff as integers (no NaN)
+    column = torch.arange(keys.shape[1], dtype=torch.int64, device=keys.device)
+    packed = (monotone << 32) | ((0xFFFFFFFF - column) if descending else column)
+    return torch.topk(packed, k, dim=1, largest=descending, sorted=False).indices
 
 
 def choose(keys: torch.Tensor, blocks: Sequence[Block]) -> torch.Tensor:
@@ -175,7 +187,7 @@ def masked_average(mixed: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """
     d = mask.shape[1]
     numerator, cover = mixed[:, :d], mixed[:, d:]
-    return torch.where(mask & (cover > 0), numerator / cover, torch.zeros((), dtype=mixed.dtype, device=mixed.device))
+    return torch.div(numerator, cover).masked_fill_(~mask | (cover == 0), 0.0)  # the weights are >= 0
 
 
 # ------------------------------------------------------------------------------------------------- the rule
@@ -276,7 +288,8 @@ class DisPFL(Algorithm):
         ctx = self.ctx
         # (1) K local steps of SGD, the weights re-masked after every step
         local = ctx.trainer.train(self.X, t, ctx.lr(t), ctx.rule(t), mask=self.mask)
-        Y = local.Y
+        Y, loss = local.Y, local.loss
+        del local  # only Y and the losses are used: the stacks of the round are freed as soon as done with
         # (2)–(3) the new masks m_i' from the trained weights
         rate = anneal_rate(ctx.hp["anneal_factor"], t, ctx.hp["anneal_rounds"] or ctx.config.rounds)
         new_mask = self.mask
@@ -289,10 +302,13 @@ class DisPFL(Algorithm):
         message = torch.empty(Y.shape[0], 2 * d, dtype=Y.dtype, device=Y.device)
         torch.mul(Y, self.mask, out=message[:, :d])
         message[:, d:] = self.mask
-        self.X = masked_average(ctx.gossip.mix(message, t, 1), new_mask)
+        del Y
+        mixed = ctx.gossip.mix(message, t, 1)
+        del message
+        self.X = masked_average(mixed, new_mask)
         self.mask_changed = (new_mask != self.mask).any(dim=1)
         self.mask = new_mask
-        return RoundStats(train_loss=local.loss, models_sent=sends, bytes_sent=sent)
+        return RoundStats(train_loss=loss, models_sent=sends, bytes_sent=sent)
 
     def bytes_sent(self, sends: np.ndarray) -> int:
         """This round's bytes over every client: Σ_j sends_j (values_j + [m_j changed] · bitmap).
