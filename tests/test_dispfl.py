@@ -334,6 +334,19 @@ def test_the_mask_hook_of_local_training(device):
         assert (sparse.Y[~mask] == 0).all() and (sparse.Y[mask] != (X * mask)[mask]).any()
 
 
+@pytest.mark.parametrize("regrowth", ["random", "gradient"])
+def test_no_host_sync_per_local_step(regrowth):
+    """The mask hook adds nothing per step; a round reads back the finiteness check's count and the round's bytes."""
+    from benchmarks.host_syncs import per_local_step
+
+    config = Config(algorithm="dispfl", clients=8, model="mlp", model_options={"hidden": [16]}, dataset="mnist1d",
+                    dataset_options={"num_samples": 600}, batch_size=8, eval_every=1, seed=0, train_eval_samples=50,
+                    topology="random-pull", topology_options={"k": 2}, algorithm_options={"regrowth": regrowth})
+    counts = per_local_step(config)
+    assert counts["syncs_per_local_step"] == 0 and counts["uploads_per_local_step"] == 0, counts
+    assert counts["rounds"][0]["syncs"] == 2, counts
+
+
 # ------------------------------------------------------------------------------------- bytes and evaluation
 def test_personalized_evaluation_and_the_bytes_of_sparse_messages():
     config = config_of(local_test_fraction=0.25, rounds=2)
