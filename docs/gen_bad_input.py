@@ -58,6 +58,7 @@ FAMILIES: list[tuple[str, str, list[Case]]] = [
         "dfl run --model mlp --model-options width=3", "dfl run --algorithm-options clip=0.5",
         "dfl run --algorithm-options rho=0.05", "dfl run --algorithm kgt --algorithm-options outer_lr=0",
         "dfl run --algorithm fedyogi --fedopt-form torch",
+        "dfl run --algorithm dispfl --algorithm-options density=0",
         "dfl run --topology hierarchical --topology-options groups=5",
         "dfl run --topology one-peer --topology-options graph=random-k",
         "dfl run --topology random-pull --weights metropolis",
@@ -107,6 +108,7 @@ FAMILIES: list[tuple[str, str, list[Case]]] = [
         "dfl run --byzantine 3", "dfl run --byzantine 3 --attack ipm --algorithm scaffold",
         "dfl run --aggregator krum", "dfl run --aggregator median --trim 1",
         "dfl run --dp-noise 0.5", "dfl run --dp-clip 1 --algorithm dsgt",
+        "dfl run --algorithm dispfl --compressor top-k", "dfl run --algorithm dispfl --dp-clip 1",
         "dfl run --dataset-options num_samples=100 --clients 80 --partition iid --local-test-fraction 0.2"]]),
     ("Config files", "A TOML file is read through one reader: whatever is wrong with it is one line naming the file. "
      "Every wrong key of a file is reported at once, each with the file and the key; a key that belongs to an "

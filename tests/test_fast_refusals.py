@@ -44,6 +44,13 @@ def test_each_algorithm_card_equals_its_class(name):
         card.check_hyperparameters(hp)
         cls.check_hyperparameters(hp)  # the defaults pass both
         assert card.check.__name__ in inspect.getsource(cls.check_hyperparameters)
+    # and its refusals of run settings (`Algorithm.check_run`) likewise
+    if card.run_check is None:
+        assert cls.check_run.__func__ is Algorithm.check_run.__func__
+    else:
+        card.check_run(dfl.Config(algorithm=name))  # the defaults pass both
+        cls.check_run(dfl.Config(algorithm=name))
+        assert card.run_check.__name__ in inspect.getsource(cls.check_run)
 
 
 @pytest.mark.parametrize("name", data.DATASETS.declared())

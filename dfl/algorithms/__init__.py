@@ -178,6 +178,9 @@ def check_config(config) -> None:
                               f"each round, weighted by the topology's W (use {default} or unset{hint})")
     try:
         hp, _ = resolve_hyperparameters(config, warn=False)
+        check_run = getattr(cls, "check_run", None)  # the algorithm's refusals of settings its rule does not cover
+        if check_run is not None:
+            check_run(config)
     except ValueError as exc:
         raise ConfigError(str(exc)) from exc
     if "rho_schedule" in hp:  # a SAM algorithm (for the others both options are reported as ignored)

@@ -58,6 +58,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from dfl.algorithms import resolve_hyperparameters
 from dfl.algorithms.base import EngineCommunicator
 from dfl.config import Config
 from dfl.engine.results import torch_load_reason
@@ -282,6 +283,13 @@ def check_config(checkpoint: dict[str, Any], config: Config, run_dir) -> None:
             f"cannot resume {run_dir} with rounds = {config.rounds}: lr_schedule = cosine anneals over the "
             f"run's rounds = {started}, so changing rounds would change the learning rate of every later round; "
             f"resume with rounds = {started}, or start a new run"
+        )
+    hp = resolve_hyperparameters(config, warn=False)[0] if config.rounds != started else {}
+    if hp.get("anneal_factor", 0) > 0 and hp.get("anneal_rounds", 0) == 0:  # DisPFL's mask updates
+        raise ConfigError(
+            f"cannot resume {run_dir} with rounds = {config.rounds}: {config.algorithm}'s anneal_factor anneals the "
+            f"masks' updates over the run's rounds = {started}, so changing rounds would change every later round; "
+            f"resume with rounds = {started}, or set algorithm_options.anneal_rounds in a new run"
         )
 
 

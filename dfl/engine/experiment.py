@@ -262,7 +262,8 @@ class Experiment:
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)  # this rank's GPU (cuda:N), not the current device's default cuda:0
         self.round_seconds.append(time.perf_counter() - tic)
-        bytes_round = int(stats.models_sent.sum()) * self.message_bytes
+        bytes_round = (int(stats.models_sent.sum()) * self.message_bytes if stats.bytes_sent is None
+                       else int(stats.bytes_sent))  # an algorithm whose messages have their own sizes (DisPFL)
         self.bytes_total += bytes_round
         self._last_round = (bytes_round, moved_round)
         self.summary["rounds_completed"] = t + 1

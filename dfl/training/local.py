@@ -15,6 +15,7 @@ One local step for client i with minibatch ξ (docs/reference/update-rules.md#sa
     g  ← g · min(1, c/‖g‖)                        per-client clipping (c = clip_grad_norm)
     g  ← g + λ y                                  weight decay
     b  ← μ b + g;   y ← y − η b                   heavy-ball momentum (μ = 0: SGD)
+    y  ← y ⊙ m                                   sparse training (a per-client mask m, DisPFL): after every step
 With `optimizer = "adam"` / `"adamw"` the last two lines are torch's Adam/AdamW step instead (`dfl.training.adam`): the
 SAM ascent still uses the plain gradient g₀, and Adam's moments are fed the gradient at the perturbed point.
 """
@@ -308,6 +309,7 @@ class LocalTrainer:
         rows: torch.Tensor | None = None,
         adam: AdamState | None = None,
         proximal: Proximal | None = None,
+        mask: torch.Tensor | None = None,
     ) -> LocalResult:
         """K local steps of `rule` from X (not modified), as in the papers' pseudo-code.
 
@@ -316,6 +318,7 @@ class LocalTrainer:
                 g ← g + μ (y_i − a_i)                     (a proximal term of the loss, if any)
                 g ← transform(g)                          (an algorithm's correction, if any)
                 y_i ← y_i − η · direction(g)              (clipping, weight decay, momentum or Adam)
+                y_i ← y_i ⊙ m_i                           (with a mask: sparse training)
             y_i ← x_i + clip_C(y_i − x_i) + σC ξ_i           (with differential privacy, `privacy`: the release)
 
         Args:
@@ -329,13 +332,17 @@ class LocalTrainer:
                 The other rows, buffers, Adam state and losses are left as they are / 0.
             adam: the clients' kept Adam state (Adam/AdamW rules), updated in place; None = fresh moments.
             proximal: a proximal term μ/2 ‖y − a‖² of every client's loss (FedProx), or None.
+            mask: [m, d] bool (or 0/1) per-client masks: each trained row is multiplied by its mask after every
+                step, as DisPFL's code does to the parameters after each optimizer step. Gradients, clipping's norm,
+                weight decay and the momentum buffer stay dense; masked coordinates start and stay at 0 (start from
+                a masked X). None: no mask.
 
         Returns:
             The models, momentum buffers and Adam state after the round, each client's mean loss and step count.
         """
         chunk = self.chunk if self.chunk is not None else self.plan_chunk(X)
         schedule = self.schedule(round_index, rows)
-        state = _RoundState.start(X, rows, rule, momentum, adam)
+        state = _RoundState.start(X, rows, rule, momentum, adam, mask)
         # SGD with SAM, clipping, weight decay and momentum runs parameter by parameter (`_sgd_step`): no [a, d] join
         # of the gradients and no [a, d] temporaries; ASAM, Adam and transforms act on the joined rows
         by_parameter = transform is None and rule.optimizer == "sgd" and (rule.rho == 0 or rule.sam == "sam")
@@ -359,6 +366,8 @@ class LocalTrainer:
         Yb, b = state.Y[at.where], state.momentum_at(at)
         term = None if proximal is None else (proximal.mu, proximal.rows(at.where))
         loss = self._sgd_step(Yb, b, part, rule, lr, term)
+        if state.mask is not None:
+            Yb.mul_(state.mask[at.where])
         if not at.is_view:
             state.Y[at.where] = Yb
             if b is not None and state.buf is not None:
@@ -379,10 +388,13 @@ class LocalTrainer:
             if b is not None:
                 b.copy_(step)
             Yb.sub_(step, alpha=lr)
+            if state.mask is not None:
+                Yb.mul_(state.mask[at.where])
         else:
             if state.buf is not None:
                 state.buf[at.where] = step
-            state.Y[at.where] = Yb - lr * step
+            stepped = Yb - lr * step
+            state.Y[at.where] = stepped if state.mask is None else stepped.mul_(state.mask[at.where])
         return loss
 
 
@@ -416,6 +428,7 @@ class _RoundState:
         loss_sum: [m] each client's summed minibatch losses.
         index: the local row of each schedule row.
         everyone: whether every row trains, in order (schedule row r is local row r).
+        mask: [m, d] per-client masks applied after every step (sparse training), or None.
     """
 
     Y: torch.Tensor
@@ -424,10 +437,11 @@ class _RoundState:
     loss_sum: torch.Tensor
     index: torch.Tensor
     everyone: bool
+    mask: torch.Tensor | None = None
 
     @classmethod
     def start(cls, X: torch.Tensor, rows: torch.Tensor | None, rule: LocalRule, momentum: torch.Tensor | None,
-              adam: AdamState | None) -> _RoundState:
+              adam: AdamState | None, mask: torch.Tensor | None = None) -> _RoundState:
         """The state at the round's start: Y = X, momentum as kept (or 0), Adam state as kept (or fresh)."""
         m = X.shape[0]
         everyone = rows is None or _all_rows(rows, m)
@@ -438,7 +452,9 @@ class _RoundState:
         if rule.optimizer != "sgd" and adam is None:
             adam = AdamState.zeros(X)
         loss_sum = torch.zeros(m, device=X.device, dtype=X.dtype)
-        return cls(X.clone(), buf, adam, loss_sum, index, everyone)
+        if mask is not None and mask.shape != X.shape:
+            raise ValueError(f"mask must have the shape of X, {tuple(X.shape)}; got {tuple(mask.shape)}")
+        return cls(X.clone(), buf, adam, loss_sum, index, everyone, mask)
 
     def chunks(self, batch: Batch, chunk: int) -> Iterator[tuple[Batch, _Rows]]:
         """The batch's clients `chunk` at a time: each part of the batch and where its rows sit in the stack."""
