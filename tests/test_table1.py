@@ -129,14 +129,6 @@ def test_bad_choices_are_refused(kwargs, message):
         table1_sweep(**kwargs)
 
 
-def test_an_unregistered_method_is_refused_naming_the_others():
-    if "dispfl" in ALGORITHMS:
-        pytest.skip("dispfl is registered")
-    with pytest.raises(SweepError, match="--methods: dispfl is not a registered algorithm .*; leave it out: "
-                                         "--methods fedavg,fedsam,dpsgd,dfedavg,dfedavgm,dfedsam,dfedsam-mgs"):
-        table1_sweep()
-
-
 REFUSE = """
 import sys
 from dfl.cli import main

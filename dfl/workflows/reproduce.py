@@ -4,7 +4,7 @@ Shi, Shen, Wei, Sun, Yuan, Wang & Tao, "Improving the model consistency of decen
 ICML 2023 (arXiv 2302.04083), Table 1: train accuracy, test accuracy and their gap of eight methods on CIFAR-10
 and CIFAR-100 under several data splits. `table1_sweep` builds it as one `Sweep` with two case axes: `method`
 (each method with its own settings, below) and `split`, times `seed` (and `dataset` with `full`). The sweep
-machinery runs it, so rerunning the command skips what is done, and adding a method (DisPFL, once registered) or a
+machinery runs it, so rerunning the command skips what is done, and adding a method or a
 seed runs only the new runs. `dfl.report.paper_table` prints it in the paper's layout.
 
 Scales (the paper's settings, then what the laptop keeps of them):
@@ -36,7 +36,8 @@ data; what differs is what the paper's comparison gives each method:
 - DFedSAM and DFedSAM-MGS: local SAM with momentum 0.9 (as DFedAvgM, so DFedSAM against DFedAvgM measures SAM;
   docs/reference/update-rules.md#dfedsam-and-dfedsam-mgs), rho 0.01 (the paper's value; FedSAM gets the same rho
   in place of its own default 0.1, so the two SAM methods differ only in the network), Q = 4 gossip steps for MGS.
-- DisPFL (`dispfl`, once registered): its own defaults (density 0.5, ...) on the same network.
+- DisPFL (`dispfl`): the authors' CIFAR scripts' defaults (density 0.5 with ERK, a different initial mask per
+  client, anneal factor 0.5, random regrowth, no momentum: docs/reference/update-rules.md#dispfl) on the same network.
 
 What each cell is: every run holds out 20% of each client's data (10% with `full`), stratified by label, as the
 client's local test set (`local_test_fraction`; the DisPFL code draws it from the test set instead), and scores
@@ -57,7 +58,7 @@ from dfl.workflows.sweep import Sweep, apply_overrides
 STUDY = "dfedsam-table1"
 STUDIES = (STUDY,)
 
-# the paper's rows, in its order; dispfl arrives with its own branch (not registered until then)
+# the paper's rows, in its order
 METHODS = ("fedavg", "fedsam", "dpsgd", "dfedavg", "dfedavgm", "dispfl", "dfedsam", "dfedsam-mgs")
 CENTRALIZED = ("fedavg", "fedsam")
 # the columns: the poster's Table 1 has Dirichlet 0.3, Dirichlet 0.6 and IID; the issue adds the pathological
@@ -108,10 +109,11 @@ def method_settings(method: str, scale: dict[str, Any]) -> dict[str, Any]:
         "dpsgd": {**network, "local_steps": 1},
         "dfedavg": {**network, **epochs},
         "dfedavgm": {**network, "momentum": MOMENTUM, **epochs},
+        "dispfl": {**network, **epochs},  # its card's defaults are the authors' scripts' (momentum 0)
         "dfedsam": {**network, **sam, "momentum": MOMENTUM, **epochs},
         "dfedsam-mgs": {**network, **sam, "momentum": MOMENTUM, "gossip_steps": MGS_STEPS, **epochs},
     }
-    return {"algorithm": method, **per_method.get(method, {**network, **epochs})}
+    return {"algorithm": method, **per_method[method]}
 
 
 def table1_sweep(
@@ -124,7 +126,7 @@ def table1_sweep(
     Args:
         full: the paper's CIFAR scale (needs `data_root`); else the laptop scale.
         quick: the tiny scale for trying the command (not with `full`).
-        methods: rows, a subset of `METHODS` (default all eight); each must be a registered algorithm.
+        methods: rows, a subset of `METHODS` (default all eight).
         splits: columns, a subset of `SPLITS` (default all).
         seeds: seeds 0..seeds-1 (default 3; 1 with `quick`).
         datasets: `full` only: a subset of cifar10, cifar100 (default both).
@@ -134,7 +136,7 @@ def table1_sweep(
             local_epochs: every method but D-PSGD's one step).
 
     Raises:
-        SweepError: one line for an unknown or unregistered method, an unknown split or dataset, `full` with
+        SweepError: one line for an unknown method, an unknown split or dataset, `full` with
             `quick` or without `data_root`, or an override of a field the sweep varies.
     """
     if full and quick:
@@ -144,7 +146,6 @@ def table1_sweep(
     scale = SCALES[scale_name]
     methods = _choose("--methods", methods, METHODS)
     splits = _choose("--splits", splits, tuple(SPLITS))
-    _registered(methods)
     overrides = dict(overrides or {})
     if full and data_root is None and "data_root" not in overrides:
         raise SweepError("--full trains on CIFAR-10/100 from local files and needs --data-root DIR (the directory "
@@ -178,17 +179,6 @@ def _choose(flag: str, given: list[str] | None, allowed: tuple[str, ...]) -> lis
         raise SweepError(f"{flag}: unknown value(s) {', '.join(unknown) or '(none given)'}; choose from "
                          f"{', '.join(allowed)}")
     return [a for a in allowed if a in given]
-
-
-def _registered(methods: list[str]) -> None:
-    """Every method must be a registered algorithm (a card lookup: no torch)."""
-    from dfl.algorithms import ALGORITHMS
-
-    missing = [m for m in methods if m not in ALGORITHMS]
-    if missing:
-        present = [m for m in methods if m in ALGORITHMS]
-        raise SweepError(f"--methods: {', '.join(missing)} is not a registered algorithm (see `dfl list "
-                         f"algorithms`); leave it out: --methods {','.join(present)}")
 
 
 def _seeds(n: int) -> list[int]:
