@@ -90,6 +90,12 @@ COMBOS = [
     "--topology directed-ring --offline 0.2", "--weights sample-count", "--weights column-stochastic",
     "--weights sample-count --topology-options sizes=[1,2]", "--algorithm kgt --algorithm-options outer_lr=0",
     "--algorithm dsgt --local-optimizer adam", "--algorithm KGT", "--threads 0", "--threads two",
+    "--topology base-graph --weights metropolis", "--topology base-graph --topology-options k=0",
+    "--topology base-graph --compressor top-k", "--topology d-equistatic",
+    "--topology d-equistatic --topology-options M=3 epsilon=0.5", "--topology d-equistatic --topology-options M=1",
+    "--topology d-equistatic --topology-options M=3 --link-failure 0.1",
+    "--topology od-equidyn --topology-options eta=2", "--topology matcha --topology-options budget=0",
+    "--topology matcha --aggregator median", "--topology matcha --clients 100000",
 ]
 SNIPPETS = {  # the Python API: each must raise a dfl error (one line), as the CLI does
     "run a str": "dfl.run('not a config')",
@@ -167,7 +173,9 @@ def cases() -> list[Case]:
                  "hierarchical --clients 12 --groups 5", "hierarchical --clients 1000000000 --groups 7",
                  "one-peer --clients 1000000000", "random-pull --clients 8 --k 2 --weights metropolis",
                  "exponential --clients 8 --exponent-base 1", "star --clients 8 --centre 9", "draw ring --clients 8",
-                 "draw ring --clients 8 --out x.txt", "ring --clients 8 --steps 3"]:
+                 "draw ring --clients 8 --out x.txt", "ring --clients 8 --steps 3",
+                 "base-graph --clients 8 --weights lazy", "d-equistatic --clients 8", "matcha --clients 8 --budget 2",
+                 "ring --clients 8 --params 0", "ring --clients 8 --start-eps 2"]:
         out.append(Case("dfl topology", args, ["topology", *args.split()]))
     for args in ["compare-topologies --algorithms fedavg", "compare-topologies --algorithms DFedSAM",
                  "compare-topologies --topologies rng", "compare-topologies --seeds 0",

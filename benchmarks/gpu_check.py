@@ -1,44 +1,55 @@
 """The one command for a lent GPU machine: check dfl's GPU path and write one report (JSON + markdown).
 
+    python benchmarks/gpu_check.py --pack-deps     # where dfl runs: copy what the GPU image lacks into .gpu_deps/
     python benchmarks/gpu_check.py --dry-run       # print the plan (steps, commands, time limits); run nothing
-    python benchmarks/gpu_check.py                 # everything, within --budget 480 s (8 minutes on one H100)
+    python benchmarks/gpu_check.py                 # everything, within --budget 400 s (under 7 minutes on one H100)
     python benchmarks/gpu_check.py --quick         # ~4 minutes (budget 240 s): smaller sizes, no compile
     python benchmarks/gpu_check.py --allow-cpu     # no GPU: the same steps on the CPU at toy sizes (gloo for NCCL)
 
-(The times are estimates: no GPU has run this script yet. The budget is hard: no step starts, or runs on, past
-it, so the default stays inside the device tool's 10 minutes per command.)
+(The times are estimates: no GPU has run this script yet.) Each step is a subprocess with its own time limit
+(`LIMITS`); on one GPU the limits of the steps that run add up to at most the budget, so the check ends inside it
+whatever a step does. A step whose limit no longer fits in what is left of the budget is not started: it is
+reported "skipped: budget". A failing step is recorded with the tail of its output and the check goes on.
 
-Steps, in this order (each a subprocess with its own time limit, all within the budget; a failing step is
-recorded with the tail of its output and the check goes on):
+Steps, in this order (most wanted first):
 
   1. device: nvidia-smi, GPU name, memory, count; torch / CUDA / cuDNN / NCCL / Triton versions, C compilers;
   2. preflight: `import dfl` with this repository on PYTHONPATH (no install needed);
-  3. engine paths on a one-rank NCCL group made by dfl's own set-up (`dfl.engine.distributed.init_process_group`
+  3. paper setting: DFedSAM-MGS (Q = 4, random-pull k = 10) with 100 clients, ResNet-18 and VGG-11 on CIFAR-shaped
+     random data, 5 local epochs of batch 128, 2 rounds and one evaluation each; seconds per round and per evaluation,
+     device peak, torch's sync count per round, and the projected time of 1,000 rounds and of Table 1's 500;
+  4. determinism: a conv model run twice with `kernels = "deterministic"` (must be equal bit for bit) and twice with
+     `kernels = "fast"` (the difference reported);
+  5. host syncs: `benchmarks/host_syncs.py --device cuda`: reads-back and uploads per local step and per round
+     (dfl's counter) and torch's own sync-debug count, per local step, per round and per evaluation;
+  6. engine paths on a one-rank NCCL group made by dfl's own set-up (`dfl.engine.distributed.init_process_group`
      and `DistributedCommunicator`): asynchronous mode, CHOCO with link faults, SCAFFOLD with partial
      participation, each checkpointed and resumed, against the same runs in one process without a group;
-  4. host syncs: `benchmarks/host_syncs.py --device cuda`: reads-back and uploads per local step (dfl's counter)
-     and torch's own sync-debug count per local step and per evaluation;
-  5. checkpoint memory: a run with evaluation and checkpoints; the device's peak during a checkpoint and over the
+  7. checkpoint memory: a run with evaluation and checkpoints; the device's peak during a checkpoint and over the
      run against the memory planner's estimate (`summary.json` memory_estimate);
-  6. gossip: `benchmarks/gossip.py --gossip-steps 4` (Q = 4, ring): the method the engine chose on this device
-     (calibrated: dense, one circulant pass or step by step) and the bandwidth of each, against the copy
-     bandwidth; with 2+ GPUs also p2p / all_gather between two NCCL processes (`--worlds 2`);
-  7. two processes (2+ GPUs; gloo workers in a CPU dry run): `torchrun --nproc_per_node=2 -m dfl.cli run` with
-     NCCL through dfl's own init against the same run in one process (world 2 = world 1), then a world of two
-     whose rank 1 is SIGKILLed in round 2: rank 0 must stop with PeerFailure naming rank 1, within seconds;
-  8. throughput, fp32 and bf16: benchmarks/throughput.py, ResNet-18 on random CIFAR-10-shaped data, the engine
-     against the sequential reference loop: client-steps/s, TFLOP/s and % of the measured matmul peak;
-  9. engine tests: `DFL_TEST_DEVICE=cuda python -m pytest` on the engine / algorithm equivalence tests;
- 10. throughput with compile (`Config.compile`: Triton kernels; the small CIFAR CNN, so compiling fits).
+  8. gossip: `benchmarks/gossip.py --gossip-steps 4` (Q = 4, ring): the method the engine chose on this device
+     and the bandwidth of each, against the copy bandwidth; with 2+ GPUs also p2p / all_gather between two NCCL
+     processes (`--worlds 2`; "skipped: one GPU" otherwise);
+  9. two processes (2+ GPUs, "skipped: one GPU" otherwise; gloo workers in a CPU dry run): `torchrun
+     --nproc_per_node=2 -m dfl.cli run` with NCCL through dfl's own init against the same run in one process
+     (world 2 = world 1), then a world of two whose rank 1 is SIGKILLed in round 2: rank 0 must stop with
+     PeerFailure naming rank 1, within seconds;
+ 10. throughput, fp32 and bf16: benchmarks/throughput.py, ResNet-18 on random CIFAR-10-shaped data, the engine
+     against the sequential per-client loop: client-steps/s, TFLOP/s and % of the measured matmul peak;
+ 11. throughput with compile (`Config.compile`: Triton kernels; the small CIFAR CNN, so compiling fits);
+ 12. engine tests: `DFL_TEST_DEVICE=cuda python -m pytest -o addopts=""` on the engine / algorithm equivalence tests
+     (addopts cleared: the repository's pytest plugins, such as pytest-markdown-docs, need not be there).
 
 The report goes to --out, default `$OUT/gpu_report.md` when $OUT is set (the device tool returns files written
-there), else `gpu_report.md`; `gpu_report.json` beside it holds the same numbers. Both are rewritten after every
-step, so a session cut short still leaves a report. Exit status: 0 when every step passed (or was skipped for
-want of a second GPU), 1 when any failed or ran out of time, 2 when there is no CUDA (without --allow-cpu).
+there), else `gpu_report.md`; `gpu_report.json` beside it holds the same numbers, with the stable top-level keys
+`projection`, `determinism`, `host_syncs` and `throughput` (docs/how-to/gpu-check.md lists the fields). Both are
+rewritten after every step, so a session cut short still leaves a report. Exit status: 0 when every step passed
+(or was skipped: one GPU, budget, --quick), 1 when any failed or ran out of time, 2 when there is no CUDA (without
+--allow-cpu).
 
-The GPU image has PyTorch but not dfl's small pure-Python dependencies (tomli-w, mnist1d) and no network:
-`python benchmarks/gpu_check.py --pack-deps` (on a machine where dfl runs) copies them into `.gpu_deps/`,
-which this script puts on PYTHONPATH when it exists; carry that folder to the GPU machine.
+The GPU image has PyTorch, numpy, scipy, networkx, pytest but not dfl's small pure-Python dependencies (tomli-w,
+mnist1d, opacus) and no network: `python benchmarks/gpu_check.py --pack-deps` (on a machine where dfl runs) copies
+them into `.gpu_deps/`, which this script puts on PYTHONPATH when it exists; carry that folder to the GPU machine.
 """
 
 from __future__ import annotations
@@ -63,41 +74,69 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 DEPS_DIR = ROOT / ".gpu_deps"
-PACKED_DEPS = ("tomli_w", "mnist1d")  # dfl's pure-Python dependencies that the GPU image lacks
+# dfl's pure-Python dependencies that the GPU image lacks (its package list: numpy, scipy, networkx, tqdm, matplotlib,
+# scikit-learn, typing-extensions, opt-einsum, pytest, pytest-xdist are there; opacus loads only with DP)
+PACKED_DEPS = ("tomli_w", "mnist1d", "opacus")
 NO_CUDA_EXIT = 2
-ENGINE_TESTS = ["tests/test_local.py", "tests/test_algorithms.py", "tests/test_centralized.py",
-                "tests/test_precision.py", "tests/test_compile.py"]
+# the engine tests of step 12, without their slow ones (compiling, worlds of processes): within its 30 s on a GPU
+ENGINE_TESTS = ["tests/test_local.py", "tests/test_precision.py", "tests/test_algorithms.py"]
+
+# The paper's setting (launch/configs/dfedsam-table1-cifar10.toml): DFedSAM-MGS, 100 clients, 5 local epochs of batch
+# 128, lr 0.1 x0.998, rho 0.01, weight decay 5e-4, Q = 4 on random-pull k = 10, 500 samples per client (CIFAR-10's
+# 50,000 / 100), evaluated every 10 rounds on the 10,000 test samples (and train_eval_samples = 5000).
+# The paper step's worker gives model i until PAPER_SHARES[i] of its time (the last model: all of it), and stops
+# PAPER_MARGIN_S before the step's limit; the evaluation is estimated at EVALUATION_ESTIMATE x a round (100 clients x
+# 2,000 test samples plus 15,000 for the averaged model, against 250,000 training samples x 5 epochs with SAM).
+PAPER_SHARES = [0.4]
+PAPER_MARGIN_S = 8
+EVALUATION_ESTIMATE = 0.25
+PAPER = dict(clients=100, per_client=500, test=10_000, local_epochs=5, batch_size=128, rounds=2,
+             models=["vgg11", "resnet18"], eval_every=10, projections=[1000, 500])
 
 # Sizes per mode. "toy" is what --allow-cpu runs on a machine without CUDA (and --toy anywhere).
 MODES = {
     "full": dict(
-        budget=480, tests=ENGINE_TESTS, test_filter="not world_size",  # world-size tests: gloo on the CPU
+        budget=400, tests=ENGINE_TESTS, test_filter="not world_size", markers="not slow",  # world sizes: gloo
         model="resnet18", clients=50, local_steps=2, batch_size=32, rounds=2, samples=200, compile=True,
-        compile_model="cnn", compile_clients=100,
+        compile_model="cnn", compile_clients=100, paper=PAPER,
+        determinism=dict(model="cnn", clients=16, samples=64, local_steps=4),
         gossip=["--clients", "100", "--dim", "11200000", "--repeat", "5"],
         engine=dict(clients=16, model="mlp", samples=4000), memory=dict(clients=64, model="cnn1d"),
         multi=dict(clients=16, rounds=3, model="mlp"), syncs=["--clients", "32"],
     ),
     "quick": dict(
-        budget=240, tests=["tests/test_local.py", "tests/test_algorithms.py"], test_filter="not world_size",
+        budget=240, tests=["tests/test_local.py"], test_filter="not world_size", markers="not slow",
         model="resnet18", clients=20, local_steps=1, batch_size=32, rounds=2, samples=100, compile=False,
-        compile_model="cnn", compile_clients=32,
+        compile_model="cnn", compile_clients=32, paper={**PAPER, "local_epochs": 1, "models": ["vgg11"]},
+        determinism=dict(model="cnn", clients=8, samples=32, local_steps=2),
         gossip=["--clients", "100", "--dim", "2000000", "--repeat", "3"],
         engine=dict(clients=8, model="mlp", samples=2000), memory=dict(clients=32, model="cnn1d"),
         multi=dict(clients=8, rounds=3, model="mlp"), syncs=["--clients", "16"],
     ),
     "toy": dict(
-        budget=420, tests=["tests/test_local.py"], test_filter="vectorized_equals_sequential and sgd",
+        budget=600, tests=["tests/test_local.py"], test_filter="vectorized_equals_sequential and sgd", markers="",
         model="logreg", clients=2, local_steps=1, batch_size=4, rounds=1, samples=8, compile=True,
         compile_model="logreg", compile_clients=2,
+        paper=dict(PAPER, clients=4, per_client=8, test=32, local_epochs=1, batch_size=4, models=["cnn"]),
+        determinism=dict(model="cnn", clients=4, samples=8, local_steps=1),
         gossip=["--clients", "8", "--dim", "1000", "--repeat", "2", "--copy-mib", "8"],
         engine=dict(clients=4, model="logreg", samples=600), memory=dict(clients=4, model="logreg"),
         multi=dict(clients=4, rounds=3, model="logreg"), syncs=["--clients", "4"],
     ),
 }
-# Step time limits (s), each further capped by what is left of the budget.
-TIMEOUTS = dict(engine=90, syncs=60, memory=60, gossip=60, multi=120, fp32=70, bf16=60, tests=120, compile=150)
-KILL_ROUND = 2  # step 7: rank 1 kills itself at the start of this round (1-based)
+# Step time limits (s). On a GPU ("full"), the limits of the steps that run on one GPU add up to the budget (400 s:
+# with CUDA's start-up in each process and the compile warm-up inside them, the check ends within 7 minutes); device
+# and preflight run in this process (LIMITS counts 10 s for them). The toy mode's limits suit a busy 2-core CPU.
+LIMITS = {
+    "full": dict(inline=10, paper=140, determinism=25, syncs=20, engine=35, memory=20, gossip=15, multi=90, fp32=25,
+                 bf16=20, compile=60, tests=30),
+    "quick": dict(inline=10, paper=70, determinism=20, syncs=15, engine=25, memory=15, gossip=15, multi=60, fp32=20,
+                  bf16=15, compile=0, tests=35),
+    "toy": dict(inline=10, paper=90, determinism=60, syncs=60, engine=90, memory=60, gossip=60, multi=120, fp32=70,
+                bf16=60, compile=150, tests=120),
+}
+REPORT_SCHEMA = 2  # gpu_report.json's layout (docs/how-to/gpu-check.md); raised when a stable key changes
+KILL_ROUND = 2  # step 9: rank 1 kills itself at the start of this round (1-based)
 
 
 @dataclass
@@ -117,10 +156,12 @@ class Step:
 
 
 STEPS = (("device", "device"), ("preflight", "preflight: import dfl"),
-         ("engine", "engine paths on a one-rank NCCL group"), ("syncs", "host syncs per local step"),
+         ("paper", "paper setting: 100 clients, DFedSAM-MGS"), ("determinism", "deterministic and fast kernels"),
+         ("syncs", "host syncs per local step and round"), ("engine", "engine paths on a one-rank NCCL group"),
          ("memory", "checkpoint memory vs planner"), ("gossip", "gossip at Q = 4: method and bandwidth"),
          ("multi", "two processes: world 2 = world 1, a killed rank"), ("fp32", "throughput fp32"),
-         ("bf16", "throughput bf16"), ("tests", "engine tests"), ("compile", "throughput with compile"))
+         ("bf16", "throughput bf16"), ("compile", "throughput with compile"), ("tests", "engine tests"))
+INLINE = ("device", "preflight")  # run in this process
 
 
 def parse_args(argv=None):
@@ -132,7 +173,7 @@ def parse_args(argv=None):
                    help="without CUDA, run the same steps on the CPU at toy sizes instead of exiting 2")
     p.add_argument("--toy", action="store_true", help="toy sizes even on a GPU (a smoke test of this script)")
     p.add_argument("--budget", type=float, default=None,
-                   help="total seconds for all steps (default 480 full, 240 --quick, 420 toy)")
+                   help="total seconds for all steps (default 400 full, 240 --quick, 600 toy)")
     p.add_argument("--test-workers", type=int, default=4,
                    help="pytest-xdist workers for the engine tests on CUDA when xdist is installed (0 = none)")
     p.add_argument("--pack-deps", action="store_true",
@@ -195,6 +236,7 @@ class Check:
         self.out = out
         self.budget = args.budget if args.budget is not None else self.sizes["budget"]
         self.compile = self.sizes["compile"] and not args.quick
+        self.limits = LIMITS[mode]
         self.start = time.monotonic()
         self.started_at = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
         self.finished = False
@@ -225,9 +267,26 @@ class Check:
             return None, output + f"\n[gpu_check: killed after {limit:.0f} s]"
 
     def limit(self, key: str) -> float | None:
-        """This step's time limit: its own, capped by the budget left; None when too little is left."""
-        left = self.remaining() - 3
-        return None if left < 10 else min(TIMEOUTS[key], left)
+        """This step's time limit (LIMITS); None when it no longer fits in what is left of the budget."""
+        own = self.limits[key]
+        return own if own <= self.remaining() else None
+
+    def skip_for_budget(self, step: Step, key: str) -> None:
+        step.status = "skipped"
+        step.result = (f"skipped: budget (its limit {self.limits[key]} s > {max(0.0, self.remaining()):.0f} s left of "
+                       f"{self.budget:.0f} s)")
+
+    def runs(self, key: str) -> bool:
+        """Whether step `key` runs at all in this check (not skipped for want of a GPU or by --quick)."""
+        if key == "multi":
+            return self.device == "cpu" or self.gpus >= 2
+        if key == "compile":
+            return self.compile
+        return True
+
+    def planned_seconds(self) -> int:
+        """The limits of the steps that run, added (with LIMITS["inline"] for those that run in this process)."""
+        return self.limits["inline"] + sum(self.limits[k] for k, _ in STEPS if k not in INLINE and self.runs(k))
 
     def execute(self, step: Step, fn) -> None:
         print(f"[{self.steps.index(step) + 1}/{len(self.steps)}] {step.title} ...", flush=True)
@@ -245,7 +304,7 @@ class Check:
         """Run a step's command; on failure fill status/result/tail and return None, else the output."""
         limit = self.limit(key)
         if limit is None:
-            step.status, step.result = "not run", f"time budget ({self.budget:.0f} s) used up"
+            self.skip_for_budget(step, key)
             return None
         rc, output = self.run_cmd(step, cmd, limit, env)
         step.data["limit_s"] = round(limit)
@@ -324,8 +383,10 @@ class Check:
 
     def step_tests(self, step: Step) -> None:
         junit = self.tmp / "tests.xml"
-        cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={junit}",
-               *self.sizes["tests"], "-k", self.sizes["test_filter"]]
+        # addopts cleared: pyproject's "--markdown-docs" needs pytest-markdown-docs, which the GPU image lacks
+        cmd = [sys.executable, "-m", "pytest", "-q", "-o", "addopts=", "-p", "no:cacheprovider", f"--junitxml={junit}",
+               *self.sizes["tests"], "-k", self.sizes["test_filter"]] + (
+                   ["-m", self.sizes["markers"]] if self.sizes["markers"] else [])
         if self.device == "cuda" and self.args.test_workers > 0 and importlib.util.find_spec("xdist"):
             cmd += ["-n", str(self.args.test_workers)]  # tiny tests are launch-bound: run a few processes at once
         env = dict(self.env, DFL_TEST_DEVICE=self.device)
@@ -377,8 +438,12 @@ class Check:
         cases = {k: v for k, v in record.items() if k != "evaluation"}
         per_step = {k: (v["syncs_per_local_step"], v["sync_debug_per_local_step"]) for k, v in cases.items()}
         step.status = "ok" if all(a == 0 and b == 0 for a, b in per_step.values()) else "FAILED"
+        per_round = {k: (v["rounds"][-1]["syncs"], v["rounds"][-1]["sync_debug"]) for k, v in cases.items()}
+        step.data["per_round"] = {k: {"K": v["K"][-1], "syncs": a, "sync_debug": b}
+                                  for (k, v), (a, b) in zip(cases.items(), per_round.values())}
         step.result = "per local step (dfl's counter / torch sync-debug): " + ", ".join(
-            f"{k} {a:g}/{b:g}" for k, (a, b) in per_step.items()) + (
+            f"{k} {a:g}/{b:g}" for k, (a, b) in per_step.items()) + "; per round of 6 local steps: " + ", ".join(
+            f"{k} {a}/{b}" for k, (a, b) in per_round.items()) + (
             f"; an evaluation: {record['evaluation']['syncs']} reads back, sync-debug "
             f"{record['evaluation']['sync_debug']}")
 
@@ -413,17 +478,21 @@ class Check:
         if dense:
             step.data.update(matmul_ms=float(dense.group(1)), percent_of_copy=float(dense.group(3)))
         step.status = "ok"
+        if worlds == ["0"] and self.device == "cuda":
+            step.data["two_processes"] = "skipped: one GPU"
         step.result = (f"engine chose {chosen.group(1)}: {chosen.group(2)} ms per round of 4 steps"
                        + (f"; dense W^4 @ X {dense.group(1)} ms" if dense else "")
-                       + f"; copy bandwidth {copy.group(1)} GB/s")
+                       + f"; copy bandwidth {copy.group(1)} GB/s"
+                       + ("; p2p / all_gather between two processes: skipped: one GPU"
+                          if step.data.get("two_processes") else ""))
 
     def step_multi(self, step: Step) -> None:
-        if self.device == "cuda" and self.gpus < 2:
-            step.status, step.result = "skipped", f"{self.gpus} GPU visible: NCCL needs one GPU per process"
+        if not self.runs("multi"):
+            step.status, step.result = "skipped", f"skipped: one GPU ({self.gpus} visible: NCCL needs one per process)"
             return
         limit = self.limit("multi")
         if limit is None:
-            step.status, step.result = "not run", f"time budget ({self.budget:.0f} s) used up"
+            self.skip_for_budget(step, "multi")
             return
         deadline = time.monotonic() + limit
         s = self.sizes["multi"]
@@ -536,9 +605,54 @@ class Check:
         if compile_:
             step.result += f"; first (compiling) round {record['first_round_s'][engine]:.0f} s"
 
+    def step_paper(self, step: Step) -> None:
+        """The paper's setting per model: seconds per round and per evaluation, peak, syncs; the projections."""
+        out = self.tmp / "paper.json"
+        paper = self.sizes["paper"]
+        # the worker stops its runs itself before the step's limit (PAPER_SHARES), so a slow model is cut, not killed
+        cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", "paper", self.device, json.dumps(paper),
+               str(out), str(max(1, self.limits["paper"] - PAPER_MARGIN_S))]
+        output = self.subprocess_step(step, "paper", cmd)
+        record = json.loads(out.read_text()) if out.is_file() else None  # written after every round: kept on a kill
+        if record is None:
+            if output is not None:
+                step.status, step.result, step.tail = "FAILED", "no record written", tail(output)
+            return
+        step.data["record"] = record
+        step.data["projection"] = projection(record, paper)
+        done = {name: m for name, m in record["models"].items() if m.get("rounds")}
+        parts = []
+        for name, p in step.data["projection"].items():
+            parts.append(f"{name} ({p['num_params'] / 1e6:.1f}M) {p['seconds_per_round']:.1f} s/round"
+                         + (" (first round only, warm-up included)" if p["from_first_round"] else "")
+                         + (f" [cut: {p['cut']}]" if p["cut"] else "")
+                         + f", evaluation {p['evaluation_s']:.1f} s: 1,000 rounds ~{p['rounds_1000_s'] / 3600:.1f} h, "
+                         f"500 rounds ~{p['rounds_500_s'] / 3600:.1f} h")
+        missing = [m for m in paper["models"] if m not in done or done[m].get("evaluation_s") is None]
+        if output is not None and not missing:
+            step.status = "ok"
+        elif output is not None:
+            step.status = "FAILED"
+        step.result = "; ".join(parts) + (f"; not measured: {', '.join(missing)} ({step.result or step.status})"
+                                          if missing else "")
+
+    def step_determinism(self, step: Step) -> None:
+        record = self.worker(step, "determinism", "determinism", json.dumps(self.sizes["determinism"]))
+        if record is None:
+            return
+        step.data.update(record)
+        exact = record["deterministic"]["equal"]
+        step.status = "ok" if exact else "FAILED"
+        same = "equal bit for bit" if exact else f"DIFFER (max {record['deterministic']['max_abs_diff']:.1e})"
+        step.result = (f"{record['model']} x {record['clients']}, two runs each: deterministic {same}; fast "
+                       f"{'equal' if record['fast']['equal'] else 'differ'} (max abs difference "
+                       f"{record['fast']['max_abs_diff']:.1e}); deterministic, half the chunk: max abs difference "
+                       f"{record['chunk']['max_abs_diff']:.1e}")
+
     # ------------------------------------------------------------------ driver
     def functions(self) -> dict:
-        return {"device": self.step_device, "preflight": self.step_preflight, "engine": self.step_engine,
+        return {"device": self.step_device, "preflight": self.step_preflight, "paper": self.step_paper,
+                "determinism": self.step_determinism, "engine": self.step_engine,
                 "syncs": self.step_syncs, "memory": self.step_memory, "gossip": self.step_gossip,
                 "multi": self.step_multi, "fp32": lambda s: self.throughput(s, "fp32", "fp32"),
                 "bf16": lambda s: self.throughput(s, "bf16", "bf16"), "tests": self.step_tests,
@@ -547,10 +661,16 @@ class Check:
     def plan(self) -> str:
         """What `run` would do, step by step (`--dry-run`)."""
         s = self.sizes
-        two = self.device == "cpu" or self.gpus >= 2
+        paper = s["paper"]
         what = {
             "device": "nvidia-smi, torch.cuda properties, versions (in this process)",
             "preflight": "import dfl, topologies (in this process)",
+            "paper": f"gpu_check.py --worker paper {self.device}: dfedsam-mgs Q = 4, {paper['clients']} clients x "
+                     f"{paper['per_client']} CIFAR-shaped samples, {' and '.join(paper['models'])}, "
+                     f"{paper['local_epochs']} local epochs of batch {paper['batch_size']}, {paper['rounds']} rounds, "
+                     f"one evaluation; projected {' and '.join(map(str, paper['projections']))} rounds",
+            "determinism": f"gpu_check.py --worker determinism {self.device}: {s['determinism']['model']} x "
+                           f"{s['determinism']['clients']}, kernels deterministic and fast, two runs each",
             "engine": f"gpu_check.py --worker engine {self.device}: every collective once; {s['engine']['model']} x "
                       f"{s['engine']['clients']} clients: async, CHOCO + link faults, SCAFFOLD; 2 rounds, checkpoint, "
                       "resume to 3",
@@ -561,30 +681,30 @@ class Check:
                       f"{'2' if self.device == 'cuda' and self.gpus >= 2 else '0'} --device {self.device}",
             "multi": ("torchrun --standalone --nproc_per_node=2 -m dfl.cli run ... (checkpointed, then --resume) vs "
                       f"python -m dfl.cli run ...; then 2 processes (env://), rank 1 SIGKILLed in round {KILL_ROUND}")
-                     if two else
-                     f"skipped: {self.gpus} GPU visible",
+                     if self.runs("multi") else f"skipped: one GPU ({self.gpus} visible)",
             "fp32": f"benchmarks/throughput.py --model {s['model']} --dataset cifar10 --clients {s['clients']} "
                     f"--precision fp32",
             "bf16": f"benchmarks/throughput.py --model {s['model']} ... --precision bf16",
-            "tests": f"DFL_TEST_DEVICE={self.device} python -m pytest {' '.join(s['tests'])} -k '{s['test_filter']}'",
+            "tests": f"DFL_TEST_DEVICE={self.device} python -m pytest -o addopts= {' '.join(s['tests'])} -k "
+                     f"'{s['test_filter']}'" + (f" -m '{s['markers']}'" if s["markers"] else ""),
             "compile": (f"benchmarks/throughput.py --model {s['compile_model']} --clients {s['compile_clients']} "
                         "--compile") if self.compile else "skipped (--quick)",
         }
         lines = [f"gpu_check plan: {self.mode} mode on {self.device} ({self.gpus} GPU(s)), budget {self.budget:.0f} s, "
                  f"report {self.out} (+ {self.out.with_suffix('.json').name})"]
         for n, step in enumerate(self.steps, 1):
-            limit = TIMEOUTS.get(step.key)
-            lines.append(f"{n:>2}. {step.title:<52} {'limit ' + str(limit) + ' s' if limit else '':<12} "
-                         f"{what[step.key]}")
-        total = sum(TIMEOUTS.values())
-        lines.append(f"step limits add up to {total} s; the budget ({self.budget:.0f} s) stops the check earlier if "
-                     "the steps run long (later steps are then reported 'not run')")
+            limit = f"limit {self.limits[step.key]} s" if step.key not in INLINE and self.runs(step.key) else ""
+            lines.append(f"{n:>2}. {step.title:<52} {limit:<12} {what[step.key]}")
+        total = self.planned_seconds()
+        lines.append(f"the limits of the steps that run add up to {total} s ({self.limits['inline']} s counted for the "
+                     f"steps in this process) against the budget of {self.budget:.0f} s; a step whose limit no longer "
+                     "fits in what is left is not started ('skipped: budget')")
         return "\n".join(lines)
 
     def run(self) -> int:
         functions = self.functions()
         for step in self.steps:
-            if step.key not in ("device", "preflight") and self.by_key["preflight"].status != "ok":
+            if step.key not in INLINE and self.by_key["preflight"].status != "ok":
                 step.status, step.result = "not run", "dfl does not import (see preflight)"
             elif step.key == "compile" and not self.compile:
                 step.status, step.result = "skipped", "--quick: compiling takes minutes; run without --quick"
@@ -600,12 +720,44 @@ class Check:
         return 1 if failed else 0
 
     # ------------------------------------------------------------------ the report
+    def summaries(self) -> dict:
+        """The report's stable top-level keys (docs/how-to/gpu-check.md): read these, not the steps' data."""
+        paper, det = self.by_key["paper"].data, self.by_key["determinism"].data
+        syncs = self.by_key["syncs"].data.get("record") or {}
+        throughput = {}
+        for key in ("fp32", "bf16", "compile"):
+            record = self.by_key[key].data.get("record")
+            if record:
+                throughput[key] = {
+                    "model": record["model"], "precision": record["precision"],
+                    "peak_tflops": record["peak_gflops"] / 1e3, "peak_dtype": record["peak_dtype"],
+                    "loops": {name: {"client_steps_per_s": loop["client_steps_per_s"],
+                                     "seconds_per_round": loop["seconds_per_round"], "tflops": loop["gflops"] / 1e3,
+                                     "fraction_of_peak": loop["fraction_of_peak"]}
+                              for name, loop in record["loops"].items()},
+                    "speedup_vs_loop": {name: v["median"] for name, v in record["speedup"].items()}}
+        return {
+            "projection": paper.get("projection", {}),
+            "determinism": {k: det[k] for k in ("deterministic", "fast", "chunk") if k in det},
+            "host_syncs": {
+                "per_local_step": {k: {"syncs": v["syncs_per_local_step"], "uploads": v["uploads_per_local_step"],
+                                       "sync_debug": v["sync_debug_per_local_step"]}
+                                   for k, v in syncs.items() if k != "evaluation"},
+                "per_round": self.by_key["syncs"].data.get("per_round", {}),
+                "per_evaluation": syncs.get("evaluation", {}),
+                "paper_per_round": {name: p["sync_debug_per_round"] for name, p in
+                                    paper.get("projection", {}).items()}},
+            "throughput": throughput,
+        }
+
     def write(self) -> None:
         self.out.parent.mkdir(parents=True, exist_ok=True)
         self.out.write_text(render(self))
-        data = {"mode": self.mode, "device": self.device, "gpus": self.gpus, "started": self.started_at,
-                "budget_s": self.budget, "elapsed_s": time.monotonic() - self.start, "command": " ".join(sys.argv),
-                "steps": [asdict(s) for s in self.steps]}
+        data = {"schema": REPORT_SCHEMA, "mode": self.mode, "device": self.device, "gpus": self.gpus,
+                "gpu": self.by_key["device"].data.get("info", {}).get("GPU"),
+                "torch": self.by_key["device"].data.get("info", {}).get("torch"), "started": self.started_at,
+                "budget_s": self.budget, "elapsed_s": time.monotonic() - self.start, "finished": self.finished,
+                "command": " ".join(sys.argv), **self.summaries(), "steps": [asdict(s) for s in self.steps]}
         self.out.with_suffix(".json").write_text(json.dumps(data, indent=2, default=str) + "\n")
 
 
@@ -674,6 +826,41 @@ def render(check: Check) -> str:
     if device.data.get("nvidia_smi"):
         lines += ["", "```", device.data["nvidia_smi"].rstrip(), "```"]
 
+    paper = check.by_key["paper"]
+    setting = s["paper"]
+    lines += ["", "## Paper setting", "",
+              f"DFedSAM-MGS (Q = 4, random-pull k = 10), {setting['clients']} clients x {setting['per_client']} "
+              f"CIFAR-shaped random samples, {setting['local_epochs']} local epochs of batch {setting['batch_size']}, "
+              f"lr 0.1, rho 0.01, weight decay 5e-4, fp32, kernels deterministic, client_chunk auto; "
+              f"{setting['rounds']} rounds, one evaluation ({setting['test']:,} test samples, 2,000 per client). "
+              f"Seconds per round: the median of the rounds after the first (warm-up excluded). Projection: that "
+              f"x rounds + one evaluation every {setting['eval_every']} rounds, on this one GPU.", ""]
+    if paper.data.get("projection"):
+        lines += ["| model | params | chunk | first round | s/round | evaluation | peak | syncs/round | "
+                  + " | ".join(f"{n:,} rounds" for n in setting["projections"]) + " |",
+                  "| --- " * (8 + len(setting["projections"])) + "|"]
+        for name, p in paper.data["projection"].items():
+            peak = "-" if p["peak_bytes"] is None else f"{p['peak_bytes'] / 2**30:.1f} GiB"
+            lines.append(f"| {name} | {p['num_params'] / 1e6:.1f}M | {p['client_chunk']} | "
+                         f"{p['first_round_s']:.1f} s | {p['seconds_per_round']:.2f} s | {p['evaluation_s']:.1f} s | "
+                         f"{peak} | "
+                         f"{'-' if p['sync_debug_per_round'] is None else p['sync_debug_per_round']} | "
+                         + " | ".join(f"{p[f'rounds_{n}_s'] / 3600:.2f} h" for n in setting["projections"]) + " |")
+    else:
+        lines.append(f"({paper.status})")
+
+    det = check.by_key["determinism"]
+    lines += ["", "## Determinism", "",
+              "The same run twice per `kernels` mode (final parameters compared), and the deterministic run with half "
+              "the client chunk (what another world size changes).", ""]
+    if det.data.get("deterministic"):
+        lines += ["| comparison | equal bit for bit | max abs difference |", "| --- | --- | --- |"]
+        for key, label in (("deterministic", "deterministic, two runs"), ("fast", "fast, two runs"),
+                           ("chunk", "deterministic, chunk vs half the chunk")):
+            lines.append(f"| {label} | {det.data[key]['equal']} | {det.data[key]['max_abs_diff']:.2e} |")
+    else:
+        lines.append(f"({det.status})")
+
     engine = check.by_key["engine"]
     lines += ["", "## Engine paths on a one-rank group", "",
               "dfl's own set-up (`init_process_group`, `DistributedCommunicator`) on one rank: every collective goes "
@@ -692,10 +879,12 @@ def render(check: Check) -> str:
     lines += ["", "## Host syncs", "", f"`{syncs.command or '(not run)'}`", ""]
     record = syncs.data.get("record")
     if record:
-        lines += ["| case | reads back per local step | uploads per local step | torch sync-debug per local step |",
-                  "| --- | --- | --- | --- |"]
+        lines += ["| case | reads back per local step | uploads per local step | torch sync-debug per local step | "
+                  "reads back per round (K = 6) | torch sync-debug per round |", "| --- " * 6 + "|"]
         lines += [f"| {k} | {v['syncs_per_local_step']:g} | {v['uploads_per_local_step']:g} | "
-                  f"{v['sync_debug_per_local_step']:g} |" for k, v in record.items() if k != "evaluation"]
+                  f"{v['sync_debug_per_local_step']:g} | {v['rounds'][-1]['syncs']} | "
+                  f"{v['rounds'][-1]['sync_debug']} |"
+                  for k, v in record.items() if k != "evaluation"]
 
     memory = check.by_key["memory"]
     lines += ["", "## Checkpoint memory", "", _cell(memory.result) or f"({memory.status})"]
@@ -900,6 +1089,167 @@ def memory_worker(device_name: str, sizes: str, root: str) -> int:
     return 0
 
 
+def cifar_shaped(clients: int, per_client: int, test: int, seed: int = 0):
+    """Seeded N(0, 1) images [3, 32, 32] with uniform labels of 10 classes: `per_client` training samples per client
+    and `test` test samples, crop-flip augmentation as for the real CIFAR-10 (the work per round is the real set's)."""
+    import torch
+
+    from dfl.data import FederatedData
+
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(clients * per_client, 3, 32, 32, generator=g)
+    y = torch.randint(0, 10, (clients * per_client,), generator=g)
+    train = list(zip(x.split(per_client), y.split(per_client)))
+    test_set = (torch.randn(test, 3, 32, 32, generator=g), torch.randint(0, 10, (test,), generator=g))
+    return FederatedData.from_arrays(train=train, test=test_set, num_classes=10, name="cifar10-random",
+                                     augment="crop-flip")
+
+
+def paper_config(paper: dict, model: str, device_name: str):
+    """The Table 1 run of `model` (launch/configs/dfedsam-table1-cifar10.toml) for `paper['rounds']` rounds, evaluated
+    once, at the end."""
+    import dfl
+
+    return dfl.Config(clients=paper["clients"], model=model, algorithm="dfedsam-mgs", gossip_steps=4,
+                      topology="random-pull", topology_options={"k": min(10, paper["clients"] - 1)},
+                      local_epochs=paper["local_epochs"], batch_size=paper["batch_size"], lr=0.1, lr_decay=0.998,
+                      rho=0.01, weight_decay=5e-4, rounds=paper["rounds"], eval_every=paper["rounds"],
+                      train_eval_samples=5000, device=device_name, progress=False, seed=0)
+
+
+class OutOfTime(Exception):
+    """Raised by the paper worker's timed round when the next round would not end within the model's share."""
+
+
+def paper_worker(device_name: str, sizes: str, out: str, seconds: str) -> int:
+    """Step 3: the paper's setting, model by model: each round timed (and torch's sync count on CUDA), the one
+    evaluation timed, the device's peak; the record rewritten to `out` after every round (a kill keeps what was
+    measured). Model i may run until PAPER_SHARES[i] of `seconds` have passed: a round that would not end by then (by
+    the last round's time) is not started; the evaluation is then run after the rounds done, and the run stops."""
+    use_local_paths()
+    import torch
+
+    import dfl
+    from benchmarks.host_syncs import SyncDebug
+    from dfl.engine.experiment import Experiment
+
+    paper = json.loads(sizes)
+    cuda = device_name == "cuda"
+    started, seconds = time.monotonic(), float(seconds)
+    shares = PAPER_SHARES[: len(paper["models"]) - 1] + [1.0]
+    data = cifar_shaped(paper["clients"], paper["per_client"], paper["test"])
+    record: dict = {"setting": {k: v for k, v in paper.items() if k != "models"}, "device": device_name, "models": {}}
+    current: dict = {"model": None, "rounds": [], "sync_debug": []}
+    last_stats: list = []  # the latest round's statistics (for an evaluation run after a cut)
+    train_round, evaluate = Experiment.train_round, Experiment.evaluate
+
+    def save():
+        Path(out).write_text(json.dumps(record, indent=1))
+
+    def timed_round(self, t):
+        current.setdefault("num_params", self.layout.dim)
+        if current["rounds"]:  # another round (and the evaluation after it) must end within the model's share
+            last = current["rounds"][-1]
+            if time.monotonic() + last * (1.05 + EVALUATION_ESTIMATE) > current["deadline"]:
+                current["cut"] = f"{len(current['rounds'])} round(s): the next would not end within the step's limit"
+                timed_evaluation(self, t - 1, last_stats.pop())
+                raise OutOfTime
+        with SyncDebug(self.device) as debug:
+            tic = time.perf_counter()
+            stats = train_round(self, t)  # ends with torch.cuda.synchronize on CUDA
+            seconds = time.perf_counter() - tic
+        current["client_chunk"] = self.trainer.chunk
+        current["memory_estimate"] = self.trainer.memory_estimate
+        current["rounds"].append(seconds)
+        current["sync_debug"].append(debug.count if cuda else None)
+        if cuda:
+            current["peak_bytes"] = torch.cuda.max_memory_allocated()
+        print(f"{current['model']}: round {t + 1} {seconds:.2f} s", flush=True)
+        save()
+        last_stats[:] = [stats]
+        return stats
+
+    def timed_evaluation(self, t, stats):
+        tic = time.perf_counter()
+        metrics = evaluate(self, t, stats)  # its metrics are read back: the device is done
+        current["evaluation_s"] = time.perf_counter() - tic
+        print(f"{current['model']}: evaluation {current['evaluation_s']:.2f} s", flush=True)
+        save()
+        return metrics
+
+    Experiment.train_round, Experiment.evaluate = timed_round, timed_evaluation
+    for model, share in zip(paper["models"], shares):
+        current = {"model": model, "rounds": [], "sync_debug": [], "deadline": started + share * seconds}
+        record["models"][model] = current
+        if cuda:
+            torch.cuda.empty_cache()
+            torch.cuda.reset_peak_memory_stats()
+        try:
+            dfl.run(paper_config(paper, model, device_name), data=data)
+        except OutOfTime:
+            pass
+        last_stats.clear()
+        current.pop("deadline")
+        save()
+    print(json.dumps({"models": list(record["models"])}))
+    return 0
+
+
+def projection(record: dict, paper: dict) -> dict:
+    """Per model: seconds per round (median of the rounds after the first, whose warm-up it leaves out; the first alone
+    if that is all there is), seconds per evaluation, and the projected seconds of each of `paper['projections']`
+    rounds (one GPU, fp32, kernels "deterministic"), with an evaluation every `paper['eval_every']` rounds."""
+    out = {}
+    for name, m in record["models"].items():
+        rounds = m.get("rounds") or []
+        if not rounds:
+            continue
+        steady = rounds[1:] or rounds
+        per_round = sorted(steady)[len(steady) // 2]
+        evaluation = m.get("evaluation_s")
+        syncs = [c for c in m.get("sync_debug", [])[1:] or m.get("sync_debug", []) if c is not None]
+        entry = {"seconds_per_round": per_round, "first_round_s": rounds[0], "rounds_timed": len(rounds),
+                 "cut": m.get("cut"),
+                 "from_first_round": len(rounds) == 1, "evaluation_s": evaluation or 0.0,
+                 "evaluation_measured": evaluation is not None, "eval_every": paper["eval_every"],
+                 "num_params": m.get("num_params", 0), "client_chunk": m.get("client_chunk"),
+                 "peak_bytes": m.get("peak_bytes"), "sync_debug_per_round": max(syncs) if syncs else None,
+                 "clients": paper["clients"], "local_epochs": paper["local_epochs"],
+                 "batch_size": paper["batch_size"], "gossip_steps": 4,
+                 "gpus": 1 if record.get("device") == "cuda" else 0, "precision": "fp32",
+                 "kernels": "deterministic", "device": record.get("device")}
+        for total in paper["projections"]:
+            entry[f"rounds_{total}_s"] = per_round * total + (evaluation or 0.0) * (total // paper["eval_every"])
+        out[name] = entry
+    return out
+
+
+def determinism_worker(device_name: str, sizes: str) -> int:
+    """Step 4: one conv run twice with kernels "deterministic" and twice with "fast"; and "deterministic" with half
+    the client chunk (what another world size changes). Prints the largest differences of the final parameters."""
+    use_local_paths()
+    import torch
+
+    import dfl
+
+    s = json.loads(sizes)
+    data = cifar_shaped(s["clients"], s["samples"], s["samples"], seed=1)
+    base = dfl.Config(clients=s["clients"], model=s["model"], algorithm="dfedsam-mgs", topology="ring",
+                      gossip_steps=4, local_steps=s["local_steps"], batch_size=8, rounds=2, eval_every=2,
+                      client_chunk=s["clients"], device=device_name, progress=False, seed=0)
+
+    def compare(a, b) -> dict:
+        return {"equal": bool(torch.equal(a, b)), "max_abs_diff": float((a - b).abs().max())}
+
+    runs = {mode: [dfl.run(base.replace(kernels=mode), data=data).params for _ in range(2)]
+            for mode in ("deterministic", "fast")}
+    half = dfl.run(base.replace(client_chunk=max(1, s["clients"] // 2)), data=data).params
+    print(json.dumps({"model": s["model"], "clients": s["clients"], "device": device_name,
+                      "deterministic": compare(*runs["deterministic"]), "fast": compare(*runs["fast"]),
+                      "chunk": compare(runs["deterministic"][0], half)}))
+    return 0
+
+
 def kill_worker(device_name: str, rank_to_kill: str, at_round: str, stamp: str, args: list[str]) -> int:
     """Step 7: one rank of a two-process `dfl run` (dfl's env:// set-up); rank `rank_to_kill` SIGKILLs itself at
     the start of round `at_round` (1-based), after writing the time to `stamp`."""
@@ -925,6 +1275,10 @@ def worker(argv: list[str]) -> int:
         return engine_worker(*rest)
     if name == "memory":
         return memory_worker(*rest)
+    if name == "paper":
+        return paper_worker(*rest)
+    if name == "determinism":
+        return determinism_worker(*rest)
     if name == "kill":
         device, rank, at, stamp, *dfl_args = rest
         return kill_worker(device, rank, at, stamp, dfl_args[1:] if dfl_args[:1] == ["--"] else dfl_args)

@@ -4,7 +4,8 @@ peak resident set (`getrusage(RUSAGE_SELF).ru_maxrss`) reported next to the worl
 A run hosts m clients as rows of one [m, d] stack; with P processes each rank should hold only its block of
 m/P rows, so its peak should be about 1/P of the world-1 peak plus a fixed part (the interpreter, torch, the
 data, the model). The run does everything that used to gather all m rows onto every rank: one round of training,
-an evaluation (averaged model, every client, consensus distance), a checkpoint, params.pt and the Result.
+an evaluation (averaged model, every client, consensus distance), a checkpoint, the final parameters (params.pt in
+one process; params.shards/, every rank its own rows, under torchrun) and the Result.
 
     python benchmarks/rank_memory.py                               # mlp x 3,000 clients, worlds 1 and 2
     python benchmarks/rank_memory.py --clients 3000 6000 --worlds 1 2 --json out.json --markdown out.md
@@ -81,8 +82,8 @@ def markdown(records: list[dict], command: str) -> str:
     lines = ["# Peak memory per rank", "",
              f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC, {platform.processor() or 'cpu'}, "
              f"torch {__import__('torch').__version__}, gloo, one thread per rank", "", f"`{command}`", "",
-             "mlp (d = 50,410) on MNIST-1D (iid), one round of dfedsam-mgs with evaluation, checkpoint, params.pt "
-             "and the Result. Ratio: the rank's peak RSS over the world-1 peak of the same m.", "",
+             "mlp (d = 50,410) on MNIST-1D (iid), one round of dfedsam-mgs with evaluation, checkpoint, final "
+             "parameters and the Result. Ratio: the rank's peak RSS over the world-1 peak of the same m.", "",
              "| clients | [m, d] stack | world | rank | peak RSS | ratio to world 1 |",
              "| --- | --- | --- | --- | --- | --- |"]
     one = {r["clients"]: r["peak_rss_bytes"] for r in records if r["world"] == 1}

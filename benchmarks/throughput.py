@@ -232,9 +232,12 @@ def matmul_replay(calls):
 
 
 def set_tf32(enabled: bool) -> None:
-    """TF32 for matmuls and cuDNN convolutions on or off, as `dfl.run` sets it for Config.precision."""
-    torch.backends.cuda.matmul.allow_tf32 = enabled
-    torch.backends.cudnn.allow_tf32 = enabled
+    """TF32 for matmuls and cuDNN convolutions on or off, as `dfl.run` sets it for Config.precision (both TF32 APIs
+    in agreement: `dfl.models.kernels`)."""
+    from dfl.models import kernels
+
+    kernels.set_matmul_tf32(enabled)
+    kernels.set_conv_tf32(enabled)
 
 
 def matmul_size(device, size: int, dtype=torch.float32, budget_s: float = 0.2) -> int:

@@ -32,7 +32,7 @@ if TYPE_CHECKING:  # what __getattr__ loads on first use, spelled out for type c
     from dfl.engine.runner import run
     from dfl.engine.validation import validate
 
-__version__ = "0.1.0"
+from dfl.version import __version__ as __version__  # noqa: E402  (dfl/version.py: the one place it is written)
 
 __all__ = ["Config", "ConfigError", "DivergenceError", "Result", "run", "validate"]
 

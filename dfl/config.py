@@ -40,11 +40,18 @@ import tomli_w
 from dfl import files
 from dfl.errors import ArgumentError, ConfigError, FileReadError
 
-# fp32: PyTorch's defaults (fp32 matmuls in IEEE fp32; cuDNN may run convolutions in TF32 on Ampere and later, as
-# PyTorch allows by default). bf16: the clients' forward and backward passes run under torch.autocast(bfloat16);
-# parameters, updates, gossip and evaluation stay fp32. tf32: fp32 tensors with TF32 matmuls too (CUDA only; ~1e-3
-# relative error per product). Gossip averages in IEEE fp32/fp64 whatever the precision (`dfl.network.gossip`).
+# fp32: matmuls and cuDNN convolutions in IEEE fp32 (TF32 off, though PyTorch allows it for convolutions by default).
+# bf16: the clients' forward and backward passes run under torch.autocast(bfloat16); parameters, updates, gossip and
+# evaluation stay fp32. tf32: fp32 tensors with TF32 matmuls and convolutions (CUDA only; ~1e-3 relative error per
+# product). Gossip averages in IEEE fp32/fp64 whatever the precision (`dfl.network.gossip`). dfl sets these for the
+# run and puts the process's settings back after (`dfl.models.kernels`).
 PRECISIONS = ("fp32", "bf16", "tf32")
+# How cuDNN picks its algorithms on CUDA (`dfl.models.kernels`). deterministic: cudnn.deterministic on, autotuning
+# (cudnn.benchmark) off: two runs on one machine give the same numbers bit for bit. fast: cudnn.benchmark autotunes
+# each convolution shape and may pick non-deterministic backward algorithms: faster convolutions, but runs differ in
+# the last bits from run to run and with the client chunk (so with the world size). Gossip has no racing atomics in
+# either mode (`dfl.network.gossip.RowsOperator`); the CPU is deterministic either way.
+KERNELS = ("deterministic", "fast")
 # Learning-rate schedules (`dfl.algorithms.base.Context.lr` has the formulas) and the options each one reads:
 # an option set to a non-default value for a schedule that does not read it is an error, never ignored.
 LR_SCHEDULES = ("exponential", "cosine", "step")
@@ -57,7 +64,7 @@ LOCAL_OPTIMIZER_STATES = ("reset", "keep")
 ADAM_DEFAULTS: dict[str, Any] = {"adam_betas": [0.9, 0.999], "adam_eps": 1e-8, "local_optimizer_state": "reset"}
 
 
-# `name` becomes a directory (runs/<name> by default) and a sweep run's name: letters, digits and . _ - = , only
+# `name` names a directory (runs/<name>-<time> without --out) and a sweep run's name: letters, digits and . _ - = , only
 # (`dfl.workflows.sweep.run_name` builds names such as "algorithm=dfedsam,seed=0"), not starting with "." (no "." / ".."
 # path tricks, no hidden directories), at most MAX_NAME characters (directory names stop at 255 bytes).
 NAME_ALLOWED = 'letters, digits and "._-=,"'
@@ -74,9 +81,13 @@ DEVICES = ("auto", "cpu", "cuda")
 # how the server weighs them.
 PARTICIPATION_MODES = ("uniform", "bernoulli")
 AGGREGATIONS = ("uniform", "size")
+# FedAdam/FedYogi/FedAdagrad (docs/reference/update-rules.md#fedadam-fedyogi-and-fedadagrad): the paper's form, or a
+# library's convention reproduced exactly
+FEDOPT_FORMS = ("paper", "flower", "torch")
 # Byzantine clients (dfl.network.byzantine): what they send, and the robust rules that combine what is received
 BYZANTINE_ATTACKS = ("sign-flip", "gaussian", "alie", "ipm")
-ROBUST_AGGREGATORS = ("mean", "clipped-gossip", "trimmed-mean", "median", "krum", "centered-clipping")
+ROBUST_AGGREGATORS = ("mean", "clipped-gossip", "trimmed-mean", "bridge-trimmed-mean", "median", "krum",
+                      "centered-clipping")
 
 
 def option(default: Any = MISSING, help: str = "", *, factory: Any = None, choices: tuple[str, ...] | None = None,
@@ -192,8 +203,9 @@ class Config:
     """
 
     # experiment
-    name: str = option("default", f"run name; the run directory is runs/<name> unless --out is given "
-        f"({NAME_ALLOWED}; not starting with '.'; at most {MAX_NAME} characters)")
+    name: str = option("default", f"run name; without --out the run writes into a new runs/<name>-<YYYYmmdd-HHMMSS> "
+        f"(named after the algorithm while name is 'default') ({NAME_ALLOWED}; not starting with '.'; at most "
+        f"{MAX_NAME} characters)")
     seed: int = option(0, "seed of every random draw (model init, partition, sampling, random topologies); "
         "0 .. 2^63 - 1")
     rounds: int = option(200, "communication rounds to run", interval="[1, inf)")
@@ -201,7 +213,8 @@ class Config:
     algorithm: str = option("dfedsam-mgs", "dpsgd, dfedavg, dfedavgm, dfedsam, dfedsam-mgs, dsgt, dsgt-sam, kgt, "
         "kgt-sam (decentralized) or fedavg, "
         "fedsam, mofedsam, fedcm, scaffold, fedavgsm, fedavglm, fedavglm-z, fedavgslm, fedavgslm-z, domo, domo-s, "
-        "mimelite, feddyn, fedgloss (centralized), or a registered one (dfl list algorithms)")
+        "mimelite, feddyn, fedgloss, fedprox, fedadam, fedyogi, fedadagrad (centralized), or a registered one (dfl "
+        "list algorithms)")
     rho: float | None = option(None, "SAM perturbation radius (unset = the algorithm's default)", interval="[0, inf)")
     sam: str | None = option(None, "SAM variant: sam or asam (unset = the algorithm's default)",
         choices=("sam", "asam"))
@@ -219,8 +232,8 @@ class Config:
         "(each w.p. f)", choices=PARTICIPATION_MODES)
     aggregation: str | None = option(None, "centralized server weights: uniform (1/|S_t|) or size (n_i / sum of n_j)",
         choices=AGGREGATIONS)
-    server_lr: float | None = option(None, "centralized server learning rate (1 = plain averaging)",
-        interval="(0, inf)")
+    server_lr: float | None = option(None, "centralized server learning rate (1 = plain averaging; FedAdam/FedYogi/"
+        "FedAdagrad: the adaptive step eta)", interval="(0, inf)")
     server_momentum: float | None = option(None, "server momentum (FedAvgSM/SLM, DOMO, MimeLite)", interval="[0, 1)")
     fedcm_alpha: float | None = option(None, "FedCM/MoFedSAM weight of the local gradient (1 = FedAvg/FedSAM)",
         interval="[0, 1]")
@@ -229,6 +242,17 @@ class Config:
     fedgloss_beta: float | None = option(None, "FedGLoSS beta (ADMM penalty 1/beta)", interval="(0, inf)")
     server_rho: float | None = option(None, "FedGLoSS server SAM radius (the client radius is --rho)",
         interval="[0, inf)")
+    prox_mu: float | None = option(None, "FedProx proximal coefficient mu: each local objective gains "
+        "mu/2 ||x - x_t||^2 (0 = FedAvg)", interval="[0, inf)")
+    server_beta1: float | None = option(None, "FedAdam/FedYogi/FedAdagrad first-moment decay beta1 of the server "
+        "(0 = no momentum)", interval="[0, 1)")
+    server_beta2: float | None = option(None, "FedAdam/FedYogi second-moment decay beta2 of the server",
+        interval="[0, 1)")
+    server_tau: float | None = option(None, "FedAdam/FedYogi/FedAdagrad adaptivity tau: x += eta m/(sqrt(v) + tau)",
+        interval="(0, inf)")
+    fedopt_form: str | None = option(None, "FedAdam/FedYogi/FedAdagrad: paper (Reddi et al. Alg. 2: v starts at "
+        "tau^2, no bias correction), flower (Flower's: v starts at 0; FedAdam's step bias-corrected with its round "
+        "counter) or torch (fedadam only: torch.optim.Adam, as pfl-research)", choices=FEDOPT_FORMS)
     # SAM radius schedule of every SAM algorithm (rho; FedGLoSS: also server_rho): "constant" or "linear" (None =
     # the algorithm's default: linear for FedGLoSS, constant for the others)
     rho_schedule: str | None = option(None, "SAM radius schedule: constant or linear (ramp from min(0.001, rho) up to "
@@ -241,15 +265,16 @@ class Config:
         "algorithms`), e.g. clip=0.5 (registered algorithms; built-ins take theirs as fields)")
     # topology
     topology: str = option("ring", "communication graph: ring, directed-ring, grid, exponential, full, star, "
-        "hypercube, random-regular, erdos-renyi, one-peer-exponential, one-peer, random-k, random-pull, "
-        "hierarchical, custom, or a registered one (dfl list topologies)")
+        "hypercube, random-regular, erdos-renyi, d-equistatic, u-equistatic, one-peer-exponential, one-peer, "
+        "random-k, random-pull, base-graph, simple-base-graph, od-equidyn, ou-equidyn, matcha, hierarchical, "
+        "custom, or a registered one (dfl list topologies)")
     weights: str | None = option(None, "mixing-weight scheme: metropolis, uniform, max-degree, lazy, fastest, or the "
         "one-sided row-stochastic and sample-count (a biased, weighted consensus; sample counts from the partition "
         "unless sizes= is given) and column-stochastic (push-sum: dfedavg, dfedavgm, dfedsam, dfedsam-mgs) "
         "(unset = metropolis; random-pull: row-stochastic)")
     topology_options: dict[str, Any] = option(factory=dict, help="topology options, e.g. degree=4, p=0.3, k=2, "
         "shape=(4,4), periodic=True, exponent_base=4, centre=3, groups=4, matrix=W.npy (or .csv, .mtx), "
-        "edges=graph.edgelist, sizes=[...] (sample-count)")
+        "edges=graph.edgelist, sizes=[...] (sample-count), M=8, epsilon=0.5, delta=0.1, eta=0.5, budget=0.3")
     # unreliable network (dfl.network.faults): drawn from the seed per gossip step (links, clients) and per round
     link_failure: float = option(0.0, "probability in [0, 1) that a link is down in a gossip step (decentralized "
         "algorithms, undirected topologies; the weights are recomputed on the surviving links)")
@@ -290,8 +315,10 @@ class Config:
     attack_scale: float | None = option(None, "the attack's strength: sign-flip s (unset = 1), gaussian std (unset = "
         "1), alie z (unset = Baruch et al.'s z_max), ipm epsilon (unset = 0.1)", interval="(0, inf)")
     aggregator: str = option("mean", "how a client (decentralized) or the server (centralized) combines the models it "
-        "receives: mean, clipped-gossip, trimmed-mean, median, krum, centered-clipping", choices=ROBUST_AGGREGATORS)
-    trim: int | None = option(None, "b of trimmed-mean (drops the b largest and b smallest per coordinate), krum "
+        "receives: mean, clipped-gossip, trimmed-mean, bridge-trimmed-mean, median, krum, centered-clipping",
+        choices=ROBUST_AGGREGATORS)
+    trim: int | None = option(None, "b of trimmed-mean (drops the b largest and b smallest per coordinate; "
+        "bridge-trimmed-mean: of the neighbours' values), krum "
         "(assumes b Byzantine inputs) and adaptive clipped-gossip (clips the b farthest neighbours); unset = the most "
         "Byzantine inputs a receiver has", interval="[0, inf)")
     clip_radius: float | None = option(None, "tau of clipped-gossip (unset = adaptive) and centered-clipping (needed)",
@@ -312,7 +339,7 @@ class Config:
     dataset_options: dict[str, Any] = option(factory=dict, help="dataset options, e.g. num_samples=4000 seed=42 "
         "test_fraction=0.2")
     partition: str = option("dirichlet", "how the train set is split among clients: iid, dirichlet, dirichlet-class, "
-        "shards, similarity, natural, or a registered one (dfl list partitions)")
+        "shards, pathological, similarity, natural, or a registered one (dfl list partitions)")
     alpha: float | None = option(None, "Dirichlet concentration (dirichlet partitions only; unset = 0.3)",
         interval="(0, inf)")
     partition_options: dict[str, Any] = option(factory=dict, help="partition options, e.g. shards_per_client=2")
@@ -350,19 +377,27 @@ class Config:
     local_steps: int | None = option(None, "local steps per round (instead of --local-epochs)", interval="[1, inf)")
     client_chunk: int | str = option("auto", "clients per vectorised call: auto (measured), 0 = all at once, or N")
     compile: bool = option(False, "torch.compile the per-client gradient (faster rounds after ~10 s of compiling)")
-    precision: str = option("fp32", "fp32, bf16 (local forward/backward under bf16 autocast) or tf32 (TF32 matmuls on "
-        "CUDA)", choices=PRECISIONS)
-    # evaluation and output
+    precision: str = option("fp32", "fp32, bf16 (local forward/backward under bf16 autocast) or tf32 (TF32 matmuls and "
+        "convolutions on CUDA)", choices=PRECISIONS)
+    kernels: str = option("deterministic", "CUDA kernels: deterministic (the same numbers every run) or fast (cuDNN "
+        "autotuning: faster convolutions, not bitwise repeatable)", choices=KERNELS)
+    # evaluation and output. client_eval_samples: the per-client accuracy costs m × (its samples) forward passes per
+    # evaluation while a round's training costs about the same whatever m (the data is split among the clients): on
+    # CIFAR-10's 10,000 test samples, 100 clients cost 1M passes per evaluation and 1,000 clients 10M, more than a
+    # round of training. 2,000 samples (a standard error of about 1.1 points on one client's accuracy) cost 5x less
+    # and keep it below training at 1,000 clients; test sets of at most 2,000 samples are evaluated whole as before.
     eval_every: int = option(5, "rounds between evaluations", interval="[1, inf)")
     eval_batch_size: int = option(1024, "batch size of evaluation", interval="[1, inf)")
     train_eval_samples: int = option(2000, "training samples for the averaged model's train loss/accuracy",
         interval="[0, inf)")
-    client_eval_samples: int = option(0, "test samples for each client's accuracy (a fixed seeded subset); 0 = all",
-        interval="[0, inf)")
+    client_eval_samples: int = option(2000, "test samples for each client's accuracy (a fixed seeded subset, the same "
+        "for every client; like train_eval_samples); 0 = the whole test set", interval="[0, inf)")
     # personalized evaluation: each client holds out this fraction of its data (stratified by label) as its local
     # test set, and trains on the rest; adds personal_acc_* and global_acc_* (dfl.data.local_test). 0 = off
     local_test_fraction: float = option(0.0, "fraction of each client's data held out (stratified by label) "
         "as its local test set for personal_acc / global_acc; 0 = off", interval="[0, 1)", note="0 = off")
+    personal_train_eval: bool = option(False, "also score each client's own model on its own training data at every "
+        "evaluation (personal_train_acc_mean/_std/_min: the train accuracy of personalized-FL tables)")
     checkpoint_every: int = option(0, "rounds between checkpoints; 0 = at every evaluation", interval="[0, inf)")
     hessian_every: int = option(0, "rounds between top-Hessian-eigenvalue measurements; 0 = off", interval="[0, inf)")
     hessian_samples: int = option(1000, "training samples the Hessian is taken on", interval="[1, inf)")
@@ -385,6 +420,9 @@ class Config:
         "locally)", choices=("p2p", "allgather"))
     dist_timeout: float = option(300.0, "torchrun: seconds before a collective waiting on a dead rank fails",
         interval="(0, inf)")
+    gather_params: bool = option(False, "torchrun: assemble every client's final parameters on rank 0's host and write "
+        "one params.pt (m x d on one host); off, each rank writes its own rows to params.shards/, which "
+        "dfl.Result.params and dfl landscape read back")
 
     def __post_init__(self) -> None:
         """A value of the wrong type is refused at once.

@@ -24,28 +24,50 @@ loads):
   make.
 
 `--overwrite` (`remove_written`) deletes only the files of `KINDS[kind].files` (and the temporaries of their
-atomic writes); any other file in the directory is left as it is. Torch-free.
+atomic writes); any other file in the directory is left as it is.
+
+Without `--out`, a command writes into a fresh directory under `runs/` of the current directory (`NewDirectory`,
+`make_new_directory`): `runs/<stem>-<YYYYmmdd-HHMMSS>`, with `-2`, `-3`, ... when that name is taken (two commands
+in the same second), made with an exclusive mkdir so that concurrent commands never share one. `<stem>` says what
+wrote it (the run's name or algorithm, the sweep's name, `topology-<name>` for a drawing), the time is local, and
+the names of one stem sort by time, so the latest is the last in `ls runs`. There is no `runs/latest` link: a link
+is not portable (Windows needs a privilege for one), two commands finishing together would race to replace it,
+and dfl would be replacing a file in a folder it shares with the user; each command prints the directory it
+wrote, and `dfl run --resume` without a directory finds the latest interrupted run (`latest_resumable_run`).
+Torch-free.
 """
 
 from __future__ import annotations
 
 import datetime
 import fnmatch
+import itertools
 import json
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from dfl.errors import FileReadError, OutputPathError, RunDirectoryExists
 from dfl.files import atomic_write_text, check_input_file, file_ancestor, read_json, read_text, read_toml
+from dfl.version import __version__ as dfl_version
 
 MARKER = "dfl-directory.json"
+RUNS = "runs"  # where a command without --out writes (relative to the current directory)
+STAMP = "%Y%m%d-%H%M%S"  # the local time in a new directory's name
+# a stem keeps letters, digits, '.', '_' and '-' (a run's name is already so: NAME_ALLOWED); anything else becomes '-'
+_STEM_OUTSIDE = re.compile(r"[^A-Za-z0-9._-]+")
+# summary.json's status of a run that did not end on its own: `dfl run --resume` continues it ("running": killed
+# before it could record how it ended)
+RESUMABLE_STATUSES = ("interrupted", "failed", "running")
 
 # the files of a run directory that a run writes (atomically: `.<name>.<random>` temporaries while it writes)
 RUN_FILES = ("checkpoint.pt", "params.pt", "metrics.jsonl", "summary.json", "config.toml", "partition.json",
              "error.log",
              # the checkpoint's per-round shards (torch.distributed.checkpoint: its metadata and one file per rank)
-             "checkpoint.shards/round-*/.metadata", "checkpoint.shards/round-*/*.distcp")
+             "checkpoint.shards/round-*/.metadata", "checkpoint.shards/round-*/*.distcp",
+             # the final parameters of a multi-process run, every rank's own rows (the same format)
+             "params.shards/.metadata", "params.shards/*.distcp")
 # ... and what other commands add to it: `dfl landscape`, the TensorBoard logger
 RUN_EXTRA_FILES = ("landscape.json", "plots/landscape.png", "tensorboard/events.out.tfevents.*")
 SWEEP_FILES = ("sweep.toml", "sweep.json", "submitit/jobs.json")  # runs/<name>/ are run directories of their own
@@ -262,16 +284,157 @@ def claim_directory(path: str | Path, kind: str, *, option: str = "--out", overw
 
 def write_marker(path: str | Path, kind: str) -> None:
     """Write `path`/dfl-directory.json for a `kind` directory."""
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        dfl_version = version("dfl")
-    except PackageNotFoundError:  # run from a source tree that is not installed
-        dfl_version = "unknown"
     created = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
     content = {"kind": kind, "dfl_version": dfl_version, "created": created,
                "written_by_dfl": list(KINDS[kind].files)}
     atomic_write_text(Path(path) / MARKER, json.dumps(content, indent=2) + "\n")
+
+
+# ---------------------------------------------------------------------------------------------- without --out
+@dataclass
+class NewDirectory:
+    """A directory to make when the command first writes: `parent/<stem>-<YYYYmmdd-HHMMSS>[-N]` (`make`).
+
+    What `dfl run` without --out passes to `dfl.run(out=...)`: the run makes it once its config is known to be good
+    (under torchrun rank 0 makes it and the others are told its name), and removes it again when the run fails
+    before writing anything there. `path` is the directory once made (None before).
+    """
+
+    stem: str
+    parent: str | Path = RUNS
+    path: Path | None = None
+    made_parent: bool = False  # whether `make` made `parent` too (removed with the directory when left empty)
+
+    def make(self, kind: str) -> Path:
+        """Make and mark the directory (`make_new_directory`); its path, also kept in `path`."""
+        self.made_parent = not Path(self.parent).exists()
+        self.path = make_new_directory(kind, self.stem, self.parent)
+        return self.path
+
+    def remove_if_unused(self) -> None:
+        """Remove the directory made by `make` when nothing but its marker is in it (a run that failed in set-up).
+
+        `parent` goes too when `make` made it and nothing else is in it now.
+        """
+        if self.path is not None and self.path.is_dir() and not any(
+                entry.name != MARKER for entry in self.path.iterdir()):
+            (self.path / MARKER).unlink(missing_ok=True)
+            self.path.rmdir()
+            self.path = None
+            if self.made_parent:
+                try:
+                    Path(self.parent).rmdir()  # only when empty: another command may have written there since
+                except OSError:
+                    pass
+
+    def __str__(self) -> str:
+        return str(self.path or Path(self.parent) / f"{safe_stem(self.stem)}-<YYYYmmdd-HHMMSS>")
+
+
+def safe_stem(stem: str) -> str:
+    """`stem` as a folder-name part: runs of characters other than letters, digits, '.', '_', '-' become '-'."""
+    return _STEM_OUTSIDE.sub("-", stem).strip("-.") or "dfl"
+
+
+def new_name(stem: str, parent: str | Path = RUNS, suffix: str = "", now: datetime.datetime | None = None):
+    """The candidate paths `parent/<stem>-<time><suffix>`, then with -2, -3, ... before the suffix (endless)."""
+    stamp = (now or datetime.datetime.now()).strftime(STAMP)
+    base = f"{safe_stem(stem)}-{stamp}"
+    return (Path(parent) / f"{base}{'' if n == 1 else f'-{n}'}{suffix}" for n in itertools.count(1))
+
+
+def make_new_directory(kind: str, stem: str, parent: str | Path = RUNS, now: datetime.datetime | None = None) -> Path:
+    """Make the first free `parent/<stem>-<YYYYmmdd-HHMMSS>[-N]` (an exclusive mkdir) and mark it as a `kind` one.
+
+    `parent` is made when missing; a `parent` that is a file (or lies under one) is refused with `OutputPathError`.
+    """
+    parent = Path(parent)
+    _check_not_a_file(parent, f"the folder {parent} of new directories", "--out", KINDS[kind].what)
+    parent.mkdir(parents=True, exist_ok=True)
+    for path in new_name(stem, parent, now=now):
+        try:
+            path.mkdir()
+        except FileExistsError:  # taken (another command in the same second): the next number
+            continue
+        write_marker(path, kind)
+        return path
+    raise AssertionError("unreachable: new_name is endless")  # pragma: no cover
+
+
+def reserve_new_file(stem: str, suffix: str, parent: str | Path = RUNS) -> Path:
+    """Create the first free `parent/<stem>-<YYYYmmdd-HHMMSS>[-N]<suffix>` empty (exclusively) for the caller to fill.
+
+    A drawing without --out: the caller writes the figure over the empty file it reserved (and removes it when it
+    cannot).
+    """
+    parent = Path(parent)
+    _check_not_a_file(parent, f"the folder {parent} of new files", "--out", "figure")
+    parent.mkdir(parents=True, exist_ok=True)
+    for path in new_name(stem, parent, suffix):
+        try:
+            with open(path, "x"):
+                return path
+        except FileExistsError:
+            continue
+    raise AssertionError("unreachable: new_name is endless")  # pragma: no cover
+
+
+def run_directories(parent: str | Path = RUNS) -> list[Path]:
+    """The run directories directly under `parent` (marked, or legacy), oldest first by their last write.
+
+    The age of a run is its newest file among checkpoint.pt, metrics.jsonl, summary.json and the marker; a folder dfl
+    cannot read is left out.
+    """
+    parent = Path(parent)
+    if not parent.is_dir():
+        return []
+    found = []
+    for entry in parent.iterdir():
+        try:
+            if entry.is_dir() and not entry.is_symlink() and directory_kind(entry) == "run":
+                found.append(entry)
+        except (OutputPathError, OSError):
+            continue
+    return sorted(found, key=lambda run: (_last_write(run), run.name))
+
+
+def _last_write(run: Path) -> float:
+    times = [(run / name).stat().st_mtime for name in ("checkpoint.pt", "metrics.jsonl", "summary.json", MARKER)
+             if (run / name).is_file()]
+    return max(times, default=0.0)
+
+
+def run_state(run: Path) -> str:
+    """summary.json's status of a run directory ("completed", "interrupted", ...), "no summary" or "unreadable"."""
+    try:
+        status = read_json(run / "summary.json", "summary").get("status")
+    except FileReadError as exc:
+        return "no summary" if not (run / "summary.json").exists() else f"unreadable ({str(exc)[:60]})"
+    return status if isinstance(status, str) else "unreadable"
+
+
+def latest_resumable_run(parent: str | Path = RUNS) -> Path:
+    """The run under `parent` that `dfl run --resume` without a directory continues.
+
+    The latest run directory (`run_directories`) that holds a checkpoint and config.toml and did not end on its own
+    (summary.json says one of `RESUMABLE_STATUSES`, or there is none).
+
+    Raises:
+        OutputPathError: none is there; the message lists the runs that are (the latest few, with their status).
+    """
+    runs = run_directories(parent)
+    for run in reversed(runs):
+        if (run / "checkpoint.pt").is_file() and (run / "config.toml").is_file() and (
+                run_state(run) in RESUMABLE_STATUSES or run_state(run) == "no summary"):
+            return run
+    if not runs:
+        raise OutputPathError(f"--resume: no run directory under {parent}/ to resume: give the run's directory, "
+                              "dfl run --resume DIR")
+    latest = ", ".join(f"{run} ({run_state(run)}{'' if (run / 'checkpoint.pt').is_file() else ', no checkpoint'})"
+                       for run in runs[::-1][:5])
+    more = f" and {len(runs) - 5} older" if len(runs) > 5 else ""
+    raise OutputPathError(f"--resume: no interrupted run under {parent}/ (the latest: {latest}{more}); a finished run "
+                          "continues with more rounds when named: dfl run --resume DIR --rounds N")
 
 
 def remove_written(path: str | Path, kind: str) -> list[Path]:

@@ -45,8 +45,8 @@ import topologies
 from dfl import signatures
 from dfl.errors import ConfigError
 from dfl.registry import Registry
-from topologies import directed, graphs
-from topologies.build import CUSTOM_OPTIONS, HIERARCHICAL, STATIC, TIME_VARYING, default_weights
+from topologies import directed, graphs, measures
+from topologies.build import CUSTOM_OPTIONS, DIRECTED, HIERARCHICAL, STATIC, TIME_VARYING, default_weights
 from topologies.errors import TopologyError
 from topologies.validation import check_connected, check_stochastic
 from topologies.weights import KIND
@@ -81,6 +81,8 @@ class BuiltinTopology:
         """The options of `topologies.build` for this name, with the builder's defaults."""
         if self.name == "one-peer":  # its schedule class takes the base graph's adjacency; the options are build's
             return {"graph": "exponential", "graph_options": None}
+        if self.name in ("base-graph", "simple-base-graph"):  # the classes' own switch `simple` is not an option
+            return {"k": 1}
         if self.name == "hierarchical":
             return dict(zip(HIERARCHICAL, (signatures.REQUIRED, "full", "ring", None, None)))
         if self.name == "custom":  # exactly one of its sources is given
@@ -240,6 +242,47 @@ class DirectedRing(BuiltinTopology):
     name = "directed-ring"
 
 
+class DEquiStatic(BuiltinTopology):
+    """D-EquiStatic: the mean of M random powers of the cycle, ‖W − J‖₂ ≤ ε independently of n (Song et al. 2022).
+
+    Song, Li, Jin, Shi, Yan, Yin & Yuan, "Communication-Efficient Topologies for Decentralized Learning with O(1)
+    Consensus Rate", NeurIPS 2022 (EquiTopo; code kexinjinnn/EquiTopo). With H_a = (1/n) I + ((n − 1)/n) P^a (P the
+    cyclic shift) and a_1, …, a_M drawn uniformly from {1, …, n − 1},
+
+        W = (1/M) Σ_m H_{a_m},    ‖W − J‖₂ ≤ ε with probability ≥ 1 − δ when M ≥ 8 ln(2n/δ) / (3ε²),
+
+    at in- and out-degree ≤ M, a consensus rate that does not grow with n. Directed, doubly stochastic: client i
+    receives from i − a_m (the authors' training convention, i sends to i + a; their graph code builds the transpose,
+    with the same ‖W − J‖₂). Give M, or ε with δ (then M = ⌈8 ln(2n/δ)/(3ε²)⌉); a draw whose offsets share a factor
+    with n is disconnected and refused (raise M or change seed). Its W is the paper's: `weights` stays unset.
+
+    Args:
+        M: the number of basis matrices drawn. Defaults to None (from epsilon and delta).
+        epsilon: the bound on ‖W − J‖₂ to hold, 0 < ε < 1. Defaults to None.
+        delta: the probability that it fails (the paper's p), 0 < δ < 1. Defaults to None.
+        seed: the seed of the offsets (a run passes its own seed unless this is set). Defaults to 0.
+    """
+
+    name = "d-equistatic"
+
+
+class UEquiStatic(BuiltinTopology):
+    """U-EquiStatic: D-EquiStatic made undirected, W = (1/(2M)) Σ_m (H_{a_m} + H_{a_m}ᵀ) (Song et al. 2022).
+
+    The symmetric EquiTopo (NeurIPS 2022; see d-equistatic): the same offsets a_m, each client exchanging with
+    i ± a_m, degree ≤ 2M, and the same guarantee ‖W − J‖₂ ≤ ε with probability ≥ 1 − δ at M ≥ 8 ln(2n/δ)/(3ε²).
+    Symmetric, so it runs with link failures (failed links' weight moves onto the self-weights) and compression.
+
+    Args:
+        M: the number of basis matrices drawn. Defaults to None (from epsilon and delta).
+        epsilon: the bound on ‖W − J‖₂ to hold, 0 < ε < 1. Defaults to None.
+        delta: the probability that it fails (the paper's p), 0 < δ < 1. Defaults to None.
+        seed: the seed of the offsets (a run passes its own seed unless this is set). Defaults to 0.
+    """
+
+    name = "u-equistatic"
+
+
 class OnePeerExponential(BuiltinTopology):
     """One-peer exponential: at step t client i sends to i + 2^(t mod τ) (mod n) only (Ying et al., NeurIPS 2021).
 
@@ -309,6 +352,105 @@ class RandomPull(BuiltinTopology):
     kind = "time-varying"
 
 
+class BaseGraph(BuiltinTopology):
+    """Base-(k+1) graph: ≤ k peers per step and exact consensus after τ steps, for every n (Takezawa et al. 2023).
+
+    Takezawa, Sato, Bao, Niwa & Yamada, "Beyond Exponential Graph: Communication-Efficient Topologies for
+    Decentralized Learning via Finite-time Convergence", NeurIPS 2023 (arXiv 2305.11420; code
+    yukiTakezawa/BaseGraph). A periodic sequence of symmetric, doubly stochastic W_0, …, W_{τ−1}, cliques of at most
+    k + 1 clients averaging at 1/size plus weighted pairings between groups, whose product is exactly
+
+        W_{τ−1} ⋯ W_1 W_0 = J = 11ᵀ/n,    τ ≤ 2 log_{k+1} n + 2,
+
+    so the clients agree exactly after every τ steps (the one-peer exponential graph does only when n is a power of
+    2). k = 1 is the Base-2 graph. The shorter of the paper's two constructions (Alg. 3); the digits of n are integer
+    arithmetic, exact for every n and k (`topologies.base_graph`). Its W_t are the paper's: `weights` stays unset.
+
+    Args:
+        k: the peers per client per step (the maximum degree), an integer ≥ 1. Defaults to 1.
+    """
+
+    name = "base-graph"
+    kind = "time-varying"
+
+
+class SimpleBaseGraph(BuiltinTopology):
+    """Simple Base-(k+1) graph: the base-(k+1) split of n into groups, exact after τ steps (Takezawa et al. 2023).
+
+    The paper's Alg. 2 on its own (NeurIPS 2023; see base-graph): n = Σ_l a_l (k+1)^(p_l) in base k + 1 splits the
+    clients into groups that run k-peer hyper-hypercubes, then exchange between groups with weights that make the
+    product of the τ steps exactly J. base-graph takes it when it is the shorter sequence; this name always does.
+
+    Args:
+        k: the peers per client per step (the maximum degree), an integer ≥ 1. Defaults to 1.
+    """
+
+    name = "simple-base-graph"
+    kind = "time-varying"
+
+
+class ODEquiDyn(BuiltinTopology):
+    """OD-EquiDyn: one random power of the cycle per step, W_t = (1 − η) I + η H_{a_t} (Song et al. 2022).
+
+    The one-peer directed EquiTopo (NeurIPS 2022; see d-equistatic): each step every client sends to i + a_t and
+    receives from i − a_t, a_t drawn from the D-EquiStatic offsets (M given, same seed) or from all of 1…n − 1 (M
+    unset). E‖(W_t − J) x‖² ≤ ((1 − η)² + η²) ‖x − x̄‖² per step for every n (all offsets); η = 1 gives 1 − 2/n,
+    which is why the paper takes η < 1. The draws of step t depend only on (seed, t); no period.
+
+    Args:
+        eta: the weight η of the exchanged model, 0 < η ≤ 1. Defaults to 0.5.
+        M: draw a_t from M offsets of D-EquiStatic instead of all of them. Defaults to None (all n − 1).
+        seed: the seed of the draws (a run passes its own seed unless this is set). Defaults to 0.
+    """
+
+    name = "od-equidyn"
+    kind = "time-varying"
+
+
+class OUEquiDyn(BuiltinTopology):
+    """OU-EquiDyn: a random matching i -- i + a_t per step, weights η(n − 1)/n across (Song et al. 2022).
+
+    The one-peer undirected EquiTopo (NeurIPS 2022; see d-equistatic): each step draws an offset a_t (as od-equidyn)
+    and a start s_t, and pairs i with i + a_t (mod n) going round from s_t while both are free. A pair keeps
+    (1 − η) + η/n and gives η(n − 1)/n to the other; the unpaired keep their model. Symmetric, doubly stochastic, one
+    peer per step; the draws of step t depend only on (seed, t); no period.
+
+    Args:
+        eta: the weight η of the exchanged model, 0 < η ≤ 1. Defaults to 0.5.
+        M: draw a_t from M offsets of U-EquiStatic instead of all of them. Defaults to None (all n − 1).
+        seed: the seed of the draws (a run passes its own seed unless this is set). Defaults to 0.
+    """
+
+    name = "ou-equidyn"
+    kind = "time-varying"
+
+
+class Matcha(BuiltinTopology):
+    """MATCHA: the base graph's matchings, each used per step with a probability that maximises the mixing.
+
+    Wang, Sahu, Yang, Joshi & Kar, "MATCHA: Speeding Up Decentralized SGD via Matching Decomposition Sampling",
+    2019 (arXiv 1905.09435; code JYWa/MATCHA). The base graph (its undirected links) is split into matchings M_j
+    with Laplacians L_j; matching j is active at a step with probability p_j, the p that maximise λ₂(Σ p_j L_j)
+    under Σ p_j ≤ C_b·m (C_b = `budget`: the expected fraction of the matchings used per step), and
+
+        W_t = I − α Σ_{j active} L_j,    α = argmin ‖E[W_tᵀ W_t] − J‖₂,
+
+    symmetric with rows summing to 1; α is often above 1/degree, so a client's self-weight can be negative on a step
+    that activates many of its matchings (as in the paper; the one built-in with a signed W). Both optimisations
+    use scipy with a certified optimum (`topologies.matcha`); the draws of step t depend only on (seed, t).
+
+    Args:
+        graph: the base graph, the name of a static built-in (a directed one is taken undirected). Defaults to
+            "exponential".
+        graph_options: the base graph's own options. Defaults to None (its defaults).
+        budget: C_b, the expected fraction of the matchings activated per step, 0 < C_b ≤ 1. Defaults to 0.5.
+        seed: the seed of the activations (a run passes its own seed unless this is set). Defaults to 0.
+    """
+
+    name = "matcha"
+    kind = "time-varying"
+
+
 class Hierarchical(BuiltinTopology):
     """Hierarchical: a graph inside each of `groups` equal blocks of clients and a graph between the blocks.
 
@@ -355,8 +497,9 @@ class Custom(BuiltinTopology):
 
 
 BUILTINS: tuple[type[BuiltinTopology], ...] = (
-    Ring, Grid, Exponential, Full, Star, Hypercube, RandomRegular, ErdosRenyi, DirectedRing, OnePeerExponential,
-    OnePeer, RandomK, RandomPull, Hierarchical, Custom)
+    Ring, Grid, Exponential, Full, Star, Hypercube, RandomRegular, ErdosRenyi, DirectedRing, DEquiStatic, UEquiStatic,
+    OnePeerExponential, OnePeer, RandomK, RandomPull, BaseGraph, SimpleBaseGraph, ODEquiDyn, OUEquiDyn, Matcha,
+    Hierarchical, Custom)
 if tuple(cls.name for cls in BUILTINS) != topologies.NAMES:  # one documented class per name, in build's order
     raise ImportError("dfl.topologies.BUILTINS must list one class per topologies.NAMES entry, in that order")
 for _cls in BUILTINS:
@@ -481,6 +624,17 @@ def run_options(config) -> dict[str, Any]:
     return options
 
 
+# what a run passes for an option of its weight scheme that topology_options leave unset
+# (`dfl.engine.setup.build_topology`); `dfl list weights` shows it
+RUN_FILLED = {"sizes": "a run passes its partition's training-sample counts"}
+
+
+def weight_options(scheme: str) -> tuple[dict[str, Any], list[str]]:
+    """The options of weight scheme `scheme` with their defaults, and a note per option a run fills in when unset."""
+    options = dict(topologies.weights.OPTIONS.get(scheme, {}))
+    return options, [f"{key} unset: {RUN_FILLED[key]}" for key in options if key in RUN_FILLED]
+
+
 LINK_FAULTS = ("link_failure", "offline")  # Config fields of the unreliable network (dfl.network.faults)
 
 
@@ -526,13 +680,17 @@ def check_config(config, centralized: bool = False, push_sum: bool = False) -> N
         _check_sizes(config, scheme)
     fault = next((name for name in LINK_FAULTS if getattr(config, name, 0)), None)
     one_sided = KIND.get(scheme, "doubly") != "doubly" or stochastic != "doubly"
-    directed_graph = config.topology in ("directed-ring", "one-peer", "random-pull") or (
+    directed_graph = config.topology in DIRECTED or (
         config.topology == "custom" and options.get("directed"))
     if fault is not None and (one_sided or directed_graph):
         what = f"weights = {scheme} (a one-sided W)" if one_sided else f"the directed {config.topology}"
         raise ConfigError(f"{fault} = {getattr(config, fault)} needs an undirected topology with doubly stochastic "
                           f"weights, but {what} is not: a failed link would break the balance of W's sums; use an "
                           "undirected topology (ring, grid, ...) with metropolis, max-degree or lazy weights")
+    if config.topology == "matcha" and not centralized and config.aggregator != "mean":
+        raise ConfigError(f"aggregator = {config.aggregator} on topology = matcha: the robust gossip rules weigh each "
+                          "neighbour by W's entries, assuming W >= 0, but MATCHA's W_t = I - alpha L_t has negative "
+                          "self-weights; use aggregator = mean or another topology")
     try:
         if centralized:
             topologies.check("full", config.clients)
@@ -574,7 +732,8 @@ def _check_sizes(config, scheme: str) -> None:
 
 
 def spectral_summary(name: str, n: int | None, weights: str | None = None, *, gossip_steps: int = 1,
-                     gamma: float = 0.9, eps: float = 1e-3, **options: Any) -> dict[str, Any]:
+                     gamma: float = 0.9, eps: float = 1e-3, start_eps: float = 1e-3, params: int = 1_000_000,
+                     **options: Any) -> dict[str, Any]:
     """The spectral summary of topology `name` on n clients (`dfl topology`).
 
     Degrees (min, mean, max), which of W's sums are 1 (`stochastic`: doubly, row or column), λ = ‖W − J‖₂ (one-sided W:
@@ -582,8 +741,11 @@ def spectral_summary(name: str, n: int | None, weights: str | None = None, *, go
     consensus error, `topologies.directed`), the second singular value σ₂(W) of a static W, the spread [min, max] of n·π
     (π the Perron vector: the clients' weights in a row-stochastic consensus, push-sum's limit weights for a
     column-stochastic W; [1, 1] when doubly stochastic), Φ, the effective number of neighbours at γ = `gamma`, and the
-    gossip steps that shrink disagreement by `eps`. A quantity that is not defined for this topology (e.g. λ of a
-    time-varying one, Φ of a one-sided W) is None.
+    gossip steps that shrink disagreement by `eps`; and the measures of `topologies.measures`: the steps to exact
+    consensus (finite-time topologies), ‖W_t − J‖₂ per step (the largest over one period) and of one period's
+    product, the peers per step (max, mean), the bytes all clients send per round of Q steps for a model of `params`
+    float32 parameters, and the steps until a random start is within `start_eps` of consensus. A quantity that is
+    not defined for this topology (e.g. λ of a time-varying one, Φ of a one-sided W) is None.
     """
     topo = analyse(name, n, weights, **options)
     deg = topo.degrees()
@@ -603,7 +765,13 @@ def spectral_summary(name: str, n: int | None, weights: str | None = None, *, go
         "phi": None if lam is None or not doubly else topologies.phi(lam, topo.n, gossip_steps),
         "effective_neighbors": _defined(topo.effective_neighbors, gamma),
         "consensus_steps": _defined(topo.consensus_steps, eps),  # refused for random-k above 2048 clients
-        "Q": gossip_steps, "gamma": gamma, "eps": eps,
+        "exact_steps": _defined(measures.exact_steps, topo) if doubly else None,
+        "step_norm": _defined(lambda: max(measures.step_norms(topo))) if doubly else None,
+        "period_norm": _defined(measures.period_norm, topo) if doubly else None,
+        "peers": list(measures.peers(topo)),
+        "bytes_per_round": measures.sends_per_round(topo, gossip_steps) * 4 * params,
+        "random_start_steps": _defined(measures.random_start_steps, topo, start_eps) if doubly else None,
+        "Q": gossip_steps, "gamma": gamma, "eps": eps, "start_eps": start_eps, "params": params,
     }
 
 

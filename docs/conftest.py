@@ -1,14 +1,9 @@
 """The executed examples of the docs (pytest-markdown-docs runs every ```python block of README.md and docs/):
-each runs in a fresh temporary directory, so a run directory it writes (runs/...) lands there, and what an
-example registers (a model, a dataset, a topology, ...) is forgotten after it, so examples do not leak into
-each other or into later tests."""
+what an example registers (a model, a dataset, a topology, ...) is forgotten after it, so examples do not leak
+into each other or into later tests. Each runs in a fresh temporary directory (the root conftest.py's
+`tests.cwd_guard`, as every test), so a run directory it writes (runs/...) lands there."""
 
 import pytest
-
-
-@pytest.fixture(autouse=True)
-def _in_a_temporary_directory(tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
 
 
 @pytest.fixture(autouse=True)

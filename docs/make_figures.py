@@ -1,7 +1,7 @@
 """Regenerate the figures of the docs (docs/figures/*.png) with the project's own commands, at small sizes.
 
     python docs/make_figures.py                 # about 2 minutes on 2 idle CPU cores, 3-5 on a busy machine
-    python docs/make_figures.py --only claims   # only the reproduction study's figures (seconds)
+    python docs/make_figures.py --only claims   # only the studies' figures, from their results (seconds)
     python docs/make_figures.py --only runs     # only the figures drawn from runs (nearly all of the time)
 
 Every figure is made by the project's own code: `dfl sweep` + its report, `dfl topology compare --plot`, `dfl topology
@@ -79,6 +79,19 @@ def claim_figures(work: Path) -> list[Path]:
     return [Path(shutil.copy(path, FIGURES / path.name)) for path in plot_claims(work, study)]
 
 
+TOPOLOGY_STUDY = ROOT / "benchmarks" / "results" / "topology-2026-11-28.json"
+
+
+def topology_study_figure(work: Path) -> list[Path]:
+    """docs/figures/topology_study.png: the topology study's accuracy and consensus distance against bytes sent,
+    redrawn from its committed results (benchmarks/topology_study.py)."""
+    sys.path.insert(0, str(ROOT))
+    from benchmarks.topology_study import figure
+
+    figure(json.loads(TOPOLOGY_STUDY.read_text())["records"], work / "topology_study.png")
+    return [Path(shutil.copy(work / "topology_study.png", FIGURES / "topology_study.png"))]
+
+
 def run_figures(work: Path) -> list[Path]:
     """accuracy.png, consensus.png (a 4-topology sweep's report), spectral_gap.png, topology_*.png (`dfl topology
     draw`), landscape.png."""
@@ -93,8 +106,10 @@ def run_figures(work: Path) -> list[Path]:
     dfl("topology", "draw", "one-peer-exponential", "--clients", "8", "--out", "topology_one_peer.png", cwd=work)
     dfl("topology", "draw", "hierarchical", "--clients", "16", "--groups", "4", "--outer", "ring", "--out",
         "topology_hierarchical.png", cwd=work)
+    dfl("topology", "draw", "base-graph", "--clients", "6", "--k", "1", "--out", "topology_base_graph.png", cwd=work)
     made += [Path(shutil.copy(work / name, FIGURES / name))
-             for name in ("spectral_gap.png", "topology_one_peer.png", "topology_hierarchical.png")]
+             for name in ("spectral_gap.png", "topology_one_peer.png", "topology_hierarchical.png",
+                          "topology_base_graph.png")]
     run = work / "sweep" / "runs" / "topology=ring"
     dfl("landscape", str(run), "--points", "11", "--samples", "500", cwd=work)
     made.append(Path(shutil.copy(run / "plots" / "landscape.png", FIGURES / "landscape.png")))
@@ -109,7 +124,7 @@ def main(argv: list[str] | None = None) -> None:
     made = []
     with tempfile.TemporaryDirectory() as tmp:
         if only != "runs":
-            made += claim_figures(Path(tmp))
+            made += claim_figures(Path(tmp)) + topology_study_figure(Path(tmp))
         if only != "claims":
             made += run_figures(Path(tmp))
     for png in made:

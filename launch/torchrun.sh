@@ -25,4 +25,6 @@ fi
 # gloo workers share the CPU: one intra-op thread each unless the caller says otherwise
 export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}"
 
-exec torchrun --standalone --nnodes=1 --nproc_per_node="$NPROC" -m dfl.cli run "$@"
+# dfl torchrun: torchrun --standalone --nnodes=1 --nproc_per_node=NPROC -m dfl.cli run ..., with the config checked
+# before any rank starts and a refusal shown as dfl's one line (without torchrun's traceback)
+exec python -m dfl.cli torchrun "$NPROC" "$@"

@@ -15,8 +15,14 @@ import dfl.threads  # before torch: the OpenMP wait of dfl's rule (GOMP_SPINCOUN
 # isort: split
 import pytest
 import torch
+from hypothesis import settings
 
 ENV = "DFL_TEST_DEVICE"
+
+# no example database: hypothesis would keep one in .hypothesis/ of the current directory (tests write only under
+# tmp_path, tests/cwd_guard.py); the property tests are derandomized (the same examples every run) anyway
+settings.register_profile("dfl", database=None)
+settings.load_profile("dfl")
 
 
 def share_cores_between_workers() -> None:

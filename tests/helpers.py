@@ -388,6 +388,6 @@ def benchmark_module(file: str, name: str):
 def run_script(name: str, *args: str) -> str:
     """Run benchmarks/`name` with `args` in a subprocess; assert it succeeds and return its stdout."""
     proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / name), *args], capture_output=True,
-                          text=True, timeout=300, cwd=ROOT)
+                          text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     return proc.stdout

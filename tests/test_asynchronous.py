@@ -367,3 +367,53 @@ def test_async_runs_do_not_depend_on_the_world_size(tmp_path, world):
             history = got["history"] if rank == 0 else [
                 {**h, "client_acc": r["client_acc"]} for h, r in zip(got["history"], reference.history)]
             assert_histories_close(history, reference.history, f"{algorithm} rank {rank}")
+
+
+# ------------------------------------------------------------------------------------------- the message pool
+@pytest.mark.parametrize("topology", ["ring", "random-regular"])
+@pytest.mark.parametrize("kind", ["local", "step"])
+def test_the_message_pool_stays_within_its_bound_and_grows_by_a_factor(topology, kind):
+    """With max_staleness S a sender keeps at most 2S + 3 versions: the rows in use never exceed `pool_bound`, the
+    pool never grows past it, and each growth is one new buffer POOL_GROWTH times larger (no torch.cat)."""
+    from dfl.engine import asynchronous
+
+    m, K = 9, 2
+    options = {"degree": 4} if topology == "random-regular" else {}
+    W = topologies.build(topology, m, **options).matrix(0)
+    rng = np.random.default_rng(3)
+    A, b, X0 = rng.normal(size=(m, 3, 2)), rng.normal(size=(m, 3)), np.zeros((m, 2))
+    for staleness in (0, 1, 3):
+        steps, per_round = (np.full(m, K), 1) if kind == "local" else (np.ones(m), K)
+        schedule = EventSchedule(sp.csr_array(W), ComputeTimes(2, 0.5, 6.0, steps, per_round), 0.3, 0.7, staleness)
+        engine = quadratic_engine(W, schedule, X0, A, b, 0.05, K, kind, m if kind == "local" else m * K)
+        bound = asynchronous.pool_bound(sp.csr_array(W), range(m), staleness)
+        assert bound == m * (2 * staleness + 3)  # one process: nothing received from another
+        sizes, most_used = [engine.pool.shape[0]], 0
+        for r in range(40):
+            engine.round(r)
+            most_used = max(most_used, engine.pool.shape[0] - len(engine.free))
+            if engine.pool.shape[0] != sizes[-1]:
+                sizes.append(engine.pool.shape[0])
+        assert most_used <= bound and max(sizes) <= bound, (staleness, most_used, sizes, bound)
+        for before, after in zip(sizes, sizes[1:]):
+            assert after == min(bound, int(np.ceil(before * asynchronous.POOL_GROWTH))) or after > before * 1.5
+    unbounded = asynchronous.pool_bound(sp.csr_array(W), range(m), -1)
+    assert unbounded is None
+
+
+def test_the_pool_refuses_a_growth_that_does_not_fit_and_says_what_bounds_it(monkeypatch):
+    from dfl.engine import asynchronous
+
+    m = 6
+    W = topologies.build("ring", m).matrix(0)
+    schedule = EventSchedule(sp.csr_array(W), ComputeTimes(2, 0.5, 8.0, np.full(m, 2), 1), 0.1, 0.5, -1)
+    rng = np.random.default_rng(3)
+    engine = quadratic_engine(W, schedule, np.zeros((m, 2)), rng.normal(size=(m, 3, 2)), rng.normal(size=(m, 3)),
+                              0.05, 2, "local", m)
+    planned = engine.planned_pool_bytes()
+    assert planned == (2 * m + int(np.ceil(2 * m * asynchronous.POOL_GROWTH))) * 2 * 8  # the pool and its growth
+    monkeypatch.setattr(asynchronous.memory, "available_bytes", lambda device: 100)
+    with pytest.raises(ConfigError, match="mode = async: the message pool of this process needs .* set "
+                                          "max_staleness >= 0 to bound them"):
+        for r in range(40):
+            engine.round(r)

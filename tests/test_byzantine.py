@@ -362,8 +362,7 @@ print('torch' in sys.modules)
 
 def test_refusals_answer_before_torch_loads():
     changes = [c for c, _ in REFUSALS]
-    proc = subprocess.run([sys.executable, "-c", NO_TORCH.format(changes=changes)], capture_output=True, text=True,
-                          cwd=ROOT)
+    proc = subprocess.run([sys.executable, "-c", NO_TORCH.format(changes=changes)], capture_output=True, text=True)
     assert proc.returncode == 0 and proc.stdout.strip() == "False", (proc.stdout, proc.stderr[-2000:])
 
 

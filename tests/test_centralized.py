@@ -352,5 +352,5 @@ def test_option_of_another_algorithm_is_refused():
     with pytest.raises(ConfigError, match="feddyn_alpha = 0.1 is not read by fedavg; .* reads it: feddyn$"):
         validate(config(feddyn_alpha=0.1, rounds=1))
     assert run(config(rounds=1)).summary["hyperparameters"]["participation"] == 1.0
-    with pytest.raises(ConfigError, match="participation = 1.0 is not read by dfedavg.*; aggregation = 'size' is not"):
-        validate(config(algorithm="dfedavg", aggregation="size", participation=1.0, rounds=1))
+    with pytest.raises(ConfigError, match="participation = 1.0 is not read by dfedavg.*; aggregation = 'uniform' is"):
+        validate(config(algorithm="dfedavg", aggregation="uniform", participation=1.0, rounds=1))  # defaults too

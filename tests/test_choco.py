@@ -14,6 +14,7 @@ import torch
 import dfl
 import topologies
 from dfl.config import ConfigError
+from dfl.data import draws
 from dfl.engine import checkpoint as ckpt
 from dfl.engine.validation import validate
 from dfl.network import compression
@@ -188,6 +189,35 @@ def test_compressors_keep_what_they_say_and_draw_per_client():
     assert torch.equal(compression.uniforms(7, 3, [1, 4], 200, torch.float32, "cpu"), U[[1, 4]])
     assert not torch.equal(compression.uniforms(7, 4, range(5), 200, torch.float32, "cpu"), U)
     assert compression.kept(0.1, 100) == 10 and compression.kept(0.001, 100) == 1
+
+
+def test_random_k_draws_as_before_per_row_and_batched_draws_are_uniform_per_key(monkeypatch):
+    keys = compression.client_keys(7, np.arange(5, dtype=np.int64), 3, compression.STREAM_COMPRESS)
+    U = compression.uniforms(7, 3, range(5), 200, torch.float32, "cpu")  # the CPU: a generator per row, as before
+    before = torch.stack([torch.rand(200, generator=torch.Generator().manual_seed(k)) for k in keys.tolist()])
+    assert torch.equal(U, before)
+    V = draws.counter_uniforms(keys, torch.empty(5, 40_000))  # CUDA's batched draw for d <= 2^16
+    assert torch.equal(draws.counter_uniforms(keys[[3]], torch.empty(1, 40_000)), V[[3]])
+    assert 0 <= V.min() and V.max() < 1
+    v = V.double().flatten()
+    assert abs(v.mean().item() - 0.5) < 6 * math.sqrt(1 / 12 / v.numel())
+    assert v.var().item() == pytest.approx(1 / 12, rel=0.01)
+    from scipy import stats
+
+    assert stats.kstest(v.numpy(), "uniform").pvalue > 1e-4
+    kept = compression.build("random-k", 0.1)(torch.ones(5, 40_000), V) != 0
+    assert (kept.sum(1) == 4000).all() and kept.float().mean(0).std() < 0.2  # every coordinate about as likely
+
+
+def test_compressed_runs_with_the_batched_draw_resume_exactly_and_ignore_the_chunk(tmp_path, monkeypatch):
+    monkeypatch.setattr(draws, "batched", lambda d, device: True)
+    data = make_data()
+    config = make_config(algorithm="dfedsam-mgs", rounds=4, compressor="random-k", compression=0.3, link_failure=0.2)
+    full = dfl.run(config, data=data, out=tmp_path / "full")
+    assert torch.equal(dfl.run(config.replace(client_chunk=2), data=data).params, full.params)
+    resumed = interrupted(config, 2, tmp_path / "part", data)
+    torch.testing.assert_close(resumed.params, full.params, atol=0, rtol=0)
+    assert_same_history(resumed.history, full.history)
 
 
 def test_messages_count_their_bytes_exactly():

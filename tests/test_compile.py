@@ -12,6 +12,7 @@ from dfl.cli import build_parser
 from dfl.cli.run import config_from_args
 from dfl.config import Config, ConfigError
 from dfl.engine.validation import validate
+from dfl.training import local
 from dfl.training.local import require_cpp_compiler
 
 HAVE_COMPILER = any(shutil.which(c) for c in ("g++", "clang++", "c++"))
@@ -60,3 +61,45 @@ def test_compile_without_a_cpp_compiler_fails_at_start(monkeypatch):
         require_cpp_compiler()
     with pytest.raises(ValueError, match="needs a C[+][+] compiler"):
         dfl.run(Config(**BASE, local_steps=1, model="mlp", compile=True, device="cpu"))
+
+
+def test_compiled_calls_use_a_few_fixed_client_counts():
+    assert local.compiled_sizes(50) == [50, 32, 16, 8, 4, 2]  # at most COMPILED_SIZES graphs, below dynamo's limit
+    assert local.compiled_sizes(4) == [4, 2, 1] and local.compiled_sizes(1) == [1]
+    assert [local.padded_size(a, 50) for a in (50, 49, 33, 32, 17, 3, 1)] == [50, 50, 50, 32, 32, 4, 2]
+
+
+@pytest.mark.parametrize(("clients", "chunk", "even"), [(100, 64, 50), (101, 64, 51), (7, 4, 4), (6, 4, 3),
+                                                        (6, 6, 6), (5, 0, 5)])
+def test_compile_splits_the_clients_into_calls_of_equal_size(clients, chunk, even):
+    data = dfl.data.FederatedData.build("mnist1d", clients, "iid", seed=0, dataset_options={"num_samples": 600})
+    model = dfl.models.build_model("logreg", tuple(data.input_shape), data.num_classes)
+    layout = local.ParamLayout.of(model)
+    config = Config(**{**BASE, "clients": clients}, client_chunk=chunk, model="logreg")
+    assert local.LocalTrainer(model, layout, data, list(range(clients)), config.replace(compile=True)).chunk == even
+    eager = local.LocalTrainer(model, layout, data, list(range(clients)), config)
+    assert eager.chunk == (chunk or clients)  # eager runs keep the chunk asked for
+
+
+@needs_compiler
+@pytest.mark.slow
+@pytest.mark.parametrize("extra", [
+    dict(algorithm="dfedsam", local_steps=2, clients=7, client_chunk=4),  # SAM + a short last chunk (4 + 3)
+    dict(algorithm="dfedsam-mgs", local_epochs=1, clients=6, partition="dirichlet", alpha=0.3),  # clients drop out
+])
+def test_the_compiled_gradient_compiles_once_per_client_count(extra):
+    """The SAM point is written in the rows' layout (it compiled a second graph: "stride mismatch"), and a short
+    last chunk is padded (it added a dynamic recompile): SAM in steps mode compiles one graph; clients that finish
+    their epochs at different steps pad up to at most COMPILED_SIZES counts, each compiled once."""
+    from torch._dynamo.utils import counters
+
+    torch._dynamo.reset()
+    counters.clear()
+    config = Config(**{**BASE, **extra}, model="logreg", compile=True)
+    result = dfl.run(config)
+    graphs = counters["stats"]["unique_graphs"]
+    if "local_steps" in extra:
+        assert graphs == 1, dict(counters["stats"])
+    else:
+        assert 1 <= graphs <= len(local.compiled_sizes(result.summary["client_chunk"])), dict(counters["stats"])
+    torch._dynamo.reset()

@@ -12,6 +12,7 @@ import pytest
 
 from dfl import signatures
 from dfl.data import DATASETS, PARTITIONS, dataset_options, partition_options
+from dfl.data.partitioners import FROM_DATASET  # inputs a partition takes from the dataset (natural's split)
 from dfl.models import MODELS
 from dfl.models.registry import model_options
 from dfl.topologies import TOPOLOGIES, topology_options
@@ -75,12 +76,16 @@ def test_every_option_is_documented_with_its_default(category, name):
     wrong = [f"{option} ({default_text(default)!r})" for option, default in options_of(name).items()
              if default_text(default) not in " ".join(documented[option].split())]
     assert not wrong, f"{category} {name!r}: the Args entries do not state the defaults {', '.join(wrong)}"
-    unknown = set(documented) - set(options_of(name)) - set(signatures_positional(registry.get(name)))
+    inputs = signatures_positional(registry.get(name)) + (list(FROM_DATASET) if category == "partitions" else [])
+    unknown = set(documented) - set(options_of(name)) - set(inputs)
     assert not unknown, f"{category} {name!r} documents options it does not take: {sorted(unknown)}"
 
 
 def signatures_positional(obj) -> list[str]:
-    """The positional parameters of a factory (input_shape, labels, root, ...), documented but not options."""
+    """The positional parameters of a factory (input_shape, labels, root, ...), documented but not options.
+
+    Like them, a partition's inputs that the dataset supplies (`FROM_DATASET`) are documented but are no options.
+    """
     try:
         params = inspect.signature(obj).parameters.values()
     except (TypeError, ValueError):

@@ -247,7 +247,7 @@ def test_build_errors():
     with pytest.raises(ValueError, match="only synthetic has one, dataset 'digits' does not"):
         FederatedData.build("digits", 4, "natural", seed=0)
     with pytest.raises(ValueError, match="partition must be one of"):
-        FederatedData.build("digits", 4, "pathological", seed=0)
+        FederatedData.build("digits", 4, "pathologic", seed=0)
     with pytest.raises(ValueError, match="do not pass option split"):
         FederatedData.build("synthetic", 4, "natural", seed=0, partition_options={"split": []})
     with pytest.raises(ValueError, match="num_clients=2000 exceeds the 1437 training samples"):

@@ -92,16 +92,13 @@ def test_every_engine_path_names_its_devices(tmp_path, case):
 
 
 def test_the_strict_default_device_catches_a_tensor_made_without_its_device(tmp_path, monkeypatch):
-    """A device bug put back: `messages` making the checkpoint's versions with torch.full(...) and no device."""
-    def messages(self):
-        S = int((self.latest - self.low).max()) + 1
-        n, d = self.X.shape
-        versions = torch.full((n, S), EMPTY, dtype=torch.long)  # no device: the CPU on a GPU run
-        return self.X.new_zeros((n, S, d)), versions
+    """A device bug put back: `message_versions` making the checkpoint's versions with torch.full(...), no device."""
+    def message_versions(self):
+        return torch.full((self.X.shape[0], self.versions_kept()), EMPTY, dtype=torch.long)  # the CPU on a GPU run
 
     from torch.distributed.checkpoint import CheckpointException
 
-    monkeypatch.setattr(AsyncEngine, "messages", messages)
+    monkeypatch.setattr(AsyncEngine, "message_versions", message_versions)
     with strict_devices(), pytest.raises((RuntimeError, NotImplementedError, CheckpointException), match="meta"):
         dfl.run(make_config("async-dfedsam", 2), data=make_data(), out=tmp_path / "run")
 

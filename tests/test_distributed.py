@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import scipy.sparse as sp
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
@@ -382,11 +383,55 @@ def test_torchrun_launch_matches_a_single_process_run(tmp_path):
         assert two[key] == pytest.approx(one[key], rel=1e-4, abs=1e-6), key
     lines = (tmp_path / "two" / "metrics.jsonl").read_text().splitlines()
     assert len(lines) == 2 and json.loads(lines[-1])["bytes_moved"] > 0
-    # the checkpoint holds every client's rows (each rank wrote its own shard), equal to the final parameters
+    # the checkpoint holds every client's rows (each rank wrote its own shard), equal to the final parameters, which
+    # each rank wrote too (params.shards/, no params.pt: nothing gathered on rank 0)
     checkpoint = ckpt.read(tmp_path / "two")
-    final = torch.load(tmp_path / "two" / "params.pt")["params"]
+    final = ckpt.read_final_params(tmp_path / "two")
+    assert final["source"] == "params.shards" and not (tmp_path / "two" / "params.pt").exists()
     assert checkpoint["round"] == 2 and checkpoint["params"].shape[0] == 4 and checkpoint["processes"] == 2
-    assert sorted(p.name for p in (tmp_path / "two" / checkpoint["shards"]).glob("*.distcp")) == \
-        ["__0_0.distcp", "__1_0.distcp"]
-    torch.testing.assert_close(checkpoint["params"], final)
+    for shards in (tmp_path / "two" / checkpoint["shards"], tmp_path / "two" / "params.shards"):
+        assert sorted(p.name for p in shards.glob("*.distcp")) == ["__0_0.distcp", "__1_0.distcp"]
+    torch.testing.assert_close(checkpoint["params"], final["params"])
     assert proc.stdout.count("test accuracy (averaged model)") == 1  # only rank 0 prints the summary
+
+
+# ------------------------------------------------------------------ exchange plans of random time-varying topologies
+def _random_topology_worker(rank, world, rdzv, out):
+    from dfl.engine.distributed import DistributedCommunicator, communicator
+    from dfl.network.gossip import Gossip
+
+    init_gloo(rank, world, rdzv)
+    try:
+        communicator.CACHE_BYTES = 20_000  # a few entries' worth at m = 10
+        topology = topologies.build("random-k", CLIENTS, k=2, seed=4)
+        X_all = torch.randn(CLIENTS, 7, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+        report = {"sparse": True, "most_bytes": 0, "most_entries": 0, "errors": []}
+        comm = DistributedCommunicator(CLIENTS, "p2p")
+        gossip = Gossip(topology, comm, torch.float64, torch.device("cpu"))
+        X = X_all[comm.client_ids]
+        P = np.eye(CLIENTS)
+        for step in range(0, 24, 2):
+            X = gossip.mix(X, step, 2)
+            for s in (step, step + 1):
+                P = topology.matrix(s) @ P
+            report["sparse"] &= all(sp.issparse(W) for matrices, _, _ in comm._cache.values() for W in matrices)
+            newest = next(reversed(comm._cache.values()))[2]
+            report["most_bytes"] = max(report["most_bytes"], comm.cache_bytes - newest)
+            report["most_entries"] = max(report["most_entries"], len(comm._cache))
+            assert comm.cache_bytes == sum(size for _, _, size in comm._cache.values())
+        report["error"] = float(np.abs(comm.gather_rows(X).numpy() - P @ X_all.numpy()).max())
+        if rank == 0:
+            torch.save(report, out)
+    finally:
+        dist.destroy_process_group()
+
+
+def test_random_topologies_exchange_sparse_plans_in_a_cache_bounded_by_bytes(tmp_path):
+    """random-k makes a new W every gossip step: its plans are built from CSR (no [m, m] per step), the cache holds
+    at most CACHE_BYTES besides its newest entry, and the gossip stays the exact product."""
+    out = tmp_path / "report.pt"
+    spawn(_random_topology_worker, 2, str(tmp_path / "rdzv"), str(out))
+    report = torch.load(out)
+    assert report["sparse"], report
+    assert 0 < report["most_bytes"] <= 20_000 and 1 < report["most_entries"] < 24, report
+    assert report["error"] < 1e-12, report

@@ -73,7 +73,7 @@ def test_every_documented_command_parses(where, argv):
 
 def test_reference_pages_are_current():
     proc = subprocess.run([sys.executable, str(ROOT / "docs" / "gen_reference.py"), "--check"], capture_output=True,
-                          text=True, cwd=ROOT)
+                          text=True)
     assert proc.returncode == 0, proc.stderr
 
 
@@ -84,7 +84,14 @@ def test_readme_is_short_and_opens_with_the_two_commands():
     assert 'pip install "torch==2.13.0" -e ".[test]" && dfl run' in first_block
     test_command = first_block.split("# run the tests", 1)[1].splitlines()[1]
     assert test_command.startswith("python -m pytest -q")
-    assert f"\n{test_command}\n" in (ROOT / ".ci" / "run").read_text()  # CI runs the README's test command verbatim
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert f"\n{test_command}\n" in ci  # CI runs the README's test command verbatim
+    # ... after the README's main job (or its short variant) in the same directory, as a new user does
+    lines = ci.splitlines()
+    main_job = [i for i, line in enumerate(lines) if re.fullmatch(r"dfl run( --rounds \d+)?", line)]
+    tests = lines.index(test_command)
+    assert main_job and main_job[0] < tests, "CI must run `dfl run` before the README's test command"
+    assert not any(line.startswith(("cd ", "pushd ")) for line in lines[main_job[0]:tests])
 
 
 def test_links_between_pages_resolve():

@@ -33,6 +33,7 @@ def test_each_algorithm_card_equals_its_class(name):
     assert card.push_sum == cls.push_sum
     assert card.byzantine == cls.byzantine
     assert card.dp == cls.dp
+    assert card.compression == cls.compression
     from dfl.algorithms.base import Algorithm
 
     # the card's check is the class's: none where the class refines nothing, else the function both call
@@ -43,6 +44,13 @@ def test_each_algorithm_card_equals_its_class(name):
         card.check_hyperparameters(hp)
         cls.check_hyperparameters(hp)  # the defaults pass both
         assert card.check.__name__ in inspect.getsource(cls.check_hyperparameters)
+    # and its refusals of run settings (`Algorithm.check_run`) likewise
+    if card.run_check is None:
+        assert cls.check_run.__func__ is Algorithm.check_run.__func__
+    else:
+        card.check_run(dfl.Config(algorithm=name))  # the defaults pass both
+        cls.check_run(dfl.Config(algorithm=name))
+        assert card.run_check.__name__ in inspect.getsource(cls.check_run)
 
 
 @pytest.mark.parametrize("name", data.DATASETS.declared())
@@ -116,8 +124,7 @@ def test_validate_imports_no_torch_for_any_built_in():
     changes += [{"compressor": name, "algorithm": "dfedavg"} for name in settings.COMPRESSORS.names()]
     changes += [{"mode": "async", "algorithm": "dfedavg"}, {"clients": 0}, {"algorithm": "DFedSAM"},
                 {"loggers": ["tensorboard"]}, {"partition": "shards"}, {"dataset_options": {"num_samples": 10**9}}]
-    proc = subprocess.run([sys.executable, "-c", NO_TORCH.format(changes=changes)], capture_output=True, text=True,
-                          cwd=ROOT)
+    proc = subprocess.run([sys.executable, "-c", NO_TORCH.format(changes=changes)], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.strip() == "[]"
 

@@ -14,8 +14,10 @@ from torch.func import functional_call
 import dfl
 from dfl.cli import main
 from dfl.config import Config, ConfigError
+from dfl.engine import checkpoint as ckpt
 from dfl.engine.validation import validate
 from dfl.models import build_model
+from dfl.network.comm import LocalCommunicator
 from dfl.report import write_report
 from dfl.training.clients import ParamLayout
 from dfl.training.flatness import (
@@ -136,8 +138,14 @@ def test_dfl_landscape_writes_a_plot_and_json(tmp_path, capsys):
     assert len(saved["loss"]) == 5 and saved["params_from"] == "params.pt"
     assert math.isfinite(saved["hessian_top_eig"])
     assert "wrote" in capsys.readouterr().out
-    # a run without params.pt (killed before the end) falls back to its checkpoint
+    # a multi-process run's final parameters: every rank's rows in params.shards/ (here written by one process)
+    params = torch.load(run_dir / "params.pt")["params"]
     (run_dir / "params.pt").unlink()
+    ckpt.save_final_params(params, LocalCommunicator(params.shape[0]), run_dir)
+    assert main(["landscape", str(run_dir), "--points", "3", "--samples", "50", "--hessian-iters", "0"]) == 0
+    assert json.loads((run_dir / "landscape.json").read_text())["params_from"] == "params.shards"
+    # a run without final parameters (killed before the end) falls back to its checkpoint
+    ckpt.remove_final_params(run_dir)
     assert main(["landscape", str(run_dir), "--points", "3", "--samples", "50", "--hessian-iters", "0",
                  "--split", "test", "--out", str(tmp_path / "l.png")]) == 0
     assert (tmp_path / "l.png").stat().st_size > 0
@@ -162,7 +170,7 @@ def test_dfl_landscape_needs_a_run_directory_with_parameters(tmp_path, capsys):
     (tmp_path / "r").mkdir()
     (tmp_path / "r" / "config.toml").write_text(Config(**TINY).to_toml())
     assert main(["landscape", str(tmp_path / "r")]) == 2
-    assert "neither params.pt nor checkpoint.pt" in capsys.readouterr().err
+    assert "neither params.pt, params.shards/ nor checkpoint.pt" in capsys.readouterr().err
 
 
 def test_dfl_landscape_device_override_and_bad_parameter_files(tmp_path, capsys):

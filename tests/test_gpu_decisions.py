@@ -121,3 +121,34 @@ def test_compile_on_cuda_checks_what_triton_needs(monkeypatch):
                         real_find_spec(name, *a))
     with pytest.raises(ValueError, match=r"needs Triton"):
         local.require_triton(device)
+
+
+def test_received_rows_are_added_without_racing_atomics_and_as_before_on_the_cpu():
+    """RowsOperator adds the j-th received term of every row in its j-th index_add_ (a row at most once per call: no
+    two CUDA atomics on one row, so the same sums every run); on the CPU that is bit for bit the one index_add_ with
+    every term that it replaces (the CPU adds in index order)."""
+    import scipy.sparse as sp
+
+    rng = np.random.default_rng(0)
+    n, r, d = 7, 5, 33
+    dense = rng.random((n, n + r)) * (rng.random((n, n + r)) < 0.6)
+    dense[:, n:] *= rng.random((n, r)) < 0.8  # rows with 0, 1 and up to r received terms
+    A = sp.csr_array(dense)
+    X = torch.randn(n, d, generator=torch.Generator().manual_seed(1))
+    R = torch.randn(r, d, generator=torch.Generator().manual_seed(2))
+    op = gossip_module.RowsOperator(A, n, torch.float32, torch.device("cpu"))
+    assert len(op.remote_calls) == int((dense[:, n:] != 0).sum(1).max()) >= 3
+    for rows in torch.split(op.remote_rows, op.remote_calls):
+        assert rows.unique().numel() == rows.numel()  # distinct rows within each call
+    got = op(X, R)
+    # the replaced path: local terms tile by tile, then every received term in one index_add_ in row-major order
+    local = op(X, torch.zeros_like(R))
+    sorted_A = sp.csr_array(dense)
+    sorted_A.sort_indices()
+    coo = sp.coo_array(sorted_A[:, n:])
+    order = np.lexsort((coo.col, coo.row))
+    rows, src = torch.from_numpy(coo.row[order].astype(np.int64)), torch.from_numpy(coo.col[order].astype(np.int64))
+    vals = torch.from_numpy(coo.data[order]).float().view(-1, 1)
+    before = local.index_add_(0, rows, R[src] * vals)
+    assert torch.equal(got, before)
+    np.testing.assert_allclose(got.numpy(), dense @ np.concatenate([X.numpy(), R.numpy()]), rtol=1e-5, atol=1e-6)

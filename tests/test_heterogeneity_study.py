@@ -17,8 +17,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def test_quick_study_runs_every_cell_and_writes_its_report(tmp_path):
     out, results = tmp_path / "study", tmp_path / "results" / "heterogeneity-test"
     proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "heterogeneity_study.py"), "--quick", "--out",
-                           str(out), "--results", str(results)], capture_output=True, text=True, timeout=300,
-                          cwd=ROOT)
+                           str(out), "--results", str(results)], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     record = json.loads(results.with_suffix(".json").read_text())
     assert [e["id"] for e in record["expectations"]] == [f"E{i}" for i in range(1, 9)]

@@ -39,14 +39,14 @@ def test_each_dfl_module_imports_first_in_a_fresh_interpreter():
             "        del sys.modules[loaded]\n"
             "    importlib.import_module(name)\n"
             "print('ok')\n")
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr[-2000:]
 
 
 def test_import_dfl_is_light():
     code = ("import sys, dfl; dfl.Config()\n"
             "print(sorted(m for m in ('torch', 'numpy', 'matplotlib') if m in sys.modules))")
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert proc.returncode == 0 and proc.stdout.strip() == "[]", proc.stderr[-2000:]
 
 
@@ -98,8 +98,7 @@ def test_every_documented_dotted_name_resolves_after_import_dfl():
             "print('\\n'.join(missing))\n")
     import json
 
-    proc = subprocess.run([sys.executable, "-c", code, json.dumps(sorted(names))], capture_output=True, text=True,
-                          cwd=ROOT)
+    proc = subprocess.run([sys.executable, "-c", code, json.dumps(sorted(names))], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr[-2000:]
     missing = [line for line in proc.stdout.splitlines() if line]
     assert missing == [], "\n".join(f"{m} ({names[m.split(':')[0]]})" for m in missing)

@@ -33,7 +33,8 @@ from tests.helpers import (
     tiny_config,
 )
 
-ADAPTIVE = {"dpsgd", "dfedavg", "dfedsam", "dfedsam-mgs", "fedavg", "fedsam", "fedavgsm"}
+ADAPTIVE = {"dpsgd", "dfedavg", "dfedsam", "dfedsam-mgs", "fedavg", "fedsam", "fedavgsm", "fedprox", "fedadam",
+            "fedyogi", "fedadagrad"}
 RULES = {"adam": LocalRule(optimizer="adam", weight_decay=1e-2, rho=0.05),
          "adamw": LocalRule(optimizer="adamw", weight_decay=1e-2, adam_betas=(0.8, 0.95))}
 

@@ -80,7 +80,37 @@ def test_the_planner_counts_every_stack_a_process_holds():
         held = dfl.run(_small(rounds=1, **changes)).summary["memory_estimate"]
         assert held["held_bytes"] == 2 * stack and held["stack_bytes"] == plain["stack_bytes"] + stack, changes
     async_ = dfl.run(_small(rounds=1, algorithm="dfedsam", mode="async")).summary["memory_estimate"]
-    assert async_["held_bytes"] >= 3 * stack  # X and the message pool (two stacks to start with)
+    # X and the message pool: two stacks to start with, and the buffer of its next growth (POOL_GROWTH x)
+    assert async_["async_pool_bytes"] == (2 + 3) * stack
+    assert async_["held_bytes"] == stack + async_["async_pool_bytes"] + 6 * 8  # and the [6, 1] int64 versions
+
+
+RESNET18_CIFAR = 11_173_962  # parameters of resnet18 on CIFAR-10 (dfl.models)
+
+
+def test_the_end_of_run_is_in_the_plan_and_no_host_gathers_a_1000_client_resnet18_unless_asked(monkeypatch):
+    """1,000 ResNet-18 clients on 8 GPUs: written as shards, no host holds more than one chunk of the final
+    parameters (41.6 GiB gathered on rank 0 before); gathered on request, refused before the first round where rank
+    0's host does not have the room."""
+    m, d, gpu = 1000, RESNET18_CIFAR, torch.device("cuda", 0)
+    population = m * d * 4
+    assert population / 2**30 == pytest.approx(41.6, abs=0.1)
+    for rank in range(8):
+        shards = memory.final_params_plan("shards", m, 125, d, 4, gpu, is_main=rank == 0)
+        assert shards["final_params_written_bytes"] == 125 * d * 4  # each rank its own rows
+        own = 0 if rank == 0 else 125 * d * 4  # the others keep their rows for their Result.params
+        assert shards["final_params_host_bytes"] == memory.ROW_CHUNK_BYTES + own < population / 7
+    gathered = memory.final_params_plan("gathered", m, 125, d, 4, gpu, is_main=True)
+    assert gathered["final_params_host_bytes"] == gathered["final_params_written_bytes"] == population
+    monkeypatch.setattr(memory, "available_memory", lambda: 32 * 2**30)
+    memory.check_final_params(shards, m, d)  # nothing to gather
+    with pytest.raises(ConfigError, match=r"gather_params: rank 0 would assemble the final parameters of all 1,000 "
+                                          r"clients x 11,173,962 parameters on its host .* ~41.63 GiB, more than the "
+                                          r"32.00 GiB free there; leave gather_params off"):
+        memory.check_final_params(gathered, m, d)
+    one = dfl.run(_small(rounds=1)).summary["memory_estimate"]  # a single process: X as params.pt, from the CPU
+    assert one["final_params"] == "one file" and one["final_params_host_bytes"] == 0
+    assert one["final_params_written_bytes"] == 6 * dfl.run(_small(rounds=1)).summary["num_params"] * 4
 
 
 def test_nothing_fits_is_an_error_with_the_estimate():

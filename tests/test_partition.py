@@ -190,6 +190,45 @@ def test_shards_fewer_shards_than_classes_still_cover():
     check_disjoint(parts, LABELS.size)
 
 
+@pytest.mark.parametrize("m, k", [(20, 2), (20, 5), (100, 2), (7, 10), (50, 1)])
+def test_pathological_gives_k_distinct_classes_equal_sizes(m, k):
+    """DisPFL's n_cls split: every client n = floor(N/m) samples of exactly k classes (about n/k each, a
+    Multinomial), never a sample twice; reproducible in the seed. shards, by contrast, repeats classes."""
+    parts = partition(RAGGED, m, "pathological", seed=3, classes_per_client=k)
+    h = label_histograms(RAGGED, parts, C)
+    assert [p.size for p in parts] == [RAGGED.size // m] * m
+    assert ((h > 0).sum(1) == k).all()
+    assert all(np.unique(p).size == p.size for p in parts)  # no sample twice in one client
+    n = RAGGED.size // m
+    assert np.abs(h[h > 0] - n / k).max() < 5 * np.sqrt(n) + 1  # shares about n / k
+    assert partition(RAGGED, m, "pathological", seed=3, classes_per_client=k)[1].tolist() == parts[1].tolist()
+    assert any(a.tolist() != b.tolist() for a, b in zip(parts, partition(RAGGED, m, "pathological", seed=4,
+                                                                         classes_per_client=k)))
+
+
+def test_pathological_reuses_samples_only_of_classes_asked_for_more_than_they_hold():
+    """A class more clients chose than its samples carry is shared in proportion and then reused (as DisPFL's code
+    does); classes asked for less give each sample to at most one client."""
+    parts = partition(LABELS, 50, "pathological", seed=0, classes_per_client=2)
+    flat = np.concatenate(parts)
+    holders = np.bincount(flat, minlength=LABELS.size)
+    demand = np.bincount(LABELS[flat], minlength=C)  # samples asked of each class
+    for c in range(C):
+        counts = holders[LABELS == c]
+        if demand[c] <= 100:
+            assert counts.max() <= 1 and counts.sum() == demand[c]
+        else:
+            assert (counts >= 1).all() and counts.sum() == demand[c]  # every sample used before any is reused
+    assert (demand > 100).any() and (demand < 100).any()  # the seed exercises both cases
+
+
+def test_pathological_refuses_more_classes_than_exist_and_oversized_clients():
+    with pytest.raises(ValueError, match=r"classes_per_client = 11 exceeds the 10 classes"):
+        partition(LABELS, 4, "pathological", seed=0, classes_per_client=11)
+    with pytest.raises(ValueError, match=r"needs \d+ samples of class \d+, which has 100"):
+        partition(LABELS, 2, "pathological", seed=0, classes_per_client=1)
+
+
 def test_similarity_extremes():
     h0 = label_histograms(RAGGED, partition(RAGGED, 10, "similarity", seed=0, similarity=0.0), C)
     assert ((h0 > 0).sum(1) <= 2).all()
@@ -224,7 +263,8 @@ def test_natural_split_is_checked_and_kept():
 def test_accepts_torch_labels_and_lists_options():
     parts = partition(torch.tensor(LABELS), 4, "iid", seed=0)
     assert sum(p.size for p in parts) == LABELS.size
-    assert set(PARTITIONS) == {"iid", "dirichlet", "dirichlet-class", "shards", "similarity", "natural"}
+    assert set(PARTITIONS) == {"iid", "dirichlet", "dirichlet-class", "shards", "pathological", "similarity",
+                               "natural"}
     assert partition_options("dirichlet") == {"alpha": 0.3, "sigma": 0.0}
     assert partition_options("similarity") == {"similarity": "required"}
 

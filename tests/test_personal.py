@@ -171,7 +171,7 @@ def test_client_accuracy_on_all_test_samples_at_scale_warns_and_a_subset_does_no
     monkeypatch.setattr(experiment, "CLIENT_EVAL_WARN_PASSES", 10)  # 6 clients × the test set is far above
     data = skewed_data()
     with pytest.warns(UserWarning, match=r"client_eval_samples = 0: every evaluation runs each of the 6 clients"):
-        dfl.run(config(local_test_fraction=0.0, rounds=1), data=data)
+        dfl.run(config(local_test_fraction=0.0, rounds=1, client_eval_samples=0), data=data)
     with warnings.catch_warnings():
         warnings.filterwarnings("error", message="client_eval_samples")
         result = dfl.run(config(local_test_fraction=0.0, rounds=1, client_eval_samples=5), data=data)
@@ -202,9 +202,32 @@ def test_run_metrics_equal_the_reference(tmp_path, device):
     assert partition["sizes"] == split.sizes.tolist()
 
 
+@pytest.mark.parametrize("fraction", [0.0, 0.3])
+def test_personal_train_accuracy_equals_a_per_client_loop(fraction, device):
+    """`personal_train_eval`: client i's own row on its own training data (the local train part when there are
+    local tests), mean/std/min over clients, against evaluate_row per client."""
+    data = skewed_data()
+    result = dfl.run(config(device=device, client_chunk=4, local_test_fraction=fraction, personal_train_eval=True),
+                     data=data)
+    split = data.split_local_test(fraction, 0) if fraction else data
+    torch.manual_seed(0)
+    model = build_model("mlp", (6,), CLASSES, hidden=[8]).to(device)
+    layout = ParamLayout.of(model)
+    X = result.params.to(device)
+    split = split.to(device)
+    want = np.array([evaluate_row(model, layout, X[i], split.train_x[idx], split.train_y[idx], 5)[0]
+                     for i, idx in enumerate(split.client_indices)])
+    last = result.history[-1]
+    assert last["personal_train_acc_mean"] == pytest.approx(want.mean(), abs=1e-6)
+    assert last["personal_train_acc_std"] == pytest.approx(want.std(), abs=1e-6)
+    assert last["personal_train_acc_min"] == pytest.approx(want.min(), abs=1e-6)
+    assert len(set(want.tolist())) > 2  # not a degenerate model
+    assert ("personal_acc_mean" in last) == bool(fraction)
+
+
 def test_without_local_tests_there_are_no_personal_metrics():
     result = dfl.run(config(local_test_fraction=0.0, rounds=1), data=skewed_data())
-    assert not any(k.startswith(("personal_acc", "global_acc")) for k in result.history[-1])
+    assert not any(k.startswith(("personal_", "global_acc")) for k in result.history[-1])
 
 
 # ---------------------------------------------------------------------------------------------- bad input

@@ -102,3 +102,104 @@ def test_bf16_detection_reads_torch_capability_and_cpu_flags(monkeypatch):
     monkeypatch.setattr(precision, "cpu_flags", lambda: set())
     monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: "AMX")
     assert precision.cpu_has_bf16()
+
+
+# ---------------------------------------------------------------------------------------------- TF32 and cuDNN settings
+# torch keeps a legacy TF32 state (set_float32_matmul_precision, cudnn.allow_tf32) beside the per-backend one
+# (fp32_precision attributes) and refuses a mix of the two: torch 2.9-2.11 at every cuBLAS call, torch 2.13 (this CPU
+# build) when a legacy getter is read. These getters are the check here: each raises on a mix.
+def legacy_getters() -> tuple:
+    return (torch.get_float32_matmul_precision(), torch.backends.cuda.matmul.allow_tf32,
+            torch.backends.cudnn.allow_tf32)
+
+
+def per_backend() -> tuple:
+    from dfl.models import kernels
+
+    return tuple(b.fp32_precision for b in kernels._matmul_backends()) + tuple(
+        op.fp32_precision for op in kernels._cudnn_ops())
+
+
+@pytest.fixture
+def settings_restored():
+    """Whatever a test does to PyTorch's process-wide settings is undone (legacy and per-backend, cuDNN flags)."""
+    from dfl.models import kernels
+
+    saved = kernels.snapshot()
+    yield
+    kernels.restore(saved)
+
+
+def user_state(name: str) -> None:
+    """A caller's TF32 state before dfl runs: fresh, the legacy API, or the per-backend API alone."""
+    if name == "legacy high":
+        torch.set_float32_matmul_precision("high")
+    elif name == "legacy cudnn off":
+        torch.backends.cudnn.allow_tf32 = False
+    elif name == "per-backend tf32":  # on a fresh process already a mix for the legacy getter: comes back as is
+        torch.backends.cuda.matmul.fp32_precision = "tf32"
+
+
+needs_per_backend_api = pytest.mark.skipif(not hasattr(torch.backends.cuda.matmul, "fp32_precision"),
+                                           reason="this torch has only the legacy TF32 API")
+
+
+@needs_per_backend_api
+@pytest.mark.parametrize("before", ["fresh", "legacy high", "legacy cudnn off", "per-backend tf32"])
+@pytest.mark.parametrize("precision", ["fp32", "bf16", "tf32"])
+@pytest.mark.parametrize("kernels_mode", ["deterministic", "fast"])
+def test_run_settings_keep_legacy_and_per_backend_tf32_in_agreement(settings_restored, before, precision,
+                                                                    kernels_mode):
+    from dfl.models import kernels
+
+    user_state(before)
+    caller = (per_backend(), torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark)
+    with kernels.run_settings(precision, kernels_mode):
+        tf32 = precision == "tf32"
+        assert legacy_getters() == ("high" if tf32 else "highest", tf32, tf32)  # no mix: none of them raises
+        expected = "tf32" if tf32 else "ieee"
+        assert torch.backends.cuda.matmul.fp32_precision == expected
+        assert torch.backends.cudnn.conv.fp32_precision == expected
+        assert torch.backends.cudnn.deterministic == (kernels_mode == "deterministic")
+        assert torch.backends.cudnn.benchmark == (kernels_mode == "fast")
+        with kernels.ieee_matmuls():  # gossip's IEEE products inside a tf32 run: still no mix
+            assert torch.get_float32_matmul_precision() == "highest" and not torch.backends.cuda.matmul.allow_tf32
+        assert legacy_getters() == ("high" if tf32 else "highest", tf32, tf32)
+    assert (per_backend(), torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark) == caller
+    if before != "per-backend tf32":  # a caller's consistent state comes back consistent, legacy values included
+        legacy_getters()
+
+
+@needs_per_backend_api
+def test_gossip_ieee_products_after_a_users_legacy_high_are_no_mix(settings_restored):
+    from dfl.network import gossip
+
+    torch.set_float32_matmul_precision("high")  # a user's TF32 matmuls, the legacy way
+    seen = []
+    with gossip.ieee_fp32(torch.device("cuda")):  # what exact_matmul does on a GPU
+        seen.append(legacy_getters()[:2])
+    assert seen == [("highest", False)]
+    assert legacy_getters()[:2] == ("high", True) and torch.backends.cuda.matmul.fp32_precision == "tf32"
+    assert torch.equal(gossip.exact_matmul(torch.eye(3), torch.ones(3, 2)), torch.ones(3, 2))
+
+
+def test_a_run_sets_its_settings_while_it_runs_and_puts_the_callers_back(settings_restored):
+    torch.set_float32_matmul_precision("high")
+    torch.backends.cudnn.benchmark = True
+    seen = []
+
+    class Look:
+        def on_round_end(self, round, metrics):
+            seen.append((legacy_getters(), torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark))
+
+    for kernels_mode in ("deterministic", "fast"):
+        seen.clear()
+        dfl.run(Config(**BASE, kernels=kernels_mode), callbacks=[Look()])
+        deterministic = kernels_mode == "deterministic"
+        assert seen and all(s == (("highest", False, False), deterministic, not deterministic) for s in seen), seen
+        assert legacy_getters()[:2] == ("high", True) and torch.backends.cudnn.benchmark
+
+
+def test_kernels_is_a_fixed_choice():
+    with pytest.raises(ConfigError, match="kernels must be one of deterministic, fast; got 'exact'"):
+        validate(Config(kernels="exact"))

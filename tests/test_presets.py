@@ -217,7 +217,6 @@ def test_single_run_preset_through_dfl_run(cifar_root, tmp_path):
     assert [json.loads(line)["round"] for line in lines][-1] == 3
 
 
-@pytest.mark.filterwarnings("ignore:.*does not use")  # FedAvg ignores DOMO's momenta, as the header says
 def test_sweep_preset_through_dfl_sweep(cifar_root, tmp_path):
     """`dfl sweep` on the DOMO preset with data_root and tiny sizes added to [base] (as its header says to; VGG-11
     becomes logreg), each [vary] list cut to its first two values."""

@@ -16,8 +16,10 @@ import torch
 import torch.distributed as dist
 
 import dfl
+from dfl import algorithms
 from dfl.algorithms import ALGORITHMS, algorithm_class
-from dfl.cli import main
+from dfl.cli import build_parser, main
+from dfl.cli.run import config_from_args
 from dfl.config import Config, ConfigError
 from dfl.engine import checkpoint as ckpt
 from dfl.engine.checkpoint import NoCheckpoint
@@ -70,6 +72,8 @@ def test_every_algorithm_resumes_exactly_and_declares_its_per_client_state(tmp_p
     data = make_data()
     centralized = getattr(algorithm_class(algorithm), "centralized", False)
     changes = dict(algorithm=algorithm, checkpoint_every=2)
+    if "anneal_rounds" in algorithms.option_defaults(algorithm_class(algorithm)):  # dispfl: a schedule over rounds
+        changes.update(algorithm_options={"anneal_rounds": 5})  # that is fixed, so the run may grow from 2 to 5
     if centralized:
         changes.update(participation=0.5)  # non-participants keep their state: the sliced rows must be right
     config = make_config(5, **changes)
@@ -83,8 +87,8 @@ def test_every_algorithm_resumes_exactly_and_declares_its_per_client_state(tmp_p
     for key, value in checkpoint["server_state"].items():  # replicated state: never one row per client
         assert not (torch.is_tensor(value) and value.dim() == 2), f"{algorithm}: {key} looks per-client"
     assert set(checkpoint["client_state"]) == set(algorithm_class(algorithm).client_state)
-    for key, value in checkpoint["client_state"].items():
-        assert value.shape == (CLIENTS, d), key
+    for key, value in checkpoint["client_state"].items():  # a row per client: a vector, or a scalar (DisPFL's flag)
+        assert value.shape in ((CLIENTS, d), (CLIENTS,)), key
 
 
 def test_extending_a_finished_run_and_resuming_a_completed_one(tmp_path):
@@ -151,7 +155,8 @@ def slow_round(self, t):
     time.sleep(0.25)
     return original(self, t)
 cls.round = slow_round
-from dfl.cli import main
+from dfl.cli import build_parser, main
+from dfl.cli.run import config_from_args
 sys.exit(main(sys.argv[2:]))
 """
 CLI_ARGS = [
@@ -233,6 +238,43 @@ def test_cli_resume_with_more_rounds_and_errors(tmp_path, capsys):
     (out / "checkpoint.pt").unlink()
     assert main(["run", "--resume", str(out)]) == 2
     assert "no checkpoint.pt" in capsys.readouterr().err
+
+
+class _InterruptAt:
+    """A callback that interrupts the run (as Ctrl-C does) after round `at` was recorded."""
+
+    def __init__(self, at: int):
+        self.at = at
+
+    def on_round_end(self, round: int, metrics: dict) -> bool:
+        if round >= self.at:
+            raise KeyboardInterrupt
+        return False
+
+
+def test_resume_without_a_directory_continues_the_latest_interrupted_run(tmp_path, capsys):
+    # the current directory is tmp_path (tests/cwd_guard.py): runs/ is made there
+    assert main(["run", "--resume"]) == 2
+    assert "no run directory under runs/ to resume" in capsys.readouterr().err
+    small = [*CLI_ARGS[:CLI_ARGS.index("--checkpoint-every")], *CLI_ARGS[CLI_ARGS.index("--device"):]]
+    assert main(["run", *small, "--rounds", "2"]) == 0  # a finished run in a new runs/dfedsam-mgs-<time>
+    (finished,) = Path("runs").iterdir()
+    config = config_from_args(build_parser().parse_args(["run", *small, "--rounds", "4"]))
+    for name in ("older", "latest"):  # interrupted in round 2 (checkpointed at every evaluation: round 1 kept)
+        with pytest.raises(KeyboardInterrupt):
+            dfl.run(config, out=Path("runs") / name, callbacks=[_InterruptAt(2)])
+        assert json.loads(Path("runs", name, "summary.json").read_text())["status"] == "interrupted"
+        time.sleep(0.02)  # the latest is the one that wrote last
+    capsys.readouterr()
+    for name in ("latest", "older"):
+        assert main(["run", "--resume"]) == 0
+        assert f"run directory: {Path('runs', name)}" in capsys.readouterr().out
+        summary = json.loads(Path("runs", name, "summary.json").read_text())
+        assert summary["status"] == "completed" and summary["resumed_from_round"] == 1  # round 2 was not saved
+    assert main(["run", "--resume"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "no interrupted run under runs/ (the latest: runs/older (completed), " \
+        f"runs/latest (completed), {finished} (completed))" in err
 
 
 def test_python_api_errors(tmp_path):

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -55,6 +57,30 @@ def test_cli_run_writes_run_directory_and_refuses_overwrite(tmp_path, capsys):
     assert main(["run", *SMALL, "--out", str(out)]) == 2
     assert "already exists" in capsys.readouterr().err
     assert main(["run", *SMALL, "--out", str(out), "--overwrite"]) == 0
+
+
+def test_without_out_every_run_gets_a_new_directory_under_runs(tmp_path, capsys):
+    # the current directory is tmp_path (tests/cwd_guard.py); the README's `dfl run` twice in a row
+    assert main(["run", *SMALL]) == 0
+    assert main(["run", *SMALL, "--algorithm", "dfedavg"]) == 0
+    assert main(["run", *SMALL, "--name", "mine"]) == 0
+    printed = capsys.readouterr().out
+    runs = sorted(Path("runs").iterdir())
+    assert [re.sub(r"\d{8}-\d{6}", "T", run.name) for run in runs] == ["dfedavg-T", "dfedsam-mgs-T", "mine-T"]
+    for run in runs:
+        assert f"run directory: {run}" in printed
+        assert json.loads((run / "summary.json").read_text())["status"] == "completed"
+    assert main(["run", *SMALL, "--topology", "Ring"]) == 2  # refused: no directory is left behind
+    assert "did you mean 'ring'" in capsys.readouterr().err and len(list(Path("runs").iterdir())) == 3
+
+
+def test_a_mistake_in_the_config_is_named_before_the_directory(tmp_path, capsys):
+    out = tmp_path / "r"
+    assert main(["run", *SMALL, "--out", str(out)]) == 0
+    capsys.readouterr()
+    assert main(["run", *SMALL, "--out", str(out), "--topology", "Ring"]) == 2  # the typo, not "already exists"
+    err = capsys.readouterr().err
+    assert err.startswith("dfl run: error: topology must be one of") and "already exists" not in err
 
 
 @pytest.mark.parametrize(

@@ -24,9 +24,12 @@ from dfl.directories import (
     KINDS,
     MARKER,
     RUN_FILES,
+    NewDirectory,
     check_output_directory,
     claim_directory,
     directory_kind,
+    make_new_directory,
+    read_marker,
     remove_written,
 )
 from dfl.errors import OutputPathError, RunDirectoryExists
@@ -158,7 +161,8 @@ def test_overwrite_deletes_only_what_dfl_wrote(run_dir, capsys):
     kept = {k: v for k, v in hashes(run_dir).items() if k in ("notes.txt", "plots/mine.png")}
     removed = {p.relative_to(run_dir).as_posix() for p in remove_written(run_dir, "run")}
     shards = {"checkpoint.shards/round-000002/.metadata", "checkpoint.shards/round-000002/__0_0.distcp"}
-    plain = {n for n in RUN_FILES if "*" not in n and n != "error.log"}
+    # one process: no params.shards/ (a multi-process run's final parameters), no error.log
+    plain = {n for n in RUN_FILES if "*" not in n and n != "error.log" and not n.startswith("params.shards/")}
     assert removed == {*plain, *shards, "plots/landscape.png", ".metrics.jsonl.abc123"}
     assert not (run_dir / "checkpoint.shards").exists()  # its emptied folders go too
     assert {k: v for k, v in hashes(run_dir).items()} == {**kept, MARKER: hashes(run_dir)[MARKER]}
@@ -283,3 +287,36 @@ def test_config_toml_holds_every_resolved_default_and_reruns_the_same_run(tmp_pa
 def _run(out: Path, **values) -> Path:
     dfl.run(Config(**values), out=out)
     return out
+
+
+# ---------------------------------------------------------------------------------------------- without --out
+def test_new_directories_are_numbered_within_a_second_and_marked(tmp_path):
+    now = datetime.datetime(2026, 11, 28, 9, 5, 7)
+    made = [make_new_directory("run", "dfedsam-mgs", tmp_path / "runs", now=now) for _ in range(3)]
+    assert [path.name for path in made] == ["dfedsam-mgs-20261128-090507", "dfedsam-mgs-20261128-090507-2",
+                                            "dfedsam-mgs-20261128-090507-3"]
+    assert all(read_marker(path)["kind"] == "run" for path in made)
+    assert read_marker(made[0])["dfl_version"] == dfl.__version__
+    (tmp_path / "runs" / "odd-20261128-090507").write_text("a file of the user's")  # taken: the next number
+    assert make_new_directory("sweep", "odd", tmp_path / "runs", now=now).name == "odd-20261128-090507-2"
+    assert (tmp_path / "runs" / "odd-20261128-090507").read_text() == "a file of the user's"
+    assert make_new_directory("run", "my algo/../x", tmp_path / "runs", now=now).name == "my-algo-..-x-20261128-090507"
+    (tmp_path / "file").write_text("")
+    with pytest.raises(OutputPathError, match="is a file"):
+        make_new_directory("run", "a", tmp_path / "file")
+
+
+def test_a_new_directory_left_unused_is_removed_and_nothing_else(tmp_path):
+    new = NewDirectory("a", tmp_path / "runs")
+    path = new.make("run")
+    new.remove_if_unused()
+    assert not path.exists() and new.path is None and not (tmp_path / "runs").exists()  # it made runs/ too
+    (tmp_path / "runs").mkdir()
+    (tmp_path / "runs" / "mine.txt").write_text("")
+    new.make("run")
+    new.remove_if_unused()
+    assert [p.name for p in (tmp_path / "runs").iterdir()] == ["mine.txt"]
+    path = new.make("run")
+    (path / "summary.json").write_text("{}")
+    new.remove_if_unused()
+    assert (path / "summary.json").exists() and (path / MARKER).exists()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -84,6 +85,24 @@ def test_every_mistake_of_a_sweep_file_is_said_at_once(tmp_path):
 def test_spec_errors_name_the_field(tmp_path, text, message):
     with pytest.raises(SweepError, match=message):
         load_sweep(write_spec(tmp_path / "s.toml", text))
+
+
+def test_without_out_each_sweep_gets_a_new_directory_under_runs(tmp_path, capsys):
+    # the current directory is tmp_path (tests/cwd_guard.py)
+    spec = tmp_path / "s.toml"
+    spec.write_text(tiny_sweep({"seed": [0]}, rounds=1).to_toml())
+    assert main(["sweep", str(spec), "--dry-run"]) == 0  # names the directory, makes nothing
+    assert re.search(r"1 runs into runs/sweep-\d{8}-\d{6}/runs/", capsys.readouterr().out)
+    assert not Path("runs").exists()
+    assert main(["sweep", str(spec), "--no-report"]) == 0
+    assert main(["sweep", str(spec), "--no-report"]) == 0  # again: a new directory, not a resume
+    printed = capsys.readouterr().out
+    sweeps = sorted(Path("runs").iterdir())
+    assert len(sweeps) == 2 and all(re.fullmatch(r"sweep-\d{8}-\d{6}(-2)?", s.name) for s in sweeps), sweeps
+    assert all(f"sweep directory: {s}" in printed and read_entries(s)[0]["status"] == "completed" for s in sweeps)
+    spec.write_text("[vary]\nalgorithm = ['dfedsan']\n")
+    assert main(["sweep", str(spec)]) == 2  # refused: no directory is left behind
+    assert len(list(Path("runs").iterdir())) == 2
 
 
 def test_spec_error_on_the_cli_is_one_line(tmp_path, capsys):

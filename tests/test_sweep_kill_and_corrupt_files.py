@@ -23,7 +23,6 @@ from dfl.workflows.sweep import Sweep, read_entries, run_sweep
 
 pytestmark = pytest.mark.timeout(300)  # hang guard only (subprocesses)
 
-REPO = Path(__file__).resolve().parents[1]
 TINY = {
     "dataset": "mnist1d", "dataset_options": {"num_samples": 400}, "clients": 4, "model": "logreg",
     "rounds": 3, "eval_every": 1, "local_steps": 2, "batch_size": 16, "progress": False, "device": "cpu",
@@ -75,7 +74,7 @@ def _spec(tmp_path: Path, rounds: int = 60) -> Path:
 def _start_sweep(spec: Path, out: Path) -> subprocess.Popen:
     return subprocess.Popen(
         [sys.executable, "-m", "dfl.cli", "sweep", str(spec), "--out", str(out), "--parallel", "2", "--no-report"],
-        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+        cwd=out.parent, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
     )
 
 
@@ -123,7 +122,7 @@ def test_signal_stops_every_worker_and_the_next_sweep_resumes(tmp_path, signame,
     done = subprocess.run(
         [sys.executable, "-m", "dfl.cli", "sweep", str(spec), "--out", str(out), "--parallel", "2", "--no-report",
          "--set", f"rounds={rounds}"],
-        cwd=REPO, capture_output=True, text=True, timeout=240,
+        cwd=tmp_path, capture_output=True, text=True, timeout=240,
     )
     assert done.returncode == 0, done.stderr
     entries = read_entries(out)

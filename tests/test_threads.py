@@ -68,21 +68,79 @@ def test_import_dfl_bounds_the_spin_before_torch_loads_and_keeps_the_users_choic
     assert python("import dfl.cli; " + REPORT)["spin"] == str(threads.SPIN_COUNT)
 
 
+RUN = ("class Record:\n"
+       "    def on_round_end(self, round, metrics):\n"
+       "        seen.append(torch.get_num_threads())\n"
+       "        return False\n"
+       "seen = []\n"
+       "def run(n):\n"
+       "    seen.clear()\n"
+       "    dfl.run(dfl.Config(rounds=1, clients=2, model='logreg', dataset_options={'num_samples': 200}, "
+       "local_steps=1, eval_every=1, progress=False, threads=n), callbacks=[Record()])\n"
+       "    return seen[0]\n")
+
+
 @pytest.mark.slow
-def test_run_applies_threads_and_warns_once_when_torch_came_first():
-    run = ("dfl.run(dfl.Config(rounds=1, clients=2, model='logreg', dataset_options={{'num_samples': 200}}, "
-           "local_steps=1, eval_every=1, progress=False, threads={n}))")
-    got = python("import dfl, torch, json, warnings; warnings.simplefilter('error'); " + run.format(n=1)
-                 + "; print(json.dumps({'threads': torch.get_num_threads()}))")
-    assert got["threads"] == 1
-    # torch first: the count still applies; the spin cannot change any more, and dfl.run says so, once
-    code = ("import torch, dfl, json, warnings\nwith warnings.catch_warnings(record=True) as seen:\n"
-            "    warnings.simplefilter('always')\n    " + run.format(n=2) + "\n    " + run.format(n=2)
-            + "\nprint(json.dumps({'threads': torch.get_num_threads(), 'warnings': [str(w.message) for w in seen "
-              "if 'GOMP_SPINCOUNT' in str(w.message)]}))")
-    got = python(code)
-    assert got["threads"] == 2 and len(got["warnings"]) == 1 and "import dfl before torch" in got["warnings"][0]
-    assert python(code, GOMP_SPINCOUNT="1000")["warnings"] == []  # the user bounded the spin: nothing to say
+def test_run_keeps_the_callers_thread_count_and_gives_torch_its_count_back():
+    code = ("import json, torch, dfl\nfrom dfl import threads\n" + RUN
+            + "default = threads.torch_default_threads()\nchosen = 1 if default > 1 else 2\n"
+              "torch.set_num_threads(chosen)  # a benchmark asking for its own count\n"
+              "got = {'default': default, 'chosen': chosen, 'share': threads.share(1)}\n"
+              "got['auto'] = run('auto'); got['after_auto'] = torch.get_num_threads()\n"
+              "got['three'] = run(3); got['after_three'] = torch.get_num_threads()\n"
+              "torch.set_num_threads(default)  # nobody chose: auto is the cores' share\n"
+              "got['untouched'] = run('auto'); got['after_untouched'] = torch.get_num_threads()\n"
+              "print(json.dumps(got))")
+    got = python(code, GOMP_SPINCOUNT="1000")
+    assert (got["auto"], got["after_auto"]) == (got["chosen"], got["chosen"]), got
+    assert (got["three"], got["after_three"]) == (3, got["chosen"]), got
+    assert (got["untouched"], got["after_untouched"]) == (got["share"], got["default"]), got
+    # OMP_NUM_THREADS is the caller's choice too (torchrun's 1, a sweep worker's share)
+    got = python("import json, torch, dfl\n" + RUN + "print(json.dumps({'auto': run('auto'), 'after': "
+                 "torch.get_num_threads()}))", OMP_NUM_THREADS="1")
+    assert (got["auto"], got["after"]) == (1, 1), got
+
+
+@pytest.mark.slow
+def test_torch_before_dfl_warns_only_on_a_busy_machine_and_says_how_to_silence_it():
+    code = ("import torch, dfl, json, warnings\nfrom dfl import threads\n" + RUN
+            + "threads.load_average = lambda: {load}\n"
+              "with warnings.catch_warnings(record=True) as seen_warnings:\n"
+              "    warnings.simplefilter('always')\n    run(2)\n    run(2)\n"
+              "print(json.dumps([str(w.message) for w in seen_warnings if w.category is threads.SpinWarning]))")
+    def python_list(load: float, **env: str) -> list:
+        clean = {k: v for k, v in os.environ.items() if k not in threads.WAIT_VARIABLES}
+        proc = subprocess.run([sys.executable, "-c", code.replace("{load}", str(load))], capture_output=True,
+                              text=True, timeout=120, check=True, env={**clean, **env})
+        return json.loads(proc.stdout.strip().splitlines()[-1])
+
+    busy = python_list(float(os.cpu_count() or 1) + 4)
+    assert len(busy) == 1 and "import dfl before torch" in busy[0], busy  # once per process
+    assert "filterwarnings('ignore', category=dfl.threads.SpinWarning)" in busy[0]
+    assert python_list(0.0) == []  # idle: the spin costs nothing, nothing to say
+    assert python_list(99.0, GOMP_SPINCOUNT="1000") == []  # the user bounded the spin
+
+
+def test_busy_is_the_load_plus_the_runs_threads_above_the_cpus(monkeypatch):
+    monkeypatch.setattr(threads.os, "cpu_count", lambda: 4)
+    cases = [(0.2, 4, False), (0.9, 4, False), (1.0, 4, True), (1.0, 2, False), (3.0, 2, True), (None, 64, False)]
+    for load, n, expected in cases:
+        monkeypatch.setattr(threads, "load_average", lambda load=load: load)
+        assert threads.busy(n) is expected, (load, n)
+
+
+def test_torchs_default_is_its_environment_else_the_physical_cores(monkeypatch):
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.delenv("MKL_NUM_THREADS", raising=False)
+    monkeypatch.setattr(threads, "_physical_cores", lambda: 2)
+    monkeypatch.setattr(threads.os, "cpu_count", lambda: 4)
+    assert threads.torch_default_threads() == 2  # cpuinfo's cores, not the hyperthreads
+    monkeypatch.setattr(threads, "_physical_cores", lambda: 0)
+    assert threads.torch_default_threads() == 4
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")
+    assert threads.torch_default_threads() == 3
+    monkeypatch.setenv("MKL_NUM_THREADS", "5")  # torch reads MKL's after OMP's
+    assert threads.torch_default_threads() == 5
 
 
 @pytest.mark.slow

@@ -10,15 +10,17 @@ import numpy as np
 import pytest
 
 from topologies import NAMES, SCHEMES, Topology, build, graphs
+from topologies.build import TIME_VARYING
 from topologies.validation import check_gossip_matrix, check_stochastic
 
 OPTIONS = {"random-regular": {"degree": 3}, "erdos-renyi": {"p": 0.5, "seed": 1}, "random-k": {"k": 2},
-           "random-pull": {"k": 2}, "hierarchical": {"groups": 4}}
+           "random-pull": {"k": 2}, "hierarchical": {"groups": 4}, "d-equistatic": {"M": 3},
+           "u-equistatic": {"M": 3}}
 
 
-def assert_doubly_stochastic(W, symmetric=True):
+def assert_doubly_stochastic(W, symmetric=True, signed=False):
     assert W.dtype == np.float64
-    assert W.min() >= 0
+    assert signed or W.min() >= 0
     assert np.allclose(W.sum(axis=0), 1, atol=1e-12) and np.allclose(W.sum(axis=1), 1, atol=1e-12)
     if symmetric:
         assert np.array_equal(W, W.T)
@@ -35,7 +37,7 @@ def test_every_topology_is_valid(name):
         W = topo.matrix(step)
         assert W.shape == (n, n)
         if topo.stochastic == "doubly":
-            assert_doubly_stochastic(W, symmetric=topo.symmetric)
+            assert_doubly_stochastic(W, symmetric=topo.symmetric, signed=topo.signed)
         else:  # random-pull: only the rows sum to 1 (tests/test_directed_topologies.py)
             assert topo.stochastic == "row" and W.min() >= 0 and np.allclose(W.sum(axis=1), 1, atol=1e-12)
         for i in range(n):
@@ -44,7 +46,8 @@ def test_every_topology_is_valid(name):
             # row = receiver: i takes weight exactly from itself and its in-neighbours
             assert set(np.nonzero(W[i])[0]) - {i} == set(nbrs)
     assert len(topo.degrees()) == n
-    assert topo.is_time_varying == (name in ("one-peer-exponential", "one-peer", "random-k", "random-pull"))
+    assert topo.is_time_varying == (name in TIME_VARYING)
+    assert topo.signed == (name == "matcha")  # MATCHA's I - alpha L_t is the one W that may be negative
     if not topo.is_time_varying:
         assert topo.period == 1 and topo.matrix(5) is topo.W
         assert 0 <= topo.second_eigenvalue() < 1

@@ -11,6 +11,7 @@ import sys
 import pytest
 
 from dfl.cli import main
+from dfl.cli.topology import COLUMNS
 from topologies import build, phi
 
 
@@ -30,7 +31,8 @@ def test_single_topology_table(capsys):
     assert row[:4] == ["ring", "64", "metropolis", "2/2/2"]
     assert float(row[4]) == pytest.approx(lam, abs=1e-4)
     assert float(row[6]) == pytest.approx(lam**4, abs=1e-4)
-    assert int(row[-1]) == math.ceil(math.log(0.1) / math.log(lam))  # gossip steps until lambda^T <= eps = 0.1
+    steps = [key for key, _ in COLUMNS].index("consensus_steps")  # a row's cells have no spaces
+    assert int(row[steps]) == math.ceil(math.log(0.1) / math.log(lam))  # gossip steps until lambda^T <= eps = 0.1
 
 
 def test_json_values_match_the_library(capsys):
@@ -138,3 +140,38 @@ def test_compare_skips_a_grid_that_does_not_exist_at_a_prime_count(capsys):
     assert "skipped grid on 17 clients" in captured.err and "16 (4 × 4) or 18 (3 × 6)" in captured.err
     assert main(["topology", "grid", "--clients", "17"]) == 2
     assert "is prime" in capsys.readouterr().err
+
+
+def test_compare_reports_the_measures_of_finite_time_topologies(capsys):
+    """base-graph is exact after its period at every n; one-peer-exponential only at powers of 2; a single step of
+    either has ||W_t - J||_2 = 1; peers, bytes per round and steps from a random start are the measured ones."""
+    rows = run_json(capsys, "compare", "--clients", "16", "24", "--topologies", "base-graph", "one-peer-exponential",
+                    "exponential", "od-equidyn", "-Q", "2", "--params", "1000")
+    by = {(r["topology"], r["n"]): r for r in rows}
+    assert by[("base-graph", 16)]["exact_steps"] == 4 and by[("base-graph", 24)]["exact_steps"] == 6
+    assert by[("one-peer-exponential", 16)]["exact_steps"] == 4
+    assert by[("one-peer-exponential", 24)]["exact_steps"] is None
+    assert by[("one-peer-exponential", 24)]["period_norm"] == pytest.approx(
+        build("one-peer-exponential", 24).gossip_lambda(5))
+    assert by[("base-graph", 24)]["period_norm"] == 0.0 and by[("base-graph", 24)]["step_norm"] == pytest.approx(1)
+    assert by[("exponential", 16)]["exact_steps"] is None and by[("exponential", 16)]["peers"] == [4, 4.0]
+    assert by[("base-graph", 16)]["peers"] == [1, 1.0]
+    assert by[("exponential", 16)]["bytes_per_round"] == 16 * 4 * 2 * 4 * 1000  # n x peers x Q x fp32 x params
+    assert by[("base-graph", 16)]["random_start_steps"] == 4  # exact after 4 steps, from any start
+    assert by[("od-equidyn", 24)]["period_norm"] is None and by[("od-equidyn", 24)]["random_start_steps"] > 4
+    assert main(["topology", "compare", "--clients", "24", "--topologies", "base-graph", "matcha"]) == 0
+    header = capsys.readouterr().out.splitlines()[1]
+    assert "exact" in header and "peers max/mean" in header and "bytes/round" in header
+
+
+def test_new_topology_flags_reach_build(capsys):
+    (row,) = run_json(capsys, "d-equistatic", "--clients", "20", "--M", "5", "--seed", "3")
+    assert row["lambda"] == pytest.approx(build("d-equistatic", 20, M=5, seed=3).second_eigenvalue())
+    (row,) = run_json(capsys, "u-equistatic", "--clients", "20", "--epsilon", "0.6", "--delta", "0.2")
+    assert row["lambda"] == pytest.approx(build("u-equistatic", 20, epsilon=0.6, delta=0.2).second_eigenvalue())
+    (row,) = run_json(capsys, "base-graph", "--clients", "30", "--k", "2")
+    assert row["exact_steps"] == build("base-graph", 30, k=2).period
+    (row,) = run_json(capsys, "matcha", "--clients", "12", "--graph", "ring", "--budget", "0.4")
+    assert row["weights"] == "given" and row["peers"][0] <= 2
+    assert main(["topology", "base-graph", "--clients", "8", "--weights", "metropolis"]) == 2
+    assert "defines its own weights" in capsys.readouterr().err

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 
@@ -67,13 +68,25 @@ def test_cli_draw_and_its_refusals(tmp_path, capsys):
                  str(column)]) == 0
     assert column.exists()
     for argv, message in [
-        (["draw", "ring", "--clients", "8"], "needs --out FILE"),
         (["draw", "--clients", "8", "--out", "x.png"], "'dfl topology draw' needs a topology name"),
         (["ring", "--clients", "8", "--out", "x.png"], "--out only apply to 'dfl topology draw NAME'"),
         (["draw", "ring", "--clients", "8", "16", "--out", "x.png"], "give one --clients N"),
     ]:
         assert main(["topology", *argv]) == 2
         assert message in capsys.readouterr().err
+
+
+def test_a_drawing_without_out_goes_into_a_new_file_under_runs(tmp_path, capsys):
+    # the current directory is tmp_path (tests/cwd_guard.py): runs/ is made there
+    assert main(["topology", "draw", "ring", "--clients", "6"]) == 0
+    assert main(["topology", "draw", "ring", "--clients", "6"]) == 0  # the same second: -2
+    drawn = sorted((tmp_path / "runs").iterdir(), key=lambda path: path.stat().st_mtime_ns)
+    assert [re.fullmatch(r"topology-ring-\d{8}-\d{6}(-2)?\.png", path.name) is not None for path in drawn] == [True] * 2
+    assert all(path.read_bytes()[:8] == PNG for path in drawn)
+    assert capsys.readouterr().out.splitlines() == [f"wrote runs/{path.name}" for path in drawn]
+    assert main(["topology", "draw", "ring", "--clients", "300"]) == 2  # refused: the reserved file is removed
+    assert "readable up to 256" in capsys.readouterr().err
+    assert len(list((tmp_path / "runs").iterdir())) == 2
 
 
 def test_analysis_rows_of_one_sided_w(capsys):

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import networkx as nx
 import numpy as np
 import scipy.sparse as sp
 
-from topologies import graphs, limits
+from topologies import base_graph, equitopo, graphs, limits
+from topologies import matcha as matcha_module
 from topologies.errors import TopologyError
 from topologies.hierarchical import Hierarchical
 from topologies.schedules import OnePeer, OnePeerExponential, RandomK, RandomPull
@@ -16,7 +19,7 @@ from topologies.topology import Topology
 from topologies.validation import check_connected, check_kind, check_stochastic
 from topologies.weights import KIND, SCHEMES, check_scheme, sparse_weights
 
-STATIC = {
+STATIC: dict[str, tuple[Callable[..., Any], tuple[str, ...]]] = {
     "ring": (graphs.ring, ()),
     "grid": (graphs.grid, ("shape", "periodic")),
     "exponential": (graphs.exponential, ("symmetric", "exponent_base")),
@@ -26,13 +29,55 @@ STATIC = {
     "random-regular": (graphs.random_regular, ("degree", "seed")),
     "erdos-renyi": (graphs.erdos_renyi, ("p", "seed")),
     "directed-ring": (graphs.directed_ring, ()),
+    "d-equistatic": (equitopo.DEquiStatic, ("M", "epsilon", "delta", "seed")),
+    "u-equistatic": (equitopo.UEquiStatic, ("M", "epsilon", "delta", "seed")),
 }
-TIME_VARYING = {
+def _base_adjacency(n: int, graph: object, graph_options: object, name: str) -> sp.csr_array:
+    """The receive adjacency of a one-peer or matcha base graph.
+
+    A static built-in's name (with its options) or a networkx graph.
+    """
+    graph_options = {} if graph_options is None else graph_options
+    if not isinstance(graph_options, dict):
+        raise TopologyError(f"graph_options must be a table of the base graph's options, got {graph_options!r}")
+    if isinstance(graph, nx.Graph):
+        if graph_options:
+            raise TopologyError("graph_options apply to a named base graph, not to a networkx graph")
+        return graphs.adjacency_of(graphs.from_networkx(graph, n))[0]
+    if graph not in BASE_GRAPHS:
+        raise TopologyError(f"{name} option graph must be a static topology ({', '.join(BASE_GRAPHS)}) or a "
+                            f"networkx graph, got {graph!r}")
+    _, allowed = STATIC[graph]
+    unknown = sorted(set(graph_options) - set(allowed))
+    if unknown:
+        raise TopologyError(f"unknown graph_options {', '.join(unknown)} for base graph {graph!r}; allowed: "
+                            f"{', '.join(allowed) or 'none'}")
+    return _adjacency(graph, n, dict(graph_options))[0]
+
+
+def matcha(n: int, graph: object = "exponential", graph_options: object = None, budget: float = 0.5,
+           seed: int = 0) -> matcha_module.Matcha:
+    """MATCHA (`topologies.matcha`) over a base graph named as one-peer's (a directed one is taken undirected)."""
+    return matcha_module.Matcha(_base_adjacency(n, graph, graph_options, "matcha"), budget, seed)
+
+
+TIME_VARYING: dict[str, tuple[Callable[..., Any], tuple[str, ...]]] = {
     "one-peer-exponential": (OnePeerExponential, ()),
     "one-peer": (OnePeer, ("graph", "graph_options")),
     "random-k": (RandomK, ("k", "seed")),
     "random-pull": (RandomPull, ("k", "seed")),
+    "base-graph": (base_graph.BaseGraph, ("k",)),
+    "simple-base-graph": (base_graph.SimpleBaseGraph, ("k",)),
+    "od-equidyn": (equitopo.ODEquiDyn, ("eta", "M", "seed")),
+    "ou-equidyn": (equitopo.OUEquiDyn, ("eta", "M", "seed")),
+    "matcha": (matcha, ("graph", "graph_options", "budget", "seed")),
 }
+# topologies whose papers define their weights: W (or each W_t) is theirs, so `weights` stays unset
+OWN_WEIGHTS = ("d-equistatic", "u-equistatic", "base-graph", "simple-base-graph", "od-equidyn", "ou-equidyn",
+               "matcha")
+# directed built-ins that dfl.topologies refuses with link faults (a failed link would break their in/out balance);
+# one-peer-exponential and the directed exponential graph are refused with their own hint (dfl.network.settings)
+DIRECTED = ("directed-ring", "one-peer", "random-pull", "d-equistatic", "od-equidyn")
 HIERARCHICAL = ("groups", "inner", "outer", "inner_options", "outer_options")
 CUSTOM_SOURCES = ("graph", "path", "matrix")
 EDGES_ALIAS = "edges"  # the issue's name for path= (an edge-list file)
@@ -40,11 +85,12 @@ CUSTOM_OPTIONS = (*CUSTOM_SOURCES, EDGES_ALIAS, "symmetric", "directed", "stocha
 NAMES = (*STATIC, *TIME_VARYING, "hierarchical", "custom")
 # random-k step graphs are irregular (uniform is not doubly stochastic there) and change every step
 # (an optimisation per step would dominate the run), so only the closed-form schemes are offered
-RANDOM_K_SCHEMES = ("metropolis", "max-degree", "lazy")
+RANDOM_K_SCHEMES = ("metropolis", "max-degree", "lazy", "row-stochastic", "column-stochastic", "sample-count")
 # random-pull is a pull graph (in-degree k, out-degrees vary): only the one-sided schemes weigh it
 RANDOM_PULL_SCHEMES = ("row-stochastic", "sample-count", "column-stochastic")
-# the base graph of a one-peer schedule, or a graph of a hierarchical topology: a static built-in
-BASE_GRAPHS = (*STATIC,)
+# the base graph of a one-peer schedule or of MATCHA, or a graph of a hierarchical topology: a static built-in
+# weighted by a scheme
+BASE_GRAPHS = tuple(name for name in STATIC if name not in OWN_WEIGHTS)
 # options every graph-weighted topology takes besides its own: the scheme under 'lazy', the sample counts
 SCHEME_OPTIONS = ("base", "sizes")
 
@@ -60,9 +106,12 @@ def _option_names(name: str) -> tuple[str, ...]:
 def default_weights(name: str) -> str:
     """The weight scheme topology `name` uses when none is given.
 
-    Row-stochastic for random-pull (DisPFL's w_ij = 1/(k + 1) on a client's k pulls and itself), metropolis
-    (w_ij = 1/(1 + max(d_i, d_j)) on each edge) for the others.
+    Row-stochastic for random-pull (DisPFL's w_ij = 1/(k + 1) on a client's k pulls and itself), "given" for the
+    topologies that define their own weights (`OWN_WEIGHTS`), metropolis (w_ij = 1/(1 + max(d_i, d_j)) on each
+    edge) for the others.
     """
+    if name in OWN_WEIGHTS:
+        return "given"
     return "row-stochastic" if name == "random-pull" else "metropolis"
 
 
@@ -99,10 +148,22 @@ def edge_count(name: str, n: int, options: dict, scheme: str = "metropolis") -> 
         if isinstance(p, (int, float)) and not isinstance(p, bool) and 0 <= p <= 1:
             return int(p * n * n)
         return n
-    if name == "one-peer":
+    if name in ("one-peer", "matcha"):
         graph, graph_options = options.get("graph", "exponential"), options.get("graph_options") or {}
-        ok = isinstance(graph, str) and graph in STATIC and isinstance(graph_options, dict)
+        ok = isinstance(graph, str) and graph in BASE_GRAPHS and isinstance(graph_options, dict)
         return edge_count(graph, n, graph_options) if ok else n
+    if name in ("base-graph", "simple-base-graph"):  # tau <= 2 log_(k+1) n + 2 steps of <= (k + 1) n entries
+        k = options.get("k", 1)
+        k = k if isinstance(k, int) and not isinstance(k, bool) and k >= 1 else 1
+        return (2 * log + 2) * (min(k, n) + 1) * n
+    if name in ("d-equistatic", "u-equistatic"):
+        try:
+            M = equitopo.samples(n, name, options.get("M"), options.get("epsilon"), options.get("delta"))
+        except TopologyError:
+            return n
+        return (2 if name == "u-equistatic" else 1) * (M + 1) * n
+    if name in ("od-equidyn", "ou-equidyn"):
+        return 2 * n
     if name == "hierarchical":
         groups = options.get("groups")
         if isinstance(groups, bool) or not isinstance(groups, int) or not 1 <= groups <= n:
@@ -169,6 +230,15 @@ def check(name: str, n: int | None, weights: str | None = None, **options) -> tu
         _check_sources(options)
         return options, base, sizes
     n = graphs.check_n(n)
+    if name in OWN_WEIGHTS:
+        given = [f"{key}={value!r}" for key, value in (("weights", weights), ("base", base), ("sizes", sizes))
+                 if value is not None]
+        if given:
+            raise TopologyError(f"{name} defines its own weights (its paper's W): leave weights unset, got "
+                                f"{', '.join(given)}")
+        _check_options(name, n, weights, base, options)
+        check_size(name, n, options)
+        return options, base, sizes
     scheme = weights or default_weights(name)
     check_scheme(scheme, base)
     label = _scheme_label(scheme, base)
@@ -204,19 +274,43 @@ def _check_options(name: str, n: int, weights: str | None, base: str | None, opt
         TIME_VARYING[name][0](n, **options)  # its constructor checks n, k and seed and allocates nothing
     elif name == "one-peer":
         _check_one_peer(n, **options)
+    elif name in ("base-graph", "simple-base-graph"):
+        base_graph.check_k(options.get("k", 1), n, name)
+    elif name in ("d-equistatic", "u-equistatic"):
+        graphs.check_n(n, minimum=2)
+        equitopo.samples(n, name, options.get("M"), options.get("epsilon"), options.get("delta"))
+    elif name in ("od-equidyn", "ou-equidyn"):
+        graphs.check_n(n, minimum=2)
+        equitopo.check_eta(options.get("eta", 0.5))
+        if options.get("M") is not None:
+            equitopo.check_samples(options["M"], name)
+    elif name == "matcha":
+        _check_matcha(n, **options)
     elif name == "hierarchical":
         _check_hierarchical(n, weights, base, options)
 
 
-def _check_one_peer(n: int, graph: object = "exponential", graph_options: object = None) -> None:
-    """one-peer's base graph, named with its options (checked as that topology), before anything is built."""
+def _check_matcha(n: int, graph: object = "exponential", graph_options: object = None, budget: object = 0.5,
+                  seed: object = 0) -> None:
+    """matcha: its budget, its size (dense eigensolves) and its base graph (as one-peer's), before anything is built."""
+    matcha_module.check_budget(budget)
+    if n > limits.DENSE_SPECTRAL_LIMIT:
+        raise TopologyError(f"matcha on n = {n:,} clients: its activation probabilities and alpha take dense "
+                            f"eigensolves, refused above topologies.limits.DENSE_SPECTRAL_LIMIT = "
+                            f"{limits.DENSE_SPECTRAL_LIMIT}")
+    _check_one_peer(n, graph, graph_options, "matcha")
+
+
+def _check_one_peer(n: int, graph: object = "exponential", graph_options: object = None,
+                    name: str = "one-peer") -> None:
+    """one-peer's (or matcha's) base graph, named with its options (checked as that topology), before it is built."""
     if isinstance(graph, nx.Graph):
         return  # its nodes are checked against n when it is read (`graphs.from_networkx`)
     graph_options = {} if graph_options is None else graph_options
     if not isinstance(graph_options, dict):
         raise TopologyError(f"graph_options must be a table of the base graph's options, got {graph_options!r}")
     if not isinstance(graph, str) or graph not in BASE_GRAPHS:
-        raise TopologyError(f"one-peer option graph must be a static topology ({', '.join(BASE_GRAPHS)}) or a "
+        raise TopologyError(f"{name} option graph must be a static topology ({', '.join(BASE_GRAPHS)}) or a "
                             f"networkx graph, got {graph!r}")
     unknown = sorted(set(graph_options) - set(STATIC[graph][1]))
     if unknown:
@@ -225,7 +319,7 @@ def _check_one_peer(n: int, graph: object = "exponential", graph_options: object
     try:
         check(graph, n, **graph_options)
     except TopologyError as err:
-        raise TopologyError(f"one-peer base graph ({graph} on {n:,} clients): {err}") from None
+        raise TopologyError(f"{name} base graph ({graph} on {n:,} clients): {err}") from None
 
 
 def _hierarchical_levels(options: dict) -> dict[str, tuple[str, dict]]:
@@ -299,6 +393,8 @@ def build(name: str, n: int | None, weights: str | None = None, **options) -> To
     if name == "custom":
         return _build_custom(n, weights, base, sizes, options)
     n = graphs.check_n(n)  # checked by `check` already: here it narrows int | None to int
+    if name in OWN_WEIGHTS:
+        return _build_own(name, n, options)
     scheme = weights or default_weights(name)
     label = _scheme_label(scheme, base)
     kind = KIND.get(scheme, "doubly")
@@ -311,7 +407,7 @@ def build(name: str, n: int | None, weights: str | None = None, **options) -> To
             return sparse_weights(schedule.adjacency_at(step), schedule.directed, scheme, base, name, sizes)
 
         return Topology(name, schedule=schedule, step_matrix=step_matrix, weights=label,
-                        symmetric=name == "random-k", stochastic=kind)
+                        symmetric=name == "random-k" and kind == "doubly", stochastic=kind)
     if name == "full" and kind == "doubly":
         # every scheme averages exactly on K_n: W = a I + (1 - a) J is described by a alone (n^2 entries would
         # not fit at 100,000 clients), and the n(n-1)/2-edge networkx graph is built only if someone asks
@@ -337,39 +433,43 @@ def _adjacency(name: str, n: int, options: dict) -> tuple[sp.csr_array, bool]:
 
 def _one_peer(n: int, graph: object = "exponential", graph_options: object = None) -> OnePeer:
     """BlueFog's one-peer schedule of a base graph: a static built-in's name (with its options) or a networkx graph."""
-    graph_options = {} if graph_options is None else graph_options
-    if not isinstance(graph_options, dict):
-        raise TopologyError(f"graph_options must be a table of the base graph's options, got {graph_options!r}")
-    if isinstance(graph, nx.Graph):
-        if graph_options:
-            raise TopologyError("graph_options apply to a named base graph, not to a networkx graph")
-        return OnePeer(graphs.adjacency_of(graphs.from_networkx(graph, n))[0])
-    if graph not in BASE_GRAPHS:
-        raise TopologyError(f"one-peer option graph must be a static topology ({', '.join(BASE_GRAPHS)}) or a "
-                            f"networkx graph, got {graph!r}")
-    _, allowed = STATIC[graph]
-    unknown = sorted(set(graph_options) - set(allowed))
-    if unknown:
-        raise TopologyError(f"unknown graph_options {', '.join(unknown)} for base graph {graph!r}; allowed: "
-                            f"{', '.join(allowed) or 'none'}")
-    return OnePeer(_adjacency(graph, n, dict(graph_options))[0])
+    return OnePeer(_base_adjacency(n, graph, graph_options, "one-peer"))
+
+
+def _build_own(name: str, n: int, options: dict) -> Topology:
+    """A topology whose paper defines its W (`OWN_WEIGHTS`): EquiStatic's static W, or a schedule's W_t."""
+    if name in STATIC:
+        static = STATIC[name][0](n, **options)
+        return Topology(name, W=static.matrix(), weights="given", symmetric=name == "u-equistatic")
+    schedule = TIME_VARYING[name][0](n, **options)
+    return Topology(name, schedule=schedule, step_matrix=schedule.step_matrix, weights="given",
+                    symmetric=not schedule.directed, signed=name == "matcha")
 
 
 def _build_hierarchical(n: int, weights: str | None, base: str | None, sizes: object, options: dict) -> Topology:
-    if sizes is not None:
-        raise TopologyError("hierarchical does not take sizes: weights='sample-count' is not offered for it")
     parts = _hierarchical_levels(options)
     hierarchy = Hierarchical(n, options.get("groups"))
+    per_client = weights == "sample-count"  # sample counts differ per client: no W_in common to every group
 
     def level(which: str, size: int) -> Topology:
         name, level_options = parts[which]
         lazy_base = {"base": base} if base is not None else {}
-        try:
-            return build(name, size, weights, **level_options, **lazy_base)
+        try:  # sample-count: the level's graph (its support), weighed below on the whole hierarchy
+            return build(name, size, "row-stochastic" if per_client else weights, **level_options, **lazy_base)
         except ValueError as err:
             raise TopologyError(f"hierarchical {which} graph ({name} on {size} clients): {err}") from None
 
     inner, outer = level("inner", hierarchy.size), level("outer", hierarchy.groups)
+    if per_client:  # the scheme on the hierarchy's graph, the support of W_out ⊗ W_in, as on any other graph
+        support = hierarchy.matrix(outer.sparse(0), inner.sparse(0))
+        A = sp.csr_array((support != 0).astype(np.float64))
+        A.setdiag(0.0)
+        A.eliminate_zeros()
+        return Topology("hierarchical", W=sparse_weights(A, False, "sample-count", None, "hierarchical", sizes),
+                        weights="sample-count", symmetric=False, stochastic="row", groups=hierarchy.labels())
+    if sizes is not None:  # sizes go with weights = sample-count only
+        raise TopologyError(f"option sizes (sample counts) applies to weights='sample-count' only, not to "
+                            f"{weights or 'metropolis'!r}")
     if inner.stochastic != outer.stochastic:  # one scheme weighs both, so this cannot happen; keep it explicit
         raise TopologyError("hierarchical: the inner and outer graphs must have the same kind of W")
     return Topology("hierarchical", W=hierarchy.matrix(outer.sparse(0), inner.sparse(0)),

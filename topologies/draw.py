@@ -107,7 +107,8 @@ def _panel(ax: Any, W: sp.csr_array, pos: dict, groups: np.ndarray | None, title
     colours = [GROUP_COLOURS[int(groups[i]) % len(GROUP_COLOURS)] for i in range(n)] if groups is not None \
         else GROUP_COLOURS[0]
     size = 300 if n <= 32 else 120 if n <= 100 else 40
-    nx.draw_networkx_nodes(G, pos, ax=ax, node_size=[size * (0.4 + d) for d in diag], node_color=colours)
+    # a negative self-weight (MATCHA's I - alpha L_t) draws as the smallest node
+    nx.draw_networkx_nodes(G, pos, ax=ax, node_size=[size * (0.4 + max(d, 0.0)) for d in diag], node_color=colours)
     edge_options = dict(arrows=True, arrowstyle="-|>", arrowsize=10, connectionstyle="arc3,rad=0.12",
                         node_size=size) if not symmetric else {}
     nx.draw_networkx_edges(G, pos, ax=ax, width=widths, edge_color="#555555", alpha=0.7, **edge_options)

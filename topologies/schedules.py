@@ -258,3 +258,38 @@ class OnePeer:
     def union_graph(self) -> nx.DiGraph:
         """The base graph, as a digraph (every edge one client can send along)."""
         return from_adjacency(self._base, directed=True)
+
+
+class WeightedSchedule:
+    """A schedule that gives W_t itself (`step_matrix(step)`, CSR) rather than a graph for a weight scheme.
+
+    The base of the topologies whose papers define their weights (`topologies.base_graph`, `topologies.equitopo`,
+    `topologies.matcha`): the graph of a step is W_t's off-diagonal pattern, directed unless `directed` is False.
+    Subclasses set `n`, `period` (None: never repeats) and `directed`, and define `step_matrix`.
+    """
+
+    n: int
+    period: int | None
+    directed: bool
+
+    def step_matrix(self, step: int) -> sp.csr_array:
+        """W of gossip step `step`."""
+        raise NotImplementedError
+
+    def adjacency_at(self, step: int) -> sp.csr_array:
+        """Receive adjacency of step `step`: A[i, j] = 1 where W_t[i, j] != 0, i != j."""
+        W = sp.coo_array(self.step_matrix(_check_step(step)))
+        keep = (W.row != W.col) & (W.data != 0)
+        return adjacency(self.n, W.col[keep], W.row[keep], directed=True)
+
+    def graph_at(self, step: int) -> nx.Graph:
+        """The communication graph of step `step` (an nx.Graph when `directed` is False)."""
+        return from_adjacency(self.adjacency_at(step), directed=self.directed)
+
+    def union_graph(self) -> nx.Graph:
+        """Every edge used over one period; step 0's graph without a period."""
+        steps = range(self.period) if self.period is not None else range(1)
+        total = self.adjacency_at(0)
+        for step in steps[1:]:
+            total = total + self.adjacency_at(step)
+        return from_adjacency(total, directed=self.directed)

@@ -109,7 +109,8 @@ class Topology:
     quantities are those of `topologies.directed`: second_eigenvalue is |lambda_2| (the asymptotic rate),
     gossip_lambda(Q) the kind's consensus error after Q steps; Phi and the effective number of neighbours are
     defined for doubly stochastic W only. `groups` ([n] group index per client, or None) marks the groups of a
-    hierarchical topology (drawing only).
+    hierarchical topology (drawing only). `signed=True` accepts negative entries in a time-varying W_t whose
+    rows and columns still sum to 1 (MATCHA's I - alpha L_t: `topologies.matcha`); every other W is nonnegative.
     """
 
     n: int
@@ -124,8 +125,9 @@ class Topology:
                  schedule: Schedule | None = None, weigh: Callable[[nx.Graph], np.ndarray] | None = None,
                  weights: str = "metropolis", symmetric: bool = True, averaging: float | None = None,
                  n: int | None = None, step_matrix: Callable[[int], np.ndarray | sp.sparray] | None = None,
-                 stochastic: str = "doubly", groups: np.ndarray | None = None):
+                 stochastic: str = "doubly", groups: np.ndarray | None = None, signed: bool = False):
         self.name = name
+        self.signed = signed
         self.weights = weights
         self.stochastic = check_kind(stochastic)
         self.symmetric = symmetric and stochastic == "doubly"
@@ -269,8 +271,8 @@ class Topology:
         W = self._sparse_cache.get(key)
         if W is None:
             label = f"W_{key} of {self.name}"
-            W = spectral.as_csr(check_stochastic(self._step_matrix(key), self.symmetric, label, self.stochastic),
-                                label)
+            W = spectral.as_csr(check_stochastic(self._step_matrix(key), self.symmetric, label, self.stochastic,
+                                                 self.signed), label)
             self._sparse_cache.put(key, W, W.nnz)
         return W
 

@@ -35,12 +35,14 @@ def _first_max(D: sp.sparray) -> tuple[int, int, float]:
     return int(coo.row[k]), int(coo.col[k]), float(top)
 
 
-def check_stochastic(W: object, symmetric: bool, label: str = "W", kind: str = "doubly") -> np.ndarray | sp.csr_array:
+def check_stochastic(W: object, symmetric: bool, label: str = "W", kind: str = "doubly",
+                     signed: bool = False) -> np.ndarray | sp.csr_array:
     """W must be a finite float64 [n, n] matrix, nonnegative, with rows and columns summing to 1.
 
     `kind` (one of KINDS) relaxes the sums: "row" checks only the rows, "column" only the columns. With
-    `symmetric=True` (the scheme promises it) W must also equal its transpose. Returns W as float64: a dense
-    array for dense input, canonical CSR for sparse input.
+    `symmetric=True` (the scheme promises it) W must also equal its transpose. `signed=True` allows negative
+    entries (MATCHA's I - alpha L_t, `topologies.matcha`). Returns W as float64: a dense array for dense input,
+    canonical CSR for sparse input.
     """
     check_kind(kind)
     dense = not sp.issparse(W)
@@ -53,7 +55,7 @@ def check_stochastic(W: object, symmetric: bool, label: str = "W", kind: str = "
     if len(bad):
         i, j = _position(S, bad[0])
         raise TopologyError(f"{label} has a non-finite entry at [{i}, {j}]: W[{i}, {j}] = {S.data[bad[0]]}")
-    if S.nnz and S.data.min() < -TOL:
+    if not signed and S.nnz and S.data.min() < -TOL:
         i, j = _position(S, int(np.argmin(S.data)))
         raise TopologyError(f"{label} is not nonnegative: W[{i}, {j}] = {S[i, j]:.6g}")
     for axis, line, what in ((1, "row", "row-stochastic"), (0, "column", "column-stochastic")):

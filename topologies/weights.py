@@ -42,6 +42,9 @@ SCHEMES = ("metropolis", "uniform", "max-degree", "lazy", "fastest", "row-stocha
 # the sums each scheme keeps (`topologies.validation.KINDS`); the others are doubly stochastic
 KIND = {"row-stochastic": "row", "column-stochastic": "column", "sample-count": "row"}
 LAZY_BASES = ("metropolis", "uniform", "max-degree", "fastest")
+# the options a scheme takes besides the graph, each with the value it has when not given: lazy's base, and
+# sample-count's sizes, which have none here (`check_sizes` asks for them; a dfl run passes its partition's)
+OPTIONS: dict[str, dict[str, str | None]] = {"lazy": {"base": "metropolis"}, "sample-count": {"sizes": None}}
 FASTEST_LIMIT = 2000  # one dense O(n^3) eigendecomposition per iteration, thousands of iterations
 
 
@@ -188,7 +191,7 @@ def check_scheme(scheme: str, base: str | None) -> str | None:
 
 def lazy_base(base: str | None) -> str:
     """The scheme under 'lazy': `base`, or metropolis when None; TopologyError unless one of LAZY_BASES."""
-    base = "metropolis" if base is None else base
+    base = OPTIONS["lazy"]["base"] if base is None else base
     if base not in LAZY_BASES:
         raise TopologyError(f"base (the scheme under 'lazy') must be one of {', '.join(LAZY_BASES)}; got {base!r}")
     return base

@@ -12,7 +12,7 @@ A registered name works everywhere a built-in does: `dfl.run(Config(algorithm="m
 
 from __future__ import annotations
 
-from dfl.algorithms.builtin import BUILTINS, AlgorithmCard
+from dfl.algorithms.builtin import BUILTINS, SERVER, AlgorithmCard
 from dfl.algorithms.registration import HYPERPARAMETERS, check_algorithm, option_defaults, resolve_options
 from dfl.errors import ConfigError
 from dfl.lazy import submodules
@@ -41,7 +41,8 @@ __getattr__ = submodules(__name__, {
 __all__ = [
     "ALGORITHMS", "HYPERPARAMETERS", "Algorithm", "AlgorithmCard", "Context", "LocalResult", "LocalRule",
     "RoundStats", "ServerAlgorithm", "accepts_byzantine", "algorithm_class", "byzantine_algorithms", "check_config",
-    "is_centralized", "mixes_by_push_sum", "private_algorithms", "takes_privacy",
+    "compressible_algorithms", "is_centralized", "mixes_by_push_sum", "private_algorithms", "takes_compression",
+    "takes_privacy",
     "option_defaults",
     "readers", "register", "resolve_hyperparameters", "unread_fields", "unread_message",
 ]
@@ -97,9 +98,23 @@ def private_algorithms() -> list[str]:
     return [name for name in ALGORITHMS.names() if takes_privacy(name)]
 
 
-def _card_flag(name: str, flag: str) -> bool:
-    """A boolean of the card of the algorithm registered as `name` (False when the card lacks it): imports nothing."""
-    return bool(getattr(ALGORITHMS.card(name, "algorithm"), flag, False))
+def takes_compression(name: str) -> bool:
+    """Whether compressed gossip (`compressor`) can carry the gossip of algorithm `name`.
+
+    Read from its card (`Algorithm.compression`: each gossip step mixes one model-sized stack, which CHOCO keeps one
+    public copy of); a centralized algorithm does not gossip at all (`is_centralized`). Imports nothing.
+    """
+    return not is_centralized(name) and _card_flag(name, "compression", default=True)
+
+
+def compressible_algorithms() -> list[str]:
+    """The registered algorithms that take a compressor (`takes_compression`), in listing order."""
+    return [name for name in ALGORITHMS.names() if takes_compression(name)]
+
+
+def _card_flag(name: str, flag: str, default: bool = False) -> bool:
+    """A boolean of the card of algorithm `name` (`default` when the card lacks it): imports nothing."""
+    return bool(getattr(ALGORITHMS.card(name, "algorithm"), flag, default))
 
 
 def resolve_hyperparameters(config) -> dict:
@@ -115,6 +130,8 @@ def resolve_hyperparameters(config) -> dict:
     hp.update({name: getattr(config, name) for name in HYPERPARAMETERS
                if name in hp and getattr(config, name) is not None})
     hp.update(resolve_options(config.algorithm, cls, config.algorithm_options))
+    if "momentum" in hp and config.local_optimizer != "sgd":  # SGD's heavy ball: Adam/AdamW have their own first moment
+        hp["momentum"] = 0.0  # what applies (`Context.rule`), so summary.json records it; a set momentum is refused
     cls.check_hyperparameters(hp)
     return hp
 
@@ -155,25 +172,35 @@ def unread_message(config, field: str) -> str:
 
 
 def check_config(config) -> None:
-    """The algorithm's part of `dfl.validate`: `algorithm` is registered; participation < 1 only for a centralized one.
+    """The algorithm's part of `dfl.validate`: `algorithm` is registered; server sampling only where it applies.
+
+    participation, participation_mode and aggregation away from their defaults only for an algorithm that takes them
+    (a server's: its card's hyperparameters hold them); a default-valued one, as every field the algorithm does not
+    read, is refused naming the algorithms that read it (`unread_fields`).
 
     `algorithm_options` fit its declared defaults and its `check_hyperparameters` accepts the resolved values; the SAM
     radius schedule is complete; the local optimizer is one its update rule is written for. Raises `ConfigError` naming
     the field.
     """
     cls = ALGORITHMS.card(config.algorithm, "algorithm")
-    centralized = getattr(cls, "centralized", False)
-    if config.participation is not None and config.participation < 1 and not centralized:
-        raise ConfigError(
-            f"participation = {config.participation} applies only to the centralized algorithms; the "
-            f"decentralized {config.algorithm!r} trains and gossips every client each round (use 1 or unset)"
-        )
+    for field, default in SERVER.items():  # which clients a server samples and how it weighs them
+        value = getattr(config, field)
+        if value is not None and value != default and field not in cls.hyperparameters:
+            takers = [name for name in ALGORITHMS.names() if field in ALGORITHMS.card(name).hyperparameters]
+            kind = "the decentralized" if not getattr(cls, "centralized", False) else "the"
+            hint = "; weights = sample-count weighs neighbours by their data" if field == "aggregation" else ""
+            raise ConfigError(f"{field} = {value} applies only to the centralized algorithms that take it "
+                              f"({', '.join(takers)}); {kind} {config.algorithm!r} trains and gossips every client "
+                              f"each round, weighted by the topology's W (use {default} or unset{hint})")
     unread = unread_fields(config)
     if unread:  # refused, never ignored: a set field that the run would not read is a mistake (every one at once)
         problems = [unread_message(config, name) for name in unread]
         raise ConfigError("; ".join(problems), problems)
     try:
         hp = resolve_hyperparameters(config)
+        check_run = getattr(cls, "check_run", None)  # the algorithm's refusals of settings its rule does not cover
+        if check_run is not None:
+            check_run(config)
     except ValueError as exc:
         raise ConfigError(str(exc)) from exc
     if "rho_schedule" in hp:  # a SAM algorithm (the others refuse both options above)

@@ -53,10 +53,11 @@ What a round has
   `participants(t)` (the sampled clients and weights), `aggregate(V, w)`, `pseudo_gradient`, `broadcast(x)`,
   `stats(loss, part)` and `skipped()`; the run then uses the complete graph.
 
-What a round returns: `RoundStats(train_loss, models_sent, trained=None)` — the `[m_local]` mean local
-losses, the `[m]` numpy count of model-sized vectors each client sent (the runner multiplies by the bytes of
-one message, `ctx.gossip.message_bytes`: a model, or its compressed form under compressed gossip, whose
-`sends` counts the compressed messages), and optionally the `[m_local]` bool mask of clients that trained.
+What a round returns: `RoundStats(train_loss, models_sent, trained=None, bytes_sent=None)` — the `[m_local]`
+mean local losses, the `[m]` numpy count of model-sized vectors each client sent (the runner multiplies by the
+bytes of one message, `ctx.gossip.message_bytes`: a model, or its compressed form under compressed gossip, whose
+`sends` counts the compressed messages), optionally the `[m_local]` bool mask of clients that trained, and
+optionally the round's bytes of all clients when its messages have sizes of their own (DisPFL's sparse models).
 
 Hyperparameters. `hyperparameters` declares every hyperparameter the algorithm reads, with its default.
 A key that is an algorithm Config field (`rho`, `sam`, `asam_eta`, `momentum`, `gossip_steps`, the server
@@ -93,7 +94,8 @@ from dfl.config import LOCAL_OPTIMIZERS, Config
 from dfl.data import FederatedData
 from dfl.data.sampler import Batch, RoundSchedule
 from dfl.training.adam import AdamState
-from dfl.training.local import LocalResult, LocalRule, Transform
+from dfl.training.clients import ParamLayout
+from dfl.training.local import LocalResult, LocalRule, Proximal, Transform
 from dfl.training.privacy import ClientPrivacy
 
 
@@ -148,6 +150,7 @@ class LocalTraining(Protocol):
     batch_size: int  # 0: full batch
     seed: int
     privacy: ClientPrivacy | None  # client-level differential privacy of every `train` (None when off)
+    layout: ParamLayout  # where each parameter tensor sits in a row of X (names, shapes, offsets, sizes)
 
     @property
     def client_ids(self) -> Sequence[int]:
@@ -157,8 +160,9 @@ class LocalTraining(Protocol):
     def train(self, X: torch.Tensor, round_index: int | np.ndarray, lr: float, rule: LocalRule,
               momentum: torch.Tensor | None = None,
               transform: Transform | None = None,
-              rows: torch.Tensor | None = None, adam: AdamState | None = None) -> LocalResult:
-        """K local steps of `rule` from X for every local client (or the local rows `rows`)."""
+              rows: torch.Tensor | None = None, adam: AdamState | None = None,
+              proximal: Proximal | None = None, mask: torch.Tensor | None = None) -> LocalResult:
+        """K local steps of `rule` from X for every local client (or the local rows `rows`; `mask`: sparse training)."""
         ...
 
     def schedule(self, round_index: int | np.ndarray, rows: torch.Tensor | None = None) -> RoundSchedule:
@@ -277,6 +281,10 @@ class EngineCommunicator(Communicator, Protocol):
         """Raise `PeerFailure` when another process's failure is already known here (no communication)."""
         ...
 
+    def finish(self) -> None:
+        """This process has done its last collective of the run: the others stop watching it (no collective)."""
+        ...
+
     def close(self) -> None:
         """Release what the communicator holds (a process group it created)."""
         ...
@@ -351,6 +359,9 @@ class RoundStats:
     train_loss: torch.Tensor  # [m_local] mean local minibatch loss per client
     models_sent: np.ndarray  # [m] models each client sent this round (all clients)
     trained: torch.Tensor | None = None  # [m_local] bool: clients that trained this round (None = all)
+    # bytes every client of every process sent this round, for messages that are not `message_bytes` each (DisPFL's
+    # sparse models); None: models_sent.sum() × ctx.gossip.message_bytes
+    bytes_sent: int | None = None
 
 
 class Algorithm(ABC):
@@ -380,6 +391,10 @@ class Algorithm(ABC):
     # every message is a post-processing of the models Y that `trainer.train` returns (clipped and noised there) and of
     # public values. Not when a client sends gradients, trackers, momentum buffers or its step count K_i.
     dp: ClassVar[bool] = False
+    # Whether compressed gossip (`compressor`, CHOCO-GOSSIP: `dfl.network.choco`) can carry the rounds' gossip: every
+    # gossip step mixes one model-sized stack (the models, or what is trained from them). Not when a step gossips more
+    # (a gradient tracker or correction beside the models): CHOCO keeps one public copy per client, of that one stack.
+    compression: ClassVar[bool] = True
 
     def __init__(self, ctx: Context, X: torch.Tensor):
         self.ctx = ctx
@@ -405,6 +420,15 @@ class Algorithm(ABC):
         combination). Called with the resolved hyperparameters when the config is validated, before training.
         """
         return None  # an optional hook: the default accepts every value
+
+    @classmethod
+    def check_run(cls, config: Config) -> None:
+        """Refuse run settings this algorithm's rule does not cover (a dfl feature that cannot apply to it).
+
+        Raise ValueError, one line naming the field, why it does not apply and what to use. Called with the whole
+        config when it is validated, before training (torch-free for a built-in: its card holds the same function).
+        """
+        return None  # an optional hook: the default accepts every setting the generic checks accept
 
     @abstractmethod
     def round(self, t: int) -> RoundStats:

@@ -66,6 +66,7 @@ class DSGT(Algorithm):
     name = "dsgt"
     hyperparameters = {"rho": 0.0, **SAM_OPTIONS}
     client_state = ("tracker", "last_gradient")
+    compression = False  # each step gossips [X − αY, Y]: the tracker too, which CHOCO's one public copy cannot carry
 
     def __init__(self, ctx: Context, X: torch.Tensor):
         super().__init__(ctx, X)

@@ -64,6 +64,7 @@ class KGT(Algorithm):
     name = "kgt"
     hyperparameters = {"rho": 0.0, **SAM_OPTIONS, "outer_lr": 1.0}
     client_state = ("correction",)
+    compression = False  # each round gossips [X − η_s Δ, Δ/(Kη)]: CHOCO's one public copy cannot carry the second
 
     def __init__(self, ctx: Context, X: torch.Tensor):
         super().__init__(ctx, X)

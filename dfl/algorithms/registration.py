@@ -22,7 +22,8 @@ HYPERPARAMETERS: tuple[str, ...] = (
     "rho", "rho_schedule", "rho_ramp_rounds", "sam", "asam_eta", "asam_form", "momentum", "gossip_steps")
 HYPERPARAMETERS += (  # centralized algorithms
     "participation", "participation_mode", "aggregation", "server_lr", "server_momentum", "fedcm_alpha",
-    "domo_alpha", "feddyn_alpha", "fedgloss_beta", "server_rho",
+    "domo_alpha", "feddyn_alpha", "fedgloss_beta", "server_rho", "prox_mu", "server_beta1", "server_beta2",
+    "server_tau", "fedopt_form",
 )
 _CONFIG_FIELDS = frozenset(f.name for f in fields(Config))
 

@@ -25,10 +25,13 @@ COMMANDS: dict[str, tuple[str, str]] = {
                                             "algorithms (MNIST-1D, minutes)"),
     "spectral-study": ("dfl.cli.sweep", "one algorithm across topologies x gossip steps Q (x client counts): "
                                         "accuracy vs spectral gap"),
+    "reproduce": ("dfl.cli.reproduce", "a paper's table as one resumable sweep: dfedsam-table1 (8 methods x 5 "
+                                       "splits x 3 seeds)"),
     "report": ("dfl.cli.report", "tables and plots of a run directory or of all runs under a directory (e.g. a sweep)"),
     "list": ("dfl.cli.listing", "every algorithm, topology, model, dataset, partition, weight scheme and logger, "
                                 "with options"),
     "landscape": ("dfl.cli.landscape", "2-D loss landscape and top Hessian eigenvalue of a run's final averaged model"),
+    "torchrun": ("dfl.cli.torchrun", "dfl run on N processes of this machine (torchrun), a refusal in one line"),
 }
 COMMAND_MODULES = tuple(dict.fromkeys(module for module, _ in COMMANDS.values()))
 
@@ -56,7 +59,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     return parser
 
 
-def _unrecognized(parser: argparse.ArgumentParser, command: str | None, extra: list[str]) -> None:
+def unrecognized(parser: argparse.ArgumentParser, command: str | None, extra: list[str]) -> None:
     """Exit 2 with the command's own usage, naming the unknown arguments and the closest options."""
     target = parser._defaults["subparsers"].get(command, parser) if command else parser
     known = [s for action in target._actions for s in action.option_strings if s.startswith("--")]
@@ -82,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser(command or "")
     args, extra = parser.parse_known_args(argv)
     if extra:
-        _unrecognized(parser, command, extra)
+        unrecognized(parser, command, extra)
     try:  # --threads is refused before a command loads torch (whose OpenMP runtime dfl prepares at import)
         threads.check(getattr(args, "threads", threads.AUTO))
     except ConfigError as exc:

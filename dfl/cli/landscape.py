@@ -15,7 +15,8 @@ def add_parser(subparsers) -> None:
         "Li et al. 2018) over a grid, plus λ_max of the Hessian. Writes RUN_DIR/plots/landscape.png and "
         "RUN_DIR/landscape.json.",
     )
-    p.add_argument("run_dir", help="a run directory written by dfl run (config.toml + params.pt or checkpoint.pt)")
+    p.add_argument("run_dir", help="a run directory written by dfl run (config.toml + params.pt, params.shards/ or "
+                   "checkpoint.pt)")
     p.add_argument("--points", type=int, default=21, help="grid points per axis, >= 3 (default 21)")
     p.add_argument("--span", type=float, default=1.0, help="the grid covers [-span, span]² (default 1)")
     p.add_argument("--samples", type=int, default=2000, help="samples of the split to evaluate on (default 2000)")

@@ -1,7 +1,12 @@
 """`dfl run [CONFIG.toml] [--field value ...]`: one flag per Config field; flags override the file.
 
+Without --out the run writes into a new directory runs/<name>-<YYYYmmdd-HHMMSS> (`dfl.directories.NewDirectory`;
+<name> is the algorithm unless `name` is set), so reruns never collide; an --out that holds a run is refused
+unless --overwrite or --resume says what to do with it.
+
 `dfl run --resume DIR [--rounds N ...]` continues the run in DIR from its checkpoint, with DIR/config.toml
 as the config; flags may change the fields that are safe to change on resume (`dfl.engine.checkpoint`).
+`dfl run --resume` alone continues the latest interrupted run under runs/ (`dfl.directories.latest_resumable_run`).
 """
 
 from __future__ import annotations
@@ -20,7 +25,11 @@ from pathlib import Path
 
 from dfl.cli.lists import add_list
 from dfl.config import Config, field_of, options, read_toml
+from dfl.directories import RUNS, NewDirectory, check_output_directory, latest_resumable_run
 from dfl.errors import ConfigError
+
+LATEST = ""  # `--resume` without a directory: the latest interrupted run under runs/
+DEFAULT_NAME = "default"  # Config.name's default: the new run directory is named after the algorithm instead
 
 
 def add_parser(subparsers) -> None:
@@ -33,16 +42,19 @@ def add_parser(subparsers) -> None:
         help="run one experiment (default: DFedSAM-MGS, ring, 16 clients, MNIST-1D, Dirichlet 0.3)",
         description="Run one experiment. Values come from the defaults, then CONFIG.toml, then flags.",
         usage="%(prog)s [CONFIG.toml] [--out DIR] [--overwrite] [--FIELD VALUE ...]\n"
-              "       %(prog)s --resume DIR [--FIELD VALUE ...]",
+              "       %(prog)s --resume [DIR] [--FIELD VALUE ...]",
         argument_default=argparse.SUPPRESS,
     )
     parser.add_argument("config_file", nargs="?", help="TOML file of Config fields")
-    parser.add_argument("--out", help="run directory (default runs/<name>)")
+    parser.add_argument("--out", help="run directory (default: a new runs/<name>-<YYYYmmdd-HHMMSS>, <name> being "
+                        "the algorithm unless --name is given); one that holds a run is refused without --overwrite "
+                        "or --resume")
     parser.add_argument("--overwrite", action="store_true", help="replace an existing run directory")
     parser.add_argument(
-        "--resume", metavar="DIR",
+        "--resume", metavar="DIR", nargs="?", const=LATEST,
         help="continue the run in DIR from its checkpoint (config from DIR/config.toml; flags may change "
-        "rounds, progress, checkpoint_every and execution settings)",
+        "rounds, progress, checkpoint_every and execution settings); without DIR, the latest interrupted run "
+        "under runs/",
     )
     add_config_flags(parser)
     parser.set_defaults(handler=main)
@@ -158,15 +170,22 @@ def validate_args(args: argparse.Namespace, validate) -> Config:
 
 
 def resume_args(args: argparse.Namespace) -> argparse.Namespace:
-    """`--resume DIR`: the config file is DIR/config.toml and the run directory DIR."""
+    """`--resume DIR`: the config file is DIR/config.toml and the run directory DIR.
+
+    `--resume` without DIR: the latest interrupted run under runs/ (`latest_resumable_run`, whose refusal lists the
+    runs there).
+    """
     from dfl.engine.checkpoint import FILENAME, NoCheckpoint
 
-    run_dir = Path(args.resume)
     if getattr(args, "config_file", None):
         raise ConfigError(f"give either a config file or --resume DIR, not both (got {args.config_file!r}); "
                           "on resume the config is DIR/config.toml, and flags override it")
     if getattr(args, "overwrite", False):
         raise ConfigError("--resume and --overwrite exclude each other")
+    if args.resume == LATEST and getattr(args, "out", None):
+        run_dir = Path(args.out)  # `--out DIR --resume`: that run
+    else:
+        run_dir = Path(args.resume) if args.resume != LATEST else latest_resumable_run(RUNS)
     if getattr(args, "out", None) and Path(args.out).resolve() != run_dir.resolve():
         raise ConfigError(f"--out {args.out} differs from --resume {run_dir}: a run resumes in its own directory")
     for name in ("config.toml", FILENAME):
@@ -174,22 +193,25 @@ def resume_args(args: argparse.Namespace) -> argparse.Namespace:
             problem = "does not exist" if not run_dir.is_dir() else f"is not a resumable run directory (no {name})"
             raise NoCheckpoint(f"cannot resume: {run_dir} {problem}; start the run again without --resume "
                                "(with --overwrite to replace the directory)")
-    return argparse.Namespace(**{**vars(args), "config_file": str(run_dir / "config.toml"), "out": str(run_dir)})
+    return argparse.Namespace(**{**vars(args), "resume": str(run_dir), "config_file": str(run_dir / "config.toml"),
+                                 "out": str(run_dir)})
 
 
-def check_out(args: argparse.Namespace, config: Config) -> None:
-    """Refuse, before torch is imported, an --out that `dfl run` may not write into (`dfl.directories`).
+def run_directory(args: argparse.Namespace, config: Config) -> Path | NewDirectory:
+    """Where `dfl run` writes: --out (checked now, before torch loads), or a new directory under runs/.
 
-    A folder dfl did not make (with or without --overwrite), a file, a path under a file, a sweep or report directory,
-    or a run directory without --overwrite or --resume. Under torchrun only rank 0 checks (it alone writes there).
-    `config` is the validated config (its mistakes are said first).
+    An --out dfl may not write into is refused (`dfl.directories.check_output_directory`): a folder dfl did not make
+    (with or without --overwrite), a file, a path under a file, a sweep or report directory, or a run directory
+    without --overwrite or --resume. Under torchrun only rank 0 checks (it alone writes there). Without --out: a
+    `NewDirectory` named after `name`, or after the algorithm when `name` is left at its default; the run makes it.
     """
-    from dfl.directories import check_output_directory
-
-    if int(os.environ.get("RANK", "0")) != 0 or getattr(args, "resume", None) is not None:
-        return  # --resume writes only into a run of dfl's, which resume_args and the run directory check
-    out = getattr(args, "out", None) or Path("runs") / config.name
-    check_output_directory(out, "run", overwrite=getattr(args, "overwrite", False))
+    out = getattr(args, "out", None)
+    if out is None:
+        return NewDirectory(config.name if config.name != DEFAULT_NAME else config.algorithm, RUNS)
+    if int(os.environ.get("RANK", "0")) == 0 and getattr(args, "resume", None) is None:
+        # --resume writes only into a run of dfl's, which resume_args and the run directory check
+        check_output_directory(out, "run", overwrite=getattr(args, "overwrite", False))
+    return Path(out)
 
 
 @contextlib.contextmanager
@@ -216,54 +238,53 @@ def _signals_stop_run() -> Iterator[None]:
 
 
 def main(args: argparse.Namespace) -> int:
-    """`dfl run`: check --out, validate the config (before torch loads), run it and print its summary.
+    """`dfl run`: validate the config and check --out (both before torch loads), run it and print its summary.
 
     Returns:
         The exit status: 0, 1 for a diverged run, 2 for a refused config or output, 128 + the signal that
         interrupted the run.
     """
-    from dfl.engine.validation import validate  # no torch: every check that needs no data answers at once
-
-    resume = getattr(args, "resume", None)
-    try:  # every mistake of the config, then the run directory, before torch loads (dfl.directories)
-        if resume is not None:
-            args = resume_args(args)
-        config = validate_args(args, validate)
-        check_out(args, config)
-    except (ConfigError, ValueError, FileExistsError, FileNotFoundError) as exc:  # OutputPathError, NoCheckpoint, ...
-        print(f"dfl run: error: {exc}", file=sys.stderr)
-        return 2
-
     from dfl.engine.results import RunDirectoryExists, format_summary
+    from dfl.engine.validation import validate  # no torch: every check that needs no data answers at once
     from dfl.errors import DivergenceError
 
-    out = None
+    out: Path | NewDirectory | None = None
     with _signals_stop_run():
         try:
-            out = Path(getattr(args, "out", None) or Path("runs") / config.name)
+            resume = getattr(args, "resume", None)
+            if resume is not None:
+                args = resume_args(args)
+            config = validate_args(args, validate)  # a mistake in the config is named before the directory's
+            out = run_directory(args, config)
             from dfl.engine.runner import run  # torch loads here, once the config is known to be good
 
             with warnings.catch_warnings():
                 warnings.simplefilter("always")
                 warnings.formatwarning = lambda message, *a, **k: f"dfl run: warning: {message}\n"
                 result = run(config, out=out, overwrite=getattr(args, "overwrite", False), resume=resume is not None)
-        except (ConfigError, RunDirectoryExists, FileNotFoundError, ValueError) as exc:
+        except (ConfigError, RunDirectoryExists, FileNotFoundError, ValueError) as exc:  # OutputPathError, ...
             print(f"dfl run: error: {exc}", file=sys.stderr)
             return 2
         except DivergenceError as exc:
-            print(f"dfl run: error: {exc} ({_diverged_where(out)})", file=sys.stderr)
+            print(f"dfl run: error: {exc} ({_diverged_where(_made(out))})", file=sys.stderr)
             return 1
         except KeyboardInterrupt as exc:
             signum = getattr(exc, "signum", signal.SIGINT)
-            print(f"dfl run: interrupted by {signal.Signals(signum).name}{_interrupted_where(out)}", file=sys.stderr)
+            print(f"dfl run: interrupted by {signal.Signals(signum).name}{_interrupted_where(_made(out))}",
+                  file=sys.stderr)
             return 128 + int(signum)
         except OSError as exc:  # a read-only or full disk, --out naming a file, an unreadable data root, ...
-            path = exc.filename if exc.filename is not None else out
+            path = exc.filename if exc.filename is not None else _made(out)
             print(f"dfl run: error: {path}: {exc.strerror or exc}", file=sys.stderr)
             return 2
     if int(os.environ.get("RANK", "0")) == 0:  # under torchrun only rank 0 reports
         print(format_summary(result.summary))
     return 0
+
+
+def _made(out: Path | NewDirectory | None) -> Path | None:
+    """The run directory as far as it exists: --out, or the new directory once the run made it."""
+    return out.path if isinstance(out, NewDirectory) else out
 
 
 def _diverged_where(out: Path | None) -> str:

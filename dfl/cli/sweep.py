@@ -15,6 +15,7 @@ from typing import Any
 from dfl.cli.lists import add_list
 from dfl.cli.run import key_value
 from dfl.config import unknown_field_hint
+from dfl.directories import RUNS, NewDirectory, new_name
 from dfl.errors import ConfigError, FileReadError, OutputPathError, SweepInterrupted
 from dfl.workflows.launchers import LAUNCHERS, SLURM_KEYS, SlurmOptions, make_launcher
 from dfl.workflows.presets import (
@@ -81,11 +82,13 @@ def _add_sweep(subparsers: argparse._SubParsersAction) -> None:
     """`dfl sweep SPEC.toml` and `dfl sweep status DIR`."""
     p = subparsers.add_parser(
         "sweep", help="run every combination of a sweep file ([base] + [vary]) into one sweep directory",
-        description="Run the cartesian product of the [vary] lists, each combination into DIR/runs/<name>/. "
-        "Running the same command again skips finished runs, resumes interrupted ones (and runs whose process "
+        description="Run the cartesian product of the [vary] lists, each combination into DIR/runs/<name>/ (DIR: "
+        "--out, else a new runs/<sweep name>-<YYYYmmdd-HHMMSS>). "
+        "Running it again with --out DIR skips finished runs, resumes interrupted ones (and runs whose process "
         "is gone) from their checkpoint, retries failed ones and keeps diverged ones (--retry-diverged starts "
         "them over); a failed run does not stop the others (exit status 1 if any failed). "
-        "SIGINT/SIGTERM/SIGHUP stop every worker (exit status 130/143/129); the next run resumes them. "
+        "SIGINT/SIGTERM/SIGHUP stop every worker (exit status 130/143/129); the same command with --out DIR "
+        "resumes them. "
         "--launcher slurm submits the runs as one Slurm job array through submitit and returns (runs still queued "
         "or running in their job are never submitted again); `dfl sweep status DIR` lists each run's state.",
         epilog=SPEC_EXAMPLE, formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -93,7 +96,8 @@ def _add_sweep(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("spec", help="sweep TOML file, or `status` followed by a sweep directory: `dfl sweep status DIR` "
                    "lists each run as queued, running, done, failed (with its error's last line) or pending")
     p.add_argument("status_dir", nargs="?", metavar="DIR", help=argparse.SUPPRESS)
-    _common(p, out_help="sweep directory (default runs/<sweep name>)")
+    _common(p, out_help="sweep directory (default: a new runs/<sweep name>-<YYYYmmdd-HHMMSS>); an existing one of "
+            "dfl's is continued")
     _launcher_flags(p)
     p.add_argument("--data-root", help="directory of a file-backed dataset (sets [base] data_root)")
     p.add_argument("--set", dest="overrides", action="append", default=[], type=_assignment, metavar="FIELD=VALUE",
@@ -119,7 +123,8 @@ def _add_compare_topologies(subparsers: argparse._SubParsersAction) -> None:
     add_list(p, "--algorithms", default=PAPER_ALGORITHMS, metavar="NAME",
              help="decentralized algorithms (default: " + " ".join(PAPER_ALGORITHMS) + ")")
     _study_flags(p)
-    _common(p, out_help="sweep directory (default runs/compare-topologies, or runs/compare-topologies-full)")
+    _common(p, out_help="sweep directory (default: a new runs/compare-topologies-<YYYYmmdd-HHMMSS>, or "
+            "compare-topologies-full-...); an existing one of dfl's is continued")
     p.set_defaults(handler=compare_topologies_main)
 
 
@@ -140,7 +145,8 @@ def _add_spectral_study(subparsers: argparse._SubParsersAction) -> None:
     add_list(p, "--clients", item=int, what="integers", default=None, metavar="M",
              help="client counts (default: one count, the base's 16)")
     _study_flags(p)
-    _common(p, out_help="sweep directory (default runs/spectral-study)")
+    _common(p, out_help="sweep directory (default: a new runs/spectral-study-<YYYYmmdd-HHMMSS>); an existing one of "
+            "dfl's is continued")
     p.set_defaults(handler=spectral_study_main)
 
 
@@ -219,7 +225,7 @@ def sweep_main(args: argparse.Namespace) -> int:
         sweep = load_sweep(args.spec, overrides)  # every combination validated, with the overrides
     except (SweepError, ConfigError) as exc:
         return _error("sweep", exc)
-    return _execute("sweep", sweep, args, args.out or Path("runs") / sweep.name)
+    return _execute("sweep", sweep, args)
 
 
 def status_main(args: argparse.Namespace) -> int:
@@ -278,7 +284,7 @@ def compare_topologies_main(args: argparse.Namespace) -> int:
                                          overrides=dict(args.overrides))
     except (SweepError, ConfigError) as exc:
         return _error("compare-topologies", exc)
-    return _execute("compare-topologies", sweep, args, args.out or Path("runs") / sweep.name)
+    return _execute("compare-topologies", sweep, args)
 
 
 def spectral_study_main(args: argparse.Namespace) -> int:
@@ -291,14 +297,20 @@ def spectral_study_main(args: argparse.Namespace) -> int:
                                      seeds=args.seeds, overrides=dict(args.overrides))
     except (SweepError, ConfigError) as exc:
         return _error("spectral-study", exc)
-    return _execute("spectral-study", sweep, args, args.out or Path("runs") / sweep.name, spectral=True)
+    return _execute("spectral-study", sweep, args, spectral=True)
 
 
-def _execute(command: str, sweep: Sweep, args: argparse.Namespace, out, spectral: bool = False) -> int:
-    out = Path(out)
+def _execute(command: str, sweep: Sweep, args: argparse.Namespace, spectral: bool = False, report=None) -> int:
+    """Run (or with --dry-run list) the sweep into --out, or into a new runs/<sweep name>-<time> made for it.
+
+    Prints its status, then the report; returns the exit status. `report(out, status)` replaces the default report
+    (`dfl report`, or the spectral study's with `spectral`).
+    """
+    new = NewDirectory(sweep.name, RUNS) if args.out is None else None
     try:
         launcher = _launcher(sweep, args)
         if args.dry_run:
+            out = Path(args.out) if new is None else next(new_name(sweep.name, RUNS))  # named, not made
             planned = sweep.plan()
             retry = getattr(args, "retry_diverged", False)
             plans = plan_runs(out, planned, retry_diverged=retry, launcher=launcher)
@@ -308,35 +320,53 @@ def _execute(command: str, sweep: Sweep, args: argparse.Namespace, out, spectral
             for line in left_out_lines(planned):
                 print(line)
             return 0
+        out = Path(args.out) if new is None else new.make("sweep")
         entries = run_sweep(sweep, out, retry_diverged=getattr(args, "retry_diverged", False), launcher=launcher)
         if launcher.kind != "local":
-            return _submitted(command, launcher, out, args, spectral)
+            return _submitted(command, launcher, out, args, spectral, report)
     except (*REFUSED, OSError) as exc:  # OSError: a directory that cannot be made or written (permissions, disk)
+        _remove_if_unused(new)
         return _error(command, exc)
     except SweepInterrupted as exc:  # the workers are stopped; their checkpoints stay
         stopped = f"stopped {exc.stopped} running run(s); " if exc.stopped else ""
-        print(f"dfl {command}: {exc}: {stopped}run the same command again to resume the sweep", file=sys.stderr)
+        print(f"dfl {command}: {exc}: {stopped}{_again(out, new)} to resume the sweep", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:  # raised by a handler other than the sweep's (e.g. the run's own)
-        print(f"dfl {command}: interrupted; run the same command again to resume the sweep", file=sys.stderr)
+        _remove_if_unused(new)
+        where = _again(new.path, new) if new is not None and new.path is not None else "run the same command again"
+        print(f"dfl {command}: interrupted; {where} to resume the sweep", file=sys.stderr)
         return 130
     print(format_status(entries))
+    print(f"sweep directory: {out}")
     status = 1 if any(e["status"] == "failed" for e in entries) else 0
-    return _report(command, out, args, spectral, status)
+    return report(out, status) if report is not None else _report(command, out, args, spectral, status)
 
 
-def _submitted(command: str, launcher, out: Path, args: argparse.Namespace, spectral: bool) -> int:
+def _again(out: Path, new: NewDirectory | None) -> str:
+    """How to continue the sweep in `out`: the same command, with --out when the sweep chose the directory."""
+    return "run the same command again" if new is None else f"run the same command again with --out {out}"
+
+
+def _remove_if_unused(new: NewDirectory | None) -> None:
+    """The new sweep directory, when the sweep stopped before writing anything into it, is removed again."""
+    if new is not None:
+        new.remove_if_unused()
+
+
+def _submitted(command: str, launcher, out: Path, args: argparse.Namespace, spectral: bool, report=None) -> int:
     """After a submitit submission: the status table; with --wait, wait for the jobs first, then the report."""
     if not getattr(args, "wait", False):
         print(format_sweep_status(sweep_status(out)))
-        print(f"watch it with: dfl sweep status {out}; run the same command again to resubmit failed and missing "
+        again = "the same command again" if args.out is not None else f"the same command with --out {out}"
+        print(f"watch it with: dfl sweep status {out}; run {again} to resubmit failed and missing "
               "runs (queued and running ones are left alone)")
         return 0
     launcher.wait()
     sync_entries(out)
     rows = sweep_status(out)
     print(format_sweep_status(rows))
-    return _report(command, out, args, spectral, 1 if any(r["state"] == "failed" for r in rows) else 0)
+    status = 1 if any(r["state"] == "failed" for r in rows) else 0
+    return report(out, status) if report is not None else _report(command, out, args, spectral, status)
 
 
 def _report(command: str, out: Path, args: argparse.Namespace, spectral: bool, status: int) -> int:

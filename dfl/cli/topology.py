@@ -5,6 +5,7 @@ dfl topology show custom --matrix W.npy          # your own W (.npy, .csv, .mtx)
 dfl topology compare --clients 16 32 64 --topologies ring grid exponential full --plot gap.png
 dfl topology show two-cliques --clients 16 --options bridges=2   # a registered topology (dfl.topologies)
 dfl topology draw one-peer --clients 8 --out one-peer.png        # the graph itself, one panel per step
+dfl topology draw ring --clients 8                               # ... into a new runs/topology-ring-<time>.png
 """
 
 from __future__ import annotations
@@ -28,12 +29,15 @@ from topologies.weights import LAZY_BASES, SCHEMES
 DEFAULT_COMPARE = ("ring", "grid", "exponential", "full")
 # CLI flag -> build() option; a row gets only the options its topology accepts in `compare` mode
 OPTION_FLAGS = ("degree", "p", "k", "seed", "shape", "periodic", "symmetric", "path", "edges", "matrix",
-                "exponent_base", "centre", "groups", "inner", "outer", "graph", "directed", "stochastic")
+                "exponent_base", "centre", "groups", "inner", "outer", "graph", "directed", "stochastic", "M",
+                "epsilon", "delta", "eta", "budget")
 COLUMNS = (
     ("topology", "topology"), ("n", "n"), ("weights", "weights"), ("degree", "degree min/mean/max"),
     ("lambda", "lambda"), ("spectral_gap", "gap"), ("gossip_lambda", "lambda^Q"), ("stochastic", "W"),
     ("sigma2", "sigma_2"), ("pi_spread", "n*pi min/max"), ("phi", "Phi"), ("effective_neighbors", "n_eff"),
-    ("consensus_steps", "steps"),
+    ("consensus_steps", "steps"), ("exact_steps", "exact"), ("step_norm", "|W_t-J| max"),
+    ("period_norm", "|period-J|"), ("peers", "peers max/mean"), ("bytes_per_round", "bytes/round"),
+    ("random_start_steps", "steps(x0)"),
 )
 COMMANDS = ("compare", "show", "draw")
 
@@ -46,7 +50,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
                     "Phi term, the effective number of neighbours and the consensus steps of a topology, or "
                     "of several with 'compare'; for a row- or column-stochastic W (directed graphs) lambda is "
                     "|lambda_2(W)|, lambda^Q the consensus error of Q steps, and sigma_2 and the spread of n*pi "
-                    "(pi: the Perron vector) say how far W is from doubly stochastic. 'draw NAME --out FILE' draws "
+                    "(pi: the Perron vector) say how far W is from doubly stochastic. For time-varying topologies "
+                    "read the steps to exact consensus, ||W_t - J||_2 per step and over a period, the peers per "
+                    "step, the bytes per round and the steps from a random start (topologies.measures). "
+                    "'draw NAME --out FILE' draws "
                     "the graph instead. Undefined values print as '-' (JSON null); infinite ones as inf (JSON "
                     "\"inf\").")
     names = tuple(TOPOLOGIES)  # the built-ins, then registered ones (dfl.topologies)
@@ -78,15 +85,27 @@ def _analysis_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--gamma", type=float, default=0.951,
                    help="decay for effective neighbours (default 0.951)")
     p.add_argument("--eps", type=float, default=0.1, help="consensus error target for steps (default 0.1)")
+    p.add_argument("--start-eps", dest="start_eps", type=float, default=1e-3,
+                   help="consensus error target for steps(x0), the steps from a random start (default 1e-3)")
+    p.add_argument("--params", type=int, default=1_000_000, metavar="P",
+                   help="model parameters (float32) for bytes/round, all clients' sends in a round (default 1000000)")
 
 
 
 def _option_flags(p: argparse.ArgumentParser) -> None:
     """The built-in topologies' options, one flag each (`OPTION_FLAGS`), and --options for any topology's."""
-    p.add_argument("--seed", type=int, help="seed of random-regular, erdos-renyi, random-k (default 0)")
+    p.add_argument("--seed", type=int,
+                   help="seed of random-regular, erdos-renyi, random-k, EquiTopo, matcha (default 0)")
     p.add_argument("--degree", type=int, help="random-regular degree")
     p.add_argument("--p", type=float, help="erdos-renyi edge probability")
-    p.add_argument("--k", type=int, help="random-k peers per node and step")
+    p.add_argument("--k", type=int,
+                   help="random-k, random-pull: peers per node and step; base-graph: max peers per step")
+    p.add_argument("--M", type=int, help="EquiTopo: the basis matrices drawn (equistatic degree)")
+    p.add_argument("--epsilon", type=float, help="d-/u-equistatic: the bound on ||W - J||_2 (with --delta: M)")
+    p.add_argument("--delta", type=float, help="d-/u-equistatic: the probability the bound fails (the paper's p)")
+    p.add_argument("--eta", type=float, help="od-/ou-equidyn: the weight of the exchanged model (default 0.5)")
+    p.add_argument("--budget", type=float,
+                   help="matcha: expected fraction of the matchings used per step (default 0.5)")
     p.add_argument("--shape", type=int, nargs=2, metavar=("ROWS", "COLS"), help="grid shape")
     p.add_argument("--periodic", action="store_true", default=None, help="grid: wrap around (torus)")
     p.add_argument("--symmetric", action="store_true", default=None,
@@ -97,7 +116,7 @@ def _option_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--groups", type=int, metavar="G", help="hierarchical: number of groups (divides --clients)")
     p.add_argument("--inner", metavar="NAME", help="hierarchical: the graph inside each group (default full)")
     p.add_argument("--outer", metavar="NAME", help="hierarchical: the graph between groups (default ring)")
-    p.add_argument("--graph", metavar="NAME", help="one-peer: the base graph (default exponential)")
+    p.add_argument("--graph", metavar="NAME", help="one-peer, matcha: the base graph (default exponential)")
     p.add_argument("--directed", action="store_true", default=None,
                    help="custom --edges/--path: read each line 'u v' as u -> v")
     p.add_argument("--stochastic", choices=("doubly", "row", "column"),
@@ -116,7 +135,8 @@ def _output_flags(p: argparse.ArgumentParser) -> None:
     """What is printed or drawn: a table, JSON, the gap plot, or (draw) the graph's figure."""
     p.add_argument("--json", action="store_true", help="print JSON (a list of rows) instead of a table")
     p.add_argument("--plot", metavar="FILE.png", help="draw the spectral gap against n per topology")
-    p.add_argument("--out", metavar="FILE", help=f"draw: the figure file ({', '.join(drawing.FORMATS)})")
+    p.add_argument("--out", metavar="FILE", help=f"draw: the figure file ({', '.join(drawing.FORMATS)}; default: a "
+                   "new runs/topology-<name>-<YYYYmmdd-HHMMSS>.png)")
     p.add_argument("--steps", type=int, metavar="S",
                    help=f"draw: panels of a time-varying topology (default one period, at most {drawing.STEP_LIMIT})")
     p.add_argument("--layout", choices=drawing.LAYOUTS, default="auto", help="draw: node placement (default auto)")
@@ -160,7 +180,9 @@ def format_table(rows: list[dict]) -> str:
                        enumerate(zip(r, widths))).rstrip() for r in [header, *body]]
     first = rows[0]
     note = (f"Q = {first['Q']} gossip step(s); n_eff at gamma = {first['gamma']}; steps to shrink "
-            f"disagreement by eps = {first['eps']}")
+            f"disagreement by eps = {first['eps']}; exact: steps to exact consensus; |W_t-J| max over one period's "
+            f"steps, |period-J| of their product; bytes/round: all clients, a {first['params']:,}-parameter fp32 "
+            f"model; steps(x0): from a random start to error {first['start_eps']}")
     return "\n".join([note, *lines])
 
 
@@ -184,6 +206,9 @@ def _check_args(args: argparse.Namespace) -> None:
     spectral.check_steps(args.gossip_steps)
     spectral.check_gamma(args.gamma)
     spectral.check_eps(args.eps)
+    spectral.check_eps(args.start_eps)
+    if args.params < 1:
+        raise ConfigError(f"--params must be an integer >= 1 (model parameters), got {args.params}")
     if args.topology == "compare":
         names = args.topologies or list(DEFAULT_COMPARE)
         bad = [t for t in names if t not in TOPOLOGIES or t == "custom"]
@@ -201,8 +226,6 @@ def _check_args(args: argparse.Namespace) -> None:
     if args.layout != "auto":
         drawing_flags.append("--layout")
     if args.draw:
-        if args.out is None:
-            raise ConfigError("'dfl topology draw' needs --out FILE (.png, .svg or .pdf)")
         if args.clients is not None and len(args.clients) > 1:
             raise ConfigError("'dfl topology draw' draws one topology: give one --clients N")
         if args.plot or args.json:
@@ -217,6 +240,20 @@ def _check_args(args: argparse.Namespace) -> None:
             check_output_plot(path, option)
 
 
+def _draw(topo, args: argparse.Namespace) -> Path:
+    """Draw into --out, or into a new runs/topology-<name>-<time>.png (reserved empty first, removed on failure)."""
+    from dfl.directories import RUNS, figure_metadata, reserve_new_file
+
+    out = Path(args.out) if args.out is not None else reserve_new_file(f"topology-{args.topology}", ".png", RUNS)
+    try:
+        return drawing.draw(topo, out, steps=args.steps, layout=args.layout,
+                            metadata=figure_metadata(out.suffix.lower().lstrip(".")))
+    except BaseException:
+        if args.out is None and out.is_file() and out.stat().st_size == 0:
+            out.unlink()
+        raise
+
+
 def run(args: argparse.Namespace) -> int:
     """Handler of `dfl topology`: 0 on success, 2 with a message on stderr for bad input."""
     try:
@@ -224,11 +261,7 @@ def run(args: argparse.Namespace) -> int:
         if args.draw:
             n = args.clients[0] if args.clients else None
             topo = topology_registry.analyse(args.topology, n, args.weights, **_options(args, args.topology, False))
-            from dfl.directories import figure_metadata
-
-            path = drawing.draw(topo, args.out, steps=args.steps, layout=args.layout,
-                                metadata=figure_metadata(Path(args.out).suffix.lower().lstrip(".")))
-            print(f"wrote {path}")
+            print(f"wrote {_draw(topo, args)}")
             return 0
         compare = args.topology == "compare"
         names = (args.topologies or list(DEFAULT_COMPARE)) if compare else [args.topology]
@@ -238,7 +271,7 @@ def run(args: argparse.Namespace) -> int:
                 try:
                     rows.append(topology_registry.spectral_summary(
                         name, n, args.weights, gossip_steps=args.gossip_steps, gamma=args.gamma, eps=args.eps,
-                        **_options(args, name, compare)))
+                        start_eps=args.start_eps, params=args.params, **_options(args, name, compare)))
                 except ValueError as err:
                     if not compare:
                         raise

@@ -25,7 +25,14 @@ from dfl.data.dataset import (
     register,
     with_clients,
 )
-from dfl.data.partitioners import PARTITIONS, check_partition_options, label_histograms, partition, partition_options
+from dfl.data.partitioners import (
+    PARTITIONS,
+    check_partition_options,
+    dataset_supplied,
+    label_histograms,
+    partition,
+    partition_options,
+)
 from dfl.data.partitioners import register as register_partition
 from dfl.data.types import Dataset, DataShape
 from dfl.errors import ConfigError
@@ -137,8 +144,10 @@ def _check_partition(config) -> None:
     if config.alpha is not None and config.partition not in DIRICHLET:
         raise ConfigError(f"alpha applies only to the dirichlet partitions ({', '.join(DIRICHLET)}), not to "
                           f"partition = {config.partition!r}; remove alpha")
-    if config.partition == "natural" and "split" in given:
-        raise ConfigError("partition 'natural' takes the split from the dataset; do not pass option split")
+    supplied = [key for key in dataset_supplied(config.partition) if key in given]
+    if supplied:
+        raise ConfigError(f"partition {config.partition!r} takes the {supplied[0]} from the dataset; do not pass "
+                          f"option {supplied[0]}")
     try:
         run_partition_options(config, check=True)
     except ValueError as exc:
@@ -154,7 +163,7 @@ def run_partition_options(config, check: bool = False) -> dict[str, Any]:
     options = dict(config.partition_options)
     if config.partition in DIRICHLET:
         options["alpha"] = ALPHA_DEFAULT if config.alpha is None else config.alpha
-    if check and config.partition != "natural":
+    if check:
         check_partition_options(config.partition, options)
     return options
 

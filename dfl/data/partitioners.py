@@ -6,6 +6,7 @@ Methods and their options (defaults):
     dirichlet-class  alpha=0.3, min_size=10, max_retries=10, self_balancing=False
                                           per-class Dir(alpha) over clients (Flower's DirichletPartitioner)
     shards           classes_per_client=2 label-sorted shards, k per client (McMahan et al.)
+    pathological     classes_per_client=2 exactly k random classes per client, equal sizes (DisPFL's code)
     similarity       similarity (required, s in [0, 1])   SCAFFOLD's s% iid + (1-s)% label-sorted split
     natural          split (required)     a dataset's own per-client split (synthetic only)
 
@@ -33,6 +34,8 @@ from dfl.registry import Registry
 PARTITIONS: Registry = Registry("partition", group="dfl.partitions")
 """Every partition the config field `partition` takes: name -> method f(labels, num_clients, rng, *, options)."""
 USAGE = "f(labels, num_clients, rng, *, option=default, ...) -> one index array per client"
+# options a partition takes from the dataset, never from a config: the natural split (`Dataset.natural_split`)
+FROM_DATASET = ("split",)
 _REQUIRED_HINTS = {  # how to give a built-in's required option
     "similarity": "similarity=s with s in [0, 1]",
     "split": "split=<one index array per client>; only datasets with a natural client split (synthetic) provide one",
@@ -41,6 +44,7 @@ _HINTS = {  # what to change when a client is left empty
     "dirichlet": "raise alpha or use fewer clients",
     "dirichlet-class": "raise alpha or min_size, or use fewer clients",
     "shards": "use fewer clients or fewer classes_per_client",
+    "pathological": "use fewer clients",
     "similarity": "use fewer clients",
     "natural": "fix the split",
     "iid": "use fewer clients",
@@ -62,8 +66,17 @@ def _method(name: str) -> Any:
 
 
 def partition_options(method: str) -> dict[str, Any]:
-    """The options `method` accepts with their defaults (required ones map to the string "required")."""
-    return signatures.options(_method(method))
+    """The options a config gives `method` (`partition_options`), with their defaults ("required" for one without).
+
+    Its keyword-only parameters, less those the dataset supplies (FROM_DATASET: natural's split), which a run passes
+    itself and refuses from a config.
+    """
+    return {key: value for key, value in signatures.options(_method(method)).items() if key not in FROM_DATASET}
+
+
+def dataset_supplied(method: str) -> list[str]:
+    """The options of partition `method` that the dataset supplies (FROM_DATASET), in its signature's order."""
+    return [key for key in signatures.options(_method(method)) if key in FROM_DATASET]
 
 
 def check_partition_options(method: str, options: dict[str, Any]) -> dict[str, Any]:
@@ -250,6 +263,73 @@ def shards(labels: np.ndarray, num_clients: int, rng: np.random.Generator, *,
             pieces.extend(np.array_split(block, s))
     assignment = rng.permutation(total).reshape(num_clients, k)
     return [np.concatenate([pieces[s] for s in row]) for row in assignment]
+
+
+@register("pathological")
+def pathological(labels: np.ndarray, num_clients: int, rng: np.random.Generator, *,
+                 classes_per_client: int = 2) -> list[np.ndarray]:
+    """Pathological: every client draws k distinct classes and holds them in about equal shares, equal sizes (DisPFL).
+
+    The `n_cls` split of DisPFL's code (Dai et al., ICML 2022; rong-dai/DisPFL, the code base of the DFedSAM paper;
+    docs/reference/update-rules.md#pathological-partition). Client i draws k distinct classes uniformly at random
+    and holds n = ⌊N/m⌋ samples, each of a class drawn uniformly among its k, so its class counts are
+    Multinomial(n, 1/k). A class asked for more samples than it has (more clients chose it than its size carries)
+    gives each of its clients a share of its samples in proportion to what the client asked for, and the client's
+    rest are samples of that class drawn at random among those not already its own: as in the code, some samples
+    are then held by two clients, never twice by one. Unlike `shards`, a client has k classes (fewer only when a
+    Multinomial draw leaves one of them empty, which takes clients of a few samples), never a repeated one (k
+    random shards of a sorted set can repeat a class: about 4.1 distinct classes for k = 5 of 10) and every client
+    has the same size; unlike the code, which restarts an exhausted class at a random point of its pool, the
+    reused samples are spread over the class's clients.
+
+    Args:
+        labels: the train set's labels, int64 [N].
+        num_clients: the number of clients m.
+        rng: the generator seeded by the run's seed.
+        classes_per_client: the classes k of every client, at most the number of classes. Defaults to 2.
+    """
+    k = _integer("classes_per_client", classes_per_client, 1)
+    classes = np.unique(labels)
+    if k > classes.size:
+        raise DataError(f"pathological: classes_per_client = {k} exceeds the {classes.size} classes of the train "
+                        f"set; use classes_per_client <= {classes.size}")
+    n = labels.shape[0] // num_clients
+    if n < 1:
+        raise DataError(f"pathological: {labels.shape[0]} training samples cannot give each of {num_clients} "
+                        "clients one; use fewer clients")
+    chosen = classes[np.argsort(rng.random((num_clients, classes.size)), axis=1)[:, :k]]  # k distinct per client
+    counts = rng.multinomial(n, np.full(k, 1.0 / k), size=num_clients)  # [m, k]
+    parts: list[list[np.ndarray]] = [[] for _ in range(num_clients)]
+    for c in classes:
+        holders, slot = np.nonzero(chosen == c)
+        if holders.size == 0:
+            continue
+        want = counts[holders, slot]
+        pool = rng.permutation(np.flatnonzero(labels == c))
+        if want.max(initial=0) > pool.size:
+            worst = int(holders[np.argmax(want)])
+            raise DataError(f"pathological: client {worst} needs {int(want.max())} samples of class {int(c)}, "
+                            f"which has {pool.size}; use more clients or a larger classes_per_client")
+        fresh = _apportion(want, min(pool.size, int(want.sum())), rng)
+        starts = np.cumsum(fresh) - fresh
+        for client, asked, given, start in zip(holders, want, fresh, starts):
+            own = pool[start:start + given]
+            if asked > given:  # the class is exhausted: reuse samples this client does not hold yet
+                others = np.concatenate([pool[:start], pool[start + given:]])
+                own = np.concatenate([own, rng.choice(others, asked - given, replace=False)])
+            parts[client].append(own)
+    return [np.concatenate(p) if p else np.empty(0, np.int64) for p in parts]
+
+
+def _apportion(weights: np.ndarray, total: int, rng: np.random.Generator) -> np.ndarray:
+    """Integers proportional to `weights` that sum to `total` (largest remainder, ties broken at random)."""
+    whole = int(weights.sum())
+    if total >= whole:
+        return weights.copy()
+    base, rem = np.divmod(weights * total, whole)
+    order = np.lexsort((rng.random(weights.size), -rem))  # largest remainder first
+    base[order[: total - int(base.sum())]] += 1
+    return base
 
 
 @register("similarity")

@@ -33,11 +33,21 @@ Messages live on the sender's process in a pool of rows (version v of client j),
 mixes with j has mixed a newer version. Every process computes the same events; before each wave's mixes,
 processes exchange exactly the message rows the other processes' mixes need (`exchange_rows`), and every mix
 sums its terms in the same order, so results do not depend on the world size.
+
+Memory of the pool. It starts at 2 rows per local client (x⁰ and one version in flight each) and grows by
+POOL_GROWTH when a wave needs more: a new buffer and one copy (old and new alive for that moment; `torch.cat` of
+the old buffer and an extension had three buffers alive), its size checked against the memory free first
+(`_grow`). With `max_staleness` S >= 0 on a symmetric W a sender keeps at most 2S + 3 versions (a neighbour mixes
+one at most S behind itself and runs at most S + 1 ahead of it), and the pool never grows beyond that bound
+(`pool_bound`); with S = -1 nothing bounds it but the stragglers' slowdown. The memory planner counts the pool and
+its next growth (`planned_pool_bytes`). A checkpoint writes the messages as [m_local, S, d] rows made chunk by
+chunk from the pool while they are written (`row_sources`), never that stack whole.
 """
 
 from __future__ import annotations
 
 import copy
+import math
 from collections import defaultdict
 from typing import cast
 
@@ -47,14 +57,17 @@ import torch
 
 from dfl.algorithms.base import Algorithm, RoundStats
 from dfl.data.sampler import batch_width, local_step_counts
+from dfl.engine.checkpoint import ROW_CHUNK_BYTES, RowSource
 from dfl.errors import ConfigError
 from dfl.network.async_events import ComputeTimes, EventSchedule, Local, Mix
 from dfl.network.comm import even_blocks
 from dfl.network.gossip import RowsOperator
 from dfl.network.settings import ASYNC_ALGORITHMS, ASYNC_FIELDS, MODES, check_async  # noqa: F401 (the checks)
+from dfl.training import memory
 from dfl.training.local import LocalTrainer, descent_direction
 
 EMPTY = -2  # checkpoint: an unused message slot (version −1 is x⁰)
+POOL_GROWTH = 1.5  # the message pool grows by this factor when it runs out (module docstring)
 
 
 def transmit_seconds(model_bytes: int, bandwidth: float) -> float:
@@ -98,7 +111,8 @@ class AsyncEngine:
         self.low = np.full(m, -1, dtype=np.int64)  # oldest version still needed, per sender
         # the message pool of this process's clients: (client, version) -> row of `pool`
         d = X.shape[1]
-        self.pool = X.new_empty((max(2 * X.shape[0], 1), d))
+        self.bound = pool_bound(W, blocks[self.rank], schedule.max_staleness)  # most rows ever needed (None: none)
+        self.pool = X.new_empty((self._capped(max(2 * X.shape[0], 1)), d))
         self.pool[: X.shape[0]] = X
         self.slot = {(self.first + r, -1): r for r in range(X.shape[0])}
         self.free = list(range(self.pool.shape[0] - 1, X.shape[0] - 1, -1))
@@ -118,9 +132,10 @@ class AsyncEngine:
         for locals_, mixes in self._waves(events):
             self._run_locals(locals_, r, loss, count)
             self._run_mixes(mixes, r, loss, count)
+            self._versions([*locals_, *mixes])
+            self._collect_garbage()  # after every wave: the pool holds what some later mix may still combine
             self.waves += 1
         sent = self._account(events)
-        self._collect_garbage()
         self.rounds_done = r + 1
         return loss, count, sent
 
@@ -130,30 +145,42 @@ class AsyncEngine:
         Used on resume: the models and messages come from the checkpoint.
         """
         while self.rounds_done < rounds:
-            self._account(self.schedule.advance(self.updates))
+            events = self.schedule.advance(self.updates)
+            self._versions(events)
+            self._account(events)
             self.rounds_done += 1
 
-    def _account(self, events) -> np.ndarray:
-        """The bookkeeping of a round's events: versions sent and mixed, round metrics; returns models sent [m]."""
-        sent = np.zeros(self.m, dtype=np.int64)
-        staleness, updates = [], np.zeros(self.m, dtype=np.int64)
+    def _versions(self, events) -> None:
+        """The versions each client has sent (`latest`) and mixed (`floor`), and the oldest still needed (`low`).
+
+        Per wave or per round alike: a client's events keep their order in both, and a consumer mixes ever newer
+        versions of a sender, so a message older than `low` is combined by no later mix.
+        """
         indptr = self.W.indptr
         for ev in events:
             if isinstance(ev, Local):
                 self.latest[ev.client] = ev.version
-                sent[ev.client] += self.schedule.out_degree[ev.client]
                 continue
-            i, lo, hi = ev.client, indptr[ev.client], indptr[ev.client + 1]
+            lo, hi = indptr[ev.client], indptr[ev.client + 1]
             own = self.edge_is_self[lo:hi]
             self.floor[lo:hi][own] = ev.version
             self.floor[lo:hi][~own] = ev.versions
-            staleness.append(ev.version - ev.versions)
-            updates[i] += 1
-            if self.trace is not None:
-                self.trace.append(ev)
         consumers = np.full(self.m, np.iinfo(np.int64).max)
         np.minimum.at(consumers, self.edge_sender, self.floor)
         self.low = np.minimum(consumers, self.latest)
+
+    def _account(self, events) -> np.ndarray:
+        """The round metrics of a round's events (after `_versions`); returns the models each client sent [m]."""
+        sent = np.zeros(self.m, dtype=np.int64)
+        staleness, updates = [], np.zeros(self.m, dtype=np.int64)
+        for ev in events:
+            if isinstance(ev, Local):
+                sent[ev.client] += self.schedule.out_degree[ev.client]
+                continue
+            staleness.append(ev.version - ev.versions)
+            updates[ev.client] += 1
+            if self.trace is not None:
+                self.trace.append(ev)
         stale = np.concatenate(staleness) if staleness else np.zeros(0, dtype=np.int64)
         time = self.schedule.time
         self.round_metrics = {
@@ -298,11 +325,40 @@ class AsyncEngine:
 
     def _reserve_free(self, count: int) -> np.ndarray:
         """`count` free pool slots, taken from the free list (the pool grows when it runs out)."""
-        while len(self.free) < count:
-            old = self.pool.shape[0]
-            self.pool = torch.cat([self.pool, self.pool.new_empty((max(old, count), self.pool.shape[1]))])
-            self.free.extend(range(self.pool.shape[0] - 1, old - 1, -1))
+        if len(self.free) < count:
+            self._grow(self.pool.shape[0] - len(self.free) + count)
         return np.array([self.free.pop() for _ in range(count)], dtype=np.int64)
+
+    def _capped(self, rows: int) -> int:
+        return rows if self.bound is None else max(1, min(rows, self.bound))
+
+    def _next_size(self, needed: int) -> int:
+        """The pool's size after a growth to at least `needed` rows: POOL_GROWTH times larger, within the bound."""
+        return max(needed, self._capped(math.ceil(self.pool.shape[0] * POOL_GROWTH)))
+
+    def _grow(self, needed: int) -> None:
+        """Grow the pool to hold `needed` rows: one new buffer (`_next_size`), checked against the memory free."""
+        old, d = self.pool.shape
+        size = self._next_size(needed)
+        need = size * d * self.pool.element_size()
+        free = memory.available_bytes(self.pool.device)
+        if need > free:
+            raise ConfigError(
+                f"mode = async: the message pool of this process needs {size:,} rows of {d:,} parameters "
+                f"(~{need / 2**30:.2f} GiB; it holds {old:,}), more than the {free / 2**30:.2f} GiB free on "
+                f"{self.pool.device}: stragglers far behind their neighbours keep many versions in flight; set "
+                "max_staleness >= 0 to bound them (a client then keeps at most 2 max_staleness + 3), or use more "
+                "processes (torchrun)")
+        pool = self.pool.new_empty((size, d))
+        pool[:old] = self.pool
+        self.pool = pool
+        self.free.extend(range(size - 1, old - 1, -1))
+
+    def planned_pool_bytes(self) -> int:
+        """What the memory planner sets aside for the pool: its rows now and the new buffer of its next growth."""
+        rows, d = self.pool.shape
+        grown = 0 if self.bound is not None and rows >= self.bound else self._next_size(rows + 1)
+        return (rows + grown) * d * self.pool.element_size()
 
     def _collect_garbage(self) -> None:
         """Free the messages no client can mix any more (older than what every consumer mixed last)."""
@@ -310,42 +366,74 @@ class AsyncEngine:
         for key in dead:
             self.free.append(self.slot.pop(key))
 
-    def messages(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """The pool as per-client rows for a checkpoint.
+    def message_versions(self) -> torch.Tensor:
+        """[m_local, S] versions of the pool's messages per client (EMPTY where unused), on the pool's device.
 
-        ([m_local, S, d] models, [m_local, S] versions, EMPTY where unused), on the pool's device; S is the same
-        on every process (the most versions any client keeps).
+        S is the same on every process (the most versions any client keeps): the checkpoint's layout.
         """
-        S = int((self.latest - self.low).max()) + 1
-        n, d = self.X.shape
-        device = self.X.device
-        models = self.X.new_zeros((n, S, d))
-        versions = torch.full((n, S), EMPTY, dtype=torch.long, device=device)
-        if self.slot:
-            keys = list(self.slot)
+        n, S = self.X.shape[0], self.versions_kept()
+        versions = torch.full((n, S), EMPTY, dtype=torch.long, device=self.X.device)
+        keys = list(self.slot)
+        if keys:
             client = np.array([c for c, _ in keys], dtype=np.int64)
             version = np.array([v for _, v in keys], dtype=np.int64)
-            r, s, slots, version_d = _upload(device, client - self.first, version - self.low[client],
-                                             np.array([self.slot[k] for k in keys], dtype=np.int64), version)
-            models[r, s] = self.pool[slots]
+            r, s, version_d = _upload(self.X.device, client - self.first, version - self.low[client], version)
             versions[r, s] = version_d
-        return models, versions
+        return versions
+
+    def versions_kept(self) -> int:
+        """S: the most versions any client keeps (the same on every process: the clocks are global)."""
+        return int((self.latest - self.low).max()) + 1
+
+    def message_rows(self, a: int, b: int) -> torch.Tensor:
+        """[b − a, S, d] models of local clients a..b-1 (zeros where unused): one chunk of the checkpoint's rows."""
+        S, d = self.versions_kept(), self.X.shape[1]
+        models = self.X.new_zeros((b - a, S, d))
+        keys = [key for key in self.slot if a <= key[0] - self.first < b]
+        if keys:
+            client = np.array([c for c, _ in keys], dtype=np.int64)
+            version = np.array([v for _, v in keys], dtype=np.int64)
+            r, s, slots = _upload(self.X.device, client - self.first - a, version - self.low[client],
+                                  np.array([self.slot[k] for k in keys], dtype=np.int64))
+            models[r, s] = self.pool[slots]
+        return models
 
     def load_messages(self, models: torch.Tensor, versions: torch.Tensor) -> None:
-        """Put a checkpoint's messages back (after `replay` to its round)."""
+        """Put a checkpoint's messages back (after `replay` to its round), client block by client block."""
         n, S, d = models.shape
-        self.pool = self.X.new_empty((max(2 * n * S, 1), d))
-        self.slot, self.free = {}, list(range(self.pool.shape[0] - 1, -1, -1))
         table = versions.cpu().numpy()  # once per resume: which (client, version) each slot holds
         r, s = np.nonzero(table != EMPTY)
         keys = [(self.first + int(a), int(table[a, b])) for a, b in zip(r, s)]
+        self.pool = self.X.new_empty((self._capped(max(len(keys) + n, 2 * n, 1)), d))
+        self.slot, self.free = {}, list(range(self.pool.shape[0] - 1, -1, -1))
         if keys:
             slots = self._reserve(keys)
-            r_d, s_d, slots_d = _upload(self.pool.device, r.astype(np.int64), s.astype(np.int64), slots)
-            self.pool[slots_d] = models.to(self.pool)[r_d, s_d]
+            step = max(1, ROW_CHUNK_BYTES // max(1, S * d * models.element_size()))
+            for a in range(0, n, step):  # one block of clients on the way at a time, not the [n, S, d] stack
+                sel = (r >= a) & (r < a + step)
+                if sel.any():
+                    r_d, s_d, slots_d = _upload(self.pool.device, (r[sel] - a).astype(np.int64),
+                                                s[sel].astype(np.int64), slots[sel])
+                    self.pool[slots_d] = models[a:a + step].to(self.pool)[r_d, s_d]
         expected = {(c, v) for c in range(self.first, self.first + n) for v in range(self.low[c], self.latest[c] + 1)}
         if set(keys) != expected:
             raise ValueError("the checkpoint's asynchronous messages do not match the replayed events")
+
+
+def pool_bound(W: sp.csr_array, block: range, max_staleness: int) -> int | None:
+    """The most pool rows a process can need, or None when nothing bounds them (max_staleness = -1, a directed W).
+
+    With S = max_staleness >= 0 and a symmetric W, a sender keeps at most 2S + 3 versions of its model (x⁰ counts
+    as one; module docstring): a neighbour i at its last mix k_i used a version >= k_i − S, and the sender has sent at
+    most version k_i + S + 2, since it waits for i's version (its own version) − S, which i sends after its mix k_i.
+    Plus the rows the wave's mixes receive from other processes, at most one per edge into the block.
+    """
+    pattern = sp.csr_array((np.ones(W.nnz), W.indices, W.indptr), shape=W.shape)
+    if max_staleness < 0 or (pattern != pattern.T).nnz:
+        return None
+    rows = W[block.start:block.stop]
+    remote = int(((rows.indices < block.start) | (rows.indices >= block.stop)).sum())
+    return len(block) * (2 * max_staleness + 3) + remote
 
 
 def _upload(device: torch.device, *arrays: np.ndarray) -> list[torch.Tensor]:
@@ -444,9 +532,14 @@ class AsyncGossip(Algorithm):
 
     # ------------------------------------------------------------------------------------- checkpoints
     def state(self) -> dict[str, torch.Tensor]:
-        """The message pool as per-client rows (the models in flight and their versions)."""
-        models, versions = self.engine.messages()
-        return {"async_messages": models, "async_versions": versions}
+        """The versions of the messages in flight, [m_local, S] per client (their models: `row_sources`)."""
+        return {"async_versions": self.engine.message_versions()}
+
+    def row_sources(self) -> dict[str, RowSource]:
+        """The models in flight, [m_local, S, d] per client, made from the pool chunk by chunk as they are written."""
+        engine = self.engine
+        shape = (engine.X.shape[0], engine.versions_kept(), engine.X.shape[1])
+        return {"async_messages": RowSource(shape, engine.X.dtype, engine.message_rows)}
 
     def load_state(self, state: dict[str, torch.Tensor]) -> None:
         """Keep a checkpoint's message pool until the engine's next round puts it back."""

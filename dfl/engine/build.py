@@ -54,8 +54,9 @@ def device(config: Config, comm: EngineCommunicator) -> torch.device:
     """The run's device (the communicator's, under torchrun), checked against `precision`.
 
     On the CPU freed heap is kept for reuse instead of zero-filled fresh mappings every round. precision = tf32
-    turns TF32 matmuls on while the rounds go (`Experiment.status`) and needs CUDA; fp32 and bf16 leave PyTorch's
-    defaults alone; gossip averages in IEEE fp32 either way (`dfl.network.gossip.exact_matmul`).
+    turns TF32 matmuls and convolutions on while the rounds go (`Experiment.status`, `dfl.models.kernels`) and needs
+    CUDA; fp32 and bf16 turn TF32 off for fp32 products then; gossip averages in IEEE fp32 either way
+    (`dfl.network.gossip.exact_matmul`). The caller's settings are put back when the run ends.
     """
     dev = comm.device or resolve_device(config.device)
     if dev.type == "cpu":
@@ -159,10 +160,19 @@ def client_chunk(local: LocalTrainer, algorithm, comm: EngineCommunicator, layou
     """The clients per vectorized call, resolved before any training (`LocalTrainer.plan_chunk`).
 
     A run that cannot fit one client stops here, with the estimate. The plan counts every per-client stack this
-    process holds: X, the algorithm's and the gossip's state, the async pool, and under all-gather gossip the rows
-    a round receives from every process.
+    process holds: X, the algorithm's and the gossip's state, the async pool and its next growth, under all-gather
+    gossip the rows a round receives from every process, and a multi-process communicator's cache of exchange plans
+    (its bound).
     """
-    held = memory.held_bytes(ckpt.local_rows(algorithm), getattr(algorithm, "engine", None))
+    engine = getattr(algorithm, "engine", None)  # the asynchronous mode's: its message pool
+    held = memory.held_bytes(ckpt.local_rows(algorithm), engine)
     if comm.gossip_mode == "allgather" and comm.world_size > 1:
         held += comm.num_clients * layout.dim * X0.element_size()
-    return local.plan_chunk(algorithm.X, held_bytes=held)
+    cache = int(getattr(comm, "cache_limit", 0))  # a multi-process communicator's exchange plans, at most
+    chunk = local.plan_chunk(algorithm.X, held_bytes=held + cache)
+    if local.memory_estimate is not None:  # counted in held_bytes; shown on their own
+        if engine is not None:
+            local.memory_estimate["async_pool_bytes"] = engine.planned_pool_bytes()
+        if cache:
+            local.memory_estimate["exchange_cache_bytes"] = cache
+    return chunk

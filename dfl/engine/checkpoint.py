@@ -37,39 +37,48 @@ of processes may differ from the interrupted run's.
 
 Checkpoints written before this format (format 1: one `checkpoint.pt` holding every row) still resume: the file
 is memory-mapped, and each process copies only its own rows out of it.
+
+The final parameters of a multi-process run go the same way (`save_final_params`): every rank writes its rows of X
+into `params.shards/` (DCP's metadata and one file per rank, the row-offset planner above), so that no host ever
+holds the whole population; `read_final_params` reads them back (all rows, or a range), as it reads the `params.pt`
+of a single process or of a run with `gather_params = true`.
 """
 
 from __future__ import annotations
 
+import math
 import random
 import shutil
 import warnings
-from dataclasses import fields
+from collections.abc import Callable
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
+from dfl.algorithms import resolve_hyperparameters
 from dfl.algorithms.base import EngineCommunicator
 from dfl.config import Config
 from dfl.engine.results import torch_load_reason
 from dfl.engine.validation import resolved
 from dfl.errors import CheckpointError, ConfigError, NoCheckpoint, PeerFailure  # noqa: F401 (re-exported)
+from dfl.training import memory
 
 FORMAT = 2
 LEGACY_FORMAT = 1  # one file with every row (before sharded checkpoints): read, never written
 FILENAME = "checkpoint.pt"
 SHARDS = "checkpoint.shards"  # the directory of the per-round DCP shard directories
 # Rows of one stored chunk: a resume with another number of processes reads whole stored chunks, so this bounds
-# what a rank reads beyond its own rows (and the copy DCP's writer makes of each chunk).
-ROW_CHUNK_BYTES = 64 * 2**20
+# what a rank reads beyond its own rows (and the copy DCP's writer makes of each chunk; the memory planner's number)
+ROW_CHUNK_BYTES = memory.ROW_CHUNK_BYTES
 # Fields that may differ on resume. The first do not touch the trajectory (`rounds` may grow, to extend a
 # run, except under lr_schedule = cosine, which anneals over `rounds`; the hooks' fields only watch it, or say
 # where it ends, as `rounds` does); the execution fields give the same run up to float rounding, as a
 # different number of processes does.
 EXACT_FIELDS = ("rounds", "progress", "checkpoint_every", "dist_timeout", "data_root", "loggers", "target_accuracy",
-                "stop_at_target")
+                "stop_at_target", "gather_params")
 EXECUTION_FIELDS = ("device", "backend", "gossip_mode", "client_chunk", "compile", "eval_batch_size", "threads")
 RESUMABLE_FIELDS = EXACT_FIELDS + EXECUTION_FIELDS
 
@@ -81,8 +90,28 @@ LEGACY_REQUIRED_KEYS = ("round", "params", "client_state", "server_state", "hist
 from dfl.errors import RESTART_HINT  # noqa: E402,F401
 
 PARAMS = "params"
+PARAMS_FILE = "params.pt"  # the final parameters in one file: a single process, or gather_params = true
+PARAMS_SHARDS = "params.shards"  # ... every rank's own rows (DCP): a multi-process run
 CLIENT_PREFIX, GOSSIP_PREFIX = "client_state.", "gossip_state."
 RELEASES = "privacy.releases"  # differential privacy: each client's release count (`dfl.training.privacy`)
+
+
+@dataclass(frozen=True)
+class RowSource:
+    """Per-client rows that are written as they are produced, never held whole (`Algorithm.row_sources`).
+
+    `shape` [m_local, ...] and `dtype` of the entry; `rows(a, b)` makes rows a..b-1 (on any device). The DCP writer
+    asks for one chunk of at most ROW_CHUNK_BYTES at a time, so a checkpoint of the asynchronous mode's messages,
+    [m_local, S, d], costs one chunk of memory, not the stack.
+    """
+
+    shape: tuple[int, ...]
+    dtype: torch.dtype
+    rows: Callable[[int, int], torch.Tensor]
+
+    def element_size(self) -> int:
+        """Bytes of one element."""
+        return torch.empty((), dtype=self.dtype).element_size()
 
 
 # ------------------------------------------------------------------------------------------------------ save
@@ -127,18 +156,20 @@ def save(algorithm, comm, round_done: int, history, counters: dict[str, Any], co
     return manifest
 
 
-def local_rows(algorithm, state: dict[str, torch.Tensor] | None = None) -> dict[str, torch.Tensor]:
+def local_rows(algorithm, state: dict[str, torch.Tensor] | None = None) -> dict[str, torch.Tensor | RowSource]:
     """This process's per-client rows, by checkpoint key.
 
     X, the algorithm's `client_state`, the gossip's state (`state`: the algorithm's `state()`, when the caller has
-    it already).
+    it already). An entry the algorithm makes as it is written (`row_sources()`: the asynchronous messages) is a
+    `RowSource`.
     """
     state = algorithm.state() if state is None else state
-    unknown = sorted(set(algorithm.client_state) - set(state))
+    sources: dict[str, RowSource] = getattr(algorithm, "row_sources", dict)()
+    unknown = sorted(set(algorithm.client_state) - set(state) - set(sources))
     if unknown:
         raise RuntimeError(f"{algorithm.name}.client_state names {unknown}, which state() does not return")
-    rows = {PARAMS: algorithm.X.detach()}
-    rows.update({CLIENT_PREFIX + k: state[k].detach() for k in algorithm.client_state})
+    rows: dict[str, torch.Tensor | RowSource] = {PARAMS: algorithm.X.detach()}
+    rows.update({CLIENT_PREFIX + k: state[k].detach() if k in state else sources[k] for k in algorithm.client_state})
     gossip = _gossip_state(algorithm)
     if gossip is not None:
         rows.update({GOSSIP_PREFIX + k: v.detach() for k, v in gossip.items()})
@@ -254,6 +285,13 @@ def check_config(checkpoint: dict[str, Any], config: Config, run_dir) -> None:
             f"run's rounds = {started}, so changing rounds would change the learning rate of every later round; "
             f"resume with rounds = {started}, or start a new run"
         )
+    hp = resolve_hyperparameters(config) if config.rounds != started else {}
+    if hp.get("anneal_factor", 0) > 0 and hp.get("anneal_rounds", 0) == 0:  # DisPFL's mask updates
+        raise ConfigError(
+            f"cannot resume {run_dir} with rounds = {config.rounds}: {config.algorithm}'s anneal_factor anneals the "
+            f"masks' updates over the run's rounds = {started}, so changing rounds would change every later round; "
+            f"resume with rounds = {started}, or set algorithm_options.anneal_rounds in a new run"
+        )
 
 
 def changed_fields(stored: dict[str, Any], config: Config) -> list[str]:
@@ -366,13 +404,76 @@ def read(run_dir: str | Path) -> dict[str, Any]:
     return out
 
 
+# --------------------------------------------------------------------------------------------- final parameters
+def save_final_params(X: torch.Tensor, comm, run_dir: str | Path) -> Path:
+    """Every rank writes its rows of the final parameters X into `run_dir/params.shards/` (a collective).
+
+    The rows go out as chunks of at most ROW_CHUNK_BYTES (what DCP's writer copies to the host at a time); rank 0
+    removes an earlier directory first and writes DCP's metadata last, once every rank's file is complete, so a
+    directory without its metadata is an interrupted write. Returns the directory.
+    """
+    directory = Path(run_dir) / PARAMS_SHARDS
+    if comm.is_main:
+        shutil.rmtree(directory, ignore_errors=True)  # an interrupted earlier attempt, or the run before a resume
+    comm.barrier()
+    _dcp_save({PARAMS: X.detach()}, directory, _block(comm).start, comm.num_clients, comm)
+    return directory
+
+
+def read_final_params(run_dir: str | Path, start: int = 0, stop: int | None = None) -> dict[str, Any]:
+    """The final parameters of the run in `run_dir`, rows start..stop-1 (default: every client), on the host.
+
+    From `params.pt` (a single process, or `gather_params = true`) or else from `params.shards/` (each rank's rows;
+    only the stored chunks overlapping the rows asked for are read). Returns {"params": [rows, d], "param_names":
+    list or None, "source": the file or directory read}. `FileReadError`/`CheckpointError` naming the file when it
+    is missing, truncated or not dfl's.
+    """
+    from dfl.engine.results import read_torch_file
+
+    run_dir = Path(run_dir)
+    if (run_dir / PARAMS_FILE).exists() or not (run_dir / PARAMS_SHARDS).exists():
+        saved = read_torch_file(run_dir / PARAMS_FILE, "parameter file")
+        params = saved.get("params") if isinstance(saved, dict) else None
+        if not isinstance(params, torch.Tensor) or params.dim() != 2:
+            raise CheckpointError(run_dir / PARAMS_FILE, "holds no [clients, dim] parameter tensor under 'params'")
+        return {"params": params[start:stop], "param_names": saved.get("param_names"), "source": PARAMS_FILE}
+    directory = run_dir / PARAMS_SHARDS
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.metadata import TensorStorageMetadata
+
+    try:
+        metadata = dcp.FileSystemReader(directory).read_metadata()
+    except Exception as exc:  # no metadata: the write was interrupted (or it is not dfl's)
+        raise CheckpointError(directory / ".metadata", f"missing or corrupt (the final parameters were not written "
+                                                       f"completely): {torch_load_reason(exc)}") from exc
+    stored = metadata.state_dict_metadata.get(PARAMS)
+    size = getattr(stored, "size", None)
+    if not isinstance(stored, TensorStorageMetadata) or size is None or len(size) != 2:
+        raise CheckpointError(directory / ".metadata", f"holds no [clients, dim] {PARAMS!r} tensor")
+    m, d = int(size[0]), int(size[1])
+    first, last, _ = slice(start, stop).indices(m)
+    rows = {PARAMS: torch.empty((max(last - first, 0), d), dtype=stored.properties.dtype)}
+    _dcp_load(rows, directory, first, m, None)
+    return {"params": rows[PARAMS], "param_names": None, "source": PARAMS_SHARDS}
+
+
+def remove_final_params(run_dir: str | Path) -> None:
+    """Delete the final parameters of `run_dir` (params.pt and params.shards/): a resumed run writes them again."""
+    run_dir = Path(run_dir)
+    (run_dir / PARAMS_FILE).unlink(missing_ok=True)
+    directory = run_dir / PARAMS_SHARDS
+    if directory.is_dir() and not directory.is_symlink():
+        shutil.rmtree(directory, ignore_errors=True)
+
+
 def _block(comm) -> range:
     ids = comm.client_ids
     return range(ids[0], ids[-1] + 1) if ids else range(0, 0)
 
 
 # --------------------------------------------------------------------------------- DCP with row-offset chunks
-def _dcp_save(rows: dict[str, torch.Tensor], directory: Path, start: int, m: int, comm: EngineCommunicator) -> None:
+def _dcp_save(rows: dict[str, torch.Tensor | RowSource], directory: Path, start: int, m: int,
+              comm: EngineCommunicator) -> None:
     import torch.distributed.checkpoint as dcp
 
     with warnings.catch_warnings():  # "torch.distributed is disabled ... assuming ... a single process": meant
@@ -466,22 +567,24 @@ def _row_save_planner(start: int, m: int):
             items, self.pieces = [], {}
             for key, tensor in self.state_dict.items():
                 n, tail = tensor.shape[0], tuple(tensor.shape[1:])
-                row_bytes = max(1, tensor[:1].numel() * tensor.element_size())
+                row_bytes = max(1, math.prod(tail) * tensor.element_size())
                 step = max(1, ROW_CHUNK_BYTES // row_bytes)
-                properties = TensorProperties.create_from_tensor(tensor)
+                properties = TensorProperties(dtype=tensor.dtype) if isinstance(tensor, RowSource) else \
+                    TensorProperties.create_from_tensor(tensor)
                 for a in range(0, n, step):
-                    piece = tensor[a:a + step]
+                    b = min(n, a + step)
                     offsets = torch.Size([start + a] + [0] * len(tail))
                     index = MetadataIndex(key, offsets)
-                    self.pieces[(key, tuple(offsets))] = piece
+                    self.pieces[(key, tuple(offsets))] = (tensor, a, b)
                     items.append(WriteItem(index=index, type=WriteItemType.SHARD, tensor_data=TensorWriteData(
-                        chunk=ChunkStorageMetadata(offsets=offsets, sizes=piece.shape), properties=properties,
-                        size=torch.Size([m, *tail]))))
+                        chunk=ChunkStorageMetadata(offsets=offsets, sizes=torch.Size([b - a, *tail])),
+                        properties=properties, size=torch.Size([m, *tail]))))
             self.plan = SavePlan(items)
             return self.plan
 
         def resolve_data(self, write_item):
-            return self.pieces[(write_item.index.fqn, tuple(write_item.index.offset))]
+            tensor, a, b = self.pieces[(write_item.index.fqn, tuple(write_item.index.offset))]
+            return tensor.rows(a, b) if isinstance(tensor, RowSource) else tensor[a:b]  # a RowSource: made now
 
     return RowSavePlanner()
 

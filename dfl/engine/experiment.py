@@ -16,6 +16,7 @@ import socket
 import time
 import warnings
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -28,18 +29,20 @@ from dfl.data.dataset import with_clients
 from dfl.engine import build
 from dfl.engine import checkpoint as ckpt
 from dfl.engine.hooks import Hooks, Progress, RunInfo, announced
-from dfl.engine.results import Result, RunDirectory
+from dfl.engine.results import FinalParams, Result, RunDirectory
 from dfl.engine.setup import (
     LocalTest,
     Pair,
     gossip_lambda,
     local_test_sets,
+    local_train_sets,
     make_algorithm,
     seeded_subset,
     train_subset,
 )
 from dfl.engine.validation import resolved
 from dfl.errors import DivergenceError
+from dfl.models import kernels
 from dfl.network.byzantine import Threat
 from dfl.training import memory, privacy_settings
 from dfl.training.evaluate import (
@@ -97,9 +100,9 @@ class Experiment:
         self.algorithm = make_algorithm(config, self.ctx, X0, topology)  # rounds in lock-step, or async clocks
         with announced("measuring the clients per vectorized call (client_chunk)", show):
             self.chunk = build.client_chunk(trainer, self.algorithm, comm, layout, X0)  # clients per vectorized call
+        self._plan_final_params(config, comm, out, layout.dim, X0.element_size(), device, trainer)
         self.config, self.comm, self.data, self.device, self.hp = config, comm, data, device, hp
         self.model, self.layout, self.X0, self.trainer, self.network = model, layout, X0, trainer, network
-        self.tf32 = config.precision == "tf32"  # TF32 matmuls while the rounds go (`status`)
         self._prepare_threat()
         self._restore_progress(saved)
         self._open_run_directory(out, overwrite, resume)
@@ -108,6 +111,20 @@ class Experiment:
         self._prepare_evaluation()
         if saved is not None:  # last: the generators continue where the checkpointed run's were
             ckpt.set_rng_state(saved["rng"])
+
+    @staticmethod
+    def _plan_final_params(config: Config, comm, out, dim: int, itemsize: int, device: torch.device, trainer) -> None:
+        """The end of run in the memory plan (`memory.final_params_plan`), refused now if rank 0 could not gather.
+
+        Its bytes go into `memory_estimate` (summary.json).
+        """
+        how = final_params_plan(config, comm, out)
+        plan = memory.final_params_plan(how, comm.num_clients, len(comm.client_ids), dim, itemsize, device,
+                                        comm.is_main)
+        if comm.is_main:
+            memory.check_final_params(plan, comm.num_clients, dim)
+        if trainer.memory_estimate is not None:
+            trainer.memory_estimate.update(plan)
 
     def _prepare_threat(self) -> None:
         """The run's Byzantine clients, if any: every metric of the clients' models is then over the honest ones.
@@ -171,7 +188,7 @@ class Experiment:
         self.run_dir.write_json("partition.json", self.data.partition_info())
         if saved is not None:
             self.run_dir.write_metrics(self.history)  # drops records a killed run wrote after its checkpoint
-            self.run_dir.remove("params.pt")  # written again when the run finishes
+            ckpt.remove_final_params(self.run_dir.path)  # params.pt or params.shards/: written again at the end
         self.run_dir.write_json("summary.json", self.summary)
 
     def _prepare_evaluation(self) -> None:
@@ -192,9 +209,12 @@ class Experiment:
         if config.client_eval_samples == 0 and passes > CLIENT_EVAL_WARN_PASSES:
             warnings.warn(f"client_eval_samples = 0: every evaluation runs each of the {config.clients:,} clients on "
                           f"all {self.eval_x.shape[0]:,} test samples ({passes:,} forward passes); set "
-                          f"client_eval_samples (e.g. 500) to use a fixed seeded subset per client", stacklevel=4)
+                          f"client_eval_samples (the default: 2000) to use a fixed seeded subset per client",
+                          stacklevel=4)
         # personalized evaluation (local_test_fraction): this process's clients' local test sets
         self.local_test = local_test_sets(data, self.comm.client_ids) if data.local_test_indices is not None else None
+        # each client's own model on its own training data (personal_train_eval)
+        self.local_train = local_train_sets(data, self.comm.client_ids) if config.personal_train_eval else None
         self.hessian_sub = train_subset(data, config, config.hessian_samples) if config.hessian_every else None
         self.round_seconds: list[float] = []
         self.loss_bound = DIVERGENCE_LOSS_FACTOR * math.log(max(data.num_classes, 2))
@@ -202,6 +222,7 @@ class Experiment:
         self.progress = _progress(config, self.comm, self.start)
         self.started = time.perf_counter()
         self.params: torch.Tensor | None = None
+        self.params_on_disk = False  # the final parameters are in params.shards/ only (`save_params`)
         self._last_round = (0, 0)  # (bytes sent, bytes moved between processes) of the latest round
 
     def _initial_summary(self, hp: dict, topology) -> dict[str, Any]:
@@ -246,9 +267,10 @@ class Experiment:
         moved_round = self.comm.bytes_moved - moved_before  # this round's traffic between processes
         _check_finite(self.algorithm.X, stats.train_loss, t, self.comm, divergence_hint(self.config))
         if self.device.type == "cuda":
-            torch.cuda.synchronize()
+            torch.cuda.synchronize(self.device)  # this rank's GPU (cuda:N), not the current device's default cuda:0
         self.round_seconds.append(time.perf_counter() - tic)
-        bytes_round = int(stats.models_sent.sum()) * self.message_bytes
+        bytes_round = (int(stats.models_sent.sum()) * self.message_bytes if stats.bytes_sent is None
+                       else int(stats.bytes_sent))  # an algorithm whose messages have their own sizes (DisPFL)
         self.bytes_total += bytes_round
         self._last_round = (bytes_round, moved_round)
         self.summary["rounds_completed"] = t + 1
@@ -271,7 +293,7 @@ class Experiment:
         config, comm, X, honest = self.config, self.comm, self.algorithm.X, self.honest
         mean = comm.mean_rows(X) if honest is None else honest_mean(X, honest)  # x̄ of the honest clients
         metrics = _evaluate(self.model, self.layout, X, mean, comm, self.eval_x, self.eval_y, self.train_sub,
-                            self.client_test, config, self.chunk, self.local_test, honest)
+                            self.client_test, config, self.chunk, self.local_test, honest, self.local_train)
         if self.hessian_due(t) and self.hessian_sub is not None:  # the sample exists when hessian_every > 0
             metrics["hessian_top_eig"] = _hessian(self.model, self.layout, mean, self.hessian_sub, config)
         bytes_round, moved_round = self._last_round
@@ -353,18 +375,34 @@ class Experiment:
 
     # ---------------------------------------------------------------------------------------------- finish
     def save_params(self) -> None:
-        """params.pt, then status "completed".
+        """The final parameters, then status "completed" (a collective: every process calls it).
 
-        A kill in between leaves a run that is not marked done. The whole population is assembled on the main
-        process's host, block by block (`comm.assemble_rows`); every other process keeps only its own rows.
+        A kill in between leaves a run that is not marked done. In one process: X as params.pt. In a multi-process
+        run (`final_params_plan`): by default every process writes its own rows to params.shards/ (DCP; no host
+        holds the population) and the main process's `Result.params` reads them back when first used; with
+        `gather_params` (or without a run directory, where the Result is the only output) the population is
+        assembled on the main process's host, block by block (`comm.assemble_rows`), and written as params.pt. A
+        barrier ends it: after it no rank waits for another (`comm.finish`), whatever the end of run takes.
         """
-        if self.comm.is_main and self.comm.world_size > 1:
-            # the round's freed stacks go back to the OS first: the host copy of every client's rows then takes their
-            # place instead of growing the heap beyond them (CPU, kept heap; a no-op otherwise)
-            memory.release_free_heap()
-        self.params = self.comm.assemble_rows(self.algorithm.X.detach())
-        if self.run_dir:
-            self.run_dir.save("params.pt", {"params": self.params, "param_names": list(self.layout.names)})
+        comm, X = self.comm, self.algorithm.X.detach()
+        tic = time.perf_counter()
+        plan = final_params_plan(self.config, comm, self.out)
+        self.params_on_disk = plan == "shards"
+        if plan == "shards":
+            ckpt.save_final_params(X, comm, self.out)
+            # this process's rows for its Result; the main process's Result reads every row back (`result`)
+            self.params = X[:0].cpu() if comm.is_main else X.cpu()
+        else:
+            if comm.is_main and comm.world_size > 1:
+                # the round's freed stacks go back to the OS first: the host copy of every client's rows then takes
+                # their place instead of growing the heap beyond them (CPU, kept heap; a no-op otherwise)
+                memory.release_free_heap()
+            self.params = comm.assemble_rows(X)
+        comm.barrier()  # every rank's rows are out: from here on, nobody waits for anybody
+        if self.run_dir and plan != "shards":
+            self.run_dir.save(ckpt.PARAMS_FILE, {"params": self.params, "param_names": list(self.layout.names)})
+        # how they were written and how long it took on the main process (the end of run: docs/how-to/gpu.md)
+        self.summary["final_params"] = {"written": plan, "seconds": round(time.perf_counter() - tic, 3)}
         self.summary["status"] = "completed"
 
     @contextmanager
@@ -373,11 +411,14 @@ class Experiment:
 
         Marks the summary with how the run ended (completed by `save_params`, stopped when a callback or the
         target asked; diverged, interrupted or failed here, with the error) and writes summary.json with the
-        final metrics, whatever happened. The hooks (`dfl.engine.hooks`) start here and finish last.
+        final metrics, whatever happened. The hooks (`dfl.engine.hooks`) start here and finish last. While inside,
+        PyTorch's TF32 and cuDNN settings are the run's (`precision`, `kernels`: `dfl.models.kernels`), and the
+        caller's are put back after.
         """
         summary = self.summary
-        restore_precision = tf32_matmuls() if self.tf32 else None
+        kernel_settings = kernels.snapshot()  # TF32 and cuDNN as the caller had them: put back at the end
         try:
+            kernels.apply(self.config.precision, self.config.kernels)
             self.hooks.start(RunInfo(self.config, self.hp, self.run_dir.path if self.run_dir else None,
                                      self.start, list(self.history), dict(summary)))
             yield
@@ -393,8 +434,7 @@ class Experiment:
             summary.update(status="failed", error=f"{type(exc).__name__}: {exc}")
             raise
         finally:
-            if restore_precision is not None:
-                restore_precision()
+            kernels.restore(kernel_settings)
             if self.progress is not None:
                 self.progress.close()
             summary["wall_seconds"] = self.wall_before + time.perf_counter() - self.started
@@ -412,10 +452,14 @@ class Experiment:
         ids = list(range(self.comm.num_clients)) if self.comm.is_main else list(self.comm.client_ids)
         initial = self.X0[:1].detach().to("cpu").expand(len(ids), -1)
         assert self.params is not None, "the runner calls save_params before result"
+        params: torch.Tensor | FinalParams = self.params
+        if self.comm.is_main and self.params_on_disk:  # written as shards: read back when first used
+            out = Path(self.out)
+            params = FinalParams(out / ckpt.PARAMS_SHARDS, lambda: ckpt.read_final_params(out)["params"])
         return Result(
             config=self.config,
             history=self.history,
-            params=self.params,
+            params=params,  # type: ignore[arg-type]  # a FinalParams reads itself back on first use (Result.params)
             initial_params=initial,
             client_ids=ids,
             param_names=list(self.layout.names),
@@ -425,24 +469,22 @@ class Experiment:
         )
 
 
-def tf32_matmuls():
-    """Allow TF32 for CUDA fp32 matmuls (`precision = "tf32"`); returns the function that puts PyTorch's setting back.
+def final_params_plan(config: Config, comm, out) -> str:
+    """How the final parameters leave the processes: "one file", "gathered" or "shards".
 
-    The per-backend API where torch has it (2.9+; mixing it with `allow_tf32` is an error there), else allow_tf32.
+    "one file": a single process writes X as params.pt. "shards": each process of a multi-process run writes its own
+    rows to params.shards/ (the default). "gathered": the main process assembles every row on its host and writes
+    params.pt, when `gather_params` asks for it, or when there is no run directory (the main process's `Result`
+    is then the only place the final parameters go).
     """
-    matmul = torch.backends.cuda.matmul
-    try:
-        previous = matmul.fp32_precision
-        matmul.fp32_precision = "tf32"
-        return lambda: setattr(matmul, "fp32_precision", previous)
-    except (AttributeError, RuntimeError):
-        previous = matmul.allow_tf32
-        matmul.allow_tf32 = True
-        return lambda: setattr(matmul, "allow_tf32", previous)
+    if comm.world_size == 1:
+        return "one file"
+    return "gathered" if config.gather_params or out is None else "shards"
 
 
 def _evaluate(model, layout, X, mean, comm, x, y, train_sub: Pair | None, client_test: Pair, config, chunk: int,
-              local_test: LocalTest | None = None, honest: torch.Tensor | None = None) -> dict[str, Any]:
+              local_test: LocalTest | None = None, honest: torch.Tensor | None = None,
+              local_train: LocalTest | None = None) -> dict[str, Any]:
     """Metrics of the averaged model `mean` (= comm.mean_rows(X)) and of every client row of X.
 
     With Byzantine clients (`honest`: the [m] bool mask of the honest ones, one process) every metric is over the
@@ -456,13 +498,15 @@ def _evaluate(model, layout, X, mean, comm, x, y, train_sub: Pair | None, client
     accuracies, Σ_i correct_i / n_i / m, not Σ_i correct_i / Σ_i n_i). The models are those after the round's
     gossip, like every metric here (docs/reference/update-rules.md#conventions; DisPFL-derived code gossips first and
     evaluates right after
-    local training).
+    local training). With `local_train` (`personal_train_eval`), personal_train_acc: client i's own model on its
+    own training data, summarised the same way.
     """
-    test_acc, test_loss = evaluate_row(model, layout, mean, x, y, config.eval_batch_size)
+    # the averaged model once in all: each process its share of the batches, the sums added (`evaluate_row`)
+    test_acc, test_loss = evaluate_row(model, layout, mean, x, y, config.eval_batch_size, comm)
     record: dict[str, Any] = {"test_acc": test_acc, "test_loss": test_loss}
     if train_sub is not None:
         record["train_acc"], record["train_eval_loss"] = evaluate_row(
-            model, layout, mean, *train_sub, config.eval_batch_size
+            model, layout, mean, *train_sub, config.eval_batch_size, comm
         )
     accs = comm.gather_rows(client_accuracies(model, layout, X, *client_test, config.eval_batch_size, chunk,
                                               min_per_client=config.batch_size))
@@ -474,19 +518,28 @@ def _evaluate(model, layout, X, mean, comm, x, y, train_sub: Pair | None, client
         client_acc_std=float(accs.std(unbiased=False)),
         client_acc_min=float(accs.min()),
         client_acc_max=float(accs.max()),
-        consensus_distance=consensus_distance(X, comm, honest),
+        consensus_distance=consensus_distance(X, comm, honest, mean),  # the x̄ computed once per evaluation
     )
     if local_test is not None:
         personal, global_ = local_accuracies(model, layout, X, mean, *local_test, config.eval_batch_size, chunk,
                                              min_per_client=config.batch_size)
-        for name, values in (("personal_acc", personal), ("global_acc", global_)):
-            values = comm.gather_rows(values)
-            values = values if honest is None else values[honest.to(values.device)]
-            record.update({f"{name}_mean": float(values.mean()), f"{name}_std": float(values.std(unbiased=False)),
-                           f"{name}_min": float(values.min())})
+        record.update(_over_clients("personal_acc", personal, comm, honest))
+        record.update(_over_clients("global_acc", global_, comm, honest))
+    if local_train is not None:
+        personal_train, _ = local_accuracies(model, layout, X, mean, *local_train, config.eval_batch_size, chunk,
+                                             min_per_client=config.batch_size, with_global=False)
+        record.update(_over_clients("personal_train_acc", personal_train, comm, honest))
     if comm.is_main:
         record["client_acc"] = [round(a, 6) for a in accs.tolist()]
     return record
+
+
+def _over_clients(name: str, values: torch.Tensor, comm, honest: torch.Tensor | None) -> dict[str, float]:
+    """`name`_mean, _std (population) and _min of this process's per-client `values` over every (honest) client."""
+    values = comm.gather_rows(values)
+    values = values if honest is None else values[honest.to(values.device)]
+    return {f"{name}_mean": float(values.mean()), f"{name}_std": float(values.std(unbiased=False)),
+            f"{name}_min": float(values.min())}
 
 
 def _hessian(model, layout, mean, sample: Pair, config: Config) -> float:

@@ -11,6 +11,7 @@ import math
 import os
 import tempfile
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -100,7 +101,7 @@ def _jsonable(value: Any):
 
 
 class RunDirectory:
-    """`runs/<name>/`.
+    """A run directory: --out, or a new `runs/<name>-<YYYYmmdd-HHMMSS>/` (`dfl.directories.NewDirectory`).
 
     config.toml, metrics.jsonl, summary.json, partition.json, checkpoint.pt, params.pt, and the marker
     `dfl-directory.json` (`dfl.directories`).
@@ -184,6 +185,7 @@ SUMMARY_ROWS = (
     ("client_acc_max", "client accuracy max", "{:.2%}"),
     ("personal_acc_mean", "personal accuracy mean (local tests)", "{:.2%}"),
     ("global_acc_mean", "global accuracy mean (local tests)", "{:.2%}"),
+    ("personal_train_acc_mean", "personal train accuracy mean (own data)", "{:.2%}"),
     ("train_loss", "train loss (local)", "{:.4f}"),
     ("consensus_distance", "consensus distance", "{:.3e}"),
     ("hessian_top_eig", "top Hessian eigenvalue", "{:.4g}"),
@@ -256,6 +258,18 @@ def human_bytes(n: float) -> str:
     return str(n)
 
 
+@dataclass(frozen=True)
+class FinalParams:
+    """The final parameters of a multi-process run as every rank wrote them (`where`: params.shards/), not yet read.
+
+    `Result.params` calls `read` (`dfl.engine.checkpoint.read_final_params`: every row, onto the host) the first
+    time it is used.
+    """
+
+    where: Path
+    read: Callable[[], torch.Tensor]
+
+
 @dataclass
 class Result:
     """What `dfl.run` returns.
@@ -264,15 +278,18 @@ class Result:
     `client_ids`) with their layout, summary.json and the run directory.
 
     In a single process, and on the main process of a multi-process run, `params` holds every client ([m, d], row i
-    = client i), assembled on the host block by block from the processes that trained them. Every other process
-    holds only its own block there (`client_ids`, the clients of its rows): no process but the main one ever
-    materialises the whole population. `initial_params` is a read-only view of the common start x_0 repeated
-    (`.clone()` it to write into it).
+    = client i). In a multi-process run with a run directory, every process wrote its own rows to params.shards/,
+    and the main process's `params` reads them all back onto its host the first time it is used (nothing is held
+    until then); with `gather_params = true`, or without a run directory, they were assembled there block by block
+    at the end of the run. Every other process holds only its own block there (`client_ids`, the clients of its
+    rows). `initial_params` is a read-only view of the common start x_0 repeated (`.clone()` it to write into it).
     """
 
     config: Config
     history: list[dict[str, Any]]  # one dict per evaluated round
-    params: torch.Tensor  # [len(client_ids), d] final client parameters (CPU), row r = client client_ids[r]
+    # [len(client_ids), d] final client parameters (CPU), row r = client client_ids[r]; read on first use when they
+    # are on disk (`FinalParams`); not in repr, which would read them
+    params: torch.Tensor = field(repr=False)
     initial_params: torch.Tensor  # [len(client_ids), d], a view of x_0
     param_names: list[str]  # flat layout: names in order (see `layout` for shapes and offsets)
     summary: dict[str, Any]
@@ -280,3 +297,18 @@ class Result:
     out_dir: Path | None = None
     extras: dict[str, Any] = field(default_factory=dict)
     client_ids: list[int] | None = None  # the clients of the rows of params (None: all, in order)
+
+
+def _params(self: Result) -> torch.Tensor:
+    value = self.__dict__["params"]
+    if isinstance(value, FinalParams):  # on disk: read once, on first use
+        value = self.__dict__["params"] = value.read()
+    return value
+
+
+def _set_params(self: Result, value: torch.Tensor | FinalParams) -> None:
+    self.__dict__["params"] = value
+
+
+# `params` is a dataclass field (constructor, fields(), replace) whose value may stay on disk until it is used
+Result.params = property(_params, _set_params)  # type: ignore[assignment]

@@ -13,9 +13,12 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import torch
+
 from dfl import threads
 from dfl.algorithms.base import EngineCommunicator, missing_members
 from dfl.config import Config
+from dfl.directories import NewDirectory
 from dfl.engine.distributed import communicator_from_env  # before any process group: see its torch._dynamo note
 from dfl.engine.experiment import Experiment
 from dfl.engine.results import Result
@@ -42,7 +45,7 @@ def raise_on_signal(signum, frame) -> None:
 def run(  # over 50 lines by its docstring alone: dfl.run's documentation of every argument
     config: Config | None = None,
     data: FederatedData | None = None,
-    out: str | Path | None = None,
+    out: str | Path | NewDirectory | None = None,
     overwrite: bool = False,
     comm: EngineCommunicator | None = None,
     resume: bool = False,
@@ -57,8 +60,13 @@ def run(  # over 50 lines by its docstring alone: dfl.run's documentation of eve
 
     Args:
         config: the run's options (default `Config()`).
-        data: the clients' data (`FederatedData`); None builds it from the config.
-        out: the run directory to write (docs/architecture.md#the-run-directory); None writes nothing.
+        data: the clients' data (`FederatedData`); None builds it from the config. Given, the config's dataset,
+            partition and their options are not used, and what depends on the data is checked on it
+            (`dfl.validate(config, data)`): e.g. more clients than the config's dataset has samples.
+        out: the run directory to write (docs/architecture.md#the-run-directory); None writes nothing; a
+            `dfl.directories.NewDirectory(stem)` (what `dfl run` without --out passes) makes a fresh
+            runs/<stem>-<YYYYmmdd-HHMMSS> when the run starts (rank 0 makes it, and tells the other ranks its name)
+            and removes it again if the run fails before writing there; its `path` says where.
         overwrite: replace an existing run directory.
         comm: a communicator to use as is (not closed): a `dfl.algorithms.base.EngineCommunicator`, e.g. a
             `dfl.engine.distributed.DistributedCommunicator` on a process group the caller made; None picks one
@@ -78,13 +86,27 @@ def run(  # over 50 lines by its docstring alone: dfl.run's documentation of eve
         The run's `Result` (every client's parameters on the main process, this process's block elsewhere).
     """
     _check_communicator(comm)
+    callers_threads = threads.torch_threads()  # given back when the run returns: global state left as found
+    try:
+        return _run_in(config, data, out, overwrite, comm, resume, model, callbacks)
+    finally:
+        threads.restore(callers_threads)
+
+
+def _run_in(config, data, out, overwrite: bool, comm, resume: bool, model, callbacks) -> Result:
+    """`run` between the caller's thread count and its restoring: the config, the communicator, the run."""
     config = _run_config(config, data, out, overwrite, resume, model)
     owned: EngineCommunicator | None = None
     if comm is None:
         comm = owned = communicator_from_env(config, config.clients)
+    new = out if isinstance(out, NewDirectory) else None
     try:
+        if new is not None:
+            out = _make_new_directory(new, comm)
         return _run(config, data, out, overwrite, comm, resume, model, callbacks)
     except BaseException as exc:
+        if new is not None and comm.is_main:
+            new.remove_if_unused()
         peer = comm.peer_failure(exc)
         if peer is not None:
             raise peer from exc
@@ -94,6 +116,35 @@ def run(  # over 50 lines by its docstring alone: dfl.run's documentation of eve
         if owned is not None:  # a communicator given by the caller stays open
             owned.close()
         memory.release_free_heap()  # the run's freed stacks go back to the OS, not held until the process exits
+
+
+NAME_BYTES = 4096  # the longest directory path (UTF-8) rank 0 tells the others
+
+
+def _make_new_directory(new: NewDirectory, comm: EngineCommunicator) -> Path:
+    """Rank 0 makes the new run directory; every rank returns its path.
+
+    The others learn the name through one sum over the processes of its UTF-8 bytes (they add zeros): the
+    communicator's own collective, so a rank that fails here is reported like a failure in a round. The bytes are
+    set-up, not the run's traffic: `bytes_moved` is left as it was.
+    """
+    path = new.make("run") if comm.is_main else None
+    if comm.world_size == 1:
+        assert path is not None
+        return path
+    encoded = str(path).encode() if path is not None else b""
+    if len(encoded) > NAME_BYTES:
+        raise ConfigError(f"the new run directory's path is over {NAME_BYTES} bytes: {str(path)[:80]}...; give a "
+                          "shorter --out")
+    codes = torch.zeros(NAME_BYTES, dtype=torch.int32, device=comm.device or "cpu")
+    if encoded:
+        codes[:len(encoded)] = torch.tensor(list(encoded), dtype=torch.int32)
+    moved = comm.bytes_moved
+    codes = comm.sum(codes).cpu()
+    comm.bytes_moved = moved
+    text = bytes(int(c) for c in codes[codes > 0]).decode()
+    new.path = Path(text)
+    return new.path
 
 
 def _check_communicator(comm) -> None:
@@ -117,7 +168,7 @@ def _run_config(config: Config | None, data, out, overwrite: bool, resume: bool,
         from dfl.models import spec_of
 
         config = config.replace(model=spec_of(model))
-    config = validate(config)
+    config = validate(config, data)  # own data: what depends on the data is checked on it, not on config.dataset
     threads.apply(config.threads)
     return config
 
@@ -136,12 +187,13 @@ def _check_arguments(config, data, out, overwrite, resume) -> None:
     if data is not None and not isinstance(data, FederatedData):
         raise ArgumentError(f"data must be a dfl.data.FederatedData (FederatedData.build(...) or "
                             f"FederatedData.from_arrays(...)) or None, got {type(data).__name__}")
-    if out is not None and not isinstance(out, (str, os.PathLike)):
-        raise ArgumentError(f"out must be a directory path (str or pathlib.Path) or None, got {type(out).__name__}")
+    if out is not None and not isinstance(out, (str, os.PathLike, NewDirectory)):
+        raise ArgumentError(f"out must be a directory path (str or pathlib.Path), a dfl.directories.NewDirectory or "
+                            f"None, got {type(out).__name__}")
     for name, value in (("overwrite", overwrite), ("resume", resume)):
         if not isinstance(value, bool):
             raise ArgumentError(f"{name} must be True or False, got {type(value).__name__} {value!r}")
-    if resume and out is None:
+    if resume and (out is None or isinstance(out, NewDirectory)):
         raise ConfigError("resume=True needs out= (the run directory holding checkpoint.pt)")
     if resume and overwrite:
         raise ConfigError("resume and overwrite exclude each other: resume continues the run in out, overwrite "
@@ -156,7 +208,9 @@ def _run(config: Config, data, out, overwrite: bool, comm: EngineCommunicator, r
     every evaluated round's metrics go out (metrics.jsonl, progress, loggers, callbacks); a stop they ask for ends
     the loop after that round's checkpoint. `comm.check_peers()` stands before what leaves the process: under NCCL
     a group aborted for another rank's failure leaves garbage in the collectives that were in flight, and the host
-    syncs after them return normally (`dfl.engine.distributed.failures`).
+    syncs after them return normally (`dfl.engine.distributed.failures`). `comm.finish()` follows the last
+    collective (the barrier that ends `save_params`): from there on no rank watches this one, so the end of the run
+    (summary.json, loggers) cannot be taken for a dead rank however long it takes.
     """
     exp = Experiment(config, data, out, overwrite, comm, resume, given_model, callbacks)
     with exp.status():
@@ -171,6 +225,7 @@ def _run(config: Config, data, out, overwrite: bool, comm: EngineCommunicator, r
             if exp.checkpoint_due(t):
                 comm.check_peers()
                 exp.checkpoint(t)
-        exp.save_params()
+        exp.save_params()  # ends with a barrier: the run's last collective
         comm.check_peers()
+        comm.finish()  # nobody waits for this rank any more: its end of run (summary, loggers) takes what it takes
     return exp.result()

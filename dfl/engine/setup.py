@@ -42,7 +42,7 @@ def build_topology(config: Config, n: int, sizes: Sequence[int] | None = None):
     if is_centralized(config.algorithm):
         return topologies.build("full", n)
     options = topology_registry.run_options(config)  # random graphs follow the run's seed unless options set one
-    if config.weights == "sample-count" and "sizes" not in options:
+    if config.weights == "sample-count" and "sizes" not in options:  # `dfl.topologies.RUN_FILLED` (dfl list)
         if sizes is None:
             raise ConfigError("weights = sample-count needs the clients' sample counts: topology_options sizes = "
                               "[n_1, ..., n_m], one per client, or a run, which passes its partition's")
@@ -125,7 +125,18 @@ def local_test_sets(data, client_ids: Sequence[int]) -> LocalTest:
     The pooled train set, their rows of it concatenated in client order, where each client starts, how many it has
     (the arguments of `evaluate.local_accuracies`).
     """
-    parts = [data.local_test_indices[i] for i in client_ids]
+    return _client_sets(data, [data.local_test_indices[i] for i in client_ids])
+
+
+def local_train_sets(data, client_ids: Sequence[int]) -> LocalTest:
+    """(x, y, (index, offsets, sizes)) of the given clients' training data (`personal_train_eval`).
+
+    The same arrays as `local_test_sets` gives for the local test sets.
+    """
+    return _client_sets(data, [data.client_indices[i] for i in client_ids])
+
+
+def _client_sets(data, parts: list[torch.Tensor]) -> LocalTest:
     sizes = torch.tensor([p.numel() for p in parts], dtype=torch.long)
     device = data.train_x.device
     local = torch.cat(parts).to(device), (torch.cumsum(sizes, 0) - sizes).to(device), sizes.to(device)

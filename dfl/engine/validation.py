@@ -13,37 +13,49 @@ a wrong config is refused at once; only a plug-in named by entry point or "packa
 from __future__ import annotations
 
 from dataclasses import fields
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from dfl import algorithms, data, loggers, models, threads, topologies
+from dfl import algorithms, loggers, models, threads, topologies
+from dfl import data as datasets
 from dfl.config import Config, field_of, gather
+from dfl.data.types import DataShape
 from dfl.errors import ArgumentError, ConfigError
 from dfl.network import byzantine_settings
 from dfl.network import settings as network
 from dfl.training import privacy_settings as privacy
 from topologies import limits
 
+if TYPE_CHECKING:  # annotations only: a caller's data is already loaded (torch), validation imports none of it
+    from dfl.data import FederatedData
 
-def validate(config: Config) -> Config:
+
+def validate(config: Config, data: FederatedData | None = None) -> Config:
     """Check `config` as a run would, before any work, and return it.
 
     Returning it lets a caller write `config = validate(config)`.
 
+    Args:
+        config: the run's options.
+        data: the clients' own data a run will be given (`dfl.run(config, data=...)`), or None (the run loads the
+            config's dataset). Given, the checks that depend on the data are made on it: the config's dataset,
+            partition and their options (dataset, dataset_options, data_root, partition, partition_options, alpha)
+            are then not used, so not checked, and a round's size is checked against the given data.
+
     Raises:
         ConfigError: one message listing every mistake (`problems`), each naming the field and what is allowed.
     """
-    found = problems(config)
+    found = problems(config, data)
     if found:
         raise ConfigError("; ".join(found), found)
     return config
 
 
-def problems(config: Config) -> list[str]:
+def problems(config: Config, data: FederatedData | None = None) -> list[str]:
     """Every mistake of `config` at once: each field on its own, the rules between fields, each component's checks.
 
     The components check a copy of `config` whose fields already found wrong are at their defaults, so that one
     mistake is said once (clients = 0 is not also every component's complaint about zero clients); a problem of such
-    a field is said once (`dfl.config.gather`).
+    a field is said once (`dfl.config.gather`). `data` as `validate`'s.
     """
     if not isinstance(config, Config):
         raise ArgumentError(f"config must be a dfl.Config (dfl.Config(...), Config.from_toml(path) or "
@@ -52,18 +64,24 @@ def problems(config: Config) -> list[str]:
     defaults = Config()
     wrong = {field_of(problem) for problem in found} & {f.name for f in fields(Config)}
     config = config.replace(**{name: getattr(defaults, name) for name in wrong})
-    shape: list = []
 
     def the_topology() -> None:
         centralized = algorithms.is_centralized(config.algorithm)
         topologies.check_config(config, centralized, push_sum=algorithms.mixes_by_push_sum(config.algorithm))
 
     def the_data() -> None:
-        shape.append(data.check_config(config))
-        _check_round_size(config, shape[0])
+        _check_round_size(config, datasets.check_config(config) if data is None else _shape_of(data))
 
     def the_network() -> None:  # link faults, stragglers; compressed gossip; the asynchronous mode
         network.check_config(config, algorithms.is_centralized(config.algorithm))
+
+    def the_compression() -> None:
+        if config.compressor != "none" and not algorithms.takes_compression(config.algorithm):
+            raise ConfigError(f"compressor = {config.compressor} is not defined for {config.algorithm!r}, which "
+                              "gossips a tracker or correction beside its models each step, while compressed gossip "
+                              "(CHOCO) keeps one public copy per client, of the models; compressing both is another "
+                              "algorithm (BEER, Zhao et al., NeurIPS 2022), not built in: use compressor = none, or "
+                              f"one of {', '.join(algorithms.compressible_algorithms())}")
 
     def the_threat() -> None:
         byzantine_settings.check_config(config, algorithms.is_centralized(config.algorithm),
@@ -82,8 +100,14 @@ def problems(config: Config) -> list[str]:
     checks = [lambda: algorithms.check_config(config), the_topology, the_data, lambda: models.check_config(config),
               lambda: loggers.check_config(config),
               lambda: threads.check_config(config),  # "auto" or N >= 1 (dfl.threads: no torch, so the CLI checks it)
-              the_network, the_threat, the_privacy, async_compression]
+              the_network, the_compression, the_threat, the_privacy, async_compression]
     return gather(checks, found)
+
+
+def _shape_of(data: FederatedData) -> DataShape:
+    """The size of a caller's own data, as a dataset's card states it before loading (`dfl.data.DataShape`)."""
+    return DataShape(train=int(data.sizes.sum()), test=int(data.test_y.shape[0]),
+                     input_shape=tuple(data.input_shape), num_classes=int(data.num_classes))
 
 
 def unread_fields(config: Config) -> list[str]:
@@ -96,7 +120,7 @@ def unread_fields(config: Config) -> list[str]:
     """
     try:
         centralized = algorithms.is_centralized(config.algorithm)
-        return [*algorithms.unread_fields(config), *data.unread_fields(config),
+        return [*algorithms.unread_fields(config), *datasets.unread_fields(config),
                 *topologies.unread_fields(config, centralized)]
     except ConfigError:
         return []
@@ -121,8 +145,8 @@ def resolved(config: Config) -> Config:
     changes["algorithm_options"] = {name: hp[name] for name in algorithms.option_defaults(card)}
     if config.local_epochs is None and config.local_steps is None:
         changes["local_epochs"] = 1
-    if config.partition in data.DIRICHLET and config.alpha is None:
-        changes["alpha"] = data.ALPHA_DEFAULT
+    if config.partition in datasets.DIRICHLET and config.alpha is None:
+        changes["alpha"] = datasets.ALPHA_DEFAULT
     for _ in range(len(changes) + 1):  # leave unset each default the checks would refuse as a set value
         candidate = config.replace(**changes)
         refused = {field_of(problem) for problem in problems(candidate)} & set(changes)
@@ -184,8 +208,10 @@ def option_owner(key: str) -> str | None:
     """
     tables = (
         ("topology", "topology_options", lambda: ((n, topologies.topology_options(n)) for n in topologies.TOPOLOGIES)),
-        ("dataset", "dataset_options", lambda: ((n, data.DATASETS.card(n).options) for n in data.DATASETS)),
-        ("partition", "partition_options", lambda: ((n, data.partition_options(n)) for n in data.PARTITIONS)),
+        ("dataset", "dataset_options",
+         lambda: ((n, datasets.DATASETS.card(n).options) for n in datasets.DATASETS)),
+        ("partition", "partition_options",
+         lambda: ((n, datasets.partition_options(n)) for n in datasets.PARTITIONS)),
         ("model", "model_options", lambda: ((n, models.MODELS.card(n).options or {}) for n in models.MODELS)),
         ("algorithm", "algorithm_options",
          lambda: ((n, algorithms.option_defaults(algorithms.ALGORITHMS.card(n))) for n in algorithms.ALGORITHMS)),

@@ -42,7 +42,7 @@ def build(names: list[str], out_dir: str | Path | None) -> list[Logger]:
             raise ConfigError(str(exc)) from exc
         if getattr(cls, "needs_out_dir", False) and out_dir is None:
             raise ConfigError(f"loggers: {name!r} writes under the run directory, so the run needs one: pass "
-                              "out= to dfl.run (dfl run always has one: --out, default runs/<name>)")
+                              "out= to dfl.run (dfl run always has one: --out, default a new runs/<name>-<time>)")
         loggers.append(cls())
     return loggers
 

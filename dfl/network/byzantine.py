@@ -25,8 +25,8 @@ All Byzantine clients send the same message for alie and ipm; sign-flip and gaus
 
 Robust gossip (`ByzantineGossip.mix`): each step the Byzantine rows of the stack are replaced by their messages, each
 receiver combines its neighbourhood with `aggregator` (`dfl.network.robust`: mean = the topology's gossip itself,
-clipped-gossip, trimmed-mean, median), then the Byzantine rows are set to the new honest mean. A multi-process run is
-refused here: the attacker and the neighbourhood gathers read every client's row.
+clipped-gossip, trimmed-mean, bridge-trimmed-mean, median), then the Byzantine rows are set to the new honest mean.
+A multi-process run is refused here: the attacker and the neighbourhood gathers read every client's row.
 """
 
 from __future__ import annotations
@@ -186,7 +186,7 @@ class ByzantineGossip:
         hood = robust.Neighbourhoods.of(self.topology.sparse(step), dtype, device)
         b = self.threat.trim if self.threat.trim is not None else hood.byzantine_inputs(self.threat.byzantine)
         what = f"aggregator = {self.threat.aggregator} on topology = {self.topology.name} ({self.topology.n} clients)"
-        coordinate = self.threat.aggregator in ("median", "trimmed-mean")
+        coordinate = self.threat.aggregator in robust.COORDINATEWISE
         rows = robust.block_rows(hood.most if coordinate else 1, self.dim, torch.finfo(dtype).bits // 8, device, what)
         entry = (hood, b, rows)
         self._warn_isolated(hood, b)

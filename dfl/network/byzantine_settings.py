@@ -6,9 +6,10 @@
 - `byzantine` is a count (>= 1, an integer) or a fraction in (0, 1) of the clients (rounded to the nearest count, at
   least 1); at least one client stays honest. With byzantine > 0 an `attack` is needed; `attack` and `attack_scale`
   with byzantine = 0 are refused (a field set while it has no effect is an error).
-- `aggregator`: mean, clipped-gossip, trimmed-mean or median for the decentralized algorithms (each receiver over
-  its in-neighbours and itself); mean, median, trimmed-mean, krum or centered-clipping at the server of the
-  centralized ones. `trim` only for trimmed-mean, krum and clipped-gossip without a radius; `clip_radius` only for
+- `aggregator`: mean, clipped-gossip, trimmed-mean, bridge-trimmed-mean or median for the decentralized algorithms
+  (each receiver over its in-neighbours and itself); mean, median, trimmed-mean, krum or centered-clipping at the
+  server of the centralized ones. `trim` only for trimmed-mean, bridge-trimmed-mean, krum and clipped-gossip without
+  a radius; `clip_radius` only for
   clipped-gossip and centered-clipping (which needs it). A robust aggregator without Byzantine clients is allowed:
   it measures what robustness costs.
 - Algorithms: those whose card sets `byzantine` (they share only their models: dpsgd, dfedavg, dfedavgm, dfedsam,
@@ -30,9 +31,10 @@ from dfl.errors import ConfigError
 from topologies import limits
 
 FIELDS = ("byzantine", "attack", "attack_scale", "aggregator", "trim", "clip_radius")
-DECENTRALIZED = ("mean", "clipped-gossip", "trimmed-mean", "median")  # per receiver, over its neighbourhood
+# per receiver, over its neighbourhood (bridge-trimmed-mean: its neighbours', its own model kept; `dfl.network.robust`)
+DECENTRALIZED = ("mean", "clipped-gossip", "trimmed-mean", "bridge-trimmed-mean", "median")
 CENTRALIZED = ("mean", "median", "trimmed-mean", "krum", "centered-clipping")  # at the server, over the participants
-TRIMMING = ("trimmed-mean", "krum", "clipped-gossip")  # the aggregators that read `trim`
+TRIMMING = ("trimmed-mean", "bridge-trimmed-mean", "krum", "clipped-gossip")  # the aggregators that read `trim`
 CLIPPING = ("clipped-gossip", "centered-clipping")  # the aggregators that read `clip_radius`
 # the attack's strength when `attack_scale` is unset (alie: None = Baruch et al.'s z_max, `alie_z`)
 DEFAULT_SCALE = {"sign-flip": 1.0, "gaussian": 1.0, "alie": None, "ipm": 0.1}
@@ -118,8 +120,8 @@ def _check_aggregator(config, centralized: bool) -> None:
         raise ConfigError(f"aggregator = {name} is not a rule of {kind} {config.algorithm!r}; use one of "
                           f"{', '.join(allowed)}")
     if config.trim is not None and name not in TRIMMING:
-        raise ConfigError(f"trim = {config.trim} applies to aggregator = trimmed-mean, krum or clipped-gossip, not "
-                          f"{name}; unset it")
+        raise ConfigError(f"trim = {config.trim} applies to aggregator = {', '.join(TRIMMING[:-1])} or "
+                          f"{TRIMMING[-1]}, not {name}; unset it")
     if config.trim is not None and name == "clipped-gossip" and config.clip_radius is not None:
         raise ConfigError(f"trim = {config.trim} sets clipped-gossip's adaptive radius, but clip_radius = "
                           f"{config.clip_radius} fixes it; set one of them")

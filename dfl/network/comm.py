@@ -92,6 +92,9 @@ class LocalCommunicator:
     def check_peers(self) -> None:
         """Raise the failure of another process known here (none, in a world of one)."""
 
+    def finish(self) -> None:
+        """The run's last collective is done (nobody to tell in a world of one)."""
+
     def close(self) -> None:
         """Nothing to release in a single process."""
         pass

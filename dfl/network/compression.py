@@ -15,10 +15,11 @@ The three built-ins are the paper's examples; c = `compression`, k = ⌈c·d⌉ 
   the QSGD quantizer of Alistarh et al. (NeurIPS 2017, unbiased, E‖Q_s(x)‖² ≤ τ‖x‖²) divided by τ, as CHOCO
   writes qsgd_s: then ω = 1/τ. The level ⌊s|x|/‖x‖ + ξ⌋ ∈ {0, …, s} takes b − 1 bits, the sign one.
 
-Randomness (random-k's coordinates, qsgd's ξ) is drawn per (seed, gossip step, client): row r's uniforms come
-from a torch generator seeded with the counter-based hash of (seed, step, client id) (`dfl.data.sampler.
-client_keys`, as the network's faults), so a client's message does not depend on which process hosts it, the
-world size or a resume. Draws differ between CPU and CUDA generators (like any torch RNG).
+Randomness (random-k's coordinates, qsgd's ξ) is drawn per (seed, gossip step, client): row r's uniforms are a
+function of the counter-based hash of (seed, step, client id) alone (`dfl.data.sampler.client_keys`, as the network's
+faults): a torch generator seeded with it, or on CUDA for d ≤ 2^16 one batched counter-based draw of every row
+(`dfl.data.draws`), so a client's message does not depend on which process hosts it, the world size or a resume.
+Draws differ between CPU and CUDA (like any torch RNG).
 
 Bytes of one message (`message_bytes`, fixed-width encodings, counted exactly; `itemsize` = bytes of one value
 of the client stack, 4 in fp32):
@@ -35,6 +36,7 @@ import numpy as np
 import torch
 from typing_extensions import override
 
+from dfl.data import draws
 from dfl.data.sampler import client_keys
 from dfl.network.settings import COMPRESSORS, NONE, QSGD_BITS, fraction, qsgd_bits  # noqa: F401 (re-exported)
 
@@ -47,14 +49,9 @@ def kept(fraction: float, d: int) -> int:
 
 
 def uniforms(seed: int, step: int, client_ids, d: int, dtype: torch.dtype, device) -> torch.Tensor:
-    """[m, d] uniforms in [0, 1): row r from a generator seeded by hash(seed, step, client_ids[r])."""
+    """[m, d] uniforms in [0, 1): row r a function of hash(seed, step, client_ids[r]) alone (`dfl.data.draws`)."""
     keys = client_keys(seed, np.asarray(client_ids, dtype=np.int64), step, STREAM_COMPRESS)
-    device = torch.device(device)
-    out = torch.empty(len(keys), d, dtype=dtype, device=device)
-    for r, key in enumerate(keys.tolist()):
-        generator = torch.Generator(device=device).manual_seed(key)
-        torch.rand(d, generator=generator, dtype=dtype, device=device, out=out[r])
-    return out
+    return draws.uniforms(keys, d, dtype, device)
 
 
 def _keep(D: torch.Tensor, index: torch.Tensor) -> torch.Tensor:

@@ -398,7 +398,10 @@ class Network:
             from dfl.network.byzantine import ByzantineGossip
 
             assert start is not None, "Byzantine gossip starts from X_0"
-            return ByzantineGossip(gossip, self.threat, start)
+            robust_gossip = ByzantineGossip(gossip, self.threat, start)
+            if self.realised is not None:  # its size check read W'_0, which is no gossip: the metrics count only those
+                self.realised.take_used()  # (a resumed run's first round would average step 0 in, `metrics`)
+            return robust_gossip
         if self.compressor is None:
             return gossip
         faults = base = None

@@ -32,6 +32,7 @@ import numpy as np
 import scipy.sparse as sp
 import torch
 
+from dfl.models.kernels import ieee_matmuls
 from topologies import spectral
 
 # Dense wins when m² ≤ DENSE_FACTOR · Σ_steps (nnz + m): a dense matmul does 2m² flops per column of X and
@@ -154,28 +155,15 @@ def ieee_fp32(device: torch.device):
     """fp32 matmuls in full fp32 (no TF32) on a CUDA device while inside, outside autocast.
 
     Gossip averages exactly in the stack's precision whatever precision training uses (`precision = "tf32"` or "bf16"
-    change local training only). PyTorch's own setting is put back on the way out. A no-op on the CPU, whose fp32
-    matmuls are IEEE.
+    change local training only). The legacy and per-backend TF32 settings are changed together and PyTorch's own
+    setting is put back on the way out (`dfl.models.kernels.ieee_matmuls`: torch 2.9–2.11 refuse a cuBLAS call when
+    the two disagree). A no-op on the CPU, whose fp32 matmuls are IEEE.
     """
     if device.type != "cuda":
         yield
         return
-    matmul = torch.backends.cuda.matmul
-    with torch.autocast("cuda", enabled=False):
-        try:  # torch >= 2.9: the per-backend precision API (mixing it with allow_tf32 is an error there)
-            previous = matmul.fp32_precision
-            matmul.fp32_precision = "ieee"
-            legacy = False
-        except (AttributeError, RuntimeError):
-            previous, legacy = matmul.allow_tf32, True
-            matmul.allow_tf32 = False
-        try:
-            yield
-        finally:
-            if legacy:
-                matmul.allow_tf32 = previous
-            else:
-                matmul.fp32_precision = previous
+    with torch.autocast("cuda", enabled=False), ieee_matmuls():
+        yield
 
 
 def exact_matmul(A: torch.Tensor, X: torch.Tensor) -> torch.Tensor:
@@ -209,9 +197,12 @@ class RowsOperator:
     stack-sized temporaries (the heap of a rank grew by 5 stacks over a round of 4 steps, mlp × 1,500 clients per
     rank), and a tridiagonal product of 1,500 × 50,410 took 2.6 s on one core. Here A is kept as K = (most nonzeros
     of a row) slots per row, and each tile of output rows is K gathers of X's rows, multiplied and added in the
-    tile (every row sums its terms in CSR order); the few terms on received rows are added at the end. The output is
-    the only stack-sized allocation; temporaries are one tile (TILE_BYTES on the CPU, DEVICE_TILE_BYTES on a GPU).
-    Index and weight tables are built once per step matrix and sent to the device in one copy each.
+    tile (every row sums its terms in CSR order); the few terms on received rows are added at the end, the j-th
+    received term of every row in the j-th `index_add_` (a row appears at most once per call: on CUDA no two atomic
+    adds race for one row, so the sums are the same every run, and on the CPU, whose `index_add_` adds in index order,
+    the same as one call with every term). The output is the only stack-sized allocation; temporaries are one tile
+    (TILE_BYTES on the CPU, DEVICE_TILE_BYTES on a GPU). Index and weight tables are built once per step matrix and
+    sent to the device in one copy each.
     """
 
     def __init__(self, A, n: int, dtype: torch.dtype, device: torch.device, sort: bool = True):
@@ -230,8 +221,13 @@ class RowsOperator:
         vals[row_of, slot] = A.data
         remote = cols >= n
         self.remote = bool(remote.any())
-        r_rows, r_slots = np.nonzero(remote)
+        r_rows, r_slots = np.nonzero(remote)  # row-major: each row's received terms in CSR order
         r_src, r_vals = cols[r_rows, r_slots] - n, vals[r_rows, r_slots]
+        # the rank of each received term within its row: the call of `__call__` that adds it
+        rank = np.arange(len(r_rows)) - np.searchsorted(r_rows, r_rows)
+        order = np.argsort(rank, kind="stable")
+        r_rows, r_src, r_vals = r_rows[order], r_src[order], r_vals[order]
+        self.remote_calls = np.bincount(rank, minlength=1).tolist() if len(rank) else []
         cols[remote], vals[remote] = 0, 0.0  # a received row's term: added at the end
         self.rows, self.K = rows, K
         index = torch.from_numpy(np.concatenate([cols.reshape(-1), r_rows, r_src])).to(device, non_blocking=True)
@@ -259,7 +255,10 @@ class RowsOperator:
                 part.addcmul_(flat[self.cols[a:b, k]], self.vals[a:b, k])
         if self.remote:
             assert R is not None, "an operator with received rows is applied with them"
-            view.index_add_(0, self.remote_rows, R.reshape(R.shape[0], -1)[self.remote_src] * self.remote_vals)
+            received = R.reshape(R.shape[0], -1)
+            for rows, src, vals in zip(*(torch.split(t, self.remote_calls) for t in (
+                    self.remote_rows, self.remote_src, self.remote_vals))):
+                view.index_add_(0, rows, received[src] * vals)  # rows distinct within a call
         return out
 
 
@@ -435,8 +434,13 @@ class Gossip:
         return self._apply(self.method(first_step, steps, X), X, first_step, steps)
 
     def _exchange_matrix(self, step: int):
-        """What a multi-process communicator gets per step: the dense matrix for small m, else scipy CSR."""
-        if self.topology.n <= DENSE_MAX_CLIENTS:
+        """What a multi-process communicator gets per step: the dense matrix for small m, else scipy CSR.
+
+        A random schedule (time-varying without a period) always gets CSR: each of its steps is a new matrix, so
+        its exchange plan is built every step from the nonzeros alone, and no dense [m, m] is made per step.
+        """
+        random = self.topology.is_time_varying and self.topology.period is None
+        if self.topology.n <= DENSE_MAX_CLIENTS and not random:
             return self.topology.matrix(step)
         return self.topology.sparse(step)
 

@@ -13,10 +13,18 @@ padded [m, K] table (K = max_i k_i; slot 0 is i itself, padding masked), process
   neighbours are clipped to it; b = 1 is the rule of the authors' code (epfml/byzantine-robust-decentralized-optimizer,
   `SelfCenteredClipping`: the second-largest distance). A receiver with at most b neighbours gets τ_i = 0 (keeps x_i).
   τ = ∞ is plain gossip.
-- trimmed-mean (BRIDGE-T: Yang & Bajwa, "BRIDGE: Byzantine-resilient decentralized gradient descent", 2019): per
-  coordinate, the b largest and the b smallest of the k_i values are dropped and the remaining k_i − 2b averaged
-  (unweighted). A receiver with k_i <= 2b trims what it can, b_i = ⌊(k_i − 1)/2⌋ (with link faults an isolated
-  client keeps its model).
+- trimmed-mean: per coordinate, the b largest and the b smallest of the k_i values of the closed neighbourhood N̄_i
+  (the receiver's own among them) are dropped and the remaining k_i − 2b averaged (unweighted): the coordinate-wise
+  trimmed mean (Yin et al., ICML 2018) taken over N̄_i, as the code the BRIDGE authors released computes their
+  screening (INSPIRE-Lab-US/Byzantine-resilient-distributed-learning, `DecLearning.communication`, whose neighbour
+  lists hold the node itself). A receiver with k_i <= 2b trims what it can, b_i = ⌊(k_i − 1)/2⌋ (with link faults
+  an isolated client keeps its model).
+- bridge-trimmed-mean (BRIDGE-T as the paper states it: Fang, Yang & Bajwa, "BRIDGE: Byzantine-resilient
+  decentralized gradient descent", IEEE TSIPN 2022, arXiv 1908.08098): per coordinate, only the n_i = k_i − 1
+  neighbours' values are trimmed (the b largest and b smallest dropped) and the n_i − 2b left are averaged with the
+  receiver's own value, which is never trimmed: x_i ← (x_i + Σ_kept z_j) / (n_i − 2b + 1). A receiver with
+  n_i < 2b trims b_i = ⌊n_i/2⌋. The formula is as recalled from the paper's Algorithm 1 (its text was not at hand);
+  the difference from trimmed-mean is that an honest receiver's own model always counts.
 - median: per coordinate, the median of the k_i values (the mean of the two middle ones when k_i is even).
 
 Server (`server_aggregate`), over the participants' updates Δ_1 … Δ_n (unweighted):
@@ -40,6 +48,8 @@ import torch
 import topologies
 from dfl.errors import ConfigError
 
+# the rules that sort each coordinate of a receiver's neighbourhood: [K, rows, d] temporaries (`block_rows`)
+COORDINATEWISE = ("median", "trimmed-mean", "bridge-trimmed-mean")
 # temporaries of one block of receivers (a [K, rows, d] gather and its sorted copy) stay under this many bytes
 BLOCK_BYTES = {"cpu": 64 * 2**20, "cuda": 512 * 2**20}
 SORT_COPIES = 3  # the gather, the masked gather and the sorted values, alive together in a coordinate-wise rule
@@ -125,34 +135,66 @@ def clip_scale(radius: torch.Tensor | float, norm: torch.Tensor) -> torch.Tensor
     return (radius / norm).clamp(max=1.0).nan_to_num(nan=1.0)
 
 
+def trimmed_sum(G: torch.Tensor, count: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """Σ of the entries ranked b[r] … count[r] − b[r] − 1 along dim 0 of G [K, r, d], per coordinate.
+
+    The entries past count[r] must be +inf (they sort last): the b smallest and b largest of the first count[r] values
+    of each column are left out.
+    """
+    S = torch.msort(G)  # values only: no int64 index tensor
+    position = torch.arange(S.shape[0], device=S.device).view(-1, 1, 1)
+    keep = (position >= b.view(1, -1, 1)) & (position < (count - b).view(1, -1, 1))
+    return S.masked_fill_(~keep, 0.0).sum(dim=0)  # S is msort's own copy
+
+
 def coordinatewise(G: torch.Tensor, count: torch.Tensor, rule: str, b: torch.Tensor) -> torch.Tensor:
     """Median or trimmed mean along dim 0 of G [K, r, d], of the first count[r] entries of each column.
 
     The entries past count[r] must be +inf (they sort last); b [r] is each column group's trim (trimmed-mean).
     """
-    S = torch.msort(G)  # values only: no int64 index tensor
     if rule == "median":
+        S = torch.msort(G)
         lo = ((count - 1) // 2).view(1, -1, 1).expand(1, *S.shape[1:])
         hi = (count // 2).view(1, -1, 1).expand(1, *S.shape[1:])
         return (torch.gather(S, 0, lo) + torch.gather(S, 0, hi)).squeeze(0) / 2
-    position = torch.arange(S.shape[0], device=S.device).view(-1, 1, 1)
-    keep = (position >= b.view(1, -1, 1)) & (position < (count - b).view(1, -1, 1))
-    total = S.masked_fill_(~keep, 0.0).sum(dim=0)  # S is msort's own copy
-    return total / (count - 2 * b).to(S.dtype).view(-1, 1)
+    return trimmed_sum(G, count, b) / (count - 2 * b).to(G.dtype).view(-1, 1)
 
 
 def robust_step(M: torch.Tensor, hood: Neighbourhoods, rule: str, b: int, rows: int) -> torch.Tensor:
-    """One gossip step of a coordinate-wise rule ("median" or "trimmed-mean"): out_i = rule over {z_j : j ∈ N̄_i}.
+    """One gossip step of a coordinate-wise rule (`COORDINATEWISE`) for every receiver i.
 
-    M [m, d] holds each client's message (a receiver's own model in its own row); `rows` receivers per block. A
-    receiver with k_i <= 2b trims b_i = ⌊(k_i − 1)/2⌋ (what it can: an isolated one keeps its model).
+    median and trimmed-mean: out_i = the rule over {z_j : j ∈ N̄_i} (the receiver's own model among them); a receiver
+    with k_i <= 2b trims b_i = ⌊(k_i − 1)/2⌋ (what it can: an isolated one keeps its model). bridge-trimmed-mean:
+    out_i = (x_i + Σ of the neighbours' values left after trimming b_i of each end) / (n_i − 2b_i + 1), n_i = k_i − 1
+    neighbours, b_i = min(b, ⌊n_i/2⌋) (`bridge_step`). M [m, d] holds each client's message (a receiver's own model in
+    its own row); `rows` receivers per block.
     """
+    if rule == "bridge-trimmed-mean":
+        return bridge_step(M, hood, b, rows)
     out = torch.empty_like(M)
     trims = torch.minimum(torch.full_like(hood.count, b), (hood.count - 1) // 2)
     for s in row_slices(M.shape[0], rows):
         G = M[hood.index[s].T]  # [K, r, d]
         G = G.masked_fill_(~hood.valid[s].T.unsqueeze(-1), float("inf"))  # G is the gather's own copy
         out[s] = coordinatewise(G, hood.count[s], rule, trims[s])
+    return out
+
+
+def bridge_step(M: torch.Tensor, hood: Neighbourhoods, b: int, rows: int) -> torch.Tensor:
+    """BRIDGE-T's screening (module docstring): trim the neighbours' values only, then average with the own value.
+
+    Per coordinate, receiver i drops the b_i largest and b_i smallest of its n_i neighbours' values and averages the
+    n_i − 2b_i left with its own x_i: out_i = (x_i + Σ_kept z_j) / (n_i − 2b_i + 1). b_i = min(b, ⌊n_i/2⌋): with
+    n_i <= 2b it trims what it can (with no neighbour left, it keeps x_i).
+    """
+    out = torch.empty_like(M)
+    neighbours = hood.count - 1
+    trims = torch.minimum(torch.full_like(neighbours, b), neighbours // 2)
+    for s in row_slices(M.shape[0], rows):
+        G = M[hood.index[s, 1:].T]  # [K − 1, r, d]: the neighbour slots (slot 0 is the receiver)
+        G = G.masked_fill_(~hood.valid[s, 1:].T.unsqueeze(-1), float("inf"))
+        total = trimmed_sum(G, neighbours[s], trims[s]) + M[s]
+        out[s] = total / (neighbours[s] - 2 * trims[s] + 1).to(M.dtype).view(-1, 1)
     return out
 
 

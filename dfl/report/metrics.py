@@ -31,13 +31,15 @@ OPTIONAL_METRICS = {"hessian_top_eig", "personal_acc_mean", "global_acc_mean", "
 # personalized evaluation (`local_test_fraction`): mean, std and min over clients
 LOCAL_TEST_METRICS = ("personal_acc_mean", "personal_acc_std", "personal_acc_min",
                       "global_acc_mean", "global_acc_std", "global_acc_min")
+# each client's own model on its own training data (`personal_train_eval`): mean, std and min over clients
+PERSONAL_TRAIN_METRICS = ("personal_train_acc_mean", "personal_train_acc_std", "personal_train_acc_min")
 # unreliable networks (dfl.network.faults) and asynchronous gossip (dfl.engine.asynchronous)
 NETWORK_METRICS = ("links_up", "spectral_gap_realised", "steps_done_mean", "sim_time", "staleness_mean")
 CSV_METRICS = (
     "test_acc", "best_test_acc", "rounds_to_target", "train_acc", "gen_gap", "test_loss", "train_loss",
     "client_acc_mean", "client_acc_std", "client_acc_min", "client_acc_max", "consensus_distance",
     "bytes_sent_total", "final_round", "lambda", "lambda_Q", "gossip_steps", "hessian_top_eig",
-    *LOCAL_TEST_METRICS, *NETWORK_METRICS,
+    *LOCAL_TEST_METRICS, *PERSONAL_TRAIN_METRICS, *NETWORK_METRICS,
 )
 
 
@@ -74,7 +76,7 @@ def run_metrics(run: RunRecord, target: float | None) -> dict[str, float | None]
     out = {k: as_number(last.get(k)) for k in (
         "test_acc", "train_acc", "test_loss", "train_loss", "client_acc_mean", "client_acc_std",
         "client_acc_min", "client_acc_max", "consensus_distance", "bytes_sent_total", *LOCAL_TEST_METRICS,
-        *NETWORK_METRICS,
+        *PERSONAL_TRAIN_METRICS, *NETWORK_METRICS,
     )}
     out["final_round"] = as_number(last.get("round"))
     measured = [h for h in (as_number(m.get("hessian_top_eig")) for m in run.metrics) if h is not None]

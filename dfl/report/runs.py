@@ -156,11 +156,11 @@ def find_run_dirs(path: str | Path, skip: Iterable[Path] = ()) -> list[Path]:
             d for d in dirnames
             if not d.startswith(".") and d != REPORT_DIR and (here / d).resolve() not in skipped
         )
-    order = {(root / entry["dir"]).resolve(): i for i, entry in enumerate(_sweep_entries(root)) if "dir" in entry}
+    order = {(root / entry["dir"]).resolve(): i for i, entry in enumerate(sweep_entries(root)) if "dir" in entry}
     return sorted(found, key=lambda p: (order.get(p.resolve(), len(order)), str(p)))
 
 
-def _sweep_entries(root: Path) -> list[dict[str, Any]]:
+def sweep_entries(root: Path) -> list[dict[str, Any]]:
     """The entries of root/sweep.json that name a run directory.
 
     None when root holds no readable sweep.json: a report of a folder that is no sweep reads only its run
@@ -252,4 +252,4 @@ def missing_sweep_runs(root: str | Path, runs: list[RunRecord]) -> list[dict[str
     """sweep.json entries whose run directory holds no run (e.g. a run that failed before it started)."""
     root = Path(root)
     have = {r.path.resolve() for r in runs}
-    return [e for e in _sweep_entries(root) if "dir" in e and (root / e["dir"]).resolve() not in have]
+    return [e for e in sweep_entries(root) if "dir" in e and (root / e["dir"]).resolve() not in have]

@@ -17,22 +17,41 @@ from dfl.models.modes import eval_mode
 
 
 @torch.no_grad()
-def evaluate_row(model, layout, row: torch.Tensor, x: torch.Tensor, y: torch.Tensor, batch_size: int):
+def evaluate_row(model, layout, row: torch.Tensor, x: torch.Tensor, y: torch.Tensor, batch_size: int, comm=None):
     """(accuracy, mean cross-entropy) of one parameter row on (x, y).
 
-    The sums stay on the device (float64) until the end: one device-to-host copy per call, not two per batch.
+    The sums stay on the device (float64) until the end: one device-to-host copy per call, not two per batch. With a
+    communicator `comm` of several processes, each evaluates its own contiguous share of the batches (the same batches
+    as one process would, `batch_share`) and the sums are added over the processes: the row is evaluated once in all,
+    not once per process. Every process gets the totals.
     """
     params = layout.views(row)
     sums = torch.zeros(2, dtype=torch.float64, device=row.device)  # (correct, loss)
+    first, last = batch_share(x.shape[0], batch_size, comm)
     with eval_mode(model):
-        for s in range(0, x.shape[0], batch_size):
+        for s in range(first, last, batch_size):
             logits = functional_call(model, params, (x[s : s + batch_size],))
             target = y[s : s + batch_size]
             sums[1] += F.cross_entropy(logits, target, reduction="sum").double()
             sums[0] += (logits.argmax(dim=1) == target).sum()
+    if comm is not None and comm.world_size > 1:
+        sums = comm.sum(sums)
     n = max(x.shape[0], 1)
     correct, loss = sums.tolist()
     return correct / n, loss / n
+
+
+def batch_share(n: int, batch_size: int, comm=None) -> tuple[int, int]:
+    """The samples [first, last) of n whose batches (of `batch_size`, from 0) this process evaluates.
+
+    Process r of P takes batches ⌊rB/P⌋ .. ⌊(r+1)B/P⌋ − 1 of the B = ⌈n/batch_size⌉: every batch is the one a single
+    process evaluates, so only the order in which the float64 sums are added differs with the world size.
+    """
+    if comm is None or comm.world_size <= 1:
+        return 0, n
+    batches = -(-n // batch_size)
+    rank, world = comm.rank, comm.world_size
+    return min(n, rank * batches // world * batch_size), min(n, (rank + 1) * batches // world * batch_size)
 
 
 @torch.no_grad()
@@ -65,8 +84,8 @@ def _per_client_batch(batch_size: int, chunk: int, m: int, min_per_client: int =
 
 @torch.no_grad()
 def local_accuracies(model, layout, X, mean, x, y, local, batch_size: int, client_chunk: int,
-                     min_per_client: int = 1):
-    """(personal [m], global [m]).
+                     min_per_client: int = 1, with_global: bool = True):
+    """(personal [m], global [m]; None without `with_global`).
 
     Accuracy of each row x_i of X, and of the averaged model `mean`, on client i's own local test set. `local` =
     (index, offsets, sizes): client i's test samples are rows index[offsets[i] : offsets[i] + sizes[i]] of (x, y),
@@ -76,13 +95,16 @@ def local_accuracies(model, layout, X, mean, x, y, local, batch_size: int, clien
     training schedules, a block holds only the clients that still have samples at those positions (a masked,
     padded block when their sizes differ), so skewed sizes cost what their samples cost. Global: one model, so
     every client's test samples are concatenated and evaluated in batches of `batch_size`, then counted per client.
-    `b` follows `_per_client_batch` (with `min_per_client`).
+    `b` follows `_per_client_batch` (with `min_per_client`). The same works on any per-client sets, e.g. each
+    client's training data (`personal_train_eval`, which needs only the personal part: `with_global=False`).
     """
     with eval_mode(model):
-        return _local_accuracies(model, layout, X, mean, x, y, local, batch_size, client_chunk, min_per_client)
+        return _local_accuracies(model, layout, X, mean, x, y, local, batch_size, client_chunk, min_per_client,
+                                 with_global)
 
 
-def _local_accuracies(model, layout, X, mean, x, y, local, batch_size: int, client_chunk: int, min_per_client: int):
+def _local_accuracies(model, layout, X, mean, x, y, local, batch_size: int, client_chunk: int, min_per_client: int,
+                      with_global: bool):
     index, offsets, sizes = local
     m = X.shape[0]
     forward = vmap(lambda row, xb: functional_call(model, layout.views(row), (xb,)))
@@ -105,6 +127,8 @@ def _local_accuracies(model, layout, X, mean, x, y, local, batch_size: int, clie
         stack = X[c : c + rows.numel()] if rows.numel() == min(chunk, m - c) else X[rows]  # all: a view
         hits = (forward(stack, x[samples]).argmax(dim=2) == y[samples]) & valid
         personal[rows] += hits.sum(dim=1)
+    if not with_global:
+        return personal.double() / sizes, None
     owner = torch.repeat_interleave(torch.arange(m, device=X.device), sizes, output_size=int(host_sizes.sum()))
     global_ = torch.zeros(m, dtype=torch.long, device=X.device)
     params = layout.views(mean)
@@ -126,13 +150,16 @@ def row_blocks(X: torch.Tensor):
         yield slice(s, s + rows)
 
 
-def consensus_distance(X: torch.Tensor, comm, honest: torch.Tensor | None = None) -> float:
+def consensus_distance(X: torch.Tensor, comm, honest: torch.Tensor | None = None,
+                       mean: torch.Tensor | None = None) -> float:
     """(1/m) Σ_i ‖x_i − x̄‖² over all clients of all processes (summed block by block in float64).
 
     With `honest` (the [m] bool mask of the honest clients, one process: `dfl.network.byzantine`), over them only:
-    (1/|H|) Σ_{i∈H} ‖x_i − x̄_H‖², x̄_H their mean.
+    (1/|H|) Σ_{i∈H} ‖x_i − x̄_H‖², x̄_H their mean. `mean`: x̄ (or x̄_H) when the caller has it already (an evaluation
+    computes it once), else computed here.
     """
-    mean = comm.mean_rows(X) if honest is None else honest_mean(X, honest)
+    if mean is None:
+        mean = comm.mean_rows(X) if honest is None else honest_mean(X, honest)
     local = torch.zeros(1, dtype=torch.float64, device=X.device)
     for rows in row_blocks(X):
         squares = (X[rows] - mean) ** 2

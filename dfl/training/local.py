@@ -10,10 +10,12 @@ One local step for client i with minibatch ξ (docs/reference/update-rules.md#sa
     g  = ∇f_i(y; ξ)                              plain, or
     g  = ∇f_i(y + ε; ξ),  ε = ρ g₀/(‖g₀‖ + ε₀)    SAM (g₀ = ∇f_i(y; ξ), same ξ; step taken from y)
     ε  = ρ T²g₀/‖T g₀‖,   T = |y| + η_a           ASAM (T on tensors named "weight", 1 elsewhere)
+    g  ← g + μ (y − a)                            a proximal term μ/2 ‖y − a‖² of the loss (FedProx; `Proximal`)
     g  ← transform(g)                             algorithm-specific correction (SCAFFOLD, FedCM, ...)
     g  ← g · min(1, c/‖g‖)                        per-client clipping (c = clip_grad_norm)
     g  ← g + λ y                                  weight decay
     b  ← μ b + g;   y ← y − η b                   heavy-ball momentum (μ = 0: SGD)
+    y  ← y ⊙ m                                   sparse training (a per-client mask m, DisPFL): after every step
 With `optimizer = "adam"` / `"adamw"` the last two lines are torch's Adam/AdamW step instead (`dfl.training.adam`): the
 SAM ascent still uses the plain gradient g₀, and Adam's moments are fed the gradient at the perturbed point.
 """
@@ -44,6 +46,26 @@ SAM_EPS = 1e-12
 
 # transform(g, y, rows) -> g: a correction of the clients' descent direction (rows = local client ids).
 Transform = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
+
+
+@dataclass(frozen=True)
+class Proximal:
+    """A proximal term μ/2 ‖y − a‖² added to every training client's loss: each step's gradient gains μ (y − a).
+
+    It enters where the loss gradient does (after the SAM gradient, before the transform, clipping, weight decay
+    and momentum or Adam) and is applied parameter by parameter on SGD's fast path, so μ = 0 changes no bit.
+
+    Attributes:
+        mu: μ ≥ 0.
+        anchor: a, `[d]` (the same for every client, e.g. FedProx's global model x_t) or `[m_local, d]` (one per row).
+    """
+
+    mu: float
+    anchor: torch.Tensor
+
+    def rows(self, where: slice | torch.Tensor) -> torch.Tensor:
+        """The anchor of the stack's rows `where`: [d] for a shared anchor, else those rows."""
+        return self.anchor if self.anchor.dim() == 1 else self.anchor[where]
 
 
 @dataclass(frozen=True)
@@ -125,14 +147,18 @@ class LocalTrainer:
         self.batched = forward is not None and not config.compile
         if forward is not None and self.batched:
             self._grad = self._eager_grad = batched_grad_and_value(forward, layout, device_type, bf16)
-        if config.compile:
+        self.compiled = bool(config.compile)
+        if self.compiled:
             if device_type == "cpu":
                 require_cpp_compiler()
             elif device_type == "cuda":
                 require_triton(data.train_x.device)
-            # dynamic=None: the first call specializes on its shapes; a second client count (a short last
-            # chunk, clients that finished their epochs) recompiles once with a symbolic client dimension.
-            self._grad = torch.compile(self._grad, dynamic=None)
+            # dynamic=False and a few fixed client counts (`compiled_sizes`: each call padded up to one): one graph
+            # per count, compiled once, however the clients are chunked; every call's rows in one layout (row
+            # views of an [a, d] stack, the SAM point too), so no stride guard fails either
+            self._grad = torch.compile(self._grad, dynamic=False)
+        if self.chunk is not None:
+            self.chunk = self._even_chunk(self.chunk)
 
     def schedule(self, round_index: int | np.ndarray, rows: torch.Tensor | None = None) -> RoundSchedule:
         """Round `round_index`'s batches for the local clients (or only the local rows `rows`).
@@ -172,9 +198,21 @@ class LocalTrainer:
         if chunk > estimate["memory_limit"]:  # only an explicit chunk can exceed it
             warnings.warn(f"client_chunk = {chunk} may not fit in memory: the estimate allows "
                           f"{estimate['memory_limit']} clients per call ({estimate})", stacklevel=2)
-        estimate["chunk"] = self.chunk = chunk
+        estimate["chunk"] = self.chunk = chunk = self._even_chunk(chunk)
         self.memory_estimate = estimate
         return chunk
+
+    def _even_chunk(self, chunk: int) -> int:
+        """The chunk a run uses: `chunk` (eager), or compiled the one that makes ⌈m/chunk⌉ calls of equal size.
+
+        Equal up to one client, so that the last call, padded to the chunk, costs at most one client more (100 clients
+        by 64: two calls of 50, not 64 + 36 padded to 64).
+        """
+        if not self.compiled:
+            return chunk
+        m = max(1, len(self.client_ids))
+        chunk = max(1, min(chunk, m))
+        return -(-m // -(-m // chunk))
 
     # ---------------------------------------------------------------- gradients of a batch
     def gradient(self, Xb: torch.Tensor, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
@@ -185,9 +223,25 @@ class LocalTrainer:
         losses = torch.empty(a, dtype=Xb.dtype, device=Xb.device)
         for s in range(0, a, chunk):
             e = min(s + chunk, a)
-            g, losses[s:e] = self._grad(self.layout.split(Xb[s:e]), batch.x[s:e], batch.y[s:e], batch.weight[s:e])
+            g, losses[s:e] = self._rows_grad(Xb[s:e], batch.slice(s, e))
             self.layout.join(g, out=grads[s:e])
         return grads, losses
+
+    def _rows_grad(self, rows: torch.Tensor, batch: Batch) -> tuple[tuple[torch.Tensor, ...], torch.Tensor]:
+        """Per-parameter gradients and losses of the [a, d] rows (row views: the layout of every call).
+
+        Compiled, the call is padded to the next of `compiled_sizes` by repeating the last client (its rows and
+        batch); the padding's results are dropped. Each client's gradient depends on its own row and batch only.
+        """
+        a = rows.shape[0]
+        size = padded_size(a, self.chunk) if self.compiled and self.chunk else a
+        if size != a:
+            rows, batch = _pad_rows(rows, size), Batch(batch.rows, *(_pad_rows(t, size) for t in (
+                batch.x, batch.y, batch.weight)))
+        g, loss = self._grad(self.layout.split(rows), batch.x, batch.y, batch.weight)
+        if size != a:
+            g, loss = tuple(q[:a] for q in g), loss[:a]
+        return g, loss
 
     def sam_gradient(self, Xb: torch.Tensor, batch: Batch, rule: LocalRule) -> tuple[torch.Tensor, torch.Tensor]:
         """The gradient at the SAM/ASAM point of the same minibatch, and the loss at Xb.
@@ -206,11 +260,13 @@ class LocalTrainer:
         (point,) = sam_point((Xb,), (g,), rule, (self.weight_mask,))
         return self.gradient(point, batch)[0], loss
 
-    def _sgd_step(self, Yb: torch.Tensor, b: torch.Tensor | None, batch: Batch, rule: LocalRule, lr: float):
+    def _sgd_step(self, Yb: torch.Tensor, b: torch.Tensor | None, batch: Batch, rule: LocalRule, lr: float,
+                  proximal: tuple[float, torch.Tensor] | None = None):
         """One SGD step, parameter by parameter, of the rows Yb.
 
         One step of SGD (SAM, clipping, weight decay, heavy-ball momentum; `rule.optimizer == "sgd"`, `rule.sam
         == "sam"`) for the rows Yb with momentum rows b, both updated in place; returns the losses [a] at Yb.
+        `proximal`: (μ, the anchor of these rows, [d] or [a, d]) adds μ (y − anchor) to the gradient.
 
         The same arithmetic as `sam_gradient` + `descent_direction`, element by element, but parameter by parameter
         on the gradients' own tensors and `ParamLayout.split` views of Yb and b: no `cat` joining the gradients into
@@ -218,9 +274,15 @@ class LocalTrainer:
         clipping) sum in another order: the norm of the per-parameter norms.
         """
         ys = self.layout.split(Yb)
-        g, loss = self._grad(ys, batch.x, batch.y, batch.weight)
-        if rule.rho > 0:  # the gradient at the SAM point y + ρ g/(‖g‖+ε₀), parameter by parameter
-            g = self._grad(tuple(sam_point(ys, g, rule, self.weight_masks)), batch.x, batch.y, batch.weight)[0]
+        grads, loss = self._rows_grad(Yb, batch)
+        g: Sequence[torch.Tensor] = grads
+        if rule.rho > 0:  # the gradient at the SAM point y + ρ g/(‖g‖+ε₀), parameter by parameter, written into
+            point = torch.empty_like(Yb)  # [a, d] rows: the same layout as Yb's (one compiled graph for both calls)
+            sam_point(ys, g, rule, self.weight_masks, out=self.layout.split(point))
+            g = self._rows_grad(point, batch)[0]
+        if proximal is not None:  # + μ (y − a); a [*shape] part of a shared anchor broadcasts over the rows
+            mu, anchor = proximal
+            g = [q.add(y - a, alpha=mu) for q, y, a in zip(g, ys, self.layout.split(anchor))]
         if rule.clip_grad_norm > 0:
             factor = (rule.clip_grad_norm / (row_norms(g) + 1e-6)).clamp(max=1.0)
             g = [q * per_row(factor, q) for q in g]
@@ -246,13 +308,17 @@ class LocalTrainer:
         transform: Transform | None = None,
         rows: torch.Tensor | None = None,
         adam: AdamState | None = None,
+        proximal: Proximal | None = None,
+        mask: torch.Tensor | None = None,
     ) -> LocalResult:
         """K local steps of `rule` from X (not modified), as in the papers' pseudo-code.
 
             for k = 0 .. K−1, for every client i (a chunk of clients per vectorized call):
                 g ← ∇f_i(sam_point(y_i); ξ_{i,k})        (the plain gradient when ρ = 0)
+                g ← g + μ (y_i − a_i)                     (a proximal term of the loss, if any)
                 g ← transform(g)                          (an algorithm's correction, if any)
                 y_i ← y_i − η · direction(g)              (clipping, weight decay, momentum or Adam)
+                y_i ← y_i ⊙ m_i                           (with a mask: sparse training)
             y_i ← x_i + clip_C(y_i − x_i) + σC ξ_i           (with differential privacy, `privacy`: the release)
 
         Args:
@@ -265,13 +331,18 @@ class LocalTrainer:
             rows: local row ids of the clients that train (e.g. the round's sampled clients); None = every row.
                 The other rows, buffers, Adam state and losses are left as they are / 0.
             adam: the clients' kept Adam state (Adam/AdamW rules), updated in place; None = fresh moments.
+            proximal: a proximal term μ/2 ‖y − a‖² of every client's loss (FedProx), or None.
+            mask: [m, d] bool (or 0/1) per-client masks: each trained row is multiplied by its mask after every
+                step, as DisPFL's code does to the parameters after each optimizer step. Gradients, clipping's norm,
+                weight decay and the momentum buffer stay dense; masked coordinates start and stay at 0 (start from
+                a masked X). None: no mask.
 
         Returns:
             The models, momentum buffers and Adam state after the round, each client's mean loss and step count.
         """
         chunk = self.chunk if self.chunk is not None else self.plan_chunk(X)
         schedule = self.schedule(round_index, rows)
-        state = _RoundState.start(X, rows, rule, momentum, adam)
+        state = _RoundState.start(X, rows, rule, momentum, adam, mask)
         # SGD with SAM, clipping, weight decay and momentum runs parameter by parameter (`_sgd_step`): no [a, d] join
         # of the gradients and no [a, d] temporaries; ASAM, Adam and transforms act on the joined rows
         by_parameter = transform is None and rule.optimizer == "sgd" and (rule.rho == 0 or rule.sam == "sam")
@@ -282,17 +353,21 @@ class LocalTrainer:
             # temporaries per step — on CPU that churn cost more than the arithmetic at 1,000 mlp clients.
             for part, at in state.chunks(batch, chunk):
                 if by_parameter:
-                    loss = self._sgd_step_at(state, at, part, rule, lr)
+                    loss = self._sgd_step_at(state, at, part, rule, lr, proximal)
                 else:
-                    loss = self._rows_step_at(state, at, part, rule, lr, transform)
+                    loss = self._rows_step_at(state, at, part, rule, lr, transform, proximal)
                 state.loss_sum[at.where] += loss.detach()
         state.release(X, self.privacy, schedule.client_ids, round_index)  # with DP: the updates clipped and noised
         return state.result(schedule)
 
-    def _sgd_step_at(self, state: _RoundState, at: _Rows, part: Batch, rule: LocalRule, lr: float) -> torch.Tensor:
+    def _sgd_step_at(self, state: _RoundState, at: _Rows, part: Batch, rule: LocalRule, lr: float,
+                     proximal: Proximal | None) -> torch.Tensor:
         """One `_sgd_step` of the rows `at` of the round's stack (views updated in place, or copies written back)."""
         Yb, b = state.Y[at.where], state.momentum_at(at)
-        loss = self._sgd_step(Yb, b, part, rule, lr)
+        term = None if proximal is None else (proximal.mu, proximal.rows(at.where))
+        loss = self._sgd_step(Yb, b, part, rule, lr, term)
+        if state.mask is not None:
+            Yb.mul_(state.mask[at.where])
         if not at.is_view:
             state.Y[at.where] = Yb
             if b is not None and state.buf is not None:
@@ -300,10 +375,12 @@ class LocalTrainer:
         return loss
 
     def _rows_step_at(self, state: _RoundState, at: _Rows, part: Batch, rule: LocalRule, lr: float,
-                      transform: Transform | None) -> torch.Tensor:
-        """One step on joined [a, d] rows: SAM/ASAM gradient, the algorithm's transform, `descent_direction`."""
+                      transform: Transform | None, proximal: Proximal | None) -> torch.Tensor:
+        """One step on joined [a, d] rows: SAM/ASAM gradient, proximal term, transform, `descent_direction`."""
         Yb, b = state.Y[at.where], state.momentum_at(at)
         g, loss = self.sam_gradient(Yb, part, rule)
+        if proximal is not None:
+            g = g.add(Yb - proximal.rows(at.where), alpha=proximal.mu)
         if transform is not None:
             g = transform(g, Yb, at.ids)
         step = descent_direction(g, Yb, rule, b, state.adam, at.where)
@@ -311,10 +388,13 @@ class LocalTrainer:
             if b is not None:
                 b.copy_(step)
             Yb.sub_(step, alpha=lr)
+            if state.mask is not None:
+                Yb.mul_(state.mask[at.where])
         else:
             if state.buf is not None:
                 state.buf[at.where] = step
-            state.Y[at.where] = Yb - lr * step
+            stepped = Yb - lr * step
+            state.Y[at.where] = stepped if state.mask is None else stepped.mul_(state.mask[at.where])
         return loss
 
 
@@ -348,6 +428,7 @@ class _RoundState:
         loss_sum: [m] each client's summed minibatch losses.
         index: the local row of each schedule row.
         everyone: whether every row trains, in order (schedule row r is local row r).
+        mask: [m, d] per-client masks applied after every step (sparse training), or None.
     """
 
     Y: torch.Tensor
@@ -356,10 +437,11 @@ class _RoundState:
     loss_sum: torch.Tensor
     index: torch.Tensor
     everyone: bool
+    mask: torch.Tensor | None = None
 
     @classmethod
     def start(cls, X: torch.Tensor, rows: torch.Tensor | None, rule: LocalRule, momentum: torch.Tensor | None,
-              adam: AdamState | None) -> _RoundState:
+              adam: AdamState | None, mask: torch.Tensor | None = None) -> _RoundState:
         """The state at the round's start: Y = X, momentum as kept (or 0), Adam state as kept (or fresh)."""
         m = X.shape[0]
         everyone = rows is None or _all_rows(rows, m)
@@ -370,7 +452,9 @@ class _RoundState:
         if rule.optimizer != "sgd" and adam is None:
             adam = AdamState.zeros(X)
         loss_sum = torch.zeros(m, device=X.device, dtype=X.dtype)
-        return cls(X.clone(), buf, adam, loss_sum, index, everyone)
+        if mask is not None and mask.shape != X.shape:
+            raise ValueError(f"mask must have the shape of X, {tuple(X.shape)}; got {tuple(mask.shape)}")
+        return cls(X.clone(), buf, adam, loss_sum, index, everyone, mask)
 
     def chunks(self, batch: Batch, chunk: int) -> Iterator[tuple[Batch, _Rows]]:
         """The batch's clients `chunk` at a time: each part of the batch and where its rows sit in the stack."""
@@ -409,7 +493,7 @@ class _RoundState:
 
 
 def sam_point(y: Sequence[torch.Tensor], g: Sequence[torch.Tensor], rule: LocalRule,
-              weight_mask: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+              weight_mask: Sequence[torch.Tensor], out: Sequence[torch.Tensor] | None = None) -> list[torch.Tensor]:
     r"""The SAM or ASAM point y + ε of every client row, the one place either is computed.
 
     SAM (Foret et al. 2021) and ASAM (Kwon et al. 2021), per client row, with ε₀ = `SAM_EPS`:
@@ -427,13 +511,18 @@ def sam_point(y: Sequence[torch.Tensor], g: Sequence[torch.Tensor], rule: LocalR
         g: the gradients at y, parts shaped as y's.
         rule: ρ (`rho`), the variant (`sam`), η_a (`asam_eta`) and T's form (`asam_form`).
         weight_mask: one bool mask per part, broadcastable to it: True on the coordinates of "weight" tensors.
+        out: parts to write y + ε into (SAM), e.g. `ParamLayout.split` views of an [a, d] stack; None: new tensors.
 
     Returns:
-        The parts of y + ε.
+        The parts of y + ε (`out`'s when given).
     """
     if rule.sam == "sam":  # y + ρ g/(‖g‖+ε₀) in one pass over each part (no separate ε tensor)
         scale = rule.rho / (row_norms(g) + SAM_EPS)
+        if out is not None:
+            return [torch.addcmul(p, q, per_row(scale, q), out=o) for p, q, o in zip(y, g, out)]
         return [torch.addcmul(p, q, per_row(scale, q)) for p, q in zip(y, g)]
+    if out is not None:
+        raise ValueError("sam_point writes into `out` for SAM only")
     if rule.asam_form == "dp-fedsam":
         T = [p.abs() for p in y]
     else:
@@ -441,6 +530,28 @@ def sam_point(y: Sequence[torch.Tensor], g: Sequence[torch.Tensor], rule: LocalR
     Tg = [t * q for t, q in zip(T, g)]
     norm = row_norms(Tg) + SAM_EPS
     return [p + rule.rho * t * tq / per_row(norm, tq) for p, t, tq in zip(y, T, Tg)]
+
+
+# Client counts a compiled gradient is called with: the chunk and the powers of two below it, at most this many in all
+# (below dynamo's recompile limit of 8 graphs per function), so a count that varies (clients that finished their
+# epochs, a sampled subset) pads up to one of them and never compiles more than this many graphs.
+COMPILED_SIZES = 6
+
+
+def compiled_sizes(chunk: int) -> list[int]:
+    """The client counts of the compiled gradient's calls for a run whose chunk is `chunk`, largest first."""
+    powers = [2**k for k in range(chunk.bit_length() - 1, -1, -1) if 2**k < chunk]
+    return ([chunk] + powers)[:COMPILED_SIZES]
+
+
+def padded_size(a: int, chunk: int) -> int:
+    """The smallest of `compiled_sizes(chunk)` that holds `a` clients (a <= chunk)."""
+    return min(size for size in compiled_sizes(chunk) if size >= a) if a < chunk else a
+
+
+def _pad_rows(t: torch.Tensor, size: int) -> torch.Tensor:
+    """The rows of t followed by copies of its last row, `size` rows in all (a contiguous [size, ...] tensor)."""
+    return torch.cat([t, t[-1:].expand(size - t.shape[0], *t.shape[1:])])
 
 
 def dropout_seed(seed: int, round_index: int, first_client: int) -> int:

@@ -46,6 +46,9 @@ ROUND_STACKS = 3
 STACK_COPIES = 1 + ROUND_STACKS  # without a measured `held_bytes`: X alone is held
 # [chunk, d] temporaries of one local step besides the gradient call: Y rows, g, the SAM point, the step.
 STEP_TEMPORARIES = 4
+# Rows of one stored chunk of a checkpoint or of the final parameters' shards (`dfl.engine.checkpoint`): what DCP's
+# writer copies to the host at a time, so what writing them costs beyond the stacks
+ROW_CHUNK_BYTES = 64 * 2**20
 
 
 class PeakTracker(TorchDispatchMode):
@@ -184,15 +187,60 @@ def choose_chunk(
     return chunk, estimate
 
 
-def held_bytes(rows: dict[str, torch.Tensor], async_engine=None) -> int:
+def held_bytes(rows: dict, async_engine=None) -> int:
     """Bytes of the per-client stacks a process holds.
 
-    Its rows of X and of every per-client state (`dfl.engine.checkpoint.local_rows`), and the asynchronous mode's
-    message pool when there is one.
+    Its rows of X and of every per-client state (`dfl.engine.checkpoint.local_rows`; an entry made only as it is
+    written, a `RowSource`, holds nothing), and the asynchronous mode's message pool when there is one
+    (`AsyncEngine.planned_pool_bytes`: what it holds and the next growth of it).
     """
-    total = sum(t.numel() * t.element_size() for t in rows.values())
-    pool = getattr(async_engine, "pool", None)
-    return int(total + (pool.numel() * pool.element_size() if pool is not None else 0))
+    total = sum(t.numel() * t.element_size() for t in rows.values() if isinstance(t, torch.Tensor))
+    pool = async_engine.planned_pool_bytes() if async_engine is not None else 0
+    return int(total + pool)
+
+
+def final_params_plan(how: str, clients: int, local_clients: int, dim: int, itemsize: int, device: torch.device,
+                      is_main: bool) -> dict[str, int | str]:
+    """The end of run's memory and writes on this process (`dfl.engine.experiment.final_params_plan`'s `how`).
+
+    host_bytes: host memory the final parameters take besides the run's stacks; written_bytes: what this process
+    writes. "one file" (one process): X on the host (a copy from a GPU) and params.pt. "gathered": the main process
+    assembles every client's rows on its host, m·d, and writes params.pt; the others copy their rows to their host.
+    "shards": every process writes its own rows through chunks of at most `ROW_CHUNK_BYTES` (`ckpt.save_final_params`)
+    and the main process reads nothing back until `Result.params` is used; the others keep their rows on the host
+    (their `Result.params`; a copy from a GPU).
+    """
+    row = dim * itemsize
+    on_gpu = device.type == "cuda"
+    local = local_clients * row
+    if how == "one file":
+        host, written = (local if on_gpu else 0), local
+    elif how == "gathered":
+        host = clients * row if is_main else (local if on_gpu else 0)
+        written = clients * row if is_main else 0
+    else:
+        host = min(local, ROW_CHUNK_BYTES) + (local if on_gpu and not is_main else 0)
+        written = local
+    return {"final_params": how, "final_params_host_bytes": int(host), "final_params_written_bytes": int(written)}
+
+
+def check_final_params(plan: dict[str, int | str], clients: int, dim: int) -> None:
+    """Refuse, before the first round, a run whose main process could not hold the final parameters it gathers.
+
+    The gathered population (`final_params_plan` "gathered") must fit in the host memory free now: a ConfigError
+    naming gather_params and the memory, instead of an out-of-memory kill after the last round.
+    """
+    need = int(plan["final_params_host_bytes"])
+    if plan["final_params"] != "gathered" or need == 0:
+        return
+    free = available_memory()
+    if need > free:
+        raise ConfigError(
+            f"gather_params: rank 0 would assemble the final parameters of all {clients:,} clients x {dim:,} "
+            f"parameters on its host at the end of the run, ~{_gib(need)}, more than the {_gib(free)} free there; "
+            "leave gather_params off and give the run a run directory (out): each process then writes its own rows "
+            "to params.shards/"
+        )
 
 
 def _gib(b: float) -> str:

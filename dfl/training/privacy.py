@@ -8,14 +8,16 @@ releases and public values), trains to y_i and shares, in place of y_i,
 
 the Gaussian mechanism on the round's update clipped to norm C (DP-FedAvg: McMahan et al., ICLR 2018, Algorithm 1
 with per-user clipping; DP-FedSAM: Shi et al., CVPR 2023, Algorithm 1, with the clipping over the whole update).
-Unlike both papers, whose server adds (or each client adds 1/√m of) noise calibrated to the *average* over the round's
-clients, every client here adds the full σC: in decentralized training each neighbour sees each message on its own,
-so each message must carry the guarantee (docs/how-to/differential-privacy.md).
+Unlike both papers, whose server adds noise of std σC to the *sum* of the round's m clipped updates (or each client
+adds σC/√m, whose m-fold sum has std σC; the average then carries σC/m), every client here adds the full σC: in
+decentralized training each neighbour sees each message on its own, so each message must carry the guarantee
+(docs/how-to/differential-privacy.md).
 
 The noise ξ_i of client i's r-th release is drawn from a generator seeded by (seed, i, r) alone, so it does not depend
 on which process holds the client, on which other clients train, or on a resume (the counts r are checkpointed). The
-clipping is vectorized over the rows (one norm per row, one scale); the noise is one `randn` per released row from its
-own seeded generator, on the run's device, with nothing read back to the host.
+clipping is vectorized over the rows (one norm per row, one scale); the noise is drawn on the run's device with nothing
+read back to the host: one `randn` per released row from its own seeded generator, or on CUDA for models of at most
+2^16 parameters one batched counter-based draw of every row (`dfl.data.draws`).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
+from dfl.data import draws
 from dfl.training.privacy_settings import PrivacySettings
 
 NOISE_STREAM = 0xD1FF  # separates the noise's seeds from every other stream drawn from the run's seed
@@ -52,14 +55,14 @@ def clip_updates(Y: torch.Tensor, X: torch.Tensor, clip: float) -> torch.Tensor:
 
 
 def add_noise(Y: torch.Tensor, std: float, seeds: Sequence[int]) -> torch.Tensor:
-    """Add N(0, std² I) to each row of Y, in place, row r's draw from a generator seeded with `seeds[r]`; returns Y."""
+    """Add N(0, std² I) to each row of Y, in place, row r's draw a function of `seeds[r]` alone; returns Y.
+
+    `dfl.data.draws.normals`: a generator seeded with it per row, or on CUDA for small models every row in one
+    batched counter-based draw; either way a client's noise is its own, whatever the others do.
+    """
     if std == 0 or not len(seeds):
         return Y
-    noise = torch.empty_like(Y)
-    generator = torch.Generator(device=Y.device)
-    for row, seed in enumerate(seeds):  # one draw per client: its noise is its own, whatever the others do
-        generator.manual_seed(seed)
-        torch.randn(Y.shape[1], generator=generator, out=noise[row], dtype=Y.dtype, device=Y.device)
+    noise = draws.normals(np.asarray(seeds, dtype=np.uint64), Y.shape[1], Y.dtype, Y.device)
     return Y.add_(noise, alpha=std)
 
 

@@ -121,20 +121,26 @@ def _datasets() -> list[dict]:
 
 
 def _partitions() -> list[dict]:
-    from dfl.data import PARTITIONS
+    from dfl.data import PARTITIONS, partition_options
 
-    return registry_entries(PARTITIONS)
+    entries = registry_entries(PARTITIONS)
+    for entry in entries:  # what a config may give: an option the dataset supplies (natural's split) is not one
+        entry["options"] = partition_options(entry["name"])
+    return entries
 
 
 def _weights() -> list[dict]:
-    registry = importlib.import_module("topologies.weights")
+    from dfl.topologies import weight_options
 
+    registry = importlib.import_module("topologies.weights")
     entries = []
     for name in registry.SCHEMES:  # each scheme's sparse_<name> (lazy: the function `lazy`) says what it gives
         fn = getattr(registry, "sparse_" + name.replace("-", "_"), None) or getattr(registry, name, None)
         description = summary(getattr(fn, "__doc__", None))
-        options = {"base": "metropolis"} if name == "lazy" else {"sizes": REQUIRED} if name == "sample-count" else {}
+        options, notes = weight_options(name)  # `topologies.weights.OPTIONS`, and what a run fills in
         entry = {"name": name, "description": description, "options": options}
+        if notes:
+            entry["note"] = "; ".join(notes)
         if name == "lazy" and hasattr(registry, "LAZY_BASES"):
             entry["choices"] = {"base": list(registry.LAZY_BASES)}
         entries.append(entry)

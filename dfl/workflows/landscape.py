@@ -1,7 +1,8 @@
 """The loss surface around a run's final averaged model, and its top Hessian eigenvalue (`dfl landscape`).
 
 Rebuilds the run's data and model from its `config.toml` (as `dfl run` does), averages the client rows of
-`params.pt` (or of `checkpoint.pt` for a run that has not finished), and evaluates the loss on a grid along two
+`params.pt` (`params.shards/`: a multi-process run's, each rank's rows; `checkpoint.pt` for a run that has not
+finished), and evaluates the loss on a grid along two
 filter-normalised random directions (`dfl.training.flatness`). Writes `RUN_DIR/plots/landscape.png` and
 `RUN_DIR/landscape.json`.
 """
@@ -54,15 +55,16 @@ def check_arguments(run_dir: str | Path, *, points: int = 21, span: float = 1.0,
         raise FileNotFoundError(f"{run_dir} is not a run directory: {run_dir / 'config.toml'} does not exist")
     read_toml(run_dir / "config.toml", "config file")  # unreadable bytes or syntax: one line naming the file
     if not any((run_dir / name).exists() for name in PARAM_FILES):
-        raise FileNotFoundError(f"{run_dir} has neither params.pt nor checkpoint.pt: the run has not saved "
-                                "parameters")
+        raise FileNotFoundError(f"{run_dir} has neither params.pt, params.shards/ nor checkpoint.pt: the run has not "
+                                "saved parameters")
     if directory_kind(run_dir) != "run":  # landscape.json is written into it
         raise OutputPathError(f"{run_dir} is not a run directory that dfl wrote (no dfl-directory.json, and its "
                               "config.toml is not a dfl config): dfl landscape writes landscape.json into it")
     return check_output_plot(Path(out) if out is not None else run_dir / "plots" / "landscape.png")
 
 
-PARAM_FILES = ("params.pt", "checkpoint.pt")  # the final parameters, else the last checkpoint's
+# the final parameters (one file, or every rank's rows of a multi-process run), else the last checkpoint's
+PARAM_FILES = ("params.pt", "params.shards", "checkpoint.pt")
 
 
 def landscape(run_dir: str | Path, *, points: int = 21, span: float = 1.0, samples: int = 2000, split: str = "train",
@@ -129,6 +131,13 @@ def _final_params(run_dir: Path) -> tuple[torch.Tensor, list[str] | None, str]:
                     saved = checkpoint.read(run_dir)
                 except Exception as exc:  # a truncated or foreign checkpoint: say which one
                     raise ValueError(f"cannot read the parameters from {path}: {exc}") from None
+            elif name == "params.shards":  # every rank's rows (dfl.engine.checkpoint.save_final_params)
+                from dfl.engine import checkpoint
+
+                try:
+                    saved = checkpoint.read_final_params(run_dir)
+                except Exception as exc:  # an interrupted write: say which directory
+                    raise ValueError(f"cannot read the parameters from {path}: {exc}") from None
             else:
                 saved = read_torch_file(path, "parameter file")
             params = saved.get("params") if isinstance(saved, dict) else None
@@ -138,7 +147,8 @@ def _final_params(run_dir: Path) -> tuple[torch.Tensor, list[str] | None, str]:
             if names is not None and not (isinstance(names, list) and all(isinstance(n, str) for n in names)):
                 raise ValueError(f"parameter file {path}: 'param_names' is not a list of names")
             return params, names, name
-    raise FileNotFoundError(f"{run_dir} has neither params.pt nor checkpoint.pt: the run has not saved parameters")
+    raise FileNotFoundError(f"{run_dir} has neither params.pt, params.shards/ nor checkpoint.pt: the run has not saved "
+                            "parameters")
 
 
 def _model_and_samples(config, args, dim: int, names: list[str] | None):

@@ -47,7 +47,14 @@ from dfl.network.gossip import COMPOSED_OFFSETS_FACTOR, RowsOperator, exact_matm
 from dfl.training.evaluate import row_blocks
 
 GOSSIP_MODES = ("p2p", "allgather")
-_CACHE_SIZE = 64  # exchange plans / products kept (static and periodic topologies reuse a few)
+# Backends whose ranks do not notice a dead peer by themselves, so that the heartbeat thread watches (and aborts the
+# group): NCCL. Tests add "gloo" to run the NCCL-only watch on the CPU.
+WATCHED_BACKENDS = ("nccl",)
+_CACHE_SIZE = 64  # exchange plans / products kept (static and periodic topologies reuse a few) ...
+# ... in at most this many bytes, the step matrices they keep alive included (one entry at least): a random
+# time-varying topology makes a new plan every gossip step, and 64 dense [m, m] float64 matrices were 2 GiB per rank
+# at m = 2,048. The memory planner sets it aside (`dfl.engine.build.client_chunk`).
+CACHE_BYTES = 256 * 2**20
 DENSE_PRODUCT_LIMIT = 20_000  # allgather mode: largest m whose [m, m] product is formed
 # all_gather_into_tensor under its torch 2.13 name (the old one warns FutureWarning at every call); older torch
 _ALL_GATHER = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
@@ -59,6 +66,8 @@ class DistributedCommunicator:
     `device`: where the run's tensors live (default: the CPU under gloo, the current CUDA device under NCCL); every
     tensor handed to a method must be there.
     """
+
+    cache_limit = CACHE_BYTES  # what the exchange plans and operators it keeps may hold (the memory planner's)
 
     def __init__(self, num_clients: int, gossip_mode: str = "p2p", device: torch.device | None = None,
                  owns_group: bool = False):
@@ -83,8 +92,9 @@ class DistributedCommunicator:
         self.owns_group = owns_group
         self.bytes_moved = 0
         self._cache: OrderedDict[tuple, tuple] = OrderedDict()
+        self.cache_bytes = 0  # what `_cache` holds (`nbytes`), at most CACHE_BYTES beyond its newest entry
         # the heartbeat, and whose failure stopped this rank; under NCCL it also watches the peers
-        self._failures = FailureWatch(self.rank, self.world_size, watch=self.backend == "nccl")
+        self._failures = FailureWatch(self.rank, self.world_size, watch=self.backend in WATCHED_BACKENDS)
 
     @property
     def is_main(self) -> bool:
@@ -237,12 +247,19 @@ class DistributedCommunicator:
         return False, torch.tensor(padded, dtype=X.dtype, device=X.device)
 
     def _cached(self, key, matrices, build, X):
-        """Plans and operators per matrix object (kept alive here, so ids are not reused) and dtype/device."""
+        """Plans and operators per matrix object (kept alive here, so ids are not reused) and dtype/device.
+
+        At most _CACHE_SIZE entries in CACHE_BYTES (`nbytes` of the matrices and of what was built), the least
+        recently used going first; the newest always stays.
+        """
         key = (*key, X.dtype, X.device)
         if key not in self._cache:
-            self._cache[key] = (matrices, build(matrices, X))
-            if len(self._cache) > _CACHE_SIZE:
-                self._cache.popitem(last=False)
+            built = build(matrices, X)
+            size = nbytes((matrices, built))
+            self._cache[key] = (matrices, built, size)
+            self.cache_bytes += size
+            while len(self._cache) > 1 and (len(self._cache) > _CACHE_SIZE or self.cache_bytes > CACHE_BYTES):
+                self.cache_bytes -= self._cache.popitem(last=False)[1][2]
         self._cache.move_to_end(key)
         return self._cache[key][1]
 
@@ -349,21 +366,63 @@ class DistributedCommunicator:
         """
         self._failures.check()
 
+    def finish(self) -> None:
+        """This rank has done its last collective of the run (`FailureWatch.finish`).
+
+        From here on no rank watches it, so its end-of-run work (rank 0: summary.json, loggers) may take any time
+        without being reported as a silent peer. The engine calls it after the closing barrier of the final
+        parameters (`dfl.engine.runner`).
+        """
+        self._failures.finish()
+
     def close(self) -> None:
         """Stop the heartbeat; destroy the process group if this communicator created it.
 
-        After a failure, rank 0 keeps the rendezvous store alive for a while so that every rank can read which rank
-        failed and why (`FailureWatch.destroy_group_after_failure`).
+        After a completed run there is no closing collective: every rank has finished (`finish`, after the last
+        collective), rank 0 keeps the rendezvous store up until the others have marked it
+        (`FailureWatch.wait_for_peers_to_finish`), and each rank destroys its group when its own end-of-run work is
+        done. After a failure, rank 0 keeps the store alive for a while so that every rank can read which rank failed
+        and why (`FailureWatch.destroy_group_after_failure`).
         """
-        self._failures.stop()
+        failures = self._failures
+        if self.owns_group and not (failures.stopping or failures.aborted) and dist.is_initialized():
+            failures.finish()  # a run that ended without the engine's finish (it raised nothing, but returned early)
+            failures.wait_for_peers_to_finish()
+        failures.stop()
         if self.owns_group:
-            if self._failures.stopping or self._failures.aborted:  # aborted: torch already dropped the group
-                self._failures.destroy_group_after_failure()
+            if failures.stopping or failures.aborted:  # aborted: torch already dropped the group
+                failures.destroy_group_after_failure()
             elif dist.is_initialized():
-                # let every rank finish its last exchange before any rank tears its connections down
-                self.barrier()
                 dist.destroy_process_group()
         self.owns_group = False
+
+
+def nbytes(obj, seen: set[object] | None = None) -> int:
+    """Bytes held by `obj` (the communicator's cache counts its entries with it).
+
+    Numpy arrays, scipy sparse matrices, torch tensors (each storage once: RowsOperator's tables are views of one
+    copy), and what containers and plain objects (an exchange plan, a `RowsOperator`) hold of them.
+    """
+    seen = set() if seen is None else seen
+    if id(obj) in seen or obj is None or isinstance(obj, (bool, int, float, str, torch.dtype, torch.device)):
+        return 0
+    seen.add(id(obj))
+    if isinstance(obj, torch.Tensor):
+        storage = obj.untyped_storage()
+        key = ("storage", storage.data_ptr() or id(storage))
+        if key in seen:
+            return 0
+        seen.add(key)
+        return storage.nbytes()
+    if isinstance(obj, np.ndarray):
+        return obj.nbytes
+    if sp.issparse(obj):
+        return sum(getattr(obj, name).nbytes for name in ("data", "indices", "indptr") if hasattr(obj, name))
+    if isinstance(obj, dict):
+        return sum(nbytes(v, seen) for v in obj.values())
+    if isinstance(obj, (list, tuple)):
+        return sum(nbytes(v, seen) for v in obj)
+    return sum(nbytes(v, seen) for v in getattr(obj, "__dict__", {}).values())
 
 
 def _is_mean(W) -> bool:

@@ -12,9 +12,9 @@ from typing import Any
 
 from dfl.directories import claim_directory
 from dfl.engine.results import atomic_write_bytes, remove_stale_temporaries
-from dfl.errors import SweepError
+from dfl.errors import FileReadError, SweepError
 from dfl.workflows.launchers import Handle, Launcher, LocalPool, RunTask, read_summary, summary_metrics
-from dfl.workflows.sweep.entries import write_entries
+from dfl.workflows.sweep.entries import read_entries, write_entries
 from dfl.workflows.sweep.plan import RunPlan, plan_runs
 from dfl.workflows.sweep.spec import PlannedRun, Sweep, left_out_lines
 
@@ -91,11 +91,13 @@ def _entries(out: Path, planned: list[PlannedRun], plans: list[RunPlan], launche
              say: Callable[[str], None]) -> list[dict[str, Any]]:
     """The sweep.json entry of each run before any runs.
 
-    "pending", or a skipped run's state as its summary (and its live job) says; a skipped run's reason is said.
+    "pending", or a skipped run's state as its summary (and its live job) says, with the seconds it took when the
+    previous sweep.json recorded them; a skipped run's reason is said.
     """
     from dfl.report.runs import effective_status
 
     live = launcher.live_jobs(out) if launcher.kind != "local" else {}
+    took = _seconds_taken(out)
     entries = []
     for p, plan in zip(planned, plans):
         entry: dict[str, Any] = {"name": p.name, "dir": f"runs/{p.name}", "overrides": p.overrides,
@@ -107,12 +109,26 @@ def _entries(out: Path, planned: list[PlannedRun], plans: list[RunPlan], launche
         if plan.action == "skip":
             summary = read_summary(out / f"runs/{p.name}" / "summary.json")
             entry.update(status=effective_status(summary), error=summary.get("error"), **summary_metrics(summary))
+            if p.name in took:
+                entry["seconds"] = took[p.name]
             if p.name in live:
                 entry.update(status=live[p.name]["state"], job_id=live[p.name]["job_id"])
             if plan.note:
                 say(f"skip {p.name}: {plan.note}")
         entries.append(entry)
     return entries
+
+
+def _seconds_taken(out: Path) -> dict[str, float]:
+    """Run name -> the seconds its run took, as the sweep.json already in `out` says (none: empty)."""
+    if not (out / "sweep.json").is_file():
+        return {}
+    try:
+        entries = read_entries(out)
+    except FileReadError:  # unreadable: the runs' own files decide what is done, as always
+        return {}
+    return {e["name"]: e["seconds"] for e in entries
+            if isinstance(e.get("seconds"), (int, float)) and not isinstance(e.get("seconds"), bool)}
 
 
 def _claim(out: Path, sweep: Sweep, entries: list[dict[str, Any]], plans: list[RunPlan]) -> None:

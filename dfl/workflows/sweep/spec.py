@@ -1,8 +1,12 @@
 """A sweep spec: its tables parsed and checked, and planned into one validated Config per run.
 
-`[base]` Config fields, `[vary]` lists (their cartesian product is the runs), `[sweep]` name and parallel, `[slurm]`
-launcher defaults; parsed and checked (`Sweep.from_dict`, `load_sweep`) and planned into validated Configs
-(`Sweep.plan`).
+`[base]` Config fields, `[cases]` named bundles of Config fields per axis and `[vary]` lists (the runs are the
+cartesian product of the case axes and the lists), `[sweep]` name and parallel, `[slurm]` launcher defaults; parsed
+and checked (`Sweep.from_dict`, `load_sweep`) and planned into validated Configs (`Sweep.plan`).
+
+A case axis is for settings that go together: `[cases.method.fedavg]` with `algorithm = "fedavg"` and
+`participation = 0.1`, `[cases.method.dpsgd]` with `algorithm = "dpsgd"` and `local_steps = 1`, and every run
+takes one case of each axis. Its runs are named after the case (`method=fedavg,seed=0`).
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ from dfl.files import read_toml
 from dfl.workflows.launchers import SlurmOptions
 from dfl.workflows.sweep.naming import run_name
 
-TABLES = ("sweep", "base", "vary", "slurm")
+TABLES = ("sweep", "base", "cases", "vary", "slurm")
 SWEEP_KEYS = ("name", "parallel")
 CONFIG_FIELDS = tuple(f.name for f in fields(Config))
 TABLE_FIELDS = tuple(f.name for f in fields(Config) if str(f.type).startswith("dict"))  # dotted keys vary these
@@ -36,7 +40,7 @@ class PlannedRun:
     """
 
     name: str
-    overrides: dict[str, Any]
+    overrides: dict[str, Any]  # the varied fields, and the case of each case axis by its name
     config: Config
     left_out: tuple[str, ...] = ()
 
@@ -45,12 +49,14 @@ class PlannedRun:
 class Sweep:
     """A parsed sweep spec: `base` Config fields, `vary` field -> list of values (in key order).
 
-    `name` names the sweep (and its default directory), `parallel` is the local pool's runs at once, `slurm` the
-    [slurm] table (the defaults of the submitit launchers).
+    `cases` axis -> case name -> the Config fields of that case (axes in key order, before the `vary` keys). `name`
+    names the sweep (and its default directory), `parallel` is the local pool's runs at once, `slurm` the [slurm]
+    table (the defaults of the submitit launchers).
     """
 
     base: dict[str, Any] = field(default_factory=dict)
     vary: dict[str, list[Any]] = field(default_factory=dict)
+    cases: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)
     name: str = "sweep"
     parallel: int = 1
     slurm: dict[str, Any] = field(default_factory=dict)
@@ -63,8 +69,8 @@ class Sweep:
 
         Raises:
             SweepError: every mistake at once, each naming `where`, the table and the key: a table or key dfl does not
-                know (with the one meant), a [vary] value that is not a non-empty list, a field set in both [base] and
-                [vary].
+                know (with the one meant), a [vary] value that is not a non-empty list, a case that is not a table, or
+                a field set in two of [base], [vary] and the case axes.
         """
         sweep, problems = cls.parse(spec, where)
         if problems:
@@ -87,7 +93,7 @@ class Sweep:
             close = difflib.get_close_matches(key.lower(), TABLES, n=1)
             problems.append(f"{where}: unknown table [{key}]" + (f" (did you mean [{close[0]}]?)" if close else
                             "; allowed: " + ", ".join(f"[{t}]" for t in TABLES)))
-        meta, base, vary, slurm = (dict(v) if isinstance(v := spec.get(t, {}), dict) else {} for t in TABLES)
+        meta, base, cases, vary, slurm = (dict(v) if isinstance(v := spec.get(t, {}), dict) else {} for t in TABLES)
         try:
             SlurmOptions.from_table(slurm, where=f"{where}: [slurm]")  # a bad option fails before anything runs
         except (SweepError, ConfigError, ValueError) as exc:
@@ -107,12 +113,20 @@ class Sweep:
         found, wrong = _field_problems(base, vary, where)
         base = {k: v for k, v in base.items() if ("base", k) not in wrong}
         vary = {k: v for k, v in vary.items() if ("vary", k) not in wrong}
-        return cls(base=base, vary=vary, name=name, parallel=parallel, slurm=slurm), problems + found
+        try:
+            cases = _check_cases(cases, base, vary, where)
+        except SweepError as exc:
+            found.append(str(exc))
+            cases = {}
+        return cls(base=base, vary=vary, cases=cases, name=name, parallel=parallel, slurm=slurm), problems + found
 
     def to_dict(self) -> dict[str, Any]:
         """The spec's tables, as `from_dict` reads them."""
-        out = {"sweep": {"name": self.name, "parallel": self.parallel}, "base": dict(self.base),
-               "vary": {k: list(v) for k, v in self.vary.items()}}
+        out: dict[str, Any] = {"sweep": {"name": self.name, "parallel": self.parallel}, "base": dict(self.base)}
+        if self.cases:
+            out["cases"] = {axis: {case: dict(values) for case, values in named.items()}
+                            for axis, named in self.cases.items()}
+        out["vary"] = {k: list(v) for k, v in self.vary.items()}
         if self.slurm:
             out["slurm"] = dict(self.slurm)
         return out
@@ -122,27 +136,35 @@ class Sweep:
         return tomli_w.dumps(self.to_dict())
 
     def plan(self) -> list[PlannedRun]:
-        """Every combination, first [vary] key slowest, each Config validated (errors name the run).
+        """Every combination, the case axes then the [vary] keys, the first slowest; each Config validated.
 
-        A `[base]` field is shared by the runs that read it: a run whose algorithm, dataset or topology does not read
-        it (`rho` for dpsgd, `data_root` for mnist1d, a topology for a centralized algorithm) leaves it out (its
-        `left_out`, which `dfl sweep` says). A varied field a run does not read is refused (those runs would repeat).
+        Errors name the run (every mistake of every run at once). A `[base]` field is shared by the runs that read
+        it: a run whose algorithm, dataset or topology does not read it (`rho` for dpsgd, `data_root` for mnist1d, a
+        topology for a centralized algorithm) leaves it out (its `left_out`, which `dfl sweep` says). A varied field,
+        or a case's, that a run does not read is refused (those runs would repeat).
         """
         from dfl.engine.validation import validate
 
-        keys = list(self.vary)
+        keys = [*self.cases, *self.vary]
+        choices = [list(named) for named in self.cases.values()] + [self.vary[k] for k in self.vary]
         planned: list[PlannedRun] = []
         seen: dict[str, dict[str, Any]] = {}
         failed: dict[str, list[str]] = {}  # each mistake -> the runs that have it
-        for combination in itertools.product(*(self.vary[k] for k in keys)):
+        for combination in itertools.product(*choices):
             overrides = dict(zip(keys, combination))
             name = run_name(overrides)
             if name in seen:
                 raise SweepError(f"runs {seen[name]} and {overrides} get the same name {name!r}; make the [vary] "
                                  "values distinct")
             seen[name] = overrides
-            values = {**apply_overrides(self.base, overrides), "name": name}
-            left_out = _unread_base(values, self.base, overrides)
+            base = dict(self.base)
+            chosen: dict[str, Any] = {}  # the fields the run's cases set: bundles, read as a varied field is
+            for axis, named in self.cases.items():
+                chosen.update(named[overrides[axis]])
+            base.update(chosen)
+            varied = {k: overrides[k] for k in self.vary}
+            values = {**apply_overrides(base, varied), "name": name}
+            left_out = _unread_base(values, self.base, {**varied, **chosen})
             values = {k: v for k, v in values.items() if k not in left_out}
             try:
                 planned.append(PlannedRun(name, overrides, validate(Config.from_dict(values)), left_out))
@@ -210,6 +232,43 @@ def _field_problems(base: dict[str, Any], vary: dict[str, Any], where: str) -> t
     return problems, wrong
 
 
+def _check_cases(cases: dict[str, Any], base: dict[str, Any], vary: dict[str, Any],
+                 where: str) -> dict[str, dict[str, dict[str, Any]]]:
+    """[cases], checked: axis -> case name -> a table of Config fields.
+
+    Each field is set by one axis only and in neither [base] nor [vary]; an axis is not a Config field (nor varied)
+    and has at least one case.
+    """
+    out: dict[str, dict[str, dict[str, Any]]] = {}
+    owner: dict[str, str] = {}  # field -> the axis that sets it
+    for axis, named in cases.items():
+        if axis in CONFIG_FIELDS or axis in vary or is_table_key(axis):
+            raise SweepError(f"{where}: [cases.{axis}]: {axis} is a Config field; name a case axis after what its "
+                             "cases are (e.g. method, split) and vary a field itself in [vary]")
+        if not isinstance(named, dict) or not named:
+            raise SweepError(f"{where}: [cases.{axis}] must hold at least one case, a table of Config fields "
+                             f"([cases.{axis}.NAME]), got {named!r}")
+        out[axis] = {}
+        for case, values in named.items():
+            if not isinstance(values, dict):
+                raise SweepError(f"{where}: [cases.{axis}.{case}] must be a table of Config fields, got {values!r}")
+            values = nest_dotted(values, f"{where}: [cases.{axis}.{case}]")
+            unknown = [k for k in values if k not in CONFIG_FIELDS or k == "name"]
+            if unknown:
+                raise SweepError(f"{where}: [cases.{axis}.{case}]: unknown Config field(s) "
+                                 + ", ".join(f"{k!r}{unknown_field_hint(k)}" for k in unknown))
+            for key in values:
+                if key in base or key in vary or any(k.split(".", 1)[0] == key for k in vary):
+                    table = "[base]" if key in base else "[vary]"
+                    raise SweepError(f"{where}: field {key} in both {table} and [cases.{axis}.{case}]; keep each "
+                                     "field in one table")
+                if owner.setdefault(key, axis) != axis:
+                    raise SweepError(f"{where}: field {key} set by both case axes [cases.{owner[key]}] and "
+                                     f"[cases.{axis}]; set each field on one axis")
+            out[axis][case] = values
+    return out
+
+
 def load_sweep(path: str | Path, overrides: dict[str, Any] | None = None) -> Sweep:
     """Read a sweep TOML file (`[base]`, `[vary]`, optional `[sweep]`); every combination is validated.
 
@@ -226,7 +285,8 @@ def load_sweep(path: str | Path, overrides: dict[str, Any] | None = None) -> Swe
         clash = sorted(key for key in overrides if key in sweep.vary)
         problems += [f"--set {', '.join(clash)}: varied in [vary]; edit the sweep file instead"] if clash else []
         base = apply_overrides(sweep.base, {k: v for k, v in overrides.items() if k not in clash})
-        sweep = Sweep(base=base, vary=sweep.vary, name=sweep.name, parallel=sweep.parallel, slurm=sweep.slurm)
+        sweep = Sweep(base=base, vary=sweep.vary, cases=sweep.cases, name=sweep.name, parallel=sweep.parallel,
+                      slurm=sweep.slurm)
     try:
         sweep.plan()  # every mistake of every combination, before anything runs
     except SweepError as exc:
