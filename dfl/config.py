@@ -211,7 +211,7 @@ class Config:
     rounds: int = option(200, "communication rounds to run", interval="[1, inf)")
     # algorithm and its hyperparameters (None = the algorithm's default)
     algorithm: str = option("dfedsam-mgs", "dpsgd, dfedavg, dfedavgm, dfedsam, dfedsam-mgs, dsgt, dsgt-sam, kgt, "
-        "kgt-sam (decentralized) or fedavg, "
+        "kgt-sam, dispfl (decentralized) or fedavg, "
         "fedsam, mofedsam, fedcm, scaffold, fedavgsm, fedavglm, fedavglm-z, fedavgslm, fedavgslm-z, domo, domo-s, "
         "mimelite, feddyn, fedgloss, fedprox, fedadam, fedyogi, fedadagrad (centralized), or a registered one (dfl "
         "list algorithms)")

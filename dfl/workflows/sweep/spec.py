@@ -253,7 +253,10 @@ def _check_cases(cases: dict[str, Any], base: dict[str, Any], vary: dict[str, An
             if not isinstance(values, dict):
                 raise SweepError(f"{where}: [cases.{axis}.{case}] must be a table of Config fields, got {values!r}")
             values = nest_dotted(values, f"{where}: [cases.{axis}.{case}]")
-            unknown = [k for k in values if k not in CONFIG_FIELDS or k == "name"]
+            if "name" in values:
+                raise SweepError(f"{where}: [cases.{axis}.{case}]: 'name' cannot be set in a case: each run is "
+                                 "named after its cases and varied fields")
+            unknown = [k for k in values if k not in CONFIG_FIELDS]
             if unknown:
                 raise SweepError(f"{where}: [cases.{axis}.{case}]: unknown Config field(s) "
                                  + ", ".join(f"{k!r}{unknown_field_hint(k)}" for k in unknown))
