@@ -167,8 +167,10 @@ def test_the_api_page_renders_a_docstring_for_everything_it_lists():
 #     directory per page (an earlier command makes the files a later one reads; `cd` carries over), with this
 #     interpreter's `dfl`, `python` and `torchrun` first on PATH; the shipped folders a command names (benchmarks/,
 #     launch/, examples/) are copied there first, as on a fresh clone;
-#   - a console block's `$ command` lines run, and the output the page shows under one must be what it prints
-#     (compared word by word, line by line): the numbers on a page are what the command gives;
+#   - a console block's `$ command` lines run, and the output the page shows under one must be what it prints on
+#     stdout and stderr (compared word by word, line by line; `...` stands for words left out, and then lines may be
+#     left out too; a refusal shown on purpose may exit non-zero, and a later `$ echo $?` sees its status): the
+#     numbers on a page are what the command gives;
 #   - not run: a block fenced {.bash notest} (its text says why: a GPU, a cluster, a server that keeps running, an
 #     install); a command whose comment (trailing, or the comment lines just above it) states a time in minutes or
 #     of LONG_SECONDS or more (long: test_long_commands_come_after_a_short_one wants a shorter command of the same
@@ -295,21 +297,28 @@ def shell_steps(path: Path) -> list[Step]:
             for chunk in chunks[1:]:
                 (_, text, comment), *_ = _commands(chunk)
                 output = chunk[len(text):].strip("\n")
-                steps.append(Step(path, first + offset, text, comment, output or None, fenced_off))
+                skip = _skip(text, comment, fenced_off)
+                steps.append(Step(path, first + offset, text, comment, output or None, skip))
                 offset += chunk.count("\n")
             continue
         for offset, text, comment in _commands(token.content):
-            skip = fenced_off
-            if not skip and re.search(r"\bpip install\b", text):
-                skip = "installs packages"
-            elif not skip and re.search(r"\bpytest\b", text):
-                skip = "the test command"
-            elif not skip and _essential(text) in RUN_ELSEWHERE:
-                skip = f"run by {RUN_ELSEWHERE[_essential(text)]}"
-            elif not skip and (LONG.search(comment) or any(float(m) >= LONG_SECONDS for m in SECONDS.findall(comment))):
-                skip = "states a long time"
-            steps.append(Step(path, first + offset, text, comment, None, skip))
+            steps.append(Step(path, first + offset, text, comment, None, _skip(text, comment, fenced_off)))
     return steps
+
+
+def _skip(text: str, comment: str, fenced_off: str) -> str:
+    """Why a command does not run ("" when it does): the rules above."""
+    if fenced_off:
+        return fenced_off
+    if re.search(r"\bpip install\b", text):
+        return "installs packages"
+    if re.search(r"\bpytest\b", text):
+        return "the test command"
+    if _essential(text) in RUN_ELSEWHERE:
+        return f"run by {RUN_ELSEWHERE[_essential(text)]}"
+    if LONG.search(comment) or any(float(m) >= LONG_SECONDS for m in SECONDS.findall(comment)):
+        return "states a long time"
+    return ""
 
 
 def _code(text: str) -> str:
@@ -385,6 +394,22 @@ def _words(text: str) -> list[list[str]]:
     return [line.split() for line in text.strip("\n").splitlines() if line.strip()]
 
 
+def shows(output: str, expected: str) -> bool:
+    """Whether `output` is what a console block shows as `expected`: the same lines, word for word.
+
+    A page may abbreviate: `...` stands for words it leaves out of a line, and then whole lines may be left out too
+    (every line shown must still be there, in order).
+    """
+    if "..." not in expected:
+        return _words(output) == _words(expected)
+    lines = iter(_words(output))
+    for shown in _words(expected):
+        pattern = re.compile(r"\s+".join(".*?" if word == "..." else re.escape(word) for word in shown) + "$")
+        if not any(pattern.match(" ".join(line)) for line in lines):
+            return False
+    return True
+
+
 # The pages' `dfl` commands go to one Python process per test worker (tests/doc_worker.py), which runs each with the
 # console script's `dfl.cli.main`: as written, without paying Python's, torch's and the data's start-up per command.
 DFL_FUNCTION = r"""
@@ -443,10 +468,12 @@ def run_page(page: Path, folder: Path, worker: DflWorker) -> list[tuple[Step, in
             shutil.copytree(ROOT / shipped, folder / shipped, ignore=shutil.ignore_patterns("__pycache__", "results"))
     log = folder.parent / f"{folder.name}-log"
     (log / "dfl").mkdir(parents=True)
-    script = ["set -eo pipefail", DFL_FUNCTION]
+    script = ["set -eo pipefail", "DFL_STATUS=0", DFL_FUNCTION]
     for i, step in enumerate(steps):
-        script += [f"echo $EPOCHREALTIME > {log}/{i}.start", f"{{\n{step.text}\n}} > {log}/{i}.out 2> {log}/{i}.err",
-                   f"echo $EPOCHREALTIME > {log}/{i}.end"]
+        run = f"{{\n{step.text}\n}} > {log}/{i}.out 2> {log}/{i}.err"
+        if step.expected is not None:  # a console command shows what it prints, a refusal too (`echo $?`: its status)
+            run = f"set +e\n(exit $DFL_STATUS)\n{run}\nDFL_STATUS=$?\necho $DFL_STATUS > {log}/{i}.status\nset -e"
+        script += [f"echo $EPOCHREALTIME > {log}/{i}.start", run, f"echo $EPOCHREALTIME > {log}/{i}.end"]
     env = {**PAGE_ENV, "DFL_REQUEST": str(worker.request), "DFL_REPLY": str(worker.reply), "DFL_LOG": str(log / "dfl")}
     proc = subprocess.run(["bash", "-c", "\n".join(script)], cwd=folder, env=env, stdin=subprocess.DEVNULL,
                           capture_output=True, text=True)
@@ -458,6 +485,8 @@ def run_page(page: Path, folder: Path, worker: DflWorker) -> list[tuple[Step, in
         ended = (log / f"{i}.end").exists()
         seconds = (float((log / f"{i}.end").read_text()) if ended else 0.0) - float((log / f"{i}.start").read_text())
         status = 0 if ended else proc.returncode
+        if (log / f"{i}.status").exists():  # a console command: its own status
+            status = int((log / f"{i}.status").read_text())
         out, err = ((log / f"{i}.{kind}").read_text(errors="replace") for kind in ("out", "err"))
         results.append((step, status, out, err + (proc.stderr if not ended else ""), max(seconds, 0.0)))
     return results
@@ -478,7 +507,17 @@ def test_the_shell_commands_of_a_page_run(page, tmp_path, dfl_worker):
     folder = tmp_path / "page"
     folder.mkdir()
     for step, status, out, err, _ in run_page(page, folder, dfl_worker):
-        assert status == 0, f"{step.where}: `{step.text}` exited with {status}:\n{(out + err)[-3000:]}"
-        if step.expected is not None:
-            assert _words(out) == _words(step.expected), (
-                f"{step.where}: `{step.text}` printed\n{out}\nbut the page shows\n{step.expected}")
+        if step.expected is None:
+            assert status == 0, f"{step.where}: `{step.text}` exited with {status}:\n{(out + err)[-3000:]}"
+        else:  # what the terminal shows: its output and its errors (a refusal shown on purpose), whatever its status
+            assert status is not None and shows(out + err, step.expected), (
+                f"{step.where}: `{step.text}` printed\n{out + err}\nbut the page shows\n{step.expected}")
+
+
+def test_console_output_is_compared_word_by_word_and_may_abbreviate():
+    output = "Q = 4 steps\ntopology  n  lambda  gap\nring  16  0.9493  0.05075\nfull  16  0  1\n"
+    assert shows(output, "Q = 4 steps\ntopology n lambda gap\nring 16 0.9493 0.05075\nfull 16 0 1")
+    assert not shows(output, "topology n lambda gap\nring 16 0.9493 0.05075\nfull 16 0 1")  # a line left out
+    assert shows(output, "topology ... gap\nring 16 ... 0.05075\nfull ... 1")  # abbreviated
+    assert not shows(output, "topology ... gap\nring 16 ... 0.05\nfull ... 1")  # a number that differs
+    assert not shows(output, "full ... 1\nring 16 ... 0.05075")  # out of order
