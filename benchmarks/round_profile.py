@@ -191,7 +191,7 @@ def training_gflop(config: Config) -> float:
         samples = config.local_epochs * sum(sizes)
     from dfl.algorithms import resolve_hyperparameters
 
-    passes = 2 if resolve_hyperparameters(config, warn=False)[0].get("rho", 0) > 0 else 1
+    passes = 2 if resolve_hyperparameters(config).get("rho", 0) > 0 else 1
     return per_sample * samples * passes / 1e9
 
 

@@ -12,8 +12,8 @@ components are checked by the components themselves, all at once by `dfl.validat
 (`dfl.engine.validation`), which every run calls.
 
 Algorithm hyperparameters (`rho`, `momentum`, `gossip_steps`, ...) default to `None`, meaning "the algorithm's
-own default". A value set explicitly for an algorithm that does not use it is reported as ignored (warning +
-`summary.json`), never silently dropped: see `dfl.algorithms.resolve_hyperparameters`. An algorithm's own
+own default". A value set explicitly for an algorithm that does not read it is refused by `dfl.validate`, naming
+the algorithms that read it (`dfl.algorithms.unread_fields`), never ignored. An algorithm's own
 options (registered algorithms: `dfl.algorithms.base`) go in `algorithm_options`, checked against the defaults
 it declares.
 """
@@ -211,7 +211,7 @@ class Config:
     rounds: int = option(200, "communication rounds to run", interval="[1, inf)")
     # algorithm and its hyperparameters (None = the algorithm's default)
     algorithm: str = option("dfedsam-mgs", "dpsgd, dfedavg, dfedavgm, dfedsam, dfedsam-mgs, dsgt, dsgt-sam, kgt, "
-        "kgt-sam (decentralized) or fedavg, "
+        "kgt-sam, dispfl (decentralized) or fedavg, "
         "fedsam, mofedsam, fedcm, scaffold, fedavgsm, fedavglm, fedavglm-z, fedavgslm, fedavgslm-z, domo, domo-s, "
         "mimelite, feddyn, fedgloss, fedprox, fedadam, fedyogi, fedadagrad (centralized), or a registered one (dfl "
         "list algorithms)")
@@ -469,13 +469,28 @@ class Config:
             ConfigError: the file cannot be read as TOML (missing, a directory, not UTF-8, a syntax error: one
                 line naming the file, `read_toml`), or keys that are no field, or values of the wrong type or out
                 of range: every wrong key of the file in one message, each with the file and the key. (Rules
-                between fields and the components' own checks are `dfl.validate`'s.)
+                between fields and the components' own checks are `dfl.validate`'s; `load` gives both at once.)
         """
-        values = read_toml(path, "config file")
-        problems = [f"config file {path}: {message}" for message in _structure(values, owner, check_values=True)]
+        config, problems = cls.load(path, owner)
         if problems:
             raise ConfigError("; ".join(problems), problems)
-        return cls(**values)
+        return config
+
+    @classmethod
+    def load(cls, path: str | Path, owner: Callable[[str], str | None] | None = None) -> tuple[Config, list[str]]:
+        """The Config of a TOML file's keys that are right, and one problem per key that is not.
+
+        A key that is no field (with the field meant: "did you mean"), or whose value has the wrong type or is out
+        of range, is left at its default in the Config and named in the problems, each starting "config file PATH:
+        KEY ...", so that `dfl run FILE` can check the rest too and report every mistake of the file at once.
+
+        Raises:
+            ConfigError: the file cannot be read as TOML, or does not hold a table (`read_toml`).
+        """
+        values = read_toml(path, "config file")
+        wrong = _key_problems(values, owner, check_values=True)
+        problems = [f"config file {path}: {message}" for message in wrong.values()]
+        return cls(**{k: v for k, v in values.items() if k not in wrong}), problems
 
     def to_toml(self) -> str:
         """TOML text; `None` fields are omitted (TOML has no null), so loading it back restores them.
@@ -497,25 +512,41 @@ class Config:
     def validate(self) -> Config:
         """Check every field on its own and the rules between fields; return the config.
 
-        Check each field on its own (type, range, fixed choices: every wrong field in one message), then the
-        rules between fields of one concern (schedules, local optimizer); raise `ConfigError` naming the field and
-        the allowed values. The names of registered components and the rules that join components are checked by
+        Check each field on its own (type, range, fixed choices), then the rules between fields of one concern
+        (schedules, local optimizer); raise one `ConfigError` listing every mistake, each naming the field and the
+        allowed values. The names of registered components and the rules that join components are checked by
         `dfl.validate(config)`.
         """
-        problems = self.problems()
+        problems = self.all_problems()
         if problems:
             raise ConfigError("; ".join(problems), problems)
+        return self
+
+    def all_problems(self) -> list[str]:
+        """Every mistake `validate` finds, each field on its own and then each rule between fields, at once.
+
+        The rules check a copy whose fields already found wrong are at their defaults, so that one mistake is said
+        once (rounds = 0 is not also "warmup_rounds must be < rounds"; `gather`).
+        """
+        found = self.problems()
+        wrong = {field_of(problem) for problem in found} & {f.name for f in fields(self)}
+        defaults = Config()
+        safe = self.replace(**{name: getattr(defaults, name) for name in wrong})
+        return gather([safe._validate_chunk, safe._validate_stopping, safe._validate_local_work,
+                       safe._validate_lr_schedule, safe._validate_local_optimizer, safe._validate_precision], found)
+
+    def _validate_chunk(self) -> None:
         if isinstance(self.client_chunk, int) and self.client_chunk > self.clients:  # not "auto"; 0 is all
             raise ConfigError(f"client_chunk = {self.client_chunk} is larger than clients = {self.clients}; "
                               "use a chunk <= clients, 0 (all at once) or \"auto\"")
-        self._validate_stopping()
+
+    def _validate_local_work(self) -> None:
         if self.local_epochs is not None and self.local_steps is not None:
             raise ConfigError("set only one of local_epochs and local_steps (got both)")
-        self._validate_lr_schedule()
-        self._validate_local_optimizer()
+
+    def _validate_precision(self) -> None:
         if self.precision == "tf32" and self.device == "cpu":  # device auto: known when the run resolves it
             raise ConfigError("precision = tf32 needs a CUDA device (the run is on cpu); use fp32 or bf16")
-        return self
 
     def problems(self, names: Any = None) -> list[str]:
         """One message per wrong field among `names`, each field checked on its own.
@@ -587,6 +618,30 @@ class Config:
         return "epochs", self.local_epochs if self.local_epochs is not None else 1
 
 
+def field_of(problem: str) -> str:
+    """The field a problem's message names first: "rounds must be ..." -> rounds, "x_options.k: ..." -> x_options."""
+    return problem.split(" ", 1)[0].split(".", 1)[0].rstrip(":,")
+
+
+def gather(checks: Any, found: list[str]) -> list[str]:
+    """`found` (the fields' own problems), then the problems each of `checks` raises, every mistake once.
+
+    A check is a callable that raises `ConfigError` (its `problems`). One that fails otherwise once a mistake is
+    found is skipped: a field already found wrong (of the wrong type, say) makes it meaningless. A problem of a field
+    `found` already names is left out, as the same mistake said twice (and so is a message said before).
+    """
+    problems, named = list(found), {field_of(p) for p in found}
+    for check in checks:
+        try:
+            check()
+        except ConfigError as exc:
+            problems += [p for p in exc.problems if p not in problems and field_of(p) not in named]
+        except Exception:  # noqa: BLE001 (a check that cannot run on a field already reported)
+            if not problems:
+                raise
+    return problems
+
+
 def _choice(name: str, value: Any, allowed: tuple[str, ...]) -> None:
     if not (isinstance(value, str) and value in allowed):
         close = [c for c in allowed if isinstance(value, str) and c.lower() == value.strip().lower()]
@@ -613,28 +668,39 @@ def read_toml(path: str | Path, what: str = "TOML file") -> dict[str, Any]:
 
 def _structure(values: dict[Any, Any], owner: Callable[[str], str | None] | None,
                check_values: bool = False) -> list[str]:
-    """What is wrong with the keys of a table of fields, in the table's order.
+    """What is wrong with the keys of a table of fields, in the table's order (`_key_problems`' messages)."""
+    return list(_key_problems(values, owner, check_values).values())
+
+
+def _key_problems(values: dict[Any, Any], owner: Callable[[str], str | None] | None,
+                  check_values: bool = False) -> dict[Any, str]:
+    """Each wrong key of a table of fields and what is wrong with it, in the table's order.
 
     Keys that are no field (with the field meant, or where the key belongs), values of the wrong type and, with
     `check_values`, values outside their field's allowed ones (`_check_field`).
     """
     known = {f.name: f for f in fields(Config)}
-    problems = []
+    problems: dict[Any, str] = {}
     for key, value in values.items():
         if not isinstance(key, str):
-            problems.append(f"config keys are field names (strings), got {_shown(key)}")
+            problems[key] = f"config keys are field names (strings), got {_shown(key)}"
         elif key not in known:
-            problems.append(f"unknown config field {key!r}{_unknown_hint(key, known, owner)}")
+            problems[key] = f"unknown config field {key!r}{_unknown_hint(key, known, owner)}"
         elif check_values:
             try:
                 _check_field(known[key], value)
             except ConfigError as exc:
-                problems.append(str(exc))
+                problems[key] = str(exc)
         else:
             problem = _type_problem(value, str(known[key].type))
             if problem is not None:
-                problems.append(f"{key} must be {problem}, got {_shown(value)}")
+                problems[key] = f"{key} must be {problem}, got {_shown(value)}"
     return problems
+
+
+def unknown_field_hint(key: str, owner: Callable[[str], str | None] | None = None) -> str:
+    """What follows "unknown config field KEY": " (did you mean 'rounds'?)", where it belongs, or where to look."""
+    return _unknown_hint(key, {f.name: f for f in fields(Config)}, owner)
 
 
 def _unknown_hint(key: str, known: dict[str, Any], owner: Callable[[str], str | None] | None) -> str:

@@ -638,6 +638,18 @@ def weight_options(scheme: str) -> tuple[dict[str, Any], list[str]]:
 LINK_FAULTS = ("link_failure", "offline")  # Config fields of the unreliable network (dfl.network.faults)
 
 
+def unread_fields(config, centralized: bool) -> list[str]:
+    """The topology fields set in `config` that its run does not read: all of them for a centralized algorithm.
+
+    `topology` counts as set when it is neither the default ring nor full, `weights` when not None, `topology_options`
+    when not empty.
+    """
+    if not centralized:
+        return []
+    return [name for name, unset in (("topology", ("ring", "full")), ("weights", (None,)), ("topology_options", ({},)))
+            if getattr(config, name) not in unset]
+
+
 def check_config(config, centralized: bool = False, push_sum: bool = False) -> None:
     """The topology's part of `dfl.validate`, before anything is built.
 
@@ -647,10 +659,16 @@ def check_config(config, centralized: bool = False, push_sum: bool = False) -> N
     partition's by default); a directed or one-sided topology is not combined with link faults (a failed directed link
     breaks the balance that keeps W doubly stochastic); and the options fit the topology: for a built-in, also their
     values on `clients` nodes and the memory building it takes (`topologies.check`). A centralized algorithm mixes over
-    the complete graph, checked instead. What needs the graph itself (a random graph's connectivity, uniform weights on
-    an irregular graph, a custom graph or file) is known when it is built.
+    the complete graph, checked instead. A `custom` matrix or edge-list file is read and checked here too (no torch).
+    What needs the graph itself (a random graph's connectivity, uniform weights on an irregular graph) is known when
+    it is built.
     """
     factory = TOPOLOGIES.require(config.topology, "topology")
+    unread = unread_fields(config, centralized)
+    if unread:  # refused, never ignored, as every field a run would not read
+        raise ConfigError(f"{', '.join(f'{name} = {getattr(config, name)!r}' for name in unread)}: {config.algorithm} "
+                          f"is centralized (its server averages over the complete graph), so it reads no topology; "
+                          f"remove {' and '.join(unread)} (or set topology = full), or use a decentralized algorithm")
     if config.weights is not None and config.weights not in topologies.SCHEMES:
         raise ConfigError(f"weights must be one of {', '.join(topologies.SCHEMES)}; got {config.weights!r}")
     options = config.topology_options
@@ -678,6 +696,10 @@ def check_config(config, centralized: bool = False, push_sum: bool = False) -> N
             topologies.check("full", config.clients)
         elif isinstance(factory, BuiltinTopology):
             topologies.check(config.topology, config.clients, config.weights, **run_options(config))
+            if config.topology == "custom" and (scheme != "sample-count" or "sizes" in options):
+                # a custom matrix or edge-list file is read now (numpy/scipy, no torch), so a wrong file is refused
+                # before any data is made, as a wrong option is (the run reads it again when it builds the graph)
+                build("custom", config.clients, config.weights, push_sum=push_sum, **run_options(config))
         else:
             signatures.resolve("topology", config.topology, factory, run_options(config))
     except ValueError as exc:

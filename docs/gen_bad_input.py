@@ -69,13 +69,15 @@ FAMILIES: list[tuple[str, str, list[Case]]] = [
         "dfl run --algorithm dsgt --weights column-stochastic",
         "dfl run --threads 0", "dfl run --dataset cifar10",
         "dfl run --dataset cifar10 --data-root no/such/dir"]]),
-    ("One setting, one place", "A value given twice is refused naming both places; one that does nothing for the "
-     "chosen component is refused, or, like an algorithm option the algorithm does not read, warned about and "
-     "listed in summary.json as `ignored_options`.", [Case(c) for c in [
+    ("One setting, one place", "A value given twice is refused naming both places; one that the run would not read "
+     "(an option of another algorithm, dataset, topology or mode) is refused, never ignored, naming what reads it. "
+     "(A sweep's [base] field goes only to the runs that read it.)", [Case(c) for c in [
         "dfl run --alpha 0.5 --partition-options alpha=0.1", "dfl run --partition-options seed=3",
         "dfl run --data-root data --dataset-options root=/elsewhere", "dfl run --partition iid --alpha 0.5",
-        "dfl run --participation 0.5", "dfl run --aggregation size", "dfl run --link-latency 1",
-        "dfl run --compression 0.1",
+        "dfl run --participation 0.5", "dfl run --aggregation size",
+        "dfl run --algorithm dpsgd --rho 0.05 --momentum 0.9",
+        "dfl run --sam sam --asam-eta 0.5", "dfl run --data-root data", "dfl run --algorithm fedavg --topology grid",
+        "dfl run --link-latency 1", "dfl run --compression 0.1",
         "dfl compare-topologies --algorithms fedavg --dry-run", "dfl spectral-study --algorithm fedavg --dry-run",
         "dfl reproduce dfedsam-table1 --splits dir0.1", "dfl reproduce dfedsam-table1 --full --methods dfedavg",
         "dfl reproduce dfedsam-table1 --set alpha=0.1 --methods dfedavg"]]),

@@ -12,6 +12,8 @@ import torch
 import dfl
 import topologies
 from dfl.config import Config
+from dfl.engine.validation import resolved
+from dfl.errors import ConfigError
 from dfl.network.comm import LocalCommunicator
 from dfl.network.gossip import Gossip
 from dfl.training.local import LocalRule
@@ -116,10 +118,14 @@ def test_consensus_improves_with_more_gossip_steps(device):
 
 
 # ------------------------------------------------------------------ options, metrics, failures
-def test_inapplicable_option_is_warned_and_recorded():
-    with pytest.warns(UserWarning, match="dfedavg does not use rho"):
-        result = run(base_config(algorithm="dfedavg", rho=0.05))
-    assert result.summary["ignored_options"] == ["rho"]
+def test_an_option_the_algorithm_does_not_read_is_refused_naming_those_that_do():
+    with pytest.raises(ConfigError, match=r"^rho = 0.05 is not read by dfedavg; remove it, or use an algorithm that "
+                                          r"reads it: dfedsam, dfedsam-mgs, .*fedsam"):
+        run(base_config(algorithm="dfedavg", rho=0.05))
+    with pytest.raises(ConfigError, match=r"rho = 0.05 is not read by dpsgd.*; momentum = 0.9 is not read by dpsgd"):
+        dfl.validate(dfl.Config(algorithm="dpsgd", rho=0.05, momentum=0.9))  # every one at once
+    with pytest.raises(ConfigError, match="asam_eta = 0.5 applies only to sam = asam"):
+        dfl.validate(dfl.Config(algorithm="dfedsam", asam_eta=0.5))
 
 
 def test_metrics_and_bytes(device):
@@ -144,7 +150,7 @@ def test_run_directory_files_and_no_overwrite(tmp_path):
     assert [json.loads(line)["round"] for line in lines] == [1, 2, 3]
     summary = json.loads((out / "summary.json").read_text())
     assert summary["status"] == "completed" and summary["rounds_completed"] == 3
-    assert Config.from_toml(out / "config.toml") == result.config
+    assert Config.from_toml(out / "config.toml") == resolved(result.config)  # with the defaults the run resolved
     saved = torch.load(out / "params.pt")
     torch.testing.assert_close(saved["params"], result.params)
     with pytest.raises(FileExistsError, match="already exists"):
@@ -192,6 +198,5 @@ def test_centralized_runs_record_full_topology_and_average_loss_over_participant
     assert full.summary["topology"] == "full" and full.summary["lambda"] == pytest.approx(0.0, abs=1e-12)
     # 2 of 8 clients train; their mean loss is on the scale of the full-participation loss, not a quarter of it
     assert part.history[0]["train_loss"] > 0.5 * full.history[0]["train_loss"]
-    with pytest.warns(UserWarning, match="centralized"):
-        grid = run(base_config(algorithm="fedavg", rounds=1, topology="grid"))
-    assert "topology" in grid.summary["ignored_options"]
+    with pytest.raises(ConfigError, match="topology = 'grid': fedavg is centralized .* reads no topology"):
+        dfl.validate(base_config(algorithm="fedavg", rounds=1, topology="grid"))

@@ -63,7 +63,7 @@ def build(cfg, data=None):
     cfg = validate(cfg)
     device = resolve_device(cfg.device)
     data = (data or make_data(cfg.clients)).to(device)
-    hp, _ = resolve_hyperparameters(cfg, warn=False)
+    hp = resolve_hyperparameters(cfg)
     torch.manual_seed(cfg.seed)
     model = build_model(cfg.model, tuple(data.input_shape), data.num_classes, **cfg.model_options).to(device)
     layout = ParamLayout.of(model)
@@ -348,10 +348,9 @@ def test_config_errors(changes, match):
         validate(config(**changes))
 
 
-def test_option_of_another_algorithm_is_warned_and_recorded():
-    with pytest.warns(UserWarning, match="fedavg does not use feddyn_alpha"):
-        result = run(config(feddyn_alpha=0.1, rounds=1))
-    assert result.summary["ignored_options"] == ["feddyn_alpha"]
-    assert result.summary["hyperparameters"]["participation"] == 1.0
-    with pytest.warns(UserWarning, match="dfedavg does not use participation, aggregation"):
-        run(config(algorithm="dfedavg", aggregation="uniform", participation=1.0, rounds=1))  # defaults: warned
+def test_option_of_another_algorithm_is_refused():
+    with pytest.raises(ConfigError, match="feddyn_alpha = 0.1 is not read by fedavg; .* reads it: feddyn$"):
+        validate(config(feddyn_alpha=0.1, rounds=1))
+    assert run(config(rounds=1)).summary["hyperparameters"]["participation"] == 1.0
+    with pytest.raises(ConfigError, match="participation = 1.0 is not read by dfedavg.*; aggregation = 'uniform' is"):
+        validate(config(algorithm="dfedavg", aggregation="uniform", participation=1.0, rounds=1))  # defaults too

@@ -169,3 +169,30 @@ def test_allowed_values_come_from_the_field_description():
     run = build_parser("run")._defaults["subparsers"]["run"]
     helps = {action.dest: action.help for action in run._actions}
     assert "(in [0, 1))" in helps["momentum"] and "(>= 1; default 200)" in helps["rounds"]
+
+
+# ------------------------------------------------------------------------------------------- list flags
+@pytest.mark.parametrize("command,flag,items,expected", [
+    ("topology", "--topologies", ["ring", "grid"], ["ring", "grid"]),
+    ("topology", "--clients", ["16", "64"], [16, 64]),
+    ("compare-topologies", "--topologies", ["ring", "grid"], ["ring", "grid"]),
+    ("compare-topologies", "--algorithms", ["dfedavg", "dfedsam"], ["dfedavg", "dfedsam"]),
+    ("spectral-study", "--topologies", ["ring", "full"], ["ring", "full"]),
+    ("spectral-study", "--gossip-steps", ["1", "4"], [1, 4]),
+    ("spectral-study", "--clients", ["8", "16"], [8, 16]),
+    ("report", "--rows", ["algorithm", "seed"], ["algorithm", "seed"]),
+    ("report", "--cols", ["topology", "alpha"], ["topology", "alpha"]),
+    ("run", "--lr-milestones", ["100", "150"], [100, 150]),
+    ("run", "--adam-betas", ["0.9", "0.99"], [0.9, 0.99]),
+])
+def test_a_list_flag_takes_spaces_or_commas_under_every_command(command, flag, items, expected):
+    """One syntax for every flag that takes a list (dfl.cli.lists), said in its --help."""
+    parser = build_parser(command)
+    head = {"topology": ["topology", "compare"], "report": ["report", "runs"]}.get(command, [command])
+    dest = flag[2:].replace("-", "_")
+    for argv in (items, [",".join(items)], [items[0] + ",", *items[1:]]):
+        assert getattr(parser.parse_args([*head, flag, *argv]), dest) == expected
+    command_parser = next(a for a in parser._subparsers._group_actions[0].choices.values() if a.prog.endswith(command))
+    assert "space- or comma-separated" in " ".join(command_parser.format_help().split())
+    with pytest.raises(SystemExit):  # no item (a flag that allows an empty list: an item of the wrong type)
+        parser.parse_args([*head, flag, "," if command != "run" else "x"])

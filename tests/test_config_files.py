@@ -124,6 +124,25 @@ def test_a_refused_value_of_the_config_file_names_the_file(tmp_path, capsys):
     assert err.startswith("dfl run: error: topology must be one of") and err.count("\n") == 1
 
 
+def test_mistakes_of_every_kind_in_a_file_are_said_at_once(tmp_path, capsys, monkeypatch):
+    """A key that is no field, a value out of range, a rule between fields and a component's name: four kinds,
+    each found by another stage of the checks, all in one line; a flag that replaces a wrong value removes it."""
+    monkeypatch.chdir(tmp_path)
+    path = _toml(tmp_path, 'roudns = 5\nlr = -1\ntopology = "rign"\nwarmup_rounds = 300\nalgorithm = "dpsgd"\n'
+                           'rho = 0.1\n')
+    assert dfl.cli.main(["run", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    for part in ["unknown config field 'roudns' (did you mean 'rounds'?)", "lr must be > 0.0, got -1",
+                 "warmup_rounds must be < rounds = 200", "rho = 0.1 is not read by dpsgd", "topology must be one of"]:
+        assert f"config file {path}: {part}" in err, err
+    assert "got 'rign' (did you mean 'ring'?)" in err
+    assert dfl.cli.main(["run", str(path), "--lr", "0.1", "--topology", "ring", "--warmup-rounds", "0"]) == 2
+    err = capsys.readouterr().err
+    assert "roudns" in err and "rho = 0.1" in err and "lr must" not in err and "rign" not in err
+    assert not (tmp_path / "runs").exists()  # refused before any run directory
+
+
 @pytest.mark.parametrize("changes,message", [
     ({"clients": 10**20}, "clients must be an integer that fits in 64 bits"),
     ({"rounds": -(10**30)}, "rounds must be an integer that fits in 64 bits"),

@@ -142,8 +142,13 @@ print(status, 'torch' in sys.modules)
     ["run", "--clients", "100000000000000000000"], ["run", "--dataset-options", "num_samples=1000000000"],
     ["run", "--topology", "grid", "--clients", "17"], ["topology", "ring", "--clients", "1000000000"],
     ["spectral-study", "--algorithm", "fedavg", "--dry-run"],
+    ["run", "--topology", "custom", "--topology-options", "matrix=W.csv", "--clients", "2"],
+    ["run", "--topology", "custom", "--topology-options", "matrix=R.csv", "--clients", "2"],
+    ["run", "--topology", "custom", "--topology-options", "matrix=R.csv", "--clients", "3"],
 ])
 def test_cli_refusals_answer_before_torch_loads(argv, tmp_path):
+    (tmp_path / "W.csv").write_text("i,j\n0,1\n")  # an edge list given as a matrix file
+    (tmp_path / "R.csv").write_text("0.5,0.5\n0.25,0.75\n")  # row-stochastic, not doubly
     proc = subprocess.run([sys.executable, "-c", REFUSE.format(argv=argv)], capture_output=True, text=True,
                           cwd=tmp_path)
     assert proc.stdout.split() == ["2", "False"], (proc.stdout, proc.stderr[-2000:])

@@ -55,7 +55,7 @@ def build(config, data, device="cpu"):
     """The runner's set-up of `config`'s algorithm on one process, returned with its model and layout."""
     config = validate(config)
     data = data.to(device)
-    hp, _ = resolve_hyperparameters(config, warn=False)
+    hp = resolve_hyperparameters(config)
     torch.manual_seed(config.seed)
     model = build_model(config.model, tuple(data.input_shape), data.num_classes, **config.model_options).to(device)
     layout = ParamLayout.of(model)
@@ -327,12 +327,12 @@ def test_config_errors(changes, match):
         validate(tiny_config(**changes))
 
 
-def test_options_an_algorithm_does_not_read_are_warned_and_recorded():
-    with pytest.warns(UserWarning, match="fedadagrad does not use server_beta2"):
-        result = dfl.run(tiny_config(algorithm="fedadagrad", server_beta2=0.9, rounds=1), data=make_data())
-    assert result.summary["ignored_options"] == ["server_beta2"]
-    with pytest.warns(UserWarning, match="fedavg does not use prox_mu, server_tau"):
-        dfl.run(tiny_config(algorithm="fedavg", prox_mu=0.1, server_tau=0.1, rounds=1), data=make_data())
+def test_options_an_algorithm_does_not_read_are_refused():
+    with pytest.raises(ConfigError, match="server_beta2 = 0.9 is not read by fedadagrad; remove it, or use an "
+                                          "algorithm that reads it: fedadam, fedyogi"):
+        validate(tiny_config(algorithm="fedadagrad", server_beta2=0.9, rounds=1))
+    with pytest.raises(ConfigError, match="prox_mu = 0.1 is not read by fedavg.*; server_tau = 0.1 is not read"):
+        validate(tiny_config(algorithm="fedavg", prox_mu=0.1, server_tau=0.1, rounds=1))
 
 
 REFUSE = """

@@ -140,7 +140,7 @@ def quadratic_run(algorithm: str, K: int, rounds: int, lr: float):
     b = torch.tensor(rng.normal(0.0, 5.0, (m, d)))  # far-apart local optima: strong heterogeneity
     optimum = torch.linalg.solve(A.sum(0), torch.einsum("mij,mj->i", A, b))  # argmin Σ_i f_i
     cfg = Config(algorithm=algorithm, clients=m, lr=lr, lr_decay=1.0, local_steps=K, rounds=rounds)
-    hp, _ = resolve_hyperparameters(cfg, warn=False)
+    hp = resolve_hyperparameters(cfg)
     comm = LocalCommunicator(m)
     topo = topologies.build("ring", m)
     ctx = Context(config=cfg, hp=hp, trainer=QuadraticTrainer(A, b, K),

@@ -207,3 +207,18 @@ def test_planning_hands_the_kept_heap_back_to_the_os():
     memory.available_bytes(CPU)
     assert _resident_bytes() < held - 0.9 * size  # handed back to the OS, where MemAvailable counts it
     assert keep.sum() > 0 and late.sum() > 0
+
+
+def test_stacks_that_cannot_fit_are_refused_before_any_data_is_made(monkeypatch):
+    """The model's size from the meta device and the dataset's from its card: no minutes of data generation first."""
+    from dfl.engine import setup
+
+    def no_data(config):
+        raise AssertionError("the data was made before the memory check")
+
+    monkeypatch.setattr(setup, "build_data", no_data)
+    monkeypatch.setattr("dfl.engine.build.build_data", no_data, raising=False)
+    monkeypatch.setattr(memory, "available_bytes", lambda device: 64 * 2**20)  # 64 MiB free
+    with pytest.raises(ConfigError, match=r"clients = 2,000: the run keeps 5 \[m, d\] stacks"):
+        dfl.run(dfl.Config(clients=2000, rounds=1, progress=False, device="cpu",
+                           dataset_options={"num_samples": 4000}))

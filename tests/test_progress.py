@@ -61,3 +61,24 @@ def test_the_final_table_reports_the_mean_seconds_per_round():
     table = format_summary(summary)
     assert "seconds per round (mean)" in table and "1.750" in table
     assert "seconds per round (last 2 rounds)" in table and "0.500" in table
+
+
+def test_a_set_up_step_that_takes_long_says_so_and_a_quick_one_says_nothing():
+    import time
+
+    log = io.StringIO()
+    with hooks.announced("making the data (x)", stream=log, says=(0.05, 0.1)):
+        time.sleep(0.4)
+    lines = log.getvalue().splitlines()
+    assert lines[0] == "dfl: making the data (x) ... 0 s" and len(lines) >= 3  # at 0.05 s, 0.1 s, then every 0.1 s
+    assert lines[-1].startswith("dfl: making the data (x): done in 0.")
+    quiet = io.StringIO()
+    with hooks.announced("building the topology", stream=quiet, says=(5.0,)):
+        pass
+    with hooks.announced("anything", show=False, stream=quiet, says=(0.0,)):
+        time.sleep(0.05)
+    assert quiet.getvalue() == ""
+    on_terminal = Terminal()
+    with hooks.announced("step", stream=on_terminal, says=(0.02, 0.04)):
+        time.sleep(0.2)
+    assert on_terminal.getvalue().startswith("\rdfl: step ... 0 s") and on_terminal.getvalue().count("\n") == 1

@@ -185,14 +185,15 @@ def test_layout_options_and_folded_fields(sweep, tmp_path):
     write_run(sweep / "runs" / "alpha", config, [0.3, 0.4, 0.5], 0.6, 1e-3)
     md = write_report(sweep, tmp_path / "u")["report.md"].read_text()
     acc = table(md, "Final test accuracy")
-    assert acc["dfedavg"] == {"topology=ring, alpha=0.6": "50.00", "topology=ring, alpha=default": "61.00 ± 1.41",
-                              "topology=full, alpha=default": "72.00 ± 2.83"}
+    # (an unset alpha is the Dirichlet default 0.3 the runs used: reports resolve each run's defaults)
+    assert acc["dfedavg"] == {"topology=ring, alpha=0.6": "50.00", "topology=ring, alpha=0.3": "61.00 ± 1.41",
+                              "topology=full, alpha=0.3": "72.00 ± 2.83"}
     assert acc["dfedsam"]["topology=ring, alpha=0.6"] == "n/a"
     assert "## Seeds per setting" in md  # n differs between settings
     # explicit --cols: the other varied field joins the rows
     md = write_report(sweep, tmp_path / "v", cols="topology")["report.md"].read_text()
-    assert set(table(md, "Final test accuracy")) == {"algorithm=dfedavg, alpha=default",
-                                                    "algorithm=dfedavg, alpha=0.6", "algorithm=dfedsam, alpha=default"}
+    assert set(table(md, "Final test accuracy")) == {"algorithm=dfedavg, alpha=0.3",
+                                                    "algorithm=dfedavg, alpha=0.6", "algorithm=dfedsam, alpha=0.3"}
 
 
 def test_not_completed_runs_are_marked_and_listed(sweep):
@@ -384,3 +385,30 @@ def test_real_run_directories(tmp_path):
     assert [r["topology"] for r in rows] == ["ring", "full"]
     assert float(rows[0]["lambda"]) == pytest.approx(summaries["ring"]["lambda"])
     assert float(rows[1]["effective_neighbors"]) == pytest.approx(4.0)
+
+
+def test_the_report_says_what_the_runs_share_and_flags_what_differs_beyond_the_axes(tmp_path):
+    """DFedSAM's momentum 0.9 beside D-PSGD's none, and the bytes of a round, differ with the algorithm on one
+    topology: flagged (and momentum, an algorithm default, is no column of the tables); a momentum that the study
+    varies is not."""
+    root = tmp_path / "runs"
+    for algorithm, momentum, sent in (("dpsgd", None, 8 * 4 * 100 * 14), ("dfedsam", 0.9, 8 * 4 * 100 * 2)):
+        config = Config(name=algorithm, algorithm=algorithm, clients=M, topology="ring", rounds=15, momentum=momentum)
+        write_run(root / algorithm, config, [0.4, 0.5, 0.6], 0.7, 1e-3,
+                  extra_summary={"num_params": 100, "clients": M})
+        lines = (root / algorithm / "metrics.jsonl").read_text().splitlines()
+        last = {**json.loads(lines[-1]), "bytes_sent": sent}
+        (root / algorithm / "metrics.jsonl").write_text("\n".join([*lines[:-1], json.dumps(last)]) + "\n")
+    text = (write_report(root)["report.md"]).read_text()
+    section = text.split("## What the runs share and what differs", 1)[1].split("\n## ", 1)[0]
+    assert "**⚠ Differs beyond the varied axes (algorithm, topology):** local momentum, effective lr = lr/(1 − " \
+           "momentum), models sent per client per round, MiB sent per round (all clients)." in section
+    assert "| dpsgd | 0 | 1 epoch | 0.1 | 1 | 14 |" in section and "| dfedsam | 0.9 | 1 epoch | 1 | 1 | 2 |" in section
+    assert "**Shared by every run** (besides the fields at their defaults): rounds = 15, clients = 8" in section
+    assert "momentum" not in table(text, "Final test accuracy (%)")["dpsgd"]  # not an axis of the tables
+    varied = tmp_path / "varied"
+    for momentum in (0.5, 0.9):
+        write_run(varied / f"m{momentum}", Config(name=f"m{momentum}", algorithm="dfedsam", clients=M, rounds=15,
+                                                 momentum=momentum), [0.4, 0.5, 0.6], 0.7, 1e-3)
+    text = (write_report(varied)["report.md"]).read_text()
+    assert "Nothing of the quantities below differs beyond the varied axes (algorithm, momentum)." in text

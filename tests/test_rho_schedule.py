@@ -21,7 +21,7 @@ SAM_ALGORITHMS = ("dfedsam", "dfedsam-mgs", "fedsam", "mofedsam", "fedgloss")
 
 
 def context(config: Config) -> Context:
-    hp, _ = resolve_hyperparameters(validate(config), warn=False)
+    hp = resolve_hyperparameters(validate(config))
     return Context(config=config, hp=hp, trainer=None, gossip=None, comm=None)
 
 
@@ -54,11 +54,10 @@ def test_fedgloss_keeps_its_linear_default_and_plain_rho_ramp_rounds():
         assert ctx.rho(0) == ctx.rho(7) == 0.15
 
 
-def test_non_sam_algorithms_have_rho_zero_and_ignore_the_schedule_options():
+def test_non_sam_algorithms_have_rho_zero_and_refuse_the_schedule_options():
     assert context(Config(algorithm="dfedavg")).rule(3).rho == 0.0
-    with pytest.warns(UserWarning, match="dfedavg does not use rho_schedule, rho_ramp_rounds"):
-        _, ignored = resolve_hyperparameters(Config(algorithm="dfedavg", rho_schedule="linear", rho_ramp_rounds=5))
-    assert ignored == ["rho_schedule", "rho_ramp_rounds"]
+    with pytest.raises(ConfigError, match="rho_schedule = 'linear' is not read by dfedavg.*; rho_ramp_rounds = 5 is"):
+        validate(Config(algorithm="dfedavg", rho_schedule="linear", rho_ramp_rounds=5))
 
 
 def test_a_ramping_run_trains_round_t_with_rho_t_and_logs_it():

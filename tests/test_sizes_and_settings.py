@@ -4,8 +4,6 @@ given twice is refused naming both; one that does nothing for the chosen compone
 
 from __future__ import annotations
 
-import warnings
-
 import pytest
 import torch
 
@@ -138,14 +136,10 @@ def test_a_setting_given_twice_or_in_the_wrong_place_is_refused(changes, message
         dfl.validate(Config(**changes))
 
 
-def test_data_root_with_an_embedded_dataset_is_warned_and_recorded():
-    config = Config(data_root="data", clients=2, rounds=1, model="logreg", dataset_options={"num_samples": 200},
-                    progress=False, local_steps=1, train_eval_samples=0, device="cpu")
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        result = dfl.run(config)
-    assert any("ignoring data_root='data'" in str(w.message) for w in caught)
-    assert "data_root" in result.summary["ignored_options"]
+def test_data_root_with_an_embedded_dataset_is_refused():
+    config = Config(data_root="data", clients=2, rounds=1, model="logreg", dataset_options={"num_samples": 200})
+    with pytest.raises(ConfigError, match="^data_root = 'data' is not read by dataset 'mnist1d' .*: cifar10, "):
+        dfl.validate(config)
 
 
 def test_topology_studies_refuse_centralized_algorithms():

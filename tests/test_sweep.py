@@ -18,7 +18,7 @@ from dfl.cli import main
 from dfl.config import Config
 from dfl.engine.results import read_metrics
 from dfl.workflows.presets import compare_topologies_sweep, spectral_study_sweep
-from dfl.workflows.sweep import Sweep, SweepError, load_sweep, read_entries, run_name, run_sweep
+from dfl.workflows.sweep import Sweep, SweepError, left_out_lines, load_sweep, read_entries, run_name, run_sweep
 
 pytestmark = pytest.mark.timeout(300)  # hang guard only (worker subprocesses)
 
@@ -52,11 +52,26 @@ def strip_timing(history):
 
 
 # ---------------------------------------------------------------------------------------------- spec
+def test_every_mistake_of_a_sweep_file_is_said_at_once(tmp_path):
+    spec = tmp_path / "s.toml"
+    spec.write_text("[swep]\nname = 'x'\n[base]\nalgoritm = 'dfedsam'\nlr = -1\n[vary]\ntopology = ['ring', 'grdi']\n")
+    with pytest.raises(SweepError) as caught:
+        load_sweep(spec)
+    said = str(caught.value)
+    for part in ["unknown table [swep] (did you mean [sweep]?)", "unknown Config field 'algoritm' in [base] (did you "
+                 "mean 'algorithm'?)", "runs topology=ring and 1 more: lr must be > 0.0, got -1",
+                 "run topology=grdi: topology must be one of", "(did you mean 'grid'?)"]:
+        assert part in said, said
+    assert len(said) < 1000 and "\n" not in said
+
+
 @pytest.mark.parametrize("text, message", [
-    ("[base]\nrounds = 2\n[vary]\nseed = [0]\n[extra]\nx = 1\n", r"unknown table\(s\) \[extra\]"),
+    ("[base]\nrounds = 2\n[vary]\nseed = [0]\n[extra]\nx = 1\n", r"unknown table \[extra\]; allowed: \[sweep\]"),
     ("rounds = 2\n[vary]\nseed = [0]\n", "outside a table"),
-    ("[base]\nlearning_rate = 0.1\n[vary]\nseed = [0]\n", r"unknown Config field\(s\) learning_rate in \[base\]"),
-    ("[vary]\nalgoritm = ['dfedavg']\n", r"unknown Config field\(s\) algoritm in \[vary\]"),
+    ("[base]\nlearning_rate = 0.1\n[vary]\nseed = [0]\n",
+     r"unknown Config field 'learning_rate' in \[base\]; .* listed by dfl run --help$"),
+    ("[vary]\nalgoritm = ['dfedavg']\n",
+     r"unknown Config field 'algoritm' in \[vary\] \(did you mean 'algorithm'\?\)$"),
     ("[vary]\ntopology = 'ring'\n", "topology must be a list"),
     ("[vary]\nseed = []\n", "seed is an empty list"),
     ("[base]\nseed = 1\n[vary]\nseed = [0, 1]\n", "seed in both"),
@@ -133,9 +148,25 @@ lr = [0.1, 1e-05]
     assert load_sweep(write_spec(tmp_path / "again.toml", sweep.to_toml())).runs() == runs
 
 
-def test_same_names_are_an_error():
+def test_a_base_field_goes_only_to_the_runs_that_read_it_and_a_varied_one_is_refused():
+    sweep = Sweep.from_dict({"base": {"rho": 0.05, "data_root": "/nowhere"},
+                             "vary": {"algorithm": ["dpsgd", "dfedsam"]}})
+    dpsgd, dfedsam = sweep.plan()
+    assert (dpsgd.config.rho, dpsgd.left_out, dfedsam.config.rho, dfedsam.left_out) == (
+        None, ("rho", "data_root"), 0.05, ("data_root",))
+    assert left_out_lines([dpsgd, dfedsam]) == [
+        "[base] rho is left out of 1 of 2 runs, which do not read it (e.g. algorithm=dpsgd)",
+        "[base] data_root is left out of 2 of 2 runs, which do not read it (e.g. algorithm=dpsgd)"]
+    with pytest.raises(SweepError, match=r"^run algorithm=dpsgd,rho=0.01: rho = 0.01 is not read by dpsgd; remove it"):
+        Sweep.from_dict({"vary": {"algorithm": ["dpsgd", "dfedsam"], "rho": [0.01, 0.05]}}).plan()
+
+
+def test_same_names_are_an_error(tmp_path):
+    (tmp_path / "a b").mkdir()
+    (tmp_path / "a_b").mkdir()
     with pytest.raises(SweepError, match="same name"):
-        Sweep.from_dict({"vary": {"data_root": ["/a b", "/a_b"]}}).plan()
+        Sweep.from_dict({"base": {"dataset": "cifar10"},
+                         "vary": {"data_root": [str(tmp_path / "a b"), str(tmp_path / "a_b")]}}).plan()
 
 
 # ---------------------------------------------------------------------------------------------- running

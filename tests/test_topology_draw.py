@@ -39,6 +39,15 @@ def test_draw_makes_one_panel_per_step(tmp_path, monkeypatch, name, options, pan
     assert path.read_bytes()[:8] == PNG and seen == [panels]
 
 
+def test_the_title_names_a_one_sided_kind_once():
+    from topologies.draw import default_title
+
+    assert default_title(topologies.build("random-pull", 10, k=2)) == "random-pull, n = 10, weights row-stochastic"
+    assert default_title(topologies.build("ring", 8)) == "ring, n = 8, weights metropolis"
+    sample = topologies.build("star", 4, weights="sample-count", sizes=[1, 2, 3, 4])
+    assert default_title(sample) == "star, n = 4, weights sample-count, row-stochastic"
+
+
 def test_draw_svg_and_the_arrows_of_a_directed_w(tmp_path):
     svg = draw(topologies.build("directed-ring", 6), tmp_path / "ring.svg").read_text()
     assert svg.lstrip().startswith("<?xml") and "<svg" in svg

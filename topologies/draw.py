@@ -155,14 +155,20 @@ def draw(topology: Topology, path: str | Path, *, steps: int | None = None, layo
     import matplotlib.pyplot as plt
 
     fig = _figure(plt, topology, count, layout)
-    kind = "" if topology.stochastic == "doubly" else f", {topology.stochastic}-stochastic"
-    fig.suptitle(title or f"{topology.name}, n = {topology.n}, weights {topology.weights}{kind}{note}", fontsize=10)
+    fig.suptitle(title or default_title(topology, note), fontsize=10)
     fig.tight_layout()
     try:
         _save(fig, path, metadata)
     finally:
         plt.close(fig)
     return path
+
+
+def default_title(topology: Topology, note: str = "") -> str:
+    """Name, n, weights and, for a one-sided W whose scheme does not already say it (sample-count), its kind."""
+    kind = f"{topology.stochastic}-stochastic"
+    said = topology.stochastic == "doubly" or topology.weights == kind
+    return f"{topology.name}, n = {topology.n}, weights {topology.weights}{'' if said else f', {kind}'}{note}"
 
 
 def _figure(plt: Any, topology: Topology, count: int, layout: str) -> Any:

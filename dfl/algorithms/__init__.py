@@ -12,8 +12,6 @@ A registered name works everywhere a built-in does: `dfl.run(Config(algorithm="m
 
 from __future__ import annotations
 
-import warnings
-
 from dfl.algorithms.builtin import BUILTINS, SERVER, AlgorithmCard
 from dfl.algorithms.registration import HYPERPARAMETERS, check_algorithm, option_defaults, resolve_options
 from dfl.errors import ConfigError
@@ -46,7 +44,7 @@ __all__ = [
     "compressible_algorithms", "is_centralized", "mixes_by_push_sum", "private_algorithms", "takes_compression",
     "takes_privacy",
     "option_defaults",
-    "register", "resolve_hyperparameters",
+    "readers", "register", "resolve_hyperparameters", "unread_fields", "unread_message",
 ]
 
 
@@ -119,48 +117,66 @@ def _card_flag(name: str, flag: str, default: bool = False) -> bool:
     return bool(getattr(ALGORITHMS.card(name, "algorithm"), flag, default))
 
 
-def resolve_hyperparameters(config, warn: bool = True) -> tuple[dict, list[str]]:
-    """The hyperparameters a run of `config` uses, and the set fields that do not apply.
+def resolve_hyperparameters(config) -> dict:
+    """The hyperparameters a run of `config` uses: the algorithm's defaults, overridden by its set Config fields.
 
-    The algorithm's hyperparameters (its defaults, overridden by set Config fields and by
-    `config.algorithm_options`) and the names of Config fields that were set but do not apply to it (warned
-    about, never silently dropped). ValueError for an algorithm option that is unknown or of the wrong type,
-    or for values the algorithm's `check_hyperparameters` refuses.
+    The algorithm's declared hyperparameters with their defaults, the Config fields it reads where they are set, and
+    `config.algorithm_options`. A set field the algorithm does not read plays no part here: `check_config` refuses
+    it (`unread_fields`). ValueError for an algorithm option that is unknown or of the wrong type, or for values the
+    algorithm's `check_hyperparameters` refuses.
     """
     cls = ALGORITHMS.card(config.algorithm, "algorithm")  # a built-in's card, or a registered class itself
     hp = dict(cls.hyperparameters)
-    ignored = []
-    for name in HYPERPARAMETERS:
-        value = getattr(config, name)
-        if value is None:
-            continue
-        if name in hp:
-            hp[name] = value
-        else:
-            ignored.append(name)
+    hp.update({name: getattr(config, name) for name in HYPERPARAMETERS
+               if name in hp and getattr(config, name) is not None})
     hp.update(resolve_options(config.algorithm, cls, config.algorithm_options))
     if "momentum" in hp and config.local_optimizer != "sgd":  # SGD's heavy ball: Adam/AdamW have their own first moment
         hp["momentum"] = 0.0  # what applies (`Context.rule`), so summary.json records it; a set momentum is refused
     cls.check_hyperparameters(hp)
-    if "asam_eta" in hp and config.asam_eta is not None and (
-            hp.get("sam") != "asam" or hp.get("asam_form") == "dp-fedsam"):  # no eta in the DP-FedSAM form
-        ignored.append("asam_eta")
-    if "asam_form" in hp and hp.get("sam") != "asam" and config.asam_form is not None:
-        ignored.append("asam_form")
-    if ignored and warn:
-        warnings.warn(
-            f"{config.algorithm} does not use {', '.join(ignored)}; ignoring "
-            f"{', '.join(f'{n}={getattr(config, n)!r}' for n in ignored)}",
-            stacklevel=2,
-        )
-    return hp, ignored
+    return hp
+
+
+def unread_fields(config) -> list[str]:
+    """The algorithm hyperparameters set in `config` (not None) that its algorithm does not read.
+
+    A field the algorithm does not declare (`rho` for dpsgd), `asam_eta` unless the SAM variant is ASAM in Kwon et
+    al.'s form, and `asam_form` unless it is ASAM. Imports nothing (the algorithm's card).
+    """
+    hp = dict(ALGORITHMS.card(config.algorithm, "algorithm").hyperparameters)
+    unread = [name for name in HYPERPARAMETERS if getattr(config, name) is not None and name not in hp]
+    sam = config.sam if config.sam is not None else hp.get("sam")
+    form = config.asam_form if config.asam_form is not None else hp.get("asam_form")
+    if "asam_eta" in hp and config.asam_eta is not None and (sam != "asam" or form == "dp-fedsam"):
+        unread.append("asam_eta")  # no eta in plain SAM, nor in the DP-FedSAM form of ASAM
+    if "asam_form" in hp and config.asam_form is not None and sam != "asam":
+        unread.append("asam_form")
+    return unread
+
+
+def readers(field: str) -> list[str]:
+    """The registered algorithms that read the Config field `field` (their cards declare it), in listing order."""
+    return [name for name in ALGORITHMS.names() if field in ALGORITHMS.card(name).hyperparameters]
+
+
+def unread_message(config, field: str) -> str:
+    """Why `field` is refused for `config.algorithm`: one line naming the field, its value and what reads it."""
+    value = getattr(config, field)
+    if field == "asam_eta":
+        return (f"asam_eta = {value!r} applies only to sam = asam with asam_form = kwon (the DP-FedSAM form has no "
+                f"eta); {config.algorithm} runs sam = {config.sam or 'sam'}: remove asam_eta or set sam = \"asam\"")
+    if field == "asam_form":
+        return (f"asam_form = {value!r} applies only to sam = asam; {config.algorithm} runs sam = "
+                f"{config.sam or 'sam'}: remove asam_form or set sam = \"asam\"")
+    return (f"{field} = {value!r} is not read by {config.algorithm}; remove it, or use an algorithm that reads it: "
+            f"{', '.join(readers(field)) or 'none is registered'}")
 
 
 def check_config(config) -> None:
     """The algorithm's part of `dfl.validate`: `algorithm` is registered; server sampling only where it applies.
 
     participation, participation_mode and aggregation away from their defaults only for an algorithm that takes them
-    (a server's: its card's hyperparameters hold them); a default-valued one is warned about as ignored.
+    (a server's: its card's hyperparameters hold them); a default-valued one, as every field the algorithm does not
+    read, is refused naming the algorithms that read it (`unread_fields`).
 
     `algorithm_options` fit its declared defaults and its `check_hyperparameters` accepts the resolved values; the SAM
     radius schedule is complete; the local optimizer is one its update rule is written for. Raises `ConfigError` naming
@@ -176,14 +192,18 @@ def check_config(config) -> None:
             raise ConfigError(f"{field} = {value} applies only to the centralized algorithms that take it "
                               f"({', '.join(takers)}); {kind} {config.algorithm!r} trains and gossips every client "
                               f"each round, weighted by the topology's W (use {default} or unset{hint})")
+    unread = unread_fields(config)
+    if unread:  # refused, never ignored: a set field that the run would not read is a mistake (every one at once)
+        problems = [unread_message(config, name) for name in unread]
+        raise ConfigError("; ".join(problems), problems)
     try:
-        hp, _ = resolve_hyperparameters(config, warn=False)
+        hp = resolve_hyperparameters(config)
         check_run = getattr(cls, "check_run", None)  # the algorithm's refusals of settings its rule does not cover
         if check_run is not None:
             check_run(config)
     except ValueError as exc:
         raise ConfigError(str(exc)) from exc
-    if "rho_schedule" in hp:  # a SAM algorithm (for the others both options are reported as ignored)
+    if "rho_schedule" in hp:  # a SAM algorithm (the others refuse both options above)
         if hp["rho_schedule"] == "constant" and config.rho_ramp_rounds not in (None, 0):
             raise ConfigError(f"rho_ramp_rounds = {config.rho_ramp_rounds} applies only to rho_schedule = linear, "
                               f"but {config.algorithm}'s rho_schedule is constant; set rho_schedule = \"linear\" or "

@@ -7,6 +7,8 @@ import sys
 import warnings
 from pathlib import Path
 
+from dfl.cli.lists import add_list
+
 
 def add_parser(subparsers) -> None:
     """Add the `report` subcommand to the `dfl` parser."""
@@ -19,9 +21,8 @@ def add_parser(subparsers) -> None:
     )
     p.add_argument("path", help="a run directory, or a directory holding run directories (searched recursively)")
     p.add_argument("--out", help="output directory (default PATH/report)")
-    p.add_argument("--rows", metavar="FIELD[,FIELD]", help="Config field(s) for the table rows (default algorithm)")
-    p.add_argument("--cols", metavar="FIELD[,FIELD]",
-                   help="Config field(s) for the columns (default: every other varied field)")
+    add_list(p, "--rows", metavar="FIELD", help="Config field(s) for the table rows (default algorithm)")
+    add_list(p, "--cols", metavar="FIELD", help="Config field(s) for the columns (default: every other varied field)")
     p.add_argument("--target", type=float, metavar="ACC",
                    help="target test accuracy in (0, 1] for rounds-to-target (default 0.9 × the lowest mean "
                    "final accuracy)")

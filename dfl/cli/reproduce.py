@@ -12,6 +12,7 @@ import time
 import warnings
 from pathlib import Path
 
+from dfl.cli.lists import add_list
 from dfl.cli.sweep import (
     REFUSED,
     _assignment,
@@ -19,7 +20,6 @@ from dfl.cli.sweep import (
     _error,
     _execute,
     _launcher_flags,
-    _names,
     _out_refused,
 )
 from dfl.workflows.reproduce import FULL_DATASETS, METHODS, SPLITS, STUDIES, table1_sweep
@@ -47,12 +47,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--quick", action="store_true", help="a tiny version to try the command (8 clients, 4 rounds, "
                    "1 seed; no accuracy meaning)")
     p.add_argument("--data-root", help="directory holding cifar-10-batches-py and cifar-100-python (for --full)")
-    p.add_argument("--datasets", type=_names, default=None, help="--full: comma-separated subset of "
-                   + ",".join(FULL_DATASETS) + " (default both)")
-    p.add_argument("--methods", type=_names, default=None, help="comma-separated rows (default all: "
-                   + ",".join(METHODS) + ")")
-    p.add_argument("--splits", type=_names, default=None, help="comma-separated columns (default all: "
-                   + ",".join(SPLITS) + ")")
+    add_list(p, "--datasets", default=None, metavar="NAME",
+             help="--full: a subset of " + " ".join(FULL_DATASETS) + " (default both)")
+    add_list(p, "--methods", default=None, metavar="NAME", help="rows (default all: " + " ".join(METHODS) + ")")
+    add_list(p, "--splits", default=None, metavar="NAME", help="columns (default all: " + " ".join(SPLITS) + ")")
     p.add_argument("--seeds", type=int, default=None, help="seeds 0..N-1 per cell (default 3; --quick 1)")
     p.add_argument("--rounds", type=int, help="rounds per run (default 40; --quick 4; --full 500)")
     p.add_argument("--set", dest="overrides", action="append", default=[], type=_assignment, metavar="FIELD=VALUE",

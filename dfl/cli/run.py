@@ -23,7 +23,8 @@ from collections.abc import Iterator
 from dataclasses import fields
 from pathlib import Path
 
-from dfl.config import Config, options, read_toml
+from dfl.cli.lists import add_list
+from dfl.config import Config, field_of, options, read_toml
 from dfl.directories import RUNS, NewDirectory, check_output_directory, latest_resumable_run
 from dfl.errors import ConfigError
 
@@ -81,7 +82,8 @@ def add_config_flags(parser: argparse.ArgumentParser) -> None:
             group.add_argument(flag, dest=opt.name, nargs="+", metavar="KEY=VALUE", type=key_value,
                                help=text + "; one or more key=value pairs, values as Python literals")
         elif kind.startswith("list["):  # e.g. lr_milestones: --lr-milestones 100 150 (no values = empty list)
-            group.add_argument(flag, dest=opt.name, nargs="*", metavar="N", type=_scalar_type(kind[5:-1]), help=text)
+            add_list(group, flag, dest=opt.name, item=_scalar_type(kind[5:-1]), empty=True, metavar="N", help=text,
+                     what="numbers")
         else:
             group.add_argument(flag, dest=opt.name, type=_scalar_type(kind), metavar=metavar, help=text)
 
@@ -130,29 +132,41 @@ def config_from_args(args: argparse.Namespace) -> Config:
 
     values = vars(args)
     config = Config.from_toml(values["config_file"], owner=option_owner) if values.get("config_file") else Config()
-    changes = {}
-    for f in fields(Config):
-        if f.name in values:
-            value = values[f.name]
-            changes[f.name] = dict(value) if str(f.type).startswith("dict") else value
-    return config.replace(**changes)
+    return config.replace(**_flag_changes(args))
+
+
+def _flag_changes(args: argparse.Namespace) -> dict:
+    """The Config fields given as flags, with their values."""
+    values = vars(args)
+    return {f.name: dict(values[f.name]) if str(f.type).startswith("dict") else values[f.name]
+            for f in fields(Config) if f.name in values}
 
 
 def validate_args(args: argparse.Namespace, validate) -> Config:
-    """`validate(config_from_args(args))`.
+    """`validate(config_from_args(args))`, every mistake of the file and the flags at once.
 
-    A refusal of a field that the config file set (and no flag replaced) names the file, as the file's own type and
-    range errors do (`Config.from_toml`).
+    The config file's wrong keys (`Config.load`) and then what `validate` finds in the rest; a refusal of a field
+    that the config file set (and no flag replaced) names the file, as the file's own type and range errors do.
     """
-    config = config_from_args(args)
+    from dfl.engine.validation import option_owner  # no torch
+
+    path = vars(args).get("config_file")
+    config, found = Config.load(path, owner=option_owner) if path else (Config(), [])
+    in_file = read_toml(path, "config file") if path else {}
+    found = [p for p in found if field_of(p.split(": ", 1)[1]) not in vars(args)]  # a flag replaced the file's value
+    wrong_keys = {field_of(problem.split(": ", 1)[1]) for problem in found}
+    config = config.replace(**_flag_changes(args))
     try:
-        return validate(config)
+        config = validate(config)
     except ConfigError as exc:
-        path = vars(args).get("config_file")
-        field = str(exc).split(" ", 1)[0].split(".", 1)[0].rstrip(":")  # "topology must ...", "x_options.key = ..."
-        if path and field not in vars(args) and field in read_toml(path, "config file"):
-            raise type(exc)(f"config file {path}: {exc}") from None
-        raise
+        for problem in exc.problems:
+            field = field_of(problem)
+            if field in wrong_keys and field not in vars(args):
+                continue  # the file's own wrong value, said above
+            found.append(f"config file {path}: {problem}" if field in in_file and field not in vars(args) else problem)
+    if found:
+        raise ConfigError("; ".join(found), found)
+    return config
 
 
 def resume_args(args: argparse.Namespace) -> argparse.Namespace:

@@ -12,19 +12,27 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+from dfl.cli.lists import add_list
 from dfl.cli.run import key_value
+from dfl.config import unknown_field_hint
 from dfl.directories import RUNS, NewDirectory, new_name
 from dfl.errors import ConfigError, FileReadError, OutputPathError, SweepInterrupted
 from dfl.workflows.launchers import LAUNCHERS, SLURM_KEYS, SlurmOptions, make_launcher
-from dfl.workflows.presets import PAPER_ALGORITHMS, PAPER_TOPOLOGIES, compare_topologies_sweep, spectral_study_sweep
+from dfl.workflows.presets import (
+    ALGORITHM_DEFAULTS_NOTE,
+    PAPER_ALGORITHMS,
+    PAPER_TOPOLOGIES,
+    compare_topologies_sweep,
+    spectral_study_sweep,
+)
 from dfl.workflows.sweep import (
     CONFIG_FIELDS,
     Sweep,
     SweepError,
-    apply_overrides,
     format_status,
     format_sweep_status,
     is_table_key,
+    left_out_lines,
     load_sweep,
     plan_runs,
     run_sweep,
@@ -105,14 +113,15 @@ def _add_compare_topologies(subparsers: argparse._SubParsersAction) -> None:
         description="Ring, grid, exponential and full topologies x D-PSGD, DFedAvg, DFedAvgM, DFedSAM and "
         "DFedSAM-MGS. By default a laptop-CPU setting on MNIST-1D (16 clients, Dirichlet 0.3, cnn1d, 100 rounds); "
         "--full uses the paper's CIFAR-10 setting (100 clients, VGG-11, 5 local epochs, 500 rounds) for a GPU. "
-        "The spec is written to OUT/sweep.toml, so `dfl sweep OUT/sweep.toml --out OUT` resumes it.",
+        + ALGORITHM_DEFAULTS_NOTE + " The spec is written to OUT/sweep.toml, so `dfl sweep OUT/sweep.toml --out "
+        "OUT` resumes it.",
     )
     p.add_argument("--full", action="store_true", help="the paper's CIFAR-10 scale (needs --data-root; a GPU)")
     p.add_argument("--data-root", help="directory holding cifar-10-batches-py (for --full)")
-    p.add_argument("--topologies", type=_names, default=PAPER_TOPOLOGIES, help="comma-separated (default: "
-                   + ",".join(PAPER_TOPOLOGIES) + ")")
-    p.add_argument("--algorithms", type=_names, default=PAPER_ALGORITHMS, help="comma-separated (default: "
-                   + ",".join(PAPER_ALGORITHMS) + ")")
+    add_list(p, "--topologies", default=PAPER_TOPOLOGIES, metavar="NAME",
+             help="topologies (default: " + " ".join(PAPER_TOPOLOGIES) + ")")
+    add_list(p, "--algorithms", default=PAPER_ALGORITHMS, metavar="NAME",
+             help="decentralized algorithms (default: " + " ".join(PAPER_ALGORITHMS) + ")")
     _study_flags(p)
     _common(p, out_help="sweep directory (default: a new runs/compare-topologies-<YYYYmmdd-HHMMSS>, or "
             "compare-topologies-full-...); an existing one of dfl's is continued")
@@ -129,12 +138,12 @@ def _add_spectral_study(subparsers: argparse._SubParsersAction) -> None:
         "1 - lambda^Q, Phi(lambda, m, Q), effective neighbours) into OUT/report/ and print the table.",
     )
     p.add_argument("--algorithm", default="dfedsam-mgs", help="default dfedsam-mgs")
-    p.add_argument("--topologies", type=_names, default=PAPER_TOPOLOGIES,
-                   help="comma-separated (default: " + ",".join(PAPER_TOPOLOGIES) + ")")
-    p.add_argument("--gossip-steps", type=_ints, default=None, metavar="Q,...",
-                   help="comma-separated gossip steps per round (default 1,2,4; only for algorithms that take Q)")
-    p.add_argument("--clients", type=_ints, default=None, metavar="M,...",
-                   help="comma-separated client counts (default: one count, the base's 16)")
+    add_list(p, "--topologies", default=PAPER_TOPOLOGIES, metavar="NAME",
+             help="topologies (default: " + " ".join(PAPER_TOPOLOGIES) + ")")
+    add_list(p, "--gossip-steps", item=int, what="integers", default=None, metavar="Q",
+             help="gossip steps per round (default 1 2 4; only for algorithms that take Q)")
+    add_list(p, "--clients", item=int, what="integers", default=None, metavar="M",
+             help="client counts (default: one count, the base's 16)")
     _study_flags(p)
     _common(p, out_help="sweep directory (default: a new runs/spectral-study-<YYYYmmdd-HHMMSS>); an existing one of "
             "dfl's is continued")
@@ -188,24 +197,10 @@ def _study_flags(p: argparse.ArgumentParser) -> None:
                    "--set algorithm_options.clip=0.5")
 
 
-def _names(text: str) -> list[str]:
-    names = [t.strip() for t in text.split(",") if t.strip()]
-    if not names:
-        raise argparse.ArgumentTypeError(f"expected a comma-separated list, got {text!r}")
-    return names
-
-
-def _ints(text: str) -> list[int]:
-    try:
-        return [int(t) for t in _names(text)]
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from exc
-
-
 def _assignment(text: str) -> tuple[str, Any]:
     key, value = key_value(text, form="FIELD=VALUE")
     if key not in CONFIG_FIELDS and not is_table_key(key):  # FIELD.KEY sets one key of a table field
-        raise argparse.ArgumentTypeError(f"unknown Config field {key!r}; known fields: {', '.join(CONFIG_FIELDS)}")
+        raise argparse.ArgumentTypeError(f"unknown Config field {key!r}{unknown_field_hint(key)}")
     return key, value
 
 
@@ -224,18 +219,10 @@ def sweep_main(args: argparse.Namespace) -> int:
     if _out_refused("sweep", args):
         return 2
     try:
-        sweep = load_sweep(args.spec)
         overrides = dict(args.overrides)
         if args.data_root is not None:
             overrides["data_root"] = args.data_root
-        if overrides:
-            clash = sorted(set(overrides) & set(sweep.vary))
-            if clash:
-                raise SweepError(f"--set {', '.join(clash)}: varied in [vary]; edit the sweep file instead")
-            spec = sweep.to_dict()
-            spec["base"] = apply_overrides(spec.get("base", {}), overrides)
-            sweep = Sweep.from_dict(spec, where=str(args.spec))
-            sweep.plan()  # validate every combination with the overrides before anything runs
+        sweep = load_sweep(args.spec, overrides)  # every combination validated, with the overrides
     except (SweepError, ConfigError) as exc:
         return _error("sweep", exc)
     return _execute("sweep", sweep, args)
@@ -330,6 +317,8 @@ def _execute(command: str, sweep: Sweep, args: argparse.Namespace, spectral: boo
             print(f"{len(planned)} runs into {out}/runs/:")
             for p, plan in zip(planned, plans):
                 print(f"  {plan.action:<6} {p.name}" + (f"  ({plan.note})" if plan.note else ""))
+            for line in left_out_lines(planned):
+                print(line)
             return 0
         out = Path(args.out) if new is None else new.make("sweep")
         entries = run_sweep(sweep, out, retry_diverged=getattr(args, "retry_diverged", False), launcher=launcher)

@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 
 from dfl import topologies as topology_registry
+from dfl.cli.lists import add_list
 from dfl.cli.run import key_value
 from dfl.errors import ConfigError
 from dfl.registry import suggest
@@ -66,7 +67,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
                         "same as NAME; 'draw NAME --out FILE' draws it")
     p.add_argument("name", nargs="?", choices=names, metavar="NAME", type=canonical,
                    help="the topology after 'show' or 'draw'")
-    p.add_argument("--clients", type=int, nargs="+", metavar="N", help="number(s) of clients n")
+    add_list(p, "--clients", item=int, what="integers", metavar="N", help="number(s) of clients n")
     _analysis_flags(p)
     _option_flags(p)
     _output_flags(p)
@@ -76,8 +77,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
 
 def _analysis_flags(p: argparse.ArgumentParser) -> None:
     """The flags of the analysis itself: which topologies, the weights, Q, and the spectral quantities' knobs."""
-    p.add_argument("--topologies", nargs="+", metavar="NAME", help="topologies for 'compare' "
-                   f"(default: {' '.join(DEFAULT_COMPARE)})")
+    add_list(p, "--topologies", metavar="NAME", help=f"topologies for 'compare' (default: {' '.join(DEFAULT_COMPARE)})")
     p.add_argument("--weights", choices=SCHEMES, help="weight scheme (default metropolis)")
     p.add_argument("--base", choices=LAZY_BASES, help="scheme under --weights lazy (default metropolis)")
     p.add_argument("--gossip-steps", "-Q", type=int, default=1, metavar="Q",

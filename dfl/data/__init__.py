@@ -12,7 +12,6 @@ augmentations and the loaders themselves load on first use.
 
 from __future__ import annotations
 
-import warnings
 from pathlib import Path
 from typing import Any
 
@@ -59,12 +58,12 @@ __all__ = [
     "crop_flip",
     "data_shape",
     "dataset_options",
-    "ignored_options",
     "label_histograms",
     "load_dataset",
     "needs_root",
     "partition",
     "partition_options",
+    "unread_fields",
     "random_crop_flip",
     "register",
     "register_partition",
@@ -72,13 +71,19 @@ __all__ = [
 ]
 
 
+def unread_fields(config) -> list[str]:
+    """The data fields set in `config` that its dataset does not read: ["data_root"] for a dataset made in memory."""
+    return ["data_root"] if config.data_root is not None and not DATASETS.card(config.dataset).root else []
+
+
 def check_config(config) -> DataShape | None:
     """The data's part of `dfl.validate`, before anything is loaded; the dataset's size when its card knows it.
 
     `dataset` and `partition` are registered, their options known (a built-in's in range), each setting given once (the
     dataset's directory is `data_root`, never `dataset_options.root`; alpha and seed are Config fields, not partition
-    options), a dataset read from a directory has `data_root`, alpha goes with a Dirichlet partition, every client can
-    get a sample and the dataset fits in the memory free; partitions meet the labels at build time.
+    options), a dataset read from a directory has `data_root` and one made in memory has none, alpha goes with a
+    Dirichlet partition, every client can get a sample and the dataset fits in the memory free; partitions meet the
+    labels at build time.
     """
     options = config.dataset_options
     if "root" in options:
@@ -89,6 +94,11 @@ def check_config(config) -> DataShape | None:
         card, resolved = check_options(config.dataset, with_clients(config.dataset, options, config.clients))
     except ValueError as exc:
         raise ConfigError(f"dataset_options: {exc}") from None
+    if unread_fields(config):  # refused, never ignored, as every field a run would not read
+        readers = [name for name in DATASETS.names() if DATASETS.card(name).root]
+        raise ConfigError(f"data_root = {config.data_root!r} is not read by dataset {config.dataset!r} (made in "
+                          f"memory, not read from a directory); remove it, or use a dataset read from one: "
+                          f"{', '.join(readers)}")
     if card.root:
         if config.data_root is None:
             raise ConfigError(f"dataset {config.dataset!r} is read from a local directory: pass root (config field "
@@ -158,15 +168,3 @@ def run_partition_options(config, check: bool = False) -> dict[str, Any]:
     return options
 
 
-def ignored_options(config, warn: bool = True) -> list[str]:
-    """The data options the chosen dataset does not use.
-
-    Config fields set for the data that the chosen dataset does not use (warned about unless `warn` is False, and
-    listed in summary.json as the algorithm's are): data_root with an embedded dataset.
-    """
-    if config.data_root is None or needs_root(config.dataset):
-        return []
-    if warn:
-        warnings.warn(f"dataset {config.dataset} is embedded (it is not read from a directory); ignoring "
-                      f"data_root={config.data_root!r}", stacklevel=2)
-    return ["data_root"]

@@ -7,7 +7,6 @@ so a bad run fails here, before the first round, with the message of the step th
 
 from __future__ import annotations
 
-import warnings
 from pathlib import Path
 from typing import Any
 
@@ -19,11 +18,12 @@ from dfl.algorithms import is_centralized, resolve_hyperparameters
 from dfl.algorithms.base import EngineCommunicator
 from dfl.algorithms.server import sample_participants
 from dfl.config import Config
-from dfl.data import FederatedData, ignored_options
+from dfl.data import FederatedData, data_shape
+from dfl.data.dataset import with_clients
 from dfl.engine import checkpoint as ckpt
 from dfl.engine.setup import build_data, build_topology, resolve_device, split_local_test
 from dfl.errors import ConfigError
-from dfl.models import model_for_run
+from dfl.models import build_model, model_for_run
 from dfl.network.faults import Network
 from dfl.training import memory
 from dfl.training.clients import ParamLayout, common_start
@@ -45,10 +45,9 @@ def checkpoint_to_resume(config: Config, out: str | Path | None, resume: bool) -
     return saved
 
 
-def hyperparameters(config: Config) -> tuple[dict[str, Any], list[str]]:
-    """The algorithm's resolved hyperparameters and the options the run ignores (warned and recorded)."""
-    hp, ignored = resolve_hyperparameters(config)
-    return hp, ignored + ignored_options(config)  # data_root with an embedded dataset: warned and recorded the same
+def hyperparameters(config: Config) -> dict[str, Any]:
+    """The algorithm's resolved hyperparameters (a set field it does not read was refused by `dfl.validate`)."""
+    return resolve_hyperparameters(config)
 
 
 def device(config: Config, comm: EngineCommunicator) -> torch.device:
@@ -82,17 +81,9 @@ def data_on_device(config: Config, data: FederatedData | None, comm, dev: torch.
     return data.to(dev)
 
 
-def topology(config: Config, data: FederatedData, ignored: list[str]) -> tuple[Topology, list[str]]:
-    """The graph the run mixes with, and the ignored options.
-
-    The graph comes from `dfl.engine.setup.build_topology`; "topology" is added to the ignored options (with a
-    warning) when a centralized algorithm is given a topology it does not use.
-    """
-    if is_centralized(config.algorithm) and (config.topology not in ("ring", "full") or config.topology_options):
-        # ring is the default: only a topology the user chose is worth a warning
-        warnings.warn(f"{config.algorithm} is centralized (complete topology); ignoring topology", stacklevel=4)
-        ignored = [*ignored, "topology"]
-    return build_topology(config, data.num_clients, data.sizes.tolist()), ignored
+def topology(config: Config, data: FederatedData) -> Topology:
+    """The graph the run mixes with (`dfl.engine.setup.build_topology`; the complete graph for a centralized one)."""
+    return build_topology(config, data.num_clients, data.sizes.tolist())
 
 
 def network(config: Config, graph: Topology, data: FederatedData, hp: dict[str, Any]) -> Network:
@@ -120,6 +111,29 @@ def model(config: Config, data: FederatedData, dev: torch.device, given: Any = N
     net = model_for_run(config.model, config.model_options, tuple(data.input_shape), data.num_classes,
                         config.seed, dev, (data.train_x[:2], data.train_y[:2]), given)
     return net, ParamLayout.of(net)
+
+
+def stacks_fit_before_data(config: Config, comm, dev: torch.device, data: FederatedData | None, given: Any) -> None:
+    """Refuse, before any data is made, a run whose client stacks would not fit (`memory.check_stacks`).
+
+    The dataset's card gives its shape (`dfl.data.data_shape`) and the model, built on the meta device (no memory),
+    its parameter count, so a run of 200,000 clients that cannot hold its stacks is refused at once rather than after
+    minutes of data generation. Skipped where the config alone does not say (data or a model given, a dataset or
+    factory without a card); `client_block` checks again with the real model.
+    """
+    if data is not None or given is not None:
+        return
+    try:
+        shape = data_shape(config.dataset, with_clients(config.dataset, dict(config.dataset_options), config.clients))
+        if shape is None:
+            return
+        with torch.device("meta"):
+            net = build_model(config.model, tuple(shape.input_shape), shape.num_classes, **config.model_options)
+    except Exception:  # noqa: BLE001 (a model or dataset the config does not describe: checked with the real one)
+        return
+    dim = sum(p.numel() for p in net.parameters())
+    extra = int(config.compressor != "none") + int(config.byzantine > 0 or config.aggregator != "mean")
+    memory.check_stacks(len(comm.client_ids), dim, dev, extra)  # as client_block counts them
 
 
 def client_block(net: nn.Module, layout: ParamLayout, comm, dev: torch.device, run_network: Network) -> torch.Tensor:

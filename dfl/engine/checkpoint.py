@@ -62,6 +62,7 @@ from dfl.algorithms import resolve_hyperparameters
 from dfl.algorithms.base import EngineCommunicator
 from dfl.config import Config
 from dfl.engine.results import torch_load_reason
+from dfl.engine.validation import resolved
 from dfl.errors import CheckpointError, ConfigError, NoCheckpoint, PeerFailure  # noqa: F401 (re-exported)
 from dfl.training import memory
 
@@ -284,7 +285,7 @@ def check_config(checkpoint: dict[str, Any], config: Config, run_dir) -> None:
             f"run's rounds = {started}, so changing rounds would change the learning rate of every later round; "
             f"resume with rounds = {started}, or start a new run"
         )
-    hp = resolve_hyperparameters(config, warn=False)[0] if config.rounds != started else {}
+    hp = resolve_hyperparameters(config) if config.rounds != started else {}
     if hp.get("anneal_factor", 0) > 0 and hp.get("anneal_rounds", 0) == 0:  # DisPFL's mask updates
         raise ConfigError(
             f"cannot resume {run_dir} with rounds = {config.rounds}: {config.algorithm}'s anneal_factor anneals the "
@@ -296,14 +297,21 @@ def check_config(checkpoint: dict[str, Any], config: Config, run_dir) -> None:
 def changed_fields(stored: dict[str, Any], config: Config) -> list[str]:
     """The Config fields outside RESUMABLE_FIELDS in which `config` differs from the `stored` one.
 
-    A field missing from `stored` (a checkpoint's config values) counts as its default.
+    A field missing from `stored` (a checkpoint's config values) counts as its default. Both are compared with the
+    defaults their run resolves written in (`dfl.engine.validation.resolved`): a run directory's config.toml records
+    momentum = 0.9 where the config left DFedSAM's momentum unset, the same run.
     """
     defaults = Config()
+    values = {f.name: stored.get(f.name, getattr(defaults, f.name)) for f in fields(Config)}
+    try:
+        before = resolved(Config(**values)).to_dict()
+    except (ConfigError, TypeError):  # a stored value of another type: compared as it is
+        before = values
+    now = resolved(config)
     return [
         f.name
         for f in fields(Config)
-        if f.name not in RESUMABLE_FIELDS
-        and _plain(stored.get(f.name, getattr(defaults, f.name))) != _plain(getattr(config, f.name))
+        if f.name not in RESUMABLE_FIELDS and _plain(before[f.name]) != _plain(getattr(now, f.name))
     ]
 
 

@@ -24,9 +24,11 @@ import torch
 
 from dfl.algorithms import Context
 from dfl.config import Config
+from dfl.data import data_shape
+from dfl.data.dataset import with_clients
 from dfl.engine import build
 from dfl.engine import checkpoint as ckpt
-from dfl.engine.hooks import Hooks, Progress, RunInfo
+from dfl.engine.hooks import Hooks, Progress, RunInfo, announced
 from dfl.engine.results import FinalParams, Result, RunDirectory
 from dfl.engine.setup import (
     LocalTest,
@@ -38,6 +40,7 @@ from dfl.engine.setup import (
     seeded_subset,
     train_subset,
 )
+from dfl.engine.validation import resolved
 from dfl.errors import DivergenceError
 from dfl.models import kernels
 from dfl.network.byzantine import Threat
@@ -80,10 +83,14 @@ class Experiment:
                  callbacks=None):
         saved = build.checkpoint_to_resume(config, out, resume)  # before any work, on every rank alike
         self.hooks = Hooks(config, callbacks, comm, out)  # loggers' packages and callbacks checked before any work
-        hp, ignored = build.hyperparameters(config)
+        hp = build.hyperparameters(config)
         device = build.device(config, comm)
-        data = build.data_on_device(config, data, comm, device)
-        topology, ignored = build.topology(config, data, ignored)
+        show = config.progress and comm.is_main  # set-up steps that take long say so (hooks.announced)
+        build.stacks_fit_before_data(config, comm, device, data, given_model)
+        with announced(f"making the data ({_data_words(config)})", show and data is None):
+            data = build.data_on_device(config, data, comm, device)
+        with announced(f"building the topology ({config.topology}, {data.num_clients:,} clients)", show):
+            topology = build.topology(config, data)
         network = build.network(config, topology, data, hp)
         model, layout = build.model(config, data, device, given_model)
         X0 = build.client_block(model, layout, comm, device, network)
@@ -91,7 +98,8 @@ class Experiment:
         gossip = network.gossip(comm, X0.dtype, device, start=X0)  # compressed gossip: x̂ starts at X_0
         self.ctx = Context(config=config, hp=hp, trainer=trainer, gossip=gossip, comm=comm)
         self.algorithm = make_algorithm(config, self.ctx, X0, topology)  # rounds in lock-step, or async clocks
-        self.chunk = build.client_chunk(trainer, self.algorithm, comm, layout, X0)  # clients per vectorized call
+        with announced("measuring the clients per vectorized call (client_chunk)", show):
+            self.chunk = build.client_chunk(trainer, self.algorithm, comm, layout, X0)  # clients per vectorized call
         self._plan_final_params(config, comm, out, layout.dim, X0.element_size(), device, trainer)
         self.config, self.comm, self.data, self.device, self.hp = config, comm, data, device, hp
         self.model, self.layout, self.X0, self.trainer, self.network = model, layout, X0, trainer, network
@@ -99,7 +107,7 @@ class Experiment:
         self._restore_progress(saved)
         self._open_run_directory(out, overwrite, resume)
         self.message_bytes = gossip.message_bytes(layout.dim, X0.element_size())  # a model, or compressed
-        self._write_start(hp, ignored, topology, gossip, saved)
+        self._write_start(hp, topology, gossip, saved)
         self._prepare_evaluation()
         if saved is not None:  # last: the generators continue where the checkpointed run's were
             ckpt.set_rng_state(saved["rng"])
@@ -161,13 +169,13 @@ class Experiment:
         elif resume:
             ckpt.remove_stale_shards(out)  # left by a save killed before its manifest
 
-    def _write_start(self, hp: dict[str, Any], ignored: list[str], topology, gossip, saved) -> None:
+    def _write_start(self, hp: dict[str, Any], topology, gossip, saved) -> None:
         """Write the initial summary and the run directory's first files.
 
         The initial summary, and the run directory's config.toml, partition.json and summary.json (on resume,
         metrics.jsonl rewritten from the checkpoint's history and the previous params.pt removed).
         """
-        self.summary = self._initial_summary(hp, ignored, topology)
+        self.summary = self._initial_summary(hp, topology)
         if saved is not None:
             self.summary["resumed_from_round"] = self.start
         self.summary.update(self.hooks.summary_fields())
@@ -176,7 +184,7 @@ class Experiment:
             self.summary.update(self.threat.describe())
         if not self.run_dir:
             return
-        self.run_dir.write_config(self.config.to_toml())
+        self.run_dir.write_config(resolved(self.config).to_toml())  # every default the run resolved, written in
         self.run_dir.write_json("partition.json", self.data.partition_info())
         if saved is not None:
             self.run_dir.write_metrics(self.history)  # drops records a killed run wrote after its checkpoint
@@ -217,14 +225,13 @@ class Experiment:
         self.params_on_disk = False  # the final parameters are in params.shards/ only (`save_params`)
         self._last_round = (0, 0)  # (bytes sent, bytes moved between processes) of the latest round
 
-    def _initial_summary(self, hp: dict, ignored: list[str], topology) -> dict[str, Any]:
+    def _initial_summary(self, hp: dict, topology) -> dict[str, Any]:
         config, comm, run_dir = self.config, self.comm, self.run_dir
         lam = gossip_lambda(topology, 1)
         return {
             "name": config.name,
             "algorithm": config.algorithm,
             "hyperparameters": hp,
-            "ignored_options": ignored,
             "topology": topology.name,
             "weights": topology.weights,
             "lambda": lam,
@@ -625,6 +632,16 @@ def _final_metrics(history: list[dict[str, Any]]) -> dict[str, Any]:
         last["seconds_per_round_mean"] = sum(r * s for r, s in timed) / sum(r for r, _ in timed)
         last["seconds_per_round_rounds"] = rounds[-1]
     return last
+
+
+def _data_words(config: Config) -> str:
+    """What the data step makes, as its progress line says it: "mnist1d, 4,000 samples for 16 clients"."""
+    try:
+        shape = data_shape(config.dataset, with_clients(config.dataset, dict(config.dataset_options), config.clients))
+    except Exception:  # noqa: BLE001 (validated already; a registered loader's card may not know its size)
+        shape = None
+    size = f", {shape.train + shape.test:,} samples" if shape is not None else ""
+    return f"{config.dataset}{size} for {config.clients:,} clients"
 
 
 def _progress(config: Config, comm, start: int = 0):

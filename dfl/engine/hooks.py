@@ -19,12 +19,14 @@ plain lines when stdout is a file (nohup, Slurm, `> log`), so a log shows the ru
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import math
 import sys
+import threading
 import time
 import warnings
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -41,6 +43,9 @@ FINISHED = ("completed", "stopped")  # statuses of a run that ended as it should
 # rounds, so a 200-round run logs ~20 lines however fast it is, and a slow one a line every half minute.
 PLAIN_SECONDS = 30.0
 PLAIN_LINES = 20
+# a step of a run's set-up (making the data, building the topology, ...) that takes longer than the first of these
+# says so, and again after each of the next (then every last one): nothing is silent for more than a few seconds
+SETUP_SAYS = (2.0, 5.0, 10.0, 20.0, 30.0)
 
 
 class Callback(Protocol):
@@ -268,6 +273,43 @@ class Progress:
         """Close the bar, if there is one."""
         if self.bar is not None:
             self.bar.close()
+
+
+@contextlib.contextmanager
+def announced(what: str, show: bool = True, stream=None, says: Sequence[float] = SETUP_SAYS) -> Iterator[None]:
+    """Say on `stream` (stderr) that `what` is under way while it takes long, and when it is done.
+
+    Nothing for a step done within `says[0]` seconds; after it, "dfl: WHAT ... 12 s" once the time reaches each of
+    `says` (then every `says[-1]` seconds: a step of minutes says a line every half minute), on a terminal on one
+    line that updates, and at the end how long it took. A watcher thread writes the lines, so the step itself
+    (numpy, a third-party generator) needs no hooks. `show` False (progress off, a non-main process): nothing.
+    """
+    if not show:
+        yield
+        return
+    stream = sys.stderr if stream is None else stream
+    terminal, done, said = _is_terminal(stream), threading.Event(), []
+    started = time.perf_counter()
+
+    def watch() -> None:
+        marks = iter(says)
+        mark = next(marks)
+        while not done.wait(max(0.0, started + mark - time.perf_counter())):
+            line = f"dfl: {what} ... {time.perf_counter() - started:.0f} s"
+            print(("\r" + line) if terminal else line, end="" if terminal else "\n", file=stream, flush=True)
+            said.append(line)
+            mark = next(marks, mark + says[-1])
+
+    watcher = threading.Thread(target=watch, name="dfl-setup-progress", daemon=True)
+    watcher.start()
+    try:
+        yield
+    finally:
+        done.set()
+        watcher.join()
+        if said:
+            line = f"dfl: {what}: done in {time.perf_counter() - started:.1f} s"
+            print(f"\r{line:<{len(said[-1])}}" if terminal else line, file=stream, flush=True)
 
 
 def _is_terminal(stream) -> bool:

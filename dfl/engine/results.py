@@ -227,8 +227,6 @@ def format_summary(summary: dict[str, Any]) -> str:
                      + (str(reached) if reached is not None else "not reached"))
     if summary.get("stopped_by"):
         lines.append(f"  stopped by {summary['stopped_by']}")
-    if summary.get("ignored_options"):
-        lines.append(f"  ignored options: {', '.join(summary['ignored_options'])}")
     if summary.get("out_dir"):
         lines.append(f"  run directory: {summary['out_dir']}")
     return "\n".join(lines)

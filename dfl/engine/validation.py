@@ -12,11 +12,12 @@ a wrong config is refused at once; only a plug-in named by entry point or "packa
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from dataclasses import fields
+from typing import TYPE_CHECKING, Any
 
 from dfl import algorithms, loggers, models, threads, topologies
 from dfl import data as datasets
-from dfl.config import Config
+from dfl.config import Config, field_of, gather
 from dfl.data.types import DataShape
 from dfl.errors import ArgumentError, ConfigError
 from dfl.network import byzantine_settings
@@ -39,40 +40,121 @@ def validate(config: Config, data: FederatedData | None = None) -> Config:
             config's dataset). Given, the checks that depend on the data are made on it: the config's dataset,
             partition and their options (dataset, dataset_options, data_root, partition, partition_options, alpha)
             are then not used, so not checked, and a round's size is checked against the given data.
+
+    Raises:
+        ConfigError: one message listing every mistake (`problems`), each naming the field and what is allowed.
+    """
+    found = problems(config, data)
+    if found:
+        raise ConfigError("; ".join(found), found)
+    return config
+
+
+def problems(config: Config, data: FederatedData | None = None) -> list[str]:
+    """Every mistake of `config` at once: each field on its own, the rules between fields, each component's checks.
+
+    The components check a copy of `config` whose fields already found wrong are at their defaults, so that one
+    mistake is said once (clients = 0 is not also every component's complaint about zero clients); a problem of such
+    a field is said once (`dfl.config.gather`). `data` as `validate`'s.
     """
     if not isinstance(config, Config):
         raise ArgumentError(f"config must be a dfl.Config (dfl.Config(...), Config.from_toml(path) or "
                             f"Config.from_dict(table)), got {type(config).__name__}")
-    config.validate()
-    algorithms.check_config(config)
-    centralized = algorithms.is_centralized(config.algorithm)
-    topologies.check_config(config, centralized, push_sum=algorithms.mixes_by_push_sum(config.algorithm))
-    shape = datasets.check_config(config) if data is None else _shape_of(data)
-    _check_round_size(config, shape)
-    models.check_config(config)
-    loggers.check_config(config)
-    threads.check_config(config)  # "auto" or N >= 1 (dfl.threads: no torch, so the CLI checks it before torch loads)
-    network.check_config(config, centralized)  # link faults, stragglers; compressed gossip; the asynchronous mode
-    if config.compressor != "none" and not algorithms.takes_compression(config.algorithm):
-        raise ConfigError(f"compressor = {config.compressor} is not defined for {config.algorithm!r}, which gossips "
-                          "a tracker or correction beside its models each step, while compressed gossip (CHOCO) keeps "
-                          "one public copy per client, of the models; compressing both is another algorithm (BEER, "
-                          "Zhao et al., NeurIPS 2022), not built in: use compressor = none, or one of "
-                          f"{', '.join(algorithms.compressible_algorithms())}")
-    byzantine_settings.check_config(config, centralized, algorithms.accepts_byzantine(config.algorithm),
-                                    algorithms.byzantine_algorithms())
-    privacy.check_config(config, algorithms.takes_privacy(config.algorithm), algorithms.private_algorithms(),
-                         algorithms.resolve_hyperparameters(config, warn=False)[0])  # dp_clip, dp_noise, dp_delta
-    if config.mode == "async" and config.compressor != "none":
-        raise ConfigError(f"compressor = {config.compressor} is not modelled in mode = async (CHOCO's public "
-                          "copies need every neighbour to see every message in order); use mode = sync")
-    return config
+    found = config.all_problems()
+    defaults = Config()
+    wrong = {field_of(problem) for problem in found} & {f.name for f in fields(Config)}
+    config = config.replace(**{name: getattr(defaults, name) for name in wrong})
+
+    def the_topology() -> None:
+        centralized = algorithms.is_centralized(config.algorithm)
+        topologies.check_config(config, centralized, push_sum=algorithms.mixes_by_push_sum(config.algorithm))
+
+    def the_data() -> None:
+        _check_round_size(config, datasets.check_config(config) if data is None else _shape_of(data))
+
+    def the_network() -> None:  # link faults, stragglers; compressed gossip; the asynchronous mode
+        network.check_config(config, algorithms.is_centralized(config.algorithm))
+
+    def the_compression() -> None:
+        if config.compressor != "none" and not algorithms.takes_compression(config.algorithm):
+            raise ConfigError(f"compressor = {config.compressor} is not defined for {config.algorithm!r}, which "
+                              "gossips a tracker or correction beside its models each step, while compressed gossip "
+                              "(CHOCO) keeps one public copy per client, of the models; compressing both is another "
+                              "algorithm (BEER, Zhao et al., NeurIPS 2022), not built in: use compressor = none, or "
+                              f"one of {', '.join(algorithms.compressible_algorithms())}")
+
+    def the_threat() -> None:
+        byzantine_settings.check_config(config, algorithms.is_centralized(config.algorithm),
+                                        algorithms.accepts_byzantine(config.algorithm),
+                                        algorithms.byzantine_algorithms())
+
+    def the_privacy() -> None:  # dp_clip, dp_noise, dp_delta
+        privacy.check_config(config, algorithms.takes_privacy(config.algorithm), algorithms.private_algorithms(),
+                             algorithms.resolve_hyperparameters(config))
+
+    def async_compression() -> None:
+        if config.mode == "async" and config.compressor != "none":
+            raise ConfigError(f"compressor = {config.compressor} is not modelled in mode = async (CHOCO's public "
+                              "copies need every neighbour to see every message in order); use mode = sync")
+
+    checks = [lambda: algorithms.check_config(config), the_topology, the_data, lambda: models.check_config(config),
+              lambda: loggers.check_config(config),
+              lambda: threads.check_config(config),  # "auto" or N >= 1 (dfl.threads: no torch, so the CLI checks it)
+              the_network, the_compression, the_threat, the_privacy, async_compression]
+    return gather(checks, found)
 
 
 def _shape_of(data: FederatedData) -> DataShape:
     """The size of a caller's own data, as a dataset's card states it before loading (`dfl.data.DataShape`)."""
     return DataShape(train=int(data.sizes.sum()), test=int(data.test_y.shape[0]),
                      input_shape=tuple(data.input_shape), num_classes=int(data.num_classes))
+
+
+def unread_fields(config: Config) -> list[str]:
+    """The fields set in `config` that its run would not read, which `validate` refuses (one line each).
+
+    An algorithm hyperparameter its algorithm does not declare (`rho` for dpsgd, `dfl.algorithms.unread_fields`),
+    `data_root` for a dataset made in memory, the topology fields of a centralized algorithm. A sweep leaves such a
+    `[base]` field out of the runs that do not read it (`dfl.workflows.sweep.Sweep.plan`). [] when the config names
+    no registered algorithm or dataset (`validate` says so).
+    """
+    try:
+        centralized = algorithms.is_centralized(config.algorithm)
+        return [*algorithms.unread_fields(config), *datasets.unread_fields(config),
+                *topologies.unread_fields(config, centralized)]
+    except ConfigError:
+        return []
+
+
+def resolved(config: Config) -> Config:
+    """`config` with every default its run resolves written in: the Config a run directory's config.toml records.
+
+    The algorithm's hyperparameters that are Config fields (momentum 0.9 of DFedSAM, gossip_steps 4 of DFedSAM-MGS,
+    participation 1 of FedAvg, ...), its own options in `algorithm_options` (each at its default unless set), one local
+    epoch when neither local_epochs nor local_steps is set, and a Dirichlet partition's alpha. Loading the result runs
+    the same run (`dfl run RUN/config.toml`); a default that the checks would refuse as set (momentum with Adam, which
+    has its own first moment; asam_eta outside ASAM) stays unset. A config that does not validate is returned as it is.
+    """
+    try:
+        hp = algorithms.resolve_hyperparameters(config)
+        card = algorithms.ALGORITHMS.card(config.algorithm, "algorithm")
+    except (ConfigError, ValueError):
+        return config
+    changes: dict[str, Any] = {name: hp[name] for name in algorithms.HYPERPARAMETERS
+                               if name in hp and getattr(config, name) is None}
+    changes["algorithm_options"] = {name: hp[name] for name in algorithms.option_defaults(card)}
+    if config.local_epochs is None and config.local_steps is None:
+        changes["local_epochs"] = 1
+    if config.partition in datasets.DIRICHLET and config.alpha is None:
+        changes["alpha"] = datasets.ALPHA_DEFAULT
+    for _ in range(len(changes) + 1):  # leave unset each default the checks would refuse as a set value
+        candidate = config.replace(**changes)
+        refused = {field_of(problem) for problem in problems(candidate)} & set(changes)
+        if not refused:
+            return candidate
+        for name in refused:
+            del changes[name]
+    return config
 
 
 # bytes a round's minibatch schedule keeps per sample a client visits: one row id (int64 at worst;

@@ -19,7 +19,8 @@ from typing import Any
 
 from dfl.config import Config
 from dfl.engine.results import read_metrics
-from dfl.errors import FileReadError, ReportError  # noqa: F401 (re-exported)
+from dfl.engine.validation import resolved
+from dfl.errors import ConfigError, FileReadError, ReportError  # noqa: F401 (re-exported)
 from dfl.files import read_json, read_text, read_toml
 
 REPORT_DIR = "report"
@@ -200,6 +201,7 @@ def load_run(path: str | Path, root: str | Path | None = None) -> RunRecord:
     except FileReadError as exc:  # its setting is unknown: listed, never counted in a table
         problems.append(_unreadable(exc, "config.toml", "the run is left out of the tables"))
         readable = False
+    config = _resolved_values(config)
     summary: dict[str, Any] = {}
     try:
         summary = read_json(path / "summary.json", "summary file")
@@ -220,6 +222,18 @@ def load_run(path: str | Path, root: str | Path | None = None) -> RunRecord:
         problems.insert(0, f"process {summary.get('pid')} is gone (killed or crashed) after round "
                            f"{summary.get('rounds_completed', '?')}; {after}")
     return RunRecord(path=path, name=name, config=config, summary=summary, metrics=metrics, problems=problems)
+
+
+def _resolved_values(values: dict[str, Any]) -> dict[str, Any]:
+    """A run's config values with the defaults its run resolved written in (`dfl.engine.validation.resolved`).
+
+    A config.toml of an older dfl left an algorithm's momentum unset where a newer one records 0.9: the same setting.
+    Values that do not make a Config (a field of another version) stay as they are.
+    """
+    try:
+        return resolved(Config(**values)).to_dict()
+    except (ConfigError, TypeError, ValueError):
+        return values
 
 
 def load_runs(path: str | Path, skip: Iterable[Path] = ()) -> list[RunRecord]:

@@ -12,6 +12,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+from dfl.algorithms import HYPERPARAMETERS
 from dfl.config import Config
 from dfl.report.metrics import CSV_METRICS, as_number, run_metrics, run_target
 from dfl.report.runs import ReportError, RunRecord
@@ -95,9 +96,28 @@ def group_settings(runs: list[RunRecord]) -> list[Setting]:
     return list(groups.values())
 
 
+# fields whose value an algorithm's defaults set (run directories record them resolved): they follow `algorithm`
+ALGORITHM_DEFAULTS = (*HYPERPARAMETERS, "algorithm_options")
+
+
 def varying_fields(settings: list[Setting]) -> list[str]:
-    """The setting fields whose value differs between `settings`, in Config order."""
-    return [f for f in SETTING_FIELDS if len({canonical(s.values[f]) for s in settings}) > 1]
+    """The setting fields whose value differs between `settings`, in Config order: the report's axes.
+
+    A field that only follows the algorithm (DFedSAM's momentum 0.9 beside D-PSGD's none: each algorithm's default,
+    one value per algorithm) is no axis of its own; `dfl.report.comparison` says how such fields differ.
+    """
+    found = []
+    for f in SETTING_FIELDS:
+        if len({canonical(s.values[f]) for s in settings}) < 2:
+            continue
+        if f in ALGORITHM_DEFAULTS:
+            per_algorithm: dict[str, set[str]] = {}
+            for s in settings:
+                per_algorithm.setdefault(canonical(s.values.get("algorithm")), set()).add(canonical(s.values[f]))
+            if all(len(v) == 1 for v in per_algorithm.values()):
+                continue
+        found.append(f)
+    return found
 
 
 def default_target(settings: list[Setting]) -> float | None:

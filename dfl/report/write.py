@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from dfl.report import plots
+from dfl.report.comparison import comparison_section
 from dfl.report.curves import client_groups, curve_panels
 from dfl.report.document import ReportDocument
 from dfl.report.layout import Layout, field_list, label, make_layout, registry_order
@@ -86,6 +87,7 @@ def _add_tables(doc: ReportDocument, layout: Layout, target_heading: str | None)
         f"({seeds_text}); final = the last evaluated round.\n"
     )
     doc.add_not_completed_mark()
+    doc.add(comparison_section(settings, [*layout.rows, *layout.cols]))
     for metric, heading, kind in METRICS:
         if metric in OPTIONAL_METRICS and not any(s.stats[metric].n for s in settings):
             continue

@@ -50,6 +50,7 @@ from dfl.workflows.sweep.spec import (
     Sweep,
     apply_overrides,
     is_table_key,
+    left_out_lines,
     load_sweep,
 )
 from dfl.workflows.sweep.status import format_status, format_sweep_status, sweep_status, sync_entries
@@ -57,7 +58,7 @@ from dfl.workflows.sweep.status import format_status, format_sweep_status, sweep
 __all__ = [
     "run_name",
     "SweepError",
-    "CONFIG_FIELDS", "PlannedRun", "Sweep", "apply_overrides", "is_table_key", "load_sweep",
+    "CONFIG_FIELDS", "PlannedRun", "Sweep", "apply_overrides", "is_table_key", "left_out_lines", "load_sweep",
     "read_entries",
     "RunPlan", "plan_run", "plan_runs",
     "run_sweep",

@@ -16,7 +16,7 @@ from dfl.errors import FileReadError, SweepError
 from dfl.workflows.launchers import Handle, Launcher, LocalPool, RunTask, read_summary, summary_metrics
 from dfl.workflows.sweep.entries import read_entries, write_entries
 from dfl.workflows.sweep.plan import RunPlan, plan_runs
-from dfl.workflows.sweep.spec import PlannedRun, Sweep
+from dfl.workflows.sweep.spec import PlannedRun, Sweep, left_out_lines
 
 ACTION_WORDS = {"skip": "skipped", "resume": "resumed", "start": "started"}  # a plan's action, as an entry says it
 
@@ -57,6 +57,8 @@ def run_sweep(
     tasks = [RunTask(planned[i].name, planned[i].config, out / entries[i]["dir"], plans[i].action)
              for i in index.values()]
     say(_sweep_line(sweep, out, len(planned), len(tasks), launcher))
+    for line in left_out_lines(planned):
+        say(line)
 
     def started(count: int, task: RunTask) -> None:
         say(_start_line(count, len(tasks), entries[index[task.name]], task.action))
@@ -102,6 +104,8 @@ def _entries(out: Path, planned: list[PlannedRun], plans: list[RunPlan], launche
                                  "status": "pending", "error": None, "action": ACTION_WORDS[plan.action]}
         if plan.note:
             entry["note"] = plan.note
+        if p.left_out:
+            entry["left_out"] = list(p.left_out)  # [base] fields this run does not read
         if plan.action == "skip":
             summary = read_summary(out / f"runs/{p.name}" / "summary.json")
             entry.update(status=effective_status(summary), error=summary.get("error"), **summary_metrics(summary))
