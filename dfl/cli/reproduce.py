@@ -15,12 +15,12 @@ from pathlib import Path
 from dfl.cli.lists import add_list
 from dfl.cli.sweep import (
     REFUSED,
-    _assignment,
-    _common,
-    _error,
-    _execute,
-    _launcher_flags,
-    _out_refused,
+    assignment,
+    common_flags,
+    execute_sweep,
+    launcher_flags,
+    out_refused,
+    refuse,
 )
 from dfl.workflows.reproduce import FULL_DATASETS, METHODS, SPLITS, STUDIES, table1_sweep
 from dfl.workflows.sweep import read_entries
@@ -53,28 +53,28 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     add_list(p, "--splits", default=None, metavar="NAME", help="columns (default all: " + " ".join(SPLITS) + ")")
     p.add_argument("--seeds", type=int, default=None, help="seeds 0..N-1 per cell (default 3; --quick 1)")
     p.add_argument("--rounds", type=int, help="rounds per run (default 40; --quick 4; --full 500)")
-    p.add_argument("--set", dest="overrides", action="append", default=[], type=_assignment, metavar="FIELD=VALUE",
+    p.add_argument("--set", dest="overrides", action="append", default=[], type=assignment, metavar="FIELD=VALUE",
                    help="override a Config field: where a method sets it (e.g. rho, momentum, local_epochs), there")
     p.add_argument("--gpu-report", action="append", default=None, metavar="FILE",
                    help=f"benchmarks/gpu_check.py's gpu_report.json for the GPU projection (default: {GPU_REPORTS} "
                    "under the current directory)")
-    _common(p, out_help="sweep directory (default: a new runs/dfedsam-table1[-quick|-full]-<time>; give --out "
+    common_flags(p, out_help="sweep directory (default: a new runs/dfedsam-table1[-quick|-full]-<time>; give --out "
             "to resume or extend a table: rerunning with the same --out skips what is done)")
-    _launcher_flags(p)
+    launcher_flags(p)
     p.set_defaults(handler=reproduce_main)
 
 
 def reproduce_main(args: argparse.Namespace) -> int:
     """`dfl reproduce dfedsam-table1`: the sweep run (or listed), then its table printed; the exit status."""
     command = f"reproduce {args.study}"
-    if _out_refused(command, args):
+    if out_refused(command, args):
         return 2
     try:
         sweep = table1_sweep(full=args.full, quick=args.quick, methods=args.methods, splits=args.splits,
                              seeds=args.seeds, datasets=args.datasets, data_root=args.data_root,
                              rounds=args.rounds, overrides=dict(args.overrides))
     except REFUSED as exc:
-        return _error(command, exc)
+        return refuse(command, exc)
     methods = list(sweep.cases["method"])
     began = time.perf_counter()
 
@@ -82,7 +82,7 @@ def reproduce_main(args: argparse.Namespace) -> int:
         started = [e["name"] for e in read_entries(out_dir) if e.get("action") in ("started", "resumed")]
         return _table(command, sweep, out_dir, args, methods, status, (started, time.perf_counter() - began))
 
-    status = _execute(command, sweep, args, report=report)
+    status = execute_sweep(command, sweep, args, report=report)
     return _dry_time(sweep, args, args.out) if args.dry_run and status == 0 else status
 
 

@@ -96,11 +96,11 @@ def _add_sweep(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("spec", help="sweep TOML file, or `status` followed by a sweep directory: `dfl sweep status DIR` "
                    "lists each run as queued, running, done, failed (with its error's last line) or pending")
     p.add_argument("status_dir", nargs="?", metavar="DIR", help=argparse.SUPPRESS)
-    _common(p, out_help="sweep directory (default: a new runs/<sweep name>-<YYYYmmdd-HHMMSS>); an existing one of "
-            "dfl's is continued")
-    _launcher_flags(p)
+    common_flags(p, out_help="sweep directory (default: a new runs/<sweep name>-<YYYYmmdd-HHMMSS>); an existing one of "
+                 "dfl's is continued")
+    launcher_flags(p)
     p.add_argument("--data-root", help="directory of a file-backed dataset (sets [base] data_root)")
-    p.add_argument("--set", dest="overrides", action="append", default=[], type=_assignment, metavar="FIELD=VALUE",
+    p.add_argument("--set", dest="overrides", action="append", default=[], type=assignment, metavar="FIELD=VALUE",
                    help="override a [base] field (not one in [vary]), e.g. --set rounds=50")
     p.set_defaults(handler=sweep_main)
 
@@ -123,8 +123,8 @@ def _add_compare_topologies(subparsers: argparse._SubParsersAction) -> None:
     add_list(p, "--algorithms", default=PAPER_ALGORITHMS, metavar="NAME",
              help="decentralized algorithms (default: " + " ".join(PAPER_ALGORITHMS) + ")")
     _study_flags(p)
-    _common(p, out_help="sweep directory (default: a new runs/compare-topologies-<YYYYmmdd-HHMMSS>, or "
-            "compare-topologies-full-...); an existing one of dfl's is continued")
+    common_flags(p, out_help="sweep directory (default: a new runs/compare-topologies-<YYYYmmdd-HHMMSS>, or "
+                 "compare-topologies-full-...); an existing one of dfl's is continued")
     p.set_defaults(handler=compare_topologies_main)
 
 
@@ -145,12 +145,13 @@ def _add_spectral_study(subparsers: argparse._SubParsersAction) -> None:
     add_list(p, "--clients", item=int, what="integers", default=None, metavar="M",
              help="client counts (default: one count, the base's 16)")
     _study_flags(p)
-    _common(p, out_help="sweep directory (default: a new runs/spectral-study-<YYYYmmdd-HHMMSS>); an existing one of "
-            "dfl's is continued")
+    common_flags(p, out_help="sweep directory (default: a new runs/spectral-study-<YYYYmmdd-HHMMSS>); an existing "
+                 "one of dfl's is continued")
     p.set_defaults(handler=spectral_study_main)
 
 
-def _common(p: argparse.ArgumentParser, out_help: str) -> None:
+def common_flags(p: argparse.ArgumentParser, out_help: str) -> None:
+    """The flags every sweep command takes: --out, --parallel, --dry-run, --retry-diverged, --no-report."""
     p.add_argument("--out", help=out_help)
     p.add_argument("--parallel", type=int, default=None, metavar="N",
                    help="run N runs at once in worker processes (default: [sweep] parallel, else 1)")
@@ -162,7 +163,8 @@ def _common(p: argparse.ArgumentParser, out_help: str) -> None:
     p.add_argument("--no-report", action="store_true", help="do not write OUT/report/ at the end")
 
 
-def _launcher_flags(p: argparse.ArgumentParser) -> None:
+def launcher_flags(p: argparse.ArgumentParser) -> None:
+    """Where a sweep's runs execute: --launcher and the Slurm options (default: the sweep file's [slurm] table)."""
     g = p.add_argument_group("launcher", "where the runs execute; the Slurm options default to the sweep file's "
                              "[slurm] table (flags override it)")
     g.add_argument("--launcher", choices=LAUNCHERS, default="local",
@@ -192,12 +194,13 @@ def _slurm_option(text: str) -> tuple[str, Any]:
 def _study_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--rounds", type=int, help="rounds per run (default 100; --full 500)")
     p.add_argument("--seeds", type=int, default=1, help="seeds 0..N-1 per setting (default 1)")
-    p.add_argument("--set", dest="overrides", action="append", default=[], type=_assignment, metavar="FIELD=VALUE",
+    p.add_argument("--set", dest="overrides", action="append", default=[], type=assignment, metavar="FIELD=VALUE",
                    help="override a base Config field, e.g. --set lr=0.05 --set topology_options={'periodic':True} "
                    "--set algorithm_options.clip=0.5")
 
 
-def _assignment(text: str) -> tuple[str, Any]:
+def assignment(text: str) -> tuple[str, Any]:
+    """`--set FIELD=VALUE` (or FIELD.KEY=VALUE for one key of a table field) as (field, value); one line if unknown."""
     key, value = key_value(text, form="FIELD=VALUE")
     if key not in CONFIG_FIELDS and not is_table_key(key):  # FIELD.KEY sets one key of a table field
         raise argparse.ArgumentTypeError(f"unknown Config field {key!r}{unknown_field_hint(key)}")
@@ -214,9 +217,9 @@ def sweep_main(args: argparse.Namespace) -> int:
     if args.spec == "status" and (args.status_dir is not None or not Path("status").is_file()):
         return status_main(args)
     if args.status_dir is not None:
-        return _error("sweep", f"unexpected argument {args.status_dir!r}: give one sweep file (or `dfl sweep status "
+        return refuse("sweep", f"unexpected argument {args.status_dir!r}: give one sweep file (or `dfl sweep status "
                       "DIR` to list a sweep's runs)")
-    if _out_refused("sweep", args):
+    if out_refused("sweep", args):
         return 2
     try:
         overrides = dict(args.overrides)
@@ -224,18 +227,18 @@ def sweep_main(args: argparse.Namespace) -> int:
             overrides["data_root"] = args.data_root
         sweep = load_sweep(args.spec, overrides)  # every combination validated, with the overrides
     except (SweepError, ConfigError) as exc:
-        return _error("sweep", exc)
-    return _execute("sweep", sweep, args)
+        return refuse("sweep", exc)
+    return execute_sweep("sweep", sweep, args)
 
 
 def status_main(args: argparse.Namespace) -> int:
     """`dfl sweep status DIR`: print each run's state; the exit status."""
     if args.status_dir is None:
-        return _error("sweep status", "give the sweep directory: dfl sweep status DIR")
+        return refuse("sweep status", "give the sweep directory: dfl sweep status DIR")
     try:
         rows = sweep_status(args.status_dir)
     except (*REFUSED, OSError) as exc:
-        return _error("sweep status", exc)
+        return refuse("sweep status", exc)
     print(format_sweep_status(rows))
     return 0
 
@@ -253,7 +256,7 @@ def _launcher(sweep: Sweep, args: argparse.Namespace):
     return make_launcher(kind, options=options)
 
 
-def _out_refused(command: str, args: argparse.Namespace) -> bool:
+def out_refused(command: str, args: argparse.Namespace) -> bool:
     """Whether `--out` names a path a sweep may not write into (`dfl.directories`), said in one line.
 
     Checked before the sweep's runs are planned and validated (which loads torch), so the refusal is immediate.
@@ -265,42 +268,42 @@ def _out_refused(command: str, args: argparse.Namespace) -> bool:
     try:
         check_output_directory(args.out, "sweep")
     except OutputPathError as exc:
-        _error(command, exc)
+        refuse(command, exc)
         return True
     return False
 
 
 def compare_topologies_main(args: argparse.Namespace) -> int:
     """`dfl compare-topologies`: the topology study's sweep, run into --out; the exit status."""
-    if _out_refused("compare-topologies", args):
+    if out_refused("compare-topologies", args):
         return 2
     data_root = args.data_root
     if args.full and data_root is None and "data_root" not in dict(args.overrides):  # checked by a dry run too
-        return _error("compare-topologies", "--full trains on CIFAR-10 and needs --data-root DIR (the directory "
+        return refuse("compare-topologies", "--full trains on CIFAR-10 and needs --data-root DIR (the directory "
                       "holding cifar-10-batches-py)")
     try:
         sweep = compare_topologies_sweep(full=args.full, rounds=args.rounds, seeds=args.seeds, data_root=data_root,
                                          topologies=args.topologies, algorithms=args.algorithms,
                                          overrides=dict(args.overrides))
     except (SweepError, ConfigError) as exc:
-        return _error("compare-topologies", exc)
-    return _execute("compare-topologies", sweep, args)
+        return refuse("compare-topologies", exc)
+    return execute_sweep("compare-topologies", sweep, args)
 
 
 def spectral_study_main(args: argparse.Namespace) -> int:
     """`dfl spectral-study`: the spectral study's sweep, run, then its report printed; the exit status."""
-    if _out_refused("spectral-study", args):
+    if out_refused("spectral-study", args):
         return 2
     try:
         sweep = spectral_study_sweep(algorithm=args.algorithm, topologies=args.topologies,
                                      gossip_steps=args.gossip_steps, clients=args.clients, rounds=args.rounds,
                                      seeds=args.seeds, overrides=dict(args.overrides))
     except (SweepError, ConfigError) as exc:
-        return _error("spectral-study", exc)
-    return _execute("spectral-study", sweep, args, spectral=True)
+        return refuse("spectral-study", exc)
+    return execute_sweep("spectral-study", sweep, args, spectral=True)
 
 
-def _execute(command: str, sweep: Sweep, args: argparse.Namespace, spectral: bool = False, report=None) -> int:
+def execute_sweep(command: str, sweep: Sweep, args: argparse.Namespace, spectral: bool = False, report=None) -> int:
     """Run (or with --dry-run list) the sweep into --out, or into a new runs/<sweep name>-<time> made for it.
 
     Prints its status, then the report; returns the exit status. `report(out, status)` replaces the default report
@@ -326,7 +329,7 @@ def _execute(command: str, sweep: Sweep, args: argparse.Namespace, spectral: boo
             return _submitted(command, launcher, out, args, spectral, report)
     except (*REFUSED, OSError) as exc:  # OSError: a directory that cannot be made or written (permissions, disk)
         _remove_if_unused(new)
-        return _error(command, exc)
+        return refuse(command, exc)
     except SweepInterrupted as exc:  # the workers are stopped; their checkpoints stay
         stopped = f"stopped {exc.stopped} running run(s); " if exc.stopped else ""
         print(f"dfl {command}: {exc}: {stopped}{_again(out, new)} to resume the sweep", file=sys.stderr)
@@ -390,7 +393,8 @@ def _report(command: str, out: Path, args: argparse.Namespace, spectral: bool, s
     return status
 
 
-def _error(command: str, exc) -> int:
+def refuse(command: str, exc) -> int:
+    """Print `dfl COMMAND: error: ...` in one line (an OSError as its file and reason) and return exit status 2."""
     if isinstance(exc, OSError) and exc.filename is not None:
         exc = f"{exc.filename}: {exc.strerror or exc}"
     print(f"dfl {command}: error: {exc}", file=sys.stderr)
