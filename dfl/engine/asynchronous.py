@@ -505,7 +505,7 @@ class AsyncGossip(Algorithm):
     # --------------------------------------------------------------------------------- the update rules
     def _trainer(self, ids: np.ndarray):
         """The run's trainer restricted to the local rows `ids` (host; their own compact stack)."""
-        # the run's trainer is dfl's LocalTrainer (dfl.engine.build.trainer); the Context seam types only its protocol
+        # the run's trainer is dfl's LocalTrainer (dfl.engine.setup.trainer); the Context seam types only its protocol
         trainer = cast(LocalTrainer, self.ctx.trainer)
         sub = copy.copy(trainer)
         sub.client_ids = [trainer.client_ids[r] for r in ids]
