@@ -84,7 +84,7 @@ def run_one(args) -> dict:
             return out
 
     setup.LocalTrainer = TimedTrainer  # Experiment builds the run's trainer in this module (setup.trainer)
-    gossip_module.Gossip = TimedGossip  # dfl.network.faults.Network.gossip() builds the run's Gossip from this module
+    gossip_module.Gossip = TimedGossip  # the run's Gossip is built from this module (run_network.Network.gossip)
     # ~args.samples training samples per client: LogNormal with σ = 0 is exactly e^μ, plus min_samples
     base = max(2, args.samples // 2)
     options = {"num_clients": clients, "size_log_mean": math.log(args.samples - base + 1), "size_log_sigma": 0.0,

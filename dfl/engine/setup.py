@@ -30,7 +30,7 @@ from dfl.data.dataset import with_clients
 from dfl.engine import checkpoint as ckpt
 from dfl.errors import ConfigError
 from dfl.models import build_model, model_for_run
-from dfl.network.faults import Network
+from dfl.network.run_network import Network
 from dfl.training import memory
 from dfl.training.clients import ParamLayout, common_start
 from dfl.training.local import LocalTrainer

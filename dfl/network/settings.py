@@ -5,7 +5,7 @@ compressors of `dfl.network.compression`) and the asynchronous mode's links and 
 
 `check_config(config, centralized)` is the network's part of `dfl.validate` (`centralized`: the algorithm aggregates
 at a server); every check raises `ConfigError` naming the field and the allowed values. The checks that need the
-built topology (e.g. a custom directed graph) are where it is built (`dfl.network.faults.Network`).
+built topology (e.g. a custom directed graph) are where it is built (`dfl.network.run_network.Network`).
 """
 
 from __future__ import annotations
