@@ -297,7 +297,8 @@ class AsyncEngine:
         A collective: every rank calls it with the same events. Returns (keys, rows [len(keys), d]) in the order
         received.
         """
-        need = [[set() for _ in range(self.world)] for _ in range(self.world)]  # need[q][r]: q sends to r
+        # need[q][r]: the (client, version) keys q sends to r
+        need: list[list[set[tuple[int, int]]]] = [[set() for _ in range(self.world)] for _ in range(self.world)]
         for ev, terms in zip(events, keys_of):
             r = self._owner(ev.client)
             for key, _ in terms:

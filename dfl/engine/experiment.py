@@ -482,7 +482,7 @@ def final_params_plan(config: Config, comm, out) -> str:
     return "gathered" if config.gather_params or out is None else "shards"
 
 
-def _evaluate(model, layout, X, mean, comm, x, y, train_sub: Pair | None, client_test: Pair, config, chunk: int,
+def _evaluate(model, layout, X, mean, comm, x, y, train_sub: Pair | None, client_test: Pair, config: Config, chunk: int,
               local_test: LocalTest | None = None, honest: torch.Tensor | None = None,
               local_train: LocalTest | None = None) -> dict[str, Any]:
     """Metrics of the averaged model `mean` (= comm.mean_rows(X)) and of every client row of X.

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from dfl.config import Config
 from dfl.data.sampler import batch_width, local_step_counts
 from dfl.errors import ConfigError
 from dfl.network.faults import SPECTRAL_METRIC_LIMIT, LinkFaults, RealisedTopology, Stragglers, realised_gap
@@ -33,7 +34,7 @@ class Network:
     `metrics` per evaluation.
     """
 
-    def __init__(self, config, topology, data, participants: Callable[[int], np.ndarray] | None = None):
+    def __init__(self, config: Config, topology, data, participants: Callable[[int], np.ndarray] | None = None):
         """`participants(t)`.
 
         The [N] mask of the clients that train in round t, for an algorithm that samples them (centralized partial
