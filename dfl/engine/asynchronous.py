@@ -62,7 +62,7 @@ from dfl.errors import ConfigError
 from dfl.network.async_events import ComputeTimes, EventSchedule, Local, Mix
 from dfl.network.comm import even_blocks
 from dfl.network.gossip import RowsOperator
-from dfl.network.settings import ASYNC_ALGORITHMS, ASYNC_FIELDS, MODES, check_async  # noqa: F401 (the checks)
+from dfl.network.settings import ASYNC_ALGORITHMS
 from dfl.training import memory
 from dfl.training.local import LocalTrainer, descent_direction
 

@@ -28,7 +28,7 @@ from dfl.data import data_shape
 from dfl.data.dataset import with_clients
 from dfl.engine import checkpoint as ckpt
 from dfl.engine import setup
-from dfl.engine.hooks import Hooks, Progress, RunInfo, announced
+from dfl.engine.hooks import Hooks, Progress, announced
 from dfl.engine.results import FinalParams, Result, RunDirectory
 from dfl.engine.setup import (
     LocalTest,
@@ -42,6 +42,7 @@ from dfl.engine.setup import (
 )
 from dfl.engine.validation import resolved
 from dfl.errors import DivergenceError
+from dfl.loggers import RunInfo
 from dfl.models import kernels
 from dfl.network.byzantine import Threat
 from dfl.training import memory, privacy_settings

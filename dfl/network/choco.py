@@ -52,7 +52,6 @@ import numpy as np
 import torch
 
 from dfl.network import compression as compressors
-from dfl.network.settings import check_compression, check_topology  # noqa: F401 (checks of the config)
 
 STATE_KEY = "choco_public"  # the checkpoint's name for the public copies x̂
 

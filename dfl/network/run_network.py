@@ -19,7 +19,7 @@ from dfl.config import Config
 from dfl.data.sampler import batch_width, local_step_counts
 from dfl.errors import ConfigError
 from dfl.network.faults import SPECTRAL_METRIC_LIMIT, LinkFaults, RealisedTopology, Stragglers, realised_gap
-from dfl.network.settings import check_faults, faults_field
+from dfl.network.settings import check_faults, check_topology, faults_field
 from topologies import spectral
 
 if TYPE_CHECKING:
@@ -63,9 +63,9 @@ class Network:
 
             self.threat = Threat.of(config, self.topology.n)
         if config.compressor != "none":
-            from dfl.network import choco, compression
+            from dfl.network import compression
 
-            choco.check_topology(config.compressor, topology.name, topology.is_time_varying)
+            check_topology(config.compressor, topology.name, topology.is_time_varying)
             self.compressor = compression.build(config.compressor, config.compression)
             self.consensus_lr = config.consensus_lr  # None: ω of the compressor (dfl.network.choco)
         self.stragglers: Stragglers | None = None

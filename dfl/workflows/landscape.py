@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 from dfl.config import Config
 from dfl.directories import check_output_plot, directory_kind
 from dfl.errors import OutputPathError
-from dfl.files import read_toml
+from dfl.files import atomic_write_bytes, read_toml
 from dfl.sysmem import available_memory, human_bytes
 
 if TYPE_CHECKING:
@@ -79,7 +79,7 @@ def landscape(run_dir: str | Path, *, points: int = 21, span: float = 1.0, sampl
     """
     png = check_arguments(run_dir, points=points, span=span, samples=samples, split=split,
                           hessian_iters=hessian_iters, out=out)
-    from dfl.engine.results import atomic_write_bytes, to_json
+    from dfl.engine.results import to_json
     from dfl.engine.validation import validate
     from dfl.report import plots
     from dfl.training.flatness import hessian_top_eigenvalue, loss_landscape
