@@ -59,7 +59,7 @@ def run_one(args) -> dict:
     import torch
 
     import dfl
-    import dfl.engine.build as build
+    import dfl.engine.setup as setup
     import dfl.network.gossip as gossip_module
     from dfl.network.gossip import Gossip
     from dfl.training.local import LocalTrainer
@@ -83,8 +83,8 @@ def run_one(args) -> dict:
             timers["mix"].append(time.perf_counter() - tic)
             return out
 
-    build.LocalTrainer = TimedTrainer  # Experiment builds the run's trainer in this module (build.trainer)
-    gossip_module.Gossip = TimedGossip  # dfl.network.faults.Network.gossip() builds the run's Gossip from this module
+    setup.LocalTrainer = TimedTrainer  # Experiment builds the run's trainer in this module (setup.trainer)
+    gossip_module.Gossip = TimedGossip  # the run's Gossip is built from this module (run_network.Network.gossip)
     # ~args.samples training samples per client: LogNormal with σ = 0 is exactly e^μ, plus min_samples
     base = max(2, args.samples // 2)
     options = {"num_clients": clients, "size_log_mean": math.log(args.samples - base + 1), "size_log_sigma": 0.0,

@@ -917,11 +917,6 @@ def _name(value: Any) -> None:
                           f"for another location), got {value!r}")
 
 
-def _boolean(name: str, value: Any) -> None:
-    if not isinstance(value, bool):
-        raise ConfigError(f"{name} must be true or false, got {value!r}")
-
-
 def _integer(name: str, value: Any, minimum: int) -> None:
     if isinstance(value, bool) or not isinstance(value, int):
         raise ConfigError(f"{name} must be an integer >= {minimum}, got {value!r}")

@@ -15,8 +15,7 @@ from __future__ import annotations
 import inspect
 from typing import Any
 
-from dfl.errors import ConfigError
-from dfl.registry import RegistryError
+from dfl.errors import ConfigError, RegistryError
 
 REQUIRED = "required"  # how an option without a default is shown
 _EMPTY = inspect.Parameter.empty

@@ -8,7 +8,9 @@ and the kept heap).
 
 from __future__ import annotations
 
-from topologies.limits import available_memory  # noqa: F401 (one reader of free memory, torch-free)
+from topologies.limits import available_memory  # one reader of free memory, torch-free
+
+__all__ = ["available_memory", "human_bytes"]
 
 
 def human_bytes(n: float) -> str:

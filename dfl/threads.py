@@ -38,9 +38,12 @@ import os
 import sys
 import warnings
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dfl.errors import ConfigError
+
+if TYPE_CHECKING:  # annotations only
+    from dfl.config import Config
 
 AUTO = "auto"
 # GOMP_SPINCOUNT set at import: see docs/benchmarks.md ("Threads on a busy machine") for the measurements
@@ -73,7 +76,7 @@ def check(value: Any, where: str = "threads") -> None:
                           f"process), got {shown}")
 
 
-def check_config(config) -> None:
+def check_config(config: Config) -> None:
     """`Config.threads`: "auto" or an integer in [1, MAX_THREADS]."""
     check(config.threads)
 

@@ -43,6 +43,7 @@ import scipy.sparse as sp
 
 import topologies
 from dfl import signatures
+from dfl.config import Config
 from dfl.errors import ConfigError
 from dfl.registry import Registry
 from topologies import directed, graphs, measures
@@ -557,7 +558,7 @@ def column_refusal(what: str, algorithm: str | None = None) -> str:
             "average), or analyse and draw W with `dfl topology`")
 
 
-def is_column_stochastic(config) -> bool:
+def is_column_stochastic(config: Config) -> bool:
     """Whether `config` asks for a column-stochastic W.
 
     That is weights = column-stochastic, or a custom matrix with stochastic = column: the W that only push-sum
@@ -612,7 +613,7 @@ def _from_matrix(name: str, made: Any, n: int) -> topologies.Topology:
     return topologies.Topology(name, W=W, weights="given", symmetric=symmetric)
 
 
-def run_options(config) -> dict[str, Any]:
+def run_options(config: Config) -> dict[str, Any]:
     """The options the run builds its topology with.
 
     `topology_options`, and the run's seed for a topology with a seed option (random graphs follow the run's seed)
@@ -638,7 +639,7 @@ def weight_options(scheme: str) -> tuple[dict[str, Any], list[str]]:
 LINK_FAULTS = ("link_failure", "offline")  # Config fields of the unreliable network (dfl.network.faults)
 
 
-def unread_fields(config, centralized: bool) -> list[str]:
+def unread_fields(config: Config, centralized: bool) -> list[str]:
     """The topology fields set in `config` that its run does not read: all of them for a centralized algorithm.
 
     `topology` counts as set when it is neither the default ring nor full, `weights` when not None, `topology_options`
@@ -650,7 +651,7 @@ def unread_fields(config, centralized: bool) -> list[str]:
             if getattr(config, name) not in unset]
 
 
-def check_config(config, centralized: bool = False, push_sum: bool = False) -> None:
+def check_config(config: Config, centralized: bool = False, push_sum: bool = False) -> None:
     """The topology's part of `dfl.validate`, before anything is built.
 
     `topology` is registered, `weights` (when set) is a scheme of `topologies.SCHEMES`; a column-stochastic W is refused
@@ -706,7 +707,7 @@ def check_config(config, centralized: bool = False, push_sum: bool = False) -> N
         raise ConfigError(f"topology: {exc}") from None
 
 
-def _check_push_sum(config, push_sum: bool) -> None:
+def _check_push_sum(config: Config, push_sum: bool) -> None:
     """Refuse a column-stochastic W unless the algorithm mixes by push-sum, synchronously and without compression."""
     field, what = ("weights", "the W of weights = column-stochastic") if config.weights == "column-stochastic" \
         else ("topology_options", "a custom matrix with stochastic = column")
@@ -718,7 +719,7 @@ def _check_push_sum(config, push_sum: bool) -> None:
                           f"step; {setting} does not carry them (use compressor = none and mode = sync)")
 
 
-def _check_sizes(config, scheme: str) -> None:
+def _check_sizes(config: Config, scheme: str) -> None:
     """The option `sizes` belongs to weights = sample-count and, when given, lists one sample count per client."""
     sizes = config.topology_options.get("sizes")
     if scheme != "sample-count":

@@ -12,7 +12,7 @@ def _registries_restored():
     from dfl.data import DATASETS, PARTITIONS
     from dfl.loggers import LOGGERS
     from dfl.models import MODELS
-    from dfl.network.compression import COMPRESSORS
+    from dfl.network.settings import COMPRESSORS
     from dfl.topologies import TOPOLOGIES
 
     registries = (ALGORITHMS, DATASETS, PARTITIONS, LOGGERS, MODELS, COMPRESSORS, TOPOLOGIES)

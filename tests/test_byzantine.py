@@ -282,11 +282,11 @@ def test_metrics_are_over_the_honest_clients_only(tmp_path):
 
 
 def test_without_byzantine_clients_the_run_takes_todays_code_path():
-    from dfl.engine.experiment import Experiment  # noqa: F401  (the engine's gossip is plain Gossip)
+    from dfl.engine import setup
 
     result = dfl.run(Config(**dict(RUN, clients=8, rounds=1, eval_every=1)))
     assert "honest_clients" not in result.history[-1] and "byzantine_clients" not in result.summary
-    network = dfl.engine.build.network(Config(clients=8), topologies.build("ring", 8), _FakeData(8), {})
+    network = setup.network(Config(clients=8), topologies.build("ring", 8), _FakeData(8), {})
     assert type(network.gossip(LocalCommunicator(8), torch.float32, CPU, torch.zeros(8, 3))) is Gossip
 
 

@@ -16,8 +16,8 @@ import dfl
 from dfl.cli import main
 from dfl.config import Config
 from dfl.engine import checkpoint as ckpt
-from dfl.engine.checkpoint import CheckpointError
 from dfl.engine.results import read_metrics
+from dfl.errors import CheckpointError
 from dfl.network.comm import even_blocks
 from tests.helpers import blob_data, init_gloo, tiny_config
 

@@ -20,8 +20,9 @@ from dfl.engine.validation import validate
 from dfl.network import compression
 from dfl.network.choco import STATE_KEY, ChocoGossip
 from dfl.network.comm import LocalCommunicator
-from dfl.network.faults import LinkFaults, Network, RealisedTopology
+from dfl.network.faults import LinkFaults, RealisedTopology
 from dfl.network.gossip import Gossip
+from dfl.network.run_network import Network
 from tests.helpers import assert_same_history, assert_world_size_invariant, blob_data, interrupted, tiny_config
 
 pytestmark = pytest.mark.timeout(300)  # hang guard only (spawned process groups)

@@ -25,8 +25,9 @@ import torch
 
 import dfl
 from dfl.config import Config
+from dfl.directories import RUN_FILES
 from dfl.engine import checkpoint as ckpt
-from dfl.engine.results import RUN_FILES, read_metrics
+from dfl.engine.results import read_metrics
 from dfl.engine.validation import resolved
 
 try:

@@ -15,7 +15,8 @@ from dfl.cli import main
 from dfl.cli.listing import CATEGORIES
 from dfl.data import DATASETS, PARTITIONS, dataset_options, partition_options
 from dfl.loggers import LOGGERS
-from dfl.models.registry import MODELS, model_options
+from dfl.models import MODELS
+from dfl.models.registry import model_options
 
 REGISTRIES = {
     "algorithms": ALGORITHMS,

@@ -217,7 +217,6 @@ def test_stacks_that_cannot_fit_are_refused_before_any_data_is_made(monkeypatch)
         raise AssertionError("the data was made before the memory check")
 
     monkeypatch.setattr(setup, "build_data", no_data)
-    monkeypatch.setattr("dfl.engine.build.build_data", no_data, raising=False)
     monkeypatch.setattr(memory, "available_bytes", lambda device: 64 * 2**20)  # 64 MiB free
     with pytest.raises(ConfigError, match=r"clients = 2,000: the run keeps 5 \[m, d\] stacks"):
         dfl.run(dfl.Config(clients=2000, rounds=1, progress=False, device="cpu",

@@ -16,11 +16,12 @@ import dfl
 import topologies
 from dfl.config import ConfigError
 from dfl.engine.validation import validate
-from dfl.network import faults as network
 from dfl.network import gossip as gossip_module
+from dfl.network import run_network
 from dfl.network.comm import LocalCommunicator
-from dfl.network.faults import LinkFaults, Network, RealisedTopology, Stragglers, realised_gap
+from dfl.network.faults import LinkFaults, RealisedTopology, Stragglers, realised_gap
 from dfl.network.gossip import Gossip
+from dfl.network.run_network import Network
 from dfl.training.local import LocalTrainer
 from tests.helpers import assert_same_history, assert_world_size_invariant, blob_data, interrupted, tiny_config
 from topologies.weights import drop_links
@@ -165,7 +166,7 @@ def test_zero_probabilities_give_the_topology_itself_bit_for_bit():
 def test_the_realised_path_at_zero_probabilities_reproduces_a_fault_free_run_bit_for_bit(monkeypatch):
     data = make_data()
     reference = dfl.run(make_config(rounds=2), data=data)
-    monkeypatch.setattr(network, "faults_field", lambda config: "link_failure")  # force RealisedTopology at p = 0
+    monkeypatch.setattr(run_network, "faults_field", lambda config: "link_failure")  # force RealisedTopology at p = 0
     forced = dfl.run(make_config(rounds=2), data=data)
     torch.testing.assert_close(forced.params, reference.params, atol=0, rtol=0)
     assert forced.history[-1]["links_up"] == 1.0

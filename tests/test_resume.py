@@ -22,8 +22,8 @@ from dfl.cli import build_parser, main
 from dfl.cli.run import config_from_args
 from dfl.config import Config, ConfigError
 from dfl.engine import checkpoint as ckpt
-from dfl.engine.checkpoint import NoCheckpoint
 from dfl.engine.results import read_metrics
+from dfl.errors import NoCheckpoint
 from dfl.network.comm import even_blocks
 from tests.helpers import TIMING, assert_same_history, blob_data, init_gloo, interrupted, tiny_config
 

@@ -18,7 +18,7 @@ import torch
 import dfl
 from dfl.cli import main
 from dfl.engine import checkpoint as ckpt
-from dfl.engine.checkpoint import CheckpointError
+from dfl.errors import CheckpointError
 from dfl.workflows.sweep import Sweep, read_entries, run_sweep
 
 pytestmark = pytest.mark.timeout(300)  # hang guard only (subprocesses)

@@ -12,11 +12,12 @@ import scipy.sparse as sp
 
 from topologies import base_graph, equitopo, graphs, limits
 from topologies import matcha as matcha_module
+from topologies.directed import check_kind
 from topologies.errors import TopologyError
 from topologies.hierarchical import Hierarchical
 from topologies.schedules import OnePeer, OnePeerExponential, RandomK, RandomPull
 from topologies.topology import Topology
-from topologies.validation import check_connected, check_kind, check_stochastic
+from topologies.validation import check_connected, check_stochastic
 from topologies.weights import KIND, SCHEMES, check_scheme, sparse_weights
 
 STATIC: dict[str, tuple[Callable[..., Any], tuple[str, ...]]] = {

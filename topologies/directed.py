@@ -53,9 +53,6 @@ def check_kind(kind: object) -> str:
     return kind
 
 
-_kind = check_kind
-
-
 def _dense(W: object, what: str) -> np.ndarray:
     M = spectral.as_csr(W) if sp.issparse(W) else np.asarray(W, dtype=np.float64)
     n = M.shape[0]
@@ -81,7 +78,7 @@ def stationary(W: object, kind: str) -> np.ndarray:
     linear solve of (M - I) pi = 0 with the last equation replaced by sum pi = 1 (M = W^T for row, W for column):
     unique when W's graph is strongly connected. ValueError when the solve fails (a disconnected W).
     """
-    kind = _kind(kind)
+    kind = check_kind(kind)
     S = spectral.as_csr(W)
     n = S.shape[0]
     if kind == "doubly" or n == 1:

@@ -18,15 +18,10 @@ import numpy as np
 import scipy.sparse as sp
 
 from topologies import directed, graphs, limits, spectral
+from topologies.directed import check_kind
 from topologies.errors import TopologyError
 from topologies.schedules import Schedule, _check_step
-from topologies.validation import (
-    check_connected,
-    check_gossip_matrix,
-    check_kind,
-    check_stochastic,
-    require_contraction,
-)
+from topologies.validation import check_connected, check_gossip_matrix, check_stochastic, require_contraction
 
 MAX_CONSENSUS_STEPS = 100_000
 _RANDOM_CACHE = 256  # step matrices of a schedule without period kept at most (least recently used first out)

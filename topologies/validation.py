@@ -14,7 +14,7 @@ import scipy.sparse as sp
 from scipy.sparse.csgraph import connected_components
 
 from topologies import directed, spectral
-from topologies.directed import KINDS, check_kind  # noqa: F401 (re-exported)
+from topologies.directed import check_kind
 from topologies.errors import TopologyError
 
 TOL = 1e-9
@@ -39,7 +39,7 @@ def check_stochastic(W: object, symmetric: bool, label: str = "W", kind: str = "
                      signed: bool = False) -> np.ndarray | sp.csr_array:
     """W must be a finite float64 [n, n] matrix, nonnegative, with rows and columns summing to 1.
 
-    `kind` (one of KINDS) relaxes the sums: "row" checks only the rows, "column" only the columns. With
+    `kind` (one of `directed.KINDS`) relaxes the sums: "row" checks only the rows, "column" only the columns. With
     `symmetric=True` (the scheme promises it) W must also equal its transpose. `signed=True` allows negative
     entries (MATCHA's I - alpha L_t, `topologies.matcha`). Returns W as float64: a dense array for dense input,
     canonical CSR for sparse input.

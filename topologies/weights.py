@@ -23,8 +23,8 @@ metropolis and uniform need a regular digraph (in-degree = out-degree = d at eve
 every node; lazy works on top of those; fastest is refused (its method assumes a symmetric W).
 
 The schemes work on a sparse receive adjacency A (CSR, A[i, j] = 1 when i receives from j, see
-`topologies.graphs.adjacency`) and return canonical CSR matrices in O(nnz): `sparse_weights`. The functions
-taking a networkx graph (`weight_matrix`, `metropolis`, ...) return the same matrices dense.
+`topologies.graphs.adjacency`) and return canonical CSR matrices in O(nnz): `sparse_weights`. `weight_matrix`
+takes a networkx graph and returns the same matrix dense.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ from topologies.graphs import adjacency_of
 
 SCHEMES = ("metropolis", "uniform", "max-degree", "lazy", "fastest", "row-stochastic", "column-stochastic",
            "sample-count")
-# the sums each scheme keeps (`topologies.validation.KINDS`); the others are doubly stochastic
+# the sums each scheme keeps (`topologies.directed.KINDS`); the others are doubly stochastic
 KIND = {"row-stochastic": "row", "column-stochastic": "column", "sample-count": "row"}
 LAZY_BASES = ("metropolis", "uniform", "max-degree", "fastest")
 # the options a scheme takes besides the graph, each with the value it has when not given: lazy's base, and
@@ -266,31 +266,6 @@ def drop_links(W: sp.csr_array, keep: np.ndarray, scheme: str | None = None, bas
 
 
 # --- the same schemes on a networkx graph, dense ------------------------------------------------------------
-
-def receive_adjacency(G: nx.Graph) -> np.ndarray:
-    """A[i, j] = 1.0 when i receives from j (edge j -> i, or the undirected edge i -- j); zero diagonal."""
-    return adjacency_of(G)[0].toarray()
-
-
-def metropolis(G: nx.Graph) -> np.ndarray:
-    """Metropolis–Hastings weights of a graph on 0..n-1, dense (see `sparse_metropolis`)."""
-    return sparse_metropolis(*adjacency_of(G)).toarray()
-
-
-def uniform(G: nx.Graph, name: str = "graph") -> np.ndarray:
-    """Uniform weights 1/(d_i + 1) of a regular graph on 0..n-1, dense (see `sparse_uniform`)."""
-    return sparse_uniform(*adjacency_of(G), name=name).toarray()
-
-
-def max_degree(G: nx.Graph) -> np.ndarray:
-    """Max-degree weights of a graph on 0..n-1, dense (see `sparse_max_degree`)."""
-    return sparse_max_degree(*adjacency_of(G)).toarray()
-
-
-def fastest(G: nx.Graph) -> np.ndarray:
-    """Fastest-mixing symmetric weights of an undirected graph on 0..n-1, dense (see `sparse_fastest`)."""
-    return sparse_fastest(*adjacency_of(G)).toarray()
-
 
 def weight_matrix(G: nx.Graph, scheme: str = "metropolis", base: str | None = None,
                   name: str = "graph") -> np.ndarray:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from dfl.algorithms.builtin import BUILTINS, SERVER, AlgorithmCard
 from dfl.algorithms.registration import HYPERPARAMETERS, check_algorithm, option_defaults, resolve_options
+from dfl.config import Config
 from dfl.errors import ConfigError
 from dfl.lazy import submodules
 from dfl.registry import Registry
@@ -117,7 +118,7 @@ def _card_flag(name: str, flag: str, default: bool = False) -> bool:
     return bool(getattr(ALGORITHMS.card(name, "algorithm"), flag, default))
 
 
-def resolve_hyperparameters(config) -> dict:
+def resolve_hyperparameters(config: Config) -> dict:
     """The hyperparameters a run of `config` uses: the algorithm's defaults, overridden by its set Config fields.
 
     The algorithm's declared hyperparameters with their defaults, the Config fields it reads where they are set, and
@@ -136,7 +137,7 @@ def resolve_hyperparameters(config) -> dict:
     return hp
 
 
-def unread_fields(config) -> list[str]:
+def unread_fields(config: Config) -> list[str]:
     """The algorithm hyperparameters set in `config` (not None) that its algorithm does not read.
 
     A field the algorithm does not declare (`rho` for dpsgd), `asam_eta` unless the SAM variant is ASAM in Kwon et
@@ -158,7 +159,7 @@ def readers(field: str) -> list[str]:
     return [name for name in ALGORITHMS.names() if field in ALGORITHMS.card(name).hyperparameters]
 
 
-def unread_message(config, field: str) -> str:
+def unread_message(config: Config, field: str) -> str:
     """Why `field` is refused for `config.algorithm`: one line naming the field, its value and what reads it."""
     value = getattr(config, field)
     if field == "asam_eta":
@@ -171,7 +172,7 @@ def unread_message(config, field: str) -> str:
             f"{', '.join(readers(field)) or 'none is registered'}")
 
 
-def check_config(config) -> None:
+def check_config(config: Config) -> None:
     """The algorithm's part of `dfl.validate`: `algorithm` is registered; server sampling only where it applies.
 
     participation, participation_mode and aggregation away from their defaults only for an algorithm that takes them

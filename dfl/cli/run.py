@@ -26,7 +26,7 @@ from pathlib import Path
 from dfl.cli.lists import add_list
 from dfl.config import Config, field_of, options, read_toml
 from dfl.directories import RUNS, NewDirectory, check_output_directory, latest_resumable_run
-from dfl.errors import ConfigError
+from dfl.errors import ConfigError, NoCheckpoint
 
 LATEST = ""  # `--resume` without a directory: the latest interrupted run under runs/
 DEFAULT_NAME = "default"  # Config.name's default: the new run directory is named after the algorithm instead
@@ -175,7 +175,7 @@ def resume_args(args: argparse.Namespace) -> argparse.Namespace:
     `--resume` without DIR: the latest interrupted run under runs/ (`latest_resumable_run`, whose refusal lists the
     runs there).
     """
-    from dfl.engine.checkpoint import FILENAME, NoCheckpoint
+    from dfl.engine.checkpoint import FILENAME
 
     if getattr(args, "config_file", None):
         raise ConfigError(f"give either a config file or --resume DIR, not both (got {args.config_file!r}); "
@@ -244,9 +244,9 @@ def main(args: argparse.Namespace) -> int:
         The exit status: 0, 1 for a diverged run, 2 for a refused config or output, 128 + the signal that
         interrupted the run.
     """
-    from dfl.engine.results import RunDirectoryExists, format_summary
+    from dfl.engine.results import format_summary
     from dfl.engine.validation import validate  # no torch: every check that needs no data answers at once
-    from dfl.errors import DivergenceError
+    from dfl.errors import DivergenceError, RunDirectoryExists
 
     out: Path | NewDirectory | None = None
     with _signals_stop_run():

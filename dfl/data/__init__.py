@@ -15,6 +15,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from dfl.config import Config
 from dfl.data.dataset import (
     DATASETS,
     check_options,
@@ -71,12 +72,12 @@ __all__ = [
 ]
 
 
-def unread_fields(config) -> list[str]:
+def unread_fields(config: Config) -> list[str]:
     """The data fields set in `config` that its dataset does not read: ["data_root"] for a dataset made in memory."""
     return ["data_root"] if config.data_root is not None and not DATASETS.card(config.dataset).root else []
 
 
-def check_config(config) -> DataShape | None:
+def check_config(config: Config) -> DataShape | None:
     """The data's part of `dfl.validate`, before anything is loaded; the dataset's size when its card knows it.
 
     `dataset` and `partition` are registered, their options known (a built-in's in range), each setting given once (the
@@ -134,7 +135,7 @@ def check_config(config) -> DataShape | None:
     return shape
 
 
-def _check_partition(config) -> None:
+def _check_partition(config: Config) -> None:
     PARTITIONS.require(config.partition, "partition")
     given = config.partition_options
     for key, field in FIELD_OPTIONS.items():
@@ -154,7 +155,7 @@ def _check_partition(config) -> None:
         raise ConfigError(f"partition_options: {exc}") from None
 
 
-def run_partition_options(config, check: bool = False) -> dict[str, Any]:
+def run_partition_options(config: Config, check: bool = False) -> dict[str, Any]:
     """The options the run passes to its partition.
 
     `partition_options`, with `alpha` for a Dirichlet partition (default 0.3). `check`: also that they are the

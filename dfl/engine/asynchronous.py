@@ -62,7 +62,7 @@ from dfl.errors import ConfigError
 from dfl.network.async_events import ComputeTimes, EventSchedule, Local, Mix
 from dfl.network.comm import even_blocks
 from dfl.network.gossip import RowsOperator
-from dfl.network.settings import ASYNC_ALGORITHMS, ASYNC_FIELDS, MODES, check_async  # noqa: F401 (the checks)
+from dfl.network.settings import ASYNC_ALGORITHMS
 from dfl.training import memory
 from dfl.training.local import LocalTrainer, descent_direction
 
@@ -297,7 +297,8 @@ class AsyncEngine:
         A collective: every rank calls it with the same events. Returns (keys, rows [len(keys), d]) in the order
         received.
         """
-        need = [[set() for _ in range(self.world)] for _ in range(self.world)]  # need[q][r]: q sends to r
+        # need[q][r]: the (client, version) keys q sends to r
+        need: list[list[set[tuple[int, int]]]] = [[set() for _ in range(self.world)] for _ in range(self.world)]
         for ev, terms in zip(events, keys_of):
             r = self._owner(ev.client)
             for key, _ in terms:
@@ -505,7 +506,7 @@ class AsyncGossip(Algorithm):
     # --------------------------------------------------------------------------------- the update rules
     def _trainer(self, ids: np.ndarray):
         """The run's trainer restricted to the local rows `ids` (host; their own compact stack)."""
-        # the run's trainer is dfl's LocalTrainer (dfl.engine.build.trainer); the Context seam types only its protocol
+        # the run's trainer is dfl's LocalTrainer (dfl.engine.setup.trainer); the Context seam types only its protocol
         trainer = cast(LocalTrainer, self.ctx.trainer)
         sub = copy.copy(trainer)
         sub.client_ids = [trainer.client_ids[r] for r in ids]

@@ -63,7 +63,7 @@ from dfl.algorithms.base import EngineCommunicator
 from dfl.config import Config
 from dfl.engine.results import torch_load_reason
 from dfl.engine.validation import resolved
-from dfl.errors import CheckpointError, ConfigError, NoCheckpoint, PeerFailure  # noqa: F401 (re-exported)
+from dfl.errors import CheckpointError, ConfigError, NoCheckpoint, PeerFailure
 from dfl.training import memory
 
 FORMAT = 2

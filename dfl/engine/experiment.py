@@ -1,6 +1,6 @@
 """`Experiment`: one run between its phases, which `dfl.engine.runner` drives.
 
-The set-up is `__init__`, a sequence of named steps (`dfl.engine.build`: data, topology, network, model, client
+The set-up is `__init__`, a sequence of named steps (`dfl.engine.setup`: data, topology, network, model, client
 block, trainer; then gossip, algorithm, resume, run directory); then per round `train_round`, `evaluate`, `record`,
 `checkpoint`; at the end `save_params` and `result`.
 
@@ -26,9 +26,9 @@ from dfl.algorithms import Context
 from dfl.config import Config
 from dfl.data import data_shape
 from dfl.data.dataset import with_clients
-from dfl.engine import build
 from dfl.engine import checkpoint as ckpt
-from dfl.engine.hooks import Hooks, Progress, RunInfo, announced
+from dfl.engine import setup
+from dfl.engine.hooks import Hooks, Progress, announced
 from dfl.engine.results import FinalParams, Result, RunDirectory
 from dfl.engine.setup import (
     LocalTest,
@@ -42,6 +42,7 @@ from dfl.engine.setup import (
 )
 from dfl.engine.validation import resolved
 from dfl.errors import DivergenceError
+from dfl.loggers import RunInfo
 from dfl.models import kernels
 from dfl.network.byzantine import Threat
 from dfl.training import memory, privacy_settings
@@ -74,32 +75,32 @@ CLIENT_EVAL_WARN_PASSES = 20_000_000
 class Experiment:
     """One run between its phases.
 
-    `__init__` is the set-up, step by step (`dfl.engine.build`: data, topology, network, model, client block,
+    `__init__` is the set-up, step by step (`dfl.engine.setup`: data, topology, network, model, client block,
     trainer; then gossip, algorithm, resume, run directory), then `train_round`, `evaluate`, `record`, `checkpoint`
     per round, and `save_params` + `result` at the end; `status()` marks summary.json with how the run ended.
     """
 
     def __init__(self, config: Config, data, out, overwrite: bool, comm, resume: bool, given_model=None,
                  callbacks=None):
-        saved = build.checkpoint_to_resume(config, out, resume)  # before any work, on every rank alike
+        saved = setup.checkpoint_to_resume(config, out, resume)  # before any work, on every rank alike
         self.hooks = Hooks(config, callbacks, comm, out)  # loggers' packages and callbacks checked before any work
-        hp = build.hyperparameters(config)
-        device = build.device(config, comm)
+        hp = setup.hyperparameters(config)
+        device = setup.device(config, comm)
         show = config.progress and comm.is_main  # set-up steps that take long say so (hooks.announced)
-        build.stacks_fit_before_data(config, comm, device, data, given_model)
+        setup.stacks_fit_before_data(config, comm, device, data, given_model)
         with announced(f"making the data ({_data_words(config)})", show and data is None):
-            data = build.data_on_device(config, data, comm, device)
+            data = setup.data_on_device(config, data, comm, device)
         with announced(f"building the topology ({config.topology}, {data.num_clients:,} clients)", show):
-            topology = build.topology(config, data)
-        network = build.network(config, topology, data, hp)
-        model, layout = build.model(config, data, device, given_model)
-        X0 = build.client_block(model, layout, comm, device, network)
-        trainer = build.trainer(model, layout, data, comm, config, network)
+            topology = setup.topology(config, data)
+        network = setup.network(config, topology, data, hp)
+        model, layout = setup.model(config, data, device, given_model)
+        X0 = setup.client_block(model, layout, comm, device, network)
+        trainer = setup.trainer(model, layout, data, comm, config, network)
         gossip = network.gossip(comm, X0.dtype, device, start=X0)  # compressed gossip: x̂ starts at X_0
         self.ctx = Context(config=config, hp=hp, trainer=trainer, gossip=gossip, comm=comm)
         self.algorithm = make_algorithm(config, self.ctx, X0, topology)  # rounds in lock-step, or async clocks
         with announced("measuring the clients per vectorized call (client_chunk)", show):
-            self.chunk = build.client_chunk(trainer, self.algorithm, comm, layout, X0)  # clients per vectorized call
+            self.chunk = setup.client_chunk(trainer, self.algorithm, comm, layout, X0)  # clients per vectorized call
         self._plan_final_params(config, comm, out, layout.dim, X0.element_size(), device, trainer)
         self.config, self.comm, self.data, self.device, self.hp = config, comm, data, device, hp
         self.model, self.layout, self.X0, self.trainer, self.network = model, layout, X0, trainer, network
@@ -482,7 +483,7 @@ def final_params_plan(config: Config, comm, out) -> str:
     return "gathered" if config.gather_params or out is None else "shards"
 
 
-def _evaluate(model, layout, X, mean, comm, x, y, train_sub: Pair | None, client_test: Pair, config, chunk: int,
+def _evaluate(model, layout, X, mean, comm, x, y, train_sub: Pair | None, client_test: Pair, config: Config, chunk: int,
               local_test: LocalTest | None = None, honest: torch.Tensor | None = None,
               local_train: LocalTest | None = None) -> dict[str, Any]:
     """Metrics of the averaged model `mean` (= comm.mean_rows(X)) and of every client row of X.

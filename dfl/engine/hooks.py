@@ -36,7 +36,7 @@ import torch
 from dfl import loggers as loggers_
 from dfl.config import Config
 from dfl.errors import ArgumentError
-from dfl.loggers import RunInfo  # noqa: F401 (re-exported: callbacks' on_run_start gets one)
+from dfl.loggers import RunInfo
 
 FINISHED = ("completed", "stopped")  # statuses of a run that ended as it should: a listener's error is raised
 # Plain progress lines (stdout not a terminal): one every PLAIN_SECONDS, and at least every rounds / PLAIN_LINES

@@ -17,9 +17,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dfl.config import Config
-from dfl.directories import RUN_FILES, claim_directory, remove_written  # noqa: F401 (RUN_FILES re-exported)
-from dfl.errors import FileReadError, RunDirectoryExists  # noqa: F401 (re-exported)
-from dfl.files import (  # noqa: F401 (atomic_write_bytes re-exported)
+from dfl.directories import RUN_FILES, claim_directory, remove_written
+from dfl.errors import FileReadError
+from dfl.files import (
     FILE_MODE,
     atomic_write_bytes,
     check_input_file,

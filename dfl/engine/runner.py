@@ -93,7 +93,7 @@ def run(  # over 50 lines by its docstring alone: dfl.run's documentation of eve
         threads.restore(callers_threads)
 
 
-def _run_in(config, data, out, overwrite: bool, comm, resume: bool, model, callbacks) -> Result:
+def _run_in(config: Config | None, data, out, overwrite: bool, comm, resume: bool, model, callbacks) -> Result:
     """`run` between the caller's thread count and its restoring: the config, the communicator, the run."""
     config = _run_config(config, data, out, overwrite, resume, model)
     owned: EngineCommunicator | None = None
@@ -173,7 +173,7 @@ def _run_config(config: Config | None, data, out, overwrite: bool, resume: bool,
     return config
 
 
-def _check_arguments(config, data, out, overwrite, resume) -> None:
+def _check_arguments(config: Config, data, out, overwrite, resume) -> None:
     """The arguments of `run` that are not the config.
 
     An `ArgumentError` (a ConfigError and a TypeError) naming the argument for a wrong type, a ConfigError for a

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from dfl.config import Config
 from dfl.errors import ConfigError
 from dfl.loggers.base import Logger, RunInfo, numeric, require
 from dfl.loggers.tensorboard import TensorBoardLogger
@@ -54,7 +55,7 @@ __all__ = ["LOGGERS", "Logger", "RunInfo", "TensorBoardLogger", "WandbLogger", "
            "register", "require"]
 
 
-def check_config(config) -> None:
+def check_config(config: Config) -> None:
     """The loggers' part of `dfl.validate`.
 
     Every name in `loggers` is registered (whether its package is installed is checked when the run builds it).

@@ -66,25 +66,27 @@ class TensorBoardLogger(Logger):
                 path.unlink()
             events = []
         # resumed: points after the checkpoint (rounds > start_round) from the interrupted session are hidden
-        self.writer = SummaryWriter(str(log_dir), purge_step=info.start_round + 1 if events else None)
+        self.writer = writer = SummaryWriter(str(log_dir), purge_step=info.start_round + 1 if events else None)
         if events:
             return  # hyperparameters and the rounds so far are in the earlier event files
         exp, ssi, sei = hparams(hparam_values(info), {tag(m): 0.0 for m in HPARAM_METRICS})
         for proto in (exp, ssi, sei):  # in the run's own directory (add_hparams would make a sub-run)
-            self.writer.file_writer.add_summary(proto)
-        self.writer.add_text("config", "```toml\n" + info.config.to_toml() + "```")
+            writer.file_writer.add_summary(proto)  # type: ignore[attr-defined]  # torch types it by its first value, None
+        writer.add_text("config", "```toml\n" + info.config.to_toml() + "```")
         for record in info.history:  # tensorboard enabled on resume: the rounds before it, from the history
             self.log(record["round"], record)
 
     @override
     def log(self, round: int, metrics: dict[str, Any]) -> None:
+        writer = self.writer
+        assert writer is not None, "the hooks call start() first"
         for name, value in numeric(metrics).items():
-            self.writer.add_scalar(tag(name), value, round)
+            writer.add_scalar(tag(name), value, round)
         if metrics.get("client_acc"):
             import numpy as np
 
-            self.writer.add_histogram(tag("client_acc"), np.asarray(metrics["client_acc"], dtype=float), round)
-        self.writer.flush()  # live: a running TensorBoard sees the round now, not in flush_secs
+            writer.add_histogram(tag("client_acc"), np.asarray(metrics["client_acc"], dtype=float), round)
+        writer.flush()  # live: a running TensorBoard sees the round now, not in flush_secs
 
     @override
     def finish(self, status: str, summary: dict[str, Any]) -> None:

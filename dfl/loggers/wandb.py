@@ -40,6 +40,7 @@ class WandbLogger(Logger):
 
     @override
     def log(self, round: int, metrics: dict[str, Any]) -> None:
+        assert self.run is not None, "the hooks call start() first"
         self.run.log(numeric(metrics), step=round)
 
     @override

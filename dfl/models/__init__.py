@@ -20,6 +20,7 @@ and the model code loads on first use.
 from __future__ import annotations
 
 from dfl import signatures
+from dfl.config import Config
 from dfl.errors import ConfigError, ModelError
 from dfl.lazy import submodules
 from dfl.models.builtin import BUILTINS, ModelCard, describe
@@ -49,7 +50,7 @@ __all__ = ["CONV_IMPLS", "MODELS", "ModelCard", "ModelError", "build_model", "ch
            "spec_of"]
 
 
-def check_config(config) -> None:
+def check_config(config: Config) -> None:
     """The model's part of `dfl.validate`.
 
     `model` is a registered name (its `model_options` are its options) or an importable "package.module:factory"

@@ -26,7 +26,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.func import functional_call, grad, vmap
 
-from dfl.models.custom import ModelError
+from dfl.errors import ModelError
 from dfl.models.modes import eval_mode
 
 TORCH_DIR = torch.__file__.rsplit("/", 1)[0]

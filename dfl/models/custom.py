@@ -24,7 +24,7 @@ import sys
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from dfl.errors import ModelError  # noqa: F401 (re-exported)
+from dfl.errors import ModelError
 from dfl.registry import suggest
 
 IMPORT_SPEC = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*(\.[A-Za-z_]\w*)*")

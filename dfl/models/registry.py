@@ -19,9 +19,10 @@ from collections.abc import Callable
 
 from torch import nn
 
+from dfl.errors import ModelError
 from dfl.models import MODELS
 from dfl.models.cnn import CNN, CNN1d
-from dfl.models.custom import ModelError, check_signature, factory_of
+from dfl.models.custom import check_signature, factory_of
 from dfl.models.layers import check_conv_impl
 from dfl.models.resnet import resnet18, resnet20
 from dfl.models.shapes import as_shape, image_shape, sequence_shape

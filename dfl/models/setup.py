@@ -15,8 +15,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from dfl.errors import ModelError
 from dfl.models.check import check_model
-from dfl.models.custom import ModelError
 from dfl.models.registry import build_model, call_factory
 
 

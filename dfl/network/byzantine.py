@@ -38,6 +38,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from dfl.config import Config
 from dfl.errors import ConfigError
 from dfl.network import robust
 from dfl.network.byzantine_settings import DEFAULT_SCALE, alie_z, byzantine_count
@@ -68,16 +69,17 @@ class Threat:
     seed: int
 
     @classmethod
-    def of(cls, config, clients: int) -> Threat | None:
+    def of(cls, config: Config, clients: int) -> Threat | None:
         """The threat of a (validated) config, or None when it has no Byzantine clients and aggregates by the mean."""
         return cls.from_config(config, clients) if config.byzantine or config.aggregator != "mean" else None
 
     @classmethod
-    def from_config(cls, config, clients: int) -> Threat:
+    def from_config(cls, config: Config, clients: int) -> Threat:
         """The threat a (validated) config describes, for `clients` clients."""
         count = byzantine_count(config.byzantine, clients)
         scale = None
         if count:
+            assert config.attack is not None, "validated: byzantine > 0 needs an attack"
             scale = config.attack_scale if config.attack_scale is not None else DEFAULT_SCALE[config.attack]
             if scale is None:  # alie's z_max
                 scale = alie_z(clients, count)

@@ -27,6 +27,7 @@ import math
 from statistics import NormalDist
 from typing import Any
 
+from dfl.config import Config
 from dfl.errors import ConfigError
 from topologies import limits
 
@@ -74,7 +75,7 @@ def alie_z(clients: int, byzantine: int) -> float:
     return NormalDist().inv_cdf(p)
 
 
-def check_config(config, centralized: bool, accepts: bool, accepting: list[str]) -> None:
+def check_config(config: Config, centralized: bool, accepts: bool, accepting: list[str]) -> None:
     """The Byzantine part of `dfl.validate`.
 
     ConfigError, one line naming the field and the allowed values, for every combination the module docstring
@@ -111,7 +112,7 @@ def check_config(config, centralized: bool, accepts: bool, accepting: list[str])
     _check_combinations(config, centralized, accepts, accepting)
 
 
-def _check_aggregator(config, centralized: bool) -> None:
+def _check_aggregator(config: Config, centralized: bool) -> None:
     """`aggregator` for this kind of algorithm, and `trim` / `clip_radius` only where the aggregator reads them."""
     name = config.aggregator
     allowed = CENTRALIZED if centralized else DECENTRALIZED
@@ -133,7 +134,7 @@ def _check_aggregator(config, centralized: bool) -> None:
                           "around the previous aggregate)")
 
 
-def _check_combinations(config, centralized: bool, accepts: bool, accepting: list[str]) -> None:
+def _check_combinations(config: Config, centralized: bool, accepts: bool, accepting: list[str]) -> None:
     """What Byzantine clients or a robust aggregator cannot run with (module docstring)."""
     what = f"byzantine = {config.byzantine:g}" if config.byzantine else f"aggregator = {config.aggregator}"
     if not accepts:
@@ -153,7 +154,7 @@ def _check_combinations(config, centralized: bool, accepts: bool, accepting: lis
                           "is unweighted; use aggregation = uniform")
 
 
-def _check_krum(config) -> None:
+def _check_krum(config: Config) -> None:
     """Krum needs n > 2f + 2 participants (Blanchard et al.): checked here where the round's n is fixed.
 
     That is with uniform participation (round(f·N), at least 1); Bernoulli rounds are checked as they come.

@@ -52,7 +52,6 @@ import numpy as np
 import torch
 
 from dfl.network import compression as compressors
-from dfl.network.settings import check_compression, check_topology  # noqa: F401 (checks of the config)
 
 STATE_KEY = "choco_public"  # the checkpoint's name for the public copies x̂
 
@@ -67,7 +66,7 @@ class ChocoGossip:
     and `base` (a Gossip over the fault-free topology) counts the neighbours each message goes to.
     """
 
-    def __init__(self, inner, compressor: compressors.Compressor, gamma: float, seed: int,
+    def __init__(self, inner, compressor: compressors.Compressor, gamma: float | None, seed: int,
                  start: torch.Tensor | None = None, faults=None, base=None):
         self.inner, self.compressor, self.seed = inner, compressor, int(seed)
         self.topology, self.comm = inner.topology, inner.comm

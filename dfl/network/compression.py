@@ -38,7 +38,7 @@ from typing_extensions import override
 
 from dfl.data import draws
 from dfl.data.sampler import client_keys
-from dfl.network.settings import COMPRESSORS, NONE, QSGD_BITS, fraction, qsgd_bits  # noqa: F401 (re-exported)
+from dfl.network.settings import COMPRESSORS, fraction, qsgd_bits
 
 STREAM_COMPRESS = 0x434D5052  # hash stream "CMPR" (the sampler uses 0 and 1, the network LINK, OFFL, SLOW)
 

@@ -12,11 +12,12 @@ Link failures and offline clients (decentralized algorithms; per gossip step s; 
   metropolis and max-degree (and lazy over them) recomputed from the surviving degrees, so W'_s is symmetric and
   doubly stochastic. A custom matrix= keeps the weights of its surviving links and moves a failed link's weight
   onto the self-weights of both ends (w'_ii = w_ii + w_ij, w'_jj = w_jj + w_ji): still symmetric, doubly stochastic;
-- refused with a ConfigError (`check_config`, `Network`): directed graphs and non-symmetric matrices (a failed
-  directed link breaks the in/out balance that keeps a directed W doubly stochastic), weights uniform (doubly
-  stochastic on regular graphs only) and fastest (an optimisation per graph, i.e. per step), `full` above
-  topologies.limits.FULL_SPARSE_LIMIT clients (n²/2 links to draw per step), and the centralized algorithms (they do not
-  gossip: clients missing from rounds are participation with participation_mode = bernoulli);
+- refused with a ConfigError (`check_config`, `dfl.network.run_network.Network`): directed graphs and
+  non-symmetric matrices (a failed directed link breaks the in/out balance that keeps a directed W doubly
+  stochastic), weights uniform (doubly stochastic on regular graphs only) and fastest (an optimisation per graph,
+  i.e. per step), `full` above topologies.limits.FULL_SPARSE_LIMIT clients (n²/2 links to draw per step), and the
+  centralized algorithms (they do not gossip: clients missing from rounds are participation with participation_mode =
+  bernoulli);
 - p = q = 0 gossips over the topology itself: the fault-free code path, bit for bit.
 
 Bursts (`link_failure_burst` = B > 0 for links, `offline_burst` for clients; `Bursts`): instead of independently per
@@ -37,7 +38,7 @@ Stragglers (every algorithm; per round t; `Stragglers`):
 - the round takes min(D, max_i K_i c_i) simulated seconds over the clients that train (max_i K_i c_i without a
   deadline). Only computation takes time in this model: messages arrive instantly.
 
-Metrics (`Network.metrics`, in each evaluated round's record; only for the parts that are on):
+Metrics (in each evaluated round's record, only for the parts that are on; `dfl.network.run_network.Network.metrics`):
 - links_up: the fraction of the links of W_s that are up (both ends online, link not failed), mean over the round's
   gossip steps; spectral_gap_realised and spectral_gap_realised_worst: the mean and the minimum over the round's
   steps of 1 − ‖W'_s − J‖₂ (0 when the surviving graph is disconnected, which is detected first; exact dense
@@ -49,24 +50,17 @@ Metrics (`Network.metrics`, in each evaluated round's record; only for the parts
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import scipy.sparse as sp
 from scipy.sparse.csgraph import connected_components
 
 import topologies
-from dfl.data.sampler import absorb, batch_width, client_keys, local_step_counts
-from dfl.errors import ConfigError
-from dfl.network.settings import BURST_FIELDS, NETWORK_FIELDS, check_faults, faults_field  # noqa: F401
+from dfl.data.sampler import absorb, client_keys
 from topologies import spectral
 from topologies.schedules import _check_step
 from topologies.weights import drop_links
-
-if TYPE_CHECKING:
-    from dfl.network.byzantine import Threat
 
 # hash streams: the sampler uses 0 (data order) and 1 (augmentation); these spell LINK, OFFL, SLOW
 STREAM_LINK, STREAM_OFFLINE, STREAM_STRAGGLER = 0x4C494E4B, 0x4F46464C, 0x534C4F57
@@ -325,112 +319,3 @@ class Stragglers:
             total += self.round(r)[2]
         self._elapsed = (t, total)
         return total
-
-
-# ------------------------------------------------------------------------------------------------ the run's
-class Network:
-    """The network a run trains over.
-
-    `topology` to gossip on (the topology itself, or its `RealisedTopology` with link faults), `gossip` over it
-    (compressed with a compressor, `dfl.network.choco`), `step_cap` for the local trainer (stragglers with a deadline),
-    `metrics` per evaluation.
-    """
-
-    def __init__(self, config, topology, data, participants: Callable[[int], np.ndarray] | None = None):
-        """`participants(t)`.
-
-        The [N] mask of the clients that train in round t, for an algorithm that samples them (centralized partial
-        participation); None: every client trains every round.
-        """
-        check_faults(config, centralized=participants is not None)
-        self.topology = topology
-        self.realised: RealisedTopology | None = None
-        name = faults_field(config)
-        if name is not None:
-            W0 = topology.sparse(0)
-            if not (topology.symmetric or (not topology.is_time_varying and spectral.is_symmetric(W0))):
-                raise ConfigError(f"{name} = {getattr(config, name)} needs an undirected topology (a symmetric W), "
-                                  f"but this {topology.name} is directed: a failed directed link breaks the in/out "
-                                  "balance that keeps W doubly stochastic")
-            scheme = None if topology.weights == "given" else (config.weights or "metropolis")
-            base = config.topology_options.get("base") if scheme == "lazy" else None
-            faults = LinkFaults(config.seed, float(config.link_failure), float(config.offline),
-                                float(config.link_failure_burst), float(config.offline_burst))
-            self.realised = self.topology = RealisedTopology(topology, faults, scheme, base)
-        self.compressor, self.consensus_lr, self.seed = None, None, config.seed  # compressed gossip (dfl.network.choco)
-        # Byzantine clients or a robust aggregator on gossip (dfl.network.byzantine; the server's: ServerAlgorithm)
-        self.threat: Threat | None = None
-        if participants is None:
-            from dfl.network.byzantine import Threat
-
-            self.threat = Threat.of(config, self.topology.n)
-        if config.compressor != "none":
-            from dfl.network import choco, compression
-
-            choco.check_topology(config.compressor, topology.name, topology.is_time_varying)
-            self.compressor = compression.build(config.compressor, config.compression)
-            self.consensus_lr = config.consensus_lr  # None: ω of the compressor (dfl.network.choco)
-        self.stragglers: Stragglers | None = None
-        if config.mode == "sync" and (config.stragglers > 0 or config.round_deadline > 0):  # async: its own clocks
-            sizes = data.sizes.numpy()
-            mode, amount = config.epochs_or_steps
-            steps = local_step_counts(sizes, batch_width(sizes, config.batch_size), mode, amount)
-            self.stragglers = Stragglers(config.seed, float(config.stragglers), float(config.straggler_slowdown),
-                                         float(config.round_deadline), steps, participants)
-
-    @property
-    def step_cap(self):
-        """(round, client ids) -> max local steps, for `LocalTrainer.step_cap`; None without a deadline."""
-        s = self.stragglers
-        return s.cap if s is not None and s.deadline > 0 else None
-
-    def gossip(self, comm, dtype, device, start=None):
-        """The run's gossip over this network: the one place it is built.
-
-        With a compressor, CHOCO-GOSSIP (`dfl.network.choco`) wraps it, its public copies starting at `start` (the local
-        rows of X_0); with Byzantine clients or a robust aggregator, `dfl.network.byzantine.ByzantineGossip` does.
-        """
-        from dfl.network.choco import ChocoGossip
-        from dfl.network.gossip import Gossip
-
-        gossip = Gossip(self.topology, comm, dtype, device)
-        if self.threat is not None:  # validation refuses it with a compressor
-            from dfl.network.byzantine import ByzantineGossip
-
-            assert start is not None, "Byzantine gossip starts from X_0"
-            robust_gossip = ByzantineGossip(gossip, self.threat, start)
-            if self.realised is not None:  # its size check read W'_0, which is no gossip: the metrics count only those
-                self.realised.take_used()  # (a resumed run's first round would average step 0 in, `metrics`)
-            return robust_gossip
-        if self.compressor is None:
-            return gossip
-        faults = base = None
-        if self.realised is not None:
-            faults, base = self.realised.faults, Gossip(self.realised.topology, comm, dtype, device)
-        return ChocoGossip(gossip, self.compressor, self.consensus_lr, self.seed, start, faults, base)
-
-    def metrics(self, t: int, rounds: int) -> dict[str, Any]:
-        """The network's part of round t's record (module docstring).
-
-        `rounds` = rounds since the previous evaluation, whose gossip steps are split evenly (every round of a run has
-        the same number of steps).
-        """
-        out: dict[str, Any] = {}
-        if self.realised is not None:
-            used = self.realised.take_used()
-            per_round = len(used) // rounds if rounds > 0 and len(used) % rounds == 0 else len(used)
-            last = [self.realised.realise(s) for s in used[len(used) - per_round:]]  # the evaluated round's steps
-            if last:
-                out["links_up"] = float(np.mean([r.links_up for r in last]))
-                if self.realised.n <= SPECTRAL_METRIC_LIMIT:
-                    gaps = [realised_gap(r.W) for r in last]
-                    out["spectral_gap_realised"] = float(np.mean(gaps))
-                    out["spectral_gap_realised_worst"] = float(np.min(gaps))
-        if self.stragglers is not None:
-            done, trained, seconds = self.stragglers.round(t)
-            steps = done[trained]
-            out["steps_done_mean"] = float(steps.mean()) if len(steps) else float("nan")
-            out["steps_done_min"] = int(steps.min()) if len(steps) else float("nan")
-            out["sim_time_round"] = seconds
-            out["sim_time"] = self.stragglers.elapsed(t)
-        return out

@@ -344,8 +344,9 @@ class Gossip:
         keys = tuple(self.step_key(s) for s in range(first_step, first_step + steps))
 
         def build():
-            parts = [self.step_operator(s).offsets for s in range(first_step, first_step + steps)]
-            if any(offsets is None for offsets in parts):
+            every = [self.step_operator(s).offsets for s in range(first_step, first_step + steps)]
+            parts = [offsets for offsets in every if offsets is not None]
+            if len(parts) < len(every):  # a step that is not circulant
                 return None
             composed = compose_circulants(parts, self.topology.n)
             return composed if len(composed) <= COMPOSED_OFFSETS_FACTOR * sum(map(len, parts)) else None

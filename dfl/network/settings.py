@@ -5,7 +5,7 @@ compressors of `dfl.network.compression`) and the asynchronous mode's links and 
 
 `check_config(config, centralized)` is the network's part of `dfl.validate` (`centralized`: the algorithm aggregates
 at a server); every check raises `ConfigError` naming the field and the allowed values. The checks that need the
-built topology (e.g. a custom directed graph) are where it is built (`dfl.network.faults.Network`).
+built topology (e.g. a custom directed graph) are where it is built (`dfl.network.run_network.Network`).
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import math
 from dataclasses import dataclass, fields
 from typing import Any
 
+from dfl.config import Config
 from dfl.errors import ConfigError
 from dfl.registry import Registry
 from topologies import limits
@@ -35,7 +36,7 @@ ASYNC_ALGORITHMS = {"dpsgd": "step", "dfedavg": "local", "dfedavgm": "local", "d
 ASYNC_FIELDS = ("link_latency", "link_bandwidth", "max_staleness")  # fields that apply only to mode = async
 
 
-def check_config(config, centralized: bool) -> None:
+def check_config(config: Config, centralized: bool) -> None:
     """The network's part of `dfl.validate`: link faults, offline clients and stragglers; compressed gossip.
 
     The asynchronous mode.
@@ -46,7 +47,7 @@ def check_config(config, centralized: bool) -> None:
 
 
 # ------------------------------------------------------------------------------------------- link faults
-def _probability(config, name: str, closed: bool) -> float:
+def _probability(config: Config, name: str, closed: bool) -> float:
     value = getattr(config, name)
     upper = "1]" if closed else "1)"
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
@@ -55,19 +56,19 @@ def _probability(config, name: str, closed: bool) -> float:
     return float(value)
 
 
-def _seconds(config, name: str, minimum: float) -> float:
+def _seconds(config: Config, name: str, minimum: float) -> float:
     value = getattr(config, name)
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < minimum:
         raise ConfigError(f"{name} must be a finite number >= {minimum:g}, got {value!r}")
     return float(value)
 
 
-def faults_field(config) -> str | None:
+def faults_field(config: Config) -> str | None:
     """The first of link_failure / offline that is on (> 0), or None: the field a refusal names."""
     return next((name for name in NETWORK_FIELDS if getattr(config, name)), None)
 
 
-def check_faults(config, centralized: bool) -> None:
+def check_faults(config: Config, centralized: bool) -> None:
     """The network fields of a Config (`dfl.validate`; `centralized`: the algorithm aggregates at a server).
 
     Ranges, and where link faults cannot apply (the checks that need the built topology, e.g. a custom directed graph,
@@ -89,7 +90,7 @@ def check_faults(config, centralized: bool) -> None:
         _check_link_faults(config, fault, getattr(config, fault), centralized)
 
 
-def _check_bursts(config) -> None:
+def _check_bursts(config: Config) -> None:
     """The burst lengths of link failures and churn: 0, or a mean outage of at least 1 / (1 - p) steps."""
     for name, of in BURST_FIELDS.items():
         burst, p = getattr(config, name), getattr(config, of)
@@ -104,7 +105,7 @@ def _check_bursts(config) -> None:
                               f"(the mean outage of independent draws; longer = burstier), got {burst:g}")
 
 
-def _check_link_faults(config, name: str, value: Any, centralized: bool) -> None:
+def _check_link_faults(config: Config, name: str, value: Any, centralized: bool) -> None:
     """Refuse link faults (`name` = `value`) where they cannot apply.
 
     That is with a centralized algorithm, on a directed topology, with weights that failures break, or on a full
@@ -174,7 +175,7 @@ COMPRESSORS.declare("random-k", "dfl.network.compression:RandomK",
 COMPRESSORS.declare("qsgd", "dfl.network.compression:QSGD", CompressorCard(8, qsgd_bits))
 
 
-def check_compression(config, centralized: bool) -> None:
+def check_compression(config: Config, centralized: bool) -> None:
     """Check a Config's compressed-gossip fields.
 
     compressor, compression and consensus_lr of a Config (`dfl.validate`; `centralized`: the algorithm
@@ -216,7 +217,7 @@ def check_topology(name: str, topology_name: str, time_varying: bool) -> None:
 
 
 # ------------------------------------------------------------------------------------------ asynchronous
-def check_async(config, centralized: bool) -> None:
+def check_async(config: Config, centralized: bool) -> None:
     """Check a Config's `mode` and asynchronous fields.
 
     `mode` and the asynchronous fields of a Config (`dfl.validate`; `centralized`: the algorithm aggregates at a

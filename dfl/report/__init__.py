@@ -33,11 +33,11 @@ rounds, per-client accuracies; spectral-gap fits), `write` (`write_report`) and 
 
 from __future__ import annotations
 
+from dfl.errors import ReportError
 from dfl.report.layout import Layout, format_value, label, make_layout
 from dfl.report.metrics import CSV_METRICS, METRICS, OPTIONAL_METRICS, rounds_to_target, run_metrics
 from dfl.report.runs import (
     REPORT_DIR,
-    ReportError,
     RunRecord,
     find_run_dirs,
     is_run_dir,

@@ -11,8 +11,9 @@ from pathlib import Path
 from typing import Any
 
 from dfl.directories import check_output_directory, claim_directory
+from dfl.errors import ReportError
 from dfl.files import atomic_write_text
-from dfl.report.runs import REPORT_DIR, ReportError, RunRecord, load_runs, missing_sweep_runs
+from dfl.report.runs import REPORT_DIR, RunRecord, load_runs, missing_sweep_runs
 from dfl.report.settings import Setting, group_settings
 from dfl.report.tables import NOT_COMPLETED_MARK, markdown_table
 

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from dfl.report.runs import ReportError
+from dfl.errors import ReportError
 from dfl.report.settings import SETTING_FIELDS, Setting, canonical, varying_fields
 
 

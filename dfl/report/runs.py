@@ -20,7 +20,7 @@ from typing import Any
 from dfl.config import Config
 from dfl.engine.results import read_metrics
 from dfl.engine.validation import resolved
-from dfl.errors import ConfigError, FileReadError, ReportError  # noqa: F401 (re-exported)
+from dfl.errors import ConfigError, FileReadError, ReportError
 from dfl.files import read_json, read_text, read_toml
 
 REPORT_DIR = "report"

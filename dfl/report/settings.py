@@ -14,8 +14,9 @@ from typing import Any
 
 from dfl.algorithms import HYPERPARAMETERS
 from dfl.config import Config
+from dfl.errors import ReportError
 from dfl.report.metrics import CSV_METRICS, as_number, run_metrics, run_target
-from dfl.report.runs import ReportError, RunRecord
+from dfl.report.runs import RunRecord
 
 CONFIG_FIELDS = tuple(f.name for f in fields(Config))
 # Fields that do not change what a run computes, only how it executes or what it records: runs differing in

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from dfl.errors import ReportError
 from dfl.report import plots
 from dfl.report.comparison import comparison_section
 from dfl.report.curves import client_groups, curve_panels
 from dfl.report.document import ReportDocument
 from dfl.report.layout import Layout, field_list, label, make_layout, registry_order
 from dfl.report.metrics import METRICS, OPTIONAL_METRICS
-from dfl.report.runs import ReportError, RunRecord
+from dfl.report.runs import RunRecord
 from dfl.report.settings import DEFAULT_TARGET_FRACTION, Setting, check_target, default_target, varying_fields
 from dfl.report.tables import metric_table, seed_table, write_runs_csv, write_settings_csv
 from dfl.report.trends import GAP_FIELDS, distinct_gaps, gap_series

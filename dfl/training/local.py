@@ -32,7 +32,7 @@ import numpy as np
 import torch
 from torch.func import functional_call, grad_and_value, vmap
 
-from dfl.config import LOCAL_OPTIMIZERS
+from dfl.config import LOCAL_OPTIMIZERS, Config
 from dfl.data.sampler import Batch, RoundSchedule
 from dfl.errors import ConfigError
 from dfl.training import memory
@@ -105,7 +105,7 @@ class LocalResult:
 class LocalTrainer:
     """Trains a block of clients (rows of X) for one round, vectorized over clients."""
 
-    def __init__(self, model, layout: ParamLayout, data, client_ids: list[int], config):
+    def __init__(self, model, layout: ParamLayout, data, client_ids: list[int], config: Config):
         self.layout = layout
         self.data = data
         self.client_ids = list(client_ids)
@@ -114,8 +114,8 @@ class LocalTrainer:
         self.mode, self.amount = config.epochs_or_steps
         # "auto": measured on the first batch (`plan_chunk`); 0: all clients in one call; N: N clients per call
         self.client_chunk = config.client_chunk
-        self.chunk: int | None = None if config.client_chunk == "auto" else (config.client_chunk or max(
-            1, len(self.client_ids)))
+        self.chunk: int | None = None if isinstance(config.client_chunk, str) else (config.client_chunk or max(
+            1, len(self.client_ids)))  # a string is "auto" (`Config.validate`)
         self.memory_estimate: dict | None = None
         # optional (round, client ids) -> max local steps per client, e.g. stragglers stopped by a deadline
         # (`dfl.network.faults.Stragglers.cap`); None = every client takes all its steps

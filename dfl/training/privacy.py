@@ -27,6 +27,7 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
+from dfl.config import Config
 from dfl.data import draws
 from dfl.training.privacy_settings import PrivacySettings
 
@@ -86,7 +87,7 @@ class ClientPrivacy:
         self.last_round = np.full(len(self.client_ids), -1, dtype=np.int64)  # the round of each client's last release
 
     @classmethod
-    def of(cls, config, client_ids: Sequence[int]) -> ClientPrivacy | None:
+    def of(cls, config: Config, client_ids: Sequence[int]) -> ClientPrivacy | None:
         """The mechanism of `config`'s clients `client_ids` (global ids, in row order); None when DP is off."""
         settings = PrivacySettings.of(config)
         return None if settings is None else cls(settings, config.seed, client_ids)

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from dfl.config import Config
 from dfl.errors import ConfigError
 
 DEFAULT_NOISE = 1.0  # σ when dp_noise is unset
@@ -49,7 +50,7 @@ class PrivacySettings:
         return self.noise / SENSITIVITY
 
     @classmethod
-    def of(cls, config) -> PrivacySettings | None:
+    def of(cls, config: Config) -> PrivacySettings | None:
         """The settings of `config`, or None when differential privacy is off (dp_clip = 0)."""
         if not config.dp_clip:
             return None
@@ -58,7 +59,7 @@ class PrivacySettings:
         return cls(float(config.dp_clip), float(noise), float(delta))
 
 
-def check_config(config, takes_privacy: bool, accepting: list[str], hp: dict[str, Any]) -> None:
+def check_config(config: Config, takes_privacy: bool, accepting: list[str], hp: dict[str, Any]) -> None:
     """The differential-privacy part of `dfl.validate`; ConfigError naming the field.
 
     Args:

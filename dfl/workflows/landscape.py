@@ -13,9 +13,10 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import TYPE_CHECKING
 
+from dfl.config import Config
 from dfl.directories import check_output_plot, directory_kind
 from dfl.errors import OutputPathError
-from dfl.files import read_toml
+from dfl.files import atomic_write_bytes, read_toml
 from dfl.sysmem import available_memory, human_bytes
 
 if TYPE_CHECKING:
@@ -78,8 +79,7 @@ def landscape(run_dir: str | Path, *, points: int = 21, span: float = 1.0, sampl
     """
     png = check_arguments(run_dir, points=points, span=span, samples=samples, split=split,
                           hessian_iters=hessian_iters, out=out)
-    from dfl.config import Config
-    from dfl.engine.results import atomic_write_bytes, to_json
+    from dfl.engine.results import to_json
     from dfl.engine.validation import validate
     from dfl.report import plots
     from dfl.training.flatness import hessian_top_eigenvalue, loss_landscape
@@ -151,7 +151,7 @@ def _final_params(run_dir: Path) -> tuple[torch.Tensor, list[str] | None, str]:
                             "parameters")
 
 
-def _model_and_samples(config, args, dim: int, names: list[str] | None):
+def _model_and_samples(config: Config, args, dim: int, names: list[str] | None):
     import torch
 
     from dfl.engine.setup import build_data, resolve_device

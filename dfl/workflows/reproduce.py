@@ -70,8 +70,6 @@ SPLITS: dict[str, dict[str, Any]] = {
     "path5": {"partition": "pathological", "partition_options": {"classes_per_client": 5}},
     "iid": {"partition": "iid"},
 }
-SPLIT_LABELS = {"dir0.3": "Dirichlet 0.3", "dir0.6": "Dirichlet 0.6", "path2": "Pathological 2",
-                "path5": "Pathological 5", "iid": "IID"}
 PAPER_RHO = 0.01  # DFedSAM's SAM radius, given to every SAM method
 MGS_STEPS = 4
 MOMENTUM = 0.9

@@ -16,7 +16,7 @@ from __future__ import annotations
 # and the process may abort at exit ("terminate called without an active exception", torch 2.13).
 # Importing it here, before any group (dfl imports this package, and every module of it runs this first),
 # avoids that; training imports it anyway.
-import torch._dynamo  # noqa: F401
+import torch._dynamo  # noqa: F401 (imported for its side effect: see above)
 
 from dfl.engine.distributed.communicator import DENSE_PRODUCT_LIMIT, GOSSIP_MODES, DistributedCommunicator
 from dfl.engine.distributed.failures import (

@@ -53,7 +53,7 @@ WATCHED_BACKENDS = ("nccl",)
 _CACHE_SIZE = 64  # exchange plans / products kept (static and periodic topologies reuse a few) ...
 # ... in at most this many bytes, the step matrices they keep alive included (one entry at least): a random
 # time-varying topology makes a new plan every gossip step, and 64 dense [m, m] float64 matrices were 2 GiB per rank
-# at m = 2,048. The memory planner sets it aside (`dfl.engine.build.client_chunk`).
+# at m = 2,048. The memory planner sets it aside (`dfl.engine.setup.client_chunk`).
 CACHE_BYTES = 256 * 2**20
 DENSE_PRODUCT_LIMIT = 20_000  # allgather mode: largest m whose [m, m] product is formed
 # all_gather_into_tensor under its torch 2.13 name (the old one warns FutureWarning at every call); older torch

@@ -13,9 +13,8 @@ from typing import Any
 
 from dfl import threads
 from dfl.config import Config
-from dfl.engine.results import atomic_write_bytes
 from dfl.errors import CheckpointError, DivergenceError, FileReadError
-from dfl.files import read_json
+from dfl.files import atomic_write_bytes, read_json
 
 ERROR_LOG = "error.log"  # the traceback of a failed run, in its run directory
 

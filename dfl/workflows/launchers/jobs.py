@@ -13,9 +13,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from dfl.engine.results import atomic_write_bytes, to_json
+from dfl.engine.results import to_json
 from dfl.errors import FileReadError, LauncherError
-from dfl.files import read_json
+from dfl.files import atomic_write_bytes, read_json
 from dfl.workflows.launchers.base import Handle
 
 JOBS_DIR = "submitit"  # SWEEP/submitit/: submitit's folder (pickles, logs) and jobs.json

@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import IO, Any
 
 from dfl.config import Config
-from dfl.engine.results import atomic_write_bytes
 from dfl.errors import LauncherError, SweepInterrupted
+from dfl.files import atomic_write_bytes
 from dfl.workflows.launchers.base import Handle, RunTask
 from dfl.workflows.launchers.execute import ERROR_LOG, execute_run, threads_env, worker_threads
 from dfl.workflows.launchers.signals import die_with_parent, signals_interrupt, stop_workers

@@ -86,11 +86,6 @@ class SlurmOptions:
         values.update({k: v for k, v in flags.items() if k in KNOBS and v is not None})
         return SlurmOptions(**values, extra={**self.extra, **(flags.get("extra") or {})})
 
-    def to_table(self) -> dict[str, Any]:
-        """The options as a sweep file's `[slurm]` table (the inverse of `from_table`; unset knobs left out)."""
-        out = {k: getattr(self, k) for k in KNOBS if getattr(self, k) is not None}
-        return {**out, **self.extra}
-
     def checked(self, where: str = "") -> SlurmOptions:
         """Raise `LauncherError` (one line naming the flag or key and what is allowed) for a bad option."""
         pre = f"{where}: " if where else ""

@@ -9,9 +9,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from dfl.engine.results import atomic_write_bytes, to_json
+from dfl.engine.results import to_json
 from dfl.errors import FileReadError
-from dfl.files import read_json
+from dfl.files import atomic_write_bytes, read_json
 
 
 def write_entries(out: Path, entries: list[dict[str, Any]]) -> None:

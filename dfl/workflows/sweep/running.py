@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from dfl.directories import claim_directory
-from dfl.engine.results import atomic_write_bytes, remove_stale_temporaries
 from dfl.errors import FileReadError, SweepError
+from dfl.files import atomic_write_bytes, remove_stale_temporaries
 from dfl.workflows.launchers import Handle, Launcher, LocalPool, RunTask, read_summary, summary_metrics
 from dfl.workflows.sweep.entries import read_entries, write_entries
 from dfl.workflows.sweep.plan import RunPlan, plan_runs
