@@ -10,10 +10,10 @@ import pytest
 def _registries_restored():
     from dfl.algorithms import ALGORITHMS
     from dfl.data import DATASETS, PARTITIONS
+    from dfl.graphs import TOPOLOGIES
     from dfl.loggers import LOGGERS
     from dfl.models import MODELS
     from dfl.network.compression import COMPRESSORS
-    from dfl.topologies import TOPOLOGIES
 
     registries = (ALGORITHMS, DATASETS, PARTITIONS, LOGGERS, MODELS, COMPRESSORS, TOPOLOGIES)
     # _lazy too: a built-in declared but not yet imported is None in _table until an example's `get` resolves it

@@ -76,7 +76,7 @@ def _help(parser: argparse.ArgumentParser) -> str:
 # category -> (the registry's module and name, the config field that picks one, where its options go)
 COMPONENTS = {
     "algorithms": ("dfl.algorithms", "ALGORITHMS", "algorithm", "the hyperparameters' fields, or algorithm_options"),
-    "topologies": ("dfl.topologies", "TOPOLOGIES", "topology", "topology_options"),
+    "topologies": ("dfl.graphs", "TOPOLOGIES", "topology", "topology_options"),
     "models": ("dfl.models", "MODELS", "model", "model_options"),
     "datasets": ("dfl.data", "DATASETS", "dataset", "dataset_options"),
     "partitions": ("dfl.data", "PARTITIONS", "partition", "partition_options"),

@@ -70,10 +70,10 @@ def documented_names() -> dict[str, str]:
 
 
 def test_the_entry_point_groups_are_the_registries():
-    from dfl import algorithms, data, loggers, models, topologies
+    from dfl import algorithms, data, graphs, loggers, models
 
     groups = {r.group for r in (algorithms.ALGORITHMS, models.MODELS, data.DATASETS, data.PARTITIONS,
-                                topologies.TOPOLOGIES, loggers.LOGGERS)}
+                                graphs.TOPOLOGIES, loggers.LOGGERS)}
     assert groups == ENTRY_POINT_GROUPS
 
 

@@ -14,7 +14,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from dfl.algorithms import is_centralized, resolve_hyperparameters
+from dfl.algorithms import Hyperparameters, is_centralized, resolve_hyperparameters
 from dfl.algorithms.base import EngineCommunicator
 from dfl.algorithms.server import sample_participants
 from dfl.config import Config
@@ -24,6 +24,7 @@ from dfl.engine import checkpoint as ckpt
 from dfl.engine.setup import build_data, build_topology, resolve_device, split_local_test
 from dfl.errors import ConfigError
 from dfl.models import build_model, model_for_run
+from dfl.network import byzantine_settings
 from dfl.network.faults import Network
 from dfl.training import memory
 from dfl.training.clients import ParamLayout, common_start
@@ -45,7 +46,7 @@ def checkpoint_to_resume(config: Config, out: str | Path | None, resume: bool) -
     return saved
 
 
-def hyperparameters(config: Config) -> dict[str, Any]:
+def hyperparameters(config: Config) -> Hyperparameters:
     """The algorithm's resolved hyperparameters (a set field it does not read was refused by `dfl.validate`)."""
     return resolve_hyperparameters(config)
 
@@ -86,7 +87,7 @@ def topology(config: Config, data: FederatedData) -> Topology:
     return build_topology(config, data.num_clients, data.sizes.tolist())
 
 
-def network(config: Config, graph: Topology, data: FederatedData, hp: dict[str, Any]) -> Network:
+def network(config: Config, graph: Topology, data: FederatedData, hp: Hyperparameters) -> Network:
     """The unreliable network (link failures, offline clients, stragglers, compressed gossip) over `graph`.
 
     For a centralized algorithm, stragglers and the deadline apply to the clients the server samples in round t.
@@ -132,7 +133,7 @@ def stacks_fit_before_data(config: Config, comm, dev: torch.device, data: Federa
     except Exception:  # noqa: BLE001 (a model or dataset the config does not describe: checked with the real one)
         return
     dim = sum(p.numel() for p in net.parameters())
-    extra = int(config.compressor != "none") + int(config.byzantine > 0 or config.aggregator != "mean")
+    extra = int(config.compressor != "none") + int(byzantine_settings.threatened(config))
     memory.check_stacks(len(comm.client_ids), dim, dev, extra)  # as client_block counts them
 
 

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 import torch
 
 import topologies
-from dfl import topologies as topology_registry
+from dfl import graphs as topology_registry
 from dfl.algorithms import algorithm_class, is_centralized, mixes_by_push_sum
 from dfl.config import Config
 from dfl.data import FederatedData, run_partition_options
@@ -42,7 +42,7 @@ def build_topology(config: Config, n: int, sizes: Sequence[int] | None = None):
     if is_centralized(config.algorithm):
         return topologies.build("full", n)
     options = topology_registry.run_options(config)  # random graphs follow the run's seed unless options set one
-    if config.weights == "sample-count" and "sizes" not in options:  # `dfl.topologies.RUN_FILLED` (dfl list)
+    if config.weights == "sample-count" and "sizes" not in options:  # `dfl.graphs.RUN_FILLED` (dfl list)
         if sizes is None:
             raise ConfigError("weights = sample-count needs the clients' sample counts: topology_options sizes = "
                               "[n_1, ..., n_m], one per client, or a run, which passes its partition's")
