@@ -84,7 +84,7 @@ def test_a_plug_in_card_is_held_to_the_same_rules(monkeypatch):
     monkeypatch.setitem(algorithms.ALGORITHMS._cards, "sketchy", card)
     monkeypatch.setattr(algorithms.ALGORITHMS, "names", lambda: [*algorithms.BUILTINS, "sketchy"])
     refusal = combinations.refusal(Config(algorithm="sketchy", compressor="top-k"))
-    assert refusal is not None and refusal.startswith("compressor = top-k is not defined for 'sketchy': it gossips a")
+    assert refusal is not None and refusal.startswith("compressor = top-k does not apply to sketchy: it gossips a sketch; use compressor = none")
     assert "mode = async runs" in combinations.refusal(Config(algorithm="sketchy", mode="async"))
     assert combinations.refusal(Config(algorithm="sketchy")) is None
 
@@ -100,4 +100,4 @@ def test_the_table_answers_before_torch_loads():
             "print(combinations.refusal(dfl.Config(algorithm='dsgt', compressor='top-k'))[:40]); "
             "print('torch' in sys.modules)")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT)
-    assert proc.stdout.splitlines() == ["compressor = top-k is not defined for 'd", "False"], proc.stderr
+    assert proc.stdout.splitlines() == ["compressor = top-k does not apply to dsg", "False"], proc.stderr

@@ -532,7 +532,10 @@ def card_of(cls: Any) -> AlgorithmCard:
             values[key] = getattr(cls, attribute)
     hp = values.get("hyperparameters")
     if isinstance(hp, dict):
-        values["hyperparameters"] = from_defaults(cls.__name__, hp)
+        try:
+            values["hyperparameters"] = from_defaults(cls.__name__, hp)
+        except (TypeError, ValueError):  # a name no field can take: refused when registered, with the class named
+            values["hyperparameters"] = hp
     elif hp is not None and not (isinstance(hp, type) and issubclass(hp, Hyperparameters)):
         values["hyperparameters"] = hp  # refused when registered (`check_algorithm`), with the class named
     if "local_optimizers" in values:

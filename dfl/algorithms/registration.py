@@ -12,6 +12,7 @@ values, raising ValueError.
 from __future__ import annotations
 
 import dataclasses
+import keyword
 import math
 from dataclasses import fields
 from typing import Any
@@ -38,11 +39,15 @@ def check_algorithm(name: str, cls: Any) -> None:
     if not isinstance(card, AlgorithmCard):
         raise ArgumentError(f"{where}: card must be a dfl.algorithms.AlgorithmCard, got {card!r}")
     hp = card.hyperparameters
-    if not (isinstance(hp, type) and issubclass(hp, Hyperparameters)):
+    if isinstance(hp, dict):  # a declaration no Hyperparameters class could be made of (`base.card_of`)
+        names = list(hp)
+    elif isinstance(hp, type) and issubclass(hp, Hyperparameters):
+        names = list(hp.defaults())
+    else:
         raise ArgumentError(f"{where}: hyperparameters must be a dict of name -> default (or a "
                             f"dfl.algorithms.Hyperparameters class), got {hp!r}")
-    for key in hp.defaults():
-        if not isinstance(key, str) or not key.isidentifier():
+    for key in names:
+        if not isinstance(key, str) or not key.isidentifier() or keyword.iskeyword(key):
             raise ArgumentError(f"{where}: hyperparameter names must be identifiers (they are TOML keys and "
                                 f"--algorithm-options keys), got {key!r}")
         if key in _CONFIG_FIELDS and key not in HYPERPARAMETERS:
@@ -51,6 +56,8 @@ def check_algorithm(name: str, cls: Any) -> None:
         if key in RESERVED:
             raise ArgumentError(f"{where}: hyperparameter {key!r} is a method of ctx.hp (a read-only mapping); "
                                 "rename the option")
+    if isinstance(hp, dict):
+        raise ArgumentError(f"{where}: hyperparameters {hp!r} cannot be made the fields of ctx.hp; rename them")
     if not isinstance(cls.client_state, tuple) or not all(isinstance(k, str) for k in cls.client_state):
         raise ArgumentError(f"{where}: client_state must be a tuple of state() keys, got {cls.client_state!r}")
     declared = cls.__dict__.get("name")

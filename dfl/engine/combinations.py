@@ -162,6 +162,12 @@ def rule(a: str, b: str, summary: str) -> Callable[[Callable[[Run], str | None]]
     return add
 
 
+def own_words(run: Run, capability: str, setting: str, instead: str) -> str | None:
+    """"SETTING does not apply to ALGORITHM: WHY; use INSTEAD" when its card says why it lacks `capability`."""
+    why = run.card.why_not(capability)
+    return None if why is None else f"{setting} does not apply to {run.config.algorithm}: {why}; use {instead}"
+
+
 def takers(capability: str) -> str:
     """The registered algorithms with `capability`, for a refusal's "use one of ...": `dfl.algorithms.able`."""
     return ", ".join(algorithms.able(capability)) or "none is registered"
@@ -231,7 +237,9 @@ def _push_sum_algorithm(run: Run) -> str | None:
     if not run.column_stochastic or run.card.push_sum:
         return None
     field, what = _push_sum_field(run)
-    return f"{field}: " + topology_registry.column_refusal(what, run.config.algorithm, algorithms.able("push_sum"))
+    setting = "weights = column-stochastic (push-sum)" if field == "weights" else "stochastic = column (push-sum)"
+    return own_words(run, "push_sum", setting, "the topology's own weights or metropolis") or \
+        f"{field}: " + topology_registry.column_refusal(what, run.config.algorithm, algorithms.able("push_sum"))
 
 
 @rule("push-sum", "compression", "push-sum's weights need every message exactly: no compressed gossip")
@@ -311,10 +319,10 @@ def _compression_algorithm(run: Run) -> str | None:
                 f"a server and does not gossip); use a decentralized algorithm ({takers('compression')})")
     if run.card.compression:
         return None
-    why = run.card.why_not("compression") or ("it gossips more than its models each step, while compressed gossip "
-                                               "(CHOCO) keeps one public copy per client, of the models")
-    return (f"compressor = {c.compressor} is not defined for {c.algorithm!r}: {why}; use compressor = none, or one of "
-            f"{takers('compression')}")
+    instead = f"compressor = none, or one of {takers('compression')}"
+    return own_words(run, "compression", f"compressor = {c.compressor}", instead) or (
+        f"compressor = {c.compressor} is not defined for {c.algorithm!r}, which gossips more than its models each "
+        f"step, while compressed gossip (CHOCO) keeps one public copy per client, of the models; use {instead}")
 
 
 @rule("compression", "topology", "CHOCO keeps each client's public copy at fixed neighbours: a static topology")
@@ -388,12 +396,9 @@ def _dp_algorithm(run: Run) -> str | None:
     if not run.private or run.card.dp:
         return None
     c = run.config
-    why = run.card.why_not("dp")
-    if why is not None:
-        return (f"dp_clip = {c.dp_clip:g} is not available for {c.algorithm!r}: {why}; differential privacy takes "
-                f"{takers('dp')}")
-    return (f"dp_clip = {c.dp_clip:g}: {c.algorithm} sends more than its trained models (gradients, trackers, buffers "
-            f"or step counts), which clipping does not bound; differential privacy takes {takers('dp')}")
+    return own_words(run, "dp", f"dp_clip = {c.dp_clip:g}", "dp_clip = 0") or (
+        f"dp_clip = {c.dp_clip:g}: {c.algorithm} sends more than its trained models (gradients, trackers, buffers or "
+        f"step counts), which clipping does not bound; differential privacy takes {takers('dp')}")
 
 
 @rule("DP", "mode", "the release counters and the accountant follow the synchronous rounds")
@@ -435,9 +440,9 @@ def _aggregator_kind(run: Run) -> str | None:
 def _threat_algorithm(run: Run) -> str | None:
     if not run.threatened or run.card.byzantine:
         return None
-    why = run.card.why_not("byzantine")
-    return (f"algorithm: {run.threat} runs with {takers('byzantine')} (they share only their models), not "
-            f"{run.config.algorithm!r}" + (f": {why}" if why else ""))
+    return own_words(run, "byzantine", run.threat, "byzantine = 0 and aggregator = mean") or (
+        f"algorithm: {run.threat} runs with {takers('byzantine')} (they share only their models), not "
+        f"{run.config.algorithm!r}")
 
 
 @rule("Byzantine", "compression", "the attacker would have to forge CHOCO's public copies")
