@@ -27,6 +27,7 @@ import dfl
 from dfl.config import Config
 from dfl.engine import checkpoint as ckpt
 from dfl.engine.results import RUN_FILES, read_metrics
+from dfl.engine.validation import resolved
 
 try:
     import tomllib
@@ -192,7 +193,7 @@ def assert_complete_files(run: Path, reference_metrics, expected_round: int) -> 
     """Every run file that exists parses completely, and what it holds is the uninterrupted run's so far."""
     assert (run / "config.toml").is_file() and (run / "checkpoint.pt").is_file()
     config = Config.from_toml(run / "config.toml")
-    assert tomllib.loads((run / "config.toml").read_text()) and config == make_config()
+    assert tomllib.loads((run / "config.toml").read_text()) and config == resolved(make_config())
     text = (run / "metrics.jsonl").read_text()
     assert text.endswith("\n"), "metrics.jsonl ends inside a line"
     lines = [json.loads(line) for line in text.splitlines()]  # every line is complete JSON

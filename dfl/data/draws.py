@@ -76,16 +76,24 @@ def batched(d: int, device: torch.device) -> bool:
     return device.type == "cuda" and d <= COUNTER_MAX_D
 
 
-def uniforms(keys, d: int, dtype: torch.dtype, device) -> torch.Tensor:
-    """[a, d] uniforms in [0, 1): row r a function of keys[r] (uint64), d and the device type only."""
+def _rows(keys, d: int, dtype: torch.dtype, device, per_row, counter) -> torch.Tensor:
+    """[a, d] draws, row r from keys[r]: `counter(keys, out)` where `batched`.
+
+    Elsewhere `per_row` (torch.rand or torch.randn) from a generator seeded with each key in turn.
+    """
     device = torch.device(device)
     out = torch.empty(len(keys), d, dtype=dtype, device=device)
     if not batched(d, device):
         generator = torch.Generator(device=device)
         for r, key in enumerate(np.asarray(keys, dtype=np.uint64).tolist()):
-            torch.rand(d, generator=generator.manual_seed(key), dtype=dtype, device=device, out=out[r])
+            per_row(d, generator=generator.manual_seed(key), dtype=dtype, device=device, out=out[r])
         return out
-    return counter_uniforms(keys, out)
+    return counter(keys, out)
+
+
+def uniforms(keys, d: int, dtype: torch.dtype, device) -> torch.Tensor:
+    """[a, d] uniforms in [0, 1): row r a function of keys[r] (uint64), d and the device type only."""
+    return _rows(keys, d, dtype, device, torch.rand, counter_uniforms)
 
 
 def counter_uniforms(keys, out: torch.Tensor) -> torch.Tensor:
@@ -103,14 +111,7 @@ def counter_uniforms(keys, out: torch.Tensor) -> torch.Tensor:
 
 def normals(keys, d: int, dtype: torch.dtype, device) -> torch.Tensor:
     """[a, d] standard normals: row r a function of keys[r] (uint64), d and the device type only."""
-    device = torch.device(device)
-    out = torch.empty(len(keys), d, dtype=dtype, device=device)
-    if not batched(d, device):
-        generator = torch.Generator(device=device)
-        for r, key in enumerate(np.asarray(keys, dtype=np.uint64).tolist()):
-            torch.randn(d, generator=generator.manual_seed(key), dtype=dtype, device=device, out=out[r])
-        return out
-    return counter_normals(keys, out)
+    return _rows(keys, d, dtype, device, torch.randn, counter_normals)
 
 
 def counter_normals(keys, out: torch.Tensor) -> torch.Tensor:
