@@ -51,7 +51,8 @@ def own_data(clients: int, per_client: int = 2, features: int = 5, classes: int 
 @pytest.mark.parametrize("compressor", network_settings.COMPRESSORS.names())
 @pytest.mark.parametrize("algorithm", TRACKERS)
 def test_a_gradient_tracker_refuses_compressed_gossip_naming_both(algorithm, compressor):
-    with pytest.raises(ConfigError, match=rf"compressor = {compressor} does not apply to {algorithm}: it gossips a tracker.*"
+    with pytest.raises(ConfigError, match=rf"compressor = {compressor} does not apply to {algorithm}: it gossips a "
+                                          r"tracker.*"
                                           r"BEER.*use compressor = none, or one of dpsgd, dfedavg"):
         dfl.validate(Config(algorithm=algorithm, compressor=compressor))
 
