@@ -1,7 +1,7 @@
 """dfl: a decentralized gossip simulator for decentralized federated learning.
 
 `import dfl` is light (no torch): `Config` and the errors load at once; `dfl.run`, `dfl.validate`, `Result`
-and every subpackage (`dfl.data`, `dfl.models`, `dfl.algorithms`, `dfl.topologies`, `dfl.loggers`,
+and every subpackage (`dfl.data`, `dfl.models`, `dfl.algorithms`, `dfl.graphs`, `dfl.loggers`,
 `dfl.report`, ...) load on first use. Importing dfl before torch bounds how long torch's OpenMP threads spin
 at a barrier (`dfl.threads.prepare_environment`: GOMP_SPINCOUNT, unless set), so runs stay fast on a busy machine.
 
@@ -39,7 +39,7 @@ __all__ = ["Config", "ConfigError", "DivergenceError", "Result", "run", "validat
 # name -> the module that defines it; imported on first use (they import torch)
 _LAZY = {"run": "dfl.engine.runner", "Result": "dfl.engine.results", "validate": "dfl.engine.validation"}
 SUBPACKAGES = ("algorithms", "cli", "config", "data", "engine", "errors", "loggers", "models", "network", "registry",
-               "report", "signatures", "threads", "topologies", "training", "workflows")
+               "report", "signatures", "threads", "graphs", "training", "workflows")
 
 
 def __getattr__(name: str):

@@ -84,10 +84,6 @@ AGGREGATIONS = ("uniform", "size")
 # FedAdam/FedYogi/FedAdagrad (docs/reference/update-rules.md#fedadam-fedyogi-and-fedadagrad): the paper's form, or a
 # library's convention reproduced exactly
 FEDOPT_FORMS = ("paper", "flower", "torch")
-# Byzantine clients (dfl.network.byzantine): what they send, and the robust rules that combine what is received
-BYZANTINE_ATTACKS = ("sign-flip", "gaussian", "alie", "ipm")
-ROBUST_AGGREGATORS = ("mean", "clipped-gossip", "trimmed-mean", "bridge-trimmed-mean", "median", "krum",
-                      "centered-clipping")
 
 
 def option(default: Any = MISSING, help: str = "", *, factory: Any = None, choices: tuple[str, ...] | None = None,
@@ -310,13 +306,12 @@ class Config:
     # dfl.network.byzantine_settings)
     byzantine: float = option(0.0, "Byzantine clients: a count >= 1 or a fraction in (0, 1) of the clients, chosen "
         "from the seed; they send attack messages and are left out of every metric; 0 = none", interval="[0, inf)")
-    attack: str | None = option(None, "what the Byzantine clients send (needed when byzantine > 0): sign-flip, "
-        "gaussian, alie or ipm", choices=BYZANTINE_ATTACKS)
+    attack: str | None = option(None, "what the Byzantine clients send (needed when byzantine > 0; a registered "
+        "attack: `dfl list attacks`)")
     attack_scale: float | None = option(None, "the attack's strength: sign-flip s (unset = 1), gaussian std (unset = "
         "1), alie z (unset = Baruch et al.'s z_max), ipm epsilon (unset = 0.1)", interval="(0, inf)")
     aggregator: str = option("mean", "how a client (decentralized) or the server (centralized) combines the models it "
-        "receives: mean, clipped-gossip, trimmed-mean, bridge-trimmed-mean, median, krum, centered-clipping",
-        choices=ROBUST_AGGREGATORS)
+        "receives (a registered aggregator: `dfl list aggregators`)")
     trim: int | None = option(None, "b of trimmed-mean (drops the b largest and b smallest per coordinate; "
         "bridge-trimmed-mean: of the neighbours' values), krum "
         "(assumes b Byzantine inputs) and adaptive clipped-gossip (clips the b farthest neighbours); unset = the most "

@@ -10,12 +10,13 @@ import pytest
 def _registries_restored():
     from dfl.algorithms import ALGORITHMS
     from dfl.data import DATASETS, PARTITIONS
+    from dfl.graphs import TOPOLOGIES
     from dfl.loggers import LOGGERS
     from dfl.models import MODELS
+    from dfl.network.byzantine_settings import AGGREGATORS, ATTACKS
     from dfl.network.settings import COMPRESSORS
-    from dfl.topologies import TOPOLOGIES
 
-    registries = (ALGORITHMS, DATASETS, PARTITIONS, LOGGERS, MODELS, COMPRESSORS, TOPOLOGIES)
+    registries = (ALGORITHMS, DATASETS, PARTITIONS, LOGGERS, MODELS, COMPRESSORS, TOPOLOGIES, ATTACKS, AGGREGATORS)
     # _lazy too: a built-in declared but not yet imported is None in _table until an example's `get` resolves it
     # (and drops it from _lazy); restoring _table alone would leave None there for every later example.
     fields = ("_table", "_sources", "_lazy", "_cards")

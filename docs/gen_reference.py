@@ -44,6 +44,30 @@ def options_page() -> str:
         flag = "--log, --loggers" if opt.name == "loggers" else "--" + opt.name.replace("_", "-")
         lines.append(f"| `{opt.name}` | `{flag}` | `{_cell(opt.type)}` | `{_cell(default)}` | {_cell(opt.allowed)} | "
                      f"{_cell(opt.help)} |")
+    return "\n".join(lines) + "\n" + algorithm_options_section()
+
+
+def algorithm_options_section() -> str:
+    """Each algorithm's hyperparameters from its card's specs: how each is set, its type, default, range, help."""
+    from dfl.algorithms import ALGORITHMS
+
+    lines = ["\n## Algorithm hyperparameters\n",
+             "What each algorithm reads, from its card (`dfl.algorithms.builtin`: the one place each is written). A "
+             "hyperparameter that is a field above is set by its flag; the others are *algorithm options*, set by "
+             "`--algorithm-options NAME=VALUE` (TOML `[algorithm_options]`). Unset, each takes the default shown; "
+             "`dfl list algorithms` prints the same.\n"]
+    for name in ALGORITHMS.names():
+        specs = ALGORITHMS.card(name).specs()
+        if not specs:
+            lines.append(f"- **{name}**: none besides `lr` and the local optimizer.")
+            continue
+        lines += [f"\n### {name}\n", "| hyperparameter | set by | type | default | allowed | description |",
+                  "|---|---|---|---|---|---|"]
+        for spec in specs:
+            how = f"`--{spec.name.replace('_', '-')}`" if spec.config_field else \
+                f"`--algorithm-options {spec.name}=...`"
+            lines.append(f"| `{spec.name}` | {how} | `{_cell(spec.type)}` | `{_cell(repr(spec.default))}` | "
+                         f"{_cell(spec.allowed)} | {_cell(spec.help)} |")
     return "\n".join(lines) + "\n"
 
 
@@ -76,7 +100,7 @@ def _help(parser: argparse.ArgumentParser) -> str:
 # category -> (the registry's module and name, the config field that picks one, where its options go)
 COMPONENTS = {
     "algorithms": ("dfl.algorithms", "ALGORITHMS", "algorithm", "the hyperparameters' fields, or algorithm_options"),
-    "topologies": ("dfl.topologies", "TOPOLOGIES", "topology", "topology_options"),
+    "topologies": ("dfl.graphs", "TOPOLOGIES", "topology", "topology_options"),
     "models": ("dfl.models", "MODELS", "model", "model_options"),
     "datasets": ("dfl.data", "DATASETS", "dataset", "dataset_options"),
     "partitions": ("dfl.data", "PARTITIONS", "partition", "partition_options"),

@@ -38,6 +38,6 @@ def test_the_docstring_names_the_paper_and_every_hyperparameter_with_its_default
     assert any(str(year) in doc for year in range(2015, 2027)), f"{name}: no paper (year) in the docstring"
     assert "Hyperparameters:" in doc, f"{name}: no Hyperparameters section"
     section = doc.split("Hyperparameters:", 1)[1]
-    missing = [f"`{key}` ({format_default(default)})" for key, default in cls.hyperparameters.items()
+    missing = [f"`{key}` ({format_default(default)})" for key, default in cls.card.defaults().items()
                if f"`{key}` ({format_default(default)})" not in section]
     assert not missing, f"{name}'s docstring does not document {', '.join(missing)}"

@@ -322,7 +322,7 @@ REFUSALS = [
     (dict(byzantine=2.5, attack="ipm"), "byzantine must be a count"),
     (dict(aggregator="krum"), "aggregator = krum is not a rule of the decentralized"),
     (dict(aggregator="clipped-gossip", algorithm="fedavg"), "aggregator = clipped-gossip is not a rule of the central"),
-    (dict(aggregator="median", trim=1), "trim = 1 applies to aggregator = trimmed-mean"),
+    (dict(aggregator="median", trim=1), "trim = 1 applies to aggregator = clipped-gossip, trimmed-mean"),
     (dict(aggregator="median", clip_radius=1.0), "clip_radius = 1.0 applies to aggregator = clipped-gossip"),
     (dict(aggregator="clipped-gossip", trim=1, clip_radius=1.0), "set one of them"),
     (dict(aggregator="centered-clipping", algorithm="fedavg"), "needs clip_radius"),

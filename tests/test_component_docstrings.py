@@ -13,9 +13,9 @@ import pytest
 from dfl import signatures
 from dfl.data import DATASETS, PARTITIONS, dataset_options, partition_options
 from dfl.data.partitioners import FROM_DATASET  # inputs a partition takes from the dataset (natural's split)
+from dfl.graphs import TOPOLOGIES, topology_options
 from dfl.models import MODELS
 from dfl.models.registry import model_options
-from dfl.topologies import TOPOLOGIES, topology_options
 from dfl.workflows import catalog
 
 logging.getLogger("griffe").setLevel(logging.ERROR)  # "no type annotation" notes: the options are typed in code
@@ -95,7 +95,7 @@ def signatures_positional(obj) -> list[str]:
 
 def test_the_topology_docstrings_are_one_class_each_in_build_order():
     import topologies
-    from dfl.topologies import BUILTINS
+    from dfl.graphs import BUILTINS
 
     assert tuple(cls.name for cls in BUILTINS) == topologies.NAMES
     assert all(cls.__doc__ and "__doc__" in cls.__dict__ for cls in BUILTINS)

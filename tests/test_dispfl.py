@@ -19,7 +19,7 @@ import torch
 import torch.nn.functional as F
 
 import dfl
-from dfl.algorithms.builtin import DISPFL
+from dfl.algorithms.builtin import BUILTINS
 from dfl.algorithms.dispfl import (
     INIT,
     REGROW,
@@ -179,7 +179,7 @@ def test_the_selection_is_a_stable_sorts_first_k(dtype, device):
 # --------------------------------------------------------------------------------- whole runs, a plain loop
 def reference_run(config: Config, data: FederatedData, x0: torch.Tensor):
     """DisPFL as a plain loop over clients: (masks, models, bytes per round) after config.rounds rounds."""
-    hp = {**DISPFL, **config.algorithm_options}
+    hp = {**BUILTINS["dispfl"].card.defaults(), **config.algorithm_options}
     momentum = config.momentum or 0.0
     m, T, k = config.clients, config.rounds, config.topology_options["k"]
     torch.manual_seed(config.seed)

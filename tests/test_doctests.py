@@ -11,7 +11,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 
-MODULES = ["dfl", "dfl.config", "dfl.registry", "dfl.topologies", "dfl.algorithms.base"]
+MODULES = ["dfl", "dfl.config", "dfl.registry", "dfl.graphs", "dfl.algorithms.base"]
 
 
 def modules_with_examples() -> set[str]:

@@ -234,7 +234,7 @@ def test_server_rule_equals_a_numpy_loop_over_rounds(name, form, participation, 
 
 
 def test_defaults_are_the_papers():
-    hp = {name: algorithm_class(name).hyperparameters for name in ("fedadam", "fedyogi", "fedadagrad", "fedprox")}
+    hp = {name: algorithm_class(name).card.defaults() for name in ("fedadam", "fedyogi", "fedadagrad", "fedprox")}
     paper = {"server_lr": 0.01, "server_beta1": 0.9, "server_beta2": 0.99, "server_tau": 1e-3, "fedopt_form": "paper"}
     for name in ("fedadam", "fedyogi"):
         assert {k: hp[name][k] for k in paper} == paper
@@ -303,7 +303,7 @@ def test_world_of_two_equals_one_process(tmp_path):
 def test_capabilities_centralized_local_optimizers_dp_and_byzantine(name):
     from dfl import algorithms
 
-    assert algorithms.is_centralized(name) and algorithms.takes_privacy(name) and algorithms.accepts_byzantine(name)
+    assert algorithms.is_centralized(name) and algorithms.card(name).dp and algorithms.card(name).byzantine
     for changes in (dict(local_optimizer="adamw", lr=0.01), dict(dp_clip=1.0, dp_noise=0.5),
                     dict(byzantine=1, attack="sign-flip", aggregator="median")):
         result = dfl.run(tiny_config(algorithm=name, rounds=2, **changes), data=make_data())
@@ -358,7 +358,8 @@ def test_refusals_are_one_line_before_torch_loads(argv, tmp_path):
 def test_dfl_list_algorithms_shows_them_with_their_options(capsys):
     assert main(["list", "algorithms"]) == 0
     out = capsys.readouterr().out
-    for name, options in [("fedprox", "prox_mu=0.01"), ("fedadam", "server_beta2=0.99, server_tau=0.001"),
+    for name, options in [("fedprox", "prox_mu=0.01"),
+                          ("fedadam", "server_tau=0.001, fedopt_form='paper', server_beta2=0.99"),
                           ("fedyogi", "fedopt_form='paper'"), ("fedadagrad", "server_lr=0.1, server_beta1=0.0")]:
         block = re.split(r"\n  \S", out.split(f"\n  {name} ", 1)[1], maxsplit=1)[0]  # up to the next entry
         assert options in " ".join(block.split()), (name, block)

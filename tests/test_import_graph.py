@@ -53,7 +53,10 @@ def test_import_dfl_is_light():
 # a dotted name in prose or code: dfl.word(.word)*, not part of a path, a file name or a longer word
 DOTTED = re.compile(r"(?<![\w/.-])dfl(?:\.[A-Za-z_]\w*)+")
 # plug-in entry-point groups (`[project.entry-points."dfl.datasets"]`) are names of groups, not of objects
-ENTRY_POINT_GROUPS = {"dfl.algorithms", "dfl.models", "dfl.datasets", "dfl.partitions", "dfl.topologies", "dfl.loggers"}
+ENTRY_POINT_GROUPS = {"dfl.algorithms", "dfl.models", "dfl.datasets", "dfl.partitions", "dfl.topologies", "dfl.loggers",
+                      "dfl.attacks", "dfl.aggregators"}
+# a ```python notest block shows code that is not in dfl (a worked example of a module one would add)
+HYPOTHETICAL = re.compile(r"```python notest\n.*?```", re.S)
 FILE_SUFFIXES = {"py", "md", "toml", "json", "jsonl", "png", "pt", "txt", "yml", "yaml", "sh", "csv"}
 
 
@@ -63,17 +66,18 @@ def documented_names() -> dict[str, str]:
     for path in [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]:
         if not path.is_file():
             continue
-        for name in DOTTED.findall(path.read_text()):
+        for name in DOTTED.findall(HYPOTHETICAL.sub("", path.read_text())):
             if name.rsplit(".", 1)[1] not in FILE_SUFFIXES and name not in ENTRY_POINT_GROUPS:
                 names.setdefault(name, str(path.relative_to(ROOT)))
     return names
 
 
 def test_the_entry_point_groups_are_the_registries():
-    from dfl import algorithms, data, loggers, models, topologies
+    from dfl import algorithms, data, graphs, loggers, models
+    from dfl.network.byzantine_settings import AGGREGATORS, ATTACKS
 
     groups = {r.group for r in (algorithms.ALGORITHMS, models.MODELS, data.DATASETS, data.PARTITIONS,
-                                topologies.TOPOLOGIES, loggers.LOGGERS)}
+                                graphs.TOPOLOGIES, loggers.LOGGERS, ATTACKS, AGGREGATORS)}
     assert groups == ENTRY_POINT_GROUPS
 
 

@@ -17,6 +17,8 @@ from dfl.data import DATASETS, PARTITIONS, dataset_options, partition_options
 from dfl.loggers import LOGGERS
 from dfl.models import MODELS
 from dfl.models.registry import model_options
+from dfl.network.byzantine_settings import AGGREGATORS, ATTACKS
+from dfl.network.settings import COMPRESSORS
 
 REGISTRIES = {
     "algorithms": ALGORITHMS,
@@ -26,6 +28,9 @@ REGISTRIES = {
     "partitions": PARTITIONS,
     "weights": topologies.SCHEMES,
     "loggers": LOGGERS,
+    "attacks": ATTACKS,
+    "aggregators": AGGREGATORS,
+    "compressors": COMPRESSORS,
 }
 
 
@@ -74,9 +79,9 @@ def test_algorithm_hyperparameters_and_kind_in_json(capsys):
     entries = {e["name"]: e for e in _json(capsys, "algorithms")["algorithms"]}
     for name in ALGORITHMS:
         cls = algorithm_class(name)
-        assert entries[name]["options"] == json.loads(json.dumps(dict(cls.hyperparameters))), name
-        assert entries[name]["centralized"] is bool(getattr(cls, "centralized", False))
-    assert entries["dfedsam-mgs"]["options"]["gossip_steps"] == algorithm_class("dfedsam-mgs").hyperparameters[
+        assert entries[name]["options"] == json.loads(json.dumps(cls.card.defaults())), name
+        assert entries[name]["centralized"] is cls.card.centralized
+    assert entries["dfedsam-mgs"]["options"]["gossip_steps"] == algorithm_class("dfedsam-mgs").card.defaults()[
         "gossip_steps"]
 
 
@@ -84,7 +89,7 @@ def test_text_shows_hyperparameter_defaults(capsys):
     _, out, _ = _run(capsys, "algorithms")
     block = re.split(r"\n  \S", out.split("\n  dfedsam-mgs ", 1)[1], maxsplit=1)[0]  # up to the next entry
     options = " ".join(block.split())
-    for key, value in algorithm_class("dfedsam-mgs").hyperparameters.items():
+    for key, value in algorithm_class("dfedsam-mgs").card.defaults().items():
         assert f"{key}={value!r}" in options
 
 

@@ -139,8 +139,8 @@ def test_dfedsam_adam_keep_threads_the_state_through_rounds(device):
 
 
 def test_exactly_the_adaptive_algorithms_accept_adam_and_keep_changes_them():
-    assert {name for name, cls in ALGORITHMS.items() if "adam" in cls.local_optimizers} == ADAPTIVE
-    assert all(cls.local_optimizers in (("sgd",), ("sgd", "adam", "adamw")) for _, cls in ALGORITHMS.items())
+    assert {name for name, cls in ALGORITHMS.items() if "adam" in cls.card.local_optimizers} == ADAPTIVE
+    assert all(cls.card.local_optimizers in (("sgd",), ("sgd", "adam", "adamw")) for _, cls in ALGORITHMS.items())
     data = small_data()
     for name in sorted(ADAPTIVE):
         centralized = getattr(algorithm_class(name), "centralized", False)

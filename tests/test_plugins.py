@@ -14,15 +14,15 @@ import torch
 
 import dfl
 import dfl.data
-import dfl.topologies
+import dfl.graphs
 import topologies
 from dfl.cli import main
 from dfl.config import Config, ConfigError
 from dfl.data import DATASETS, PARTITIONS, Dataset, load_dataset, partition
 from dfl.engine.setup import build_topology
 from dfl.engine.validation import validate
+from dfl.graphs import TOPOLOGIES
 from dfl.registry import RegistryError
-from dfl.topologies import TOPOLOGIES
 
 PLUGINS_PAGE = Path(__file__).resolve().parents[1] / "docs" / "how-to" / "plugins.md"
 
@@ -53,7 +53,7 @@ def registered():
     """blobs, halves and lazy-ring registered for one test (and nothing left behind)."""
     dfl.data.register("blobs")(blobs)
     dfl.data.register_partition("halves")(halves)
-    dfl.topologies.register("lazy-ring")(lazy_ring)
+    dfl.graphs.register("lazy-ring")(lazy_ring)
     added = [(DATASETS, "blobs"), (PARTITIONS, "halves"), (TOPOLOGIES, "lazy-ring")]
     yield added
     for registry, name in added:
@@ -125,16 +125,16 @@ def test_a_loader_that_reads_data_root_is_listed_as_local(tmp_path, capsys):
     (lambda n: None, r"'bad' returned NoneType"),
 ])
 def test_a_registered_matrix_is_validated_with_a_located_error(W, message):
-    dfl.topologies.register("bad", W)
+    dfl.graphs.register("bad", W)
     try:
         with pytest.raises(ValueError, match=message):
-            dfl.topologies.build("bad", 4)
+            dfl.graphs.build("bad", 4)
     finally:
         TOPOLOGIES.unregister("bad")
 
 
 def test_a_non_stochastic_topology_stops_the_run_before_training(registered, tmp_path):
-    @dfl.topologies.register("leaky")
+    @dfl.graphs.register("leaky")
     def leaky(n):
         """A ring where client 2 loses a quarter of its mass."""
         W = lazy_ring(n)
@@ -151,23 +151,23 @@ def test_a_non_stochastic_topology_stops_the_run_before_training(registered, tmp
 
 
 def test_a_factory_may_return_a_graph_or_a_topology():
-    dfl.topologies.register("path-graph", lambda n: nx.path_graph(n))
-    dfl.topologies.register("short-graph", lambda n: nx.path_graph(n - 1))
-    dfl.topologies.register("built", lambda n, *, k=1: topologies.build("random-k", n, k=k))
-    dfl.topologies.register("too-small", lambda n: topologies.build("ring", n - 1))
+    dfl.graphs.register("path-graph", lambda n: nx.path_graph(n))
+    dfl.graphs.register("short-graph", lambda n: nx.path_graph(n - 1))
+    dfl.graphs.register("built", lambda n, *, k=1: topologies.build("random-k", n, k=k))
+    dfl.graphs.register("too-small", lambda n: topologies.build("ring", n - 1))
     try:
-        topo = dfl.topologies.build("path-graph", 5, "max-degree")  # a graph is weighted by the scheme
+        topo = dfl.graphs.build("path-graph", 5, "max-degree")  # a graph is weighted by the scheme
         expected = topologies.build("custom", 5, "max-degree", graph=nx.path_graph(5))
         assert topo.name == "path-graph" and topo.weights == "max-degree" and np.allclose(topo.W, expected.W)
-        assert dfl.topologies.build("path-graph", 5).weights == "metropolis"
+        assert dfl.graphs.build("path-graph", 5).weights == "metropolis"
         with pytest.raises(ValueError, match="the graph of 'short-graph': n = 5 does not match the 4 nodes"):
-            dfl.topologies.build("short-graph", 5)
-        rk = dfl.topologies.build("built", 6, k=2)  # a Topology is used as it is
+            dfl.graphs.build("short-graph", 5)
+        rk = dfl.graphs.build("built", 6, k=2)  # a Topology is used as it is
         assert rk.name == "built" and rk.is_time_varying
         with pytest.raises(ValueError, match="'too-small' built a topology on 5 clients for n = 6"):
-            dfl.topologies.build("too-small", 6)
+            dfl.graphs.build("too-small", 6)
         with pytest.raises(ValueError, match="weights = 'uniform' does not apply to 'built': it gives its own"):
-            dfl.topologies.build("built", 6, "uniform")
+            dfl.graphs.build("built", 6, "uniform")
     finally:
         for name in ("path-graph", "short-graph", "built", "too-small"):
             TOPOLOGIES.unregister(name)
@@ -176,7 +176,7 @@ def test_a_factory_may_return_a_graph_or_a_topology():
 def test_a_seed_option_gets_the_run_seed():
     seeds = []
 
-    @dfl.topologies.register("seeded")
+    @dfl.graphs.register("seeded")
     def seeded(n, *, seed=0):
         """Records its seed."""
         seeds.append(seed)
@@ -209,7 +209,7 @@ def test_dfl_topology_show_uses_the_registry(registered, capsys):
     (dfl.data.register, "mnist1d", r"dataset 'x' must be a function .*; got str 'mnist1d'"),
     (dfl.data.register_partition, lambda labels, num_clients: None,
      r"partition 'x' must be a function f\(labels, num_clients, rng, \*, .*it takes 2 positional"),
-    (dfl.topologies.register, lambda n, k=2: None, r"topology 'x' must be a function f\(n, \*, option=default.*"
+    (dfl.graphs.register, lambda n, k=2: None, r"topology 'x' must be a function f\(n, \*, option=default.*"
                                                    r"it takes 2 positional parameter\(s\) \(n, k\); options go after"),
 ])
 def test_a_bad_signature_is_refused_at_registration(register, fn, message):
@@ -222,7 +222,7 @@ def test_a_name_registered_twice_is_an_error(registered):
     with pytest.raises(RegistryError, match="dataset 'blobs' is registered twice"):
         dfl.data.register("blobs", lambda: None)
     with pytest.raises(RegistryError, match="topology 'ring' is registered twice"):
-        dfl.topologies.register("ring", lazy_ring)
+        dfl.graphs.register("ring", lazy_ring)
 
 
 @pytest.mark.parametrize("field, value, message", [
@@ -242,7 +242,7 @@ def test_unknown_and_missing_options_name_the_allowed_ones(registered):
         load_dataset("blobs", size=3)
     with pytest.raises(ValueError, match=r"unknown option\(s\) k for topology 'lazy-ring'; allowed options: "
                                          r"keep=0\.5"):
-        dfl.topologies.build("lazy-ring", 4, k=1)
+        dfl.graphs.build("lazy-ring", 4, k=1)
     dfl.data.register_partition("needs-k", lambda labels, num_clients, rng, *, k: None)
     try:
         assert dfl.data.partition_options("needs-k") == {"k": "required"}

@@ -147,9 +147,9 @@ def test_epsilon_grows_with_the_releases_and_shrinks_with_sigma():
 
 # --------------------------------------------------------------------------------- which algorithms take DP
 def test_the_algorithms_that_take_dp_are_those_that_send_only_their_trained_models():
-    assert set(algorithms.private_algorithms()) == PRIVATE
+    assert set(algorithms.able("dp")) == PRIVATE
     for name in algorithms.ALGORITHMS.declared():
-        assert algorithms.ALGORITHMS.get(name).dp == (name in PRIVATE), name  # the class says what its card says
+        assert algorithms.ALGORITHMS.get(name).card.dp == (name in PRIVATE), name  # the class binds its card
 
 
 @pytest.mark.parametrize("algorithm", sorted(PRIVATE - ADAPTIVE_SERVERS))

@@ -13,8 +13,8 @@ import torch
 
 import dfl
 import topologies
+from dfl import algorithms
 from dfl.algorithms import ALGORITHMS, mixes_by_push_sum
-from dfl.topologies import PUSH_SUM_ALGORITHMS
 from tests.helpers import (
     M,
     assert_world_of_two_gives_the_single_process_result,
@@ -92,7 +92,8 @@ def test_push_sum_reaches_the_plain_average_where_gossip_alone_does_not():
 
 
 def test_the_refusal_lists_exactly_the_algorithms_that_mix_by_push_sum():
-    assert set(PUSH_SUM_ALGORITHMS) == {name for name in ALGORITHMS.names() if mixes_by_push_sum(name)}
+    assert algorithms.able("push_sum") == [name for name in ALGORITHMS.names() if mixes_by_push_sum(name)]
+    assert algorithms.able("push_sum") == ["dfedavg", "dfedavgm", "dfedsam", "dfedsam-mgs"]
 
 
 def test_column_stochastic_w_is_refused_where_push_sum_does_not_apply():

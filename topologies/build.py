@@ -76,9 +76,6 @@ TIME_VARYING: dict[str, tuple[Callable[..., Any], tuple[str, ...]]] = {
 # topologies whose papers define their weights: W (or each W_t) is theirs, so `weights` stays unset
 OWN_WEIGHTS = ("d-equistatic", "u-equistatic", "base-graph", "simple-base-graph", "od-equidyn", "ou-equidyn",
                "matcha")
-# directed built-ins that dfl.topologies refuses with link faults (a failed link would break their in/out balance);
-# one-peer-exponential and the directed exponential graph are refused with their own hint (dfl.network.settings)
-DIRECTED = ("directed-ring", "one-peer", "random-pull", "d-equistatic", "od-equidyn")
 HIERARCHICAL = ("groups", "inner", "outer", "inner_options", "outer_options")
 CUSTOM_SOURCES = ("graph", "path", "matrix")
 EDGES_ALIAS = "edges"  # the name for path= (an edge-list file)

@@ -1,7 +1,7 @@
 """`TopologyError`: what the topologies package raises for bad input.
 
 It is a ValueError, as before it had a class of its own. The package imports nothing of dfl, so dfl turns it into
-its own errors where it calls in (`dfl.topologies`: a ConfigError naming the topology).
+its own errors where it calls in (`dfl.graphs`: a ConfigError naming the topology).
 """
 
 from __future__ import annotations

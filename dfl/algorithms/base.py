@@ -15,7 +15,7 @@ example runs in the test suite (tests/test_doctests.py):
     ...         ctx = self.ctx
     ...         local = ctx.trainer.train(self.X, t, ctx.lr(t), ctx.rule(t))   # Y = K local steps from X
     ...         self.X, sent = local.Y, np.zeros(ctx.comm.num_clients, dtype=np.int64)
-    ...         if (t + 1) % ctx.hp["period"] == 0:                            # gossip every `period` rounds
+    ...         if (t + 1) % ctx.hp.period == 0:                               # gossip every `period` rounds
     ...             self.X, sent = ctx.gossip.mix(local.Y, t, 1), ctx.gossip.sends(t, 1)   # X <- W_t Y
     ...         return RoundStats(train_loss=local.loss, models_sent=sent)
     >>> config = dfl.Config(algorithm="periodic-dfedavg", algorithm_options={"period": 2}, rounds=2, clients=4,
@@ -48,7 +48,7 @@ What a round has
   in those steps. Use global step numbers (round t with Q steps: s = tQ) so time-varying graphs advance.
 - `ctx.comm`: `client_ids`, `num_clients` (m), `mean_rows(X)` (x̄ over all clients of all processes),
   `sum(tensor)` (over processes), `gather_rows(X)`; the same calls work in a torchrun world of any size.
-- `ctx.hp`: the resolved hyperparameters (below); `ctx.config`: the whole `dfl.Config` (read-only).
+- `ctx.hp`: the resolved hyperparameters, frozen and typed (below); `ctx.config`: the whole `dfl.Config` (read-only).
 - Centralized algorithms subclass `dfl.algorithms.server.ServerAlgorithm`: the global model `self.x`,
   `participants(t)` (the sampled clients and weights), `aggregate(V, w)`, `pseudo_gradient`, `broadcast(x)`,
   `stats(loss, part)` and `skipped()`; the run then uses the complete graph.
@@ -59,11 +59,16 @@ bytes of one message, `ctx.gossip.message_bytes`: a model, or its compressed for
 `sends` counts the compressed messages), optionally the `[m_local]` bool mask of clients that trained, and
 optionally the round's bytes of all clients when its messages have sizes of their own (DisPFL's sparse models).
 
-Hyperparameters. `hyperparameters` declares every hyperparameter the algorithm reads, with its default.
-A key that is an algorithm Config field (`rho`, `sam`, `asam_eta`, `momentum`, `gossip_steps`, the server
-fields: `dfl.algorithms.HYPERPARAMETERS`) is set by that field (`--rho 0.05`); any other key is an algorithm
-option, set by `Config.algorithm_options` (`--algorithm-options clip=0.5`, TOML `[algorithm_options]`,
-sweeps `algorithm_options.clip = [...]`), type-checked against its default. Both arrive in `ctx.hp`, and
+Hyperparameters and capabilities: the card. An algorithm's card (`dfl.algorithms.AlgorithmCard`, `Algorithm.card`)
+holds every hyperparameter it reads, as a frozen dataclass of typed `param(default, help, ...)` fields
+(`dfl.algorithms.spec`), and its capabilities (push-sum, Byzantine clients, differential privacy, compressed gossip,
+its asynchronous form, the local optimizers its rule is written for). A built-in binds the card written in
+`dfl.algorithms.builtin`; a plug-in may declare `hyperparameters = {"period": 2}` (name → default) and the flags as
+class attributes instead, which become its card. A key that is an algorithm Config field (`rho`, `sam`, `asam_eta`,
+`momentum`, `gossip_steps`, the server fields: `dfl.algorithms.HYPERPARAMETERS`) is set by that field (`--rho 0.05`);
+any other key is an algorithm option, set by `Config.algorithm_options` (`--algorithm-options clip=0.5`, TOML
+`[algorithm_options]`, sweeps `algorithm_options.clip = [...]`), checked against its type and allowed values. Both
+arrive in `ctx.hp`, one frozen object read by attribute (`ctx.hp.period`) or as a mapping (`ctx.hp["period"]`), and
 `summary.json` records them under `hyperparameters`.
 
 Checkpoints. `state()` returns every tensor beyond X that later rounds depend on; `load_state(state)` puts
@@ -79,18 +84,21 @@ tuple of names; it sets `name` to the registered name.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar, Protocol
+from typing import Any, ClassVar, Generic, Protocol, TypeVar
 
 import numpy as np
 import torch
 from typing_extensions import get_protocol_members
 
 import topologies
-from dfl.config import LOCAL_OPTIMIZERS, Config
+from dfl.algorithms.builtin import BUILTINS
+from dfl.algorithms.spec import AlgorithmCard, Hyperparameters, from_defaults
+from dfl.config import Config
 from dfl.data import FederatedData
 from dfl.data.sampler import Batch, RoundSchedule
 from dfl.training.adam import AdamState
@@ -115,18 +123,14 @@ def scheduled_lr(config: Any, t: int) -> float:
     raise ValueError(f"unknown lr_schedule {config.lr_schedule!r}")
 
 
-ADAPTIVE: tuple[str, ...] = LOCAL_OPTIMIZERS  # `Algorithm.local_optimizers` of algorithms that accept Adam/AdamW too
 RHO_START = 0.001  # ρ_0 of the linear ramp (FedGLoSS's official code), capped at the final ρ
-# The ρ-schedule hyperparameters of every SAM algorithm (those with a `rho`); FedGLoSS's default is "linear".
-RHO_SCHEDULE_DEFAULTS = {"rho_schedule": "constant", "rho_ramp_rounds": 0}
-# The SAM-variant hyperparameters of every SAM algorithm: plain SAM by default; ASAM's η and the form of its scale T.
-SAM_VARIANT_DEFAULTS = {"sam": "sam", "asam_eta": 0.2, "asam_form": "kwon"}
+HP = TypeVar("HP", bound=Hyperparameters)  # an algorithm's resolved hyperparameters (`ctx.hp`)
 
 
-def scheduled_rho(hp: dict[str, Any], t: int, final: float) -> float:
+def scheduled_rho(hp: Hyperparameters, t: int, final: float) -> float:
     """ρ_t for a SAM radius whose final value is `final` (hp: an algorithm's resolved hyperparameters).
 
-    See `Context.rho`.
+    See `Context.rho`. An algorithm without a radius schedule (no `rho_schedule`) keeps ρ constant.
     """
     ramp = hp.get("rho_ramp_rounds", 0)
     if hp.get("rho_schedule", "constant") == "constant" or ramp <= 1:
@@ -296,11 +300,11 @@ def missing_members(comm: object) -> list[str]:
 
 
 @dataclass
-class Context:
+class Context(Generic[HP]):
     """Everything a round may use besides the client stack; built by the runner, shared by every round."""
 
     config: Config  # read-only
-    hp: dict[str, Any]  # resolved hyperparameters: `hyperparameters` ← Config fields ← algorithm_options
+    hp: HP  # resolved hyperparameters (frozen, typed): the card's defaults ← Config fields ← algorithm_options
     trainer: LocalTraining  # the round's local steps, vectorized over clients
     gossip: Mixer  # X ← W_s X, and how many vectors each client sends
     comm: Communicator  # client ids, sums and means over every process
@@ -333,15 +337,18 @@ class Context:
         return scheduled_rho(self.hp, t, self.hp.get("rho", 0.0) if final is None else final)
 
     def rule(self, t: int, **overrides: Any) -> LocalRule:
-        """The local rule of round t from the config and this algorithm's hyperparameters (ρ = `rho(t)`)."""
+        """The local rule of round t from the config and this algorithm's hyperparameters (ρ = `rho(t)`).
+
+        The SAM variant (`sam`, `asam_eta`, `asam_form`) and `momentum` are the algorithm's where it declares them,
+        `LocalRule`'s plain-SGD defaults where it does not.
+        """
         config = self.config
+        declared = {name: self.hp[name] for name in ("sam", "asam_eta", "asam_form", "momentum") if name in self.hp}
+        if config.local_optimizer != "sgd":  # the heavy ball is SGD's: Adam/AdamW have their own first moment
+            declared.pop("momentum", None)
         values = dict(
             rho=self.rho(t),
-            sam=self.hp.get("sam", "sam"),
-            asam_eta=self.hp.get("asam_eta", 0.2),
-            asam_form=self.hp.get("asam_form", "kwon"),
-            # the heavy ball is SGD's: with Adam/AdamW the algorithm's default momentum does not apply
-            momentum=self.hp.get("momentum", 0.0) if config.local_optimizer == "sgd" else 0.0,
+            **declared,
             weight_decay=config.weight_decay,
             clip_grad_norm=config.clip_grad_norm,
             optimizer=config.local_optimizer,
@@ -364,39 +371,50 @@ class RoundStats:
     bytes_sent: int | None = None
 
 
-class Algorithm(ABC):
-    """Base class of every algorithm: override `round(t)`; `state`/`load_state` when it keeps state (module doc)."""
+# What a class may declare instead of binding a card (a plug-in's attributes), and the card field each one sets
+DECLARED = {"hyperparameters": "hyperparameters", "centralized": "centralized", "local_optimizers": "local_optimizers",
+            "push_sum": "push_sum", "byzantine": "byzantine", "dp": "dp", "compression": "compression",
+            "asynchronous": "asynchronous"}
+
+
+class Algorithm(ABC, Generic[HP]):
+    """Base class of every algorithm: override `round(t)`; `state`/`load_state` when it keeps state (module doc).
+
+    What the algorithm is (its hyperparameters' specs and its capabilities) is its `card`, an
+    `dfl.algorithms.AlgorithmCard`: a built-in binds the one written in `dfl.algorithms.builtin` (`card =
+    BUILTINS["name"].card`) and restates nothing of it. A plug-in may bind a card of its own, or declare the facts as
+    class attributes (`hyperparameters = {"period": 2}`, `push_sum = True`, ...: the names of `DECLARED`), which
+    become its card when the class is made; a class that binds a card and also declares one of them is refused, so
+    a fact is never written twice.
+    """
 
     name: ClassVar[str]  # the registered name (set by registration when the class does not declare it)
-    # Hyperparameters this algorithm reads, with their defaults: Config fields (None in the Config = use these)
-    # and algorithm options (`Config.algorithm_options`); see the module docstring.
-    hyperparameters: ClassVar[dict[str, Any]] = {}
+    card: ClassVar[AlgorithmCard] = AlgorithmCard()
     # The `state()` entries that are per-client: tensors whose rows are this process's clients. Each process
     # writes its rows to the checkpoint's shards; a resume reads back those of `comm.client_ids`
     # (`dfl.engine.checkpoint`).
     # Every other entry is replicated server/global state, identical on every process (rank 0's is saved).
     client_state: tuple[str, ...] = ()  # a class default; an instance adds its optional state (Adam, push-sum)
-    # Local optimizers (`local_optimizer`) the update rule is defined for. Adam/AdamW fit algorithms that use local
-    # training only through its result y_K; not those whose rule is written in SGD steps (SCAFFOLD's (x − y)/(Kη),
-    # FedCM's blended direction, local momentum buffers, FedDyn/FedGLoSS penalties, MimeLite, DOMO).
-    local_optimizers: ClassVar[tuple[str, ...]] = ("sgd",)
-    # Whether the rounds gossip through `self.mix`, which carries push-sum's weights: such an algorithm also runs on
-    # a column-stochastic W (directed graphs), with the weights and the ratio x/y of `mix`. The others refuse one.
-    push_sum: ClassVar[bool] = False
-    # Whether the algorithm runs with Byzantine clients and robust aggregation (`dfl.network.byzantine`): it shares only
-    # its models (no tracker, control variate or server state built from the clients' messages). Subclasses that
-    # change what is shared set it back to False.
-    byzantine: ClassVar[bool] = False
-    # Whether client-level differential privacy (`dp_clip`, `dfl.training.privacy`) protects everything a client sends:
-    # every message is a post-processing of the models Y that `trainer.train` returns (clipped and noised there) and of
-    # public values. Not when a client sends gradients, trackers, momentum buffers or its step count K_i.
-    dp: ClassVar[bool] = False
-    # Whether compressed gossip (`compressor`, CHOCO-GOSSIP: `dfl.network.choco`) can carry the rounds' gossip: every
-    # gossip step mixes one model-sized stack (the models, or what is trained from them). Not when a step gossips more
-    # (a gradient tracker or correction beside the models): CHOCO keeps one public copy per client, of that one stack.
-    compression: ClassVar[bool] = True
 
-    def __init__(self, ctx: Context, X: torch.Tensor):
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        own = cls.__dict__
+        declared = [name for name in DECLARED if name in own]
+        hooks = [name for name in ("check_hyperparameters", "check_run") if _overrides(cls, name)]
+        if "card" in own:
+            if declared or hooks:
+                raise TypeError(f"{cls.__module__}.{cls.__qualname__} binds a card and also declares "
+                                f"{', '.join(declared + hooks)}: a card's facts are written once, on the card "
+                                "(its check and run_check included)")
+            builtin = next((name for name, entry in BUILTINS.items() if entry.card is cls.card), None)
+            if builtin is not None:  # a built-in's name is its card's key
+                cls.name = builtin
+            section = cls.card.docstring_section()
+            cls.__doc__ = f"{(own.get('__doc__') or '').rstrip()}\n\n{_indented(section)}\n"
+        elif declared or hooks:
+            cls.card = card_of(cls)
+
+    def __init__(self, ctx: Context[HP], X: torch.Tensor):
         self.ctx = ctx
         self.X = X
         # local_optimizer_state = "keep": every client's Adam moments persist across rounds, as per-client state;
@@ -408,25 +426,28 @@ class Algorithm(ABC):
             self.client_state = (*type(self).client_state, *AdamState.KEYS)
         # push-sum's weights y ([m_local], all 1 at the start) when W is column-stochastic, else None (see `mix`)
         self.push_weight: torch.Tensor | None = None
-        if self.push_sum and ctx.gossip.topology.stochastic == "column":
+        if self.card.push_sum and ctx.gossip.topology.stochastic == "column":
             self.push_weight = torch.ones(X.shape[0], device=X.device, dtype=X.dtype)
             self.client_state = (*self.client_state, "push_weight")
 
     @classmethod
-    def check_hyperparameters(cls, hp: dict[str, Any]) -> None:
-        """Refuse hyperparameter values this algorithm cannot run with.
+    def check_hyperparameters(cls, hp: Any) -> None:
+        """Refuse hyperparameter values this algorithm cannot run with (a plug-in's hook; a card's `check`).
 
         Raise ValueError, naming the hyperparameter, for values this algorithm cannot run with (a range, a
         combination). Called with the resolved hyperparameters when the config is validated, before training.
+        A spec's `choices` and `interval` are checked before it.
         """
         return None  # an optional hook: the default accepts every value
 
     @classmethod
     def check_run(cls, config: Config) -> None:
-        """Refuse run settings this algorithm's rule does not cover (a dfl feature that cannot apply to it).
+        """Refuse run settings this algorithm's rule does not cover (a plug-in's hook; a card's `run_check`).
 
         Raise ValueError, one line naming the field, why it does not apply and what to use. Called with the whole
-        config when it is validated, before training (torch-free for a built-in: its card holds the same function).
+        config when it is validated, before training. The capabilities of the card (push-sum, Byzantine clients,
+        differential privacy, compressed gossip, the asynchronous mode) are the combinations table's to check
+        (`dfl.engine.combinations`); this hook is for what no capability says.
         """
         return None  # an optional hook: the default accepts every setting the generic checks accept
 
@@ -489,3 +510,49 @@ class Algorithm(ABC):
                     )
                 value = value.to(device=current.device, dtype=current.dtype)
             setattr(owner, name, value)
+
+
+def _overrides(cls: type, method: str) -> bool:
+    """Whether `cls` itself defines the classmethod `method` (a plug-in's hook)."""
+    return method in cls.__dict__
+
+
+def card_of(cls: Any) -> AlgorithmCard:
+    """The card of a class that declares its facts as attributes (`DECLARED`), the rest from its parent's card.
+
+    `hyperparameters` may be a `Hyperparameters` class or a dict of name → default (`spec.from_defaults`). Its
+    `check_hyperparameters` and `check_run` classmethods become the card's `check` and `run_check`.
+    """
+    parent: AlgorithmCard = next(base.card for base in cls.__mro__[1:] if isinstance(base.__dict__.get("card"),
+                                                                                        AlgorithmCard))
+    values: dict[str, Any] = {}
+    for attribute, key in DECLARED.items():
+        if attribute in cls.__dict__ or any(attribute in base.__dict__ for base in cls.__mro__[1:]
+                                            if "card" not in base.__dict__ and base is not object):
+            values[key] = getattr(cls, attribute)
+    hp = values.get("hyperparameters")
+    if isinstance(hp, dict):
+        try:
+            values["hyperparameters"] = from_defaults(cls.__name__, hp)
+        except (TypeError, ValueError):  # a name no field can take: refused when registered, with the class named
+            values["hyperparameters"] = hp
+    elif hp is not None and not (isinstance(hp, type) and issubclass(hp, Hyperparameters)):
+        values["hyperparameters"] = hp  # refused when registered (`check_algorithm`), with the class named
+    if "local_optimizers" in values:
+        values["local_optimizers"] = tuple(values["local_optimizers"])
+    if _defines(cls, "check_hyperparameters"):
+        values["check"] = cls.check_hyperparameters
+    if _defines(cls, "check_run"):
+        values["run_check"] = cls.check_run
+    return dataclasses.replace(parent, **values)
+
+
+def _defines(cls: type, method: str) -> bool:
+    """Whether a class of `cls`'s MRO below `Algorithm` defines `method`."""
+    return any(method in base.__dict__ for base in cls.__mro__ if base is not Algorithm and base is not object
+               and issubclass(base, Algorithm))
+
+
+def _indented(text: str) -> str:
+    """A generated docstring section, indented as the class docstring's body is."""
+    return "\n".join(f"    {line}" if line else "" for line in text.splitlines())

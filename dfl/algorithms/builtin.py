@@ -1,187 +1,329 @@
-"""The built-in algorithms as the registry declares them: where each class lives, and its card.
+"""The built-in algorithms' cards: the one place each fact about a built-in algorithm is written.
 
-The card holds what validation reads of an algorithm (`dfl.algorithms.check_config`): whether it is centralized,
-the hyperparameters it reads with their defaults, and the local optimizers its rule is written for. Declaring the
-built-ins by card keeps their modules (and torch) unimported until a run builds one, so a wrong config is refused
-at once (`dfl.validate`, `dfl run`). The cards repeat the classes' attributes; `tests/test_fast_refusals.py`
-keeps every card equal to the class it declares.
+Each built-in is one module with its class (the update rule) and one card here: where the class lives, the typed
+spec of every hyperparameter it reads (name, type, default, allowed values, one line of help: `param`), and its
+capabilities (`AlgorithmCard`). The class binds its card (`card = BUILTINS["dfedsam"].card`) and restates none of it;
+its docstring's "Hyperparameters" section, `dfl list algorithms`, the flags' help, the options page and every check
+read the card. Nothing here imports torch, so `dfl.validate` and the CLI answer before torch loads.
+
+Shared specs are classes that a card's class extends: `ServerParams` (the sampling and weighting of every centralized
+algorithm), `SAMParams` (the SAM radius, its variant and schedule). Redeclaring a field changes its default only
+(`rho: float = param(0.1)`): its meaning is written once.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, NamedTuple
 
-ADAPTIVE = ("sgd", "adam", "adamw")  # algorithms whose rule uses local training only through its result
-SGD = ("sgd",)
-# the server rule's defaults (dfl.algorithms.server.SERVER_DEFAULTS)
-SERVER = {"participation": 1.0, "participation_mode": "uniform", "aggregation": "uniform"}
-RHO = {"rho_schedule": "constant", "rho_ramp_rounds": 0}  # the SAM radius schedule of every SAM algorithm
+from dfl.algorithms.spec import ADAPTIVE, SGD, AlgorithmCard, Hyperparameters, param
 
 
-# the SAM variant of every SAM algorithm (dfl.algorithms.base.SAM_VARIANT_DEFAULTS)
-SAM_VARIANT = {"sam": "sam", "asam_eta": 0.2, "asam_form": "kwon"}
+# ------------------------------------------------------------------------------------------- shared specs
+@dataclass(frozen=True)
+class ServerParams(Hyperparameters):
+    """Which clients a centralized algorithm's server samples each round, and how it weighs them."""
 
-
-def _sam(rho: float) -> dict[str, Any]:
-    return {"rho": rho, **RHO, **SAM_VARIANT}
+    participation: float = param(1.0, "the fraction of clients the server samples each round")
+    participation_mode: str = param("uniform", "how: uniform (round(f·N) without replacement) or bernoulli (each "
+                                               "client joins with probability f)")
+    aggregation: str = param("uniform", "the participants' weights p_i: uniform (1/|S_t|) or size (n_i / Σ n_j)")
 
 
 @dataclass(frozen=True)
-class AlgorithmCard:
-    """What validation reads of an algorithm class, without importing it.
+class FedAvgParams(ServerParams):
+    """A server that steps on the participants' mean update."""
 
-    A registered class answers the same attributes itself (the registry's card of a class is the class).
-    """
-
-    hyperparameters: dict[str, Any] = field(default_factory=dict)
-    centralized: bool = False
-    local_optimizers: tuple[str, ...] = SGD
-    check: Callable[[dict[str, Any]], None] | None = field(default=None, compare=False)
-    # the algorithm's refusals of run settings its rule does not cover (`Algorithm.check_run`), given the Config
-    run_check: Callable[[Any], None] | None = field(default=None, compare=False)
-    push_sum: bool = False  # gossips through `Algorithm.mix`: runs on a column-stochastic W (push-sum)
-    byzantine: bool = False  # shares only its models: runs with Byzantine clients and robust aggregators
-    dp: bool = False  # every message is a post-processing of the trained models Y: takes dp_clip (`Algorithm.dp`)
-    compression: bool = True  # gossips one model-sized stack per step: takes a compressor (`Algorithm.compression`)
-
-    def check_hyperparameters(self, hp: dict[str, Any]) -> None:
-        """Run the algorithm's own check of its resolved hyperparameters.
-
-        The algorithm's own check of its resolved hyperparameters (`Algorithm.check_hyperparameters`), where it
-        refines the generic ones: the same function the class calls.
-        """
-        if self.check is not None:
-            self.check(hp)
-
-    def check_run(self, config: Any) -> None:
-        """The algorithm's refusals of the run's settings (`Algorithm.check_run`): the function the class calls too."""
-        if self.run_check is not None:
-            self.run_check(config)
+    server_lr: float = param(1.0, "η_g, the server's step on the mean update (1 is plain averaging)")
 
 
-def check_kgt(hp: dict[str, Any]) -> None:
-    """K-GT's outer step size eta_s must be positive (`dfl.algorithms.kgt.KGT.check_hyperparameters`)."""
-    if not hp["outer_lr"] > 0:
-        raise ValueError(f"algorithm_options.outer_lr (K-GT's eta_s) must be > 0, got {hp['outer_lr']}")
+@dataclass(frozen=True)
+class SAMParams(Hyperparameters):
+    """The SAM radius of every SAM algorithm, its variant and its schedule (`Context.rule`, `Context.rho`)."""
+
+    rho: float = param(0.01, "the SAM radius ρ")
+    rho_schedule: str = param("constant", "ρ constant, or ramped linearly from min(0.001, ρ) over rho_ramp_rounds")
+    rho_ramp_rounds: int = param(0, "the rounds of the linear ramp of ρ (> 1 to ramp)")
+    sam: str = param("sam", "sam (Foret et al. 2021) or asam (Kwon et al. 2021)")
+    asam_eta: float = param(0.2, "ASAM's η (the form kwon)")
+    asam_form: str = param("kwon", "the form of ASAM's scale T (`dfl.training.local`)")
 
 
-def check_fedopt_form(hp: dict[str, Any]) -> None:
-    """FedYogi and FedAdagrad take the paper's form or Flower's (`dfl.algorithms.fedopt`); torch is FedAdam's only."""
-    if hp["fedopt_form"] == "torch":
+# ------------------------------------------------------------------------------------------- decentralized
+@dataclass(frozen=True)
+class MomentumParams(Hyperparameters):
+    """DFedAvgM: heavy-ball local SGD."""
+
+    momentum: float = param(0.9, "the local heavy-ball coefficient θ (the buffer reset every round)")
+
+
+@dataclass(frozen=True)
+class DFedSAMParams(SAMParams):
+    """DFedSAM: local SAM with heavy ball."""
+
+    momentum: float = param(0.9, "the local heavy-ball coefficient μ, reset every round (0 gives the paper's plain "
+                                 "SGD form)")
+
+
+@dataclass(frozen=True)
+class DFedSAMMGSParams(DFedSAMParams):
+    """DFedSAM-MGS: DFedSAM with Q gossip steps."""
+
+    gossip_steps: int = param(4, "Q, the gossip steps of a round (a time-varying graph's steps tQ … tQ+Q−1)")
+
+
+@dataclass(frozen=True)
+class TrackingParams(SAMParams):
+    """DSGT: gradient tracking, of SAM gradients when ρ > 0 (dsgt-sam)."""
+
+    rho: float = param(0.0)
+
+
+@dataclass(frozen=True)
+class TrackingSAMParams(SAMParams):
+    """DSGT-SAM: tracking SAM gradients."""
+
+
+@dataclass(frozen=True)
+class KGTParams(TrackingParams):
+    """K-GT: tracking with local steps."""
+
+    outer_lr: float = param(1.0, "η_s, the step on the mixed models (1 gossips the local models themselves)",
+                            interval="(0, inf)", short="K-GT's eta_s")
+
+
+@dataclass(frozen=True)
+class KGTSAMParams(KGTParams):
+    """K-GT-SAM: K-GT with SAM local steps."""
+
+    rho: float = param(0.01)
+
+
+DENSITY_ALLOCATIONS = ("erk", "uniform")
+INITIAL_MASKS = ("different", "same")
+REGROWTHS = ("random", "gradient")
+
+
+# DisPFL's defaults are those of the authors' CIFAR scripts (rong-dai/DisPFL fedml_experiments/standalone/DisPFL/
+# cifar10.sh: --dense_ratio 0.5 --anneal_factor 0.5 --dis_gradient_check --different_initial, ERK, momentum 0)
+@dataclass(frozen=True)
+class DisPFLParams(Hyperparameters):
+    """DisPFL: sparse personalized models."""
+
+    momentum: float = param(0.0, "the local heavy-ball coefficient (the code's SGD default); the buffer is dense and "
+                                 "reset every round, the mask applies to the weights only")
+    density: float = param(0.5, "the target fraction of active weights over the whole model (`dense_ratio`)",
+                           interval="(0, 1]", short="DisPFL's target fraction of active weights")
+    density_allocation: str = param(
+        "erk", "erk (per-tensor densities by Erdős–Rényi-kernel scores; a tensor above density 1 is dense) or uniform "
+               "(every tensor, biases too, at `density`)", choices=DENSITY_ALLOCATIONS)
+    erk_power: float = param(1.0, "the exponent of ERK's scores (Σ dims / Π dims)^power (`erk_power_scale`)",
+                             interval="[0, inf)", short="the exponent of ERK's (sum of dims / size) scores")
+    initial_masks: str = param("different", "different (each client draws its own random mask, the code's CIFAR "
+                                            "scripts) or same (one random mask for every client)",
+                               choices=INITIAL_MASKS)
+    anneal_factor: float = param(
+        0.5, "a, the fraction of each tensor's active weights replaced in round 0, annealed to 0 by α_t = (a/2)(1 + "
+             "cos(π t/T)); 0 keeps the initial masks (`--static`)", interval="[0, 1]",
+        short="the fraction of active weights pruned and regrown in round 0, annealed to 0")
+    anneal_rounds: int = param(0, "T of the anneal; 0 is the run's rounds (which then cannot change on resume)",
+                               interval="[0, inf)", short="the rounds the anneal runs over; 0: the run's rounds")
+    regrowth: str = param("random", "the inactive coordinates regrown: random, or gradient (largest |∇f_i| at the "
+                                    "trained model on the round's first minibatch)", choices=REGROWTHS)
+
+
+# ------------------------------------------------------------------------------------------- centralized
+@dataclass(frozen=True)
+class FedSAMParams(SAMParams, FedAvgParams):
+    """FedSAM: local SAM, FedAvg's server."""
+
+    rho: float = param(0.1)
+
+
+@dataclass(frozen=True)
+class FedCMParams(FedAvgParams):
+    """FedCM: client momentum from the server's last mean update."""
+
+    fedcm_alpha: float = param(0.1, "α, the weight of the client's own gradient (1 gives FedAvg)")
+
+
+@dataclass(frozen=True)
+class MoFedSAMParams(SAMParams, FedCMParams):
+    """MoFedSAM: FedCM with local SAM."""
+
+    rho: float = param(0.1)
+
+
+@dataclass(frozen=True)
+class ServerMomentumParams(FedAvgParams):
+    """FedAvgSM, MimeLite: momentum at the server."""
+
+    server_momentum: float = param(0.9, "β, the server momentum (0 gives FedAvg)")
+
+
+@dataclass(frozen=True)
+class LocalMomentumParams(FedAvgParams):
+    """FedAvgLM: local momentum kept across rounds."""
+
+    momentum: float = param(0.9, "μ, the local momentum")
+
+
+@dataclass(frozen=True)
+class LocalServerMomentumParams(LocalMomentumParams):
+    """FedAvgSLM: local and server momentum."""
+
+    server_momentum: float = param(0.9, "β, the server momentum")
+
+
+@dataclass(frozen=True)
+class DOMOParams(ServerParams):
+    """DOMO: server momentum fused into the local steps."""
+
+    momentum: float = param(0.9, "μ, the local momentum (the buffer reset every round)")
+    server_momentum: float = param(0.9, "β, the server momentum")
+    server_lr: float = param(1.0, "η_g, the server's step")
+    domo_alpha: float = param(1.0, "α, how much server momentum the clients fuse (0 gives FedAvgSLM-Z)")
+
+
+@dataclass(frozen=True)
+class FedDynParams(ServerParams):
+    """FedDyn: dynamic regularisation."""
+
+    feddyn_alpha: float = param(0.01, "α, the dynamic regulariser's weight")
+
+
+@dataclass(frozen=True)
+class FedGLoSSParams(SAMParams, FedAvgParams):
+    """FedGLoSS: server SAM with ADMM-style client regularisation; `rho` is the client radius ρ_l."""
+
+    rho: float = param(0.15)
+    rho_schedule: str = param("linear")
+    server_rho: float = param(0.15, "the server radius ρ (ramped with ρ_l under the linear schedule)")
+    fedgloss_beta: float = param(10.0, "β, the ADMM penalty (α = 1/β of FedDyn)")
+
+
+@dataclass(frozen=True)
+class FedProxParams(FedAvgParams):
+    """FedProx: a proximal term in every local objective."""
+
+    prox_mu: float = param(0.01, "μ, the proximal coefficient (0 gives FedAvg; 0.01: the authors' optimizer's "
+                                 "default, the middle of their README's grid {0.001, 0.01, 0.1, 0.5, 1})")
+
+
+@dataclass(frozen=True)
+class FedOptParams(FedAvgParams):
+    """FedAdagrad: Adagrad at the server; the base of FedAdam's and FedYogi's."""
+
+    server_lr: float = param(0.1, "η, the server step (the paper's best for CIFAR-10: 10^-1 for FedAdagrad, 10^-2 "
+                                  "for FedAdam and FedYogi; it tunes η per task)")
+    server_beta1: float = param(0.0, "β1, the first moment's decay (FedAdagrad: 0, no momentum, as the authors' Keras "
+                                     "Adagrad and Flower's FedAdagrad; β1 > 0 is Algorithm 2's momentum line)")
+    server_tau: float = param(1e-3, "τ, the adaptivity (the authors' recommended 10^-3)")
+    fedopt_form: str = param("paper", "paper (v_{−1} = τ², no bias correction), flower (Flower's: v_{−1} = 0; "
+                                      "FedAdam's step bias-corrected) or torch (torch.optim.Adam, as pfl-research; "
+                                      "FedAdam only)")
+
+
+@dataclass(frozen=True)
+class FedAdamParams(FedOptParams):
+    """FedAdam and FedYogi: adaptive server optimizers with a second-moment decay."""
+
+    server_lr: float = param(0.01)
+    server_beta1: float = param(0.9)
+    server_beta2: float = param(0.99, "β2, the second moment's decay (the paper's value)")
+
+
+def check_fedopt_form(hp: Any) -> None:
+    """FedYogi and FedAdagrad take the paper's form or Flower's; torch is FedAdam's only."""
+    if hp.fedopt_form == "torch":
         raise ValueError("fedopt_form = torch is torch.optim.Adam (pfl-research's FedAdam) and applies only to "
                          "algorithm = fedadam; fedyogi and fedadagrad take fedopt_form = paper or flower")
 
 
-# DisPFL's options, the defaults of the authors' CIFAR scripts (rong-dai/DisPFL fedml_experiments/standalone/DisPFL/
-# cifar10.sh: --dense_ratio 0.5 --anneal_factor 0.5 --dis_gradient_check --different_initial, ERK, momentum 0)
-DISPFL = {"momentum": 0.0, "density": 0.5, "density_allocation": "erk", "erk_power": 1.0, "initial_masks": "different",
-          "anneal_factor": 0.5, "anneal_rounds": 0, "regrowth": "random"}
-DISPFL_CHOICES = {"density_allocation": ("erk", "uniform"), "initial_masks": ("different", "same"),
-                  "regrowth": ("random", "gradient")}
+# ------------------------------------------------------------------------------------------- the cards
+# what every centralized algorithm is unless its card says more (`dfl.algorithms.server.ServerAlgorithm`'s card)
+SERVER = AlgorithmCard(ServerParams, centralized=True, sends="its update up, the global model down")
 
 
-def check_dispfl(hp: dict[str, Any]) -> None:
-    """DisPFL's options in range (`dfl.algorithms.dispfl.DisPFL.check_hyperparameters`)."""
-    for key, allowed in DISPFL_CHOICES.items():
-        if hp[key] not in allowed:
-            raise ValueError(f"algorithm_options.{key} must be one of {', '.join(allowed)}, got {hp[key]!r}")
-    if not 0 < hp["density"] <= 1:
-        raise ValueError(f"algorithm_options.density (DisPFL's target fraction of active weights) must be in (0, 1], "
-                         f"got {hp['density']}")
-    if not 0 <= hp["anneal_factor"] <= 1:
-        raise ValueError(f"algorithm_options.anneal_factor (the fraction of active weights pruned and regrown in round "
-                         f"0, annealed to 0) must be in [0, 1], got {hp['anneal_factor']}")
-    if hp["anneal_rounds"] < 0:
-        raise ValueError(f"algorithm_options.anneal_rounds (the rounds the anneal runs over; 0: the run's rounds) must "
-                         f"be >= 0, got {hp['anneal_rounds']}")
-    if not hp["erk_power"] >= 0:
-        raise ValueError(f"algorithm_options.erk_power (the exponent of ERK's (sum of dims / size) scores) must be "
-                         f">= 0, got {hp['erk_power']}")
+class Builtin(NamedTuple):
+    """A built-in algorithm: where its class lives ("module:Class") and its card."""
+
+    target: str
+    card: AlgorithmCard
 
 
-def check_dispfl_run(config: Any) -> None:
-    """What DisPFL's masked, count-normalised average cannot run with (`dfl.algorithms.dispfl.DisPFL.check_run`)."""
-    if config.dp_clip > 0:
-        raise ValueError(f"dp_clip = {config.dp_clip:g} does not apply to dispfl: its masks are chosen from the "
-                         "trained weights (and, with regrowth = gradient, from a gradient of private data) and sent "
-                         "with them, which the release's clipping and noise do not cover; use dp_clip = 0")
-    if config.byzantine or config.aggregator != "mean":
-        what = f"byzantine = {config.byzantine:g}" if config.byzantine else f"aggregator = {config.aggregator}"
-        raise ValueError(f"{what} does not apply to dispfl: its average divides each weight by the neighbours whose "
-                         "masks cover it, which the robust aggregators (over whole dense models) do not; use "
-                         "byzantine = 0 and aggregator = mean")
-    if config.compressor != "none":
-        raise ValueError(f"compressor = {config.compressor} does not apply to dispfl: it already sends only its "
-                         "masked weights, and its average needs each neighbour's exact weights and mask (CHOCO keeps "
-                         "compressed dense copies); use compressor = none")
-    if config.weights == "column-stochastic":
-        raise ValueError("weights = column-stochastic (push-sum) does not apply to dispfl: each weight is averaged "
-                         "over the neighbours whose masks cover it, normalised per receiver (a row-stochastic "
-                         "average); use the topology's own weights (random-pull: 1/(k + 1)) or metropolis")
+TRACKER = ("it gossips a tracker or correction beside its models each step, while compressed gossip (CHOCO) keeps "
+           "one public copy per client, of the models; compressing both is another algorithm (BEER, Zhao et al., "
+           "NeurIPS 2022), not built in")
+DISPFL_REFUSALS = {
+    "dp": "its masks are chosen from the trained weights (and, with regrowth = gradient, from a gradient of private "
+          "data) and sent with them, which the release's clipping and noise do not cover",
+    "byzantine": "its average divides each weight by the neighbours whose masks cover it, which the robust "
+                 "aggregators (over whole dense models) do not",
+    "compression": "it already sends only its masked weights, and its average needs each neighbour's exact weights "
+                   "and mask (CHOCO keeps compressed dense copies)",
+    "push_sum": "each weight is averaged over the neighbours whose masks cover it, normalised per receiver (a "
+                "row-stochastic average)",
+}
 
 
-def _central(hp: dict[str, Any], local_optimizers: tuple[str, ...] = SGD, byzantine: bool = False,
-             dp: bool = False) -> AlgorithmCard:
-    return AlgorithmCard({**SERVER, **hp}, True, local_optimizers, byzantine=byzantine, dp=dp)
+def _gossip(hp: type[Hyperparameters], *, sends: str, **flags: Any) -> AlgorithmCard:
+    return AlgorithmCard(hp, sends=sends, **flags)
 
 
-_FEDAVG = {"server_lr": 1.0}
-_FEDCM = {**_FEDAVG, "fedcm_alpha": 0.1}
-_LM = {**_FEDAVG, "momentum": 0.9}
-_SLM = {**_LM, "server_momentum": 0.9}
-_DOMO = {"momentum": 0.9, "server_momentum": 0.9, "server_lr": 1.0, "domo_alpha": 1.0}
-_FEDADAM = {"server_lr": 0.01, "server_beta1": 0.9, "server_beta2": 0.99, "server_tau": 1e-3, "fedopt_form": "paper"}
-_FEDADAGRAD = {"server_lr": 0.1, "server_beta1": 0.0, "server_tau": 1e-3, "fedopt_form": "paper"}
-_TRACKING = {"rho_schedule": "constant", "rho_ramp_rounds": 0, **SAM_VARIANT}  # dsgt, kgt
+def _model_gossip(hp: type[Hyperparameters], local_optimizers: tuple[str, ...], asynchronous: str) -> AlgorithmCard:
+    """A decentralized algorithm that sends only its trained models through `Algorithm.mix`."""
+    return AlgorithmCard(hp, False, local_optimizers, push_sum=True, byzantine=True, dp=True, asynchronous="local"
+                         if asynchronous == "local" else asynchronous, sends="its trained model")
 
-# name -> ("module:Class", card), in the order `dfl list algorithms` shows them
-BUILTINS: dict[str, tuple[str, AlgorithmCard]] = {
-    "dpsgd": ("dfl.algorithms.dpsgd:DPSGD", AlgorithmCard({}, False, ADAPTIVE, byzantine=True)),
-    "dfedavg": ("dfl.algorithms.dfedavg:DFedAvg",
-                AlgorithmCard({}, False, ADAPTIVE, push_sum=True, byzantine=True, dp=True)),
-    "dfedavgm": ("dfl.algorithms.dfedavg:DFedAvgM",
-                 AlgorithmCard({"momentum": 0.9}, False, SGD, push_sum=True, byzantine=True, dp=True)),
-    "dfedsam": ("dfl.algorithms.dfedsam:DFedSAM",
-                AlgorithmCard({**_sam(0.01), "momentum": 0.9}, False, ADAPTIVE, push_sum=True, byzantine=True,
-                              dp=True)),
-    "dfedsam-mgs": ("dfl.algorithms.dfedsam:DFedSAMMGS",
-                    AlgorithmCard({**_sam(0.01), "momentum": 0.9, "gossip_steps": 4}, False, ADAPTIVE,
-                                  push_sum=True, byzantine=True, dp=True)),
-    "dispfl": ("dfl.algorithms.dispfl:DisPFL",
-               AlgorithmCard(DISPFL, False, SGD, check=check_dispfl, run_check=check_dispfl_run,
-                             compression=False)),
-    "dsgt": ("dfl.algorithms.dsgt:DSGT", AlgorithmCard({"rho": 0.0, **_TRACKING}, compression=False)),
-    "dsgt-sam": ("dfl.algorithms.dsgt:DSGTSAM", AlgorithmCard({"rho": 0.01, **_TRACKING}, compression=False)),
-    "kgt": ("dfl.algorithms.kgt:KGT",
-            AlgorithmCard({"rho": 0.0, **_TRACKING, "outer_lr": 1.0}, check=check_kgt, compression=False)),
-    "kgt-sam": ("dfl.algorithms.kgt:KGTSAM",
-                AlgorithmCard({"rho": 0.01, **_TRACKING, "outer_lr": 1.0}, check=check_kgt, compression=False)),
-    "fedavg": ("dfl.algorithms.fedavg:FedAvg", _central(_FEDAVG, ADAPTIVE, byzantine=True, dp=True)),
-    "fedsam": ("dfl.algorithms.fedavg:FedSAM", _central({**_FEDAVG, **_sam(0.1)}, ADAPTIVE, byzantine=True, dp=True)),
-    "mofedsam": ("dfl.algorithms.fedcm:MoFedSAM", _central({**_FEDCM, **_sam(0.1)})),
-    "fedcm": ("dfl.algorithms.fedcm:FedCM", _central(_FEDCM)),
-    "scaffold": ("dfl.algorithms.scaffold:Scaffold", _central(_FEDAVG)),
-    "fedavgsm": ("dfl.algorithms.fedavg:FedAvgSM",
-                 _central({**_FEDAVG, "server_momentum": 0.9}, ADAPTIVE, byzantine=True, dp=True)),
-    "fedavglm": ("dfl.algorithms.momentum:FedAvgLM", _central(_LM)),
-    "fedavglm-z": ("dfl.algorithms.momentum:FedAvgLMZ", _central(_LM)),
-    "fedavgslm": ("dfl.algorithms.momentum:FedAvgSLM", _central(_SLM)),
-    "fedavgslm-z": ("dfl.algorithms.momentum:FedAvgSLMZ", _central(_SLM)),
-    "domo": ("dfl.algorithms.domo:DOMO", _central(_DOMO)),
-    "domo-s": ("dfl.algorithms.domo:DOMOS", _central(_DOMO)),
-    "mimelite": ("dfl.algorithms.mimelite:MimeLite", _central({**_FEDAVG, "server_momentum": 0.9})),
-    "feddyn": ("dfl.algorithms.feddyn:FedDyn", _central({"feddyn_alpha": 0.01}, dp=True)),
-    "fedgloss": ("dfl.algorithms.fedgloss:FedGLoSS", _central({
-        **_FEDAVG, "rho": 0.15, **SAM_VARIANT, "server_rho": 0.15, "fedgloss_beta": 10.0,
-        "rho_schedule": "linear", "rho_ramp_rounds": 0}, dp=True)),
-    "fedprox": ("dfl.algorithms.fedprox:FedProx",
-                _central({**_FEDAVG, "prox_mu": 0.01}, ADAPTIVE, byzantine=True, dp=True)),
-    "fedadam": ("dfl.algorithms.fedopt:FedAdam", _central(_FEDADAM, ADAPTIVE, byzantine=True, dp=True)),
-    "fedyogi": ("dfl.algorithms.fedopt:FedYogi",
-                AlgorithmCard({**SERVER, **_FEDADAM}, True, ADAPTIVE, check_fedopt_form, byzantine=True, dp=True)),
-    "fedadagrad": ("dfl.algorithms.fedopt:FedAdagrad",
-                   AlgorithmCard({**SERVER, **_FEDADAGRAD}, True, ADAPTIVE, check_fedopt_form, byzantine=True,
-                                 dp=True)),
+
+def _tracking(hp: type[Hyperparameters], sends: str) -> AlgorithmCard:
+    return AlgorithmCard(hp, compression=False, sends=sends, refusals={"compression": TRACKER})
+
+
+def _central(hp: type[Hyperparameters], local_optimizers: tuple[str, ...] = SGD, *, byzantine: bool = False,
+             dp: bool = False, sends: str = "its update up, the global model down",
+             check: Any = None) -> AlgorithmCard:
+    return AlgorithmCard(hp, True, local_optimizers, byzantine=byzantine, dp=dp, sends=sends, check=check)
+
+
+BUILTINS: dict[str, Builtin] = {  # in the order `dfl list algorithms` shows them
+    "dpsgd": Builtin("dfl.algorithms.dpsgd:DPSGD", AlgorithmCard(
+        Hyperparameters, False, ADAPTIVE, byzantine=True, asynchronous="step", sends="its model, every local step")),
+    "dfedavg": Builtin("dfl.algorithms.dfedavg:DFedAvg", _model_gossip(Hyperparameters, ADAPTIVE, "local")),
+    "dfedavgm": Builtin("dfl.algorithms.dfedavg:DFedAvgM", _model_gossip(MomentumParams, SGD, "local")),
+    "dfedsam": Builtin("dfl.algorithms.dfedsam:DFedSAM", _model_gossip(DFedSAMParams, ADAPTIVE, "local")),
+    "dfedsam-mgs": Builtin("dfl.algorithms.dfedsam:DFedSAMMGS", _model_gossip(DFedSAMMGSParams, ADAPTIVE, "local")),
+    "dispfl": Builtin("dfl.algorithms.dispfl:DisPFL", AlgorithmCard(
+        DisPFLParams, compression=False, sends="its masked weights (and its mask when it changed)",
+        refusals=DISPFL_REFUSALS)),
+    "dsgt": Builtin("dfl.algorithms.dsgt:DSGT", _tracking(TrackingParams, "its model and its gradient tracker")),
+    "dsgt-sam": Builtin("dfl.algorithms.dsgt:DSGTSAM", _tracking(TrackingSAMParams,
+                                                                  "its model and its gradient tracker")),
+    "kgt": Builtin("dfl.algorithms.kgt:KGT", _tracking(KGTParams, "its model step and its correction")),
+    "kgt-sam": Builtin("dfl.algorithms.kgt:KGTSAM", _tracking(KGTSAMParams, "its model step and its correction")),
+    "fedavg": Builtin("dfl.algorithms.fedavg:FedAvg", _central(FedAvgParams, ADAPTIVE, byzantine=True, dp=True)),
+    "fedsam": Builtin("dfl.algorithms.fedavg:FedSAM", _central(FedSAMParams, ADAPTIVE, byzantine=True, dp=True)),
+    "mofedsam": Builtin("dfl.algorithms.fedcm:MoFedSAM", _central(MoFedSAMParams)),
+    "fedcm": Builtin("dfl.algorithms.fedcm:FedCM", _central(FedCMParams)),
+    "scaffold": Builtin("dfl.algorithms.scaffold:Scaffold", _central(
+        FedAvgParams, sends="its update and its control-variate change up, the model and c down")),
+    "fedavgsm": Builtin("dfl.algorithms.fedavg:FedAvgSM", _central(ServerMomentumParams, ADAPTIVE, byzantine=True,
+                                                                   dp=True)),
+    "fedavglm": Builtin("dfl.algorithms.momentum:FedAvgLM", _central(LocalMomentumParams)),
+    "fedavglm-z": Builtin("dfl.algorithms.momentum:FedAvgLMZ", _central(LocalMomentumParams)),
+    "fedavgslm": Builtin("dfl.algorithms.momentum:FedAvgSLM", _central(LocalServerMomentumParams)),
+    "fedavgslm-z": Builtin("dfl.algorithms.momentum:FedAvgSLMZ", _central(LocalServerMomentumParams)),
+    "domo": Builtin("dfl.algorithms.domo:DOMO", _central(DOMOParams)),
+    "domo-s": Builtin("dfl.algorithms.domo:DOMOS", _central(DOMOParams)),
+    "mimelite": Builtin("dfl.algorithms.mimelite:MimeLite", _central(
+        ServerMomentumParams, sends="its update and its full-batch gradient up, the model and the momentum down")),
+    "feddyn": Builtin("dfl.algorithms.feddyn:FedDyn", _central(FedDynParams, dp=True)),
+    "fedgloss": Builtin("dfl.algorithms.fedgloss:FedGLoSS", _central(FedGLoSSParams, dp=True)),
+    "fedprox": Builtin("dfl.algorithms.fedprox:FedProx", _central(FedProxParams, ADAPTIVE, byzantine=True, dp=True)),
+    "fedadam": Builtin("dfl.algorithms.fedopt:FedAdam", _central(FedAdamParams, ADAPTIVE, byzantine=True, dp=True)),
+    "fedyogi": Builtin("dfl.algorithms.fedopt:FedYogi", _central(FedAdamParams, ADAPTIVE, byzantine=True, dp=True,
+                                                                 check=check_fedopt_form)),
+    "fedadagrad": Builtin("dfl.algorithms.fedopt:FedAdagrad", _central(FedOptParams, ADAPTIVE, byzantine=True, dp=True,
+                                                                       check=check_fedopt_form)),
 }

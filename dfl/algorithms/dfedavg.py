@@ -10,30 +10,25 @@ is computed here (the buffer is reset to 0 at the start of each round).
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
-
 from typing_extensions import override
 
-from dfl.algorithms.base import ADAPTIVE, Algorithm, RoundStats
+from dfl.algorithms.base import Algorithm, RoundStats
+from dfl.algorithms.builtin import BUILTINS
+from dfl.algorithms.spec import Hyperparameters
 
 
-class DFedAvg(Algorithm):
+class DFedAvg(Algorithm[Hyperparameters]):
     """DFedAvg: K local SGD steps from each client's model, then one gossip step.
 
     Sun, Li & Wang, "Decentralized federated averaging", TPAMI 2023, Algorithm 1 (θ = 0).
 
         y^0 = x_i^t;  y^{k+1} = y^k − η g_i(y^k),  k < K;   X^{t+1} = W Y^K
 
-    On a column-stochastic W it mixes by push-sum (`Algorithm.mix`); with one local step it is SGP.
-
-    Hyperparameters: none besides the learning rate η (`lr`) and the local optimizer (SGD, Adam or AdamW).
+    On a column-stochastic W it mixes by push-sum (`Algorithm.mix`); with one local step it is SGP. It sends only its
+    trained Y (and push-sum's public weight), so Byzantine clients, robust gossip and differential privacy apply.
     """
-    name = "dfedavg"
-    hyperparameters: ClassVar[dict[str, Any]] = {}
-    local_optimizers = ADAPTIVE
-    push_sum = True  # gossips through `Algorithm.mix`: runs on column-stochastic W too
-    byzantine = True  # shares only its models: Byzantine clients and robust gossip apply (`dfl.network.byzantine`)
-    dp = True  # sends only its trained Y (and push-sum's public weight)
+
+    card = BUILTINS["dfedavg"].card
 
     @override
     def round(self, t: int) -> RoundStats:
@@ -50,10 +45,7 @@ class DFedAvgM(DFedAvg):
 
         y^{k+1} = y^k − η g_i(y^k) + θ (y^k − y^{k−1}),  y^{−1} = y^0 = x_i^t;   X^{t+1} = W Y^K
 
-    Hyperparameters:
-
-    - `momentum` (0.9): the heavy-ball coefficient θ.
+    Heavy-ball SGD by definition (SGD only: Adam has its own momentum, use dfedavg).
     """
-    name = "dfedavgm"
-    hyperparameters = {"momentum": 0.9}
-    local_optimizers = ("sgd",)  # heavy-ball SGD by definition; Adam has its own momentum: use dfedavg
+
+    card = BUILTINS["dfedavgm"].card

@@ -18,39 +18,32 @@ DisPFL-derived code of this lineage runs the local SGD with momentum 0.9. The pa
 
 from __future__ import annotations
 
+from typing import TypeVar
+
 from typing_extensions import override
 
-from dfl.algorithms.base import ADAPTIVE, RHO_SCHEDULE_DEFAULTS, SAM_VARIANT_DEFAULTS, Algorithm, RoundStats
+from dfl.algorithms.base import Algorithm, RoundStats
+from dfl.algorithms.builtin import BUILTINS, DFedSAMMGSParams, DFedSAMParams
 
-SAM_DEFAULTS = {"rho": 0.01, **RHO_SCHEDULE_DEFAULTS, **SAM_VARIANT_DEFAULTS, "momentum": 0.9}
+P = TypeVar("P", bound=DFedSAMParams)
 
 
-class DFedSAMMGS(Algorithm):
-    """DFedSAM-MGS: K local SAM steps, then Q gossip steps (multiple gossip steps).
+class DFedSAM(Algorithm[P]):
+    """DFedSAM: K local SAM steps, then one gossip step (DFedSAM-MGS with Q = 1).
 
     Shi et al., "Improving the model consistency of decentralized federated learning", ICML 2023, Algorithm 1.
 
-        y^{k+1} = y^k − η SAMGRAD(f_i, y^k, ρ) (heavy ball μ, reset every round);   X^{t+1} = W^Q Y^K
+        y^{k+1} = y^k − η SAMGRAD(f_i, y^k, ρ) (heavy ball μ, reset every round);   X^{t+1} = W Y^K
 
-    Hyperparameters:
-
-    - `gossip_steps` (4): Q, the gossip steps of a round (the graph's time-varying steps tQ … tQ+Q−1).
-    - `momentum` (0.9): the local heavy-ball coefficient μ (0 gives the paper's plain SGD form).
-    - `rho` (0.01): the SAM radius ρ.
-    - `sam` (sam): sam (Foret et al. 2021) or asam (Kwon et al. 2021).
-    - `asam_eta` (0.2), `asam_form` (kwon): ASAM's η and the form of its scale T (`dfl.training.local`).
-    - `rho_schedule` (constant), `rho_ramp_rounds` (0): ρ constant, or ramped linearly over that many rounds.
+    It sends only its trained Y (and push-sum's public weight), through `Algorithm.mix` (push-sum on a
+    column-stochastic W).
     """
-    name = "dfedsam-mgs"
-    hyperparameters = {**SAM_DEFAULTS, "gossip_steps": 4}
-    local_optimizers = ADAPTIVE
-    push_sum = True  # gossips through `Algorithm.mix`: runs on column-stochastic W too
-    byzantine = True  # shares only its models: Byzantine clients and robust gossip apply (`dfl.network.byzantine`)
-    dp = True  # sends only its trained Y (and push-sum's public weight)
+
+    card = BUILTINS["dfedsam"].card
 
     def gossip_steps(self) -> int:
-        """Q, the gossip steps after each round's local steps (the hyperparameter `gossip_steps`; DFedSAM: 1)."""
-        return self.ctx.hp.get("gossip_steps", 1)
+        """Q, the gossip steps after each round's local steps (DFedSAM: 1; DFedSAM-MGS: `gossip_steps`)."""
+        return 1
 
     @override
     def round(self, t: int) -> RoundStats:
@@ -60,20 +53,16 @@ class DFedSAMMGS(Algorithm):
         return RoundStats(train_loss=local.loss, models_sent=ctx.gossip.sends(t * Q, Q))
 
 
-class DFedSAM(DFedSAMMGS):
-    """DFedSAM: K local SAM steps, then one gossip step (DFedSAM-MGS with Q = 1).
+class DFedSAMMGS(DFedSAM[DFedSAMMGSParams]):
+    """DFedSAM-MGS: K local SAM steps, then Q gossip steps (multiple gossip steps).
 
     Shi et al., "Improving the model consistency of decentralized federated learning", ICML 2023, Algorithm 1.
 
-        y^{k+1} = y^k − η SAMGRAD(f_i, y^k, ρ) (heavy ball μ, reset every round);   X^{t+1} = W Y^K
-
-    Hyperparameters:
-
-    - `momentum` (0.9): the local heavy-ball coefficient μ.
-    - `rho` (0.01): the SAM radius ρ.
-    - `sam` (sam): sam (Foret et al. 2021) or asam (Kwon et al. 2021).
-    - `asam_eta` (0.2), `asam_form` (kwon): ASAM's η and the form of its scale T (`dfl.training.local`).
-    - `rho_schedule` (constant), `rho_ramp_rounds` (0): ρ constant, or ramped linearly over that many rounds.
+        y^{k+1} = y^k − η SAMGRAD(f_i, y^k, ρ) (heavy ball μ, reset every round);   X^{t+1} = W^Q Y^K
     """
-    name = "dfedsam"
-    hyperparameters = dict(SAM_DEFAULTS)
+
+    card = BUILTINS["dfedsam-mgs"].card
+
+    @override
+    def gossip_steps(self) -> int:
+        return self.ctx.hp.gossip_steps

@@ -25,15 +25,13 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar
 
 import numpy as np
 import torch
 from typing_extensions import override
 
 from dfl.algorithms.base import Algorithm, Context, RoundStats
-from dfl.algorithms.builtin import DISPFL, check_dispfl, check_dispfl_run
-from dfl.config import Config
+from dfl.algorithms.builtin import BUILTINS, DisPFLParams
 
 MASK_STREAM = 0xD15F  # separates the masks' draws from every other stream drawn from the run's seed
 INIT, REGROW, SHARED_INIT = 0, 1, 2  # the draws: each client's initial mask, its random regrowth, one shared mask
@@ -191,7 +189,7 @@ def masked_average(mixed: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
 
 
 # ------------------------------------------------------------------------------------------------- the rule
-class DisPFL(Algorithm):
+class DisPFL(Algorithm[DisPFLParams]):
     """DisPFL: sparse personalized models: masked local SGD, prune and regrow, masked averaging.
 
     Dai, Shen, He, Tian & Tao, "DisPFL: Towards communication-efficient personalized federated learning via
@@ -204,35 +202,14 @@ class DisPFL(Algorithm):
     the personalized models with `local_test_fraction` > 0 (`personal_acc_mean`). A message is a client's active
     weights, plus its mask (one bit per coordinate of its sparse tensors) when the mask changed since its previous
     message; `bytes_sent` counts exactly that.
-
-    Hyperparameters:
-
-    - `momentum` (0.0): the local heavy-ball coefficient (the code's SGD default); the buffer is dense and reset
-      every round, and the mask is applied to the weights only.
-    - `density` (0.5): the target fraction of active weights over the whole model (`dense_ratio`).
-    - `density_allocation` (erk): `erk` (per-tensor densities by Erdős–Rényi-kernel scores; the tensors it would give
-      a density above 1, biases among them, are dense) or `uniform` (every tensor, biases too, at `density`).
-    - `erk_power` (1.0): the exponent of ERK's scores (Σ dims / Π dims)^power (`erk_power_scale`).
-    - `initial_masks` (different): `different` (each client draws its own random mask, the code's CIFAR scripts) or
-      `same` (one random mask for every client, the code's default).
-    - `anneal_factor` (0.5): a, the fraction of each tensor's active weights replaced in round 0, annealed to 0 by
-      α_t = (a/2)(1 + cos(π t/T)) over T rounds; 0 keeps the initial masks (the code's `--static`).
-    - `anneal_rounds` (0): T; 0 is the run's `rounds`, as the code's `comm_round` (such a run cannot change
-      `rounds` on resume); a fixed T lets a run be extended (α_t = 0 from round T on).
-    - `regrowth` (random): the inactive coordinates regrown, `random` (the code's CIFAR scripts,
-      `--dis_gradient_check`) or `gradient` (largest |∇f_i| at the trained model on the round's first minibatch).
     """
-    name = "dispfl"
-    hyperparameters: ClassVar[dict[str, Any]] = dict(DISPFL)
+    card = BUILTINS["dispfl"].card
     client_state = ("mask", "mask_changed")
-    local_optimizers = ("sgd",)  # the code's local SGD; the mask hook is written for its steps
-    compression = False  # it sends its masked weights exactly (the count-normalised average needs them)
 
-    def __init__(self, ctx: Context, X: torch.Tensor):
+    def __init__(self, ctx: Context[DisPFLParams], X: torch.Tensor):
         super().__init__(ctx, X)
         hp, layout = ctx.hp, ctx.trainer.layout
-        counts = active_counts([tuple(s) for s in layout.shapes], hp["density"], hp["density_allocation"],
-                               hp["erk_power"])
+        counts = active_counts([tuple(s) for s in layout.shapes], hp.density, hp.density_allocation, hp.erk_power)
         self.blocks = [Block(o, n, a) for o, n, a in zip(layout.offsets, layout.numels, counts)]
         self.mask = self.initial_masks(X.shape[1], X.device)  # [m_local, d] bool, m_i
         self.X = X * self.mask  # x_i^0 = x^0 ⊙ m_i (dispfl_api.train: w_per_mdls)
@@ -243,23 +220,13 @@ class DisPFL(Algorithm):
         self.value_bytes = sum(b.active for b in self.blocks) * X.element_size()
         self.mask_bytes = math.ceil(sum(b.size for b in self.blocks if b.sparse) / 8)
 
-    @classmethod
-    def check_hyperparameters(cls, hp: dict[str, Any]) -> None:
-        """Refuse options out of range (`dfl.algorithms.builtin.check_dispfl`)."""
-        check_dispfl(hp)  # torch-free, so that validation reads it from the card without importing this module
-
-    @classmethod
-    def check_run(cls, config: Config) -> None:
-        """Refuse what does not apply to the masked average (`dfl.algorithms.builtin.check_dispfl_run`)."""
-        check_dispfl_run(config)  # the same refusals the card gives before torch loads
-
     def initial_masks(self, d: int, device: torch.device) -> torch.Tensor:
         """Each client's m_i^0: every tensor's active coordinates drawn uniformly (my_model_trainer.init_masks).
 
         `different`: client i's own draw, seeded by (seed, i); `same`: one draw, seeded by the seed, for everyone.
         """
         seed, ids = self.ctx.config.seed, list(self.ctx.comm.client_ids)
-        if self.ctx.hp["initial_masks"] == "same":
+        if self.ctx.hp.initial_masks == "same":
             keys = uniform_keys([mask_seed(seed, SHARED_INIT)], d, device).expand(len(ids), d)
         else:
             keys = uniform_keys([mask_seed(seed, INIT, i) for i in ids], d, device)
@@ -274,7 +241,7 @@ class DisPFL(Algorithm):
         pass over the client's shuffled data).
         """
         ctx = self.ctx
-        if ctx.hp["regrowth"] == "random":
+        if ctx.hp.regrowth == "random":
             seed = ctx.config.seed
             return uniform_keys([mask_seed(seed, REGROW, i, t) for i in ctx.comm.client_ids], Y.shape[1], Y.device)
         batch = ctx.trainer.schedule(t).batch(0)
@@ -292,7 +259,7 @@ class DisPFL(Algorithm):
         Y, loss = local.Y, local.loss
         del local  # only Y and the losses are used: the stacks of the round are freed as soon as done with
         # (2)–(3) the new masks m_i' from the trained weights
-        rate = anneal_rate(ctx.hp["anneal_factor"], t, ctx.hp["anneal_rounds"] or ctx.config.rounds)
+        rate = anneal_rate(ctx.hp.anneal_factor, t, ctx.hp.anneal_rounds or ctx.config.rounds)
         new_mask = self.mask
         if any(b.sparse and math.ceil(rate * b.active) > 0 for b in self.blocks):
             new_mask = prune_and_regrow(self.mask, Y, self.regrowth_scores(Y, t), self.blocks, rate)

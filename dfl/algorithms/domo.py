@@ -22,36 +22,25 @@ import torch
 from typing_extensions import override
 
 from dfl.algorithms.base import Context, RoundStats
-from dfl.algorithms.server import SERVER_DEFAULTS, ServerAlgorithm
+from dfl.algorithms.builtin import BUILTINS, DOMOParams
+from dfl.algorithms.server import ServerAlgorithm
 from dfl.training.local import descent_direction
 
 
-class DOMO(ServerAlgorithm):
+class DOMO(ServerAlgorithm[DOMOParams]):
     """DOMO: server momentum fused into the clients' starting point, then removed from their uploads.
 
     Xu & Huang, "Coordinating momenta for cross-silo federated learning", AAAI 2022 (pre-training fusion).
 
         y_0 = x_t − α η K_i m_t;  u ← μ u + g_i(y);  y ← y − η u;   d_i = (y_0 − y_K)/(η K_i)
         m_{t+1} = β m_t + Σ_S p_i d_i;   x_{t+1} = x_t − η_g η K̄ m_{t+1}
-
-    Hyperparameters:
-
-    - `domo_alpha` (1.0): α, how much server momentum the clients fuse (0 gives FedAvgSLM-Z).
-    - `momentum` (0.9): the local μ (buffer reset every round).
-    - `server_momentum` (0.9): the server's β.
-    - `server_lr` (1.0): η_g.
-    - `participation` (1.0), `participation_mode` (uniform), `aggregation` (uniform): the fraction of clients
-        sampled each round, how (uniform or bernoulli), and their weights p_i (uniform or size) (`ServerAlgorithm`).
     """
-    name = "domo"
-    hyperparameters = {
-        **SERVER_DEFAULTS, "momentum": 0.9, "server_momentum": 0.9, "server_lr": 1.0, "domo_alpha": 1.0,
-    }
+    card = BUILTINS["domo"].card
 
-    def __init__(self, ctx: Context, X: torch.Tensor):
+    def __init__(self, ctx: Context[DOMOParams], X: torch.Tensor):
         super().__init__(ctx, X)
         self.m = torch.zeros_like(self.x)
-        if self.hp["participation"] < 1:
+        if self.hp.participation < 1:
             self.downlink = 2  # m_t cannot be inferred by clients that skipped rounds
 
     @override
@@ -59,11 +48,11 @@ class DOMO(ServerAlgorithm):
         part = self.participants(t)
         if part.count == 0:
             return self.skipped()
-        lr, alpha = self.ctx.lr(t), self.hp["domo_alpha"]
+        lr, alpha = self.ctx.lr(t), self.hp.domo_alpha
         Y, loss, steps = self.local(t, part, lr, alpha)
         d, K = self.pseudo_gradient(Y, steps, lr, part)  # Σ p_i (x − y_K)/(η K_i), K̄
-        self.m = self.hp["server_momentum"] * self.m + (d - alpha * self.m)  # m_{t+1} = β m_t + Σ p_i d_i
-        self.broadcast(self.x - self.hp["server_lr"] * lr * K * self.m)
+        self.m = self.hp.server_momentum * self.m + (d - alpha * self.m)  # m_{t+1} = β m_t + Σ p_i d_i
+        self.broadcast(self.x - self.hp.server_lr * lr * K * self.m)
         return self.stats(loss, part)
 
     def local(self, t: int, part, lr: float, alpha: float):
@@ -86,17 +75,8 @@ class DOMOS(DOMO):
     Xu & Huang, "Coordinating momenta for cross-silo federated learning", AAAI 2022 (scattered fusion).
 
         y_{k+1} = y_k − η (u + α m_t),  u ← μ u + g_i(y_k);   d_i = (x_t − y_K)/(η K_i) − α m_t;  server as DOMO
-
-    Hyperparameters:
-
-    - `domo_alpha` (1.0): α.
-    - `momentum` (0.9): the local μ.
-    - `server_momentum` (0.9): the server's β.
-    - `server_lr` (1.0): η_g.
-    - `participation` (1.0), `participation_mode` (uniform), `aggregation` (uniform): the fraction of clients
-        sampled each round, how (uniform or bernoulli), and their weights p_i (uniform or size) (`ServerAlgorithm`).
     """
-    name = "domo-s"
+    card = BUILTINS["domo-s"].card
 
     def local(self, t: int, part, lr: float, alpha: float):
         """DOMO-S: y ← y − η (u + α m_t) with u ← μ u + g (clipping and decay on g, as in `LocalTrainer`)."""

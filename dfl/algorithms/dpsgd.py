@@ -13,18 +13,19 @@ gradient at the pre-mixing iterate), its moments fresh every round of K iteratio
 from __future__ import annotations
 
 import math
-from typing import Any, ClassVar
 
 import numpy as np
 import torch
 from typing_extensions import override
 
-from dfl.algorithms.base import ADAPTIVE, Algorithm, Context, RoundStats
+from dfl.algorithms.base import Algorithm, Context, RoundStats
+from dfl.algorithms.builtin import BUILTINS
+from dfl.algorithms.spec import Hyperparameters
 from dfl.training.adam import AdamState
 from dfl.training.local import descent_direction
 
 
-class DPSGD(Algorithm):
+class DPSGD(Algorithm[Hyperparameters]):
     """D-PSGD: one SGD step per gossip step, the gradient taken at the iterate before mixing.
 
     Lian et al., "Can decentralized algorithms outperform centralized algorithms?", NeurIPS 2017, Algorithm 1.
@@ -34,12 +35,9 @@ class DPSGD(Algorithm):
 
     Hyperparameters: none besides the learning rate γ (`lr`) and the local optimizer (SGD, Adam or AdamW).
     """
-    name = "dpsgd"
-    hyperparameters: ClassVar[dict[str, Any]] = {}
-    local_optimizers = ADAPTIVE
-    byzantine = True  # shares only its models: Byzantine clients and robust gossip apply (`dfl.network.byzantine`)
+    card = BUILTINS["dpsgd"].card
 
-    def __init__(self, ctx: Context, X: torch.Tensor):
+    def __init__(self, ctx: Context[Hyperparameters], X: torch.Tensor):
         super().__init__(ctx, X)
         self.gossip_step = 0  # global gossip-step counter (time-varying topologies advance per step)
 

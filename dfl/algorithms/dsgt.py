@@ -13,7 +13,7 @@ For a doubly stochastic W the trackers keep Σ_i y_i^k = Σ_i g_i(x_i^k), so y_i
 of client i's own: the iterates converge to the minimiser of f = (1/m) Σ_i f_i however different the f_i are,
 where D-PSGD (X^{k+1} = W X^k − α G(X^k)) with a constant step stops at a distance of order α ζ (ζ² the gradient
 dissimilarity) from it (Pu & Nedić, Theorem 1 vs. Lian et al. 2017). For a row-stochastic W (an explicit choice,
-`dfl.topologies`) the sum is no longer kept and the fixed point is the minimiser of Σ_i π_i f_i instead.
+`dfl.graphs`) the sum is no longer kept and the fixed point is the minimiser of Σ_i π_i f_i instead.
 
 As computed here (the same recursion, the gradient of iteration k taken where the iteration starts): with the
 mixed tracker Ỹ^k = W Y^{k−1} (Ỹ^0 = 0) and G^{−1} = 0,
@@ -40,35 +40,24 @@ import numpy as np
 import torch
 from typing_extensions import override
 
-from dfl.algorithms.base import RHO_SCHEDULE_DEFAULTS, SAM_VARIANT_DEFAULTS, Algorithm, Context, RoundStats
+from dfl.algorithms.base import Algorithm, Context, RoundStats
+from dfl.algorithms.builtin import BUILTINS, TrackingParams
 from dfl.algorithms.dpsgd import iterations_per_round
 from dfl.training.local import descent_direction
 
-SAM_OPTIONS = {**RHO_SCHEDULE_DEFAULTS, **SAM_VARIANT_DEFAULTS}
 
-
-class DSGT(Algorithm):
+class DSGT(Algorithm[TrackingParams]):
     """DSGT: D-PSGD with a gossiped tracker of the average gradient, exact under heterogeneity.
 
     Pu & Nedić, "Distributed stochastic gradient tracking methods", Math. Programming 2021, Algorithm 1.
 
         X^{k+1} = W (X^k − α Y^k);   Y^{k+1} = W Y^k + G(X^{k+1}) − G(X^k),  Y^0 = G(X^0)
-
-    Hyperparameters:
-
-    - `rho` (0.0): the SAM radius ρ.
-    - `sam` (sam): sam (Foret et al. 2021) or asam (Kwon et al. 2021).
-    - `asam_eta` (0.2), `asam_form` (kwon): ASAM's η and the form of its scale T (`dfl.training.local`).
-    - `rho_schedule` (constant), `rho_ramp_rounds` (0): ρ constant, or ramped linearly over that many rounds.
-      ρ > 0 tracks SAM gradients (dsgt-sam).
     """
 
-    name = "dsgt"
-    hyperparameters = {"rho": 0.0, **SAM_OPTIONS}
+    card = BUILTINS["dsgt"].card
     client_state = ("tracker", "last_gradient")
-    compression = False  # each step gossips [X − αY, Y]: the tracker too, which CHOCO's one public copy cannot carry
 
-    def __init__(self, ctx: Context, X: torch.Tensor):
+    def __init__(self, ctx: Context[TrackingParams], X: torch.Tensor):
         super().__init__(ctx, X)
         self.tracker = torch.zeros_like(X)  # Ỹ^k = W Y^{k−1} (Ỹ^0 = 0)
         self.last_gradient = torch.zeros_like(X)  # G^{k−1} (G^{−1} = 0, so Y^0 = G^0)
@@ -118,14 +107,6 @@ class DSGTSAM(DSGT):
     DSGT (Pu & Nedić 2021, Algorithm 1) with G the clients' SAM gradients (Foret et al. 2021).
 
         X^{k+1} = W (X^k − α Y^k);   Y^{k+1} = W Y^k + G_SAM(X^{k+1}) − G_SAM(X^k)
-
-    Hyperparameters:
-
-    - `rho` (0.01): the SAM radius ρ.
-    - `sam` (sam): sam (Foret et al. 2021) or asam (Kwon et al. 2021).
-    - `asam_eta` (0.2), `asam_form` (kwon): ASAM's η and the form of its scale T (`dfl.training.local`).
-    - `rho_schedule` (constant), `rho_ramp_rounds` (0): ρ constant, or ramped linearly over that many rounds.
     """
 
-    name = "dsgt-sam"
-    hyperparameters = {"rho": 0.01, **SAM_OPTIONS}
+    card = BUILTINS["dsgt-sam"].card

@@ -10,31 +10,26 @@ Communication: the model down, the model up.
 
 from __future__ import annotations
 
+from typing import TypeVar
+
 import torch
 from typing_extensions import override
 
-from dfl.algorithms.base import ADAPTIVE, RHO_SCHEDULE_DEFAULTS, SAM_VARIANT_DEFAULTS, RoundStats
-from dfl.algorithms.server import SERVER_DEFAULTS, ServerAlgorithm
+from dfl.algorithms.base import RoundStats
+from dfl.algorithms.builtin import BUILTINS, FedAvgParams, FedSAMParams, ServerMomentumParams
+from dfl.algorithms.server import ServerAlgorithm
+
+P = TypeVar("P", bound=FedAvgParams)
 
 
-class FedAvg(ServerAlgorithm):
+class FedAvg(ServerAlgorithm[P]):
     """FedAvg: K local SGD steps on the sampled clients, then their weighted average at the server.
 
     McMahan et al., "Communication-efficient learning of deep networks from decentralized data", AISTATS 2017.
 
         Δ_i = y_{i,K} − x_t;   x_{t+1} = x_t + η_g Σ_S p_i Δ_i
-
-    Hyperparameters:
-
-    - `server_lr` (1.0): η_g (1 is plain averaging).
-    - `participation` (1.0), `participation_mode` (uniform), `aggregation` (uniform): the fraction of clients
-        sampled each round, how (uniform or bernoulli), and their weights p_i (uniform or size) (`ServerAlgorithm`).
     """
-    name = "fedavg"
-    hyperparameters = {**SERVER_DEFAULTS, "server_lr": 1.0}
-    local_optimizers = ADAPTIVE  # subclasses whose rule is written in SGD steps set ("sgd",)
-    byzantine = True  # the server aggregates only model updates (`ServerAlgorithm.aggregate_updates`)
-    dp = True  # the server reads only y_i − x_t (subclasses that read more set False)
+    card = BUILTINS["fedavg"].card
 
     def local(self, t: int, part):
         """K local steps from the global model x_t for the round's participants.
@@ -57,49 +52,30 @@ class FedAvg(ServerAlgorithm):
 
     def server_step(self, delta: torch.Tensor) -> None:
         """Apply the aggregated update Δ = Σ p_i Δ_i at the server and broadcast the new global model."""
-        self.broadcast(self.x + self.hp["server_lr"] * delta)  # x_{t+1} = x_t + η_g Σ p_i Δ_i
+        self.broadcast(self.x + self.hp.server_lr * delta)  # x_{t+1} = x_t + η_g Σ p_i Δ_i
 
 
-class FedSAM(FedAvg):
+class FedSAM(FedAvg[FedSAMParams]):
     """FedSAM: SAM local steps on the sampled clients, FedAvg at the server (FedASAM with sam = asam).
 
     Qu et al., "Generalized federated learning via sharpness aware minimization", ICML 2022; Caldarola, Caputo &
     Ciccone, "Improving generalization in federated learning by seeking flat minima", ECCV 2022 (FedASAM).
 
         y ← y − η SAMGRAD(f_i, y, ρ)  (K steps from x_t);   x_{t+1} = x_t + η_g Σ_S p_i (y_{i,K} − x_t)
-
-    Hyperparameters:
-
-    - `rho` (0.1): the SAM radius ρ.
-    - `sam` (sam): sam (Foret et al. 2021) or asam (Kwon et al. 2021).
-    - `asam_eta` (0.2), `asam_form` (kwon): ASAM's η and the form of its scale T (`dfl.training.local`).
-    - `rho_schedule` (constant), `rho_ramp_rounds` (0): ρ constant, or ramped linearly over that many rounds.
-    - `server_lr` (1.0): η_g.
-    - `participation` (1.0), `participation_mode` (uniform), `aggregation` (uniform): the fraction of clients
-        sampled each round, how (uniform or bernoulli), and their weights p_i (uniform or size) (`ServerAlgorithm`).
     """
 
-    name = "fedsam"
-    hyperparameters = {**FedAvg.hyperparameters, "rho": 0.1, **RHO_SCHEDULE_DEFAULTS, **SAM_VARIANT_DEFAULTS}
+    card = BUILTINS["fedsam"].card
 
 
-class FedAvgSM(FedAvg):
+class FedAvgSM(FedAvg[ServerMomentumParams]):
     """FedAvgSM: FedAvg with server heavy-ball momentum on the pseudo-gradient (effective lr η_g/(1 − β)).
 
     Hsu, Qi & Brown, "Measuring the effects of non-identical data distribution", arXiv 1909.06335, 2019 (FedAvgM).
 
         d_t = Σ_S p_i (x_t − y_{i,K});   m ← β m + d_t;   x_{t+1} = x_t − η_g m
-
-    Hyperparameters:
-
-    - `server_momentum` (0.9): β.
-    - `server_lr` (1.0): η_g.
-    - `participation` (1.0), `participation_mode` (uniform), `aggregation` (uniform): the fraction of clients
-        sampled each round, how (uniform or bernoulli), and their weights p_i (uniform or size) (`ServerAlgorithm`).
     """
 
-    name = "fedavgsm"
-    hyperparameters = {**FedAvg.hyperparameters, "server_momentum": 0.9}
+    card = BUILTINS["fedavgsm"].card
 
     def __init__(self, ctx, X):
         super().__init__(ctx, X)
@@ -107,8 +83,8 @@ class FedAvgSM(FedAvg):
 
     @override
     def server_step(self, delta: torch.Tensor) -> None:
-        self.m = self.hp["server_momentum"] * self.m - delta  # m ← β m + d_t,  d_t = −Σ p_i Δ_i
-        self.broadcast(self.x - self.hp["server_lr"] * self.m)
+        self.m = self.hp.server_momentum * self.m - delta  # m ← β m + d_t,  d_t = −Σ p_i Δ_i
+        self.broadcast(self.x - self.hp.server_lr * self.m)
 
     @override
     def state(self):

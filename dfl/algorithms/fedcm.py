@@ -13,36 +13,30 @@ Server:
 
 from __future__ import annotations
 
+from typing import TypeVar
+
 import torch
 from typing_extensions import override
 
-from dfl.algorithms.base import RHO_SCHEDULE_DEFAULTS, SAM_VARIANT_DEFAULTS, Context, RoundStats
+from dfl.algorithms.base import Context, RoundStats
+from dfl.algorithms.builtin import BUILTINS, FedCMParams, MoFedSAMParams
 from dfl.algorithms.fedavg import FedAvg
 
+P = TypeVar("P", bound=FedCMParams)
 
-class FedCM(FedAvg):
+
+class FedCM(FedAvg[P]):
     """FedCM: local steps that blend each gradient with the server's last global update direction.
 
     Xu, Wang, Wang & Yao, "FedCM: Federated learning with client-level momentum", arXiv 2106.10874, 2021.
 
         v = α g + (1 − α) Δ_t;   y ← y − η v  (K steps from x_t)
         Δ_{t+1} = Σ_S p_i (x_t − y_{i,K})/(η K_i);   x_{t+1} = x_t + η_g Σ_S p_i (y_{i,K} − x_t)
-
-    Hyperparameters:
-
-    - `fedcm_alpha` (0.1): α, the weight of the client's own gradient (1 gives FedAvg).
-    - `server_lr` (1.0): η_g.
-    - `participation` (1.0), `participation_mode` (uniform), `aggregation` (uniform): the fraction of clients
-        sampled each round, how (uniform or bernoulli), and their weights p_i (uniform or size) (`ServerAlgorithm`).
     """
-    name = "fedcm"
-    hyperparameters = {**FedAvg.hyperparameters, "fedcm_alpha": 0.1}
+    card = BUILTINS["fedcm"].card
     downlink = 2  # x_t and Δ_t
-    local_optimizers = ("sgd",)  # Δ_t is normalized by η K: SGD steps
-    byzantine = False  # the server's momentum Δ_t is sent to the clients: refused with Byzantine clients
-    dp = False  # the server divides by each client's step count K_i (its data size in epochs mode)
 
-    def __init__(self, ctx: Context, X: torch.Tensor):
+    def __init__(self, ctx: Context[P], X: torch.Tensor):
         super().__init__(ctx, X)
         self.delta = torch.zeros_like(self.x)  # Δ_t
 
@@ -51,7 +45,7 @@ class FedCM(FedAvg):
         part = self.participants(t)
         if part.count == 0:
             return self.skipped()
-        ctx, lr, alpha = self.ctx, self.ctx.lr(t), self.hp["fedcm_alpha"]
+        ctx, lr, alpha = self.ctx, self.ctx.lr(t), self.hp.fedcm_alpha
 
         def blend(g, y, rows):  # v = α g + (1 − α) Δ_t
             return alpha * g + (1 - alpha) * self.delta
@@ -66,23 +60,11 @@ class FedCM(FedAvg):
         return {**super().state(), "delta": self.delta}
 
 
-class MoFedSAM(FedCM):
+class MoFedSAM(FedCM[MoFedSAMParams]):
     """MoFedSAM: FedCM whose local gradient is a SAM gradient (the ascent from the plain gradient).
 
     Qu et al., "Generalized federated learning via sharpness aware minimization", ICML 2022 (MoFedSAM).
 
         v = α SAMGRAD(f_i, y, ρ) + (1 − α) Δ_t;   y ← y − η v;   server as FedCM
-
-    Hyperparameters:
-
-    - `fedcm_alpha` (0.1): α (1 gives FedSAM).
-    - `rho` (0.1): the SAM radius ρ.
-    - `sam` (sam): sam (Foret et al. 2021) or asam (Kwon et al. 2021).
-    - `asam_eta` (0.2), `asam_form` (kwon): ASAM's η and the form of its scale T (`dfl.training.local`).
-    - `rho_schedule` (constant), `rho_ramp_rounds` (0): ρ constant, or ramped linearly over that many rounds.
-    - `server_lr` (1.0): η_g.
-    - `participation` (1.0), `participation_mode` (uniform), `aggregation` (uniform): the fraction of clients
-        sampled each round, how (uniform or bernoulli), and their weights p_i (uniform or size) (`ServerAlgorithm`).
     """
-    name = "mofedsam"
-    hyperparameters = {**FedCM.hyperparameters, "rho": 0.1, **RHO_SCHEDULE_DEFAULTS, **SAM_VARIANT_DEFAULTS}
+    card = BUILTINS["mofedsam"].card

@@ -17,29 +17,22 @@ import torch
 from typing_extensions import override
 
 from dfl.algorithms.base import Context, RoundStats
-from dfl.algorithms.server import SERVER_DEFAULTS, ServerAlgorithm
+from dfl.algorithms.builtin import BUILTINS, FedDynParams
+from dfl.algorithms.server import ServerAlgorithm
 
 
-class FedDyn(ServerAlgorithm):
+class FedDyn(ServerAlgorithm[FedDynParams]):
     """FedDyn: a dynamic linear-plus-quadratic regulariser per client that aligns local and global optima.
 
     Acar et al., "Federated learning based on dynamic regularization", ICLR 2021 (as the authors' code).
 
         θ ← θ − η (g_i(θ) + α (θ − x_t) + α h_i)  (K steps from x_t);   h_i ← h_i + (θ_i − x_t)
         x_{t+1} = Σ_S p_i θ_i + (1/N) Σ_j h_j
-
-    Hyperparameters:
-
-    - `feddyn_alpha` (0.01): α.
-    - `participation` (1.0), `participation_mode` (uniform), `aggregation` (uniform): the fraction of clients
-        sampled each round, how (uniform or bernoulli), and their weights p_i (uniform or size) (`ServerAlgorithm`).
     """
-    name = "feddyn"
-    dp = True  # the server reads only θ_i − x_t (h_i is a sum of them)
-    hyperparameters = {**SERVER_DEFAULTS, "feddyn_alpha": 0.01}
+    card = BUILTINS["feddyn"].card
     client_state = ("h",)  # h_i per client; x is server state
 
-    def __init__(self, ctx: Context, X: torch.Tensor):
+    def __init__(self, ctx: Context[FedDynParams], X: torch.Tensor):
         super().__init__(ctx, X)
         self.h = torch.zeros_like(self.X)  # h_i (rows = local clients)
 
@@ -48,7 +41,7 @@ class FedDyn(ServerAlgorithm):
         part = self.participants(t)
         if part.count == 0:
             return self.skipped()
-        ctx, alpha, r = self.ctx, self.hp["feddyn_alpha"], part.rows
+        ctx, alpha, r = self.ctx, self.hp.feddyn_alpha, part.rows
 
         def dyn(g, y, rows):  # ∇f_i(θ) + α(θ − x_t) + α h_i
             return g + alpha * (y - self.x + self.h[rows])

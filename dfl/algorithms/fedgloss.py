@@ -27,11 +27,12 @@ from __future__ import annotations
 import torch
 from typing_extensions import override
 
-from dfl.algorithms.base import SAM_VARIANT_DEFAULTS, Context, RoundStats
-from dfl.algorithms.server import SERVER_DEFAULTS, ServerAlgorithm
+from dfl.algorithms.base import Context, RoundStats
+from dfl.algorithms.builtin import BUILTINS, FedGLoSSParams
+from dfl.algorithms.server import ServerAlgorithm
 
 
-class FedGLoSS(ServerAlgorithm):
+class FedGLoSS(ServerAlgorithm[FedGLoSSParams]):
     """FedGLoSS: server SAM from the previous pseudo-gradient, with FedDyn/ADMM-style client regularisation.
 
     Caldarola, Cagnasso, Caputo & Ciccone, "Beyond local sharpness: communication-efficient global sharpness-aware
@@ -39,29 +40,11 @@ class FedGLoSS(ServerAlgorithm):
 
         w̃ = w + ρ Δ̃_prev/‖Δ̃_prev‖;   w_k ← w_k − η [SAMGRAD(f_k, w_k, ρ_l) − σ_k + (w_k − w̃)/β]
         σ ← σ − (1/(βN)) Σ_S (w_k − w̃);   Δ̃ = Σ_S p_k (w̃ − w_k);   w ← w − η_g Δ̃ − β σ
-
-    Hyperparameters:
-
-    - `server_rho` (0.15): the server radius ρ.
-    - `fedgloss_beta` (10.0): β, the ADMM penalty (α = 1/β of FedDyn).
-    - `rho` (0.15): the SAM radius ρ.
-    - `sam` (sam): sam (Foret et al. 2021) or asam (Kwon et al. 2021).
-    - `asam_eta` (0.2), `asam_form` (kwon): ASAM's η and the form of its scale T (`dfl.training.local`).
-    - `rho_schedule` (linear), `rho_ramp_rounds` (0): ρ constant, or ramped linearly over that many rounds.
-      `rho` is the client radius ρ_l; the linear ramp (over `rho_ramp_rounds` > 1) applies to both radii.
-    - `server_lr` (1.0): η_g.
-    - `participation` (1.0), `participation_mode` (uniform), `aggregation` (uniform): the fraction of clients
-        sampled each round, how (uniform or bernoulli), and their weights p_i (uniform or size) (`ServerAlgorithm`).
     """
-    name = "fedgloss"
-    dp = True  # the server reads only w_k − w̃ (σ_k is a sum of them)
-    hyperparameters = {
-        **SERVER_DEFAULTS, "server_lr": 1.0, "rho": 0.15, **SAM_VARIANT_DEFAULTS,
-        "server_rho": 0.15, "fedgloss_beta": 10.0, "rho_schedule": "linear", "rho_ramp_rounds": 0,
-    }
+    card = BUILTINS["fedgloss"].card
     client_state = ("sigma_k",)  # per-client σ_k; σ and Δ̃_prev are server state
 
-    def __init__(self, ctx: Context, X: torch.Tensor):
+    def __init__(self, ctx: Context[FedGLoSSParams], X: torch.Tensor):
         super().__init__(ctx, X)
         self.sigma = torch.zeros_like(self.x)  # server σ
         self.delta_prev = torch.zeros_like(self.x)  # Δ̃_prev
@@ -72,11 +55,11 @@ class FedGLoSS(ServerAlgorithm):
         part = self.participants(t)
         if part.count == 0:
             return self.skipped()
-        ctx, beta, r = self.ctx, self.hp["fedgloss_beta"], part.rows
+        ctx, beta, r = self.ctx, self.hp.fedgloss_beta, part.rows
         # 1. server ascent along the previous pseudo-gradient: one vector, the paper's step without an ε in the
         # norm, so it is not the clients' per-row SAM point (dfl.training.local.sam_point)
         norm = float(self.delta_prev.norm())
-        rho = ctx.rho(t, self.hp["server_rho"])
+        rho = ctx.rho(t, self.hp.server_rho)
         w_tilde = self.x + rho * self.delta_prev / norm if norm > 0 and rho > 0 else self.x
         start = w_tilde.expand_as(self.X).clone()
 
@@ -91,7 +74,7 @@ class FedGLoSS(ServerAlgorithm):
         moved = self.aggregate(local.Y[r] - w_tilde, torch.ones_like(r, dtype=self.x.dtype))  # Σ_S (w_k − w̃)
         self.sigma = self.sigma - moved / (beta * ctx.comm.num_clients)
         delta = self.aggregate(w_tilde - local.Y, part.weights)  # Δ̃ = Σ_S p_k (w̃ − w_k)
-        self.broadcast(self.x - self.hp["server_lr"] * delta - beta * self.sigma)
+        self.broadcast(self.x - self.hp.server_lr * delta - beta * self.sigma)
         self.delta_prev = delta
         return self.stats(local.loss, part)
 

@@ -25,25 +25,26 @@ Communication: the model down, the model up (as FedAvg); the moments stay at the
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import TypeVar
 
 import torch
 from typing_extensions import override
 
 from dfl.algorithms.base import Context, RoundStats
-from dfl.algorithms.builtin import check_fedopt_form
+from dfl.algorithms.builtin import BUILTINS, FedAdamParams, FedOptParams
 from dfl.algorithms.fedavg import FedAvg
-from dfl.algorithms.server import SERVER_DEFAULTS
 from dfl.training.adam import adam_direction
 from dfl.training.local import LocalRule
 
+P = TypeVar("P", bound=FedOptParams)
 
-class FedOpt(FedAvg):
+
+class FedOpt(FedAvg[P]):
     """The adaptive server rule shared by FedAdagrad, FedAdam and FedYogi (subclasses define `second_moment`)."""
 
-    def __init__(self, ctx: Context, X: torch.Tensor):
+    def __init__(self, ctx: Context[P], X: torch.Tensor):
         super().__init__(ctx, X)
-        form, tau = self.hp["fedopt_form"], self.hp["server_tau"]
+        form, tau = self.hp.fedopt_form, self.hp.server_tau
         self.m = torch.zeros_like(self.x)  # m_{−1} = 0
         self.v = torch.full_like(self.x, tau**2) if form == "paper" else torch.zeros_like(self.x)  # v_{−1}
         if form == "torch":  # torch.optim.Adam's step count k, a [1] tensor as `adam_direction` keeps it per row
@@ -62,11 +63,9 @@ class FedOpt(FedAvg):
     def server_step_of(self, delta: torch.Tensor, t: int) -> torch.Tensor:
         """The server's step x_{t+1} − x_t from the pseudo-gradient Δ_t, updating the moments."""
         hp = self.hp
-        eta, beta1, tau = hp["server_lr"], hp["server_beta1"], hp["server_tau"]
-        if hp["fedopt_form"] == "torch":  # torch's Adam on −Δ_t: its direction is odd in the gradient, so feed Δ_t
-            rule = LocalRule(optimizer="adam", adam_betas=(beta1, hp["server_beta2"]), adam_eps=tau)
-            return eta * adam_direction(delta[None], self.x[None], rule, self.m[None], self.v[None],
-                                        self.server_steps)[0]
+        beta1, tau = hp.server_beta1, hp.server_tau
+        if hp.fedopt_form == "torch":
+            return self.torch_step(delta)
         self.m = beta1 * self.m + (1 - beta1) * delta  # m_t = β1 m_{t−1} + (1 − β1) Δ_t
         self.v = self.second_moment(self.v, delta * delta)  # v_t
         return self.step_size(t) * self.m / (self.v.sqrt() + tau)  # η m_t / (√v_t + τ)
@@ -77,15 +76,19 @@ class FedOpt(FedAvg):
 
     def step_size(self, t: int) -> float:
         """η of round t (FedAdam's Flower form overrides it)."""
-        return self.hp["server_lr"]
+        return self.hp.server_lr
+
+    def torch_step(self, delta: torch.Tensor) -> torch.Tensor:
+        """The server's step by torch.optim.Adam (fedopt_form = torch: FedAdam only, which overrides it)."""
+        raise NotImplementedError("fedopt_form = torch applies to fedadam only")
 
     @override
     def state(self) -> dict[str, torch.Tensor]:
-        steps = {"server_steps": self.server_steps} if self.hp["fedopt_form"] == "torch" else {}
+        steps = {"server_steps": self.server_steps} if self.hp.fedopt_form == "torch" else {}
         return {**super().state(), "m": self.m, "v": self.v, **steps}
 
 
-class FedAdagrad(FedOpt):
+class FedAdagrad(FedOpt[FedOptParams]):
     """FedAdagrad: Adagrad at the server on the clients' mean update (the pseudo-gradient).
 
     Reddi, Charles, Zaheer, Garrett, Rush, Konečný, Kumar & McMahan, "Adaptive federated optimization", ICLR 2021,
@@ -93,70 +96,49 @@ class FedAdagrad(FedOpt):
 
         Δ_t = Σ_S p_i (y_{i,K} − x_t);   m_t = β1 m_{t−1} + (1 − β1) Δ_t;   v_t = v_{t−1} + Δ_t²;
         x_{t+1} = x_t + η m_t / (√v_t + τ)   (v_{−1} = τ²)
-
-    Hyperparameters:
-
-    - `server_lr` (0.1): η, the server step (the paper's best for CIFAR-10, 10^-1; it tunes η per task).
-    - `server_beta1` (0.0): β1. 0, no momentum: the authors' runs used Keras's Adagrad, which has none, and Flower's
-      FedAdagrad fixes 0; β1 > 0 is Algorithm 2's momentum line.
-    - `server_tau` (0.001): τ, the adaptivity (the authors' recommended 10^-3).
-    - `fedopt_form` (paper): paper (v_{−1} = τ²) or flower (v_{−1} = 0, Flower's FedAdagrad).
-    - `participation` (1.0), `participation_mode` (uniform), `aggregation` (uniform): the fraction of clients
-        sampled each round, how (uniform or bernoulli), and their weights p_i (uniform or size) (`ServerAlgorithm`).
     """
 
-    name = "fedadagrad"
-    hyperparameters = {**SERVER_DEFAULTS, "server_lr": 0.1, "server_beta1": 0.0, "server_tau": 1e-3,
-                       "fedopt_form": "paper"}
-
-    @classmethod
-    @override
-    def check_hyperparameters(cls, hp: dict[str, Any]) -> None:
-        check_fedopt_form(hp)  # torch-free, so that validation reads it from the card without importing this module
+    card = BUILTINS["fedadagrad"].card
 
     @override
     def second_moment(self, v: torch.Tensor, square: torch.Tensor) -> torch.Tensor:
         return v + square  # v_t = v_{t−1} + Δ_t²
 
 
-class FedAdam(FedOpt):
+class FedAdam(FedOpt[FedAdamParams]):
     """FedAdam: Adam at the server on the clients' mean update, without bias correction (the paper's form).
 
     Reddi, Charles, Zaheer, Garrett, Rush, Konečný, Kumar & McMahan, "Adaptive federated optimization", ICLR 2021,
     Algorithm 2.
 
         m_t = β1 m_{t−1} + (1 − β1) Δ_t;   v_t = β2 v_{t−1} + (1 − β2) Δ_t²;   x_{t+1} = x_t + η m_t / (√v_t + τ)
-
-    Hyperparameters:
-
-    - `server_lr` (0.01): η, the server step (the paper's best for CIFAR-10, 10^-2; it tunes η per task).
-    - `server_beta1` (0.9), `server_beta2` (0.99): β1, β2 (the paper's values).
-    - `server_tau` (0.001): τ, the adaptivity (the authors' recommended 10^-3).
-    - `fedopt_form` (paper): paper (v_{−1} = τ², no bias correction), flower (Flower's bias-corrected step, v_{−1} = 0)
-      or torch (torch.optim.Adam, as pfl-research).
-    - `participation` (1.0), `participation_mode` (uniform), `aggregation` (uniform): the fraction of clients
-        sampled each round, how (uniform or bernoulli), and their weights p_i (uniform or size) (`ServerAlgorithm`).
     """
 
-    name = "fedadam"
-    hyperparameters = {**SERVER_DEFAULTS, "server_lr": 0.01, "server_beta1": 0.9, "server_beta2": 0.99,
-                       "server_tau": 1e-3, "fedopt_form": "paper"}
+    card = BUILTINS["fedadam"].card
 
     @override
     def second_moment(self, v: torch.Tensor, square: torch.Tensor) -> torch.Tensor:
-        beta2 = self.hp["server_beta2"]
+        beta2 = self.hp.server_beta2
         return beta2 * v + (1 - beta2) * square  # v_t = β2 v_{t−1} + (1 − β2) Δ_t²
 
     @override
     def step_size(self, t: int) -> float:
         hp = self.hp
-        if hp["fedopt_form"] != "flower":
-            return hp["server_lr"]
+        if hp.fedopt_form != "flower":
+            return hp.server_lr
         power = t + 2  # Flower's server_round + 1, its rounds counted from 1
-        return hp["server_lr"] * math.sqrt(1 - hp["server_beta2"] ** power) / (1 - hp["server_beta1"] ** power)
+        return hp.server_lr * math.sqrt(1 - hp.server_beta2 ** power) / (1 - hp.server_beta1 ** power)
+
+    @override
+    def torch_step(self, delta: torch.Tensor) -> torch.Tensor:
+        # torch's Adam on −Δ_t: its direction is odd in the gradient, so feed Δ_t
+        hp = self.hp
+        rule = LocalRule(optimizer="adam", adam_betas=(hp.server_beta1, hp.server_beta2), adam_eps=hp.server_tau)
+        return hp.server_lr * adam_direction(delta[None], self.x[None], rule, self.m[None], self.v[None],
+                                             self.server_steps)[0]
 
 
-class FedYogi(FedOpt):
+class FedYogi(FedOpt[FedAdamParams]):
     """FedYogi: Yogi at the server on the clients' mean update (v moves additively toward Δ²).
 
     Reddi, Charles, Zaheer, Garrett, Rush, Konečný, Kumar & McMahan, "Adaptive federated optimization", ICLR 2021,
@@ -164,25 +146,10 @@ class FedYogi(FedOpt):
 
         m_t = β1 m_{t−1} + (1 − β1) Δ_t;   v_t = v_{t−1} − (1 − β2) Δ_t² sign(v_{t−1} − Δ_t²);
         x_{t+1} = x_t + η m_t / (√v_t + τ)
-
-    Hyperparameters:
-
-    - `server_lr` (0.01): η, the server step (the paper's best for CIFAR-10, 10^-2; it tunes η per task).
-    - `server_beta1` (0.9), `server_beta2` (0.99): β1, β2 (the paper's values).
-    - `server_tau` (0.001): τ, the adaptivity (the authors' recommended 10^-3).
-    - `fedopt_form` (paper): paper (v_{−1} = τ²) or flower (v_{−1} = 0, Flower's FedYogi).
-    - `participation` (1.0), `participation_mode` (uniform), `aggregation` (uniform): the fraction of clients
-        sampled each round, how (uniform or bernoulli), and their weights p_i (uniform or size) (`ServerAlgorithm`).
     """
 
-    name = "fedyogi"
-    hyperparameters = {**FedAdam.hyperparameters}
-
-    @classmethod
-    @override
-    def check_hyperparameters(cls, hp: dict[str, Any]) -> None:
-        check_fedopt_form(hp)  # torch-free, so that validation reads it from the card without importing this module
+    card = BUILTINS["fedyogi"].card
 
     @override
     def second_moment(self, v: torch.Tensor, square: torch.Tensor) -> torch.Tensor:
-        return v - (1 - self.hp["server_beta2"]) * square * torch.sign(v - square)  # Yogi's additive step
+        return v - (1 - self.hp.server_beta2) * square * torch.sign(v - square)  # Yogi's additive step

@@ -14,30 +14,21 @@ from __future__ import annotations
 
 from typing_extensions import override
 
+from dfl.algorithms.builtin import BUILTINS, FedProxParams
 from dfl.algorithms.fedavg import FedAvg
 from dfl.training.local import Proximal
 
 
-class FedProx(FedAvg):
+class FedProx(FedAvg[FedProxParams]):
     """FedProx: local steps on the loss plus the proximal term μ/2‖y − x_t‖², FedAvg at the server.
 
     Li, Sahu, Zaheer, Sanjabi, Talwalkar & Smith, "Federated optimization in heterogeneous networks", MLSys 2020,
     Algorithm 2.
 
         y ← y − η (g_i(y) + μ (y − x_t))  (K steps from x_t);   x_{t+1} = x_t + η_g Σ_S p_i (y_{i,K} − x_t)
-
-    Hyperparameters:
-
-    - `prox_mu` (0.01): μ, the proximal coefficient (0 gives FedAvg). 0.01 is the default of the authors'
-      optimizer (PerturbedGradientDescent) and the middle of the grid their README tunes, {0.001, 0.01, 0.1, 0.5, 1}.
-    - `server_lr` (1.0): η_g (1 is plain averaging).
-    - `participation` (1.0), `participation_mode` (uniform), `aggregation` (uniform): the fraction of clients
-        sampled each round, how (uniform or bernoulli), and their weights p_i (uniform or size) (`ServerAlgorithm`).
-        The authors' code samples uniformly and weighs by sample count: aggregation = size.
     """
 
-    name = "fedprox"
-    hyperparameters = {**FedAvg.hyperparameters, "prox_mu": 0.01}
+    card = BUILTINS["fedprox"].card
 
     @override
     def local(self, t: int, part):
@@ -47,4 +38,4 @@ class FedProx(FedAvg):
         # mean and may differ by a rounding): the term is exactly 0 at the first step, as under Adam's scale-free
         # step a rounding of y − x_t on a coordinate without gradient would be a full step
         return ctx.trainer.train(self.X, t, ctx.lr(t), ctx.rule(t), rows=part.rows, adam=self.optimizer_state,
-                                 proximal=Proximal(self.hp["prox_mu"], self.X))  # ∇h_i(y) = g_i(y) + μ (y − x_t)
+                                 proximal=Proximal(self.hp.prox_mu, self.X))  # ∇h_i(y) = g_i(y) + μ (y − x_t)

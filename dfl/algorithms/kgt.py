@@ -32,18 +32,14 @@ Hyperparameters:
 
 from __future__ import annotations
 
-from typing import Any
-
 import torch
 from typing_extensions import override
 
-from dfl.algorithms.base import RHO_SCHEDULE_DEFAULTS, SAM_VARIANT_DEFAULTS, Algorithm, Context, RoundStats
-from dfl.algorithms.builtin import check_kgt
-
-SAM_OPTIONS = {**RHO_SCHEDULE_DEFAULTS, **SAM_VARIANT_DEFAULTS}
+from dfl.algorithms.base import Algorithm, Context, RoundStats
+from dfl.algorithms.builtin import BUILTINS, KGTParams
 
 
-class KGT(Algorithm):
+class KGT(Algorithm[KGTParams]):
     """K-GT: K local steps corrected by a tracked average gradient, then gossip of models and updates.
 
     Liu, Lin, Koloskova & Stich, "Decentralized gradient tracking with local steps", Optim. Methods Softw. 2024,
@@ -51,33 +47,18 @@ class KGT(Algorithm):
 
         z ← z − η (∇F_i(z) + c_i)  (K steps from x_i);   Δ = x − z
         c ← c − Δ/(Kη) + W Δ/(Kη);   X ← W (X − η_s Δ)
-
-    Hyperparameters:
-
-    - `outer_lr` (1.0): η_s, the step on the mixed models (an algorithm option: `--algorithm-options outer_lr=0.5`).
-    - `rho` (0.0): the SAM radius ρ.
-    - `sam` (sam): sam (Foret et al. 2021) or asam (Kwon et al. 2021).
-    - `asam_eta` (0.2), `asam_form` (kwon): ASAM's η and the form of its scale T (`dfl.training.local`).
-    - `rho_schedule` (constant), `rho_ramp_rounds` (0): ρ constant, or ramped linearly over that many rounds.
     """
 
-    name = "kgt"
-    hyperparameters = {"rho": 0.0, **SAM_OPTIONS, "outer_lr": 1.0}
+    card = BUILTINS["kgt"].card
     client_state = ("correction",)
-    compression = False  # each round gossips [X − η_s Δ, Δ/(Kη)]: CHOCO's one public copy cannot carry the second
 
-    def __init__(self, ctx: Context, X: torch.Tensor):
+    def __init__(self, ctx: Context[KGTParams], X: torch.Tensor):
         super().__init__(ctx, X)
         self.correction = torch.zeros_like(X)  # c_i^0 = 0
 
     @override
-    @classmethod
-    def check_hyperparameters(cls, hp: dict[str, Any]) -> None:
-        check_kgt(hp)  # torch-free, so that validation reads it from the card without importing this module
-
-    @override
     def round(self, t: int) -> RoundStats:
-        ctx, eta_c, eta_s = self.ctx, self.ctx.lr(t), self.ctx.hp["outer_lr"]
+        ctx, eta_c, eta_s = self.ctx, self.ctx.lr(t), self.ctx.hp.outer_lr
 
         def correct(g, y, rows):  # ∇F_i(z; ξ) + c_i
             return g + self.correction[rows]
@@ -101,15 +82,6 @@ class KGTSAM(KGT):
     """K-GT-SAM: K-GT whose corrected local steps are SAM steps.
 
     K-GT (Liu et al. 2024, Algorithm 1) with ∇F_i replaced by SAMGRAD(f_i, z, ρ) (Foret et al. 2021).
-
-    Hyperparameters:
-
-    - `outer_lr` (1.0): η_s, the step on the mixed models (an algorithm option).
-    - `rho` (0.01): the SAM radius ρ.
-    - `sam` (sam): sam (Foret et al. 2021) or asam (Kwon et al. 2021).
-    - `asam_eta` (0.2), `asam_form` (kwon): ASAM's η and the form of its scale T (`dfl.training.local`).
-    - `rho_schedule` (constant), `rho_ramp_rounds` (0): ρ constant, or ramped linearly over that many rounds.
     """
 
-    name = "kgt-sam"
-    hyperparameters = {"rho": 0.01, **SAM_OPTIONS, "outer_lr": 1.0}
+    card = BUILTINS["kgt-sam"].card

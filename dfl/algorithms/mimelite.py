@@ -19,11 +19,12 @@ import torch
 from typing_extensions import override
 
 from dfl.algorithms.base import RoundStats
+from dfl.algorithms.builtin import BUILTINS, ServerMomentumParams
 from dfl.algorithms.fedavg import FedAvg
 from dfl.data.sampler import RoundSchedule
 
 
-class MimeLite(FedAvg):
+class MimeLite(FedAvg[ServerMomentumParams]):
     """MimeLite: local steps that apply the server's frozen momentum, updated from full-batch gradients.
 
     Karimireddy et al., "Breaking the centralized barrier for cross-device federated learning", NeurIPS 2021
@@ -31,20 +32,9 @@ class MimeLite(FedAvg):
 
         c_i = ∇f_i(x);   y ← y − η ((1 − β) g_i(y) + β m)  (K steps);   x ← x + η_g Σ_S p_i (y_K − x)
         m ← (1 − β) Σ_S p_i c_i + β m
-
-    Hyperparameters:
-
-    - `server_momentum` (0.9): β (0 gives FedAvg).
-    - `server_lr` (1.0): η_g.
-    - `participation` (1.0), `participation_mode` (uniform), `aggregation` (uniform): the fraction of clients
-        sampled each round, how (uniform or bernoulli), and their weights p_i (uniform or size) (`ServerAlgorithm`).
     """
-    name = "mimelite"
-    hyperparameters = {**FedAvg.hyperparameters, "server_momentum": 0.9}
+    card = BUILTINS["mimelite"].card
     uplink = downlink = 2
-    local_optimizers = ("sgd",)  # the server momentum replaces local optimizer state
-    byzantine = False  # full-batch gradients feed the server momentum: refused with Byzantine clients
-    dp = False  # clients send full-batch gradients at x_t besides their models
 
     def __init__(self, ctx, X):
         super().__init__(ctx, X)
@@ -55,7 +45,7 @@ class MimeLite(FedAvg):
         part = self.participants(t)
         if part.count == 0:
             return self.skipped()
-        ctx, beta = self.ctx, self.hp["server_momentum"]
+        ctx, beta = self.ctx, self.hp.server_momentum
         c = self.full_gradients(t, part.rows)  # c_i = ∇f_i(x_t)
 
         def mime(g, y, rows):  # (1 − β) g + β m

@@ -12,35 +12,29 @@ Server:
 
 from __future__ import annotations
 
+from typing import TypeVar
+
 import torch
 from typing_extensions import override
 
 from dfl.algorithms.base import Context
+from dfl.algorithms.builtin import BUILTINS, LocalMomentumParams, LocalServerMomentumParams
 from dfl.algorithms.fedavg import FedAvg
 
+P = TypeVar("P", bound=LocalMomentumParams)
 
-class FedAvgLM(FedAvg):
+
+class FedAvgLM(FedAvg[P]):
     """FedAvgLM: local heavy-ball SGD whose buffer is averaged at the server and sent back each round.
 
     Yu, Jin & Yang, "On the linear speedup analysis of communication efficient momentum SGD", ICML 2019.
 
         u ← μ u + g_i(y);  y ← y − η u  (u from the averaged u_t);   u_{t+1} = Σ_S p_i u_{i,K}
-
-    Hyperparameters:
-
-    - `momentum` (0.9): μ.
-    - `server_lr` (1.0): η_g.
-    - `participation` (1.0), `participation_mode` (uniform), `aggregation` (uniform): the fraction of clients
-        sampled each round, how (uniform or bernoulli), and their weights p_i (uniform or size) (`ServerAlgorithm`).
     """
-    name = "fedavglm"
-    hyperparameters = {**FedAvg.hyperparameters, "momentum": 0.9}
+    card = BUILTINS["fedavglm"].card
     reset = False  # -Z variants start every round from u = 0
-    local_optimizers = ("sgd",)  # local heavy-ball momentum by definition
-    byzantine = False  # momentum buffers are aggregated too: refused with Byzantine clients
-    dp = False  # the server averages the clients' momentum buffers, which no clipping bounds
 
-    def __init__(self, ctx: Context, X: torch.Tensor):
+    def __init__(self, ctx: Context[P], X: torch.Tensor):
         super().__init__(ctx, X)
         if not self.reset:
             self.u = torch.zeros_like(self.x)  # u_t, the averaged local momentum buffer
@@ -66,37 +60,21 @@ class FedAvgLMZ(FedAvgLM):
     The local-momentum baseline of Xu & Huang, "Coordinating momenta for cross-silo federated learning", AAAI 2022.
 
         u ← μ u + g_i(y);  y ← y − η u  (u = 0 at the start of each round);   x_{t+1} = x_t + η_g Σ_S p_i Δ_i
-
-    Hyperparameters:
-
-    - `momentum` (0.9): μ.
-    - `server_lr` (1.0): η_g.
-    - `participation` (1.0), `participation_mode` (uniform), `aggregation` (uniform): the fraction of clients
-        sampled each round, how (uniform or bernoulli), and their weights p_i (uniform or size) (`ServerAlgorithm`).
     """
-    name = "fedavglm-z"
+    card = BUILTINS["fedavglm-z"].card
     reset = True
 
 
-class FedAvgSLM(FedAvgLM):
+class FedAvgSLM(FedAvgLM[LocalServerMomentumParams]):
     """FedAvgSLM: local momentum (buffer averaged across rounds) and server momentum on the normalized update.
 
     The double-momentum baseline of Xu & Huang, "Coordinating momenta for cross-silo federated learning", AAAI 2022.
 
         d_t = Σ_S p_i (x_t − y_{i,K})/(η K_i);   m ← β m + d_t;   x_{t+1} = x_t − η_g η K̄ m
-
-    Hyperparameters:
-
-    - `momentum` (0.9): the local μ.
-    - `server_momentum` (0.9): the server's β.
-    - `server_lr` (1.0): η_g.
-    - `participation` (1.0), `participation_mode` (uniform), `aggregation` (uniform): the fraction of clients
-        sampled each round, how (uniform or bernoulli), and their weights p_i (uniform or size) (`ServerAlgorithm`).
     """
-    name = "fedavgslm"
-    hyperparameters = {**FedAvgLM.hyperparameters, "server_momentum": 0.9}
+    card = BUILTINS["fedavgslm"].card
 
-    def __init__(self, ctx: Context, X: torch.Tensor):
+    def __init__(self, ctx: Context[LocalServerMomentumParams], X: torch.Tensor):
         super().__init__(ctx, X)
         self.m = torch.zeros_like(self.x)
 
@@ -108,8 +86,8 @@ class FedAvgSLM(FedAvgLM):
         lr = self.ctx.lr(t)
         local = self.local(t, part)
         d, K = self.pseudo_gradient(local.Y, local.steps, lr, part)  # d_t, K̄
-        self.m = self.hp["server_momentum"] * self.m + d  # m ← β m + d_t
-        self.broadcast(self.x - self.hp["server_lr"] * lr * K * self.m)  # x_{t+1} = x_t − η_g η K̄ m
+        self.m = self.hp.server_momentum * self.m + d  # m ← β m + d_t
+        self.broadcast(self.x - self.hp.server_lr * lr * K * self.m)  # x_{t+1} = x_t − η_g η K̄ m
         return self.stats(local.loss, part)
 
     @override
@@ -123,14 +101,6 @@ class FedAvgSLMZ(FedAvgSLM):
     The double-momentum baseline of Xu & Huang, "Coordinating momenta for cross-silo federated learning", AAAI 2022.
 
         u = 0 each round;   d_t = Σ_S p_i (x_t − y_{i,K})/(η K_i);   m ← β m + d_t;   x_{t+1} = x_t − η_g η K̄ m
-
-    Hyperparameters:
-
-    - `momentum` (0.9): the local μ.
-    - `server_momentum` (0.9): the server's β.
-    - `server_lr` (1.0): η_g.
-    - `participation` (1.0), `participation_mode` (uniform), `aggregation` (uniform): the fraction of clients
-        sampled each round, how (uniform or bernoulli), and their weights p_i (uniform or size) (`ServerAlgorithm`).
     """
-    name = "fedavgslm-z"
+    card = BUILTINS["fedavgslm-z"].card
     reset = True

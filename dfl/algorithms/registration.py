@@ -1,30 +1,28 @@
-"""What registering an algorithm checks, and its options (`Config.algorithm_options`) checked against its defaults.
+"""What registering an algorithm checks, and its hyperparameters resolved and checked against its card's specs.
 
-An algorithm declares every hyperparameter it reads in `hyperparameters` (name → default). The names in
-`HYPERPARAMETERS` are Config fields shared by several algorithms (`--rho`, `--momentum`, ...); every other name
-is an *algorithm option*, set through `Config.algorithm_options` and checked here: an unknown key is an error
-naming the algorithm and its options, and a value must have its default's type (an int is accepted for a
-float default; a None default accepts anything). An algorithm may refine this with a `check_hyperparameters`
-classmethod (ranges, combinations), which sees the resolved values and raises ValueError.
+An algorithm's card (`dfl.algorithms.spec.AlgorithmCard`) declares every hyperparameter it reads, typed, with its
+default (`Hyperparameters`). The names in `HYPERPARAMETERS` are Config fields shared by several algorithms (`--rho`,
+`--momentum`, ...); every other name is an *algorithm option*, set through `Config.algorithm_options` and checked
+here: an unknown key is an error naming the algorithm and its options, a value must have its declared type (an int
+is accepted for a float; a None default accepts anything) and be among its `choices` or inside its `interval`. A
+card's `check` (a plug-in's `check_hyperparameters` classmethod) refines this with rules between the resolved
+values, raising ValueError.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import keyword
 import math
 from dataclasses import fields
 from typing import Any
 
+from dfl.algorithms.spec import HYPERPARAMETERS, RESERVED, AlgorithmCard, Hyperparameters
 from dfl.config import Config
 from dfl.errors import ArgumentError
 
-# Config fields that only some algorithms read (None in the Config = the algorithm's default).
-HYPERPARAMETERS: tuple[str, ...] = (
-    "rho", "rho_schedule", "rho_ramp_rounds", "sam", "asam_eta", "asam_form", "momentum", "gossip_steps")
-HYPERPARAMETERS += (  # centralized algorithms
-    "participation", "participation_mode", "aggregation", "server_lr", "server_momentum", "fedcm_alpha",
-    "domo_alpha", "feddyn_alpha", "fedgloss_beta", "server_rho", "prox_mu", "server_beta1", "server_beta2",
-    "server_tau", "fedopt_form",
-)
+__all__ = ["HYPERPARAMETERS", "check_algorithm", "option_defaults", "resolve", "resolve_options"]
+
 _CONFIG_FIELDS = frozenset(f.name for f in fields(Config))
 
 
@@ -37,16 +35,29 @@ def check_algorithm(name: str, cls: Any) -> None:
         raise ArgumentError(f"{where} must be a subclass of dfl.algorithms.Algorithm, got {cls!r}")
     if cls.round is Algorithm.round:
         raise ArgumentError(f"{where} must define round(self, t) -> RoundStats")
-    hp = cls.hyperparameters
-    if not isinstance(hp, dict):
-        raise ArgumentError(f"{where}: hyperparameters must be a dict of name -> default, got {hp!r}")
-    for key in hp:
-        if not isinstance(key, str) or not key.isidentifier():
+    card = cls.card
+    if not isinstance(card, AlgorithmCard):
+        raise ArgumentError(f"{where}: card must be a dfl.algorithms.AlgorithmCard, got {card!r}")
+    hp = card.hyperparameters
+    if isinstance(hp, dict):  # a declaration no Hyperparameters class could be made of (`base.card_of`)
+        names = list(hp)
+    elif isinstance(hp, type) and issubclass(hp, Hyperparameters):
+        names = list(hp.defaults())
+    else:
+        raise ArgumentError(f"{where}: hyperparameters must be a dict of name -> default (or a "
+                            f"dfl.algorithms.Hyperparameters class), got {hp!r}")
+    for key in names:
+        if not isinstance(key, str) or not key.isidentifier() or keyword.iskeyword(key):
             raise ArgumentError(f"{where}: hyperparameter names must be identifiers (they are TOML keys and "
                                 f"--algorithm-options keys), got {key!r}")
         if key in _CONFIG_FIELDS and key not in HYPERPARAMETERS:
             raise ArgumentError(f"{where}: hyperparameter {key!r} is a Config field that algorithms do not own "
                                 f"(read it from ctx.config.{key}); rename the option")
+        if key in RESERVED:
+            raise ArgumentError(f"{where}: hyperparameter {key!r} is a method of ctx.hp (a read-only mapping); "
+                                "rename the option")
+    if isinstance(hp, dict):
+        raise ArgumentError(f"{where}: hyperparameters {hp!r} cannot be made the fields of ctx.hp; rename them")
     if not isinstance(cls.client_state, tuple) or not all(isinstance(k, str) for k in cls.client_state):
         raise ArgumentError(f"{where}: client_state must be a tuple of state() keys, got {cls.client_state!r}")
     declared = cls.__dict__.get("name")
@@ -55,19 +66,16 @@ def check_algorithm(name: str, cls: Any) -> None:
     cls.name = name
 
 
-def option_defaults(cls: Any) -> dict[str, Any]:
-    """The algorithm options of `cls` with their defaults.
-
-    `cls` is an algorithm class or its card; its options are the hyperparameters that are not Config fields.
-    """
-    return {k: v for k, v in cls.hyperparameters.items() if k not in HYPERPARAMETERS}
+def option_defaults(card: AlgorithmCard) -> dict[str, Any]:
+    """The algorithm options of `card` with their defaults: its hyperparameters that are not Config fields."""
+    return {k: v for k, v in card.defaults().items() if k not in HYPERPARAMETERS}
 
 
-def resolve_options(algorithm: str, cls: Any, options: dict[str, Any]) -> dict[str, Any]:
-    """`options` checked against the defaults of `cls` (ValueError naming the key and the allowed keys)."""
+def resolve_options(algorithm: str, card: AlgorithmCard, options: dict[str, Any]) -> dict[str, Any]:
+    """`options` checked against the specs of `card` (ValueError naming the key and the allowed keys)."""
     if not isinstance(options, dict):
         raise ValueError(f"algorithm_options must be a table of key = value, got {options!r}")
-    defaults = option_defaults(cls)
+    defaults = option_defaults(card)
     allowed = ", ".join(f"{k} (default {v!r})" for k, v in defaults.items())
     resolved = {}
     for key, value in options.items():
@@ -79,6 +87,32 @@ def resolve_options(algorithm: str, cls: Any, options: dict[str, Any]) -> dict[s
             raise ValueError(f"algorithm_options: unknown key {key!r} for algorithm {algorithm!r}; {takes}")
         resolved[key] = _typed(f"algorithm_options.{key}", value, defaults[key])
     return resolved
+
+
+def resolve(config: Config, card: AlgorithmCard) -> Hyperparameters:
+    """The frozen hyperparameters a run of `config` uses with `card`: its defaults ← set Config fields ← options.
+
+    Every algorithm option's value is checked against its spec (choices, interval), then the card's own `check`
+    runs. ValueError naming the option otherwise.
+    """
+    values = card.defaults()
+    values.update({name: getattr(config, name) for name in HYPERPARAMETERS
+                   if name in values and getattr(config, name) is not None})
+    values.update(resolve_options(config.algorithm, card, config.algorithm_options))
+    if "momentum" in values and config.local_optimizer != "sgd":  # SGD's heavy ball: Adam/AdamW have their own
+        values["momentum"] = 0.0  # what applies (`Context.rule`), so summary.json records it; a set momentum is refused
+    for spec in card.specs():
+        if not spec.config_field:
+            spec.check(values[spec.name])
+    hp = card.hyperparameters(**values)
+    if card.check is not None:
+        card.check(hp)
+    return hp
+
+
+def replace(hp: Hyperparameters, **changes: Any) -> Hyperparameters:
+    """A copy of `hp` with `changes` (it is frozen)."""
+    return dataclasses.replace(hp, **changes)
 
 
 def _typed(where: str, value: Any, default: Any) -> Any:

@@ -18,10 +18,11 @@ import torch
 from typing_extensions import override
 
 from dfl.algorithms.base import Context, RoundStats
+from dfl.algorithms.builtin import BUILTINS, FedAvgParams
 from dfl.algorithms.fedavg import FedAvg
 
 
-class Scaffold(FedAvg):
+class Scaffold(FedAvg[FedAvgParams]):
     """SCAFFOLD (option II): local steps corrected by control variates, c − c_i, against client drift.
 
     Karimireddy et al., "SCAFFOLD: Stochastic controlled averaging for federated learning", ICML 2020,
@@ -29,21 +30,12 @@ class Scaffold(FedAvg):
 
         y ← y − η (g_i(y) − c_i + c);   c_i⁺ = c_i − c + (x − y_K)/(K_i η)
         x ← x + η_g Σ_S p_i (y_K − x);   c ← c + Σ_S q_i (c_i⁺ − c_i)
-
-    Hyperparameters:
-
-    - `server_lr` (1.0): η_g.
-    - `participation` (1.0), `participation_mode` (uniform), `aggregation` (uniform): the fraction of clients
-        sampled each round, how (uniform or bernoulli), and their weights p_i (uniform or size) (`ServerAlgorithm`).
     """
-    name = "scaffold"
+    card = BUILTINS["scaffold"].card
     uplink = downlink = 2
     client_state = ("ci",)  # c_i per client; x and c are server state
-    local_optimizers = ("sgd",)  # option II's c_i⁺ is (x − y_K)/(K η): SGD steps
-    byzantine = False  # control variates are aggregated too: refused with Byzantine clients
-    dp = False  # the control variate sent divides by the client's step count K_i (its data size in epochs mode)
 
-    def __init__(self, ctx: Context, X: torch.Tensor):
+    def __init__(self, ctx: Context[FedAvgParams], X: torch.Tensor):
         super().__init__(ctx, X)
         self.c = torch.zeros_like(self.x)  # server control variate
         self.ci = torch.zeros_like(self.X)  # client control variates (rows = local clients)

@@ -24,18 +24,20 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import TypeVar
 
 import numpy as np
 import torch
 from typing_extensions import override
 
 from dfl.algorithms.base import Algorithm, Context, RoundStats
+from dfl.algorithms.builtin import SERVER, ServerParams
 from dfl.config import PARTICIPATION_MODES
 from dfl.errors import ConfigError
 from dfl.network.byzantine import Threat, server_updates
+from dfl.network.byzantine_settings import AGGREGATORS
 
-# Hyperparameters every centralized algorithm reads, with their defaults (full participation, mean).
-SERVER_DEFAULTS = {"participation": 1.0, "participation_mode": "uniform", "aggregation": "uniform"}
+SP = TypeVar("SP", bound=ServerParams)  # a centralized algorithm's hyperparameters: the server's, and its own
 _SAMPLING_STREAM = 0x5A3D  # separates the participation stream from the per-client data streams
 
 
@@ -69,22 +71,21 @@ class Participation:
         return int(self.mask.sum())
 
 
-class ServerAlgorithm(Algorithm):
+class ServerAlgorithm(Algorithm[SP]):
     """Base of the centralized algorithms: the global model `x` and the sampling/aggregation helpers."""
 
-    centralized = True
+    card = SERVER
     uplink = 1  # model-sized vectors a participant uploads per round
     downlink = 1  # model-sized vectors the server sends a participant per round
-    hyperparameters = dict(SERVER_DEFAULTS)
 
-    def __init__(self, ctx: Context, X: torch.Tensor):
+    def __init__(self, ctx: Context[SP], X: torch.Tensor):
         super().__init__(ctx, X)
-        self.hp = ctx.hp
+        self.hp: SP = ctx.hp
         self.x = ctx.comm.mean_rows(X)  # x_0: every client starts from the same model
         ids = torch.as_tensor(ctx.comm.client_ids, dtype=torch.long)
         sizes = ctx.trainer.data.sizes.double()  # n_i of all N clients
         self.sizes = sizes.numpy()
-        share = sizes / sizes.sum() if self.hp["aggregation"] == "size" else torch.full_like(sizes, 1 / len(sizes))
+        share = sizes / sizes.sum() if self.hp.aggregation == "size" else torch.full_like(sizes, 1 / len(sizes))
         self.share = share[ids].to(device=X.device, dtype=X.dtype)  # q_i of the local clients
         # Byzantine clients and a robust rule at the server (`aggregate_updates`); None: the weighted mean of today
         config = ctx.config
@@ -103,9 +104,9 @@ class ServerAlgorithm(Algorithm):
         """S_t, this process's rows of it, and the weights p_i (docs/reference/update-rules.md#conventions)."""
         comm, hp = self.ctx.comm, self.hp
         mask = sample_participants(
-            self.ctx.config.seed, t, comm.num_clients, hp["participation"], hp["participation_mode"]
+            self.ctx.config.seed, t, comm.num_clients, hp.participation, hp.participation_mode
         )
-        size = self.sizes if hp["aggregation"] == "size" else np.ones(len(mask))
+        size = self.sizes if hp.aggregation == "size" else np.ones(len(mask))
         p = np.where(mask, size, 0.0) / max(float(size[mask].sum()), 1e-300)
         local = mask[comm.client_ids]
         return Participation(
@@ -135,7 +136,7 @@ class ServerAlgorithm(Algorithm):
         ids = clients[part.mask[clients]]  # the participants of this process, in row order (as part.rows)
         out = server_updates(self.threat, D[part.rows], self.threat.byzantine[ids], part.weights[part.rows], t,
                              self.robust_center)
-        if self.threat.aggregator == "centered-clipping":
+        if AGGREGATORS.card(self.threat.aggregator).center:  # the rule keeps its previous aggregate
             self.robust_center = out
         return out
 

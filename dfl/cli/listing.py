@@ -1,6 +1,7 @@
 """`dfl list [CATEGORY]`: the registered choices of a category, with their options.
 
-Every algorithm, topology, model, dataset, partition, weight scheme and logger, with a one-line description and its
+Every algorithm, topology, model, dataset, partition, weight scheme, logger, attack, aggregator and compressor, with a
+one-line description and its
 options with their defaults (read from the registries by `dfl.workflows.catalog` when the command runs, so argument
 errors stay fast).
 """
@@ -16,9 +17,8 @@ import textwrap
 from typing import Any
 
 from dfl import signatures
+from dfl.workflows.catalog import CATEGORIES  # the catalog imports a registry only when it lists one
 
-# the categories, repeated here so parsing imports no registry (a test keeps them equal to the catalog's)
-CATEGORIES = ("algorithms", "topologies", "models", "datasets", "partitions", "weights", "loggers")
 WIDTH = 120  # options lines wrap here (descriptions are one line each)
 REQUIRED = signatures.REQUIRED  # the default shown for an option that has none
 
@@ -27,7 +27,8 @@ def add_parser(subparsers) -> None:
     """Add the `list` subcommand to the `dfl` parser."""
     p = subparsers.add_parser(
         "list",
-        help="every algorithm, topology, model, dataset, partition, weight scheme and logger, with options",
+        help="every algorithm, topology, model, dataset, partition, weight scheme, logger, attack, aggregator and "
+             "compressor, with options",
         description="List the choices of one category (or, without CATEGORY, the names and one-line descriptions "
         f"of every category): {', '.join(CATEGORIES)}. With a category, each choice's options are shown with "
         "their defaults (algorithms: hyperparameters).",
@@ -39,7 +40,8 @@ def add_parser(subparsers) -> None:
 # ------------------------------------------------------------------------------------------------ registries
 DECLARED_OPTIONS = ("options", "hyperparameters")  # attributes holding an object's declared option defaults
 
-EXTRA_COLUMN = {"algorithms": "centralized", "topologies": "kind", "datasets": "source"}
+EXTRA_COLUMN = {"algorithms": "centralized", "topologies": "kind", "datasets": "source", "attacks": "scale",
+                "aggregators": "where"}
 
 
 # ------------------------------------------------------------------------------------------------ rendering

@@ -3,7 +3,7 @@
 Dfl topology ring --clients 64 --gossip-steps 4
 dfl topology show custom --matrix W.npy          # your own W (.npy, .csv, .mtx), or --edges graph.edgelist
 dfl topology compare --clients 16 32 64 --topologies ring grid exponential full --plot gap.png
-dfl topology show two-cliques --clients 16 --options bridges=2   # a registered topology (dfl.topologies)
+dfl topology show two-cliques --clients 16 --options bridges=2   # a registered topology (dfl.graphs)
 dfl topology draw one-peer --clients 8 --out one-peer.png        # the graph itself, one panel per step
 dfl topology draw ring --clients 8                               # ... into a new runs/topology-ring-<time>.png
 """
@@ -16,12 +16,12 @@ import math
 import sys
 from pathlib import Path
 
-from dfl import topologies as topology_registry
+from dfl import graphs as topology_registry
 from dfl.cli.lists import add_list
 from dfl.cli.run import key_value
 from dfl.errors import ConfigError
+from dfl.graphs import TOPOLOGIES, topology_options
 from dfl.registry import suggest
-from dfl.topologies import TOPOLOGIES, topology_options
 from topologies import draw as drawing
 from topologies import spectral
 from topologies.weights import LAZY_BASES, SCHEMES
@@ -56,7 +56,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
                     "'draw NAME --out FILE' draws "
                     "the graph instead. Undefined values print as '-' (JSON null); infinite ones as inf (JSON "
                     "\"inf\").")
-    names = tuple(TOPOLOGIES)  # the built-ins, then registered ones (dfl.topologies)
+    names = tuple(TOPOLOGIES)  # the built-ins, then registered ones (dfl.graphs)
 
     def canonical(text: str) -> str:  # "Ring", "random_regular": the registered spelling
         close = suggest(text, (*names, *COMMANDS))

@@ -55,6 +55,7 @@ import numpy as np
 import scipy.sparse as sp
 import torch
 
+from dfl.algorithms import card
 from dfl.algorithms.base import Algorithm, RoundStats
 from dfl.data.sampler import batch_width, local_step_counts
 from dfl.engine.checkpoint import ROW_CHUNK_BYTES, RowSource
@@ -62,7 +63,6 @@ from dfl.errors import ConfigError
 from dfl.network.async_events import ComputeTimes, EventSchedule, Local, Mix
 from dfl.network.comm import even_blocks
 from dfl.network.gossip import RowsOperator
-from dfl.network.settings import ASYNC_ALGORITHMS
 from dfl.training import memory
 from dfl.training.local import LocalTrainer, descent_direction
 
@@ -453,7 +453,7 @@ class AsyncGossip(Algorithm):
         config = ctx.config
         # the wrapped algorithm's name, per instance (Algorithm.name is a class's registered name)
         self.name = config.algorithm  # type: ignore[misc]
-        self.kind = ASYNC_ALGORITHMS[config.algorithm]
+        self.kind = card(config.algorithm).asynchronous  # "local" or "step" (`AlgorithmCard.asynchronous`)
         if topology.is_time_varying:
             raise ConfigError(f"topology: mode = async needs a static topology, but {topology.name} is "
                               "time-varying (an asynchronous client has no global gossip step)")

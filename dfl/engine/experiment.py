@@ -22,12 +22,12 @@ from typing import Any
 import numpy as np
 import torch
 
-from dfl.algorithms import Context
+from dfl.algorithms import Context, Hyperparameters
 from dfl.config import Config
 from dfl.data import data_shape
 from dfl.data.dataset import with_clients
 from dfl.engine import checkpoint as ckpt
-from dfl.engine import setup
+from dfl.engine import combinations, setup
 from dfl.engine.hooks import Hooks, Progress, announced
 from dfl.engine.results import FinalParams, Result, RunDirectory
 from dfl.engine.setup import (
@@ -82,6 +82,7 @@ class Experiment:
 
     def __init__(self, config: Config, data, out, overwrite: bool, comm, resume: bool, given_model=None,
                  callbacks=None):
+        combinations.check(config, world=getattr(comm, "world_size", 1))  # the rules of a world (dfl.validate: 1)
         saved = setup.checkpoint_to_resume(config, out, resume)  # before any work, on every rank alike
         self.hooks = Hooks(config, callbacks, comm, out)  # loggers' packages and callbacks checked before any work
         hp = setup.hyperparameters(config)
@@ -170,7 +171,7 @@ class Experiment:
         elif resume:
             ckpt.remove_stale_shards(out)  # left by a save killed before its manifest
 
-    def _write_start(self, hp: dict[str, Any], topology, gossip, saved) -> None:
+    def _write_start(self, hp: Hyperparameters, topology, gossip, saved) -> None:
         """Write the initial summary and the run directory's first files.
 
         The initial summary, and the run directory's config.toml, partition.json and summary.json (on resume,
@@ -226,13 +227,13 @@ class Experiment:
         self.params_on_disk = False  # the final parameters are in params.shards/ only (`save_params`)
         self._last_round = (0, 0)  # (bytes sent, bytes moved between processes) of the latest round
 
-    def _initial_summary(self, hp: dict, topology) -> dict[str, Any]:
+    def _initial_summary(self, hp: Hyperparameters, topology) -> dict[str, Any]:
         config, comm, run_dir = self.config, self.comm, self.run_dir
         lam = gossip_lambda(topology, 1)
         return {
             "name": config.name,
             "algorithm": config.algorithm,
-            "hyperparameters": hp,
+            "hyperparameters": hp.as_dict(),
             "topology": topology.name,
             "weights": topology.weights,
             "lambda": lam,
@@ -420,7 +421,7 @@ class Experiment:
         kernel_settings = kernels.snapshot()  # TF32 and cuDNN as the caller had them: put back at the end
         try:
             kernels.apply(self.config.precision, self.config.kernels)
-            self.hooks.start(RunInfo(self.config, self.hp, self.run_dir.path if self.run_dir else None,
+            self.hooks.start(RunInfo(self.config, dict(self.hp), self.run_dir.path if self.run_dir else None,
                                      self.start, list(self.history), dict(summary)))
             yield
             if self.hooks.stopped:

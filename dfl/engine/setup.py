@@ -20,8 +20,8 @@ import torch
 from torch import nn
 
 import topologies
-from dfl import topologies as topology_registry
-from dfl.algorithms import algorithm_class, is_centralized, mixes_by_push_sum, resolve_hyperparameters
+from dfl import graphs as topology_registry
+from dfl.algorithms import Hyperparameters, algorithm_class, is_centralized, mixes_by_push_sum, resolve_hyperparameters
 from dfl.algorithms.base import EngineCommunicator
 from dfl.algorithms.server import sample_participants
 from dfl.config import Config
@@ -30,6 +30,7 @@ from dfl.data.dataset import with_clients
 from dfl.engine import checkpoint as ckpt
 from dfl.errors import ConfigError
 from dfl.models import build_model, model_for_run
+from dfl.network import byzantine_settings
 from dfl.network.run_network import Network
 from dfl.training import memory
 from dfl.training.clients import ParamLayout, common_start
@@ -56,7 +57,7 @@ def checkpoint_to_resume(config: Config, out: str | Path | None, resume: bool) -
     return saved
 
 
-def hyperparameters(config: Config) -> dict[str, Any]:
+def hyperparameters(config: Config) -> Hyperparameters:
     """The algorithm's resolved hyperparameters (a set field it does not read was refused by `dfl.validate`)."""
     return resolve_hyperparameters(config)
 
@@ -97,7 +98,7 @@ def topology(config: Config, data: FederatedData) -> Topology:
     return build_topology(config, data.num_clients, data.sizes.tolist())
 
 
-def network(config: Config, graph: Topology, data: FederatedData, hp: dict[str, Any]) -> Network:
+def network(config: Config, graph: Topology, data: FederatedData, hp: Hyperparameters) -> Network:
     """The unreliable network (link failures, offline clients, stragglers, compressed gossip) over `graph`.
 
     For a centralized algorithm, stragglers and the deadline apply to the clients the server samples in round t.
@@ -143,7 +144,7 @@ def stacks_fit_before_data(config: Config, comm, dev: torch.device, data: Federa
     except Exception:  # noqa: BLE001 (a model or dataset the config does not describe: checked with the real one)
         return
     dim = sum(p.numel() for p in net.parameters())
-    extra = int(config.compressor != "none") + int(config.byzantine > 0 or config.aggregator != "mean")
+    extra = int(config.compressor != "none") + int(byzantine_settings.threatened(config))
     memory.check_stacks(len(comm.client_ids), dim, dev, extra)  # as client_block counts them
 
 
@@ -223,7 +224,7 @@ def build_topology(config: Config, n: int, sizes: Sequence[int] | None = None):
     if is_centralized(config.algorithm):
         return topologies.build("full", n)
     options = topology_registry.run_options(config)  # random graphs follow the run's seed unless options set one
-    if config.weights == "sample-count" and "sizes" not in options:  # `dfl.topologies.RUN_FILLED` (dfl list)
+    if config.weights == "sample-count" and "sizes" not in options:  # `dfl.graphs.RUN_FILLED` (dfl list)
         if sizes is None:
             raise ConfigError("weights = sample-count needs the clients' sample counts: topology_options sizes = "
                               "[n_1, ..., n_m], one per client, or a run, which passes its partition's")

@@ -1,9 +1,10 @@
 """`validate(config)`: everything a run checks before any work, in one place above the components.
 
 `Config.validate()` checks each field on its own (the config layer knows no component). Here each component
-checks the options it owns, where it is registered (`dfl.algorithms`, `dfl.topologies`, `dfl.data`,
+checks the options it owns, where it is registered (`dfl.algorithms`, `dfl.graphs`, `dfl.data`,
 `dfl.models`, `dfl.loggers`, `dfl.threads`, `dfl.network.settings` for link faults, compressed gossip and the
-asynchronous mode), and the rules that join components are written once, below. Every check raises `ConfigError`
+asynchronous mode, `dfl.network.byzantine_settings`, `dfl.training.privacy_settings`), and the rules that join
+components are the table of `dfl.engine.combinations`. Every check raises `ConfigError`
 naming the field and the allowed values.
 
 Nothing here imports torch (the built-in components are declared by card, `dfl.registry.Registry.declare`), so
@@ -15,10 +16,12 @@ from __future__ import annotations
 from dataclasses import fields
 from typing import TYPE_CHECKING, Any
 
-from dfl import algorithms, loggers, models, threads, topologies
+from dfl import algorithms, loggers, models, threads
 from dfl import data as datasets
+from dfl import graphs as topologies
 from dfl.config import Config, field_of, gather
 from dfl.data.types import DataShape
+from dfl.engine import combinations
 from dfl.errors import ArgumentError, ConfigError
 from dfl.network import byzantine_settings
 from dfl.network import settings as network
@@ -66,41 +69,18 @@ def problems(config: Config, data: FederatedData | None = None) -> list[str]:
     config = config.replace(**{name: getattr(defaults, name) for name in wrong})
 
     def the_topology() -> None:
-        centralized = algorithms.is_centralized(config.algorithm)
-        topologies.check_config(config, centralized, push_sum=algorithms.mixes_by_push_sum(config.algorithm))
+        topologies.check_config(config, algorithms.is_centralized(config.algorithm))
 
     def the_data() -> None:
         _check_round_size(config, datasets.check_config(config) if data is None else _shape_of(data))
 
-    def the_network() -> None:  # link faults, stragglers; compressed gossip; the asynchronous mode
-        network.check_config(config, algorithms.is_centralized(config.algorithm))
-
-    def the_compression() -> None:
-        if config.compressor != "none" and not algorithms.takes_compression(config.algorithm):
-            raise ConfigError(f"compressor = {config.compressor} is not defined for {config.algorithm!r}, which "
-                              "gossips a tracker or correction beside its models each step, while compressed gossip "
-                              "(CHOCO) keeps one public copy per client, of the models; compressing both is another "
-                              "algorithm (BEER, Zhao et al., NeurIPS 2022), not built in: use compressor = none, or "
-                              f"one of {', '.join(algorithms.compressible_algorithms())}")
-
-    def the_threat() -> None:
-        byzantine_settings.check_config(config, algorithms.is_centralized(config.algorithm),
-                                        algorithms.accepts_byzantine(config.algorithm),
-                                        algorithms.byzantine_algorithms())
-
-    def the_privacy() -> None:  # dp_clip, dp_noise, dp_delta
-        privacy.check_config(config, algorithms.takes_privacy(config.algorithm), algorithms.private_algorithms(),
-                             algorithms.resolve_hyperparameters(config))
-
-    def async_compression() -> None:
-        if config.mode == "async" and config.compressor != "none":
-            raise ConfigError(f"compressor = {config.compressor} is not modelled in mode = async (CHOCO's public "
-                              "copies need every neighbour to see every message in order); use mode = sync")
-
     checks = [lambda: algorithms.check_config(config), the_topology, the_data, lambda: models.check_config(config),
               lambda: loggers.check_config(config),
               lambda: threads.check_config(config),  # "auto" or N >= 1 (dfl.threads: no torch, so the CLI checks it)
-              the_network, the_compression, the_threat, the_privacy, async_compression]
+              lambda: network.check_config(config),  # link faults, stragglers; compressed gossip; the async fields
+              lambda: byzantine_settings.check_config(config),  # byzantine, attack, attack_scale, trim, clip_radius
+              lambda: privacy.check_config(config),  # dp_clip, dp_noise, dp_delta
+              lambda: combinations.check(config)]  # the rules between features (world = 1: a torchrun world's own)
     return gather(checks, found)
 
 
@@ -119,9 +99,8 @@ def unread_fields(config: Config) -> list[str]:
     no registered algorithm or dataset (`validate` says so).
     """
     try:
-        centralized = algorithms.is_centralized(config.algorithm)
         return [*algorithms.unread_fields(config), *datasets.unread_fields(config),
-                *topologies.unread_fields(config, centralized)]
+                *combinations.unread_topology_fields(config)]
     except ConfigError:
         return []
 

@@ -21,19 +21,20 @@ deviation (n_H − 1 in the denominator) of the honest messages of the step:
   Byzantine, over the whole population);
 - ipm: z_b = −ε μ_H (Xie, Koyejo & Gupta, "Fall of Empires: inner product manipulation", UAI 2019; on models as in
   He et al.'s decentralized adaptation), ε = s (unset 0.1, their decentralized default).
-All Byzantine clients send the same message for alie and ipm; sign-flip and gaussian are per client.
+All Byzantine clients send the same message for alie and ipm; sign-flip and gaussian are per client. Each attack is a
+class (`Attack`) registered with its card in `dfl.network.byzantine_settings.ATTACKS`; a plug-in adds one the same way.
 
 Robust gossip (`ByzantineGossip.mix`): each step the Byzantine rows of the stack are replaced by their messages, each
 receiver combines its neighbourhood with `aggregator` (`dfl.network.robust`: mean = the topology's gossip itself,
-clipped-gossip, trimmed-mean, bridge-trimmed-mean, median), then the Byzantine rows are set to the new honest mean.
+clipped-gossip, trimmed-mean, bridge-trimmed-mean, median; registered in `AGGREGATORS`), then the Byzantine rows are set
+to the new honest mean.
 A multi-process run is refused here: the attacker and the neighbourhood gathers read every client's row.
 """
 
 from __future__ import annotations
 
-import warnings
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
@@ -41,7 +42,7 @@ import torch
 from dfl.config import Config
 from dfl.errors import ConfigError
 from dfl.network import robust
-from dfl.network.byzantine_settings import DEFAULT_SCALE, alie_z, byzantine_count
+from dfl.network.byzantine_settings import AGGREGATORS, ATTACKS, AttackCard, byzantine_count, threatened
 
 STREAM_CHOICE, STREAM_NOISE = 0x42595A, 0x4E4F4953  # seeds of the Byzantine set and of the gaussian attack's noise
 STATE_KEY = "byzantine_start"  # checkpoint key of x^start (sign-flip): `ByzantineGossip.client_state`
@@ -71,7 +72,7 @@ class Threat:
     @classmethod
     def of(cls, config: Config, clients: int) -> Threat | None:
         """The threat of a (validated) config, or None when it has no Byzantine clients and aggregates by the mean."""
-        return cls.from_config(config, clients) if config.byzantine or config.aggregator != "mean" else None
+        return cls.from_config(config, clients) if threatened(config) else None
 
     @classmethod
     def from_config(cls, config: Config, clients: int) -> Threat:
@@ -79,17 +80,20 @@ class Threat:
         count = byzantine_count(config.byzantine, clients)
         scale = None
         if count:
-            assert config.attack is not None, "validated: byzantine > 0 needs an attack"
-            scale = config.attack_scale if config.attack_scale is not None else DEFAULT_SCALE[config.attack]
-            if scale is None:  # alie's z_max
-                scale = alie_z(clients, count)
+            scale = config.attack_scale if config.attack_scale is not None else \
+                ATTACKS.card(config.attack).default_scale(clients, count)
         return cls(byzantine_clients(config.seed, clients, count), config.attack if count else None, scale,
                    config.aggregator, config.trim, config.clip_radius, int(config.seed))
 
     @property
     def active(self) -> bool:
         """Whether anything differs from plain gossip / averaging (Byzantine clients, or a robust aggregator)."""
-        return bool(self.byzantine.any()) or self.aggregator != "mean"
+        return bool(self.byzantine.any()) or AGGREGATORS.card(self.aggregator).robust
+
+    @property
+    def attack_card(self) -> AttackCard | None:
+        """The card of the attack (None without Byzantine clients)."""
+        return None if self.attack is None else ATTACKS.card(self.attack)
 
     @property
     def honest(self) -> np.ndarray:
@@ -114,18 +118,77 @@ class Threat:
         `own`: the Byzantine rows' current models (updates at the server); `start`: x^start (None = 0, at the
         server); `mean`, `std`: μ_H and σ_H of the honest messages (std only for alie).
         """
-        s = float(self.scale)  # type: ignore[arg-type]  # set whenever there is an attack
-        if self.attack == "sign-flip":
-            return -s * own if start is None else start - s * (own - start)
-        if self.attack == "gaussian":
-            noise = self.noise(step, own.shape[0], own.shape[1], own)
-            return s * noise if start is None else start + s * noise
-        if self.attack == "alie":
-            assert std is not None, "alie needs the honest standard deviation"
-            return (mean - s * std).expand_as(own).clone()
-        if self.attack == "ipm":
-            return (-s * mean).expand_as(own).clone()
-        raise ValueError(f"unknown attack {self.attack!r}")
+        if self.attack is None:
+            raise ValueError("no attack: this threat has no Byzantine clients")
+        return ATTACKS.get(self.attack)().forge(self, own, start, mean, std, step)
+
+
+class Attack:
+    """An attack: what the Byzantine clients send (`forge`), and its card (`AttackCard`).
+
+    A plug-in subclasses it, sets `card` and registers the class: `@dfl.network.byzantine_settings.ATTACKS.register(
+    "name")`. `forge` sees the omniscient attacker's view of the step (module docstring).
+    """
+
+    card: ClassVar[AttackCard]
+
+    def forge(self, threat: Threat, own: torch.Tensor, start: torch.Tensor | None, mean: torch.Tensor,
+              std: torch.Tensor | None, step: int) -> torch.Tensor:
+        """The Byzantine messages [b, d].
+
+        Args:
+            threat: the run's threat (`threat.scale`: the strength s; `threat.noise`: seeded draws).
+            own: the Byzantine rows' current models (their updates, at a server).
+            start: their x^start (None: 0, at a server; given when the card's `start` is set).
+            mean: μ_H, the honest messages' mean [d].
+            std: σ_H, their standard deviation [d] (when the card's `spread` is set; else None).
+            step: the gossip step (a round, at a server).
+        """
+        raise NotImplementedError
+
+
+class SignFlip(Attack):
+    """sign-flip: the local update reversed and scaled, z_b = x_b^start − s (y_b − x_b^start) (−s Δ_b at a server)."""
+
+    card = ATTACKS.card("sign-flip")
+
+    def forge(self, threat, own, start, mean, std, step):
+        """z_b = x_b^start − s (y_b − x_b^start), or −s Δ_b at a server."""
+        s = float(threat.scale)  # type: ignore[arg-type]  # set whenever there is an attack
+        return -s * own if start is None else start - s * (own - start)
+
+
+class Gaussian(Attack):
+    """gaussian: the update replaced by noise, z_b = x_b^start + s ξ, ξ ~ N(0, I) drawn from the seed."""
+
+    card = ATTACKS.card("gaussian")
+
+    def forge(self, threat, own, start, mean, std, step):
+        """z_b = x_b^start + s ξ (s ξ at a server)."""
+        s = float(threat.scale)  # type: ignore[arg-type]
+        noise = threat.noise(step, own.shape[0], own.shape[1], own)
+        return s * noise if start is None else start + s * noise
+
+
+class ALIE(Attack):
+    """alie ("A Little Is Enough"): z_b = μ_H − z σ_H, the same for every Byzantine client."""
+
+    card = ATTACKS.card("alie")
+
+    def forge(self, threat, own, start, mean, std, step):
+        """z_b = μ_H − z σ_H."""
+        assert std is not None, "alie needs the honest standard deviation"
+        return (mean - float(threat.scale) * std).expand_as(own).clone()  # type: ignore[arg-type]
+
+
+class IPM(Attack):
+    """ipm (inner product manipulation): z_b = −ε μ_H, the same for every Byzantine client."""
+
+    card = ATTACKS.card("ipm")
+
+    def forge(self, threat, own, start, mean, std, step):
+        """z_b = −ε μ_H."""
+        return (-float(threat.scale) * mean).expand_as(own).clone()  # type: ignore[arg-type]
 
 
 def honest_moments(X: torch.Tensor, honest: torch.Tensor, count: int,
@@ -172,11 +235,13 @@ class ByzantineGossip:
         self.bad = torch.as_tensor(np.flatnonzero(threat.byzantine), device=device)
         self.honest = torch.as_tensor(threat.honest, dtype=dtype, device=device)
         self.honest_count = int(threat.honest.sum())
-        self.start = start[self.bad].clone() if threat.attack == "sign-flip" else None
+        attack = threat.attack_card
+        self.spread = attack is not None and attack.spread  # the attack reads σ_H
+        self.start = start[self.bad].clone() if attack is not None and attack.start else None
         self.dim = start.shape[1]
         self._hoods: dict[int, tuple[robust.Neighbourhoods, int, int]] = {}
-        self._isolation_warned = False
-        if threat.aggregator != "mean":
+        self.rule = AGGREGATORS.get(threat.aggregator)()
+        if self.rule.card.robust:
             self.neighbourhoods(0, dtype, device)  # a neighbourhood too large to aggregate is refused before round 1
 
     def neighbourhoods(self, step: int, dtype: torch.dtype, device: torch.device):
@@ -188,41 +253,17 @@ class ByzantineGossip:
         hood = robust.Neighbourhoods.of(self.topology.sparse(step), dtype, device)
         b = self.threat.trim if self.threat.trim is not None else hood.byzantine_inputs(self.threat.byzantine)
         what = f"aggregator = {self.threat.aggregator} on topology = {self.topology.name} ({self.topology.n} clients)"
-        coordinate = self.threat.aggregator in robust.COORDINATEWISE
+        coordinate = self.rule.card.coordinatewise
         rows = robust.block_rows(hood.most if coordinate else 1, self.dim, torch.finfo(dtype).bits // 8, device, what)
         entry = (hood, b, rows)
-        self._warn_isolated(hood, b)
+        self.rule.neighbourhood(self.threat, hood, b)  # adaptive clipped-gossip warns when it isolates receivers
         if static:
             self._hoods[key] = entry
         return entry
 
-    def _warn_isolated(self, hood: robust.Neighbourhoods, b: int) -> None:
-        """Warn (once) when adaptive clipped gossip leaves honest receivers with τ = 0: no more neighbours than b.
-
-        With `trim` unset, b is the most Byzantine in-neighbours of any honest receiver, applied to every receiver; on a
-        sparse graph that can switch gossip off for every client with at most b neighbours (a ring with b = 2).
-        """
-        if self._isolation_warned or self.threat.aggregator != "clipped-gossip" or self.threat.clip_radius is not None:
-            return
-        neighbours = (hood.senders[:, 1:] >= 0).sum(axis=1)
-        isolated = int(((neighbours <= b) & self.threat.honest).sum())
-        if isolated and b:
-            self._isolation_warned = True
-            warnings.warn(f"aggregator = clipped-gossip: {isolated} of the {int(self.threat.honest.sum())} honest "
-                          f"clients have at most b = {b} neighbours, so the adaptive radius clips every neighbour to "
-                          "tau = 0 and they keep their own models (b: trim, unset = the most Byzantine in-neighbours "
-                          "of any honest client); set trim lower (e.g. trim = 1) or clip_radius", stacklevel=2)
-
     def step(self, M: torch.Tensor, s: int) -> torch.Tensor:
-        """One gossip step of the messages M with the run's aggregator."""
-        rule = self.threat.aggregator
-        if rule == "mean":
-            return self.inner.mix(M, s, 1)
-        hood, b, rows = self.neighbourhoods(s, M.dtype, M.device)
-        if rule == "clipped-gossip":
-            weight = robust.clipped_weights(robust.neighbour_distances(M, hood, rows), hood, self.threat.clip_radius, b)
-            return robust.weighted_step(M, hood, weight, rows)
-        return robust.robust_step(M, hood, rule, b, rows)
+        """One gossip step of the messages M with the run's aggregator (its registered class's `step`)."""
+        return self.rule.step(self, M, s)
 
     def mix(self, X: torch.Tensor, first_step: int, steps: int) -> torch.Tensor:
         """Gossip steps first_step … first_step+steps−1 of the model stack X under attack (module docstring)."""
@@ -234,7 +275,7 @@ class ByzantineGossip:
             M = X
             if attacked:
                 assert own is not None
-                mean, std = honest_moments(X, self.honest, self.honest_count, self.threat.attack == "alie")
+                mean, std = honest_moments(X, self.honest, self.honest_count, self.spread)
                 M = X.index_put((self.bad,), self.threat.forge(own, self.start, mean, std, s))
             X = self.step(M, s)
             if attacked:
@@ -281,9 +322,8 @@ def server_updates(threat: Threat, V: torch.Tensor, bad: np.ndarray, weights: to
         rows = torch.as_tensor(np.flatnonzero(bad), device=V.device)
         honest = torch.as_tensor(~bad, dtype=V.dtype, device=V.device)
         count = max(int((~bad).sum()), 1)
-        mean, std = honest_moments(V, honest, count, threat.attack == "alie")
+        attack = threat.attack_card
+        mean, std = honest_moments(V, honest, count, attack is not None and attack.spread)
         V[rows] = threat.forge(V[rows], None, mean, std, round_index)
-    if threat.aggregator == "mean":
-        return weights @ V
     b = threat.trim if threat.trim is not None else int(bad.sum())
-    return robust.server_aggregate(V, threat.aggregator, b, threat.clip_radius, center)
+    return AGGREGATORS.get(threat.aggregator)().server(V, weights, b, threat.clip_radius, center)

@@ -1,44 +1,41 @@
-"""The Byzantine fields of a Config, checked without torch (`dfl.validate`; the threat itself: `dfl.network.byzantine`).
+"""Byzantine clients' attacks and the robust aggregators: their registries, their cards and the checks of their fields.
 
-`byzantine`, `attack`, `attack_scale`, `aggregator`, `trim` and `clip_radius` each on its own are checked by
-`Config.validate` (type, range, choices); here are the rules between them and with the rest of the run:
+Torch-free, so `dfl.validate` answers before torch loads; the threat itself (who is Byzantine, what the attacks send,
+how each rule aggregates) is `dfl.network.byzantine` and `dfl.network.robust`.
+
+`ATTACKS` and `AGGREGATORS` are registries like the others (`dfl.registry.Registry`): the built-ins are declared by
+card (an `AttackCard`, an `AggregatorCard`: what the checks and the rules between features read), and a plug-in
+registers a class with its card (`@ATTACKS.register("name")`, or the entry-point groups `dfl.attacks` and
+`dfl.aggregators`). An attack's class forges the Byzantine messages (`dfl.network.byzantine.Attack`); an
+aggregator's class combines a receiver's neighbourhood, or the server's participants (`dfl.network.robust.Aggregator`).
+
+`byzantine`, `attack_scale`, `trim` and `clip_radius` on their own are checked by `Config.validate` (type, range); here
+are the rules between them, which the component owns:
 
 - `byzantine` is a count (>= 1, an integer) or a fraction in (0, 1) of the clients (rounded to the nearest count, at
   least 1); at least one client stays honest. With byzantine > 0 an `attack` is needed; `attack` and `attack_scale`
   with byzantine = 0 are refused (a field set while it has no effect is an error).
-- `aggregator`: mean, clipped-gossip, trimmed-mean, bridge-trimmed-mean or median for the decentralized algorithms
-  (each receiver over its in-neighbours and itself); mean, median, trimmed-mean, krum or centered-clipping at the
-  server of the centralized ones. `trim` only for trimmed-mean, bridge-trimmed-mean, krum and clipped-gossip without
-  a radius; `clip_radius` only for
-  clipped-gossip and centered-clipping (which needs it). A robust aggregator without Byzantine clients is allowed:
-  it measures what robustness costs.
-- Algorithms: those whose card sets `byzantine` (they share only their models: dpsgd, dfedavg, dfedavgm, dfedsam,
-  dfedsam-mgs; fedavg, fedsam, fedavgsm at the server). Trackers, control variates and server states built from the
-  clients' messages (dsgt, kgt, scaffold, fedcm, ...) are refused, as are compressed gossip (the attacker would have
-  to forge CHOCO's public copies), mode = async, the column-stochastic weights of push-sum and, for the centralized
-  rules, aggregation = size (no weighted robust rule is implemented).
-- A torchrun world of more than one process is refused when the run is set up (`dfl.network.byzantine`): the
-  omniscient attacker and the neighbourhood gathers read every client's row.
+- `trim` only for the aggregators whose card reads it, `clip_radius` only for those whose card reads it (and required
+  where the card says so). A robust aggregator without Byzantine clients is allowed: it measures what robustness costs.
+
+What Byzantine clients and the aggregators combine with (the algorithms that share only their models, a server's rules
+or a receiver's, compressed gossip, the asynchronous mode, push-sum, a signed W, the size of a neighbourhood, one
+process) is `dfl.engine.combinations`'s.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from dataclasses import dataclass
 from statistics import NormalDist
 from typing import Any
 
 from dfl.config import Config
 from dfl.errors import ConfigError
-from topologies import limits
+from dfl.registry import Registry
 
 FIELDS = ("byzantine", "attack", "attack_scale", "aggregator", "trim", "clip_radius")
-# per receiver, over its neighbourhood (bridge-trimmed-mean: its neighbours', its own model kept; `dfl.network.robust`)
-DECENTRALIZED = ("mean", "clipped-gossip", "trimmed-mean", "bridge-trimmed-mean", "median")
-CENTRALIZED = ("mean", "median", "trimmed-mean", "krum", "centered-clipping")  # at the server, over the participants
-TRIMMING = ("trimmed-mean", "bridge-trimmed-mean", "krum", "clipped-gossip")  # the aggregators that read `trim`
-CLIPPING = ("clipped-gossip", "centered-clipping")  # the aggregators that read `clip_radius`
-# the attack's strength when `attack_scale` is unset (alie: None = Baruch et al.'s z_max, `alie_z`)
-DEFAULT_SCALE = {"sign-flip": 1.0, "gaussian": 1.0, "alie": None, "ipm": 0.1}
 
 
 def byzantine_count(value: Any, clients: int) -> int:
@@ -75,96 +72,133 @@ def alie_z(clients: int, byzantine: int) -> float:
     return NormalDist().inv_cdf(p)
 
 
-def check_config(config: Config, centralized: bool, accepts: bool, accepting: list[str]) -> None:
-    """The Byzantine part of `dfl.validate`.
+# ------------------------------------------------------------------------------------------------ the cards
+@dataclass(frozen=True)
+class AttackCard:
+    """What is known of an attack before its module (and torch) is imported.
 
-    ConfigError, one line naming the field and the allowed values, for every combination the module docstring
-    refuses.
+    Attributes:
+        scale: its strength s when `attack_scale` is unset: a number, or `scale(clients, byzantine)` (alie's z_max).
+        spread: it reads the honest messages' coordinate-wise standard deviation σ_H besides their mean.
+        start: it reads each Byzantine client's x^start, its model after the previous gossip (a per-client state
+            the checkpoint keeps).
+    """
 
-    Args:
-        config: the run's `Config` (its fields already checked on their own by `Config.validate`).
-        centralized: whether the algorithm aggregates at a server.
-        accepts: whether the algorithm's card says it runs with Byzantine clients (`dfl.algorithms.accepts_byzantine`).
-        accepting: the algorithms that do (`dfl.algorithms.byzantine_algorithms`), for the message.
+    scale: float | Callable[[int, int], float]
+    spread: bool = False
+    start: bool = False
+
+    def default_scale(self, clients: int, byzantine: int) -> float:
+        """The strength s when `attack_scale` is unset, for `byzantine` of `clients` clients."""
+        return self.scale(clients, byzantine) if callable(self.scale) else float(self.scale)
+
+
+@dataclass(frozen=True)
+class AggregatorCard:
+    """What is known of an aggregator before its module (and torch) is imported.
+
+    Attributes:
+        gossip: a rule each receiver of a decentralized algorithm applies over its in-neighbours and itself.
+        server: a rule the server of a centralized algorithm applies over the round's participants.
+        robust: anything but the plain weighted mean: it reads each receiver's whole neighbourhood (explicit
+            neighbour lists), weighs a neighbour by W's entries assuming W >= 0, and is unweighted at a server.
+        trim: reads `trim` (b): "yes", "adaptive" (b sets the radius when clip_radius is unset), or "no".
+        clip_radius: reads `clip_radius`: "required", "optional" or "no".
+        coordinatewise: sorts each coordinate of a neighbourhood (its memory per receiver grows with the degree).
+        participants: `participants(f)`, the fewest participants a round needs with f Byzantine inputs (krum's
+            2f + 3), or None.
+        center: keeps the previous aggregate between rounds (centered-clipping's v: server state).
+    """
+
+    gossip: bool
+    server: bool
+    robust: bool = True
+    trim: str = "no"
+    clip_radius: str = "no"
+    coordinatewise: bool = False
+    participants: Callable[[int], int] | None = None
+    center: bool = False
+
+
+def _krum_participants(byzantine: int) -> int:
+    return 2 * byzantine + 3  # n > 2f + 2 (Blanchard et al.)
+
+
+ATTACKS: Registry = Registry("attack", group="dfl.attacks", describe=lambda name, cls: cls.card)
+"""What the Byzantine clients send (`attack`): name -> `dfl.network.byzantine.Attack` class; cards readable without
+torch (`ATTACKS.card(name)`)."""
+for _name, _target, _card in (
+        ("sign-flip", "SignFlip", AttackCard(1.0, start=True)),
+        ("gaussian", "Gaussian", AttackCard(1.0)),
+        ("alie", "ALIE", AttackCard(alie_z, spread=True)),
+        ("ipm", "IPM", AttackCard(0.1))):
+    ATTACKS.declare(_name, f"dfl.network.byzantine:{_target}", _card)
+
+AGGREGATORS: Registry = Registry("aggregator", group="dfl.aggregators", describe=lambda name, cls: cls.card)
+"""How a receiver (decentralized) or the server (centralized) combines the models it receives (`aggregator`):
+name -> `dfl.network.robust.Aggregator` class; cards readable without torch (`AGGREGATORS.card(name)`)."""
+for _name, _target, _aggregator in (
+        ("mean", "Mean", AggregatorCard(True, True, robust=False)),
+        ("clipped-gossip", "ClippedGossip", AggregatorCard(True, False, trim="adaptive", clip_radius="optional")),
+        ("trimmed-mean", "TrimmedMean", AggregatorCard(True, True, trim="yes", coordinatewise=True)),
+        ("bridge-trimmed-mean", "BridgeTrimmedMean", AggregatorCard(True, False, trim="yes", coordinatewise=True)),
+        ("median", "Median", AggregatorCard(True, True, coordinatewise=True)),
+        ("krum", "Krum", AggregatorCard(False, True, trim="yes", participants=_krum_participants)),
+        ("centered-clipping", "CenteredClipping", AggregatorCard(False, True, clip_radius="required", center=True))):
+    AGGREGATORS.declare(_name, f"dfl.network.robust:{_target}", _aggregator)
+del _name, _target, _card, _aggregator
+
+
+def aggregators(where: str) -> list[str]:
+    """The registered aggregators of the decentralized algorithms (`where` = "gossip") or of a server ("server")."""
+    return [name for name in AGGREGATORS.names() if getattr(AGGREGATORS.card(name), where)]
+
+
+def threatened(config: Config) -> bool:
+    """Whether `config` asks for Byzantine clients or a robust aggregator (anything but the plain mean)."""
+    return bool(config.byzantine) or AGGREGATORS.card(config.aggregator, "aggregator").robust
+
+
+# ------------------------------------------------------------------------------------------------ the checks
+def check_config(config: Config) -> None:
+    """The Byzantine part of `dfl.validate`: the threat's own fields (module docstring).
+
+    ConfigError, one line naming the field and the allowed values. `config`: the run's `Config` (its fields already
+    checked on their own by `Config.validate`).
     """
     count = byzantine_count(config.byzantine, config.clients)
     if count >= config.clients:
         raise ConfigError(f"byzantine = {config.byzantine:g} leaves no honest client among clients = {config.clients}; "
                           "use fewer")
+    if config.attack is not None:
+        ATTACKS.card(config.attack, "attack")  # a registered name (or the one meant)
     if count == 0:
         for name in ("attack", "attack_scale"):
             if getattr(config, name) is not None:
                 raise ConfigError(f"{name} = {getattr(config, name)!r} applies to Byzantine clients, but byzantine = "
                                   "0; set byzantine (a count or a fraction of the clients), or unset it")
     elif config.attack is None:
-        raise ConfigError(f"byzantine = {config.byzantine:g} needs attack: one of sign-flip, gaussian, alie, ipm")
-    elif config.attack == "alie" and config.attack_scale is None:
-        alie_z(config.clients, count)
-    _check_aggregator(config, centralized)
-    if count == 0 and config.aggregator == "mean":
-        return
-    if not centralized and config.aggregator != "mean" and config.topology == "full" \
-            and config.clients > limits.FULL_SPARSE_LIMIT:
-        raise ConfigError(f"aggregator = {config.aggregator} on topology = full reads each receiver's whole "
-                          f"neighbourhood, the {config.clients - 1:,} other clients; the complete graph's explicit "
-                          f"neighbourhoods stop at {limits.FULL_SPARSE_LIMIT:,} clients (clients = "
-                          f"{config.clients:,}): use fewer clients or a sparser topology (e.g. exponential)")
-    _check_combinations(config, centralized, accepts, accepting)
+        raise ConfigError(f"byzantine = {config.byzantine:g} needs attack: one of {', '.join(ATTACKS.names())}")
+    elif config.attack_scale is None:
+        ATTACKS.card(config.attack).default_scale(config.clients, count)  # alie's z_max may be undefined
+    _check_aggregator(config)
 
 
-def _check_aggregator(config: Config, centralized: bool) -> None:
-    """`aggregator` for this kind of algorithm, and `trim` / `clip_radius` only where the aggregator reads them."""
+def _check_aggregator(config: Config) -> None:
+    """`trim` and `clip_radius` only where the aggregator's card reads them."""
     name = config.aggregator
-    allowed = CENTRALIZED if centralized else DECENTRALIZED
-    if name not in allowed:
-        kind = "the centralized" if centralized else "the decentralized"
-        raise ConfigError(f"aggregator = {name} is not a rule of {kind} {config.algorithm!r}; use one of "
-                          f"{', '.join(allowed)}")
-    if config.trim is not None and name not in TRIMMING:
-        raise ConfigError(f"trim = {config.trim} applies to aggregator = {', '.join(TRIMMING[:-1])} or "
-                          f"{TRIMMING[-1]}, not {name}; unset it")
-    if config.trim is not None and name == "clipped-gossip" and config.clip_radius is not None:
-        raise ConfigError(f"trim = {config.trim} sets clipped-gossip's adaptive radius, but clip_radius = "
+    card = AGGREGATORS.card(name, "aggregator")
+    trimming = [n for n in AGGREGATORS.names() if AGGREGATORS.card(n).trim != "no"]
+    clipping = [n for n in AGGREGATORS.names() if AGGREGATORS.card(n).clip_radius != "no"]
+    if config.trim is not None and card.trim == "no":
+        raise ConfigError(f"trim = {config.trim} applies to aggregator = {', '.join(trimming[:-1])} or "
+                          f"{trimming[-1]}, not {name}; unset it")
+    if config.trim is not None and card.trim == "adaptive" and config.clip_radius is not None:
+        raise ConfigError(f"trim = {config.trim} sets {name}'s adaptive radius, but clip_radius = "
                           f"{config.clip_radius} fixes it; set one of them")
-    if config.clip_radius is not None and name not in CLIPPING:
-        raise ConfigError(f"clip_radius = {config.clip_radius} applies to aggregator = clipped-gossip or "
-                          f"centered-clipping, not {name}; unset it")
-    if name == "centered-clipping" and config.clip_radius is None:
-        raise ConfigError("aggregator = centered-clipping needs clip_radius (tau, the radius each update is clipped to "
+    if config.clip_radius is not None and card.clip_radius == "no":
+        raise ConfigError(f"clip_radius = {config.clip_radius} applies to aggregator = {' or '.join(clipping)}, not "
+                          f"{name}; unset it")
+    if card.clip_radius == "required" and config.clip_radius is None:
+        raise ConfigError(f"aggregator = {name} needs clip_radius (tau, the radius each update is clipped to "
                           "around the previous aggregate)")
-
-
-def _check_combinations(config: Config, centralized: bool, accepts: bool, accepting: list[str]) -> None:
-    """What Byzantine clients or a robust aggregator cannot run with (module docstring)."""
-    what = f"byzantine = {config.byzantine:g}" if config.byzantine else f"aggregator = {config.aggregator}"
-    if not accepts:
-        raise ConfigError(f"algorithm: {what} runs with {', '.join(accepting)} (they share only their models), not "
-                          f"{config.algorithm!r}")
-    if config.compressor != "none":
-        raise ConfigError(f"compressor = {config.compressor} is not modelled with {what}: use compressor = none")
-    if config.mode != "sync":
-        raise ConfigError(f"mode = {config.mode} is not modelled with {what}: use mode = sync")
-    if config.weights == "column-stochastic":
-        raise ConfigError(f"weights = column-stochastic (push-sum) is not modelled with {what}: use a row- or "
-                          "doubly stochastic scheme (e.g. metropolis)")
-    if centralized and config.aggregator == "krum":
-        _check_krum(config)
-    if centralized and config.aggregator != "mean" and config.aggregation == "size":
-        raise ConfigError(f"aggregation = size weighs the clients by their data, but aggregator = {config.aggregator} "
-                          "is unweighted; use aggregation = uniform")
-
-
-def _check_krum(config: Config) -> None:
-    """Krum needs n > 2f + 2 participants (Blanchard et al.): checked here where the round's n is fixed.
-
-    That is with uniform participation (round(f·N), at least 1); Bernoulli rounds are checked as they come.
-    """
-    fraction = 1.0 if config.participation is None else config.participation
-    if (config.participation_mode or "uniform") != "uniform":
-        return
-    n = max(1, math.floor(fraction * config.clients + 0.5))
-    f = config.trim if config.trim is not None else byzantine_count(config.byzantine, config.clients)
-    if n <= 2 * f + 2:
-        raise ConfigError(f"aggregator = krum with {f} Byzantine inputs (trim, or byzantine) needs more than 2·{f} + 2 "
-                          f"= {2 * f + 2} participants per round (Blanchard et al.), got {n}; use fewer Byzantine "
-                          "clients, more participants or another aggregator")

@@ -39,7 +39,9 @@ Server (`server_aggregate`), over the participants' updates Δ_1 … Δ_n (unwei
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
+from typing import Any, ClassVar
 
 import numpy as np
 import scipy.sparse as sp
@@ -47,9 +49,8 @@ import torch
 
 import topologies
 from dfl.errors import ConfigError
+from dfl.network.byzantine_settings import AGGREGATORS, AggregatorCard
 
-# the rules that sort each coordinate of a receiver's neighbourhood: [K, rows, d] temporaries (`block_rows`)
-COORDINATEWISE = ("median", "trimmed-mean", "bridge-trimmed-mean")
 # temporaries of one block of receivers (a [K, rows, d] gather and its sorted copy) stay under this many bytes
 BLOCK_BYTES = {"cpu": 64 * 2**20, "cuda": 512 * 2**20}
 SORT_COPIES = 3  # the gather, the masked gather and the sorted values, alive together in a coordinate-wise rule
@@ -161,7 +162,7 @@ def coordinatewise(G: torch.Tensor, count: torch.Tensor, rule: str, b: torch.Ten
 
 
 def robust_step(M: torch.Tensor, hood: Neighbourhoods, rule: str, b: int, rows: int) -> torch.Tensor:
-    """One gossip step of a coordinate-wise rule (`COORDINATEWISE`) for every receiver i.
+    """One gossip step of a coordinate-wise rule (its card's `coordinatewise`) for every receiver i.
 
     median and trimmed-mean: out_i = the rule over {z_j : j ∈ N̄_i} (the receiver's own model among them); a receiver
     with k_i <= 2b trims b_i = ⌊(k_i − 1)/2⌋ (what it can: an isolated one keeps its model). bridge-trimmed-mean:
@@ -262,3 +263,131 @@ def server_aggregate(V: torch.Tensor, rule: str, b: int, tau: float | None = Non
         scale = clip_scale(tau, torch.linalg.vector_norm(diff, dim=1, keepdim=True))
         return v + (diff * scale).mean(dim=0)
     raise ValueError(f"unknown server aggregator {rule!r}")
+
+
+# ------------------------------------------------------------------------------------------------ the registered rules
+class Aggregator:
+    """An aggregator: one gossip step of each receiver over its neighbourhood (`step`), or the server's aggregate.
+
+    Registered with its card in `dfl.network.byzantine_settings.AGGREGATORS`; a plug-in subclasses it, sets `card`
+    and registers the class. `step(gossip, M, s)` gets the `dfl.network.byzantine.ByzantineGossip` that runs it (its
+    `inner` gossip, its `threat`, and `neighbourhoods(s, dtype, device)`: the step's table, the trim b, and the
+    receivers per block) and the step's messages M [m, d]; `server(V, weights, b, tau, center)` the participants'
+    updates V [n, d], their aggregation weights (a weighted rule's), b (trim, else the Byzantine count), clip_radius
+    and the previous aggregate.
+    """
+
+    card: ClassVar[AggregatorCard]
+
+    def neighbourhood(self, threat: Any, hood: Neighbourhoods, b: int) -> None:
+        """See a gossip step's neighbourhood table `hood` and trim b when it is made (before round 1 if static)."""
+        return None
+
+    def step(self, gossip: Any, M: torch.Tensor, s: int) -> torch.Tensor:
+        """One gossip step of the messages M [m, d] at gossip step s."""
+        raise NotImplementedError(f"{type(self).__name__} is not a rule of the decentralized algorithms")
+
+    def server(self, V: torch.Tensor, weights: torch.Tensor, b: int, tau: float | None,
+               center: torch.Tensor | None) -> torch.Tensor:
+        """The server's aggregate [d] of the participants' updates V [n, d]."""
+        raise NotImplementedError(f"{type(self).__name__} is not a rule of a server")
+
+
+class Mean(Aggregator):
+    """mean: the topology's own gossip X ← W X, and the server's weighted mean Σ p_i Δ_i."""
+
+    card = AGGREGATORS.card("mean")
+
+    def step(self, gossip, M, s):
+        """X ← W X: the inner gossip's step."""
+        return gossip.inner.mix(M, s, 1)
+
+    def server(self, V, weights, b, tau, center):
+        """Σ p_i Δ_i."""
+        return weights @ V
+
+
+class ClippedGossip(Aggregator):
+    """clipped-gossip: each neighbour's difference clipped to τ_i, then W's weights (module docstring)."""
+
+    card = AGGREGATORS.card("clipped-gossip")
+
+    def __init__(self) -> None:
+        self.warned = False
+
+    def step(self, gossip, M, s):
+        """Each neighbour's difference clipped to the receiver's τ_i, then weighted by W."""
+        hood, b, rows = gossip.neighbourhoods(s, M.dtype, M.device)
+        weight = clipped_weights(neighbour_distances(M, hood, rows), hood, gossip.threat.clip_radius, b)
+        return weighted_step(M, hood, weight, rows)
+
+    def neighbourhood(self, threat: Any, hood: Neighbourhoods, b: int) -> None:
+        """Warn (once) when the adaptive radius leaves honest receivers with τ = 0: no more neighbours than b.
+
+        With `trim` unset, b is the most Byzantine in-neighbours of any honest receiver, applied to every receiver; on a
+        sparse graph that can switch gossip off for every client with at most b neighbours (a ring with b = 2).
+        """
+        if self.warned or threat.clip_radius is not None:
+            return
+        neighbours = (hood.senders[:, 1:] >= 0).sum(axis=1)
+        isolated = int(((neighbours <= b) & threat.honest).sum())
+        if isolated and b:
+            self.warned = True
+            warnings.warn(f"aggregator = clipped-gossip: {isolated} of the {int(threat.honest.sum())} honest "
+                          f"clients have at most b = {b} neighbours, so the adaptive radius clips every neighbour to "
+                          "tau = 0 and they keep their own models (b: trim, unset = the most Byzantine in-neighbours "
+                          "of any honest client); set trim lower (e.g. trim = 1) or clip_radius", stacklevel=2)
+
+
+class _Coordinatewise(Aggregator):
+    """A coordinate-wise rule over each receiver's neighbourhood (`robust_step`) and over the server's participants."""
+
+    rule: ClassVar[str]
+
+    def step(self, gossip, M, s):
+        hood, b, rows = gossip.neighbourhoods(s, M.dtype, M.device)
+        return robust_step(M, hood, self.rule, b, rows)
+
+    def server(self, V, weights, b, tau, center):
+        return server_aggregate(V, self.rule, b, tau, center)
+
+
+class TrimmedMean(_Coordinatewise):
+    """trimmed-mean: per coordinate, the b largest and b smallest of the neighbourhood dropped, the rest averaged."""
+
+    card = AGGREGATORS.card("trimmed-mean")
+    rule = "trimmed-mean"
+
+
+class BridgeTrimmedMean(_Coordinatewise):
+    """bridge-trimmed-mean: BRIDGE-T, the neighbours' values trimmed, the receiver's own always kept."""
+
+    card = AGGREGATORS.card("bridge-trimmed-mean")
+    rule = "bridge-trimmed-mean"
+
+
+class Median(_Coordinatewise):
+    """median: per coordinate, the median of the neighbourhood (of the participants, at a server)."""
+
+    card = AGGREGATORS.card("median")
+    rule = "median"
+
+
+class Krum(Aggregator):
+    """krum: the participant's update closest to its n − f − 2 nearest others (a server's rule)."""
+
+    card = AGGREGATORS.card("krum")
+
+    def server(self, V, weights, b, tau, center):
+        """The Krum-selected update."""
+        return server_aggregate(V, "krum", b, tau, center)
+
+
+class CenteredClipping(Aggregator):
+    """centered-clipping: the previous aggregate moved by the mean of the updates clipped around it (server)."""
+
+    card = AGGREGATORS.card("centered-clipping")
+
+    def server(self, V, weights, b, tau, center):
+        """V + the mean of the updates' differences from v, each clipped to τ."""
+        return server_aggregate(V, "centered-clipping", b, tau, center)

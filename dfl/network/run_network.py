@@ -40,7 +40,7 @@ class Network:
         The [N] mask of the clients that train in round t, for an algorithm that samples them (centralized partial
         participation); None: every client trains every round.
         """
-        check_faults(config, centralized=participants is not None)
+        check_faults(config)
         self.topology = topology
         self.realised: RealisedTopology | None = None
         name = faults_field(config)

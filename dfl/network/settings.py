@@ -3,9 +3,11 @@
 Link faults, offline clients and stragglers (`dfl.network.faults`), compressed gossip (`dfl.network.choco`, the
 compressors of `dfl.network.compression`) and the asynchronous mode's links and staleness (`dfl.engine.asynchronous`).
 
-`check_config(config, centralized)` is the network's part of `dfl.validate` (`centralized`: the algorithm aggregates
-at a server); every check raises `ConfigError` naming the field and the allowed values. The checks that need the
-built topology (e.g. a custom directed graph) are where it is built (`dfl.network.run_network.Network`).
+`check_config(config)` is the network's part of `dfl.validate`: each of these settings on its own and the rules
+between them; every check raises `ConfigError` naming the field and the allowed values. What they combine with (the
+algorithm, the topology, the weights, the mode, push-sum, Byzantine clients) is `dfl.engine.combinations`'s; the
+checks that need the built topology (e.g. a custom directed graph) are where it is built
+(`dfl.network.run_network.Network`).
 """
 
 from __future__ import annotations
@@ -18,32 +20,25 @@ from typing import Any
 from dfl.config import Config
 from dfl.errors import ConfigError
 from dfl.registry import Registry
-from topologies import limits
-from topologies.build import TIME_VARYING
 
 NETWORK_FIELDS = ("link_failure", "offline")  # the per-gossip-step faults
 BURST_FIELDS = {"link_failure_burst": "link_failure", "offline_burst": "offline"}  # burst length -> its probability
-STATIC_ONLY = tuple(TIME_VARYING)  # built-in time-varying topologies, refused by CHOCO and async (others: when built)
 
 NONE = "none"  # the exact gossip of the run's topology (`dfl.network.gossip.Gossip`), no compressor
 QSGD_BITS = (2, 16)  # bits per coordinate: 2 = sign + 1 level bit (s = 1), 16 = sign + 15 (s = 32,767)
 
 MODES = ("sync", "async")
-# The algorithms the asynchronous mode runs, and the form of their update: "local" = K local steps, then one mix
-# of the trained models; "step" = one SGD step whose gradient is taken at the model sent (AD-PSGD).
-ASYNC_ALGORITHMS = {"dpsgd": "step", "dfedavg": "local", "dfedavgm": "local", "dfedsam": "local",
-                    "dfedsam-mgs": "local"}
 ASYNC_FIELDS = ("link_latency", "link_bandwidth", "max_staleness")  # fields that apply only to mode = async
 
 
-def check_config(config: Config, centralized: bool) -> None:
+def check_config(config: Config) -> None:
     """The network's part of `dfl.validate`: link faults, offline clients and stragglers; compressed gossip.
 
-    The asynchronous mode.
+    The asynchronous mode's fields.
     """
-    check_faults(config, centralized)  # link_failure, offline, bursts, stragglers, round_deadline
-    check_compression(config, centralized)  # compressor, compression, consensus_lr
-    check_async(config, centralized)  # mode, link_latency, link_bandwidth, max_staleness
+    check_faults(config)  # link_failure, offline, bursts, stragglers, round_deadline
+    check_compression(config)  # compressor, compression, consensus_lr
+    check_async(config)  # mode, link_latency, link_bandwidth, max_staleness
 
 
 # ------------------------------------------------------------------------------------------- link faults
@@ -68,11 +63,11 @@ def faults_field(config: Config) -> str | None:
     return next((name for name in NETWORK_FIELDS if getattr(config, name)), None)
 
 
-def check_faults(config: Config, centralized: bool) -> None:
-    """The network fields of a Config (`dfl.validate`; `centralized`: the algorithm aggregates at a server).
+def check_faults(config: Config) -> None:
+    """The network fields of a Config on their own (`dfl.validate`): ranges, bursts, the deadline.
 
-    Ranges, and where link faults cannot apply (the checks that need the built topology, e.g. a custom directed graph,
-    are in `Network`).
+    Where link faults cannot apply (a centralized algorithm, a directed graph, weights that failures break) is
+    `dfl.engine.combinations`'s; what needs the built topology (a custom directed graph) is `Network`'s.
     """
     for name in NETWORK_FIELDS:
         _probability(config, name, closed=False)
@@ -85,9 +80,6 @@ def check_faults(config: Config, centralized: bool) -> None:
         raise ConfigError(f"round_deadline = {deadline:g} is shorter than one local step of the slowest client "
                           f"({slowest:g} simulated seconds{', straggler_slowdown' if fraction > 0 else ''}): every "
                           f"client must finish a step by the deadline; use 0 (no deadline) or >= {slowest:g}")
-    fault = faults_field(config)
-    if fault is not None:
-        _check_link_faults(config, fault, getattr(config, fault), centralized)
 
 
 def _check_bursts(config: Config) -> None:
@@ -103,37 +95,6 @@ def _check_bursts(config: Config) -> None:
         if burst and burst < 1 / (1 - p):
             raise ConfigError(f"{name} must be 0 (independent) or >= 1 / (1 - {of}) = {1 / (1 - p):.4g} gossip steps "
                               f"(the mean outage of independent draws; longer = burstier), got {burst:g}")
-
-
-def _check_link_faults(config: Config, name: str, value: Any, centralized: bool) -> None:
-    """Refuse link faults (`name` = `value`) where they cannot apply.
-
-    That is with a centralized algorithm, on a directed topology, with weights that failures break, or on a full
-    graph too large to draw every link of.
-    """
-    if centralized:
-        raise ConfigError(f"{name} = {value} applies to gossip, not to the centralized {config.algorithm!r}, which "
-                          "aggregates at a server every round; for clients that miss rounds use participation "
-                          "with participation_mode = bernoulli")
-    directed = config.topology == "one-peer-exponential" or (
-        config.topology == "exponential" and not config.topology_options.get("symmetric", False))
-    if directed:
-        hint = " (or topology_options symmetric = true)" if config.topology == "exponential" else ""
-        raise ConfigError(f"{name} = {value} needs an undirected topology, but {config.topology} is directed: a "
-                          "failed directed link breaks the in/out balance that keeps W doubly stochastic; use ring, "
-                          f"grid, exponential with symmetric = true, random-regular, ...{hint}")
-    scheme, base = config.weights or "metropolis", config.topology_options.get("base")
-    if "uniform" in (scheme, base) or "fastest" in (scheme, base):
-        bad = "uniform" if "uniform" in (scheme, base) else "fastest"
-        why = ("is doubly stochastic on regular graphs only, and failures make the graph irregular" if bad == "uniform"
-               else "optimises W for one graph, and every gossip step has another")
-        raise ConfigError(f"weights: {name} = {value} reweights the surviving links of each gossip step with the "
-                          f"weight scheme, but {bad} {why}; use metropolis (the default), max-degree or lazy")
-    limit = limits.FULL_SPARSE_LIMIT
-    if config.topology == "full" and isinstance(config.clients, int) and config.clients > limit:
-        raise ConfigError(f"{name} = {value} on full draws all n(n-1)/2 links per gossip step: at most "
-                          f"topologies.limits.FULL_SPARSE_LIMIT = {limits.FULL_SPARSE_LIMIT} clients, got "
-                          f"clients = {config.clients}; use a sparse topology (e.g. random-regular)")
 
 
 # --------------------------------------------------------------------------------------------- compressors
@@ -175,11 +136,10 @@ COMPRESSORS.declare("random-k", "dfl.network.compression:RandomK",
 COMPRESSORS.declare("qsgd", "dfl.network.compression:QSGD", CompressorCard(8, qsgd_bits))
 
 
-def check_compression(config: Config, centralized: bool) -> None:
-    """Check a Config's compressed-gossip fields.
+def check_compression(config: Config) -> None:
+    """Check a Config's compressed-gossip fields: compressor, compression and consensus_lr (ConfigError naming one).
 
-    compressor, compression and consensus_lr of a Config (`dfl.validate`; `centralized`: the algorithm
-    aggregates at a server): ConfigError naming the field.
+    What compressed gossip runs with (the algorithm, a static topology, mode = sync) is `dfl.engine.combinations`'s.
     """
     name = config.compressor
     names = (NONE, *COMPRESSORS.names())
@@ -200,28 +160,27 @@ def check_compression(config: Config, centralized: bool) -> None:
     if gamma is not None and (isinstance(gamma, bool) or not isinstance(gamma, (int, float))
                               or not math.isfinite(gamma) or not 0 < gamma <= 1):
         raise ConfigError(f"consensus_lr must be CHOCO's consensus step size gamma in (0, 1], got {gamma!r}")
-    if centralized:
-        raise ConfigError(f"compressor = {name} compresses gossip, but {config.algorithm!r} is centralized (it "
-                          "aggregates at a server and does not gossip); use a decentralized algorithm (dpsgd, "
-                          "dfedavg, dfedavgm, dfedsam, dfedsam-mgs)")
-    if config.topology in STATIC_ONLY:
-        check_topology(name, config.topology, True)
 
 
-def check_topology(name: str, topology_name: str, time_varying: bool) -> None:
-    """Refuse compressed gossip on a time-varying topology (CHOCO keeps public copies at fixed neighbours)."""
+def static_refusal(compressor: str, topology: str) -> str:
+    """Why compressed gossip refuses a time-varying topology: one line (`dfl.engine.combinations`, `check_topology`)."""
+    return (f"compressor = {compressor} needs a static topology, but {topology} changes every gossip step: CHOCO keeps "
+            "each client's public copy at its neighbours, so they must stay the same (use ring, grid, exponential, "
+            "random-regular, ...)")
+
+
+def check_topology(compressor: str, topology: str, time_varying: bool) -> None:
+    """Refuse compressed gossip on a built topology that is time-varying (a registered factory's, known once built)."""
     if time_varying:
-        raise ConfigError(f"compressor = {name} needs a static topology, but {topology_name} changes every gossip "
-                          "step: CHOCO keeps each client's public copy at its neighbours, so they must stay the same "
-                          "(use ring, grid, exponential, random-regular, ...)")
+        raise ConfigError(static_refusal(compressor, topology))
 
 
 # ------------------------------------------------------------------------------------------ asynchronous
-def check_async(config: Config, centralized: bool) -> None:
-    """Check a Config's `mode` and asynchronous fields.
+def check_async(config: Config) -> None:
+    """Check a Config's `mode` and asynchronous fields: their ranges, and the asynchronous fields only in mode = async.
 
-    `mode` and the asynchronous fields of a Config (`dfl.validate`; `centralized`: the algorithm aggregates at a
-    server): ranges, and what async cannot run.
+    What the asynchronous mode runs (the algorithms whose card has an asynchronous form, a static topology, SGD, no
+    link faults) is `dfl.engine.combinations`'s.
     """
     if config.mode not in MODES:
         raise ConfigError(f"mode must be one of {', '.join(MODES)}; got {config.mode!r}")
@@ -241,26 +200,3 @@ def check_async(config: Config, centralized: bool) -> None:
                                   f"synchronous rounds' sim_time counts computation only); set mode = \"async\" "
                                   f"or remove it (default {default!r})")
         return
-    algorithm = config.algorithm
-    if centralized:
-        raise ConfigError(f"mode = async applies to gossip, not to the centralized {algorithm!r}, which waits for "
-                          f"its clients at a server every round; use one of {', '.join(ASYNC_ALGORITHMS)}")
-    if algorithm not in ASYNC_ALGORITHMS:
-        raise ConfigError(f"algorithm: mode = async runs {', '.join(ASYNC_ALGORITHMS)}, not {algorithm!r} (an "
-                          "asynchronous update needs the algorithm's rule for one client at a time)")
-    if algorithm == "dfedsam-mgs" and (config.gossip_steps or 4) != 1:
-        raise ConfigError(f"gossip_steps = {config.gossip_steps or 4} (dfedsam-mgs): mode = async mixes once per "
-                          "update, with the neighbour models that have arrived; set gossip_steps = 1, or use "
-                          "algorithm = dfedsam")
-    for name in ("link_failure", "offline", "round_deadline"):
-        if getattr(config, name):
-            what = "rounds to cut short" if name == "round_deadline" else "lost messages"
-            raise ConfigError(f"{name} = {getattr(config, name)} applies to mode = sync: the asynchronous mode has "
-                              f"no {what} (a slow link is link_latency / link_bandwidth); set it to 0")
-    if config.local_optimizer != "sgd":
-        raise ConfigError(f"local_optimizer = {config.local_optimizer} is not supported with mode = async, which "
-                          "updates one client at a time with SGD steps; use local_optimizer = sgd")
-    if config.topology in STATIC_ONLY:
-        raise ConfigError(f"topology: mode = async needs a static topology, but {config.topology} changes every "
-                          "gossip step (an asynchronous client has no global step); use e.g. ring, exponential, "
-                          "random-regular")

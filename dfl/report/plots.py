@@ -335,7 +335,7 @@ def gap_vs_clients(rows: list[dict], path: str | Path) -> Path:
     """Draw the spectral gap 1 − λ against the number of clients n on log-log axes, one line per topology.
 
     Args:
-        rows: rows of `dfl.topologies.spectral_summary` (`dfl topology compare --plot`).
+        rows: rows of `dfl.graphs.spectral_summary` (`dfl topology compare --plot`).
         path: the figure to write, in the format its suffix names, into an existing directory.
 
     Returns:

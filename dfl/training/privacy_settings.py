@@ -3,14 +3,14 @@
 `dp_clip` (the clipping norm C; 0 = off), `dp_noise` (the noise multiplier σ) and `dp_delta` (the δ of the reported
 ε) configure the mechanism of `dfl.training.privacy` and the accountant of `dfl.training.accountant`
 (docs/how-to/differential-privacy.md). `check_config` is their part of `dfl.validate`: a DP field set while DP is
-off, an algorithm that sends something the mechanism does not protect, and the settings that would reveal a
-client's data size or that the accountant does not model are refused, each in one line naming the field.
+off is refused in one line naming the field; an algorithm that sends something the mechanism does not protect, and
+the settings that would reveal a client's data size or that the accountant does not model, are refused by the table
+of what combines with what (`dfl.engine.combinations`).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from dfl.config import Config
 from dfl.errors import ConfigError
@@ -59,34 +59,14 @@ class PrivacySettings:
         return cls(float(config.dp_clip), float(noise), float(delta))
 
 
-def check_config(config: Config, takes_privacy: bool, accepting: list[str], hp: dict[str, Any]) -> None:
-    """The differential-privacy part of `dfl.validate`; ConfigError naming the field.
+def check_config(config: Config) -> None:
+    """The differential-privacy part of `dfl.validate`: dp_noise and dp_delta only with DP on (ConfigError naming one).
 
-    Args:
-        config: the run's `Config` (its fields already checked on their own by `Config.validate`).
-        takes_privacy: whether the algorithm's every message is a post-processing of its trained models
-            (`dfl.algorithms.takes_privacy`).
-        accepting: the algorithms that take it (for the message).
-        hp: the algorithm's resolved hyperparameters (`aggregation` of a centralized one).
+    What DP runs with (the algorithms whose card says every message is a post-processing of the trained models, the
+    synchronous mode, weights that do not reveal a client's data size) is `dfl.engine.combinations`'s.
     """
-    settings = PrivacySettings.of(config)
-    if settings is None:
+    if PrivacySettings.of(config) is None:
         for name in OPTIONAL_FIELDS:
             if getattr(config, name) is not None:
                 raise ConfigError(f"{name} = {getattr(config, name)} applies only with differential privacy on: set "
                                   f"dp_clip > 0 (the clipping norm C) or remove {name}")
-        return
-    on = f"dp_clip = {settings.clip:g}"
-    if not takes_privacy:
-        raise ConfigError(f"{on}: {config.algorithm} sends more than its trained models (gradients, trackers, "
-                          f"buffers or step counts), which clipping does not bound; differential privacy takes "
-                          f"{', '.join(accepting)}")
-    if config.mode != "sync":
-        raise ConfigError(f"{on} is not available in mode = {config.mode} (the release counters and the accountant "
-                          "follow the synchronous rounds); use mode = sync")
-    if hp.get("aggregation") == "size":
-        raise ConfigError(f"{on} with aggregation = size: the weights n_i / Σ n_j reveal each client's data size, "
-                          "which a replace-one neighbour may change; use aggregation = uniform")
-    if config.weights == "sample-count":
-        raise ConfigError(f"{on} with weights = sample-count: the gossip weights reveal each client's data size, "
-                          "which a replace-one neighbour may change; use another weights scheme")

@@ -23,7 +23,8 @@ from typing import Any
 
 from dfl import signatures
 
-CATEGORIES = ("algorithms", "topologies", "models", "datasets", "partitions", "weights", "loggers")
+CATEGORIES = ("algorithms", "topologies", "models", "datasets", "partitions", "weights", "loggers", "attacks",
+              "aggregators", "compressors")
 
 REQUIRED = signatures.REQUIRED  # the default shown for an option that has none
 
@@ -87,11 +88,20 @@ def registry_entries(registry: Any, extra: tuple[str, Callable[[str, Any], Any]]
 
 # ------------------------------------------------------------------------------------------------ categories
 def _algorithms() -> list[dict]:
+    """Each algorithm with its card's facts: its hyperparameters' defaults, their specs and its capabilities."""
     from dfl.algorithms import ALGORITHMS, option_defaults  # the registry: name -> class
 
-    entries = registry_entries(ALGORITHMS, ("centralized", lambda name, cls: bool(getattr(cls, "centralized", 0))))
+    entries = registry_entries(ALGORITHMS, ("centralized", lambda name, cls: ALGORITHMS.card(name).centralized))
     for entry in entries:
-        own = list(option_defaults(ALGORITHMS.get(entry["name"])))  # set by --algorithm-options, no flag of their own
+        card = ALGORITHMS.card(entry["name"])
+        entry["options"] = card.defaults()
+        entry["specs"] = {spec.name: {"type": spec.type, "allowed": spec.allowed, "help": spec.help}
+                          for spec in card.specs()}
+        entry["capabilities"] = {"push_sum": card.push_sum, "byzantine": card.byzantine, "dp": card.dp,
+                                 "compression": card.compression and not card.centralized,
+                                 "asynchronous": card.asynchronous, "local_optimizers": list(card.local_optimizers),
+                                 "sends": card.sends}
+        own = list(option_defaults(card))  # set by --algorithm-options, no flag of their own
         if own:
             entry["algorithm_options"] = own
             entry["note"] = f"--algorithm-options: {', '.join(own)}"
@@ -99,7 +109,7 @@ def _algorithms() -> list[dict]:
 
 
 def _topologies() -> list[dict]:
-    from dfl.topologies import TOPOLOGIES
+    from dfl.graphs import TOPOLOGIES
 
     return registry_entries(TOPOLOGIES, ("kind", lambda name, obj: getattr(obj, "kind", "registered")))
 
@@ -130,7 +140,7 @@ def _partitions() -> list[dict]:
 
 
 def _weights() -> list[dict]:
-    from dfl.topologies import weight_options
+    from dfl.graphs import weight_options
 
     registry = importlib.import_module("topologies.weights")
     entries = []
@@ -152,9 +162,46 @@ def _loggers() -> list[dict]:
 
     return registry_entries(LOGGERS)
 
+def _attacks() -> list[dict]:
+    from dfl.network.byzantine_settings import ATTACKS
+
+    def scale(name: str, _: Any) -> str:
+        value = ATTACKS.card(name).scale
+        shown = f"{value:g}" if isinstance(value, (int, float)) else f"{value.__name__}(clients, byzantine)"
+        return f"scale: {shown}"
+
+    return registry_entries(ATTACKS, ("scale", scale))
+
+
+def _aggregators() -> list[dict]:
+    from dfl.network.byzantine_settings import AGGREGATORS
+
+    def where(name: str, _: Any) -> str:
+        card = AGGREGATORS.card(name)
+        return " and ".join(kind for kind, on in (("gossip", card.gossip), ("server", card.server)) if on)
+
+    entries = registry_entries(AGGREGATORS, ("where", where))
+    for entry in entries:  # the fields each reads (`trim`, `clip_radius`), from its card
+        card = AGGREGATORS.card(entry["name"])
+        entry["options"] = {**({"trim": None} if card.trim != "no" else {}),
+                            **({"clip_radius": signatures.REQUIRED if card.clip_radius == "required" else None}
+                               if card.clip_radius != "no" else {})}
+    return entries
+
+
+def _compressors() -> list[dict]:
+    from dfl.network.settings import COMPRESSORS
+
+    entries = registry_entries(COMPRESSORS)
+    for entry in entries:
+        entry["options"] = {"compression": COMPRESSORS.card(entry["name"]).default}
+    return entries
+
+
 LISTERS: dict[str, Callable[[], list[dict]]] = {
     "algorithms": _algorithms, "topologies": _topologies, "models": _models,
     "datasets": _datasets, "partitions": _partitions, "weights": _weights, "loggers": _loggers,
+    "attacks": _attacks, "aggregators": _aggregators, "compressors": _compressors,
 }
 
 

@@ -80,7 +80,7 @@ def spectral_study_sweep(
     except ConfigError as exc:
         raise SweepError(str(exc)) from None
     _decentralized("--algorithm", algorithm)
-    takes_q = "gossip_steps" in ALGORITHMS.card(algorithm).hyperparameters
+    takes_q = ALGORITHMS.card(algorithm).reads("gossip_steps")
     if not takes_q and gossip_steps is not None:
         raise SweepError(f"--gossip-steps: {algorithm} does not take multiple gossip steps; use an algorithm "
                          "with gossip_steps (e.g. dfedsam-mgs) or leave --gossip-steps out")

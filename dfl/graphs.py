@@ -2,7 +2,7 @@
 
 `TOPOLOGIES` (entry-point group `dfl.topologies`) maps a name to a factory. Register your own network as
 
-    @dfl.topologies.register("two-cliques")
+    @dfl.graphs.register("two-cliques")
     def two_cliques(n, *, bridges=1):          # n clients; keyword-only parameters are its options
         ...
         return W
@@ -18,7 +18,15 @@ returning one of
 A factory with a keyword-only `seed` option gets the run's seed unless the config sets one.
 
 The `topologies` package knows nothing of dfl: this module adapts it, registering each built-in as a
-`BuiltinTopology` that calls `topologies.build(name, n, weights, **options)`.
+`BuiltinTopology` that calls `topologies.build(name, n, weights, **options)`. (It is named `dfl.graphs`, not after
+the `topologies` package it adapts, so that `import topologies` and dfl's registry are never confused.)
+
+The cards. Each built-in's class is its card: its docstring (the math, its options with their defaults), and the
+facts the rules between features read without building it (`TopologyFacts`: time-varying, directed, a W with
+negative entries, the complete graph, weights of its own). Each weight scheme has a card too (`WEIGHTS`: which sums
+of W are 1, whether it reads the clients' sample counts, why it cannot reweigh the links that survive a failure).
+What a run combines them with (push-sum for a column-stochastic W, link faults, compressed gossip, the asynchronous
+mode, robust aggregators) is `dfl.engine.combinations`'s; `check_config` checks the topology's own settings.
 
 What a run can mix with. The engine gossips X <- W X. A doubly stochastic W (every scheme but the three below, and
 every matrix unless said otherwise) keeps the average. A row-stochastic W (weights = "row-stochastic" or
@@ -26,15 +34,16 @@ every matrix unless said otherwise) keeps the average. A row-stochastic W (weigh
 explicit choice: the clients still reach consensus, but on a weighted average pi^T x (pi the left Perron vector
 of W), biased unless pi = 1/n (`topologies.directed`). A column-stochastic W (weights = "column-stochastic",
 stochastic = "column") keeps the sum but not the average; only push-sum's de-biased ratio x/y makes it an
-average, so a run takes it only with an algorithm that mixes by push-sum (`Algorithm.push_sum`: dfedavg,
-dfedavgm, dfedsam, dfedsam-mgs; SGP is dfedavg with one local step) and refuses it otherwise (`check_config`,
-`build`); `dfl topology` analyses and draws any. Sample-count weights take the clients' sample counts from the
-option `sizes`, or from the run's partition when it is unset.
+average, so a run takes it only with an algorithm that mixes by push-sum (its card's `push_sum`; SGP is dfedavg
+with one local step) and refuses it otherwise (`dfl.engine.combinations`, and `build` when it is built); `dfl
+topology` analyses and draws any. Sample-count weights take the clients' sample counts from the option `sizes`, or
+from the run's partition when it is unset.
 """
 
 from __future__ import annotations
 
 import inspect
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import networkx as nx
@@ -47,10 +56,10 @@ from dfl.config import Config
 from dfl.errors import ConfigError
 from dfl.registry import Registry
 from topologies import directed, graphs, measures
-from topologies.build import CUSTOM_OPTIONS, DIRECTED, HIERARCHICAL, STATIC, TIME_VARYING, default_weights
+from topologies.build import CUSTOM_OPTIONS, HIERARCHICAL, STATIC, TIME_VARYING, default_weights
 from topologies.errors import TopologyError
 from topologies.validation import check_connected, check_stochastic
-from topologies.weights import KIND
+from topologies.weights import KIND, OPTIONS
 
 TOPOLOGIES: Registry = Registry("topology", group="dfl.topologies")
 """Every topology the config field `topology` takes: name -> factory.
@@ -70,13 +79,28 @@ class BuiltinTopology:
     options `base` (the scheme under weights = "lazy") and `sizes` (the clients' sample counts under weights =
     "sample-count"). `options` holds its own options with their defaults ("required" for one without a default),
     read from the builder's signature; `kind` is "static", "time-varying" or "custom".
+
+    The facts the rules between features read (`facts`): `directed` (some link carries a model one way only, so a
+    failed link breaks W's balance; `is_directed` when an option decides it), `signed` (W may have negative
+    entries, which the robust gossip rules' weights assume away) and `complete` (every pair of clients is linked, so
+    what draws or reads each link is bounded by `topologies.limits.FULL_SPARSE_LIMIT`); whether it is time-varying is
+    `kind`, and whether its W is its paper's (`weights` unset) is `topologies.build.default_weights`. `example`: the
+    options a small run (8 clients) uses where a required one has no default (the combinations table's runs).
     """
 
     name: ClassVar[str] = ""
     kind: ClassVar[str] = "static"
+    directed: ClassVar[bool] = False
+    signed: ClassVar[bool] = False
+    complete: ClassVar[bool] = False
+    example: ClassVar[dict[str, Any]] = {}
 
     def __init__(self) -> None:
         self.options: dict[str, Any] = self._declared_options()
+
+    def is_directed(self, options: dict[str, Any]) -> bool:
+        """Whether the graph built with `options` is directed (the class's `directed`, unless an option decides)."""
+        return self.directed
 
     def _declared_options(self) -> dict[str, Any]:
         """The options of `topologies.build` for this name, with the builder's defaults."""
@@ -111,7 +135,7 @@ class Ring(BuiltinTopology):
     the slowest-mixing built-in: the gap falls as 1/n². n = 1 is a lone client and n = 2 a single edge.
 
     Examples:
-        >>> from dfl.topologies import build
+        >>> from dfl.graphs import build
         >>> round(build("ring", 8).spectral_gap(), 4)  # (2/3)(1 - cos(π/4))
         0.1953
     """
@@ -158,6 +182,10 @@ class Exponential(BuiltinTopology):
 
     name = "exponential"
 
+    def is_directed(self, options: dict[str, Any]) -> bool:
+        """Directed unless `symmetric`."""
+        return not options.get("symmetric", False)
+
 
 class Full(BuiltinTopology):
     """Full: the complete graph K_n, every client averages with every other in one step.
@@ -170,6 +198,7 @@ class Full(BuiltinTopology):
     """
 
     name = "full"
+    complete = True
 
 
 class Star(BuiltinTopology):
@@ -213,6 +242,7 @@ class RandomRegular(BuiltinTopology):
     """
 
     name = "random-regular"
+    example = {"degree": 3}
 
 
 class ErdosRenyi(BuiltinTopology):
@@ -227,6 +257,7 @@ class ErdosRenyi(BuiltinTopology):
     """
 
     name = "erdos-renyi"
+    example = {"p": 0.6}
 
 
 class DirectedRing(BuiltinTopology):
@@ -241,6 +272,7 @@ class DirectedRing(BuiltinTopology):
     """
 
     name = "directed-ring"
+    directed = True
 
 
 class DEquiStatic(BuiltinTopology):
@@ -265,6 +297,8 @@ class DEquiStatic(BuiltinTopology):
     """
 
     name = "d-equistatic"
+    directed = True
+    example = {"M": 3}
 
 
 class UEquiStatic(BuiltinTopology):
@@ -282,6 +316,7 @@ class UEquiStatic(BuiltinTopology):
     """
 
     name = "u-equistatic"
+    example = {"M": 3}
 
 
 class OnePeerExponential(BuiltinTopology):
@@ -293,6 +328,7 @@ class OnePeerExponential(BuiltinTopology):
     """
 
     name = "one-peer-exponential"
+    directed = True
     kind = "time-varying"
 
 
@@ -313,6 +349,7 @@ class OnePeer(BuiltinTopology):
     """
 
     name = "one-peer"
+    directed = True
     kind = "time-varying"
 
 
@@ -331,6 +368,7 @@ class RandomK(BuiltinTopology):
     """
 
     name = "random-k"
+    example = {"k": 2}
     kind = "time-varying"
 
 
@@ -350,6 +388,8 @@ class RandomPull(BuiltinTopology):
     """
 
     name = "random-pull"
+    directed = True
+    example = {"k": 2}
     kind = "time-varying"
 
 
@@ -405,6 +445,7 @@ class ODEquiDyn(BuiltinTopology):
     """
 
     name = "od-equidyn"
+    directed = True
     kind = "time-varying"
 
 
@@ -449,6 +490,7 @@ class Matcha(BuiltinTopology):
     """
 
     name = "matcha"
+    signed = True
     kind = "time-varying"
 
 
@@ -473,6 +515,7 @@ class Hierarchical(BuiltinTopology):
     """
 
     name = "hierarchical"
+    example = {"groups": 2}
 
 
 class Custom(BuiltinTopology):
@@ -494,6 +537,11 @@ class Custom(BuiltinTopology):
     """
 
     name = "custom"
+    example = {"matrix": [[1 / 3 if (i - j) % 8 in (0, 1, 7) else 0.0 for j in range(8)] for i in range(8)]}
+
+    def is_directed(self, options: dict[str, Any]) -> bool:
+        """An edge list read as u → v (`directed`)."""
+        return bool(options.get("directed"))
     kind = "custom"
 
 
@@ -502,7 +550,7 @@ BUILTINS: tuple[type[BuiltinTopology], ...] = (
     OnePeerExponential, OnePeer, RandomK, RandomPull, BaseGraph, SimpleBaseGraph, ODEquiDyn, OUEquiDyn, Matcha,
     Hierarchical, Custom)
 if tuple(cls.name for cls in BUILTINS) != topologies.NAMES:  # one documented class per name, in build's order
-    raise ImportError("dfl.topologies.BUILTINS must list one class per topologies.NAMES entry, in that order")
+    raise ImportError("dfl.graphs.BUILTINS must list one class per topologies.NAMES entry, in that order")
 for _cls in BUILTINS:
     TOPOLOGIES.register(_cls.name, _cls())
 del _cls
@@ -533,7 +581,7 @@ def topology_options(name: str) -> dict[str, Any]:
 
 
 def build(name: str, n: int | None, weights: str | None = None, *, push_sum: bool = False,
-          **options: Any) -> topologies.Topology:
+          push_sum_algorithms: tuple[str, ...] = (), **options: Any) -> topologies.Topology:
     """The validated topology `name` on n clients that a run mixes with.
 
     A built-in from `topologies.build`, or a registered factory's result adopted as described in the module docstring.
@@ -542,20 +590,20 @@ def build(name: str, n: int | None, weights: str | None = None, *, push_sum: boo
     """
     topo = analyse(name, n, weights, **options)
     if topo.stochastic == "column" and not push_sum:
-        raise TopologyError(column_refusal(f"{name}'s W"))
+        raise TopologyError(column_refusal(f"{name}'s W", takers=push_sum_algorithms))
     return topo
 
 
-PUSH_SUM_ALGORITHMS = ("dfedavg", "dfedavgm", "dfedsam", "dfedsam-mgs")  # the built-ins with `Algorithm.push_sum`
+def column_refusal(what: str, algorithm: str | None = None, takers: tuple[str, ...] | list[str] = ()) -> str:
+    """Why a run refuses a column-stochastic W, naming what gave it and the allowed alternatives (one line).
 
-
-def column_refusal(what: str, algorithm: str | None = None) -> str:
-    """Why a run refuses a column-stochastic W, naming what gave it and the allowed alternatives (one line)."""
+    `takers`: the algorithms that mix by push-sum (their cards say so: `dfl.algorithms.able("push_sum")`).
+    """
     by = f"{algorithm!r} does not mix by push-sum" if algorithm else "this run does not mix by push-sum"
+    use = f"one of {', '.join(takers)} (push-sum)" if takers else "an algorithm that mixes by push-sum"
     return (f"{what} is column-stochastic: gossip X <- W X keeps its sum but not its average, which takes push-sum's "
-            f"weights y <- W y and the ratio x/y, and {by}; use one of {', '.join(PUSH_SUM_ALGORITHMS)} (push-sum), "
-            "a doubly stochastic scheme (metropolis, ...) or weights = row-stochastic (consensus on a weighted "
-            "average), or analyse and draw W with `dfl topology`")
+            f"weights y <- W y and the ratio x/y, and {by}; use {use}, a doubly stochastic scheme (metropolis, ...) or "
+            "weights = row-stochastic (consensus on a weighted average), or analyse and draw W with `dfl topology`")
 
 
 def is_column_stochastic(config: Config) -> bool:
@@ -636,62 +684,26 @@ def weight_options(scheme: str) -> tuple[dict[str, Any], list[str]]:
     return options, [f"{key} unset: {RUN_FILLED[key]}" for key in options if key in RUN_FILLED]
 
 
-LINK_FAULTS = ("link_failure", "offline")  # Config fields of the unreliable network (dfl.network.faults)
+def check_config(config: Config, centralized: bool = False) -> None:
+    """The topology's part of `dfl.validate`, before anything is built: its own settings.
 
-
-def unread_fields(config: Config, centralized: bool) -> list[str]:
-    """The topology fields set in `config` that its run does not read: all of them for a centralized algorithm.
-
-    `topology` counts as set when it is neither the default ring nor full, `weights` when not None, `topology_options`
-    when not empty.
-    """
-    if not centralized:
-        return []
-    return [name for name, unset in (("topology", ("ring", "full")), ("weights", (None,)), ("topology_options", ({},)))
-            if getattr(config, name) not in unset]
-
-
-def check_config(config: Config, centralized: bool = False, push_sum: bool = False) -> None:
-    """The topology's part of `dfl.validate`, before anything is built.
-
-    `topology` is registered, `weights` (when set) is a scheme of `topologies.SCHEMES`; a column-stochastic W is refused
-    unless the algorithm mixes by push-sum (`push_sum`: `Algorithm.push_sum`, module docstring), and with push-sum only
-    synchronous, exact gossip; sample-count weights have their `sizes`, one per client, when given (a run passes its
-    partition's by default); a directed or one-sided topology is not combined with link faults (a failed directed link
-    breaks the balance that keeps W doubly stochastic); and the options fit the topology: for a built-in, also their
-    values on `clients` nodes and the memory building it takes (`topologies.check`). A centralized algorithm mixes over
-    the complete graph, checked instead. A `custom` matrix or edge-list file is read and checked here too (no torch).
-    What needs the graph itself (a random graph's connectivity, uniform weights on an irregular graph) is known when
-    it is built.
+    `topology` is registered, `weights` (when set) is a scheme of `topologies.SCHEMES`; sample-count weights have their
+    `sizes`, one per client, when given (a run passes its partition's by default); and the options fit the topology:
+    for a built-in, also their values on `clients` nodes and the memory building it takes (`topologies.check`). A
+    centralized algorithm mixes over the complete graph, checked instead. A `custom` matrix or edge-list file is read
+    and checked here too (no torch; whether its algorithm may take a column-stochastic matrix is a rule between
+    features).
+    What needs the graph itself (a random graph's connectivity, uniform weights on an irregular graph) is
+    known when it is built; what the topology combines with (link faults, push-sum, compressed gossip, the asynchronous
+    mode, robust aggregators, a centralized algorithm's unread topology) is `dfl.engine.combinations`'s.
     """
     factory = TOPOLOGIES.require(config.topology, "topology")
-    unread = unread_fields(config, centralized)
-    if unread:  # refused, never ignored, as every field a run would not read
-        raise ConfigError(f"{', '.join(f'{name} = {getattr(config, name)!r}' for name in unread)}: {config.algorithm} "
-                          f"is centralized (its server averages over the complete graph), so it reads no topology; "
-                          f"remove {' and '.join(unread)} (or set topology = full), or use a decentralized algorithm")
     if config.weights is not None and config.weights not in topologies.SCHEMES:
         raise ConfigError(f"weights must be one of {', '.join(topologies.SCHEMES)}; got {config.weights!r}")
     options = config.topology_options
     scheme = config.weights or default_weights(config.topology)
-    stochastic = options.get("stochastic", "doubly") if config.topology == "custom" else "doubly"
-    if is_column_stochastic(config):
-        _check_push_sum(config, push_sum)
     if scheme == "sample-count" or "sizes" in options:
         _check_sizes(config, scheme)
-    fault = next((name for name in LINK_FAULTS if getattr(config, name, 0)), None)
-    one_sided = KIND.get(scheme, "doubly") != "doubly" or stochastic != "doubly"
-    directed_graph = config.topology in DIRECTED or (
-        config.topology == "custom" and options.get("directed"))
-    if fault is not None and (one_sided or directed_graph):
-        what = f"weights = {scheme} (a one-sided W)" if one_sided else f"the directed {config.topology}"
-        raise ConfigError(f"{fault} = {getattr(config, fault)} needs an undirected topology with doubly stochastic "
-                          f"weights, but {what} is not: a failed link would break the balance of W's sums; use an "
-                          "undirected topology (ring, grid, ...) with metropolis, max-degree or lazy weights")
-    if config.topology == "matcha" and not centralized and config.aggregator != "mean":
-        raise ConfigError(f"aggregator = {config.aggregator} on topology = matcha: the robust gossip rules weigh each "
-                          "neighbour by W's entries, assuming W >= 0, but MATCHA's W_t = I - alpha L_t has negative "
-                          "self-weights; use aggregator = mean or another topology")
     try:
         if centralized:
             topologies.check("full", config.clients)
@@ -700,23 +712,82 @@ def check_config(config: Config, centralized: bool = False, push_sum: bool = Fal
             if config.topology == "custom" and (scheme != "sample-count" or "sizes" in options):
                 # a custom matrix or edge-list file is read now (numpy/scipy, no torch), so a wrong file is refused
                 # before any data is made, as a wrong option is (the run reads it again when it builds the graph)
-                build("custom", config.clients, config.weights, push_sum=push_sum, **run_options(config))
+                build("custom", config.clients, config.weights, push_sum=True, **run_options(config))
         else:
             signatures.resolve("topology", config.topology, factory, run_options(config))
     except ValueError as exc:
         raise ConfigError(f"topology: {exc}") from None
 
 
-def _check_push_sum(config: Config, push_sum: bool) -> None:
-    """Refuse a column-stochastic W unless the algorithm mixes by push-sum, synchronously and without compression."""
-    field, what = ("weights", "the W of weights = column-stochastic") if config.weights == "column-stochastic" \
-        else ("topology_options", "a custom matrix with stochastic = column")
-    if not push_sum:
-        raise ConfigError(f"{field}: " + column_refusal(what, config.algorithm))
-    if config.compressor != "none" or config.mode != "sync":
-        setting = f"compressor = {config.compressor}" if config.compressor != "none" else f"mode = {config.mode}"
-        raise ConfigError(f"{field}: {what} mixes by push-sum, whose weights need every message exactly and in "
-                          f"step; {setting} does not carry them (use compressor = none and mode = sync)")
+@dataclass(frozen=True)
+class TopologyFacts:
+    """What the rules between features read of a topology before it is built (a built-in's card, and its options).
+
+    A registered factory's facts are not known before it is built (`known` False, the flags False): the run checks
+    what it built (`dfl.network.run_network.Network`, compressed gossip, the asynchronous mode).
+    """
+
+    name: str
+    known: bool
+    time_varying: bool = False
+    directed: bool = False
+    signed: bool = False  # W may have negative entries (MATCHA's I − αL)
+    complete: bool = False  # the complete graph: explicit links stop at topologies.limits.FULL_SPARSE_LIMIT clients
+    own_weights: bool = False  # its W is its paper's: `weights` stays unset
+    symmetric_option: bool = False  # an option `symmetric` makes it undirected
+
+
+def facts(name: str, options: dict[str, Any] | None = None) -> TopologyFacts:
+    """The facts of topology `name` built with `options` (`TopologyFacts`); ConfigError for an unknown name."""
+    factory = TOPOLOGIES.require(name, "topology")
+    if not isinstance(factory, BuiltinTopology):
+        return TopologyFacts(name, known=False)
+    options = options or {}
+    return TopologyFacts(name, True, factory.kind == "time-varying", factory.is_directed(options), factory.signed,
+                         factory.complete, default_weights(name) == "given", "symmetric" in factory.options)
+
+
+@dataclass(frozen=True)
+class WeightsCard:
+    """What the rules read of a weight scheme (`topologies.weights`).
+
+    `stochastic`: which sums of W are 1 ("doubly", "row" or "column": `topologies.weights.KIND`); `sizes`: it weighs
+    the clients by their sample counts (its option `sizes`), which a differential-privacy neighbour may change;
+    `under_failures`: why it cannot reweigh the links that survive a failed link or an offline client (None: it can).
+    """
+
+    name: str
+    stochastic: str
+    sizes: bool
+    under_failures: str | None = None
+
+
+# why a scheme cannot reweigh the surviving links of a gossip step (`dfl.network.faults` reweighs each step's graph)
+_UNDER_FAILURES = {
+    "uniform": "is doubly stochastic on regular graphs only, and failures make the graph irregular",
+    "fastest": "optimises W for one graph, and every gossip step has another",
+}
+WEIGHTS: dict[str, WeightsCard] = {
+    scheme: WeightsCard(scheme, KIND.get(scheme, "doubly"), "sizes" in OPTIONS.get(scheme, {}),
+                        _UNDER_FAILURES.get(scheme))
+    for scheme in topologies.SCHEMES
+}
+"""Every weight scheme's card, in `topologies.SCHEMES` order."""
+
+
+def weights_of(config: Config) -> tuple[WeightsCard, str]:
+    """The card of the scheme a run of `config` weighs its graph with, and a custom matrix's own `stochastic`.
+
+    The scheme is the topology's default when `weights` is unset; `stochastic` is "doubly" but for a custom matrix.
+    Under weights = lazy with a `base` scheme that cannot reweigh failures, that base's card.
+    """
+    scheme = config.weights or default_weights(config.topology)
+    card = WEIGHTS.get(scheme) or WeightsCard(scheme, "doubly", False)  # "given": the topology's own W
+    base = WEIGHTS.get(config.topology_options.get("base") or "")
+    if card.under_failures is None and base is not None and base.under_failures is not None:
+        card = base
+    stochastic = config.topology_options.get("stochastic", "doubly") if config.topology == "custom" else "doubly"
+    return card, stochastic
 
 
 def _check_sizes(config: Config, scheme: str) -> None:
