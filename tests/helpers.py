@@ -33,6 +33,7 @@ from torch import nn
 import dfl
 from dfl.config import Config
 from dfl.data import FederatedData
+from dfl.errors import ConfigError
 from dfl.models import build_model
 from dfl.network.comm import even_blocks
 from dfl.training.clients import ParamLayout
@@ -370,6 +371,49 @@ def assert_world_of_two_gives_the_single_process_result(tmp_path, cases: dict[st
             assert got["ids"] == (list(range(M)) if rank == 0 else list(even_blocks(M, 2)[rank]))
             torch.testing.assert_close(got["params"], reference.params[got["ids"]], atol=1e-5, rtol=0,
                                        msg=f"{case} rank {rank}")
+
+
+def _configs_worker(rank, world, rdzv, out_dir, configs):
+    init_gloo(rank, world, rdzv)
+    try:
+        for i, config in enumerate(configs.values()):
+            try:
+                result = dfl.run(config)
+            except ConfigError as exc:  # refused at set-up, on every rank alike
+                torch.save({"refused": str(exc)}, Path(out_dir) / f"{i}-r{rank}.pt")
+                continue
+            torch.save({"params": result.params, "ids": result.client_ids, "history": result.history},
+                       Path(out_dir) / f"{i}-r{rank}.pt")
+    finally:
+        dist.destroy_process_group()
+
+
+def assert_worlds_of_two_equal_one(tmp_path, configs: dict[str, Config]) -> dict[str, str]:
+    """Each config (by label) run by two gloo processes equals its one-process run: params and metrics.
+
+    Within `assert_world_size_invariant`'s tolerances. The config loads its own dataset in each process. Returns the
+    configs both processes refused at set-up (a ConfigError), with the message; put those last, as a refusal ends a
+    run between its collectives. The workers are spawned, not forked: the parent has run dfl (see
+    `assert_world_of_two_gives_the_single_process_result`).
+    """
+    mp.start_processes(_configs_worker, args=(2, str(tmp_path / "rdzv"), str(tmp_path), configs), nprocs=2,
+                       join=True, start_method="spawn")
+    refused = {}
+    for i, (label, config) in enumerate(configs.items()):
+        got = [torch.load(tmp_path / f"{i}-r{rank}.pt") for rank in range(2)]
+        if "refused" in got[0] or "refused" in got[1]:
+            assert got[0].get("refused") == got[1].get("refused"), label
+            refused[label] = got[0]["refused"]
+            continue
+        reference = dfl.run(config)
+        assert reference.summary["processes"] == 1, label
+        for rank in range(2):
+            torch.testing.assert_close(got[rank]["params"], reference.params[got[rank]["ids"]], atol=1e-5, rtol=0,
+                                       msg=f"{label} rank {rank}")
+            history = got[rank]["history"] if rank == 0 else [
+                {**h, "client_acc": r["client_acc"]} for h, r in zip(got[rank]["history"], reference.history)]
+            assert_histories_close(history, reference.history, f"{label} rank {rank}")
+    return refused
 
 
 # ------------------------------------------------------------------------------------------------ benchmarks
