@@ -66,8 +66,8 @@ def test_compression_on_a_static_equitopo():
 
 
 @pytest.mark.parametrize(("changes", "message"), [
-    ({"topology": "d-equistatic", "topology_options": {"M": 3}, "link_failure": 0.1}, "directed d-equistatic"),
-    ({"topology": "od-equidyn", "offline": 0.1}, "directed od-equidyn"),
+    ({"topology": "d-equistatic", "topology_options": {"M": 3}, "link_failure": 0.1}, "d-equistatic is directed"),
+    ({"topology": "od-equidyn", "offline": 0.1}, "od-equidyn is directed"),
     ({"topology": "base-graph", "compressor": "top-k"}, "needs a static topology, but base-graph changes"),
     ({"topology": "matcha", "compressor": "qsgd"}, "needs a static topology, but matcha changes"),
     ({"topology": "ou-equidyn", "mode": "async", "algorithm": "dfedsam"}, "mode = async needs a static topology"),
@@ -80,7 +80,7 @@ def test_compression_on_a_static_equitopo():
     ({"topology": "od-equidyn", "topology_options": {"eta": 1.5}}, "eta .* 0 < eta <= 1"),
     ({"topology": "matcha", "topology_options": {"budget": 0}}, "budget .* 0 < budget <= 1"),
     ({"topology": "matcha", "topology_options": {"graph": "u-equistatic"}}, "matcha option graph must be"),
-    ({"topology": "matcha", "aggregator": "median"}, "matcha: .* negative self-weights"),
+    ({"topology": "matcha", "aggregator": "median"}, "matcha's W has negative entries"),
 ])
 def test_refusals_are_one_line_and_before_torch(changes, message):
     with pytest.raises(ConfigError, match=message) as err:

@@ -72,7 +72,7 @@ def test_every_algorithm_resumes_exactly_and_declares_its_per_client_state(tmp_p
     data = make_data()
     centralized = getattr(algorithm_class(algorithm), "centralized", False)
     changes = dict(algorithm=algorithm, checkpoint_every=2)
-    if "anneal_rounds" in algorithms.option_defaults(algorithm_class(algorithm)):  # dispfl: a schedule over rounds
+    if "anneal_rounds" in algorithms.option_defaults(algorithms.card(algorithm)):  # dispfl: a schedule over rounds
         changes.update(algorithm_options={"anneal_rounds": 5})  # that is fixed, so the run may grow from 2 to 5
     if centralized:
         changes.update(participation=0.5)  # non-participants keep their state: the sliced rows must be right

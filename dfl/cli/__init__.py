@@ -28,8 +28,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "reproduce": ("dfl.cli.reproduce", "a paper's table as one resumable sweep: dfedsam-table1 (8 methods x 5 "
                                        "splits x 3 seeds)"),
     "report": ("dfl.cli.report", "tables and plots of a run directory or of all runs under a directory (e.g. a sweep)"),
-    "list": ("dfl.cli.listing", "every algorithm, topology, model, dataset, partition, weight scheme and logger, "
-                                "with options"),
+    "list": ("dfl.cli.listing", "every algorithm, topology, model, dataset, partition, weight scheme, logger, attack, "
+                                "aggregator and compressor, with options"),
     "landscape": ("dfl.cli.landscape", "2-D loss landscape and top Hessian eigenvalue of a run's final averaged model"),
     "torchrun": ("dfl.cli.torchrun", "dfl run on N processes of this machine (torchrun), a refusal in one line"),
 }
