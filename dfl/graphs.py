@@ -56,10 +56,19 @@ from dfl.config import Config
 from dfl.errors import ConfigError
 from dfl.registry import Registry
 from topologies import directed, graphs, measures
-from topologies.build import CUSTOM_OPTIONS, HIERARCHICAL, STATIC, TIME_VARYING, default_weights
+from topologies.build import (
+    BASE_GRAPHS,
+    CUSTOM_OPTIONS,
+    HIERARCHICAL,
+    RANDOM_K_SCHEMES,
+    RANDOM_PULL_SCHEMES,
+    STATIC,
+    TIME_VARYING,
+    default_weights,
+)
 from topologies.errors import TopologyError
 from topologies.validation import check_connected, check_stochastic
-from topologies.weights import KIND, OPTIONS
+from topologies.weights import KIND, NEEDS_REGULAR, NEEDS_UNDIRECTED, OPTIONS
 
 TOPOLOGIES: Registry = Registry("topology", group="dfl.topologies")
 """Every topology the config field `topology` takes: name -> factory.
@@ -81,16 +90,21 @@ class BuiltinTopology:
     read from the builder's signature; `kind` is "static", "time-varying" or "custom".
 
     The facts the rules between features read (`facts`): `directed` (some link carries a model one way only, so a
-    failed link breaks W's balance; `is_directed` when an option decides it), `signed` (W may have negative
-    entries, which the robust gossip rules' weights assume away) and `complete` (every pair of clients is linked, so
-    what draws or reads each link is bounded by `topologies.limits.FULL_SPARSE_LIMIT`); whether it is time-varying is
-    `kind`, and whether its W is its paper's (`weights` unset) is `topologies.build.default_weights`. `example`: the
+    failed link breaks W's balance; `is_directed` when an option decides it), `regular` (every client has the same
+    number of neighbours, which uniform weights need: True, False, or None when only the built graph tells;
+    `is_regular` when n or an option decides it), `signed` (W may have negative entries, which the robust gossip
+    rules' weights assume away), `complete` (every pair of clients is linked, so what draws or reads each link is
+    bounded by `topologies.limits.FULL_SPARSE_LIMIT`) and `schemes` (the weight schemes it takes, when not every one:
+    its own check refuses the others); whether it is time-varying is `kind`, and whether its W is given (its
+    paper's, `topologies.build.default_weights`, or a custom matrix: `weights` unset) is `gives_w`. `example`: the
     options a small run (8 clients) uses where a required one has no default (the combinations table's runs).
     """
 
     name: ClassVar[str] = ""
     kind: ClassVar[str] = "static"
     directed: ClassVar[bool] = False
+    regular: ClassVar[bool | None] = None
+    schemes: ClassVar[tuple[str, ...] | None] = None
     signed: ClassVar[bool] = False
     complete: ClassVar[bool] = False
     example: ClassVar[dict[str, Any]] = {}
@@ -101,6 +115,20 @@ class BuiltinTopology:
     def is_directed(self, options: dict[str, Any]) -> bool:
         """Whether the graph built with `options` is directed (the class's `directed`, unless an option decides)."""
         return self.directed
+
+    def is_regular(self, n: int | None, options: dict[str, Any]) -> bool | None:
+        """Whether the graph on n clients built with `options` is regular: the class's `regular` unless n decides.
+
+        None when only the built graph tells, or when n or the options are wrong (their own checks say so).
+        """
+        return self.regular
+
+    def gives_w(self, options: dict[str, Any]) -> str | None:
+        """How its W is given, so that `weights` stays unset ("defines its own weights (its paper's W)").
+
+        None: a weight scheme weighs its graph.
+        """
+        return "defines its own weights (its paper's W)" if default_weights(self.name) == "given" else None
 
     def _declared_options(self) -> dict[str, Any]:
         """The options of `topologies.build` for this name, with the builder's defaults."""
@@ -141,6 +169,7 @@ class Ring(BuiltinTopology):
     """
 
     name = "ring"
+    regular = True
 
 
 class Grid(BuiltinTopology):
@@ -160,6 +189,14 @@ class Grid(BuiltinTopology):
     """
 
     name = "grid"
+
+    def is_regular(self, n: int | None, options: dict[str, Any]) -> bool | None:
+        """Regular when each side is periodic or at most 2 long (`topologies.graphs.grid_is_regular`)."""
+        try:
+            periodic = options.get("periodic", False)
+            return None if n is None else graphs.grid_is_regular(n, options.get("shape"), periodic)
+        except ValueError:
+            return None
 
 
 class Exponential(BuiltinTopology):
@@ -181,6 +218,7 @@ class Exponential(BuiltinTopology):
     """
 
     name = "exponential"
+    regular = True  # a circulant graph, directed or not: every client has the same hops
 
     def is_directed(self, options: dict[str, Any]) -> bool:
         """Directed unless `symmetric`."""
@@ -198,6 +236,7 @@ class Full(BuiltinTopology):
     """
 
     name = "full"
+    regular = True
     complete = True
 
 
@@ -216,6 +255,10 @@ class Star(BuiltinTopology):
 
     name = "star"
 
+    def is_regular(self, n: int | None, options: dict[str, Any]) -> bool | None:
+        """The centre has n − 1 neighbours, a leaf 1: regular only for n <= 2."""
+        return None if n is None else n <= 2
+
 
 class Hypercube(BuiltinTopology):
     """Hypercube: n = 2^d clients, i -- i XOR 2^b for each bit b (n must be a power of 2).
@@ -226,6 +269,7 @@ class Hypercube(BuiltinTopology):
     """
 
     name = "hypercube"
+    regular = True
 
 
 class RandomRegular(BuiltinTopology):
@@ -242,6 +286,7 @@ class RandomRegular(BuiltinTopology):
     """
 
     name = "random-regular"
+    regular = True
     example = {"degree": 3}
 
 
@@ -259,6 +304,17 @@ class ErdosRenyi(BuiltinTopology):
     name = "erdos-renyi"
     example = {"p": 0.6}
 
+    def is_regular(self, n: int | None, options: dict[str, Any]) -> bool | None:
+        """Regular as K_n (p = 1) or for n <= 2; otherwise False.
+
+        Its degrees are drawn, regular only by chance of the draw, which uniform weights are not left to (one seed
+        would run and the next be refused).
+        """
+        p = options.get("p")
+        if n is None or isinstance(p, bool) or not isinstance(p, (int, float)):
+            return None
+        return n <= 2 or p == 1
+
 
 class DirectedRing(BuiltinTopology):
     """Directed ring: client i sends to i+1 (mod n) only (BlueFog's `RingGraph(n, connect_style=2)`).
@@ -272,6 +328,7 @@ class DirectedRing(BuiltinTopology):
     """
 
     name = "directed-ring"
+    regular = True
     directed = True
 
 
@@ -328,6 +385,7 @@ class OnePeerExponential(BuiltinTopology):
     """
 
     name = "one-peer-exponential"
+    regular = True
     directed = True
     kind = "time-varying"
 
@@ -369,6 +427,7 @@ class RandomK(BuiltinTopology):
 
     name = "random-k"
     example = {"k": 2}
+    schemes = RANDOM_K_SCHEMES
     kind = "time-varying"
 
 
@@ -389,6 +448,7 @@ class RandomPull(BuiltinTopology):
 
     name = "random-pull"
     directed = True
+    schemes = RANDOM_PULL_SCHEMES
     example = {"k": 2}
     kind = "time-varying"
 
@@ -517,6 +577,20 @@ class Hierarchical(BuiltinTopology):
     name = "hierarchical"
     example = {"groups": 2}
 
+    def is_regular(self, n: int | None, options: dict[str, Any]) -> bool | None:
+        """Regular when the inner graph on n/groups clients and the outer one on `groups` are.
+
+        Each level is weighed on its own (`topologies.build`).
+        """
+        groups = options.get("groups")
+        if n is None or isinstance(groups, bool) or not isinstance(groups, int) or groups < 1 or n % groups:
+            return None
+        levels = [(options.get(level, self.options[level]), options.get(f"{level}_options") or {}, size)
+                  for level, size in (("inner", n // groups), ("outer", groups))]
+        found = [TOPOLOGIES.get(name).is_regular(size, level_options) if name in BASE_GRAPHS and
+                 isinstance(level_options, dict) else None for name, level_options, size in levels]
+        return None if None in found else all(found)
+
 
 class Custom(BuiltinTopology):
     """Custom: your own network, given as a networkx graph, an edge-list file or the gossip matrix W itself.
@@ -539,10 +613,15 @@ class Custom(BuiltinTopology):
     name = "custom"
     example = {"matrix": [[1 / 3 if (i - j) % 8 in (0, 1, 7) else 0.0 for j in range(8)] for i in range(8)]}
 
+    kind = "custom"
+
     def is_directed(self, options: dict[str, Any]) -> bool:
         """An edge list read as u → v (`directed`)."""
         return bool(options.get("directed"))
-    kind = "custom"
+
+    def gives_w(self, options: dict[str, Any]) -> str | None:
+        """A matrix is W itself; a graph or an edge list is weighed by the scheme."""
+        return "with matrix= uses the matrix as W" if options.get("matrix") is not None else None
 
 
 BUILTINS: tuple[type[BuiltinTopology], ...] = (
@@ -693,9 +772,10 @@ def check_config(config: Config, centralized: bool = False) -> None:
     centralized algorithm mixes over the complete graph, checked instead. A `custom` matrix or edge-list file is read
     and checked here too (no torch; whether its algorithm may take a column-stochastic matrix is a rule between
     features).
-    What needs the graph itself (a random graph's connectivity, uniform weights on an irregular graph) is
-    known when it is built; what the topology combines with (link faults, push-sum, compressed gossip, the asynchronous
-    mode, robust aggregators, a centralized algorithm's unread topology) is `dfl.engine.combinations`'s.
+    What needs the graph itself (a random graph's connectivity, the degrees of a custom graph or a registered factory's)
+    is known when it is built; what the topology combines with (its weight scheme's needs where its card knows the
+    graph: a regular one for uniform, an undirected one for fastest; link faults, push-sum, compressed gossip, the
+    asynchronous mode, robust aggregators, a centralized algorithm's unread topology) is `dfl.engine.combinations`'s.
     """
     factory = TOPOLOGIES.require(config.topology, "topology")
     if config.weights is not None and config.weights not in topologies.SCHEMES:
@@ -723,8 +803,9 @@ def check_config(config: Config, centralized: bool = False) -> None:
 class TopologyFacts:
     """What the rules between features read of a topology before it is built (a built-in's card, and its options).
 
-    A registered factory's facts are not known before it is built (`known` False, the flags False): the run checks
-    what it built (`dfl.network.run_network.Network`, compressed gossip, the asynchronous mode).
+    A registered factory's facts are not known before it is built (`known` False, the flags False, `regular` None):
+    the run checks what it built (`dfl.network.run_network.Network`, compressed gossip, the asynchronous mode, the
+    weight scheme's needs).
     """
 
     name: str
@@ -733,18 +814,28 @@ class TopologyFacts:
     directed: bool = False
     signed: bool = False  # W may have negative entries (MATCHA's I − αL)
     complete: bool = False  # the complete graph: explicit links stop at topologies.limits.FULL_SPARSE_LIMIT clients
-    own_weights: bool = False  # its W is its paper's: `weights` stays unset
+    own_weights: str | None = None  # how its W is given (its paper's, a custom matrix): `weights` stays unset
     symmetric_option: bool = False  # an option `symmetric` makes it undirected
+    regular: bool | None = None  # every client has the same degree; None: only the built graph tells
+    schemes: tuple[str, ...] | None = None  # the weight schemes it takes (None: every one)
+
+    def takes(self, scheme: str) -> bool:
+        """Whether it is weighed by `scheme` at all (its own check refuses a scheme it does not take)."""
+        return self.own_weights is None and (self.schemes is None or scheme in self.schemes)
 
 
-def facts(name: str, options: dict[str, Any] | None = None) -> TopologyFacts:
-    """The facts of topology `name` built with `options` (`TopologyFacts`); ConfigError for an unknown name."""
+def facts(name: str, options: dict[str, Any] | None = None, n: int | None = None) -> TopologyFacts:
+    """The facts of topology `name` on n clients (None: not known) built with `options` (`TopologyFacts`).
+
+    ConfigError for an unknown name.
+    """
     factory = TOPOLOGIES.require(name, "topology")
     if not isinstance(factory, BuiltinTopology):
         return TopologyFacts(name, known=False)
     options = options or {}
     return TopologyFacts(name, True, factory.kind == "time-varying", factory.is_directed(options), factory.signed,
-                         factory.complete, default_weights(name) == "given", "symmetric" in factory.options)
+                         factory.complete, factory.gives_w(options), "symmetric" in factory.options,
+                         factory.is_regular(n, options), factory.schemes)
 
 
 @dataclass(frozen=True)
@@ -753,13 +844,17 @@ class WeightsCard:
 
     `stochastic`: which sums of W are 1 ("doubly", "row" or "column": `topologies.weights.KIND`); `sizes`: it weighs
     the clients by their sample counts (its option `sizes`), which a differential-privacy neighbour may change;
-    `under_failures`: why it cannot reweigh the links that survive a failed link or an offline client (None: it can).
+    `under_failures`: why it cannot reweigh the links that survive a failed link or an offline client (None: it can);
+    `regular`: it is doubly stochastic on a regular graph only (`topologies.weights.NEEDS_REGULAR`); `undirected`: it
+    needs an undirected graph (`NEEDS_UNDIRECTED`).
     """
 
     name: str
     stochastic: str
     sizes: bool
     under_failures: str | None = None
+    regular: bool = False
+    undirected: bool = False
 
 
 # why a scheme cannot reweigh the surviving links of a gossip step (`dfl.network.faults` reweighs each step's graph)
@@ -769,7 +864,7 @@ _UNDER_FAILURES = {
 }
 WEIGHTS: dict[str, WeightsCard] = {
     scheme: WeightsCard(scheme, KIND.get(scheme, "doubly"), "sizes" in OPTIONS.get(scheme, {}),
-                        _UNDER_FAILURES.get(scheme))
+                        _UNDER_FAILURES.get(scheme), scheme in NEEDS_REGULAR, scheme in NEEDS_UNDIRECTED)
     for scheme in topologies.SCHEMES
 }
 """Every weight scheme's card, in `topologies.SCHEMES` order."""
@@ -779,7 +874,8 @@ def weights_of(config: Config) -> tuple[WeightsCard, str]:
     """The card of the scheme a run of `config` weighs its graph with, and a custom matrix's own `stochastic`.
 
     The scheme is the topology's default when `weights` is unset; `stochastic` is "doubly" but for a custom matrix.
-    Under weights = lazy with a `base` scheme that cannot reweigh failures, that base's card.
+    Under weights = lazy with a `base` scheme that cannot reweigh failures (uniform, fastest), that base's card: lazy
+    keeps its base's needs (a regular graph, an undirected one).
     """
     scheme = config.weights or default_weights(config.topology)
     card = WEIGHTS.get(scheme) or WeightsCard(scheme, "doubly", False)  # "given": the topology's own W

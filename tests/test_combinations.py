@@ -102,3 +102,67 @@ def test_the_table_answers_before_torch_loads():
             "print('torch' in sys.modules)")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert proc.stdout.splitlines() == ["compressor = top-k does not apply to dsg", "False"], proc.stderr
+
+
+REGULARITY_CASES = [(name, n, options) for name in graphs.TOPOLOGIES.names() if name != "custom"
+                    for n in (1, 2, 3, 4, 6, 8, 9, 12, 16)
+                    for options in [dict(graphs.TOPOLOGIES.get(name).example), {"periodic": True},
+                                    {"shape": (1, n)}, {"p": 1.0}, {"degree": 2},
+                                    {"groups": 2, "inner": "star"}, {"groups": 2, "outer": "star"}]
+                    if set(options) <= set(graphs.topology_options(name))]
+
+
+def test_a_topologys_regularity_is_the_built_graphs():
+    """Where a card knows whether the graph is regular (uniform weights need it), building it with uniform weights
+    succeeds exactly when the card says regular (a drawn graph, whose card does not leave uniform weights to the
+    chance of its draw, may be regular where it says not); options that are wrong at n are left to their own check."""
+    import topologies
+
+    known = 0
+    for name, n, options in REGULARITY_CASES:
+        regular = graphs.facts(name, options, n).regular
+        if regular is None or not graphs.facts(name, options, n).takes("uniform"):
+            continue
+        try:
+            topologies.build(name, n, "metropolis", **options).matrix(0)
+        except ValueError:
+            continue  # options that do not fit n (a hypercube of 6, a prime grid): refused by its own check
+        known += 1
+        try:
+            topo = topologies.build(name, n, "uniform", **options)
+            built = all(topo.matrix(step) is not None for step in range(3))
+        except ValueError as exc:
+            assert "uniform" in str(exc), (name, n, options, exc)
+            built = False
+        drawn = "seed" in graphs.topology_options(name)
+        assert built == regular or (built and drawn), (name, n, options)
+    assert known >= 50
+
+
+@pytest.mark.parametrize("changes, field", [
+    (dict(weights="uniform", topology="star"), "weights"),
+    (dict(weights="lazy", topology="grid", topology_options={"base": "uniform"}), "weights"),
+    (dict(weights="fastest", topology="directed-ring"), "weights"),
+    (dict(weights="sample-count", topology="custom", topology_options={"matrix": [[0.5, 0.5], [0.5, 0.5]]},
+          clients=2), "topology"),
+    (dict(algorithm="fedavg", aggregator="krum", participation=0.5, participation_mode="bernoulli"),
+     "participation_mode")])
+def test_the_weights_needs_and_krums_participants_are_the_tables(changes, field):
+    """Refused by the table in one line naming the field, and by `dfl.validate` with that line alone."""
+    config = Config(**{"clients": 8, **changes})
+    reason = combinations.refusal(config)
+    assert reason is not None and reason.split(" ", 1)[0].rstrip(":") == field, reason
+    with pytest.raises(ConfigError) as caught:
+        dfl.validate(config)
+    assert caught.value.problems == [reason]
+
+
+def test_what_only_the_built_graph_tells_is_left_to_the_build():
+    """An Erdős–Rényi draw with p = 1 is K_n; a custom graph's degrees are read when it is built."""
+    assert combinations.refusal(Config(clients=8, weights="uniform", topology="erdos-renyi",
+                                       topology_options={"p": 1.0})) is None
+    assert graphs.facts("custom", {"path": "edges.txt"}, 8).regular is None
+    assert combinations.refusal(Config(clients=8, weights="uniform", topology="grid",
+                                       topology_options={"periodic": True})) is None
+    assert combinations.refusal(Config(clients=8, weights="fastest", topology="exponential",
+                                       topology_options={"symmetric": True})) is None

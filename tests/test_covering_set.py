@@ -7,14 +7,15 @@ link failures, offline clients, stragglers, model, precision, kernels, learning-
 chunk, personalized evaluation. `tests/covering.py` generates the covering set from them: every pair of values of
 two axes is held by a case the rules allow, or refused by the rules in every context the generator tried.
 
-The rules are one function, `refusal(config, world)` (today `dfl.validate`, plus the one rule of a world of several
-processes; the compatibility table's function once there is one). Each allowed case is run, tiny (8 clients, 2
+The rules are one function, `refusal(config, world)`: `dfl.validate` (each field on its own, each component's own
+checks, and the table of what combines with what at world 1), then the table itself in a world of `world` processes
+(`dfl.engine.combinations.refusal`). Each allowed case is run, tiny (8 clients, 2
 rounds of mnist1d with 400 samples, a logistic regression unless the model axis says otherwise, one thread), and must
 complete with finite metrics; each refused pair must be refused by `dfl.validate` in one line naming a field, before
 torch loads, and `dfl.run` must refuse it the same way before any work. A sample of the allowed cases is run by two
 gloo processes (equal to one process), and a sample is SIGKILLed after a round and resumed (equal to the
-uninterrupted run, every metric but the wall time). Combinations the rules allow but the run refuses once built are
-`KNOWN_DEFECTS`: left out of the set like refusals, each pinned by a test and a strict xfail.
+uninterrupted run, every metric but the wall time). A combination the rules allowed but the run refused once built
+(four were found so: `FORMER_DEFECTS`) is now refused by the table, pinned by a regression test.
 """
 
 from __future__ import annotations
@@ -37,11 +38,13 @@ import torch
 import dfl
 import topologies
 from dfl import algorithms
-from dfl.config import AGGREGATIONS, BYZANTINE_ATTACKS, LOCAL_OPTIMIZERS, ROBUST_AGGREGATORS, Config, field_of
+from dfl.config import AGGREGATIONS, LOCAL_OPTIMIZERS, Config, field_of
 from dfl.data.partitioners import PARTITIONS
+from dfl.engine import combinations
 from dfl.engine.results import read_metrics
 from dfl.errors import ConfigError
 from dfl.network import settings as network_settings
+from dfl.network.byzantine_settings import AGGREGATORS, ATTACKS
 from tests import covering
 from tests.helpers import ROOT, TIMING, assert_worlds_of_two_equal_one
 
@@ -91,8 +94,8 @@ def _axes() -> dict[str, list[tuple[str, dict[str, Any]]]]:
         "compressor": [("none", {}), *_values("compressor", network_settings.COMPRESSORS.names())],
         # noise std dp_clip x dp_noise of 0.05 and 0.03 per coordinate: a larger one diverges a CNN in two rounds
         "dp": [off, ("dp", {"dp_clip": 0.05}), ("dp-noise", {"dp_clip": 0.1, "dp_noise": 0.3, "dp_delta": 1e-4})],
-        "attack": [off, *((a, {"byzantine": 1, "attack": a}) for a in BYZANTINE_ATTACKS)],
-        "aggregator": [("mean", {}), *_values("aggregator", [a for a in ROBUST_AGGREGATORS if a != "mean"],
+        "attack": [off, *((a, {"byzantine": 1, "attack": a}) for a in ATTACKS.declared())],
+        "aggregator": [("mean", {}), *_values("aggregator", [a for a in AGGREGATORS.declared() if a != "mean"],
                                               {"centered-clipping": {"clip_radius": 1.0}})],
         "participation": [("all", {}), ("half", {"participation": 0.5}),
                           ("bernoulli", {"participation": 0.5, "participation_mode": "bernoulli"})],
@@ -131,18 +134,15 @@ AXIS_FIELDS = [{key for _, changes in AXES[axis] for key in changes} for axis in
 def refusal(config: Config, world: int = 1) -> str | None:
     """Why the rules refuse `config` in a world of `world` processes (one line), or None when they allow it.
 
-    The one oracle of this module: today `dfl.validate`, which knows no world size, and the one rule of a world of
-    several processes, which the run's set-up applies (`dfl.network.byzantine`, `dfl.algorithms.server`); the
-    compatibility table's function once it is written. (Byzantine clients and the robust aggregators read every
-    client's row: one process only.)
+    The one oracle of this module: `dfl.validate` (each field on its own and the components' own checks, which the
+    table of what combines with what leaves to them, and the table at world 1), then the table's answer for a world
+    of `world` processes (`dfl.engine.combinations.refusal`: e.g. Byzantine clients need one process).
     """
     try:
         dfl.validate(config)
     except ConfigError as exc:
         return str(exc)
-    if world > 1 and (config.byzantine or config.aggregator != "mean"):
-        return f"byzantine = {config.byzantine:g}, aggregator = {config.aggregator}: one process only"
-    return None
+    return combinations.refusal(config, world)
 
 
 def config_of(case: covering.Case) -> Config:
@@ -158,57 +158,25 @@ def named_fields(message: str) -> set[str]:
     return {word for word in re.findall(r"[a-z][a-z0-9_]*", message) if word in FIELDS}
 
 
-# Combinations `dfl.validate` allows that a run refuses only once it has built them (a ConfigError after torch loads,
-# instead of validate's line before): defects of the rules (issue 45). Each: the fields it is about, an example (BASE
-# with these changes), and where the run refuses it. The covering set leaves them out like a refusal (so every pair
-# it holds runs), and test_a_known_defect_is_refused_before_the_run (strict xfail) says when the rules refuse them.
-KNOWN_DEFECTS: dict[str, tuple[dict[str, Any], str]] = {
-    "uniform-irregular": (
-        dict(weights="uniform", topology="grid"),
-        "weights = uniform on an irregular graph (grid 2x4, star, erdos-renyi p=0.5 here) is refused when the run "
-        "builds the topology (topologies.weights), not by dfl.validate"),
-    "fastest-directed": (
-        dict(weights="fastest", topology="exponential"),
-        "weights = fastest on a directed graph (exponential, directed-ring, one-peer-exponential, one-peer) is "
-        "refused when the run builds the topology, not by dfl.validate"),
-    "custom-sample-count": (
-        dict(weights="sample-count", topology="custom", topology_options={"matrix": RING.tolist()}),
-        "weights = sample-count with a custom matrix: the run passes the partition's sizes and the build refuses "
-        "'option sizes does not apply'; dfl.validate refuses the other weights with a custom matrix"),
-    "krum-bernoulli": (
-        dict(algorithm="fedavg", aggregator="krum", byzantine=1, attack="gaussian", participation=0.5,
-             participation_mode="bernoulli"),
-        "aggregator = krum with bernoulli participation: a round of <= 2f + 2 participants stops the run with a "
-        "ConfigError (dfl.network.byzantine), which dfl.validate does not foresee (it checks krum for uniform "
-        "participation only)"),
+# Combinations `dfl.validate` allowed that a run refused only once it had built them (a ConfigError after torch loaded,
+# instead of validate's line before), found by this covering set (issue 45) and now refused by the table of what
+# combines with what: the fields each is about, examples (BASE with these changes), and the fields its refusal names.
+FORMER_DEFECTS: dict[str, tuple[list[dict[str, Any]], set[str]]] = {
+    "uniform-irregular": ([dict(weights="uniform", topology=name, topology_options=TOPOLOGY_OPTIONS.get(name, {}))
+                           for name in ("grid", "star", "erdos-renyi")], {"weights", "topology"}),
+    "fastest-directed": ([dict(weights="fastest", topology=name) for name in
+                          ("exponential", "directed-ring", "one-peer-exponential", "one-peer")],
+                         {"weights", "topology"}),
+    "custom-sample-count": ([dict(weights="sample-count", topology="custom",
+                                  topology_options={"matrix": RING.tolist()})], {"weights", "topology"}),
+    "krum-bernoulli": ([dict(algorithm="fedavg", aggregator="krum", participation=0.5, participation_mode="bernoulli",
+                             **threat) for threat in ({"byzantine": 1, "attack": "gaussian"}, {})],
+                       {"aggregator", "participation_mode"}),
 }
-IRREGULAR = ("grid", "star", "erdos-renyi")  # at 8 clients, with TOPOLOGY_OPTIONS
-DIRECTED = ("exponential", "directed-ring", "one-peer-exponential", "one-peer")
-
-
-def known_defect(config: Config) -> str | None:
-    """The `KNOWN_DEFECTS` entry `config` hits, or None."""
-    hits = {
-        "uniform-irregular": config.weights == "uniform" and config.topology in IRREGULAR,
-        "fastest-directed": config.weights == "fastest" and config.topology in DIRECTED,
-        "custom-sample-count": config.weights == "sample-count" and config.topology == "custom",
-        "krum-bernoulli": config.aggregator == "krum" and bool(config.byzantine)
-        and config.participation_mode == "bernoulli",
-    }
-    return next((name for name, hit in hits.items() if hit), None)
-
-
-def judged(config: Config) -> str | None:
-    """Why the covering set leaves `config` out: the rules' refusal, or a known defect's fields; None: it runs."""
-    defect = known_defect(config)
-    if defect is not None:
-        return f"known defect {defect}: " + ", ".join(f"{key} = {value}" for key, value in
-                                                      KNOWN_DEFECTS[defect][0].items() if key != "topology_options")
-    return refusal(config)
 
 
 def _oracle(case: covering.Case) -> list[frozenset[int]] | None:
-    message = judged(config_of(case))
+    message = refusal(config_of(case))
     if message is None:
         return None
     return [_blamed(case, problem) for problem in message.split("; ")]
@@ -294,8 +262,8 @@ def test_the_axes_hold_every_builtin_component():
     assert set(labels["weights"]) == {"default", *topologies.SCHEMES}
     assert set(labels["partition"]) == set(_builtin_partitions())
     assert set(labels["compressor"]) == {"none", *network_settings.COMPRESSORS.names()}
-    assert set(labels["attack"]) == {"off", *BYZANTINE_ATTACKS}
-    assert set(labels["aggregator"]) == set(ROBUST_AGGREGATORS)
+    assert set(labels["attack"]) == {"off", *ATTACKS.declared()}
+    assert set(labels["aggregator"]) == set(AGGREGATORS.declared())
 
 
 # ------------------------------------------------------------------------------------------- the generator
@@ -333,29 +301,31 @@ def test_the_generator_covers_exactly_the_pairs_some_allowed_case_holds():
 
 # ------------------------------------------------------------------------------------------- the refusals
 def _refused_configs() -> list[tuple[str, Config]]:
-    """(pair, the config it was refused in) of every refused pair, less those of a known defect (tested apart)."""
-    return [(pair_label(pair), config) for pair, case in plan().refused.items()
-            if known_defect(config := config_of(case)) is None]
+    """(pair, the config it was refused in) of every refused pair."""
+    return [(pair_label(pair), config_of(case)) for pair, case in plan().refused.items()]
 
 
-@pytest.mark.parametrize("defect", KNOWN_DEFECTS)
-def test_a_known_defect_is_refused_at_run_time(defect, tmp_path):
-    changes, _ = KNOWN_DEFECTS[defect]
-    config = Config(**{**BASE, **changes})
-    assert known_defect(config) == defect
-    assert refusal(config) is None  # the rules allow it ...
-    with pytest.raises(ConfigError) as refused:  # ... and the run refuses it, in one line, after torch loaded
-        dfl.run(config, out=tmp_path / "run")
-    assert "\n" not in str(refused.value)
-
-
-@pytest.mark.parametrize("defect", [pytest.param(name, marks=pytest.mark.xfail(strict=True, reason=reason))
-                                    for name, (_, reason) in KNOWN_DEFECTS.items()])
-def test_a_known_defect_is_refused_before_the_run(defect):
-    """What the rules should do: refuse it in dfl.validate (strict xfail: it passes once they do; then remove the
-    defect from `KNOWN_DEFECTS`, and the covering set judges it by the rules alone)."""
-    changes, _ = KNOWN_DEFECTS[defect]
-    assert refusal(Config(**{**BASE, **changes})) is not None
+@pytest.mark.parametrize("defect", FORMER_DEFECTS)
+def test_a_former_defect_is_refused_by_the_table_before_the_run(defect, tmp_path):
+    """Each combination the run used to refuse only once built: refused by the table (so by `dfl.validate`, before
+    torch loads) in one line naming its fields, by `dfl.run` the same way before any work, and left out of the
+    covering set as a refused pair."""
+    examples, names = FORMER_DEFECTS[defect]
+    for i, changes in enumerate(examples):
+        config = Config(**{**BASE, **changes})
+        message = combinations.refusal(config)
+        assert message is not None and "\n" not in message, changes
+        assert names <= named_fields(message), message
+        with pytest.raises(ConfigError) as refused:
+            dfl.validate(config)
+        assert str(refused.value) == message
+        with pytest.raises(ConfigError) as refused:
+            dfl.run(config, out=tmp_path / f"run{i}")
+        assert str(refused.value) == message and not (tmp_path / f"run{i}").exists()
+    refused_pairs = {pair_label(pair) for pair in plan().refused}
+    if defect in ("uniform-irregular", "fastest-directed"):
+        assert {f"topology={changes['topology']} x weights={changes['weights']}" for changes in examples} <= \
+            refused_pairs
 
 
 def test_every_refused_pair_is_one_line_of_validate_naming_a_field_it_sets():
@@ -395,8 +365,7 @@ def test_a_refused_pair_is_refused_by_run_before_any_work(tmp_path):
     """The first refused pair of each two axes, run: the same line as validate's, and no run directory made."""
     firsts = {}
     for (a, v, b, w), case in plan().refused.items():
-        if known_defect(config_of(case)) is None:
-            firsts.setdefault((a, b), (pair_label((a, v, b, w)), config_of(case)))
+        firsts.setdefault((a, b), (pair_label((a, v, b, w)), config_of(case)))
     for i, (what, config) in enumerate(firsts.values()):
         out = tmp_path / f"r{i}"
         with pytest.raises(ConfigError) as refused:
@@ -438,12 +407,12 @@ RESUME_SAMPLE = sample(CASES, STATEFUL, 5)
 @pytest.mark.slow
 def test_a_sample_in_a_world_of_two_processes_equals_one_process(tmp_path):
     """Each sampled case run by two gloo processes equals one process; a case the rules refuse in a world of two is
-    refused by the run in one line."""
+    refused by the run with the table's line for a world of two."""
     configs = {label(case): config_of(case) for case in [*WORLD_SAMPLE, WORLD_REFUSED]}
     refused = assert_worlds_of_two_equal_one(tmp_path, configs)
     assert list(refused) == [label(WORLD_REFUSED)]
     message = refused[label(WORLD_REFUSED)]
-    assert "\n" not in message and "aggregator" in message, message
+    assert message == refusal(config_of(WORLD_REFUSED), world=2) and "\n" not in message, message
 
 
 KILLED = r"""

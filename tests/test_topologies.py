@@ -251,8 +251,11 @@ def test_custom_from_matrix():
     topo = build("custom", 3, matrix=W)
     assert topo.weights == "given" and np.array_equal(topo.W, W)
     assert topo.graph.is_directed() and topo.neighbors(0) == [1]  # 0 receives from 1 only
-    with pytest.raises(ValueError, match="leave weights \\(and base\\) unset"):
+    with pytest.raises(ValueError, match="^custom with matrix= uses the matrix as W: leave weights unset, got "
+                                         "weights='metropolis'$"):
         build("custom", 3, weights="metropolis", matrix=W)
+    with pytest.raises(ValueError, match="leave base unset, got base='uniform'$"):
+        build("custom", 3, matrix=W, base="uniform")
     with pytest.raises(ValueError, match="n = 4 does not match the matrix of shape \\(3, 3\\)"):
         build("custom", 4, matrix=W)
 
@@ -373,3 +376,21 @@ def test_periodic_schedule_must_contract_over_its_period():
 
     with pytest.raises(ValueError, match="product of the 2 step matrices of shift does not contract"):
         Topology("shift", schedule=Shift(), weigh=weigh, symmetric=False)
+
+
+def test_grid_is_regular_says_what_the_built_mesh_has():
+    """From n and the options alone: every node of the same degree exactly when each side is periodic or <= 2."""
+    for n in range(1, 25):
+        for rows in (r for r in range(1, n + 1) if n % r == 0):
+            for periodic in (False, True):
+                degrees = {d for _, d in graphs.grid(n, (rows, n // rows), periodic).degree()}
+                assert graphs.grid_is_regular(n, (rows, n // rows), periodic) == (len(degrees) == 1), (n, rows)
+    assert not graphs.grid_is_regular(8) and graphs.grid_is_regular(16, periodic=True)
+
+
+def test_a_custom_matrix_refuses_a_weight_scheme_naming_it():
+    W = np.full((4, 4), 0.25)
+    for weights in ("metropolis", "sample-count"):
+        with pytest.raises(ValueError, match=rf"^custom with matrix= uses the matrix as W: leave weights unset, got "
+                                             rf"weights='{weights}'$"):
+            build("custom", 4, weights, matrix=W, **({"sizes": [1, 2, 3, 4]} if weights == "sample-count" else {}))

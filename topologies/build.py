@@ -496,9 +496,13 @@ def _build_custom(n: int | None, weights: str | None, base: str | None, sizes: o
         raise TopologyError("custom option directed= applies to an edge-list file (path= or edges=); a networkx graph "
                             "is directed when it is a DiGraph")
     if source == "matrix":
+        schemes = {key: value for key, value in (("weights", weights), ("base", base)) if value is not None}
+        if schemes:
+            raise TopologyError(f"custom with matrix= uses the matrix as W: leave {' and '.join(schemes)} unset, got "
+                                + ", ".join(f"{key}={value!r}" for key, value in schemes.items()))
         if sizes is not None:
             raise TopologyError("custom with matrix= uses the matrix as W: option sizes does not apply")
-        return _custom_matrix(n, weights, base, options["matrix"], bool(symmetric),
+        return _custom_matrix(n, options["matrix"], bool(symmetric),
                               check_kind("doubly" if stochastic is None else stochastic))
     if source == "graph":
         G = graphs.from_networkx(options["graph"], n)
@@ -511,10 +515,7 @@ def _build_custom(n: int | None, weights: str | None, base: str | None, sizes: o
                     symmetric=not G.is_directed(), stochastic=KIND.get(scheme, "doubly"))
 
 
-def _custom_matrix(n: int | None, weights: str | None, base: str | None, given: object,
-                   symmetric: bool, stochastic: str = "doubly") -> Topology:
-    if weights is not None or base is not None:
-        raise TopologyError("custom with matrix= uses the matrix as W: leave weights (and base) unset")
+def _custom_matrix(n: int | None, given: object, symmetric: bool, stochastic: str = "doubly") -> Topology:
     label = "matrix"
     if isinstance(given, (str, Path)):
         label = str(given)

@@ -170,6 +170,18 @@ def grid_edges(n: int, shape: tuple[int, int] | None = None,
     return src[keep], dst[keep]
 
 
+def grid_is_regular(n: int, shape: tuple[int, int] | None = None, periodic: bool = False) -> bool:
+    """Whether every node of the (r, c) mesh has the same degree, from n and the options alone (nothing is built).
+
+    A node's degree is the sum of its degrees along the two sides. Along a side of length L that is 2 inside a
+    path and 1 at its ends (L >= 3), 1 everywhere for L = 2 (one edge, its wrap-around dropped) and 0 for L = 1; a
+    periodic side of length L >= 3 is a cycle, degree 2 everywhere. So the mesh is regular exactly when each side
+    is periodic or at most 2 long: the torus, the 2 x 2 square, the single edge. Options are checked as `grid`'s.
+    """
+    r, c = _grid_shape_option(check_n(n), shape, periodic)
+    return all(periodic or side <= 2 for side in (r, c))
+
+
 def grid(n: int, shape: tuple[int, int] | None = None, periodic: bool = False) -> nx.Graph:
     """2-D mesh of shape (r, c), node (a, b) = a*c + b; `periodic=True` wraps both sides (torus).
 

@@ -42,6 +42,10 @@ SCHEMES = ("metropolis", "uniform", "max-degree", "lazy", "fastest", "row-stocha
 # the sums each scheme keeps (`topologies.directed.KINDS`); the others are doubly stochastic
 KIND = {"row-stochastic": "row", "column-stochastic": "column", "sample-count": "row"}
 LAZY_BASES = ("metropolis", "uniform", "max-degree", "fastest")
+# the graphs a scheme needs, known before it is built where the topology says (`sparse_weights` refuses the others):
+# uniform is doubly stochastic on a regular graph only, fastest optimises a symmetric W (an undirected graph)
+NEEDS_REGULAR = ("uniform",)
+NEEDS_UNDIRECTED = ("fastest",)
 # the options a scheme takes besides the graph, each with the value it has when not given: lazy's base, and
 # sample-count's sizes, which have none here (`check_sizes` asks for them; a dfl run passes its partition's)
 OPTIONS: dict[str, dict[str, str | None]] = {"lazy": {"base": "metropolis"}, "sample-count": {"sizes": None}}

@@ -7,8 +7,9 @@ algorithms that gossip more than their models, the local optimizer, differential
 robust aggregators, the topology, the weight scheme, link faults and the world size (processes). A rule asks
 capabilities, never names: the algorithm's card (`dfl.algorithms.AlgorithmCard`: centralized, push_sum, compression,
 byzantine, dp, asynchronous, local_optimizers), the topology's facts (`dfl.graphs.TopologyFacts`: directed,
-time-varying, signed, complete), the weight scheme's card (`dfl.graphs.WeightsCard`: stochastic, sizes,
-under_failures) and the aggregator's card (`dfl.network.byzantine_settings.AggregatorCard`). A plug-in that declares
+time-varying, signed, complete, regular, its own W, the schemes it takes), the weight scheme's card
+(`dfl.graphs.WeightsCard`: stochastic, sizes, under_failures, needs a regular or an undirected graph) and the
+aggregator's card (`dfl.network.byzantine_settings.AggregatorCard`). A plug-in that declares
 its capabilities is held to the same rules as a built-in.
 
 `RULES` is the table: each `Rule` names the axes it joins and says, for a config, why the combination is refused (one
@@ -80,8 +81,10 @@ class Run:
 
     @cached_property
     def topology(self) -> topology_registry.TopologyFacts:
-        """The topology's facts (not `known` for a registered factory: checked when it is built)."""
-        return topology_registry.facts(self.config.topology, self.config.topology_options)
+        """The topology's facts on the config's clients (not `known` for a registered factory: checked when built)."""
+        c = self.config
+        clients = c.clients if isinstance(c.clients, int) else None
+        return topology_registry.facts(c.topology, c.topology_options, clients)
 
     @cached_property
     def weights(self) -> tuple[topology_registry.WeightsCard, str]:
@@ -216,13 +219,47 @@ def _local_optimizer(run: Run) -> str | None:
             f"SGD steps; use local_optimizer = sgd, or one of {takers(c.local_optimizer)}")
 
 
-@rule("topology", "weights", "a topology whose paper defines its W takes no weight scheme")
+@rule("topology", "weights", "a topology whose W is given (its paper's, a custom matrix) takes no weight scheme")
 def _own_weights(run: Run) -> str | None:
     c = run.config
-    if run.centralized or not run.topology.own_weights or c.weights is None:
+    if run.centralized or run.topology.own_weights is None or c.weights is None:
         return None
-    return (f"topology: {c.topology} defines its own weights (its paper's W): leave weights unset, got "
-            f"weights={c.weights!r}")
+    return f"topology: {c.topology} {run.topology.own_weights}: leave weights unset, got weights={c.weights!r}"
+
+
+def _scheme(run: Run) -> tuple[str, topology_registry.WeightsCard] | None:
+    """The set weight scheme as a refusal names it ("uniform", "lazy (base uniform)"), and the card of its needs.
+
+    None when weights is unset (the topology's default suits it) or names a scheme the topology does not take (its own
+    check says so).
+    """
+    c = run.config
+    if run.centralized or c.weights is None or not run.topology.takes(c.weights):
+        return None
+    card, _ = run.weights
+    return (c.weights if card.name == c.weights else f"{c.weights} (base {card.name})"), card
+
+
+@rule("topology", "weights", "uniform weights 1/(deg + 1) are doubly stochastic on a regular graph only (checked "
+      "when it is built where only the graph tells: a random draw, a custom graph, a registered factory)")
+def _regular_weights(run: Run) -> str | None:
+    scheme = _scheme(run)
+    if scheme is None or not scheme[1].regular or run.topology.regular is not False:
+        return None
+    c = run.config
+    return (f"weights = {scheme[0]}: 1/(deg + 1) on each link is doubly stochastic on a regular graph only, but "
+            f"topology = {c.topology} on {c.clients} clients has clients of different degrees; use metropolis (the "
+            "default), max-degree or lazy, or a regular topology (ring, exponential, hypercube, random-regular, ...)")
+
+
+@rule("topology", "weights", "fastest-mixing weights optimise a symmetric W: an undirected graph")
+def _undirected_weights(run: Run) -> str | None:
+    scheme = _scheme(run)
+    if scheme is None or not scheme[1].undirected or not run.topology.directed:
+        return None
+    c, hint = run.config, " (or topology_options symmetric = true)" if run.topology.symmetric_option else ""
+    return (f"weights = {scheme[0]} optimises a symmetric W, which needs an undirected graph, but topology = "
+            f"{c.topology} is directed; use metropolis, uniform, max-degree or lazy, or an undirected topology{hint}")
 
 
 # ------------------------------------------------------------------------------------------ push-sum
@@ -485,20 +522,28 @@ def _aggregator_topology(run: Run) -> str | None:
     return None
 
 
-@rule("aggregator", "Byzantine", "a server rule's fewest participants for its Byzantine inputs (krum: n > 2f + 2)")
+@rule("aggregator", "Byzantine", "a server rule's fewest participants for its Byzantine inputs (krum: n > 2f + 2), "
+      "in every round: uniform participation (a Bernoulli round may draw fewer)")
 def _aggregator_participants(run: Run) -> str | None:
     needs = run.aggregator.participants
     if needs is None or not run.centralized:
         return None
     c = run.config
-    if run.hp.get("participation_mode", "uniform") != "uniform":  # Bernoulli rounds are checked as they come
-        return None
-    fraction = run.hp.get("participation", 1.0)
-    n = max(1, int(fraction * c.clients + 0.5))
     try:
         f = c.trim if c.trim is not None else byzantine_count(c.byzantine, c.clients)
     except ConfigError:
         return None  # said by the Byzantine fields' own checks
+    fraction = run.hp.get("participation", 1.0)
+    if run.hp.get("participation_mode", "uniform") == "bernoulli" and fraction < 1:
+        # a round that draws too few would stop the run midway; skipping it would give this rule fewer rounds than
+        # another aggregator's run of the same config, and lowering f would drop the guarantee: refused up front
+        others = [name for name in threat_settings.aggregators("server") if AGGREGATORS.card(name).robust and
+                  AGGREGATORS.card(name).participants is None]
+        return (f"participation_mode = bernoulli: aggregator = {c.aggregator} with {f} Byzantine inputs needs at least "
+                f"{needs(f)} participants in every round, which a Bernoulli round may not draw; use participation_mode "
+                f"= uniform (round(participation x clients) participants every round) or aggregator = "
+                f"{', '.join(others)}")
+    n = max(1, int(fraction * c.clients + 0.5))
     if n >= needs(f):
         return None
     return (f"aggregator = {c.aggregator} with {f} Byzantine inputs (trim, or byzantine) needs at least {needs(f)} "
