@@ -51,12 +51,27 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     for module in COMMAND_MODULES:
         if command is None or module == wanted:
             importlib.import_module(module).add_parser(sub)
+            for name, (owner, _) in COMMANDS.items():
+                if owner == module:
+                    _short_usage(sub.choices[name])
         else:
             for name, (owner, help_text) in COMMANDS.items():
                 if owner == module:
                     sub.add_parser(name, help=help_text, add_help=False)
     parser.set_defaults(subparsers=sub.choices)
     return parser
+
+
+def _short_usage(parser: argparse.ArgumentParser) -> None:
+    """A command's usage line as its positionals and `[options]`, unless it writes its own.
+
+    A mistake then prints two lines (usage, error), not argparse's list of every option (which `--help` shows).
+    """
+    if parser.usage is None:
+        formatter = argparse.HelpFormatter(parser.prog)
+        positionals = [action for action in parser._actions if not action.option_strings]
+        words = [formatter._format_args(action, action.dest.upper()) for action in positionals]
+        parser.usage = " ".join(["%(prog)s", *words, "[options]"])
 
 
 def unrecognized(parser: argparse.ArgumentParser, command: str | None, extra: list[str]) -> None:
