@@ -337,7 +337,9 @@ def once_across_pages(pages: dict[Path, list[Step]]) -> dict[Path, list[Step]]:
         kept = []
         for i, step in enumerate(steps):
             out = re.search(r"--out\s+(\S+)", _code(step.text))
-            read_later = out is not None and any(out.group(1) in later.text for later in steps[i + 1:])
+            # the --out path as a whole path (or a folder of one), not the start of a longer name (runs/x-2)
+            read_later = out is not None and any(re.search(rf"(?<![\w.-]){re.escape(out.group(1))}(?![\w.-])",
+                                                           later.text) for later in steps[i + 1:])
             cheap = QUICK.match(step.text) or re.fullmatch(r"\w+=\S*", _code(step.text))  # sets state: runs
             if not step.skip and not cheap and _code(step.text) in seen and not read_later:
                 step = dataclasses.replace(step, skip=f"run on {seen[_code(step.text)].relative_to(ROOT)}")
@@ -372,6 +374,18 @@ def test_the_step_collector_reads_blocks_as_the_shell_does(tmp_path):
     assert steps[0].comment == "a comment above two rounds" and steps[0].text.endswith("--out a   # two rounds")
     assert steps[1].text.endswith("TOML") and steps[2].text.endswith("done") and steps[3].program == "python -c"
     assert (steps[9].expected, steps[10].expected, steps[4].program) == ("ring  4", None, "dfl sweep")
+
+
+def test_a_command_an_earlier_page_runs_is_not_run_again_unless_its_page_reads_its_out(tmp_path, monkeypatch):
+    monkeypatch.setattr(sys.modules[__name__], "ROOT", tmp_path)  # the pages' names are relative to ROOT
+    first, second = tmp_path / "a.md", tmp_path / "b.md"
+    first.write_text("```bash\ndfl run --rounds 9 --out runs/x\ndfl run --rounds 8 --out runs/y\n```\n")
+    second.write_text("```bash\ndfl run --rounds 9 --out runs/x\ndfl run --rounds 8 --out runs/y\n"
+                      "dfl run --rounds 7 --out runs/x-2\ndfl report runs/y/metrics.jsonl\n```\n")
+    steps = once_across_pages({first: shell_steps(first), second: shell_steps(second)})
+    assert [s.skip for s in steps[first]] == ["", ""]
+    # runs/x-2 is another folder than runs/x; runs/y/metrics.jsonl is in runs/y: that run is needed on this page
+    assert [s.skip for s in steps[second]] == ["run on a.md", "", "", ""]
 
 
 def test_long_commands_come_after_a_short_one():

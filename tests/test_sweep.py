@@ -281,13 +281,15 @@ def test_diverged_run_is_recorded_and_kept(tmp_path):
 
 @pytest.mark.slow
 def test_parallel_equals_sequential_and_reports_failures(tmp_path, capsys):
-    vary = {"topology": ["ring", "full"], "dataset": ["mnist1d", "cifar10"]}
-    (tmp_path / "empty").mkdir()  # exists (validation checks that), holds no cifar10 files: those runs fail
+    # three runs, two at a time: a worker's slot is refilled after a failure; each run is a worker process, so one
+    # failing run (not two: each costs an interpreter's start) is enough
+    vary = {"dataset": ["mnist1d", "cifar10", "digits"]}
+    (tmp_path / "empty").mkdir()  # exists (validation checks that), holds no cifar10 files: that run fails
     sweep = tiny_sweep(vary, data_root=str(tmp_path / "empty"), dataset_options={}, algorithm="dfedsam")
     seq = run_sweep(sweep, tmp_path / "seq", log=None)
     par = run_sweep(sweep, tmp_path / "par", parallel=2)
     assert "2 at a time" in capsys.readouterr().out
-    assert [e["status"] for e in par] == [e["status"] for e in seq] == ["completed", "failed"] * 2
+    assert [e["status"] for e in par] == [e["status"] for e in seq] == ["completed", "failed", "completed"]
     for s, p in zip(seq, par):
         assert (s["name"], s["action"]) == (p["name"], p["action"])
         if s["status"] == "completed":
@@ -300,7 +302,7 @@ def test_parallel_equals_sequential_and_reports_failures(tmp_path, capsys):
             assert "cifar" in p["error"].lower()
             assert (tmp_path / "par" / p["dir"] / "error.log").read_text().strip()
     assert [e["action"] for e in run_sweep(sweep, tmp_path / "par", parallel=2, log=None)] == \
-        ["skipped", "started"] * 2
+        ["skipped", "started", "skipped"]
 
 
 def test_worker_crash_is_captured(tmp_path, monkeypatch):
