@@ -196,7 +196,7 @@ def _checked(parts: Any, method: str, num_clients: int, n: int) -> list[np.ndarr
 
 
 # ------------------------------------------------------------------------------------------------ the methods
-@register("iid")
+@register("iid", options=Spec)
 def iid(labels: np.ndarray, num_clients: int, rng: np.random.Generator) -> list[np.ndarray]:
     """IID: a random permutation of the train set cut into m near-equal parts.
 
