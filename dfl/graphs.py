@@ -55,15 +55,12 @@ from dfl import signatures
 from dfl.config import Config
 from dfl.errors import ConfigError
 from dfl.registry import Registry
+from dfl.specs import REQUIRED, Param, Spec, param
 from topologies import directed, graphs, measures
 from topologies.build import (
     BASE_GRAPHS,
-    CUSTOM_OPTIONS,
-    HIERARCHICAL,
     RANDOM_K_SCHEMES,
     RANDOM_PULL_SCHEMES,
-    STATIC,
-    TIME_VARYING,
     default_weights,
 )
 from topologies.errors import TopologyError
@@ -87,7 +84,9 @@ class BuiltinTopology:
     config's `weights` scheme (metropolis unless said otherwise; `dfl list weights`), and takes besides its own
     options `base` (the scheme under weights = "lazy") and `sizes` (the clients' sample counts under weights =
     "sample-count"). `options` holds its own options with their defaults ("required" for one without a default),
-    read from the builder's signature; `kind` is "static", "time-varying" or "custom".
+    declared once in its `Options` spec (`dfl.specs`: type, default, allowed values, one line of help; the "Args"
+    section of its docstring, `dfl list topologies` and the options page are generated from it, and `check_config`
+    refuses a value outside it); `kind` is "static", "time-varying" or "custom".
 
     The facts the rules between features read (`facts`): `directed` (some link carries a model one way only, so a
     failed link breaks W's balance; `is_directed` when an option decides it), `regular` (every client has the same
@@ -109,8 +108,23 @@ class BuiltinTopology:
     complete: ClassVar[bool] = False
     example: ClassVar[dict[str, Any]] = {}
 
+    @dataclass(frozen=True)
+    class Options(Spec):
+        """No options."""
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """Append the "Args:" section generated from its `Options` spec to its docstring."""
+        super().__init_subclass__(**kwargs)
+        args = cls.Options.docstring_args()
+        if cls.__doc__ and args:
+            cls.__doc__ = inspect.cleandoc(cls.__doc__) + "\n\n" + args
+
     def __init__(self) -> None:
-        self.options: dict[str, Any] = self._declared_options()
+        self.options: dict[str, Any] = self.Options.defaults()
+
+    def specs(self) -> tuple[Param, ...]:
+        """Every option's spec (`dfl.specs.Param`: name, type, default, allowed values, help)."""
+        return self.Options.specs()
 
     def is_directed(self, options: dict[str, Any]) -> bool:
         """Whether the graph built with `options` is directed (the class's `directed`, unless an option decides)."""
@@ -129,20 +143,6 @@ class BuiltinTopology:
         None: a weight scheme weighs its graph.
         """
         return "defines its own weights (its paper's W)" if default_weights(self.name) == "given" else None
-
-    def _declared_options(self) -> dict[str, Any]:
-        """The options of `topologies.build` for this name, with the builder's defaults."""
-        if self.name == "one-peer":  # its schedule class takes the base graph's adjacency; the options are build's
-            return {"graph": "exponential", "graph_options": None}
-        if self.name in ("base-graph", "simple-base-graph"):  # the classes' own switch `simple` is not an option
-            return {"k": 1}
-        if self.name == "hierarchical":
-            return dict(zip(HIERARCHICAL, (signatures.REQUIRED, "full", "ring", None, None)))
-        if self.name == "custom":  # exactly one of its sources is given
-            return dict.fromkeys(CUSTOM_OPTIONS)
-        builder, option_names = STATIC.get(self.name) or TIME_VARYING[self.name]
-        params = inspect.signature(builder).parameters  # a class: its constructor's, without self
-        return {k: params[k].default if k in params else signatures.REQUIRED for k in option_names}
 
     def __call__(self, n: int | None, weights: str | None = None, **options: Any) -> topologies.Topology:
         """The topology on n clients weighted by `weights`: `topologies.build(self.name, n, weights, **options)`."""
@@ -182,13 +182,16 @@ class Grid(BuiltinTopology):
         λ = 3/5 + (2/5) cos(2π/s),    1 − λ ≈ 4π²/(5n);
 
     the open grid has the same Θ(1/n) gap (Metropolis: λ = 0.916 at 5 × 5, 0.968 at 8 × 8).
-
-    Args:
-        shape: the mesh's (rows, columns), their product n. Defaults to None (near-square).
-        periodic: wrap both sides, making the mesh a torus. Defaults to False.
     """
 
     name = "grid"
+
+    @dataclass(frozen=True)
+    class Options(Spec):
+        """The options of grid."""
+
+        shape: list | None = param(None, "the mesh's (rows, columns), their product n (unset: near-square)")
+        periodic: bool = param(False, "wrap both sides, making the mesh a torus")
 
     def is_regular(self, n: int | None, options: dict[str, Any]) -> bool | None:
         """Regular when each side is periodic or at most 2 long (`topologies.graphs.grid_is_regular`)."""
@@ -209,15 +212,19 @@ class Exponential(BuiltinTopology):
         λ = 1 − 2/(1 + τ),    1 − λ = 2/(1 + τ) = Θ(1/log₂ n),
 
     at a degree of only log₂ n (odd n mixes a little faster: λ = 0.442 at n = 9).
-
-    Args:
-        symmetric: the undirected circulant graph with offsets ±b^k instead (n/2 adds a single neighbour).
-            Defaults to False.
-        exponent_base: the base b of the hops b^k, an integer ≥ 2; a larger b trades degree (log_b n) for
-            mixing (BlueFog's symmetric variant uses 4). Defaults to 2.
     """
 
     name = "exponential"
+
+    @dataclass(frozen=True)
+    class Options(Spec):
+        """The options of exponential."""
+
+        symmetric: bool = param(False, "the undirected circulant graph with offsets ±b^k instead (n/2 adds a single "
+                                       "neighbour)")
+        exponent_base: int = param(2, "the base b of the hops b^k; a larger b trades degree (log_b n) for mixing "
+                                      "(BlueFog's symmetric variant uses 4)", interval="[2, inf)")
+
     regular = True  # a circulant graph, directed or not: every client has the same hops
 
     def is_directed(self, options: dict[str, Any]) -> bool:
@@ -248,12 +255,15 @@ class Star(BuiltinTopology):
         λ = 1 − 1/n,    1 − λ = 1/n;
 
     the fastest-mixing weights on the star reach λ = (n − 2)/(n − 1). Its centre carries n − 1 links.
-
-    Args:
-        centre: the index of the centre client, 0 ≤ centre < n. Defaults to 0.
     """
 
     name = "star"
+
+    @dataclass(frozen=True)
+    class Options(Spec):
+        """The options of star."""
+
+        centre: int = param(0, "the index of the centre client, below n", interval="[0, inf)")
 
     def is_regular(self, n: int | None, options: dict[str, Any]) -> bool | None:
         """The centre has n − 1 neighbours, a leaf 1: regular only for n <= 2."""
@@ -278,14 +288,19 @@ class RandomRegular(BuiltinTopology):
     With weights 1/(d + 1) its λ sits near the Ramanujan value (1 + 2√(d − 1))/(d + 1), so the gap stays
     bounded away from 0 as n grows at a fixed degree d. A draw that comes out disconnected is refused
     (raise `degree` or change `seed`).
-
-    Args:
-        degree: every client's number of neighbours d, 0 ≤ d < n with n·d even. Defaults to None (required: a
-            run without it is refused).
-        seed: the seed of the draw (a run passes its own seed unless this is set). Defaults to 0.
     """
 
     name = "random-regular"
+
+    @dataclass(frozen=True)
+    class Options(Spec):
+        """The options of random-regular."""
+
+        degree: int | None = param(None, "every client's number of neighbours d, below n with n·d even (required: a "
+                                         "run without it is refused)", interval="[0, inf)")
+        seed: int = param(0, "the seed of the draw (a run passes its own seed unless this is set)",
+                          interval="[0, inf)")
+
     regular = True
     example = {"degree": 3}
 
@@ -295,13 +310,19 @@ class ErdosRenyi(BuiltinTopology):
 
     Connected with high probability when p > ln(n)/n; a disconnected draw (λ = 1) is refused. Degrees vary,
     so the default Metropolis weights are the ones to use (uniform weights are refused on an irregular graph).
-
-    Args:
-        p: the edge probability, 0 ≤ p ≤ 1. Defaults to None (required: a run without it is refused).
-        seed: the seed of the draw (a run passes its own seed unless this is set). Defaults to 0.
     """
 
     name = "erdos-renyi"
+
+    @dataclass(frozen=True)
+    class Options(Spec):
+        """The options of erdos-renyi."""
+
+        p: float | None = param(None, "the edge probability (required: a run without it is refused)",
+                                interval="[0, 1]")
+        seed: int = param(0, "the seed of the draw (a run passes its own seed unless this is set)",
+                          interval="[0, inf)")
+
     example = {"p": 0.6}
 
     def is_regular(self, n: int | None, options: dict[str, Any]) -> bool | None:
@@ -345,15 +366,21 @@ class DEquiStatic(BuiltinTopology):
     receives from i − a_m (the authors' training convention, i sends to i + a; their graph code builds the transpose,
     with the same ‖W − J‖₂). Give M, or ε with δ (then M = ⌈8 ln(2n/δ)/(3ε²)⌉); a draw whose offsets share a factor
     with n is disconnected and refused (raise M or change seed). Its W is the paper's: `weights` stays unset.
-
-    Args:
-        M: the number of basis matrices drawn. Defaults to None (from epsilon and delta).
-        epsilon: the bound on ‖W − J‖₂ to hold, 0 < ε < 1. Defaults to None.
-        delta: the probability that it fails (the paper's p), 0 < δ < 1. Defaults to None.
-        seed: the seed of the offsets (a run passes its own seed unless this is set). Defaults to 0.
     """
 
     name = "d-equistatic"
+
+    @dataclass(frozen=True)
+    class Options(Spec):
+        """The options of d-equistatic."""
+
+        M: int | None = param(None, "the number of basis matrices drawn (unset: from epsilon and delta)",
+                              interval="[1, inf)")
+        epsilon: float | None = param(None, "the bound on ‖W − J‖₂ to hold", interval="(0, 1)")
+        delta: float | None = param(None, "the probability that it fails (the paper's p)", interval="(0, 1)")
+        seed: int = param(0, "the seed of the offsets (a run passes its own seed unless this is set)",
+                          interval="[0, inf)")
+
     directed = True
     example = {"M": 3}
 
@@ -364,15 +391,21 @@ class UEquiStatic(BuiltinTopology):
     The symmetric EquiTopo (NeurIPS 2022; see d-equistatic): the same offsets a_m, each client exchanging with
     i ± a_m, degree ≤ 2M, and the same guarantee ‖W − J‖₂ ≤ ε with probability ≥ 1 − δ at M ≥ 8 ln(2n/δ)/(3ε²).
     Symmetric, so it runs with link failures (failed links' weight moves onto the self-weights) and compression.
-
-    Args:
-        M: the number of basis matrices drawn. Defaults to None (from epsilon and delta).
-        epsilon: the bound on ‖W − J‖₂ to hold, 0 < ε < 1. Defaults to None.
-        delta: the probability that it fails (the paper's p), 0 < δ < 1. Defaults to None.
-        seed: the seed of the offsets (a run passes its own seed unless this is set). Defaults to 0.
     """
 
     name = "u-equistatic"
+
+    @dataclass(frozen=True)
+    class Options(Spec):
+        """The options of u-equistatic."""
+
+        M: int | None = param(None, "the number of basis matrices drawn (unset: from epsilon and delta)",
+                              interval="[1, inf)")
+        epsilon: float | None = param(None, "the bound on ‖W − J‖₂ to hold", interval="(0, 1)")
+        delta: float | None = param(None, "the probability that it fails (the paper's p)", interval="(0, 1)")
+        seed: int = param(0, "the seed of the offsets (a run passes its own seed unless this is set)",
+                          interval="[0, inf)")
+
     example = {"M": 3}
 
 
@@ -399,14 +432,18 @@ class OnePeer(BuiltinTopology):
     step whose every client receives from exactly one is a permutation, weighted (I + P_t)/2 (doubly
     stochastic); an irregular base graph (a star, an open grid) needs the one-sided weights ("row-stochastic",
     or "column-stochastic" with push-sum).
-
-    Args:
-        graph: the base graph, the name of a static built-in. Defaults to "exponential".
-        graph_options: the base graph's own options (e.g. {shape = [4, 4]} for a grid). Defaults to None (its
-            defaults).
     """
 
     name = "one-peer"
+
+    @dataclass(frozen=True)
+    class Options(Spec):
+        """The options of one-peer."""
+
+        graph: str = param("exponential", "the base graph, the name of a static built-in (or a networkx graph)")
+        graph_options: dict | None = param(None, "the base graph's own options, e.g. {shape = [4, 4]} for a grid "
+                                                 "(unset: its defaults)")
+
     directed = True
     kind = "time-varying"
 
@@ -418,14 +455,19 @@ class RandomK(BuiltinTopology):
     either drew the other), so every degree is ≥ k, and Metropolis or max-degree weights make W_t symmetric and
     doubly stochastic. A single W_t may be disconnected: the schedule mixes over several steps, and has no
     period (its λ is not defined; dfl reports λ_Q of the steps a round takes).
-
-    Args:
-        k: the peers each client draws per step, 1 ≤ k ≤ n − 1. Defaults to None (required: a run without it
-            is refused).
-        seed: the seed of the draws (a run passes its own seed unless this is set). Defaults to 0.
     """
 
     name = "random-k"
+
+    @dataclass(frozen=True)
+    class Options(Spec):
+        """The options of random-k."""
+
+        k: int | None = param(None, "the peers each client draws per step, at most n − 1 (required: a run without "
+                                    "it is refused)", interval="[1, inf)")
+        seed: int = param(0, "the seed of the draws (a run passes its own seed unless this is set)",
+                          interval="[0, inf)")
+
     example = {"k": 2}
     schemes = RANDOM_K_SCHEMES
     kind = "time-varying"
@@ -439,14 +481,19 @@ class RandomPull(BuiltinTopology):
     the step graph stays directed, j → i for each drawn j (in-degree k, out-degrees vary), weighted row-
     stochastically by default: x_i ← (x_i + Σ_{j drawn} x_j)/(k + 1). W_t 1 = 1 but the columns do not sum to
     1, so the clients agree on a weighted average πᵀx, biased unless π = 1/n.
-
-    Args:
-        k: the peers each client pulls from per step, 1 ≤ k ≤ n − 1. Defaults to None (required: a run without
-            it is refused).
-        seed: the seed of the draws (a run passes its own seed unless this is set). Defaults to 0.
     """
 
     name = "random-pull"
+
+    @dataclass(frozen=True)
+    class Options(Spec):
+        """The options of random-pull."""
+
+        k: int | None = param(None, "the peers each client pulls from per step, at most n − 1 (required: a run "
+                                    "without it is refused)", interval="[1, inf)")
+        seed: int = param(0, "the seed of the draws (a run passes its own seed unless this is set)",
+                          interval="[0, inf)")
+
     directed = True
     schemes = RANDOM_PULL_SCHEMES
     example = {"k": 2}
@@ -466,12 +513,16 @@ class BaseGraph(BuiltinTopology):
     so the clients agree exactly after every τ steps (the one-peer exponential graph does only when n is a power of
     2). k = 1 is the Base-2 graph. The shorter of the paper's two constructions (Alg. 3); the digits of n are integer
     arithmetic, exact for every n and k (`topologies.base_graph`). Its W_t are the paper's: `weights` stays unset.
-
-    Args:
-        k: the peers per client per step (the maximum degree), an integer ≥ 1. Defaults to 1.
     """
 
     name = "base-graph"
+
+    @dataclass(frozen=True)
+    class Options(Spec):
+        """The options of base-graph."""
+
+        k: int = param(1, "the peers per client per step (the maximum degree)", interval="[1, inf)")
+
     kind = "time-varying"
 
 
@@ -481,12 +532,16 @@ class SimpleBaseGraph(BuiltinTopology):
     The paper's Alg. 2 on its own (NeurIPS 2023; see base-graph): n = Σ_l a_l (k+1)^(p_l) in base k + 1 splits the
     clients into groups that run k-peer hyper-hypercubes, then exchange between groups with weights that make the
     product of the τ steps exactly J. base-graph takes it when it is the shorter sequence; this name always does.
-
-    Args:
-        k: the peers per client per step (the maximum degree), an integer ≥ 1. Defaults to 1.
     """
 
     name = "simple-base-graph"
+
+    @dataclass(frozen=True)
+    class Options(Spec):
+        """The options of simple-base-graph."""
+
+        k: int = param(1, "the peers per client per step (the maximum degree)", interval="[1, inf)")
+
     kind = "time-varying"
 
 
@@ -497,14 +552,20 @@ class ODEquiDyn(BuiltinTopology):
     receives from i − a_t, a_t drawn from the D-EquiStatic offsets (M given, same seed) or from all of 1…n − 1 (M
     unset). E‖(W_t − J) x‖² ≤ ((1 − η)² + η²) ‖x − x̄‖² per step for every n (all offsets); η = 1 gives 1 − 2/n,
     which is why the paper takes η < 1. The draws of step t depend only on (seed, t); no period.
-
-    Args:
-        eta: the weight η of the exchanged model, 0 < η ≤ 1. Defaults to 0.5.
-        M: draw a_t from M offsets of D-EquiStatic instead of all of them. Defaults to None (all n − 1).
-        seed: the seed of the draws (a run passes its own seed unless this is set). Defaults to 0.
     """
 
     name = "od-equidyn"
+
+    @dataclass(frozen=True)
+    class Options(Spec):
+        """The options of od-equidyn."""
+
+        eta: float = param(0.5, "the weight η of the exchanged model", interval="(0, 1]")
+        M: int | None = param(None, "draw a_t from M offsets of D-EquiStatic instead of all of them (unset: all n − 1)",
+                              interval="[1, inf)")
+        seed: int = param(0, "the seed of the draws (a run passes its own seed unless this is set)",
+                          interval="[0, inf)")
+
     directed = True
     kind = "time-varying"
 
@@ -516,14 +577,20 @@ class OUEquiDyn(BuiltinTopology):
     and a start s_t, and pairs i with i + a_t (mod n) going round from s_t while both are free. A pair keeps
     (1 − η) + η/n and gives η(n − 1)/n to the other; the unpaired keep their model. Symmetric, doubly stochastic, one
     peer per step; the draws of step t depend only on (seed, t); no period.
-
-    Args:
-        eta: the weight η of the exchanged model, 0 < η ≤ 1. Defaults to 0.5.
-        M: draw a_t from M offsets of U-EquiStatic instead of all of them. Defaults to None (all n − 1).
-        seed: the seed of the draws (a run passes its own seed unless this is set). Defaults to 0.
     """
 
     name = "ou-equidyn"
+
+    @dataclass(frozen=True)
+    class Options(Spec):
+        """The options of ou-equidyn."""
+
+        eta: float = param(0.5, "the weight η of the exchanged model", interval="(0, 1]")
+        M: int | None = param(None, "draw a_t from M offsets of U-EquiStatic instead of all of them (unset: all n − 1)",
+                              interval="[1, inf)")
+        seed: int = param(0, "the seed of the draws (a run passes its own seed unless this is set)",
+                          interval="[0, inf)")
+
     kind = "time-varying"
 
 
@@ -540,16 +607,21 @@ class Matcha(BuiltinTopology):
     symmetric with rows summing to 1; α is often above 1/degree, so a client's self-weight can be negative on a step
     that activates many of its matchings (as in the paper; the one built-in with a signed W). Both optimisations
     use scipy with a certified optimum (`topologies.matcha`); the draws of step t depend only on (seed, t).
-
-    Args:
-        graph: the base graph, the name of a static built-in (a directed one is taken undirected). Defaults to
-            "exponential".
-        graph_options: the base graph's own options. Defaults to None (its defaults).
-        budget: C_b, the expected fraction of the matchings activated per step, 0 < C_b ≤ 1. Defaults to 0.5.
-        seed: the seed of the activations (a run passes its own seed unless this is set). Defaults to 0.
     """
 
     name = "matcha"
+
+    @dataclass(frozen=True)
+    class Options(Spec):
+        """The options of matcha."""
+
+        graph: str = param("exponential", "the base graph, the name of a static built-in (a directed one is taken "
+                                          "undirected) or a networkx graph")
+        graph_options: dict | None = param(None, "the base graph's own options (unset: its defaults)")
+        budget: float = param(0.5, "C_b, the expected fraction of the matchings activated per step", interval="(0, 1]")
+        seed: int = param(0, "the seed of the activations (a run passes its own seed unless this is set)",
+                          interval="[0, inf)")
+
     signed = True
     kind = "time-varying"
 
@@ -565,16 +637,20 @@ class Hierarchical(BuiltinTopology):
     for doubly stochastic factors: the hierarchy mixes as fast as its slower level. With the default inner
     graph `full` (W_in = J_s) each group averages exactly and the groups gossip their averages over the outer
     graph: BlueFog's `hierarchical_neighbor_allreduce`, the shape of one process per GPU hosting a block.
-
-    Args:
-        groups: the number of groups G, a divisor of n. Required.
-        inner: the static built-in inside each group. Defaults to "full".
-        outer: the static built-in between the groups. Defaults to "ring".
-        inner_options: the inner graph's options. Defaults to None (its defaults).
-        outer_options: the outer graph's options. Defaults to None (its defaults).
     """
 
     name = "hierarchical"
+
+    @dataclass(frozen=True)
+    class Options(Spec):
+        """The options of hierarchical."""
+
+        groups: int = param(REQUIRED, "the number of groups G, a divisor of n", interval="[1, inf)")
+        inner: str = param("full", "the static built-in inside each group", choices=BASE_GRAPHS)
+        outer: str = param("ring", "the static built-in between the groups", choices=BASE_GRAPHS)
+        inner_options: dict | None = param(None, "the inner graph's options (unset: its defaults)")
+        outer_options: dict | None = param(None, "the outer graph's options (unset: its defaults)")
+
     example = {"groups": 2}
 
     def is_regular(self, n: int | None, options: dict[str, Any]) -> bool | None:
@@ -598,19 +674,23 @@ class Custom(BuiltinTopology):
     Exactly one source is given. A graph or an edge list is weighted by the config's `weights` scheme like any
     graph; a matrix is used as it is and checked: finite, nonnegative, its rows and columns (or the sums that
     `stochastic` names) equal to 1, connected and contracting, with errors naming the row or column.
-
-    Args:
-        graph: a networkx graph on the nodes 0..n−1. Defaults to None.
-        path: an edge-list file, one "u v" pair per line. Defaults to None.
-        matrix: W as an [n, n] array or a .npy, .csv or .mtx file. Defaults to None.
-        edges: another name for `path`. Defaults to None.
-        symmetric: also require W = Wᵀ of a matrix. Defaults to None (False).
-        directed: read an edge list as u → v instead of u -- v. Defaults to None (False).
-        stochastic: which sums of a matrix are 1: "doubly", "row" or "column" (the last only with push-sum).
-            Defaults to None ("doubly").
     """
 
     name = "custom"
+
+    @dataclass(frozen=True)
+    class Options(Spec):
+        """The options of custom."""
+
+        graph: Any = param(None, "a networkx graph on the nodes 0..n−1")
+        path: str | None = param(None, "an edge-list file, one \"u v\" pair per line")
+        matrix: Any = param(None, "W as an [n, n] array or a .npy, .csv or .mtx file")
+        edges: str | None = param(None, "another name for `path`")
+        symmetric: bool | None = param(None, "also require W = Wᵀ of a matrix (unset: False)")
+        directed: bool | None = param(None, "read an edge list as u → v instead of u -- v (unset: False)")
+        stochastic: str | None = param(None, "which sums of a matrix are 1 (column only with push-sum; unset: doubly)",
+                                       choices=("doubly", "row", "column"))
+
     example = {"matrix": [[1 / 3 if (i - j) % 8 in (0, 1, 7) else 0.0 for j in range(8)] for i in range(8)]}
 
     kind = "custom"
@@ -781,6 +861,11 @@ def check_config(config: Config, centralized: bool = False) -> None:
     if config.weights is not None and config.weights not in topologies.SCHEMES:
         raise ConfigError(f"weights must be one of {', '.join(topologies.SCHEMES)}; got {config.weights!r}")
     options = config.topology_options
+    if isinstance(factory, BuiltinTopology) and not centralized:
+        try:  # each option against its declared range or choices: one line naming it and the allowed values
+            factory.Options.check_values(options, "topology_options")
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
     scheme = config.weights or default_weights(config.topology)
     if scheme == "sample-count" or "sizes" in options:
         _check_sizes(config, scheme)

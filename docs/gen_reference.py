@@ -44,7 +44,7 @@ def options_page() -> str:
         flag = "--log, --loggers" if opt.name == "loggers" else "--" + opt.name.replace("_", "-")
         lines.append(f"| `{opt.name}` | `{flag}` | `{_cell(opt.type)}` | `{_cell(default)}` | {_cell(opt.allowed)} | "
                      f"{_cell(opt.help)} |")
-    return "\n".join(lines) + "\n" + algorithm_options_section()
+    return "\n".join(lines) + "\n" + algorithm_options_section() + component_options_section()
 
 
 def algorithm_options_section() -> str:
@@ -68,6 +68,38 @@ def algorithm_options_section() -> str:
                 f"`--algorithm-options {spec.name}=...`"
             lines.append(f"| `{spec.name}` | {how} | `{_cell(spec.type)}` | `{_cell(repr(spec.default))}` | "
                          f"{_cell(spec.allowed)} | {_cell(spec.help)} |")
+    return "\n".join(lines) + "\n"
+
+
+def component_options_section() -> str:
+    """Each built-in topology's and partition's options from its card's spec: type, default, range, help."""
+    from dfl.data import PARTITIONS, partition_specs
+    from dfl.graphs import TOPOLOGIES, BuiltinTopology
+
+    parts = [("Topology options", "topologies", "topology", "topology_options",
+              "dfl.graphs (each built-in's `Options`)",
+              [(name, factory.specs()) for name, factory in TOPOLOGIES.items()
+               if isinstance(factory, BuiltinTopology)]),
+             ("Partition options", "partitions", "partition", "partition_options",
+              "dfl.data.partitioners (`register(..., options=)`)",
+              [(name, partition_specs(name)) for name in PARTITIONS.names()
+               if PARTITIONS.get(name).__module__.startswith("dfl.")])]
+    lines = []
+    for title, category, field, where, source, entries in parts:
+        flag = "--" + where.replace("_", "-")
+        lines += [f"\n## {title}\n",
+                  f"The options of each built-in `{field}`, from its spec in {source}: the one place each is written. "
+                  f"Set them as `{flag} NAME=VALUE` (TOML `[{where}]`); a value outside the allowed ones is refused "
+                  f"by `dfl.validate`, naming `{where}.NAME`. `dfl list {category}` prints the same.\n"]
+        for name, specs in entries:
+            if not specs:
+                lines.append(f"\n- **{name}**: no options.")
+                continue
+            lines += [f"\n### {field} = {name}\n", "| option | type | default | allowed | description |",
+                      "|---|---|---|---|---|"]
+            lines += [f"| `{spec.name}` | `{_cell(spec.type)}` | "
+                      f"{'required' if spec.required else f'`{_cell(repr(spec.default))}`'} | {_cell(spec.allowed)} | "
+                      f"{_cell(spec.help)} |" for spec in specs]
     return "\n".join(lines) + "\n"
 
 

@@ -1,8 +1,9 @@
 """What an algorithm declares, torch-free: its hyperparameters (typed specs) and its card (capabilities).
 
-An algorithm's hyperparameters are a frozen dataclass, a subclass of `Hyperparameters`, each field declared once with
-`param(default, help, ...)`: its name, its type (the annotation), its default, its allowed values (`choices`, or an
-`interval` such as "(0, 1]") and one line of help. The same class is the spec the checks, `dfl list`, the options
+An algorithm's hyperparameters are a frozen dataclass, a subclass of `Hyperparameters` (a `dfl.specs.Spec`, the form
+every extension point declares its options in), each field declared once with `param(default, help, ...)`: its
+name, its type (the annotation), its default, its allowed values (`choices`, or an `interval` such as "(0, 1]") and
+one line of help. The same class is the spec the checks, `dfl list`, the options
 page and the generated "Hyperparameters" section of the algorithm's docstring read, and the type of `ctx.hp`: a run
 gets one frozen instance of it (`dfl.algorithms.resolve_hyperparameters`), read by attribute (`ctx.hp.rho`, checked by
 mypy) or as a read-only mapping (`ctx.hp["rho"]`, `dict(ctx.hp)`).
@@ -25,72 +26,21 @@ none of these facts itself. The combinations the flags allow and refuse are `dfl
 
 from __future__ import annotations
 
-import copy
 import dataclasses
-from collections.abc import Callable, Iterator, Mapping
-from dataclasses import MISSING, dataclass, field, fields
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from dfl.config import Interval, options
+from dfl import specs as option_specs
+from dfl.config import options
+from dfl.specs import RESERVED, Param, Spec, param
+
+__all__ = ["ADAPTIVE", "ASYNC_FORMS", "HYPERPARAMETERS", "RESERVED", "SGD", "AlgorithmCard", "Hyperparameters", "Param",
+           "from_defaults", "param"]
 
 SGD: tuple[str, ...] = ("sgd",)
 ADAPTIVE: tuple[str, ...] = ("sgd", "adam", "adamw")  # rules that use local training only through its result
 ASYNC_FORMS = ("local", "step")  # an algorithm's update in mode = async (`AlgorithmCard.asynchronous`)
-
-
-def param(default: Any, help: str = "", *, choices: tuple[Any, ...] | None = None, interval: str | None = None,
-          short: str | None = None) -> Any:
-    """A hyperparameter field of a `Hyperparameters` class: its default, one line of help and its allowed values.
-
-    Args:
-        default: the value a run uses unless the config sets it (a list or table is copied for every instance).
-        help: one line: what the value means (empty when a redeclared field keeps its parent's).
-        choices: the allowed values, when they are a fixed set.
-        interval: the allowed range of a number, as "[0, 1)" or "(0, inf)".
-        short: how a refusal names it besides its key, e.g. "K-GT's eta_s".
-    """
-    metadata = {"help": help, "choices": tuple(choices) if choices is not None else None,
-                "interval": Interval.parse(interval) if interval else None, "short": short}
-    if isinstance(default, (list, dict, set)):
-        return field(default_factory=lambda: copy.deepcopy(default), metadata=metadata)
-    return field(default=default, metadata=metadata)
-
-
-@dataclass(frozen=True)
-class Param:
-    """One hyperparameter as its spec declares it: name, type, default, allowed values and help.
-
-    `config_field`: whether it is a Config field (`dfl.algorithms.HYPERPARAMETERS`, set by `--NAME`), whose range the
-    Config checks; otherwise an algorithm option (`algorithm_options`), checked against `choices` and `interval`.
-    """
-
-    name: str
-    type: str
-    default: Any
-    help: str
-    choices: tuple[Any, ...] | None = None
-    interval: Interval | None = None
-    short: str | None = None
-    config_field: bool = False
-
-    @property
-    def allowed(self) -> str:
-        """The allowed values in words ("one of erk, uniform", "in (0, 1]", "> 0"), or ""."""
-        if self.choices is not None:
-            return "one of " + ", ".join(map(str, self.choices))
-        return self.interval.describe() if self.interval is not None else ""
-
-    def check(self, value: Any) -> None:
-        """ValueError naming `algorithm_options.NAME` (and its short name) unless `value` is allowed."""
-        where = f"algorithm_options.{self.name}" + (f" ({self.short})" if self.short else "")
-        if self.choices is not None and value not in self.choices:
-            raise ValueError(f"{where} must be {self.allowed}, got {value!r}")
-        interval = self.interval
-        if interval is not None and isinstance(value, (int, float)) and not isinstance(value, bool):
-            low = value > interval.low or (interval.low_closed and value == interval.low)
-            high = value < interval.high or (interval.high_closed and value == interval.high)
-            if not (low and high):
-                raise ValueError(f"{where} must be {interval.describe()}, got {value}")
 
 
 # Config fields that only some algorithms read (None in the Config = the algorithm's default): set by their flags,
@@ -102,72 +52,24 @@ HYPERPARAMETERS: tuple[str, ...] = (
     "domo_alpha", "feddyn_alpha", "fedgloss_beta", "server_rho", "prox_mu", "server_beta1", "server_beta2",
     "server_tau", "fedopt_form",
 )
-# names a hyperparameter cannot take: the read-only mapping's own methods
-RESERVED = frozenset(name for name in dir(Mapping) if not name.startswith("_")) | {"specs", "defaults", "as_dict"}
-
-
 @dataclass(frozen=True)
-class Hyperparameters(Mapping[str, Any]):
+class Hyperparameters(Spec):
     """The resolved hyperparameters of a run: frozen, typed attributes, and a read-only mapping of name → value.
 
-    Subclass it with `param(...)` fields (module docstring); an algorithm without hyperparameters uses it as is.
+    Subclass it with `param(...)` fields (module docstring, `dfl.specs`); an algorithm without hyperparameters uses
+    it as is.
     """
-
-    def __getitem__(self, name: str) -> Any:
-        if name not in self._names():
-            raise KeyError(name)
-        return getattr(self, name)
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._names())
-
-    def __len__(self) -> int:
-        return len(self._names())
-
-    @classmethod
-    def _names(cls) -> tuple[str, ...]:
-        return tuple(f.name for f in fields(cls))
 
     @classmethod
     def specs(cls) -> tuple[Param, ...]:
-        """Every hyperparameter's spec, in declaration order; a redeclared field's help and range are inherited."""
+        """Every hyperparameter's spec, in declaration order; a redeclared field's help and range are inherited.
+
+        A Config field (`HYPERPARAMETERS`) takes the Config's own type and range.
+        """
         config = {opt.name: opt for opt in options()}
-        out = []
-        for f in fields(cls):
-            meta = _inherited(cls, f.name)
-            choices, interval = meta.get("choices"), meta.get("interval")
-            if f.name in HYPERPARAMETERS:  # the Config field's own type and range
-                choices, interval = config[f.name].choices, config[f.name].interval
-            default = f.default if f.default is not MISSING else f.default_factory()  # type: ignore[misc,operator]
-            out.append(Param(f.name, _type_name(f.type), default, meta.get("help", ""), choices, interval,
-                             meta.get("short"), f.name in HYPERPARAMETERS))
-        return tuple(out)
-
-    @classmethod
-    def defaults(cls) -> dict[str, Any]:
-        """Name → default of every hyperparameter, in declaration order."""
-        return {spec.name: spec.default for spec in cls.specs()}
-
-    def as_dict(self) -> dict[str, Any]:
-        """A plain dict of the values (what summary.json records)."""
-        return {name: getattr(self, name) for name in self._names()}
-
-
-def _inherited(cls: type, name: str) -> dict[str, Any]:
-    """The metadata of field `name`: each key from the nearest class of the MRO that gives it a value."""
-    merged: dict[str, Any] = {}
-    for klass in cls.__mro__:
-        declared = klass.__dict__.get("__dataclass_fields__", {}).get(name)
-        if declared is None:
-            continue
-        for key, value in declared.metadata.items():
-            if value not in (None, "") and key not in merged:
-                merged[key] = value
-    return merged
-
-
-def _type_name(annotation: Any) -> str:
-    return annotation if isinstance(annotation, str) else getattr(annotation, "__name__", str(annotation))
+        return tuple(dataclasses.replace(spec, choices=config[spec.name].choices, interval=config[spec.name].interval,
+                                         config_field=True) if spec.name in HYPERPARAMETERS else spec
+                     for spec in super().specs())
 
 
 def from_defaults(name: str, defaults: Mapping[str, Any]) -> type[Hyperparameters]:
@@ -175,11 +77,7 @@ def from_defaults(name: str, defaults: Mapping[str, Any]) -> type[Hyperparameter
 
     Each field's type is its default's (a None default accepts any value, as `algorithm_options` always has).
     """
-    made = []
-    for key, default in defaults.items():
-        kind: Any = Any if default is None else type(default)
-        made.append((key, kind, param(default)))
-    return dataclasses.make_dataclass(f"{name}Hyperparameters", made, bases=(Hyperparameters,), frozen=True)
+    return option_specs.from_defaults(name, defaults, Hyperparameters)  # type: ignore[return-value]
 
 
 @dataclass(frozen=True)

@@ -1,9 +1,9 @@
 """`dfl list [CATEGORY]`: the registered choices of a category, with their options.
 
 Every algorithm, topology, model, dataset, partition, weight scheme, logger, attack, aggregator and compressor, with a
-one-line description and its
-options with their defaults (read from the registries by `dfl.workflows.catalog` when the command runs, so argument
-errors stay fast).
+one-line description and its options with their defaults (and, where its card declares them, each option's
+type, allowed values and help: `dfl.specs`), read from the registries by `dfl.workflows.catalog` when the command
+runs, so argument errors stay fast.
 """
 
 from __future__ import annotations
@@ -63,6 +63,19 @@ def _options_line(entry: dict) -> str:
     return "options: " + text
 
 
+def _spec_lines(entry: dict) -> list[str]:
+    """One line per option of an entry whose card declares specs: name=default, its type and allowed values, help."""
+    lines = []
+    for key, value in entry["options"].items():
+        spec = entry["specs"].get(key, {})
+        kind = ", ".join(part for part in (spec.get("type", ""), spec.get("allowed", "")) if part)
+        lines.append(f"{key}={_value(value)}" + (f" ({kind})" if kind else "") +
+                     (f": {spec['help']}" if spec.get("help") else ""))
+    if entry.get("note"):
+        lines.append(f"({entry['note']})")
+    return lines
+
+
 def _extra(category: str, entry: dict) -> str | None:
     column = EXTRA_COLUMN.get(category)
     if column is None:
@@ -105,7 +118,12 @@ def render(category: str, entries: list[dict], with_options: bool) -> list[str]:
         extra_text = f"{extra:<{extra_width}}" if extra is not None else ""
         description = _one_line(entry["description"] or "-", max(60, WIDTH - len(indent)))
         lines.append(f"  {entry['name']:<{width}}{extra_text}{description}".rstrip())
-        if with_options:
+        if with_options and entry.get("specs") and entry.get("options"):
+            lines.append(f"{indent}options:")
+            for line in _spec_lines(entry):
+                lines += textwrap.wrap(line, WIDTH, initial_indent=indent + "  ", subsequent_indent=indent + "      ",
+                                       break_on_hyphens=False)
+        elif with_options:
             lines += textwrap.wrap(_options_line(entry), WIDTH, initial_indent=indent, subsequent_indent=indent + "  ",
                                    break_on_hyphens=False)
     return lines

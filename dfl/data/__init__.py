@@ -28,11 +28,13 @@ from dfl.data.dataset import (
 )
 from dfl.data.partitioners import (
     PARTITIONS,
+    check_option_values,
     check_partition_options,
     dataset_supplied,
     label_histograms,
     partition,
     partition_options,
+    partition_specs,
 )
 from dfl.data.partitioners import register as register_partition
 from dfl.data.types import Dataset, DataShape
@@ -64,6 +66,7 @@ __all__ = [
     "needs_root",
     "partition",
     "partition_options",
+    "partition_specs",
     "unread_fields",
     "random_crop_flip",
     "register",
@@ -149,6 +152,10 @@ def _check_partition(config: Config) -> None:
     if supplied:
         raise ConfigError(f"partition {config.partition!r} takes the {supplied[0]} from the dataset; do not pass "
                           f"option {supplied[0]}")
+    try:  # each option against its declared range or choices: one line naming it and the allowed values
+        check_option_values(config.partition, given)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
     try:
         run_partition_options(config, check=True)
     except ValueError as exc:

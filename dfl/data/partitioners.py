@@ -22,6 +22,8 @@ checks the options and what comes back: every method returns one sorted int64 in
 
 from __future__ import annotations
 
+import inspect
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -30,6 +32,7 @@ from dfl import signatures
 from dfl.data.dirichlet import dirichlet_balanced, dirichlet_per_class, format_ids
 from dfl.errors import DataError
 from dfl.registry import Registry
+from dfl.specs import REQUIRED, Param, Spec, param
 
 PARTITIONS: Registry = Registry("partition", group="dfl.partitions")
 """Every partition the config field `partition` takes: name -> method f(labels, num_clients, rng, *, options)."""
@@ -51,12 +54,47 @@ _HINTS = {  # what to change when a client is left empty
 }
 
 
-def register(name: str, fn: Any = None, *, replace: bool = False) -> Any:
-    """Register partition method `fn` as `name` (a decorator without `fn`); its signature is checked here."""
+SPECS: dict[str, type[Spec]] = {}
+"""The option specs of the partitions that declare them (`dfl.specs`: type, default, allowed values, help): each
+built-in's, given to `register(..., options=...)`; a plug-in without one is known by its signature's defaults."""
+
+
+def register(name: str, fn: Any = None, *, replace: bool = False, options: type[Spec] | None = None) -> Any:
+    """Register partition method `fn` as `name` (a decorator without `fn`); its signature is checked here.
+
+    `options`: the spec of its keyword-only options (`dfl.specs.Spec`), declared once: the option lines of its
+    docstring's "Args:" section, `dfl list partitions` and the options page are generated from it, and
+    `dfl.validate` refuses a value outside it. Its names and defaults must be the signature's.
+    """
     if fn is None:
-        return lambda target: register(name, target, replace=replace)
+        return lambda target: register(name, target, replace=replace, options=options)
     signatures.check("partition", name, fn, (3,), USAGE)
+    SPECS.pop(name, None)
+    if options is not None:
+        declared = {key: value for key, value in signatures.options(fn).items()}
+        if options.defaults() != declared:
+            raise ValueError(f"partition {name!r}: its options spec {options.defaults()} is not its signature's "
+                             f"{declared}")
+        SPECS[name] = options
+        args = "\n".join(line for line in options.docstring_args().splitlines()[1:])
+        if fn.__doc__ and args:
+            fn.__doc__ = inspect.cleandoc(fn.__doc__) + "\n" + args
     return PARTITIONS.register(name, fn, replace=replace)
+
+
+def partition_specs(method: str) -> tuple[Param, ...]:
+    """The specs of the options a config gives `method` (none for a method registered without `options`)."""
+    _method(method)
+    spec = SPECS.get(method)
+    return tuple(p for p in spec.specs() if p.name not in FROM_DATASET) if spec is not None else ()
+
+
+def check_option_values(method: str, options: dict[str, Any]) -> None:
+    """ValueError naming `partition_options.NAME` and the allowed values for a value outside its spec."""
+    _method(method)
+    spec = SPECS.get(method)
+    if spec is not None:
+        spec.check_values(options, "partition_options")
 
 
 def _method(name: str) -> Any:
@@ -158,7 +196,7 @@ def _checked(parts: Any, method: str, num_clients: int, n: int) -> list[np.ndarr
 
 
 # ------------------------------------------------------------------------------------------------ the methods
-@register("iid")
+@register("iid", options=Spec)
 def iid(labels: np.ndarray, num_clients: int, rng: np.random.Generator) -> list[np.ndarray]:
     """IID: a random permutation of the train set cut into m near-equal parts.
 
@@ -172,7 +210,15 @@ def iid(labels: np.ndarray, num_clients: int, rng: np.random.Generator) -> list[
     return np.array_split(rng.permutation(labels.shape[0]), num_clients)
 
 
-@register("dirichlet")
+@dataclass(frozen=True)
+class DirichletOptions(Spec):
+    """The options of partition dirichlet."""
+
+    alpha: float = param(0.3, "the concentration α (the config field `alpha`)", interval="(0, inf)")
+    sigma: float = param(0.0, "the spread of log-normal client sizes; 0 gives equal sizes", interval="[0, inf)")
+
+
+@register("dirichlet", options=DirichletOptions)
 def dirichlet(labels: np.ndarray, num_clients: int, rng: np.random.Generator, *, alpha: float = 0.3,
               sigma: float = 0.0) -> list[np.ndarray]:
     """Dirichlet: label skew with balanced sizes, each client's class mix drawn from Dir(α) (Hsu et al., FedDyn).
@@ -187,15 +233,23 @@ def dirichlet(labels: np.ndarray, num_clients: int, rng: np.random.Generator, *,
         labels: the train set's labels, int64 [N].
         num_clients: the number of clients m.
         rng: the generator seeded by the run's seed.
-        alpha: the concentration α > 0 (the config field `alpha`). Defaults to 0.3.
-        sigma: the spread of log-normal client sizes; 0 gives equal sizes. Defaults to 0.0.
     """
     alpha = _number("alpha", alpha, low=0.0)
     sigma = _number("sigma", sigma, low=0.0, low_open=False)
     return dirichlet_balanced(labels, num_clients, alpha, sigma, rng)
 
 
-@register("dirichlet-class")
+@dataclass(frozen=True)
+class DirichletClassOptions(Spec):
+    """The options of partition dirichlet-class."""
+
+    alpha: float = param(0.3, "the concentration α (the config field `alpha`)", interval="(0, inf)")
+    min_size: int = param(10, "the samples every client must hold", interval="[1, inf)")
+    max_retries: int = param(10, "how many times the draw is repeated before giving up", interval="[0, inf)")
+    self_balancing: bool = param(False, "give no more of the next classes to clients that already hold N/m samples")
+
+
+@register("dirichlet-class", options=DirichletClassOptions)
 def dirichlet_class(labels: np.ndarray, num_clients: int, rng: np.random.Generator, *, alpha: float = 0.3,
                     min_size: int = 10, max_retries: int = 10, self_balancing: bool = False) -> list[np.ndarray]:
     """Dirichlet per class: each class split over the clients by p ~ Dir(α) (Flower's DirichletPartitioner).
@@ -208,11 +262,6 @@ def dirichlet_class(labels: np.ndarray, num_clients: int, rng: np.random.Generat
         labels: the train set's labels, int64 [N].
         num_clients: the number of clients m.
         rng: the generator seeded by the run's seed.
-        alpha: the concentration α > 0 (the config field `alpha`). Defaults to 0.3.
-        min_size: the samples every client must hold. Defaults to 10.
-        max_retries: how many times the draw is repeated before giving up. Defaults to 10.
-        self_balancing: give no more of the next classes to clients that already hold N/m samples.
-            Defaults to False.
     """
     alpha = _number("alpha", alpha, low=0.0)
     min_size = _integer("min_size", min_size, 1)
@@ -226,7 +275,14 @@ def dirichlet_class(labels: np.ndarray, num_clients: int, rng: np.random.Generat
     return dirichlet_per_class(labels, num_clients, alpha, min_size, max_retries, bool(self_balancing), rng)
 
 
-@register("shards")
+@dataclass(frozen=True)
+class ShardsOptions(Spec):
+    """The options of partition shards."""
+
+    classes_per_client: int = param(2, "the shards k of every client (at most k labels each)", interval="[1, inf)")
+
+
+@register("shards", options=ShardsOptions)
 def shards(labels: np.ndarray, num_clients: int, rng: np.random.Generator, *,
            classes_per_client: int = 2) -> list[np.ndarray]:
     """Shards: the train set sorted by label and cut into m·k shards, k per client (McMahan et al.).
@@ -241,7 +297,6 @@ def shards(labels: np.ndarray, num_clients: int, rng: np.random.Generator, *,
         labels: the train set's labels, int64 [N].
         num_clients: the number of clients m.
         rng: the generator seeded by the run's seed.
-        classes_per_client: the shards k each client gets, so at most k labels per client. Defaults to 2.
     """
     k = _integer("classes_per_client", classes_per_client, 1)
     n = labels.shape[0]
@@ -265,7 +320,15 @@ def shards(labels: np.ndarray, num_clients: int, rng: np.random.Generator, *,
     return [np.concatenate([pieces[s] for s in row]) for row in assignment]
 
 
-@register("pathological")
+@dataclass(frozen=True)
+class PathologicalOptions(Spec):
+    """The options of partition pathological."""
+
+    classes_per_client: int = param(2, "the classes k of every client, at most the number of classes",
+                                    interval="[1, inf)")
+
+
+@register("pathological", options=PathologicalOptions)
 def pathological(labels: np.ndarray, num_clients: int, rng: np.random.Generator, *,
                  classes_per_client: int = 2) -> list[np.ndarray]:
     """Pathological: every client draws k distinct classes and holds them in about equal shares, equal sizes (DisPFL).
@@ -286,7 +349,6 @@ def pathological(labels: np.ndarray, num_clients: int, rng: np.random.Generator,
         labels: the train set's labels, int64 [N].
         num_clients: the number of clients m.
         rng: the generator seeded by the run's seed.
-        classes_per_client: the classes k of every client, at most the number of classes. Defaults to 2.
     """
     k = _integer("classes_per_client", classes_per_client, 1)
     classes = np.unique(labels)
@@ -332,7 +394,14 @@ def _apportion(weights: np.ndarray, total: int, rng: np.random.Generator) -> np.
     return base
 
 
-@register("similarity")
+@dataclass(frozen=True)
+class SimilarityOptions(Spec):
+    """The options of partition similarity."""
+
+    similarity: float = param(REQUIRED, "the share s dealt IID (1: IID, 0: fully sorted)", interval="[0, 1]")
+
+
+@register("similarity", options=SimilarityOptions)
 def similarity(labels: np.ndarray, num_clients: int, rng: np.random.Generator, *,
                similarity: float) -> list[np.ndarray]:
     """Similarity: SCAFFOLD's split, a share s of the data dealt IID and the rest sorted by label.
@@ -346,7 +415,6 @@ def similarity(labels: np.ndarray, num_clients: int, rng: np.random.Generator, *
         labels: the train set's labels, int64 [N].
         num_clients: the number of clients m.
         rng: the generator seeded by the run's seed.
-        similarity: the share s in [0, 1] dealt IID (1: IID, 0: fully sorted). Required.
     """
     s = _number("similarity", similarity, low=0.0, high=1.0, low_open=False)
     n = labels.shape[0]
@@ -359,7 +427,14 @@ def similarity(labels: np.ndarray, num_clients: int, rng: np.random.Generator, *
     return [np.concatenate([a, b]) for a, b in zip(iid_chunks, sorted_chunks)]
 
 
-@register("natural")
+@dataclass(frozen=True)
+class NaturalOptions(Spec):
+    """The options of partition natural."""
+
+    split: Any = param(REQUIRED, "one index array per client, supplied by the dataset (synthetic), never by a config")
+
+
+@register("natural", options=NaturalOptions)
 def natural(labels: np.ndarray, num_clients: int, rng: np.random.Generator, *, split: Any) -> list[np.ndarray]:
     """Natural: a dataset's own per-client split (synthetic's clients), checked and used as it is.
 
@@ -369,7 +444,6 @@ def natural(labels: np.ndarray, num_clients: int, rng: np.random.Generator, *, s
         labels: the train set's labels, int64 [N].
         num_clients: the number of clients m.
         rng: the generator seeded by the run's seed.
-        split: one index array per client, given by the dataset. Required.
     """
     n = labels.shape[0]
     if isinstance(split, (str, bytes)) or not hasattr(split, "__len__"):

@@ -95,8 +95,7 @@ def _algorithms() -> list[dict]:
     for entry in entries:
         card = ALGORITHMS.card(entry["name"])
         entry["options"] = card.defaults()
-        entry["specs"] = {spec.name: {"type": spec.type, "allowed": spec.allowed, "help": spec.help}
-                          for spec in card.specs()}
+        entry["specs"] = spec_entries(card.specs())
         entry["capabilities"] = {"push_sum": card.push_sum, "byzantine": card.byzantine, "dp": card.dp,
                                  "compression": card.compression and not card.centralized,
                                  "asynchronous": card.asynchronous, "local_optimizers": list(card.local_optimizers),
@@ -108,10 +107,20 @@ def _algorithms() -> list[dict]:
     return entries
 
 
-def _topologies() -> list[dict]:
-    from dfl.graphs import TOPOLOGIES
+def spec_entries(specs: Any) -> dict[str, dict[str, str]]:
+    """Name -> {type, allowed, help} of each option spec (`dfl.specs.Param`), what `dfl list` prints per option."""
+    return {spec.name: {"type": spec.type, "allowed": spec.allowed, "help": spec.help} for spec in specs}
 
-    return registry_entries(TOPOLOGIES, ("kind", lambda name, obj: getattr(obj, "kind", "registered")))
+
+def _topologies() -> list[dict]:
+    from dfl.graphs import TOPOLOGIES, BuiltinTopology
+
+    entries = registry_entries(TOPOLOGIES, ("kind", lambda name, obj: getattr(obj, "kind", "registered")))
+    for entry in entries:  # a built-in's card declares its options' specs (a plug-in: its signature's defaults)
+        factory = TOPOLOGIES.get(entry["name"])
+        if isinstance(factory, BuiltinTopology):
+            entry["specs"] = spec_entries(factory.specs())
+    return entries
 
 
 def _models() -> list[dict]:
@@ -131,11 +140,14 @@ def _datasets() -> list[dict]:
 
 
 def _partitions() -> list[dict]:
-    from dfl.data import PARTITIONS, partition_options
+    from dfl.data import PARTITIONS, partition_options, partition_specs
 
     entries = registry_entries(PARTITIONS)
     for entry in entries:  # what a config may give: an option the dataset supplies (natural's split) is not one
         entry["options"] = partition_options(entry["name"])
+        specs = partition_specs(entry["name"])
+        if specs:
+            entry["specs"] = spec_entries(specs)
     return entries
 
 
