@@ -161,7 +161,8 @@ class Spec(Mapping[str, Any]):
         lines = ["Args:"]
         for spec in specs:
             allowed = f" Allowed: {spec.allowed}." if spec.allowed else ""
-            default = "Required." if spec.required else f"Defaults to {spec.default!r}."
+            shown = f'"{spec.default}"' if isinstance(spec.default, str) else repr(spec.default)  # strings quoted "x"
+            default = "Required." if spec.required else f"Defaults to {shown}."
             lines.append(f"    {spec.name}: {spec.help.rstrip('.')}.{allowed} {default}")
         return "\n".join(lines)
 

@@ -358,8 +358,9 @@ def test_refusals_are_one_line_before_torch_loads(argv, tmp_path):
 def test_dfl_list_algorithms_shows_them_with_their_options(capsys):
     assert main(["list", "algorithms"]) == 0
     out = capsys.readouterr().out
-    for name, options in [("fedprox", "prox_mu=0.01"),
-                          ("fedadam", "server_tau=0.001, fedopt_form='paper', server_beta2=0.99"),
-                          ("fedyogi", "fedopt_form='paper'"), ("fedadagrad", "server_lr=0.1, server_beta1=0.0")]:
+    for name, options in [("fedprox", ["prox_mu=0.01"]),
+                          ("fedadam", ["server_tau=0.001", "fedopt_form='paper'", "server_beta2=0.99"]),
+                          ("fedyogi", ["fedopt_form='paper'"]), ("fedadagrad", ["server_lr=0.1", "server_beta1=0.0"])]:
         block = re.split(r"\n  \S", out.split(f"\n  {name} ", 1)[1], maxsplit=1)[0]  # up to the next entry
-        assert options in " ".join(block.split()), (name, block)
+        for option in options:  # one line per option: name=default (type, range): help
+            assert re.search(rf"^\s*{re.escape(option)} \(", block, re.M), (name, option, block)
