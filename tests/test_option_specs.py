@@ -1,4 +1,4 @@
-"""The option specs of the extension points (`dfl.specs`): topologies and partitions declare each option once.
+"""The option specs of the extension points (`dfl.specs`): topologies, datasets and partitions declare each option once.
 
 Type, default, allowed values and one help line; the builders' own defaults agree with them, `dfl.validate` refuses
 a value outside them in one line naming the option and the allowed values, and the docstrings' Args are generated.
@@ -81,6 +81,13 @@ def dataclass_spec(cls):
      "topology_options.budget must be in (0, 1]"),
     ("topology", {"topology": "hierarchical", "topology_options": {"groups": 2, "inner": "mesh"}},
      "topology_options.inner must be one of ring, grid"),
+    ("dataset", {"dataset_options": {"num_samples": 5}}, "dataset_options.num_samples must be >= 20, got 5"),
+    ("dataset", {"dataset_options": {"test_fraction": 1.0}},
+     "dataset_options.test_fraction must be in (0, 1), got 1.0"),
+    ("dataset", {"dataset": "digits", "dataset_options": {"seed": -1}}, "dataset_options.seed must be >= 0, got -1"),
+    ("dataset", {"dataset": "synthetic", "partition": "natural", "dataset_options": {"num_clients": 8,
+                                                                                     "min_samples": 1}},
+     "dataset_options.min_samples must be >= 2, got 1"),
     ("partition", {"partition": "shards", "partition_options": {"classes_per_client": 0}},
      "partition_options.classes_per_client must be >= 1, got 0"),
     ("partition", {"partition": "similarity", "partition_options": {"similarity": 1.5}},
@@ -121,3 +128,68 @@ def test_list_prints_each_options_type_range_and_help(capsys):
     assert entries["similarity"]["specs"]["similarity"] == {
         "type": "float", "allowed": "in [0, 1]", "help": "the share s dealt IID (1: IID, 0: fully sorted)"}
     assert entries["similarity"]["options"] == {"similarity": REQUIRED}
+
+
+def test_builtin_datasets_declare_a_spec_equal_to_their_loaders_signature():
+    from dfl import signatures
+    from dfl.data import DATASETS, dataset_options, dataset_specs
+
+    for name in DATASETS.declared():
+        loader = DATASETS.get(name)
+        specs = dataset_specs(name)
+        assert {s.name: s.default for s in specs} == dataset_options(name) == signatures.options(loader), name
+        for spec in specs:  # one line of help each, and the loader's Args line generated from it
+            assert spec.help and "\n" not in spec.help, (name, spec.name)
+            assert f"    {spec.name}: {spec.help.rstrip('.')}." in loader.__doc__, (name, spec.name)
+    assert [name for name in DATASETS.declared() if dataset_specs(name)] == ["mnist1d", "digits", "synthetic"]
+
+
+def test_a_dataset_spec_that_differs_from_the_signature_is_refused():
+    from dfl.data import DATASETS
+    from dfl.data.dataset import SPECS
+    from dfl.data.dataset import register as register_dataset
+
+    @dataclass_spec
+    class Wrong(Spec):
+        size: int = param(3, "size", interval="[1, inf)")
+
+    def loader(*, size=2):
+        raise AssertionError("never loaded")
+
+    with pytest.raises(ValueError, match="is not its signature's"):
+        register_dataset("spec-mismatch", loader, options=Wrong)
+    assert "spec-mismatch" not in DATASETS.names() and "spec-mismatch" not in SPECS
+
+
+def test_a_registered_datasets_spec_is_checked_and_listed(capsys):
+    from dfl.cli import main
+    from dfl.data import DATASETS, dataset_specs
+    from dfl.data.dataset import SPECS
+    from dfl.data.dataset import register as register_dataset
+
+    @dataclass_spec
+    class SizeOptions(Spec):
+        size: int = param(2, "the samples drawn", interval="[1, inf)")
+
+    def loader(*, size=2):
+        raise AssertionError("never loaded")
+
+    register_dataset("spec-plugin", loader, options=SizeOptions)
+    try:
+        assert [s.name for s in dataset_specs("spec-plugin")] == ["size"]
+        with pytest.raises(ConfigError, match=r"^dataset_options.size must be >= 1, got 0$"):
+            dfl.validate(dfl.Config(dataset="spec-plugin", dataset_options={"size": 0}))
+        assert main(["list", "datasets"]) == 0
+        assert "size=2 (int, >= 1): the samples drawn" in capsys.readouterr().out
+    finally:
+        DATASETS.unregister("spec-plugin")
+        SPECS.pop("spec-plugin", None)
+
+
+def test_a_dataset_refusal_loads_no_torch():
+    code = ("import sys, dfl\n"
+            "try:\n    dfl.validate(dfl.Config(dataset_options={'num_samples': 3}))\n"
+            "except ValueError as e:\n    print(e)\n"
+            "print('torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.splitlines() == ["dataset_options.num_samples must be >= 20, got 3", "False"]

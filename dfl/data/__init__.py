@@ -21,11 +21,13 @@ from dfl.data.dataset import (
     check_options,
     data_shape,
     dataset_options,
+    dataset_specs,
     load_dataset,
     needs_root,
     register,
     with_clients,
 )
+from dfl.data.dataset import check_option_values as check_dataset_option_values
 from dfl.data.partitioners import (
     PARTITIONS,
     check_option_values,
@@ -61,6 +63,7 @@ __all__ = [
     "crop_flip",
     "data_shape",
     "dataset_options",
+    "dataset_specs",
     "label_histograms",
     "load_dataset",
     "needs_root",
@@ -94,6 +97,10 @@ def check_config(config: Config) -> DataShape | None:
         raise ConfigError(f"dataset_options.root = {options['root']!r}: a dataset's directory is the field data_root "
                           f"(--data-root), set once; remove root from dataset_options")
     DATASETS.card(config.dataset, "dataset")  # a registered name (or the one meant)
+    try:  # each option against its declared range or choices: one line naming it and the allowed values
+        check_dataset_option_values(config.dataset, options)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
     try:
         card, resolved = check_options(config.dataset, with_clients(config.dataset, options, config.clients))
     except ValueError as exc:

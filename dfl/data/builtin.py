@@ -15,10 +15,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dfl import signatures
-from dfl.data.digits import digits_options, digits_shape
-from dfl.data.mnist1d import mnist1d_options, mnist1d_shape
-from dfl.data.synthetic import synthetic_options, synthetic_shape
+from dfl.data.digits import DigitsOptions, digits_options, digits_shape
+from dfl.data.mnist1d import Mnist1dOptions, mnist1d_options, mnist1d_shape
+from dfl.data.synthetic import SyntheticOptions, synthetic_options, synthetic_shape
 from dfl.data.types import DataShape
+from dfl.specs import Spec
 
 
 @dataclass(frozen=True)
@@ -27,8 +28,8 @@ class DatasetCard:
 
     `root` (read from data_root), `options` (name -> default, or "required"), and for a built-in `check(**options)
     -> options` (completed; ValueError naming a bad one), `shape(options) -> DataShape`, the options that make it
-    large (`size_options`, named when it does not fit) and whether it has its own client split (`natural`, for the
-    partition of that name).
+    large (`size_options`, named when it does not fit), whether it has its own client split (`natural`, for the
+    partition of that name) and the spec of its options (`spec`, `dfl.specs`: type, default, range, help).
     """
 
     root: bool
@@ -37,11 +38,20 @@ class DatasetCard:
     shape: Callable[[dict[str, Any]], DataShape] | None = field(default=None, compare=False)
     size_options: tuple[str, ...] = field(default=(), compare=False)
     natural: bool | None = field(default=None, compare=False)  # has its own client split (None: not known)
+    spec: type[Spec] | None = field(default=None, compare=False)
 
 
-def _card(check: Callable[..., dict[str, Any]], shape: Callable[[dict], DataShape], *sizes: str,
-          natural: bool = False) -> DatasetCard:
-    return DatasetCard(False, signatures.options(check), check, shape, sizes, natural)
+def checked_spec(name: str, spec: type[Spec], declared: dict[str, Any]) -> type[Spec]:
+    """`spec`, unless its names and defaults differ from `declared` (the loader's signature): ValueError."""
+    if spec.defaults() != declared:
+        raise ValueError(f"dataset {name!r}: its options spec {spec.defaults()} is not its signature's {declared}")
+    return spec
+
+
+def _card(name: str, spec: type[Spec], check: Callable[..., dict[str, Any]], shape: Callable[[dict], DataShape],
+          *sizes: str, natural: bool = False) -> DatasetCard:
+    declared = signatures.options(check)
+    return DatasetCard(False, declared, check, shape, sizes, natural, checked_spec(name, spec, declared))
 
 
 def _files(shape: DataShape) -> DatasetCard:
@@ -51,10 +61,12 @@ def _files(shape: DataShape) -> DatasetCard:
 
 # name -> ("module:loader", card), in the order `dfl list datasets` shows them
 BUILTINS: dict[str, tuple[str, DatasetCard]] = {
-    "mnist1d": ("dfl.data.mnist1d:load_mnist1d", _card(mnist1d_options, mnist1d_shape, "num_samples")),
-    "digits": ("dfl.data.digits:load_digits", _card(digits_options, digits_shape)),
+    "mnist1d": ("dfl.data.mnist1d:load_mnist1d", _card("mnist1d", Mnist1dOptions, mnist1d_options, mnist1d_shape,
+                                                       "num_samples")),
+    "digits": ("dfl.data.digits:load_digits", _card("digits", DigitsOptions, digits_options, digits_shape)),
     "synthetic": ("dfl.data.synthetic:load_synthetic", _card(
-        synthetic_options, synthetic_shape, "num_clients", "min_samples", "size_log_mean", "size_log_sigma",
+        "synthetic", SyntheticOptions, synthetic_options, synthetic_shape, "num_clients", "min_samples",
+        "size_log_mean", "size_log_sigma",
         natural=True)),
     "cifar10": ("dfl.data.cifar:load_cifar10", _files(DataShape(50_000, 10_000, (3, 32, 32), 10))),
     "cifar100": ("dfl.data.cifar:load_cifar100", _files(DataShape(50_000, 10_000, (3, 32, 32), 100))),

@@ -18,10 +18,11 @@ from collections.abc import Callable
 from typing import Any
 
 from dfl import signatures
-from dfl.data.builtin import BUILTINS, DatasetCard
+from dfl.data.builtin import BUILTINS, DatasetCard, checked_spec
 from dfl.data.types import Dataset, DataShape
 from dfl.errors import DataError
 from dfl.registry import Registry
+from dfl.specs import Param, Spec
 
 USAGE = "f(*, option=default, ...) -> Dataset, or f(root, *, option=default, ...) -> Dataset to read data_root"
 
@@ -44,16 +45,43 @@ for _name, (_target, _card) in BUILTINS.items():
 del _name, _target, _card
 
 
-def register(name: str, loader: Callable | None = None, *, replace: bool = False) -> Any:
+SPECS: dict[str, type[Spec]] = {name: card.spec for name, (_, card) in BUILTINS.items() if card.spec is not None}
+"""The option specs of the datasets that declare them (`dfl.specs`: type, default, allowed values, help): each
+built-in's, on its card (`dfl.data.builtin`), and a plug-in's given to `register(..., options=...)`; a plug-in without
+one is known by its signature's defaults."""
+
+
+def register(name: str, loader: Callable | None = None, *, replace: bool = False,
+             options: type[Spec] | None = None) -> Any:
     """Register `loader` as dataset `name` (a decorator without `loader`).
 
     Its signature is checked here: f(*, option=default, ...) for an embedded dataset, f(root, *, ...) for one read
-    from data_root.
+    from data_root. `options`: the spec of its keyword-only options (`dfl.specs.Spec`), whose names and defaults must
+    be the signature's: `dfl list datasets` and `dfl.validate` read it (a value outside it is refused).
     """
     if loader is None:
-        return lambda target: register(name, target, replace=replace)
+        return lambda target: register(name, target, replace=replace, options=options)
     _check(name, loader)
-    return DATASETS.register(name, loader, replace=replace)
+    spec = checked_spec(name, options, signatures.options(loader)) if options is not None else None
+    registered = DATASETS.register(name, loader, replace=replace)
+    SPECS.pop(name, None)
+    if spec is not None:
+        SPECS[name] = spec
+    return registered
+
+
+def dataset_specs(name: str) -> tuple[Param, ...]:
+    """The specs of the options of dataset `name` (none for a dataset registered without `options`)."""
+    DATASETS.card(name, "dataset")
+    spec = SPECS.get(name)
+    return spec.specs() if spec is not None else ()
+
+
+def check_option_values(name: str, options: dict[str, Any]) -> None:
+    """ValueError naming `dataset_options.NAME` and the allowed values for a value outside its spec."""
+    spec = SPECS.get(name)
+    if spec is not None:
+        spec.check_values(options, "dataset_options")
 
 
 def needs_root(name: str) -> bool:

@@ -2,15 +2,27 @@
 
 from __future__ import annotations
 
+import inspect
 import math
+from dataclasses import dataclass
 
 import numpy as np
 
 from dfl.data.checks import check_float, check_int
 from dfl.data.types import Dataset, DataShape
 from dfl.errors import DataError
+from dfl.specs import Spec, param
 
 SAMPLES, SHAPE, CLASSES = 1797, (1, 8, 8), 10
+
+
+@dataclass(frozen=True)
+class DigitsOptions(Spec):
+    """The options of dataset digits."""
+
+    test_fraction: float = param(0.2, "the share held out as the test set by a stratified split (every class in "
+                                 "both parts)", interval="(0, 1)")
+    seed: int = param(0, "the seed of the train/test split", interval="[0, inf)")
 
 
 def digits_options(*, test_fraction: float = 0.2, seed: int = 0) -> dict:
@@ -39,11 +51,6 @@ def load_digits(*, test_fraction: float = 0.2, seed: int = 0) -> Dataset:
     The UCI optical recognition of handwritten digits set (Alpaydin & Kaynak, 1998), as `sklearn.datasets.
     load_digits` ships it. Pixels are scaled from 0..16 to [0, 1], then standardized with the train set's global
     mean and std, x ← (x − mean)/std (one scalar each: corner pixels are constant, so a per-pixel std would be 0).
-
-    Args:
-        test_fraction: the share held out as the test set by a stratified split (every class in both parts),
-            in (0, 1). Defaults to 0.2.
-        seed: the seed of the train/test split. Defaults to 0.
     """
     import torch  # here (and scikit-learn): the module is imported when a config is checked
     from sklearn.datasets import load_digits as sk_load_digits
@@ -70,3 +77,7 @@ def load_digits(*, test_fraction: float = 0.2, seed: int = 0) -> Dataset:
         input_shape=shape,
         options={"test_fraction": test_fraction, "seed": seed},
     )
+
+
+# its Args section is generated from the spec, the one place each option is described
+load_digits.__doc__ = inspect.cleandoc(load_digits.__doc__ or "") + "\n\n" + DigitsOptions.docstring_args()

@@ -7,7 +7,9 @@ states are saved and restored so loading a dataset never perturbs the caller's r
 
 from __future__ import annotations
 
+import inspect
 import random
+from dataclasses import dataclass
 from functools import lru_cache
 
 import numpy as np
@@ -15,6 +17,7 @@ import numpy as np
 from dfl.data.checks import check_float, check_int
 from dfl.data.types import Dataset, DataShape
 from dfl.errors import DataError
+from dfl.specs import Spec, param
 
 INPUT_SHAPE, CLASSES = (1, 40), 10
 
@@ -38,6 +41,17 @@ def _generate(num_samples: int, seed: int, test_fraction: float) -> tuple[np.nda
     for a in arrays:
         a.flags.writeable = False  # cached: handed out as copies only
     return arrays
+
+
+@dataclass(frozen=True)
+class Mnist1dOptions(Spec):
+    """The options of dataset mnist1d."""
+
+    num_samples: int = param(4000, "the samples in all, rounded down to a multiple of 10 (equal per class), then "
+                             "split into train and test (the package's default is 5000)", interval="[20, inf)")
+    seed: int = param(42, "the seed of the generator, which fixes the data (the partition's seed is separate)",
+                      interval="[0, inf)")
+    test_fraction: float = param(0.2, "the share of the samples held out as the test set", interval="(0, 1)")
 
 
 def mnist1d_options(*, num_samples: int = 4000, seed: int = 42, test_fraction: float = 0.2) -> dict:
@@ -67,13 +81,6 @@ def load_mnist1d(*, num_samples: int = 4000, seed: int = 42, test_fraction: floa
 
     Greydanus & Kobak, "Scaling down deep learning with MNIST-1D", ICML 2024 (the `mnist1d` package): each
     digit's 1-D template is padded, sheared, scaled, shifted, blurred and noised; the generator standardizes it.
-
-    Args:
-        num_samples: the samples in all, rounded down to a multiple of 10 (equal per class), then split into
-            train and test; at least 20. Defaults to 4000 (a fast default run; the package's is 5000).
-        seed: the seed of the generator, which fixes the data (the partition's seed is separate).
-            Defaults to 42 (the package's).
-        test_fraction: the share of the samples held out as the test set, in (0, 1). Defaults to 0.2.
     """
     import torch  # here: the module is imported when a config is checked, before torch is needed
 
@@ -90,3 +97,7 @@ def load_mnist1d(*, num_samples: int = 4000, seed: int = 42, test_fraction: floa
         input_shape=(1, x.shape[1]),
         options=options,
     )
+
+
+# its Args section is generated from the spec, the one place each option is described
+load_mnist1d.__doc__ = inspect.cleandoc(load_mnist1d.__doc__ or "") + "\n\n" + Mnist1dOptions.docstring_args()

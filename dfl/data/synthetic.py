@@ -13,6 +13,7 @@ order, are the pooled train set and their index ranges are the natural split; th
 from __future__ import annotations
 
 import inspect
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -20,6 +21,7 @@ import numpy as np
 from dfl.data.checks import check_float, check_int
 from dfl.data.types import Dataset, DataShape
 from dfl.errors import DataError
+from dfl.specs import Spec, param
 
 DIM, CLASSES = 60, 10
 # sizes are drawn (from the seed, as the loader draws them) only up to this many samples in all at the minimum
@@ -27,6 +29,23 @@ DIM, CLASSES = 60, 10
 DRAW_LIMIT = 2**31
 MAX_CLIENT_SAMPLES = 2**40  # a drawn client size above this is a typo in size_log_mean / size_log_sigma
 SIGMA_SQRT = np.arange(1, DIM + 1, dtype=np.float64) ** (-1.2 / 2)  # Σ^{1/2} = diag(j^{-0.6}), j = 1..60
+
+
+@dataclass(frozen=True)
+class SyntheticOptions(Spec):
+    """The options of dataset synthetic."""
+
+    alpha: float = param(1.0, "the spread α of the clients' models (std of u_k, the mean of W_k and b_k)",
+                         interval="[0, inf)")
+    beta: float = param(1.0, "the spread β of the clients' inputs (std of B_k, the mean of v_k)", interval="[0, inf)")
+    num_clients: int = param(30, "the clients the data is generated for (the natural split; unset: the run's clients)",
+                             interval="[1, inf)")
+    size_log_mean: float = param(4.0, "the mean of the log-normal client sizes n_k = ⌊LogNormal(μ, σ)⌋ + min_samples")
+    size_log_sigma: float = param(2.0, "the log-normal σ of the client sizes", interval="[0, inf)")
+    min_samples: int = param(50, "the samples added to every drawn client size", interval="[2, inf)")
+    test_fraction: float = param(0.1, "the share of each client's samples held out for the pooled test set",
+                                 interval="(0, 1)")
+    seed: int = param(0, "the seed of the generator, which fixes the data", interval="[0, inf)")
 
 
 def synthetic_options(
@@ -40,17 +59,7 @@ def synthetic_options(
     test_fraction: float = 0.1,
     seed: int = 0,
 ) -> dict:
-    """The options of `load_synthetic` (its signature is this one), checked before anything is drawn.
-
-    Args:
-        alpha: std of u_k, the mean of client k's W_k and b_k (model heterogeneity); >= 0.
-        beta: std of B_k, the mean of client k's feature means v_k (feature heterogeneity); >= 0.
-        num_clients: the number of clients (the natural split); >= 1.
-        size_log_mean: mean of the LogNormal client sizes' log.
-        size_log_sigma: std of the LogNormal client sizes' log; >= 0.
-        min_samples: samples added to every drawn client size; >= 2.
-        test_fraction: each client's fraction of samples held out for the pooled test set, in [0, 1).
-        seed: the generator's seed; >= 0.
+    """The options of `load_synthetic` (its signature is this one; `SyntheticOptions` describes them), checked.
 
     Returns:
         The options as the loader uses them (ints and floats).
@@ -107,24 +116,13 @@ def synthetic_shape(options: dict) -> DataShape:
     return DataShape(int(n_train.sum()), int((sizes - n_train).sum()), (DIM,), CLASSES)
 
 
-def load_synthetic(**options: Any) -> Dataset:  # noqa: D417 (Args names each option of its signature)
+def load_synthetic(**options: Any) -> Dataset:
     """Synthetic(α, β): FedProx's naturally federated softmax-regression benchmark (embedded).
 
     Li, Sahu, Zaheer, Sanjabi, Talwalkar & Smith, "Federated optimization in heterogeneous networks", MLSys
     2020 (after Shamir et al.). Client k draws u_k ~ N(0, α²), B_k ~ N(0, β²), a model W_k, b_k ~ N(u_k, 1), inputs
     x ~ N(v_k, Σ) with v_k ~ N(B_k, 1), Σ = diag(j^−1.2), and labels y = argmax(W_kᵀx + b_k): α sets how much the
     clients' models differ, β how much their data do. Its clients are the `natural` partition's split.
-
-    Args:
-        alpha: the spread α of the clients' models. Defaults to 1.0.
-        beta: the spread β of the clients' inputs. Defaults to 1.0.
-        num_clients: the clients the data is generated for. Defaults to 30.
-        size_log_mean: the mean of the log-normal client sizes n_k = ⌊LogNormal(μ, σ)⌋ + min_samples.
-            Defaults to 4.0.
-        size_log_sigma: their log-normal σ. Defaults to 2.0.
-        min_samples: the samples every client has at least. Defaults to 50.
-        test_fraction: the share of each client's samples held out for the pooled test set. Defaults to 0.1.
-        seed: the seed of the generator, which fixes the data. Defaults to 0.
 
     Returns:
         The pooled train and test sets, and each client's train rows as the natural split.
@@ -154,6 +152,8 @@ def load_synthetic(**options: Any) -> Dataset:  # noqa: D417 (Args names each op
 
 load_synthetic.__signature__ = inspect.signature(synthetic_options).replace(  # type: ignore[attr-defined]
     return_annotation="Dataset")  # one description of the options: registry cards read the loader's signature
+# its Args section is generated from the spec, the one place each option is described
+load_synthetic.__doc__ = inspect.cleandoc(load_synthetic.__doc__ or "") + "\n\n" + SyntheticOptions.docstring_args()
 
 
 def _client(rng: np.random.Generator, u: float, B: float, size: int,

@@ -133,10 +133,15 @@ def _models() -> list[dict]:
 
 
 def _datasets() -> list[dict]:
-    from dfl.data import DATASETS, needs_root
+    from dfl.data import DATASETS, dataset_specs, needs_root
 
-    return registry_entries(DATASETS, ("source", lambda name, _: "local files (data_root)" if needs_root(name)
-                                       else "embedded"))
+    entries = registry_entries(DATASETS, ("source", lambda name, _: "local files (data_root)" if needs_root(name)
+                                          else "embedded"))
+    for entry in entries:  # a built-in's card declares its options' specs (a plug-in: its signature's defaults)
+        specs = dataset_specs(entry["name"])
+        if specs:
+            entry["specs"] = spec_entries(specs)
+    return entries
 
 
 def _partitions() -> list[dict]:
