@@ -72,14 +72,19 @@ def algorithm_options_section() -> str:
 
 
 def component_options_section() -> str:
-    """Each built-in topology's, dataset's and partition's options from its card's spec: type, default, range, help."""
+    """Each built-in topology's, model's, dataset's and partition's options from its card's spec: type, default, range,
+    help."""
     from dfl.data import DATASETS, PARTITIONS, dataset_specs, partition_specs
     from dfl.graphs import TOPOLOGIES, BuiltinTopology
+    from dfl.models import MODELS
 
     parts = [("Topology options", "topologies", "topology", "topology_options",
               "dfl.graphs (each built-in's `Options`)",
               [(name, factory.specs()) for name, factory in TOPOLOGIES.items()
                if isinstance(factory, BuiltinTopology)]),
+             ("Model options", "models", "model", "model_options",
+              "dfl.models.builtin (each built-in's card)",
+              [(name, MODELS.card(name).spec.specs()) for name in MODELS.declared()]),
              ("Dataset options", "datasets", "dataset", "dataset_options",
               "dfl.data.builtin (each built-in's card: its module's `Options` class)",
               [(name, dataset_specs(name)) for name in DATASETS.declared()]),

@@ -1,4 +1,5 @@
-"""The option specs of the extension points (`dfl.specs`): topologies, datasets and partitions declare each option once.
+"""The option specs of the extension points (`dfl.specs`): topologies, models, datasets and partitions declare each
+option once.
 
 Type, default, allowed values and one help line; the builders' own defaults agree with them, `dfl.validate` refuses
 a value outside them in one line naming the option and the allowed values, and the docstrings' Args are generated.
@@ -81,6 +82,10 @@ def dataclass_spec(cls):
      "topology_options.budget must be in (0, 1]"),
     ("topology", {"topology": "hierarchical", "topology_options": {"groups": 2, "inner": "mesh"}},
      "topology_options.inner must be one of ring, grid"),
+    ("model", {"model": "cnn", "model_options": {"variant": "lenet"}},
+     "model_options.variant must be one of auto, mcmahan, cifar, got 'lenet'"),
+    ("model", {"model": "cnn1d", "model_options": {"conv_impl": "fft"}},
+     "model_options.conv_impl must be one of auto, unfold, native, got 'fft'"),
     ("dataset", {"dataset_options": {"num_samples": 5}}, "dataset_options.num_samples must be >= 20, got 5"),
     ("dataset", {"dataset_options": {"test_fraction": 1.0}},
      "dataset_options.test_fraction must be in (0, 1), got 1.0"),
@@ -193,3 +198,26 @@ def test_a_dataset_refusal_loads_no_torch():
             "print('torch' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.splitlines() == ["dataset_options.num_samples must be >= 20, got 3", "False"]
+
+
+def test_builtin_models_declare_a_spec_equal_to_their_factorys_signature():
+    from dfl.models import MODELS
+    from dfl.models.builtin import describe
+    from dfl.models.registry import model_options
+
+    for name in MODELS.declared():
+        factory, spec = MODELS.get(name), MODELS.card(name).spec
+        assert spec is not None, name
+        assert spec.defaults() == model_options(name) == describe(name, factory).options, name
+        for option in spec.specs():  # one line of help each, and the factory's Args line generated from it
+            assert option.help and "\n" not in option.help, (name, option.name)
+            assert f"    {option.name}: {option.help.rstrip('.')}." in factory.__doc__, (name, option.name)
+
+
+def test_a_model_refusal_loads_no_torch():
+    code = ("import sys, dfl\n"
+            "try:\n    dfl.validate(dfl.Config(model='resnet20', dataset='digits', model_options={'groups': 0}))\n"
+            "except ValueError as e:\n    print(e)\n"
+            "print('torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.splitlines() == ["model_options.groups must be >= 1, got 0", "False"]

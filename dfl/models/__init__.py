@@ -39,7 +39,7 @@ del _name, _target, _card
 
 # the model code, on first use (it imports torch)
 __getattr__ = submodules(__name__, {
-    "check_model": "dfl.models.check", "CONV_IMPLS": "dfl.models.layers", "num_params": "dfl.models.layout",
+    "check_model": "dfl.models.check", "CONV_IMPLS": "dfl.models.builtin", "num_params": "dfl.models.layout",
     "param_layout": "dfl.models.layout", "eval_mode": "dfl.models.modes", "build_model": "dfl.models.registry",
     "model_options": "dfl.models.registry", "register": "dfl.models.registry", "resolve": "dfl.models.registry",
     "model_for_run": "dfl.models.setup",
@@ -62,6 +62,11 @@ def check_config(config: Config) -> None:
         raise ConfigError(str(exc)) from exc
     if config.model in MODELS:
         card = MODELS.card(config.model)
+        if card.spec is not None:  # each option against its declared choices or range: one line naming it
+            try:
+                card.spec.check_values(config.model_options, "model_options")
+            except ValueError as exc:
+                raise ConfigError(str(exc)) from None
         if card.options is not None:
             try:
                 signatures.resolve_declared("model", config.model, card.options, config.model_options)

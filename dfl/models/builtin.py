@@ -10,15 +10,65 @@ the factory it declares.
 from __future__ import annotations
 
 import inspect
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
+
+from dfl.specs import Spec, param
+
+CONV_IMPLS = ("auto", "unfold", "native")  # how the convolutions run
+CNN_VARIANTS = ("auto", "mcmahan", "cifar")
 
 
 @dataclass(frozen=True)
 class ModelCard:
-    """The options a model factory accepts (name -> default; "required" without one), None: any."""
+    """The options a model factory accepts (name -> default; "required" without one), None: any.
+
+    `spec`: a built-in's options as typed specs (`dfl.specs`: type, default, allowed values, help), the one place
+    they are described; its names and defaults are `options`.
+    """
 
     options: dict[str, Any] | None
+    spec: type[Spec] | None = field(default=None, compare=False)
+
+
+def _conv_impl() -> Any:
+    return param("auto", "how the convolutions run: native (torch's), unfold (unfold + matmul) or auto (native, "
+                 "measured the faster inside the engine's vmapped steps)", choices=CONV_IMPLS)
+
+
+@dataclass(frozen=True)
+class MlpOptions(Spec):
+    """The options of model mlp."""
+
+    hidden: tuple = param((200, 200), "the widths of the hidden layers, positive ints")
+
+
+@dataclass(frozen=True)
+class ConvOptions(Spec):
+    """The options of models cnn1d and vgg11."""
+
+    conv_impl: str = _conv_impl()
+
+
+@dataclass(frozen=True)
+class CnnOptions(Spec):
+    """The options of model cnn."""
+
+    variant: str = param("auto", "mcmahan, cifar, or auto: cifar for 3-channel images, mcmahan otherwise",
+                         choices=CNN_VARIANTS)
+    conv_impl: str = _conv_impl()
+
+
+@dataclass(frozen=True)
+class ResnetOptions(Spec):
+    """The options of models resnet18 and resnet20."""
+
+    groups: int = param(2, "the groups of every GroupNorm; must divide every stage width", interval="[1, inf)")
+    conv_impl: str = _conv_impl()
+
+
+def _declared(spec: type[Spec]) -> ModelCard:
+    return ModelCard(spec.defaults(), spec)
 
 
 def describe(name: str, factory: Any) -> ModelCard:
@@ -33,14 +83,14 @@ def describe(name: str, factory: Any) -> ModelCard:
                       for p in params if p.kind is inspect.Parameter.KEYWORD_ONLY})
 
 
-_CONV = {"conv_impl": "auto"}
-# name -> ("module:factory", card), in the order `dfl list models` shows them
+# name -> ("module:factory", card), in the order `dfl list models` shows them; `tests/test_fast_refusals.py` keeps
+# each card's options equal to its factory's signature
 BUILTINS: dict[str, tuple[str, ModelCard]] = {
-    "logreg": ("dfl.models.registry:_logreg", ModelCard({})),
-    "mlp": ("dfl.models.registry:_mlp", ModelCard({"hidden": (200, 200)})),
-    "cnn1d": ("dfl.models.registry:_cnn1d", ModelCard(dict(_CONV))),
-    "cnn": ("dfl.models.registry:_cnn", ModelCard({"variant": "auto", **_CONV})),
-    "resnet18": ("dfl.models.registry:_resnet18", ModelCard({"groups": 2, **_CONV})),
-    "resnet20": ("dfl.models.registry:_resnet20", ModelCard({"groups": 2, **_CONV})),
-    "vgg11": ("dfl.models.registry:_vgg11", ModelCard(dict(_CONV))),
+    "logreg": ("dfl.models.registry:_logreg", _declared(Spec)),
+    "mlp": ("dfl.models.registry:_mlp", _declared(MlpOptions)),
+    "cnn1d": ("dfl.models.registry:_cnn1d", _declared(ConvOptions)),
+    "cnn": ("dfl.models.registry:_cnn", _declared(CnnOptions)),
+    "resnet18": ("dfl.models.registry:_resnet18", _declared(ResnetOptions)),
+    "resnet20": ("dfl.models.registry:_resnet20", _declared(ResnetOptions)),
+    "vgg11": ("dfl.models.registry:_vgg11", _declared(ConvOptions)),
 }

@@ -23,8 +23,7 @@ from torch import nn
 from typing_extensions import override
 
 from dfl.errors import ModelError
-
-CONV_IMPLS = ("auto", "unfold", "native")
+from dfl.models.builtin import CONV_IMPLS
 
 
 def check_conv_impl(conv_impl: str) -> str:

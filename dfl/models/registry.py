@@ -21,6 +21,7 @@ from torch import nn
 
 from dfl.errors import ModelError
 from dfl.models import MODELS
+from dfl.models.builtin import BUILTINS, CNN_VARIANTS
 from dfl.models.cnn import CNN, CNN1d
 from dfl.models.custom import check_signature, factory_of
 from dfl.models.layers import check_conv_impl
@@ -28,8 +29,6 @@ from dfl.models.resnet import resnet18, resnet20
 from dfl.models.shapes import as_shape, image_shape, sequence_shape
 from dfl.models.simple import MLP, LogReg
 from dfl.models.vgg import VGG
-
-CNN_VARIANTS = ("auto", "mcmahan", "cifar")
 
 
 def _positive_int(field: str, value) -> int:
@@ -61,7 +60,6 @@ def _mlp(input_shape, num_classes, *, hidden=(200, 200)):
     Args:
         input_shape: one sample's shape, without the batch axis.
         num_classes: the number of classes (logits).
-        hidden: the widths of the hidden layers, positive ints. Defaults to (200, 200).
     """
     if isinstance(hidden, (str, bytes)) or not hasattr(hidden, "__iter__"):
         raise ModelError(f"hidden must be a sequence of positive ints (layer widths), got {hidden!r}")
@@ -80,8 +78,6 @@ def _cnn1d(input_shape, num_classes, *, conv_impl="auto"):
     Args:
         input_shape: one sample's shape, without the batch axis.
         num_classes: the number of classes (logits).
-        conv_impl: how the convolutions run: "native" (torch's), "unfold" (unfold + matmul) or "auto"
-            (native, measured the faster inside the engine's vmapped steps). Defaults to "auto".
     """
     channels, length = sequence_shape("cnn1d", input_shape)
     return CNN1d(channels, length, num_classes, check_conv_impl(conv_impl))
@@ -98,10 +94,6 @@ def _cnn(input_shape, num_classes, *, variant="auto", conv_impl="auto"):
     Args:
         input_shape: one sample's shape, without the batch axis.
         num_classes: the number of classes (logits).
-        variant: "mcmahan", "cifar", or "auto": cifar for 3-channel images, mcmahan otherwise.
-            Defaults to "auto".
-        conv_impl: how the convolutions run: "native" (torch's), "unfold" (unfold + matmul) or "auto"
-            (native, measured the faster inside the engine's vmapped steps). Defaults to "auto".
     """
     if variant not in CNN_VARIANTS:
         raise ModelError(f"variant must be one of {CNN_VARIANTS}, got {variant!r}")
@@ -133,8 +125,6 @@ def _vgg11(input_shape, num_classes, *, conv_impl="auto"):
     Args:
         input_shape: one sample's shape, without the batch axis.
         num_classes: the number of classes (logits).
-        conv_impl: how the convolutions run: "native" (torch's), "unfold" (unfold + matmul) or "auto"
-            (native, measured the faster inside the engine's vmapped steps). Defaults to "auto".
     """
     c, _, _ = image_shape("vgg11", input_shape, min_side=32)
     return VGG(c, num_classes, check_conv_impl(conv_impl))
@@ -150,9 +140,6 @@ _resnet18.__doc__ = """ResNet-18: He et al.'s 18-layer ResNet in its CIFAR form,
     Args:
         input_shape: one sample's shape, without the batch axis.
         num_classes: the number of classes (logits).
-        groups: the groups of every GroupNorm; must divide every stage width. Defaults to 2.
-        conv_impl: how the convolutions run: "native" (torch's), "unfold" (unfold + matmul) or "auto"
-            (native, measured the faster inside the engine's vmapped steps). Defaults to "auto".
     """
 _resnet20.__doc__ = """ResNet-20: the 3-stage CIFAR ResNet of He et al. (CVPR 2016, Sec. 4.2), with GroupNorm.
 
@@ -162,10 +149,14 @@ _resnet20.__doc__ = """ResNet-20: the 3-stage CIFAR ResNet of He et al. (CVPR 20
     Args:
         input_shape: one sample's shape, without the batch axis.
         num_classes: the number of classes (logits).
-        groups: the groups of every GroupNorm; must divide every stage width. Defaults to 2.
-        conv_impl: how the convolutions run: "native" (torch's), "unfold" (unfold + matmul) or "auto"
-            (native, measured the faster inside the engine's vmapped steps). Defaults to "auto".
     """
+
+for _name, (_target, _card) in BUILTINS.items():  # the options' Args lines are generated from the card's spec
+    _factory = globals()[_target.split(":")[1]]
+    _args = _card.spec.docstring_args().splitlines()[1:] if _card.spec is not None else []
+    if _args:
+        _factory.__doc__ = inspect.cleandoc(_factory.__doc__ or "") + "\n" + "\n".join(_args)
+del _name, _target, _card, _factory, _args
 
 Factory = Callable[..., nn.Module]  # f(input_shape, num_classes, *, option=default, ...) -> nn.Module
 

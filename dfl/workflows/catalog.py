@@ -129,7 +129,12 @@ def _models() -> list[dict]:
     def describe(name: str, builder: Any) -> str:
         return summary(own_doc(builder)) or f"from {MODELS.source(name)}"
 
-    return registry_entries(MODELS, describe=describe)
+    entries = registry_entries(MODELS, describe=describe)
+    for entry in entries:  # a built-in's card declares its options' specs (a plug-in: its signature's defaults)
+        spec = MODELS.card(entry["name"]).spec
+        if spec is not None and spec.specs():
+            entry["specs"] = spec_entries(spec.specs())
+    return entries
 
 
 def _datasets() -> list[dict]:
