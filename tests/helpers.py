@@ -309,7 +309,12 @@ def assert_histories_close(history, reference, label):
 
 # ------------------------------------------------------------------------------------- gloo process worlds
 def init_gloo(rank: int, world: int, rdzv: str) -> None:
-    """Join a gloo group of `world` processes through the rendezvous file `rdzv` (one torch thread each)."""
+    """Join a gloo group of `world` processes through the rendezvous file `rdzv` (one torch thread each).
+
+    dfl.engine.distributed is imported first, as a real run does before its group: it imports torch._dynamo, which
+    imported while a group exists keeps gloo's threads alive at exit and the process aborts (its module docstring).
+    """
+    importlib.import_module("dfl.engine.distributed")
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"file://{rdzv}", rank=rank, world_size=world,
                             timeout=timedelta(seconds=60))
