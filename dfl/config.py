@@ -289,10 +289,10 @@ class Config:
     # compressed gossip (dfl.network.choco, dfl.network.compression): CHOCO-GOSSIP with error feedback
     compressor: str = option("none", "compressed gossip (CHOCO-GOSSIP with error feedback, decentralized algorithms, "
         "static topologies): none (exact gossip), top-k, random-k or qsgd")
-    compression: float | None = option(None, "top-k, random-k: fraction of coordinates kept, in (0, 1] (unset = 0.1); "
-        "qsgd: bits per coordinate, sign included, an integer in [2, 16] (unset = 8)")
+    compression: float | None = option(None, "the compressor's parameter (unset = its default); what it means, its "
+        "type and range are the compressor's card's: dfl list compressors")
     consensus_lr: float | None = option(None, "CHOCO consensus step size gamma in (0, 1] (compressed gossip; unset = "
-        "the compressor's omega: the fraction kept for top-k and random-k, 1/tau for qsgd)")
+        "the compressor's omega: dfl list compressors)")
     # asynchronous gossip in simulated time (dfl.engine.asynchronous); 1 local step = 1 simulated second
     mode: str = option("sync", "sync (rounds in lock-step) or async (every client on its own simulated clock, mixing "
         "the neighbour models that have arrived: AD-PSGD style; dpsgd, dfedavg, dfedavgm, dfedsam)",

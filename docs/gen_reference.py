@@ -75,13 +75,16 @@ def component_options_section() -> str:
     """Each built-in topology's, model's, dataset's and partition's options from its card's spec: type, default, range,
     help."""
     from dfl.data import DATASETS, PARTITIONS, dataset_specs, partition_specs
-    from dfl.graphs import TOPOLOGIES, BuiltinTopology
+    from dfl.graphs import TOPOLOGIES, WEIGHTS, BuiltinTopology
     from dfl.models import MODELS
 
     parts = [("Topology options", "topologies", "topology", "topology_options",
               "dfl.graphs (each built-in's `Options`)",
               [(name, factory.specs()) for name, factory in TOPOLOGIES.items()
                if isinstance(factory, BuiltinTopology)]),
+             ("Weight scheme options", "weights", "weights", "topology_options",
+              "dfl.graphs (each scheme's `WeightsCard`; its defaults are `topologies.weights.OPTIONS`)",
+              [(name, card.specs()) for name, card in WEIGHTS.items()]),
              ("Model options", "models", "model", "model_options",
               "dfl.models.builtin (each built-in's card)",
               [(name, MODELS.card(name).spec.specs()) for name in MODELS.declared()]),
@@ -108,6 +111,28 @@ def component_options_section() -> str:
             lines += [f"| `{spec.name}` | `{_cell(spec.type)}` | "
                       f"{'required' if spec.required else f'`{_cell(repr(spec.default))}`'} | {_cell(spec.allowed)} | "
                       f"{_cell(spec.help)} |" for spec in specs]
+    return "\n".join(lines) + "\n" + compressor_section()
+
+
+def compressor_section() -> str:
+    """What the field `compression` means for each compressor, and what the compressor is: from its card."""
+    from dfl.network.settings import COMPRESSORS
+
+    lines = ["\n## Compressors\n",
+             "What the field `compression` means for each `compressor`, from its card in dfl.network.settings "
+             "(`CompressorCard`): the one place each is written. Set it as `--compression VALUE` (TOML "
+             "`compression`); a value outside the allowed ones is refused by `dfl.validate`, naming `compression` and "
+             "the compressor. "
+             "ω is CHOCO's compression parameter, the default of `consensus_lr`. `dfl list compressors` prints the "
+             "same.\n",
+             "| compressor | `compression` | type | default | allowed | unbiased | ω | a message sends |",
+             "|---|---|---|---|---|---|---|---|"]
+    for name in COMPRESSORS.names():
+        card = COMPRESSORS.card(name)
+        spec = card.param
+        lines.append(f"| `{name}` | {_cell(spec.help)} | `{_cell(spec.type)}` | `{_cell(repr(spec.default))}` | "
+                     f"{_cell(spec.allowed)} | {'yes' if card.unbiased else 'no'} | {_cell(card.omega)} | "
+                     f"{_cell(card.sends)} |")
     return "\n".join(lines) + "\n"
 
 

@@ -224,7 +224,7 @@ def build_topology(config: Config, n: int, sizes: Sequence[int] | None = None):
     if is_centralized(config.algorithm):
         return topologies.build("full", n)
     options = topology_registry.run_options(config)  # random graphs follow the run's seed unless options set one
-    if config.weights == "sample-count" and "sizes" not in options:  # `dfl.graphs.RUN_FILLED` (dfl list)
+    if config.weights == "sample-count" and "sizes" not in options:  # `dfl.graphs.SampleCountOptions`
         if sizes is None:
             raise ConfigError("weights = sample-count needs the clients' sample counts: topology_options sizes = "
                               "[n_1, ..., n_m], one per client, or a run, which passes its partition's")
