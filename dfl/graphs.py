@@ -1042,7 +1042,7 @@ class WeightsCard:
         sizes = options.get("sizes")
         if "sizes" in self.options.defaults() and sizes is not None and not _counts(sizes, n):
             raise ConfigError(f"topology_options.sizes must list {'' if n is None else f'{n} '}sample counts > 0 (one "
-                              f"per client; unset: a run passes its partition's), got {sizes!r}")
+                              f"per client, or unset: a run passes its partition's), got {sizes!r}")
 
 
 def _counts(sizes: Any, n: int | None) -> bool:
