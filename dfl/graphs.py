@@ -24,7 +24,8 @@ the `topologies` package it adapts, so that `import topologies` and dfl's regist
 The cards. Each built-in's class is its card: its docstring (the math, its options with their defaults), and the
 facts the rules between features read without building it (`TopologyFacts`: time-varying, directed, a W with
 negative entries, the complete graph, weights of its own). Each weight scheme has a card too (`WEIGHTS`: which sums
-of W are 1, whether it reads the clients' sample counts, why it cannot reweigh the links that survive a failure).
+of W are 1, whether it reads the clients' sample counts, why it cannot reweigh the links that survive a failure, and
+its options' spec: lazy's `base`, sample-count's `sizes`, equal to the pure `topologies.weights.OPTIONS`).
 What a run combines them with (push-sum for a column-stochastic W, link faults, compressed gossip, the asynchronous
 mode, robust aggregators) is `dfl.engine.combinations`'s; `check_config` checks the topology's own settings.
 
@@ -93,10 +94,11 @@ class BuiltinTopology:
     Calling it builds `topologies.build(name, n, weights, **options)`. A graph-weighted built-in is weighted by the
     config's `weights` scheme (metropolis unless said otherwise; `dfl list weights`), and takes besides its own
     options `base` (the scheme under weights = "lazy") and `sizes` (the clients' sample counts under weights =
-    "sample-count"). `options` holds its own options with their defaults ("required" for one without a default),
-    declared once in its `Options` spec (`dfl.specs`: type, default, allowed values, one line of help; the "Args"
-    section of its docstring, `dfl list topologies` and the options page are generated from it, and `check_config`
-    refuses a value outside it); `kind` is "static", "time-varying" or "custom".
+    "sample-count"; their specs are on the schemes' cards, `WEIGHTS`). `options` holds its own options with their
+    defaults ("required" for one without a default), declared once in its `Options` spec (`dfl.specs`: type, default,
+    allowed values, one line of help; the "Args" section of its docstring, `dfl list topologies` and the options page
+    are generated from it, and `check_config` refuses a value outside it); `kind` is "static", "time-varying" or
+    "custom".
 
     The facts the rules between features read (`facts`): `directed` (some link carries a model one way only, so a
     failed link breaks W's balance; `is_directed` when an option decides it), `regular` (every client has the same
@@ -993,16 +995,15 @@ def facts(name: str, options: dict[str, Any] | None = None, n: int | None = None
 class LazyOptions(Spec):
     """The options of weights = lazy, W = (I + W_base)/2."""
 
-    base: str = param(OPTIONS["lazy"]["base"], "the scheme W_base made lazy", choices=LAZY_BASES)
+    base: str = param("metropolis", "the scheme W_base made lazy", choices=LAZY_BASES)
 
 
 @dataclass(frozen=True)
 class SampleCountOptions(Spec):
     """The options of weights = sample-count, w_ij ∝ s_j over client i and its in-neighbours."""
 
-    sizes: list | None = param(OPTIONS["sample-count"]["sizes"], "the clients' sample counts s_i, one number > 0 per "
-                                                                   "client (unset: a run passes its partition's "
-                                                                   "training-sample counts)")
+    sizes: list | None = param(None, "the clients' sample counts s_i, one number > 0 per client (unset: a run passes "
+                                     "its partition's training-sample counts)")
 
 
 @dataclass(frozen=True)

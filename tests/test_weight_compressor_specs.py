@@ -54,6 +54,15 @@ def test_weight_specs_are_the_pure_librarys_options():
             assert spec.help and "\n" not in spec.help
 
 
+@pytest.mark.parametrize("change", ["OPTIONS['lazy']['base'] = 'uniform'", "OPTIONS['fastest'] = {'steps': 10}",
+                                    "del OPTIONS['sample-count']"])
+def test_a_spec_that_differs_from_the_pure_librarys_options_is_refused_at_import(change):
+    code = (f"from topologies.weights import OPTIONS\n{change}\n"
+            "try:\n    import dfl.graphs\nexcept ImportError as e:\n    print(e)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert "must declare exactly topologies.weights.OPTIONS" in out
+
+
 @pytest.mark.parametrize(("fields", "message"), [
     ({"weights": "lazy", "topology_options": {"base": "bogus"}},
      "topology_options.base must be one of metropolis, uniform, max-degree, fastest, got 'bogus'"),
