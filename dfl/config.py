@@ -265,9 +265,9 @@ class Config:
         "random-k, random-pull, base-graph, simple-base-graph, od-equidyn, ou-equidyn, matcha, hierarchical, "
         "custom, or a registered one (dfl list topologies)")
     weights: str | None = option(None, "mixing-weight scheme: metropolis, uniform, max-degree, lazy, fastest, or the "
-        "one-sided row-stochastic and sample-count (a biased, weighted consensus; sample counts from the partition "
-        "unless sizes= is given) and column-stochastic (push-sum: dfedavg, dfedavgm, dfedsam, dfedsam-mgs) "
-        "(unset = metropolis; random-pull: row-stochastic)")
+        "one-sided row-stochastic and sample-count (a biased, weighted consensus) and column-stochastic (algorithms "
+        "that mix by push-sum) (unset = metropolis; random-pull: row-stochastic); their options (lazy's base, "
+        "sample-count's sizes) go in topology_options: dfl list weights")
     topology_options: dict[str, Any] = option(factory=dict, help="topology options, e.g. degree=4, p=0.3, k=2, "
         "shape=(4,4), periodic=True, exponent_base=4, centre=3, groups=4, matrix=W.npy (or .csv, .mtx), "
         "edges=graph.edgelist, sizes=[...] (sample-count), M=8, epsilon=0.5, delta=0.1, eta=0.5, budget=0.3")
