@@ -24,7 +24,7 @@ from dataclasses import fields
 from pathlib import Path
 
 from dfl.cli.lists import add_list
-from dfl.config import Config, field_of, options, read_toml
+from dfl.config import Config, Option, field_of, options, read_toml
 from dfl.directories import RUNS, NewDirectory, check_output_directory, latest_resumable_run
 from dfl.errors import ConfigError, NoCheckpoint
 
@@ -71,7 +71,7 @@ def add_config_flags(parser: argparse.ArgumentParser) -> None:
         flag = "--" + opt.name.replace("_", "-")
         facts = [opt.interval.describe()] if opt.interval is not None else []  # choices show in the metavar
         facts += [] if opt.default in (None, {}, []) else [f"default {opt.default}"]
-        text = opt.help + (f" ({'; '.join(facts)})" if facts else "")
+        text = option_help(opt) + (f" ({'; '.join(facts)})" if facts else "")
         kind = opt.type
         metavar = "{" + ",".join(opt.choices) + "}" if opt.choices else None
         if opt.name == "loggers":  # --log tensorboard --log wandb, or --log tensorboard,wandb
@@ -86,6 +86,43 @@ def add_config_flags(parser: argparse.ArgumentParser) -> None:
                      what="numbers")
         else:
             group.add_argument(flag, dest=opt.name, type=_scalar_type(kind), metavar=metavar, help=text)
+
+
+def option_help(opt: Option) -> str:
+    """The help line of a Config field; an algorithm hyperparameter's says its defaults, from the algorithms' cards."""
+    defaults = algorithm_defaults(opt.name)
+    return f"{opt.help} ({defaults})" if defaults else opt.help
+
+
+def algorithm_defaults(name: str, most: int = 3) -> str:
+    """What an unset algorithm hyperparameter `name` (a Config field) is, from the built-in algorithms' cards.
+
+    The values grouped by algorithm, the most common last as "for the others": "unset = the algorithm's: 0 for dsgt,
+    kgt; 0.1 for fedsam, mofedsam; 0.01 for the others". One value read by at most `most` algorithms names them ("4
+    for dfedsam-mgs"), by more just the value. "" for a field that is no card's hyperparameter. The cards are read,
+    not imported with the algorithms (no torch, no plug-ins).
+    """
+    from dfl.algorithms.builtin import BUILTINS  # the cards: torch-free
+
+    readers: dict[str, list[str]] = {}  # value as shown -> the algorithms whose default it is, in card order
+    for algorithm, builtin in BUILTINS.items():
+        for spec in builtin.card.specs():
+            if spec.name == name and spec.config_field:
+                readers.setdefault(_shown(spec.default), []).append(algorithm)
+    if not readers:
+        return ""
+    common = max(readers, key=lambda value: len(readers[value]))  # the first of the largest groups
+    parts = [f"{value} for {', '.join(names)}" for value, names in readers.items() if value != common]
+    if parts:
+        parts.append(f"{common} for the others")
+    else:
+        names = readers[common]
+        parts.append(f"{common} for {', '.join(names)}" if len(names) <= most else common)
+    return "unset = the algorithm's: " + "; ".join(parts)
+
+
+def _shown(value: object) -> str:
+    return f"{value:g}" if isinstance(value, float) else str(value)
 
 
 class _AppendNames(argparse.Action):
