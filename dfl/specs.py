@@ -7,12 +7,12 @@ page and the generated docstring sections read:
 
     @dataclass(frozen=True)
     class GridOptions(Spec):
-        shape: list | None = param(None, "the mesh's (rows, columns), their product n; unset: near-square")
+        shape: list[int] | None = param(None, "the mesh's (rows, columns), their product n; unset: near-square",
+                                        items="[1, inf)")
         periodic: bool = param(False, "wrap both sides, making the mesh a torus", choices=(True, False))
 
 A list option says its items' type in its annotation (`list[int]`, `tuple[float, ...]`) and their range in `items`:
-`hidden: tuple[int, ...] = param((200, 200), "the hidden layers' widths", items="[1, inf)")` allows a list (or
-tuple) of ints >= 1.
+`shape` above allows a list (or tuple) of ints >= 1, which `allowed` says as "a list of ints >= 1".
 
 `specs()` gives each field as a `Param`, whose `check(value, where)` refuses a value outside its choices or interval in
 one line naming `where.NAME` (`topology_options.degree`, `partition_options.classes_per_client`, ...) and the allowed

@@ -66,12 +66,13 @@ def add_config_flags(parser: argparse.ArgumentParser) -> None:
     Each flag is described by `dfl.config.options()`: its type, default, choices and help line.
     """
     groups: dict[str, argparse._ArgumentGroup] = {}
+    defaults = hyperparameter_defaults()
     for opt in options():
         group = groups.get(opt.section) or groups.setdefault(opt.section, parser.add_argument_group(opt.section))
         flag = "--" + opt.name.replace("_", "-")
         facts = [opt.interval.describe()] if opt.interval is not None else []  # choices show in the metavar
         facts += [] if opt.default in (None, {}, []) else [f"default {opt.default}"]
-        text = option_help(opt) + (f" ({'; '.join(facts)})" if facts else "")
+        text = option_help(opt, defaults) + (f" ({'; '.join(facts)})" if facts else "")
         kind = opt.type
         metavar = "{" + ",".join(opt.choices) + "}" if opt.choices else None
         if opt.name == "loggers":  # --log tensorboard --log wandb, or --log tensorboard,wandb
@@ -88,37 +89,46 @@ def add_config_flags(parser: argparse.ArgumentParser) -> None:
             group.add_argument(flag, dest=opt.name, type=_scalar_type(kind), metavar=metavar, help=text)
 
 
-def option_help(opt: Option) -> str:
-    """The help line of a Config field; an algorithm hyperparameter's says its defaults, from the algorithms' cards."""
-    defaults = algorithm_defaults(opt.name)
-    return f"{opt.help} ({defaults})" if defaults else opt.help
+def option_help(opt: Option, defaults: dict[str, str] | None = None) -> str:
+    """The help line of a Config field; an algorithm hyperparameter's says its defaults, from the algorithms' cards.
+
+    `defaults`: `hyperparameter_defaults()`, when the caller has it (it reads every card).
+    """
+    said = (hyperparameter_defaults() if defaults is None else defaults).get(opt.name)
+    return f"{opt.help} ({said})" if said else opt.help
 
 
-def algorithm_defaults(name: str, most: int = 3) -> str:
-    """What an unset algorithm hyperparameter `name` (a Config field) is, from the built-in algorithms' cards.
+def algorithm_defaults(name: str) -> str:
+    """What an unset algorithm hyperparameter `name` (a Config field) is (`hyperparameter_defaults`), or ""."""
+    return hyperparameter_defaults().get(name, "")
+
+
+def hyperparameter_defaults(most: int = 3) -> dict[str, str]:
+    """Config field -> what it is when unset, for each algorithm hyperparameter, from the built-in algorithms' cards.
 
     The values grouped by algorithm, the most common last as "for the others": "unset = the algorithm's: 0 for dsgt,
     kgt; 0.1 for fedsam, mofedsam; 0.01 for the others". One value read by at most `most` algorithms names them ("4
-    for dfedsam-mgs"), by more just the value. "" for a field that is no card's hyperparameter. The cards are read,
-    not imported with the algorithms (no torch, no plug-ins).
+    for dfedsam-mgs"), by more just the value. The cards are read, not imported with the algorithms (no torch, no
+    plug-ins).
     """
     from dfl.algorithms.builtin import BUILTINS  # the cards: torch-free
 
-    readers: dict[str, list[str]] = {}  # value as shown -> the algorithms whose default it is, in card order
+    readers: dict[str, dict[str, list[str]]] = {}  # field -> value as shown -> the algorithms whose default it is
     for algorithm, builtin in BUILTINS.items():
         for spec in builtin.card.specs():
-            if spec.name == name and spec.config_field:
-                readers.setdefault(_shown(spec.default), []).append(algorithm)
-    if not readers:
-        return ""
-    common = max(readers, key=lambda value: len(readers[value]))  # the first of the largest groups
-    parts = [f"{value} for {', '.join(names)}" for value, names in readers.items() if value != common]
-    if parts:
-        parts.append(f"{common} for the others")
-    else:
-        names = readers[common]
-        parts.append(f"{common} for {', '.join(names)}" if len(names) <= most else common)
-    return "unset = the algorithm's: " + "; ".join(parts)
+            if spec.config_field:
+                readers.setdefault(spec.name, {}).setdefault(_shown(spec.default), []).append(algorithm)
+    out = {}
+    for name, groups in readers.items():
+        common = max(groups, key=lambda value: len(groups[value]))  # the first of the largest groups
+        parts = [f"{value} for {', '.join(names)}" for value, names in groups.items() if value != common]
+        if parts:
+            parts.append(f"{common} for the others")
+        else:
+            names = groups[common]
+            parts.append(f"{common} for {', '.join(names)}" if len(names) <= most else common)
+        out[name] = "unset = the algorithm's: " + "; ".join(parts)
+    return out
 
 
 def _shown(value: object) -> str:
