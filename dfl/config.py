@@ -337,7 +337,7 @@ class Config:
     # model
     model: str = option("cnn1d", "logreg, mlp, cnn1d, cnn, resnet18, resnet20, vgg11, or your own factory as "
         "package.module:factory (importable from the working directory; docs/how-to/own-model.md)")
-    model_options: dict[str, Any] = option(factory=dict, help="model options, e.g. hidden=128 (a factory's "
+    model_options: dict[str, Any] = option(factory=dict, help="model options, e.g. hidden=[128] (a factory's "
         "keyword-only parameters)")
     # local training
     lr: float = option(0.1, "local learning rate", interval="(0, inf)")
