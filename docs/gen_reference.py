@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from dfl.cli import COMMANDS, build_parser
+from dfl.cli.run import hyperparameter_defaults, option_help
 from dfl.config import options
 
 REFERENCE = Path(__file__).resolve().parent / "reference"
@@ -35,6 +36,7 @@ def options_page() -> str:
              "description in `dfl/config.py`; names of registered components (algorithms, topologies, datasets, "
              "models, loggers) are checked by `dfl.validate` and listed by `dfl list`.\n"]
     section = None
+    defaults = hyperparameter_defaults()
     for opt in options():
         if opt.section != section:
             section = opt.section
@@ -43,7 +45,7 @@ def options_page() -> str:
         default = "unset" if opt.default is None else repr(opt.default)
         flag = "--log, --loggers" if opt.name == "loggers" else "--" + opt.name.replace("_", "-")
         lines.append(f"| `{opt.name}` | `{flag}` | `{_cell(opt.type)}` | `{_cell(default)}` | {_cell(opt.allowed)} | "
-                     f"{_cell(opt.help)} |")
+                     f"{_cell(option_help(opt, defaults))} |")
     return "\n".join(lines) + "\n" + algorithm_options_section() + component_options_section()
 
 
