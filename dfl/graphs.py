@@ -44,7 +44,6 @@ from the run's partition when it is unset.
 from __future__ import annotations
 
 import inspect
-import math
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -1002,8 +1001,8 @@ class LazyOptions(Spec):
 class SampleCountOptions(Spec):
     """The options of weights = sample-count, w_ij ∝ s_j over client i and its in-neighbours."""
 
-    sizes: list | None = param(None, "the clients' sample counts s_i, one number > 0 per client (unset: a run passes "
-                                     "its partition's training-sample counts)")
+    sizes: list[float] | None = param(None, "the clients' sample counts s_i, one per client (unset: a run passes its "
+                                            "partition's training-sample counts)", items="(0, inf)")
 
 
 @dataclass(frozen=True)
@@ -1034,26 +1033,16 @@ class WeightsCard:
     def check_values(self, options: dict[str, Any], n: int | None) -> None:
         """ConfigError naming `topology_options.NAME` for a value of its options outside their spec.
 
-        `sizes`, when given, lists n numbers > 0.
+        `sizes`, when given, lists one count per client (n of them).
         """
         try:
             self.options.check_values(options, "topology_options")
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
         sizes = options.get("sizes")
-        if "sizes" in self.options.defaults() and sizes is not None and not _counts(sizes, n):
-            raise ConfigError(f"topology_options.sizes must list {'' if n is None else f'{n} '}sample counts > 0 (one "
-                              f"per client, or unset: a run passes its partition's), got {sizes!r}")
-
-
-def _counts(sizes: Any, n: int | None) -> bool:
-    """Whether `sizes` is a list of n finite numbers > 0 (any length when n is unknown)."""
-    return isinstance(sizes, (list, tuple)) and (n is None or len(sizes) == n) and all(
-        not isinstance(s, bool) and isinstance(s, (int, float)) and math.isfinite(s) and s > 0 for s in sizes)
-
-
-def _help(spec: type[Spec], name: str) -> str:
-    return next(p.help for p in spec.specs() if p.name == name)
+        if "sizes" in self.options.defaults() and sizes is not None and n is not None and len(sizes) != n:
+            raise ConfigError(f"topology_options.sizes must list {n} sample counts, one per client (or be unset: a "
+                              f"run passes its partition's), got {len(sizes)}: {sizes!r}")
 
 
 # why a scheme cannot reweigh the surviving links of a gossip step (`dfl.network.faults` reweighs each step's graph)
@@ -1101,8 +1090,8 @@ def _check_scheme_options(config: Config, scheme: str) -> None:
     for name in options:
         owner = SCHEME_OPTION.get(name)
         if owner is not None and owner != scheme:
-            raise ConfigError(f"topology_options.{name} ({_help(WEIGHTS[owner].options, name)}) applies to weights = "
-                              f"{owner} only, not to weights = {scheme}")
+            raise ConfigError(f"topology_options.{name} is an option of weights = {owner} only, not of weights = "
+                              f"{scheme} (dfl list weights)")
     if scheme in WEIGHTS:
         WEIGHTS[scheme].check_values(options, config.clients if isinstance(config.clients, int) else None)
 

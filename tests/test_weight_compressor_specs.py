@@ -67,17 +67,18 @@ def test_a_spec_that_differs_from_the_pure_librarys_options_is_refused_at_import
     ({"weights": "lazy", "topology_options": {"base": "bogus"}},
      "topology_options.base must be one of metropolis, uniform, max-degree, fastest, got 'bogus'"),
     ({"weights": "metropolis", "topology_options": {"base": "uniform"}},
-     "topology_options.base (the scheme W_base made lazy) applies to weights = lazy only, not to weights = metropolis"),
+     "topology_options.base is an option of weights = lazy only, not of weights = metropolis (dfl list weights)"),
     ({"topology_options": {"sizes": [1] * 8}},
-     "topology_options.sizes (the clients' sample counts s_i, one number > 0 per client (unset: a run passes its "
-     "partition's training-sample counts)) applies to weights = sample-count only, not to weights = metropolis"),
+     "topology_options.sizes is an option of weights = sample-count only, not of weights = metropolis"),
     ({"weights": "sample-count", "topology_options": {"sizes": [1, 2]}},
-     "topology_options.sizes must list 8 sample counts > 0 (one per client, or unset: a run passes its "
-     "partition's), got [1, 2]"),
+     "topology_options.sizes must list 8 sample counts, one per client (or be unset: a run passes its partition's), "
+     "got 2: [1, 2]"),
     ({"weights": "sample-count", "topology_options": {"sizes": [1, 2, 3, 4, 5, 6, 7, -8]}},
-     "topology_options.sizes must list 8 sample counts > 0"),
+     "topology_options.sizes must be a list of floats > 0, got [1, 2, 3, 4, 5, 6, 7, -8] (item 7: -8)"),
     ({"weights": "sample-count", "topology_options": {"sizes": [1, 2, 3, 4, 5, 6, 7, float("nan")]}},
-     "topology_options.sizes must list 8 sample counts > 0"),
+     "topology_options.sizes must be a list of floats > 0"),
+    ({"weights": "sample-count", "topology_options": {"sizes": "many"}},
+     "topology_options.sizes must be a list of floats > 0, got 'many'"),
 ])
 def test_a_bad_weight_option_is_refused_in_one_line_naming_it(fields, message):
     text = _refusal(**fields)
@@ -109,6 +110,7 @@ def test_list_weights_shows_each_schemes_spec(capsys):
     sizes = entries["sample-count"]
     assert sizes["options"] == {"sizes": None}  # not "required": a run passes its partition's counts
     assert "unset: a run passes its partition's" in sizes["specs"]["sizes"]["help"]
+    assert sizes["specs"]["sizes"]["allowed"] == "a list of floats > 0"
     assert entries["column-stochastic"]["capabilities"]["stochastic"] == "column"
     assert "specs" not in entries["metropolis"] and entries["metropolis"]["options"] == {}
     from dfl.cli import main
