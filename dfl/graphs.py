@@ -211,7 +211,8 @@ class Grid(BuiltinTopology):
     class Options(Spec):
         """The options of grid."""
 
-        shape: list | None = param(None, "the mesh's (rows, columns), their product n (unset: near-square)")
+        shape: list[int] | None = param(None, "the mesh's (rows, columns), their product n (unset: near-square)",
+                                         items="[1, inf)")
         periodic: bool = param(False, "wrap both sides, making the mesh a torus")
 
     def is_regular(self, n: int | None, options: dict[str, Any]) -> bool | None:
