@@ -12,7 +12,6 @@ what depends on the machine (the memory free) and after about 150 characters, wh
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import io
 import os
@@ -251,17 +250,10 @@ def page() -> str:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--check", action="store_true", help="exit 1 if the page is not current")
-    args = p.parse_args(argv)
-    text = page()
-    if args.check:
-        if PAGE.read_text() != text:
-            print(f"not current: {PAGE}; run python docs/gen_bad_input.py", file=sys.stderr)
-            return 1
-        return 0
-    PAGE.write_text(text)
-    return 0
+    from _generated import write_or_check  # beside this script (docs/ is on sys.path when it runs)
+
+    return write_or_check(lambda: {PAGE: page()}, "not current: {pages}; run python docs/gen_bad_input.py", __doc__,
+                          argv)
 
 
 if __name__ == "__main__":

@@ -251,22 +251,10 @@ PAGES = {"options.md": options_page, "cli.md": cli_page, "api-components.md": co
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--check", action="store_true", help="exit 1 if a page differs from what it would be")
-    args = p.parse_args(argv)
-    stale = []
-    for name, make in PAGES.items():
-        path, text = REFERENCE / name, make()
-        if args.check:
-            if not path.is_file() or path.read_text() != text:
-                stale.append(str(path))
-        else:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(text)
-    if stale:
-        print(f"not current: {', '.join(stale)}; run python docs/gen_reference.py", file=sys.stderr)
-        return 1
-    return 0
+    from _generated import write_or_check  # beside this script (docs/ is on sys.path when it runs)
+
+    return write_or_check(lambda: {REFERENCE / name: make() for name, make in PAGES.items()},
+                          "not current: {pages}; run python docs/gen_reference.py", __doc__, argv)
 
 
 if __name__ == "__main__":
