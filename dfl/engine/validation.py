@@ -71,10 +71,19 @@ def problems(config: Config, data: FederatedData | None = None) -> list[str]:
     def the_topology() -> None:
         topologies.check_config(config, algorithms.is_centralized(config.algorithm))
 
+    shape: list[DataShape | None] = []  # the data's size, once the_data knows it
+
     def the_data() -> None:
-        _check_round_size(config, datasets.check_config(config) if data is None else _shape_of(data))
+        shape.append(datasets.check_config(config) if data is None else _shape_of(data))
+        _check_round_size(config, shape[0])
+
+    def the_model_input() -> None:  # the samples the model will be given: the dataset card's, or the caller's
+        if shape and shape[0] is not None:
+            source = f"dataset {config.dataset}" if data is None else "the given data"
+            models.check_input(config, shape[0].input_shape, source)
 
     checks = [lambda: algorithms.check_config(config), the_topology, the_data, lambda: models.check_config(config),
+              the_model_input,
               lambda: loggers.check_config(config),
               lambda: threads.check_config(config),  # "auto" or N >= 1 (dfl.threads: no torch, so the CLI checks it)
               lambda: network.check_config(config),  # link faults, stragglers; compressed gossip; the async fields

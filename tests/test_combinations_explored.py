@@ -1,0 +1,124 @@
+"""Defects found by covering sets over axes the CI covering set lacks (issue 45's reviewer, run first), each pinned.
+
+A model that does not take the dataset's samples (cnn1d on digits' images, an image CNN on mnist1d's signals or
+synthetic's vectors, VGG-11 below 32x32) was accepted by `dfl.validate` and failed only when the run built it; so did
+a ResNet whose GroupNorm `groups` does not divide its stage widths. Both are facts of the model's card now
+(`dfl.models.builtin.ModelCard.inputs`, `dfl.models.shapes`), asked before torch loads with the dataset card's sample
+shape, or the caller's own data's.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+import torch
+
+import dfl
+from dfl.config import Config
+from dfl.data import FederatedData
+from dfl.errors import ConfigError, ModelError
+from dfl.models import MODELS
+from dfl.models.builtin import BUILTINS
+from tests.helpers import ROOT
+
+TINY = dict(clients=4, rounds=1, local_steps=1, batch_size=8, algorithm="dfedavg", eval_every=1,
+            train_eval_samples=16, client_eval_samples=16, progress=False, threads=1, device="cpu")
+# each built-in dataset's sample shape (its card's, before loading), and a colour image's
+SAMPLES = {"mnist1d": (1, 40), "digits": (1, 8, 8), "synthetic": (60,), "cifar-like": (3, 32, 32)}
+MISMATCHES = [("cnn1d", {}, "digits"), ("cnn", {}, "mnist1d"), ("cnn", {}, "synthetic"),
+              ("cnn", {"variant": "cifar"}, "digits"), ("resnet20", {}, "synthetic"), ("resnet18", {}, "mnist1d"),
+              ("vgg11", {}, "digits")]
+
+
+def _own_data(clients: int, shape: tuple[int, ...]) -> FederatedData:
+    g = torch.Generator().manual_seed(0)
+    n = 12 * clients
+    return FederatedData(torch.randn(n, *shape, generator=g), torch.randint(0, 3, (n,), generator=g),
+                         [torch.arange(i, n, clients) for i in range(clients)], torch.randn(9, *shape, generator=g),
+                         torch.randint(0, 3, (9,), generator=g), 3, shape)
+
+
+@pytest.mark.parametrize("model, options, dataset", MISMATCHES)
+def test_a_model_that_does_not_take_the_datasets_samples_is_refused_by_validate_naming_the_models_that_do(
+        model, options, dataset, tmp_path):
+    config = Config(**TINY, model=model, model_options=options, dataset=dataset)
+    with pytest.raises(ConfigError) as refused:
+        dfl.validate(config)
+    message = str(refused.value)
+    assert "\n" not in message and message.startswith(f"model = {model} takes ")
+    assert f"dataset {dataset} has samples of shape {SAMPLES[dataset]}" in message
+    fits = [name for name in BUILTINS if _builds(name, {}, SAMPLES[dataset])]
+    assert fits and all(name in message for name in fits), message
+    with pytest.raises(ConfigError) as again:
+        dfl.run(config, out=tmp_path / "run")
+    assert str(again.value) == message and not (tmp_path / "run").exists()
+
+
+def _builds(name: str, options: dict, shape: tuple[int, ...]) -> bool:
+    try:
+        MODELS.get(name)(shape, 10, **options)
+    except ModelError:
+        return False
+    return True
+
+
+@pytest.mark.parametrize("shape", list(SAMPLES.values()), ids=list(SAMPLES))
+@pytest.mark.parametrize("name, options", [(name, {}) for name in BUILTINS] + [
+    ("cnn", {"variant": "cifar"}), ("cnn", {"variant": "mcmahan"}), ("resnet20", {"groups": 4})])
+def test_a_models_card_takes_exactly_the_samples_its_builder_takes(name, options, shape):
+    """The card's `inputs` (asked before torch) and the builder (at build time) are one fact: they agree."""
+    card = BUILTINS[name][1]
+    assert (card.inputs(shape, {**card.options, **options}) is None) == _builds(name, options, shape)
+
+
+@pytest.mark.parametrize("model, groups", [("resnet20", 3), ("resnet20", 32), ("resnet18", 3)])
+def test_resnet_groups_that_do_not_divide_its_stage_widths_are_refused_by_validate(model, groups):
+    with pytest.raises(ConfigError) as refused:
+        dfl.validate(Config(**TINY, model=model, model_options={"groups": groups}, dataset="digits"))
+    message = str(refused.value)
+    assert "\n" not in message, message
+    assert message.startswith(f"model_options.groups = {groups}: GroupNorm's groups must divide"), message
+    with pytest.raises(ModelError, match="groups must divide every stage width"):
+        MODELS.get(model)((1, 8, 8), 10, groups=groups)
+
+
+def test_own_data_is_what_the_model_is_checked_against(tmp_path):
+    """With the caller's data, its samples decide: cnn on (1, 12) signals refused naming the given data; cnn1d runs
+    on them although the config's dataset (digits) holds images; an own model is not judged by its card."""
+    data = _own_data(4, (1, 12))
+    config = Config(**TINY, model="cnn", dataset="digits")
+    with pytest.raises(ConfigError, match=r"^model = cnn takes images.*but the given data has samples of shape "
+                                          r"\(1, 12\): use logreg, mlp or cnn1d"):
+        dfl.validate(config, data)
+    result = dfl.run(config.replace(model="cnn1d"), data=data, out=tmp_path / "run")
+    assert result.summary["status"] == "completed"
+    own = dfl.run(config, data=data, out=tmp_path / "own", model=torch.nn.Sequential(torch.nn.Flatten(),
+                                                                                     torch.nn.Linear(12, 3)))
+    assert own.summary["status"] == "completed"
+
+
+NO_TORCH = """
+import json, sys
+import dfl
+from dfl.config import Config
+from dfl.errors import ConfigError
+messages = []
+for values in json.load(sys.stdin):
+    try:
+        dfl.validate(Config(**values))
+    except ConfigError as exc:
+        messages.append(str(exc))
+print(json.dumps({"refused": len(messages), "torch": "torch" in sys.modules}))
+"""
+
+
+def test_the_model_refusals_come_before_torch_loads():
+    configs = [dict(TINY, model=model, model_options=options, dataset=dataset) for model, options, dataset in
+               MISMATCHES] + [dict(TINY, model="resnet20", model_options={"groups": 3})]
+    proc = subprocess.run([sys.executable, "-c", NO_TORCH], input=json.dumps(configs), capture_output=True, text=True,
+                          cwd=ROOT, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert json.loads(proc.stdout) == {"refused": len(configs), "torch": False}
