@@ -74,6 +74,7 @@ FAMILIES: list[tuple[str, str, list[Case]]] = [
      "(an option of another algorithm, dataset, topology or mode) is refused, never ignored, naming what reads it. "
      "(A sweep's [base] field goes only to the runs that read it.)", [Case(c) for c in [
         "dfl run --alpha 0.5 --partition-options alpha=0.1", "dfl run --partition-options seed=3",
+        "dfl run --straggler-slowdown 2", "dfl run --hessian-iters 5",
         "dfl run --data-root data --dataset-options root=/elsewhere", "dfl run --partition iid --alpha 0.5",
         "dfl run --participation 0.5", "dfl run --aggregation size",
         "dfl run --algorithm dpsgd --rho 0.05 --momentum 0.9",

@@ -122,3 +122,22 @@ def test_the_model_refusals_come_before_torch_loads():
                           cwd=ROOT, timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert json.loads(proc.stdout) == {"refused": len(configs), "torch": False}
+
+
+@pytest.mark.parametrize("changes, field", [
+    (dict(straggler_slowdown=2.0), "straggler_slowdown"), (dict(straggler_slowdown=2.0, mode="async"),
+                                                           "straggler_slowdown"),
+    (dict(hessian_samples=100), "hessian_samples"), (dict(hessian_iters=5), "hessian_iters")])
+def test_an_option_whose_switch_is_off_is_refused_not_ignored(changes, field):
+    """Set without what reads it (stragglers, hessian_every), nothing read it: a run used to accept it silently."""
+    with pytest.raises(ConfigError) as refused:
+        dfl.validate(Config(**TINY, model="logreg", **changes))
+    problem = next(p for p in refused.value.problems if p.startswith(field))
+    assert "\n" not in problem and "applies only with hessian_every" in problem if "hessian" in field else \
+        "but stragglers = 0" in problem, problem
+
+
+@pytest.mark.parametrize("changes", [dict(stragglers=0.5, straggler_slowdown=2.0),
+                                     dict(hessian_every=1, hessian_samples=100, hessian_iters=5)])
+def test_the_same_option_with_its_switch_on_is_valid(changes):
+    dfl.validate(Config(**TINY, model="logreg", **changes))
