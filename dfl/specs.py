@@ -83,8 +83,10 @@ class Param:
     def check(self, value: Any, where: str = "algorithm_options") -> None:
         """ValueError naming `where.NAME` (and its short name) unless `value` is allowed.
 
-        A number outside `interval`, or a value not among `choices`; the default is always allowed (None: unset), and a
-        value of another type is left to the component's own checks (which name what it expects).
+        A number outside `interval`, anything but a number where there is one (a partition's or a model's own checks run
+        only when it is built, after the data loads), or a value not among `choices`; the default is always allowed
+        (None: unset), and another number type (3.0 for an int) is left to the component's own checks (which name what
+        it expects).
         """
         if value is self.default or (type(value) is type(self.default) and value == self.default):
             return
@@ -92,6 +94,10 @@ class Param:
         if self.choices is not None and value not in self.choices:
             raise ValueError(f"{name} must be {self.allowed}, got {value!r}")
         interval = self.interval
+        if interval is not None and value is not None and (isinstance(value, bool) or
+                                                            not isinstance(value, (int, float))):
+            kind = "an integer" if self.type.split(" |")[0] == "int" else "a number"
+            raise ValueError(f"{name} must be {kind} {interval.describe()}, got {value!r}")
         if interval is not None and isinstance(value, (int, float)) and not isinstance(value, bool):
             low = value > interval.low or (interval.low_closed and value == interval.low)
             high = value < interval.high or (interval.high_closed and value == interval.high)

@@ -141,3 +141,21 @@ def test_an_option_whose_switch_is_off_is_refused_not_ignored(changes, field):
                                      dict(hessian_every=1, hessian_samples=100, hessian_iters=5)])
 def test_the_same_option_with_its_switch_on_is_valid(changes):
     dfl.validate(Config(**TINY, model="logreg", **changes))
+
+
+@pytest.mark.parametrize("changes, message", [
+    (dict(partition="similarity", partition_options={"similarity": "half"}),
+     "partition_options.similarity must be a number in [0, 1], got 'half'"),
+    (dict(partition="shards", partition_options={"classes_per_client": "2"}),
+     "partition_options.classes_per_client must be an integer >= 1, got '2'"),
+    (dict(partition="dirichlet", partition_options={"sigma": [0.5]}),
+     "partition_options.sigma must be a number >= 0, got [0.5]"),
+    (dict(topology="od-equidyn", topology_options={"eta": True}),
+     "topology_options.eta must be a number in (0, 1], got True"),
+])
+def test_a_non_number_for_a_numeric_option_is_refused_by_validate_naming_it(changes, message):
+    """A partition's own checks run only once the data is loaded: a string for its number used to pass validate and
+    fail after loading, in a message naming neither partition_options nor the option's range."""
+    with pytest.raises(ConfigError) as refused:
+        dfl.validate(Config(**TINY, model="logreg", **changes))
+    assert message in refused.value.problems
