@@ -159,3 +159,22 @@ def test_a_non_number_for_a_numeric_option_is_refused_by_validate_naming_it(chan
     with pytest.raises(ConfigError) as refused:
         dfl.validate(Config(**TINY, model="logreg", **changes))
     assert message in refused.value.problems
+
+
+def test_dpsgd_with_dp_is_refused_for_its_own_reason():
+    """D-PSGD sends only its model, but at every local step: the refusal used to say it sends "gradients, trackers,
+    buffers or step counts"."""
+    with pytest.raises(ConfigError) as refused:
+        dfl.validate(Config(**{**TINY, "algorithm": "dpsgd"}, model="logreg", dp_clip=0.1))
+    message = str(refused.value)
+    assert message.startswith("dp_clip = 0.1 does not apply to dpsgd: it sends its model at every local step")
+    assert "trackers" not in message
+
+
+def test_the_update_rules_page_lists_every_algorithm_that_takes_dp():
+    from dfl import algorithms
+
+    page = (ROOT / "docs" / "reference" / "update-rules.md").read_text()
+    line = " ".join(page.split("- Taken by the algorithms whose card sets `dp`")[1].split("\n\n")[0].split())
+    listed = [name.strip(" .") for name in line.split(":", 1)[1].split(",")]
+    assert listed == algorithms.able("dp")
