@@ -19,6 +19,7 @@ import torch
 import dfl
 from dfl.config import Config
 from dfl.data import FederatedData
+from dfl.engine import combinations
 from dfl.errors import ConfigError, ModelError
 from dfl.models import MODELS
 from dfl.models.builtin import BUILTINS
@@ -178,3 +179,33 @@ def test_the_update_rules_page_lists_every_algorithm_that_takes_dp():
     line = " ".join(page.split("- Taken by the algorithms whose card sets `dp`")[1].split("\n\n")[0].split())
     listed = [name.strip(" .") for name in line.split(":", 1)[1].split(",")]
     assert listed == algorithms.able("dp")
+
+
+def test_a_world_of_more_processes_than_clients_is_refused_by_the_table():
+    config = Config(**TINY, model="logreg")
+    assert combinations.refusal(config, world=4) is None
+    message = combinations.refusal(config, world=5)
+    assert message == ("clients = 4 is fewer than the 5 processes of the torchrun world, and every process hosts at "
+                       "least one client: use at most 4 processes, or more clients")
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["99", "--clients", "4"], "clients = 4 is fewer than the 99 processes"),
+    (["2", "--algorithm", "fedavg", "--byzantine", "1", "--attack", "gaussian", "--aggregator", "median"],
+     "byzantine = 1: a torchrun world of 2 processes is not supported"),
+])
+def test_dfl_torchrun_applies_the_tables_world_rules_before_starting_processes(argv, message, tmp_path, capsys,
+                                                                                 monkeypatch):
+    """`dfl torchrun 99 --clients 4` used to start 99 processes (minutes of torch imports on a laptop) for each to
+    refuse; the table's rules of a world of N are now asked first, and nothing starts."""
+    from dfl.cli import main
+    from dfl.workflows import torchrun
+
+    def launched(*args):
+        raise AssertionError("processes were started")
+
+    monkeypatch.setattr(torchrun, "launch", launched)
+    assert main(["torchrun", *argv, "--rounds", "1", "--model", "logreg", "--out", str(tmp_path / "run")]) == 2
+    err = capsys.readouterr().err
+    assert message in err and len(err.strip().splitlines()) == 1, err
+    assert not (tmp_path / "run").exists()

@@ -40,7 +40,7 @@ from topologies import limits
 __all__ = ["AXES", "RULES", "Rule", "Run", "check", "reasons", "refusal", "unread_topology_fields"]
 
 AXES = ("algorithm", "local optimizer", "mode", "compression", "push-sum", "DP", "Byzantine", "aggregator",
-        "topology", "weights", "link faults", "world size")
+        "topology", "weights", "link faults", "world size", "clients")
 """The axes the rules join (`Rule.axes`), in the order the docs page lists them."""
 
 LINK_FAULTS = ("link_failure", "offline")  # the per-gossip-step faults (`dfl.network.faults`)
@@ -564,6 +564,15 @@ def _threat_world(run: Run) -> str | None:
         return None
     return (f"{run.threat}: a torchrun world of {run.world} processes is not supported, as the attacker and the robust "
             "rules read every client's row; run in one process")
+
+
+@rule("world size", "clients", "every process of a torchrun world hosts at least one client: clients >= processes")
+def _world_clients(run: Run) -> str | None:
+    c = run.config
+    if run.world <= 1 or not isinstance(c.clients, int) or c.clients >= run.world:
+        return None
+    return (f"clients = {c.clients} is fewer than the {run.world} processes of the torchrun world, and every process "
+            f"hosts at least one client: use at most {c.clients} processes, or more clients")
 
 
 # ------------------------------------------------------------------------------------------ the table's answers
