@@ -209,3 +209,33 @@ def test_dfl_torchrun_applies_the_tables_world_rules_before_starting_processes(a
     err = capsys.readouterr().err
     assert message in err and len(err.strip().splitlines()) == 1, err
     assert not (tmp_path / "run").exists()
+
+
+COLUMN = [[0.5 if (j - i) % 8 in (0, 1) else 0.0 for j in range(8)] for i in range(8)]  # columns sum to 1
+CUSTOM_COLUMN = dict(topology="custom", topology_options={"matrix": COLUMN, "stochastic": "column"})
+
+
+@pytest.mark.parametrize("changes, message", [
+    (dict(algorithm="dispfl"), "topology_options stochastic = column (push-sum) does not apply to dispfl: each weight "
+     "is averaged over the neighbours whose masks cover it, normalised per receiver (a row-stochastic average); use a "
+     "matrix with stochastic = row or doubly"),
+    (dict(byzantine=1, attack="gaussian"), "topology_options stochastic = column (push-sum) is not modelled with "
+     "byzantine = 1: use a matrix with stochastic = row or doubly"),
+])
+def test_a_column_stochastic_custom_matrix_is_refused_naming_topology_options(changes, message):
+    """A custom matrix's own stochastic was named as if it were a field ("stochastic = column ...") or as weights
+    ("weights = column-stochastic ..."), with the advice of a weight scheme, which a custom matrix does not take."""
+    with pytest.raises(ConfigError) as refused:
+        dfl.validate(Config(**{**TINY, **changes, **CUSTOM_COLUMN, "clients": 8}, model="logreg"))
+    assert refused.value.problems == [message]
+
+
+@pytest.mark.parametrize("changes", [CUSTOM_COLUMN, dict(weights="column-stochastic")])
+def test_a_centralized_algorithm_with_a_push_sum_w_is_refused_once_without_the_matrix(changes):
+    """A server reads no W: the centralized rule said so, and the push-sum rule said it again; the refusal quoted the
+    whole custom matrix (a line as long as the matrix)."""
+    with pytest.raises(ConfigError) as refused:
+        dfl.validate(Config(**{**TINY, "algorithm": "fedavg", **changes, "clients": 8}, model="logreg"))
+    assert len(refused.value.problems) == 1, refused.value.problems
+    message = refused.value.problems[0]
+    assert "fedavg is centralized" in message and len(message) < 400 and "0.5" not in message, message
