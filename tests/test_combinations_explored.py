@@ -239,3 +239,18 @@ def test_a_centralized_algorithm_with_a_push_sum_w_is_refused_once_without_the_m
     assert len(refused.value.problems) == 1, refused.value.problems
     message = refused.value.problems[0]
     assert "fedavg is centralized" in message and len(message) < 400 and "0.5" not in message, message
+
+
+def test_a_sweeps_base_option_is_left_out_of_the_runs_whose_switch_is_off(tmp_path, capsys):
+    """The options refused when their switch is off (stragglers, hessian_every, Adam, the lr schedule) go, as [base]
+    fields, only to the runs that read them, as every unread [base] field does: the sweep was refused whole."""
+    from dfl.cli import main
+
+    spec = tmp_path / "sweep.toml"
+    spec.write_text('[base]\nrounds = 1\nmodel = "logreg"\nalgorithm = "dfedavg"\nstraggler_slowdown = 2.0\n'
+                    'hessian_iters = 5\nadam_eps = 1e-6\n[vary]\nstragglers = [0.0, 0.5]\nhessian_every = [0, 1]\n'
+                    'local_optimizer = ["sgd", "adam"]\n')
+    assert main(["sweep", str(spec), "--dry-run", "--out", str(tmp_path / "sweep")]) == 0
+    out = capsys.readouterr().out
+    for name in ("straggler_slowdown", "hessian_iters", "adam_eps"):
+        assert f"[base] {name} is left out of 4 of 8 runs, which do not read it" in out, out

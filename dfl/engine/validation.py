@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from dfl import algorithms, loggers, models, threads
 from dfl import data as datasets
 from dfl import graphs as topologies
-from dfl.config import Config, field_of, gather
+from dfl.config import ADAM_DEFAULTS, LR_SCHEDULE_OPTIONS, Config, field_of, gather
 from dfl.data.types import DataShape
 from dfl.engine import combinations
 from dfl.errors import ArgumentError, ConfigError
@@ -109,9 +109,23 @@ def unread_fields(config: Config) -> list[str]:
     """
     try:
         return [*algorithms.unread_fields(config), *datasets.unread_fields(config),
-                *combinations.unread_topology_fields(config)]
+                *combinations.unread_topology_fields(config), *_switched_off(config)]
     except ConfigError:
         return []
+
+
+def _switched_off(config: Config) -> list[str]:
+    """The options set away from their defaults while the setting that reads them is off.
+
+    Adam's with SGD, another lr schedule's, the stragglers' slowdown without stragglers, the Hessian's sample and
+    iterations without its measurements (refused by the Config's and the network's own checks).
+    """
+    defaults = Config()
+    switches = {**{name: config.local_optimizer == "sgd" for name in ADAM_DEFAULTS},
+                **{name: config.lr_schedule != schedule for name, schedule in LR_SCHEDULE_OPTIONS.items()},
+                "straggler_slowdown": not config.stragglers,
+                "hessian_samples": not config.hessian_every, "hessian_iters": not config.hessian_every}
+    return [name for name, off in switches.items() if off and getattr(config, name) != getattr(defaults, name)]
 
 
 def resolved(config: Config) -> Config:
