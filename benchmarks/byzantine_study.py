@@ -50,18 +50,14 @@ is a wrecked one and enters at chance level (10%, the ten classes).
 
 from __future__ import annotations
 
-import argparse
-import json
-import platform
 import sys
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.heterogeneity_study import Comparison, paired, verdict  # noqa: E402 (after the path)
-from benchmarks.study_runs import run_or_read  # noqa: E402
+from benchmarks.heterogeneity_study import Comparison, paired  # noqa: E402 (after the path)
+from benchmarks.study_runs import Study, run_or_read, study_main  # noqa: E402
 
 TOPOLOGIES = ("ring", "full")
 ATTACKS = ("none", "sign-flip", "gaussian", "alie", "ipm")
@@ -213,41 +209,13 @@ def expectations(records: list[dict]) -> list[tuple[str, str, list[Comparison]]]
     ]
 
 
-def expectation_table(found: list[tuple[str, str, list[Comparison]]]) -> str:
-    """Each expectation's verdict, then its comparisons (mean difference, 95% interval, seeds above 0, threshold)."""
-    lines = ["| | expectation | verdict |", "|---|---|---|"]
-    lines += [f"| {key} | {text} | **{verdict(comps)}** |" for key, text, comps in found]
-    lines += ["", "| comparison | mean | 95% interval | seeds > 0 | expected | verdict |", "|---|---|---|---|---|---|"]
-    lines += [c.row() for _, _, comps in found for c in comps]
-    return "\n".join(lines) + "\n"
+STUDY = Study(__doc__, "byzantine", "Byzantine robustness vs topology and aggregator (benchmarks/byzantine_study.py)",
+              "2 rounds, 8 clients (2 Byzantine), none and gaussian, mean and clipped-gossip (server: mean and krum), "
+              "one seed (CI)", run_all, tables, expectations)
 
 
 def main(argv=None) -> int:  # noqa: D103 (the module docstring is the help)
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--out", required=True, help="folder of the runs (rerunning reads finished runs back)")
-    p.add_argument("--results", default=None, help="write RESULTS.md and RESULTS.json (e.g. benchmarks/results/...)")
-    p.add_argument("--quick", action="store_true", help="2 rounds, 8 clients (2 Byzantine), none and gaussian, "
-                   "mean and clipped-gossip (server: mean and krum), one seed (CI)")
-    args = p.parse_args(argv)
-    out = Path(args.out)
-    tic = time.perf_counter()
-    records = run_all(out, args.quick)
-    found = expectations(records)
-    text = f"{tables(records, args.quick)}\n## Pre-registered expectations\n\n{expectation_table(found)}"
-    print(text)
-    seconds = time.perf_counter() - tic
-    report = (f"# Byzantine robustness vs topology and aggregator (benchmarks/byzantine_study.py)\n\n"
-              f"{len(records)} runs, {seconds / 60:.1f} min on {platform.machine()} ({platform.node()}).\n\n{text}")
-    (out / "byzantine.md").write_text(report)
-    if args.results:
-        results = Path(args.results)
-        results.parent.mkdir(parents=True, exist_ok=True)
-        results.with_suffix(".md").write_text(report)
-        results.with_suffix(".json").write_text(json.dumps(
-            {"records": records, "expectations": [{"key": k, "text": t, "verdict": verdict(c),
-                                                   "comparisons": [x.to_dict() for x in c]} for k, t, c in found],
-             "seconds": seconds, "quick": args.quick}, indent=1))
-    return 0
+    return study_main(STUDY, argv)
 
 
 if __name__ == "__main__":

@@ -18,17 +18,14 @@ much).
 
 from __future__ import annotations
 
-import argparse
-import json
 import statistics
 import sys
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.study_runs import run_or_read  # noqa: E402 (after the path)
+from benchmarks.study_runs import Study, run_or_read, study_main  # noqa: E402 (after the path)
 
 TOPOLOGIES = ("ring", "full")
 CLIPS = (0.1, 1.0)
@@ -99,26 +96,12 @@ def table(records: list[dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
+STUDY = Study(__doc__, "privacy", "Differential privacy vs topology (benchmarks/privacy_study.py)",
+              "2 rounds, 8 clients, no DP and C 0.1 σ 1, one seed (CI)", run_all, lambda records, quick: table(records))
+
+
 def main(argv=None) -> int:  # noqa: D103 (the module docstring is the help)
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--out", required=True, help="folder of the runs (rerunning reads finished runs back)")
-    p.add_argument("--results", default=None, help="write RESULTS.md and RESULTS.json (e.g. benchmarks/results/...)")
-    p.add_argument("--quick", action="store_true", help="2 rounds, 8 clients, no DP and C 0.1 σ 1, one seed (CI)")
-    args = p.parse_args(argv)
-    out = Path(args.out)
-    tic = time.perf_counter()
-    records = run_all(out, args.quick)
-    text = table(records)
-    print(text)
-    report = f"# Differential privacy vs topology (benchmarks/privacy_study.py)\n\n{text}"
-    (out / "privacy.md").write_text(report)
-    if args.results:
-        results = Path(args.results)
-        results.parent.mkdir(parents=True, exist_ok=True)
-        results.with_suffix(".md").write_text(report)
-        results.with_suffix(".json").write_text(json.dumps(
-            {"records": records, "seconds": time.perf_counter() - tic, "quick": args.quick}, indent=1))
-    return 0
+    return study_main(STUDY, argv)
 
 
 if __name__ == "__main__":

@@ -55,18 +55,15 @@ comparison.
 
 from __future__ import annotations
 
-import argparse
 import json
-import platform
 import sys
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.heterogeneity_study import Comparison, paired, verdict  # noqa: E402 (after the path)
-from benchmarks.study_runs import run_or_read  # noqa: E402
+from benchmarks.heterogeneity_study import Comparison, paired  # noqa: E402 (after the path)
+from benchmarks.study_runs import Study, run_or_read, study_main  # noqa: E402
 
 SIZES = (16, 24, 32)
 SEEDS = (0, 1, 2)
@@ -200,15 +197,6 @@ def expectations(records: list[dict]) -> list[tuple[str, str, list[Comparison]]]
     ]
 
 
-def expectation_table(found: list[tuple[str, str, list[Comparison]]]) -> str:
-    """Each expectation's verdict, then its comparisons (mean difference, 95% interval, seeds above 0, threshold)."""
-    lines = ["| | expectation | verdict |", "|---|---|---|"]
-    lines += [f"| {key} | {text} | **{verdict(comps)}** |" for key, text, comps in found]
-    lines += ["", "| comparison | mean | 95% interval | seeds > 0 | expected | verdict |", "|---|---|---|---|---|---|"]
-    lines += [c.row() for _, _, comps in found for c in comps]
-    return "\n".join(lines) + "\n"
-
-
 def figure(records: list[dict], path: Path, n: int = 24) -> None:
     """Test accuracy and consensus distance against MB sent (all clients), mean over seeds, at n clients."""
     import matplotlib
@@ -243,35 +231,15 @@ def figure(records: list[dict], path: Path, n: int = 24) -> None:
     plt.close(fig)
 
 
+STUDY = Study(__doc__, "topology", "Finite-time topologies vs exponential graphs (benchmarks/topology_study.py)",
+              "2 rounds, 8 clients, base-1, one-peer and matcha, one seed (CI)", run_all,
+              lambda records, quick: tables(records), expectations,
+              figure=lambda records, path, quick: figure(records, path, n=8 if quick else 24),
+              figure_help="write the figure of accuracy and consensus distance vs bytes sent")
+
+
 def main(argv=None) -> int:  # noqa: D103 (the module docstring is the help)
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--out", required=True, help="folder of the runs (rerunning reads finished runs back)")
-    p.add_argument("--results", default=None, help="write RESULTS.md and RESULTS.json (e.g. benchmarks/results/...)")
-    p.add_argument("--figure", default=None, help="write the figure of accuracy and consensus distance vs bytes sent")
-    p.add_argument("--quick", action="store_true", help="2 rounds, 8 clients, base-1, one-peer and matcha, one seed "
-                   "(CI)")
-    args = p.parse_args(argv)
-    out = Path(args.out)
-    tic = time.perf_counter()
-    records = run_all(out, args.quick)
-    found = expectations(records)
-    text = f"{tables(records)}\n## Pre-registered expectations\n\n{expectation_table(found)}"
-    print(text)
-    seconds = time.perf_counter() - tic
-    report = (f"# Finite-time topologies vs exponential graphs (benchmarks/topology_study.py)\n\n"
-              f"{len(records)} runs, {seconds / 60:.1f} min on {platform.machine()} ({platform.node()}).\n\n{text}")
-    (out / "topology.md").write_text(report)
-    if args.figure:
-        figure(records, Path(args.figure), n=8 if args.quick else 24)
-    if args.results:
-        results = Path(args.results)
-        results.parent.mkdir(parents=True, exist_ok=True)
-        results.with_suffix(".md").write_text(report)
-        results.with_suffix(".json").write_text(json.dumps(
-            {"records": records, "expectations": [{"key": k, "text": t, "verdict": verdict(c),
-                                                   "comparisons": [x.to_dict() for x in c]} for k, t, c in found],
-             "seconds": seconds, "quick": args.quick}, indent=1))
-    return 0
+    return study_main(STUDY, argv)
 
 
 if __name__ == "__main__":

@@ -211,18 +211,16 @@ class Config:
         "fedsam, mofedsam, fedcm, scaffold, fedavgsm, fedavglm, fedavglm-z, fedavgslm, fedavgslm-z, domo, domo-s, "
         "mimelite, feddyn, fedgloss, fedprox, fedadam, fedyogi, fedadagrad (centralized), or a registered one (dfl "
         "list algorithms)")
-    rho: float | None = option(None, "SAM perturbation radius (unset = the algorithm's default)", interval="[0, inf)")
-    sam: str | None = option(None, "SAM variant: sam or asam (unset = the algorithm's default)",
-        choices=("sam", "asam"))
-    asam_eta: float | None = option(None, "ASAM eta (unset = the algorithm's default)", interval="[0, inf)")
+    rho: float | None = option(None, "SAM perturbation radius", interval="[0, inf)")
+    sam: str | None = option(None, "SAM variant: sam or asam", choices=("sam", "asam"))
+    asam_eta: float | None = option(None, "ASAM eta", interval="[0, inf)")
     asam_form: str | None = option(None, "ASAM's scale T: kwon (Kwon et al. 2021: |w| + asam_eta on weights, 1 on "
-        "biases) or dp-fedsam (the DP-FedSAM code: |w| on every tensor, no eta) (unset = kwon)",
+        "biases) or dp-fedsam (the DP-FedSAM code: |w| on every tensor, no eta)",
         choices=("kwon", "dp-fedsam"))
-    momentum: float | None = option(None, "local momentum (unset = the algorithm's default)", interval="[0, 1)")
-    gossip_steps: int | None = option(None, "gossip steps Q per round (unset = the algorithm's default)",
-        interval="[1, inf)")
+    momentum: float | None = option(None, "local momentum", interval="[0, 1)")
+    gossip_steps: int | None = option(None, "gossip steps Q per round", interval="[1, inf)")
     # centralized FL (docs/reference/update-rules.md#centralized-conventions; None = the algorithm's default)
-    participation: float | None = option(None, "centralized: fraction of clients per round (unset = 1, all)",
+    participation: float | None = option(None, "centralized: fraction of clients per round (1 = all)",
         interval="(0, 1]")
     participation_mode: str | None = option(None, "centralized: uniform (round(f*N) without replacement) or bernoulli "
         "(each w.p. f)", choices=PARTICIPATION_MODES)
@@ -249,13 +247,11 @@ class Config:
     fedopt_form: str | None = option(None, "FedAdam/FedYogi/FedAdagrad: paper (Reddi et al. Alg. 2: v starts at "
         "tau^2, no bias correction), flower (Flower's: v starts at 0; FedAdam's step bias-corrected with its round "
         "counter) or torch (fedadam only: torch.optim.Adam, as pfl-research)", choices=FEDOPT_FORMS)
-    # SAM radius schedule of every SAM algorithm (rho; FedGLoSS: also server_rho): "constant" or "linear" (None =
-    # the algorithm's default: linear for FedGLoSS, constant for the others)
+    # SAM radius schedule of every SAM algorithm (rho; FedGLoSS: also server_rho): "constant" or "linear"
     rho_schedule: str | None = option(None, "SAM radius schedule: constant or linear (ramp from min(0.001, rho) up to "
-        "rho over --rho-ramp-rounds; FedGLoSS: both radii) (unset = the algorithm's: linear for fedgloss, else "
-        "constant)", choices=RHO_SCHEDULES)
-    rho_ramp_rounds: int | None = option(None, "linear rho schedule: rounds of the ramp, >= 2 (unset = the "
-        "algorithm's: 0 = no ramp)", interval="[0, inf)")
+        "rho over --rho-ramp-rounds; FedGLoSS: both radii)", choices=RHO_SCHEDULES)
+    rho_ramp_rounds: int | None = option(None, "linear rho schedule: rounds of the ramp, >= 2 (0 = no ramp)",
+        interval="[0, inf)")
     # the algorithm's own options (its `hyperparameters` that are not Config fields), checked against its defaults
     algorithm_options: dict[str, Any] = option(factory=dict, help="the algorithm's own options (`dfl list "
         "algorithms`), e.g. clip=0.5 (registered algorithms; built-ins take theirs as fields)")
@@ -265,9 +261,9 @@ class Config:
         "random-k, random-pull, base-graph, simple-base-graph, od-equidyn, ou-equidyn, matcha, hierarchical, "
         "custom, or a registered one (dfl list topologies)")
     weights: str | None = option(None, "mixing-weight scheme: metropolis, uniform, max-degree, lazy, fastest, or the "
-        "one-sided row-stochastic and sample-count (a biased, weighted consensus; sample counts from the partition "
-        "unless sizes= is given) and column-stochastic (push-sum: dfedavg, dfedavgm, dfedsam, dfedsam-mgs) "
-        "(unset = metropolis; random-pull: row-stochastic)")
+        "one-sided row-stochastic and sample-count (a biased, weighted consensus) and column-stochastic (algorithms "
+        "that mix by push-sum) (unset = metropolis; random-pull: row-stochastic); their options (lazy's base, "
+        "sample-count's sizes) go in topology_options: dfl list weights")
     topology_options: dict[str, Any] = option(factory=dict, help="topology options, e.g. degree=4, p=0.3, k=2, "
         "shape=(4,4), periodic=True, exponent_base=4, centre=3, groups=4, matrix=W.npy (or .csv, .mtx), "
         "edges=graph.edgelist, sizes=[...] (sample-count), M=8, epsilon=0.5, delta=0.1, eta=0.5, budget=0.3")
@@ -289,10 +285,10 @@ class Config:
     # compressed gossip (dfl.network.choco, dfl.network.compression): CHOCO-GOSSIP with error feedback
     compressor: str = option("none", "compressed gossip (CHOCO-GOSSIP with error feedback, decentralized algorithms, "
         "static topologies): none (exact gossip), top-k, random-k or qsgd")
-    compression: float | None = option(None, "top-k, random-k: fraction of coordinates kept, in (0, 1] (unset = 0.1); "
-        "qsgd: bits per coordinate, sign included, an integer in [2, 16] (unset = 8)")
+    compression: float | None = option(None, "the compressor's parameter (unset = its default); what it means, its "
+        "type and range are the compressor's card's: dfl list compressors")
     consensus_lr: float | None = option(None, "CHOCO consensus step size gamma in (0, 1] (compressed gossip; unset = "
-        "the compressor's omega: the fraction kept for top-k and random-k, 1/tau for qsgd)")
+        "the compressor's omega: dfl list compressors)")
     # asynchronous gossip in simulated time (dfl.engine.asynchronous); 1 local step = 1 simulated second
     mode: str = option("sync", "sync (rounds in lock-step) or async (every client on its own simulated clock, mixing "
         "the neighbour models that have arrived: AD-PSGD style; dpsgd, dfedavg, dfedavgm, dfedsam)",
@@ -341,7 +337,7 @@ class Config:
     # model
     model: str = option("cnn1d", "logreg, mlp, cnn1d, cnn, resnet18, resnet20, vgg11, or your own factory as "
         "package.module:factory (importable from the working directory; docs/how-to/own-model.md)")
-    model_options: dict[str, Any] = option(factory=dict, help="model options, e.g. hidden=128 (a factory's "
+    model_options: dict[str, Any] = option(factory=dict, help="model options, e.g. hidden=[128] (a factory's "
         "keyword-only parameters)")
     # local training
     lr: float = option(0.1, "local learning rate", interval="(0, inf)")

@@ -24,7 +24,8 @@ the `topologies` package it adapts, so that `import topologies` and dfl's regist
 The cards. Each built-in's class is its card: its docstring (the math, its options with their defaults), and the
 facts the rules between features read without building it (`TopologyFacts`: time-varying, directed, a W with
 negative entries, the complete graph, weights of its own). Each weight scheme has a card too (`WEIGHTS`: which sums
-of W are 1, whether it reads the clients' sample counts, why it cannot reweigh the links that survive a failure).
+of W are 1, whether it reads the clients' sample counts, why it cannot reweigh the links that survive a failure, and
+its options' spec: lazy's `base`, sample-count's `sizes`, equal to the pure `topologies.weights.OPTIONS`).
 What a run combines them with (push-sum for a column-stochastic W, link faults, compressed gossip, the asynchronous
 mode, robust aggregators) is `dfl.engine.combinations`'s; `check_config` checks the topology's own settings.
 
@@ -56,7 +57,7 @@ from dfl.config import Config
 from dfl.errors import ConfigError
 from dfl.registry import Registry
 from dfl.specs import REQUIRED, Param, Spec, param
-from topologies import directed, graphs, measures
+from topologies import directed, graphs, measures, schedules
 from topologies.build import (
     BASE_GRAPHS,
     RANDOM_K_SCHEMES,
@@ -65,7 +66,7 @@ from topologies.build import (
 )
 from topologies.errors import TopologyError
 from topologies.validation import check_connected, check_stochastic
-from topologies.weights import KIND, NEEDS_REGULAR, NEEDS_UNDIRECTED, OPTIONS
+from topologies.weights import KIND, LAZY_BASES, NEEDS_REGULAR, NEEDS_UNDIRECTED, OPTIONS
 
 TOPOLOGIES: Registry = Registry("topology", group="dfl.topologies")
 """Every topology the config field `topology` takes: name -> factory.
@@ -77,16 +78,26 @@ USAGE = "f(n, *, option=default, ...) returning a gossip matrix W [n, n], a netw
 """The shape of a registered topology factory, as the refusal of a wrong one states it."""
 
 
+def seed_param(of: str) -> Any:
+    """The option `seed` of a random topology, declared once: "the seed of `of`", 0 by default, an integer >= 0.
+
+    Unset, a run passes its own seed (`run_options`). A function rather than a shared base `Spec`: a base class's
+    field comes first, and each topology lists its options in `topologies.build`'s order, seed last.
+    """
+    return param(0, f"the seed of {of} (a run passes its own seed unless this is set)", interval="[0, inf)")
+
+
 class BuiltinTopology:
     """A topology of the `topologies` package registered under its name (the base of the built-ins below).
 
     Calling it builds `topologies.build(name, n, weights, **options)`. A graph-weighted built-in is weighted by the
     config's `weights` scheme (metropolis unless said otherwise; `dfl list weights`), and takes besides its own
     options `base` (the scheme under weights = "lazy") and `sizes` (the clients' sample counts under weights =
-    "sample-count"). `options` holds its own options with their defaults ("required" for one without a default),
-    declared once in its `Options` spec (`dfl.specs`: type, default, allowed values, one line of help; the "Args"
-    section of its docstring, `dfl list topologies` and the options page are generated from it, and `check_config`
-    refuses a value outside it); `kind` is "static", "time-varying" or "custom".
+    "sample-count"; their specs are on the schemes' cards, `WEIGHTS`). `options` holds its own options with their
+    defaults ("required" for one without a default), declared once in its `Options` spec (`dfl.specs`: type, default,
+    allowed values, one line of help; the "Args" section of its docstring, `dfl list topologies` and the options page
+    are generated from it, and `check_config` refuses a value outside it); `kind` is "static", "time-varying" or
+    "custom".
 
     The facts the rules between features read (`facts`): `directed` (some link carries a model one way only, so a
     failed link breaks W's balance; `is_directed` when an option decides it), `regular` (every client has the same
@@ -97,6 +108,8 @@ class BuiltinTopology:
     its own check refuses the others); whether it is time-varying is `kind`, and whether its W is given (its
     paper's, `topologies.build.default_weights`, or a custom matrix: `weights` unset) is `gives_w`. `example`: the
     options a small run (8 clients) uses where a required one has no default (the combinations table's runs).
+    `circulant`: every client has the same offsets (j − i) mod n to its neighbours (so a one-peer schedule over it is a
+    permutation at every step, `OnePeer.check_schedule`).
     """
 
     name: ClassVar[str] = ""
@@ -106,6 +119,7 @@ class BuiltinTopology:
     schemes: ClassVar[tuple[str, ...] | None] = None
     signed: ClassVar[bool] = False
     complete: ClassVar[bool] = False
+    circulant: ClassVar[bool] = False
     example: ClassVar[dict[str, Any]] = {}
 
     @dataclass(frozen=True)
@@ -136,6 +150,12 @@ class BuiltinTopology:
         None when only the built graph tells, or when n or the options are wrong (their own checks say so).
         """
         return self.regular
+
+    def check_schedule(self, n: int | None, scheme: str, options: dict[str, Any]) -> None:
+        """TopologyError when weight scheme `scheme` cannot weigh the graphs built with `options` on n clients.
+
+        Checked before the run builds it where the card can tell without torch (one-peer's steps); nothing by default.
+        """
 
     def gives_w(self, options: dict[str, Any]) -> str | None:
         """How its W is given, so that `weights` stays unset ("defines its own weights (its paper's W)").
@@ -170,6 +190,7 @@ class Ring(BuiltinTopology):
 
     name = "ring"
     regular = True
+    circulant = True
 
 
 class Grid(BuiltinTopology):
@@ -190,7 +211,8 @@ class Grid(BuiltinTopology):
     class Options(Spec):
         """The options of grid."""
 
-        shape: list | None = param(None, "the mesh's (rows, columns), their product n (unset: near-square)")
+        shape: list[int] | None = param(None, "the mesh's (rows, columns), their product n (unset: near-square)",
+                                         items="[1, inf)")
         periodic: bool = param(False, "wrap both sides, making the mesh a torus")
 
     def is_regular(self, n: int | None, options: dict[str, Any]) -> bool | None:
@@ -226,6 +248,7 @@ class Exponential(BuiltinTopology):
                                       "(BlueFog's symmetric variant uses 4)", interval="[2, inf)")
 
     regular = True  # a circulant graph, directed or not: every client has the same hops
+    circulant = True
 
     def is_directed(self, options: dict[str, Any]) -> bool:
         """Directed unless `symmetric`."""
@@ -245,6 +268,7 @@ class Full(BuiltinTopology):
     name = "full"
     regular = True
     complete = True
+    circulant = True
 
 
 class Star(BuiltinTopology):
@@ -298,8 +322,7 @@ class RandomRegular(BuiltinTopology):
 
         degree: int | None = param(None, "every client's number of neighbours d, below n with n·d even (required: a "
                                          "run without it is refused)", interval="[0, inf)")
-        seed: int = param(0, "the seed of the draw (a run passes its own seed unless this is set)",
-                          interval="[0, inf)")
+        seed: int = seed_param("the draw")
 
     regular = True
     example = {"degree": 3}
@@ -320,8 +343,7 @@ class ErdosRenyi(BuiltinTopology):
 
         p: float | None = param(None, "the edge probability (required: a run without it is refused)",
                                 interval="[0, 1]")
-        seed: int = param(0, "the seed of the draw (a run passes its own seed unless this is set)",
-                          interval="[0, inf)")
+        seed: int = seed_param("the draw")
 
     example = {"p": 0.6}
 
@@ -351,6 +373,7 @@ class DirectedRing(BuiltinTopology):
     name = "directed-ring"
     regular = True
     directed = True
+    circulant = True
 
 
 class DEquiStatic(BuiltinTopology):
@@ -378,8 +401,7 @@ class DEquiStatic(BuiltinTopology):
                               interval="[1, inf)")
         epsilon: float | None = param(None, "the bound on ‖W − J‖₂ to hold", interval="(0, 1)")
         delta: float | None = param(None, "the probability that it fails (the paper's p)", interval="(0, 1)")
-        seed: int = param(0, "the seed of the offsets (a run passes its own seed unless this is set)",
-                          interval="[0, inf)")
+        seed: int = seed_param("the offsets")
 
     directed = True
     example = {"M": 3}
@@ -403,8 +425,7 @@ class UEquiStatic(BuiltinTopology):
                               interval="[1, inf)")
         epsilon: float | None = param(None, "the bound on ‖W − J‖₂ to hold", interval="(0, 1)")
         delta: float | None = param(None, "the probability that it fails (the paper's p)", interval="(0, 1)")
-        seed: int = param(0, "the seed of the offsets (a run passes its own seed unless this is set)",
-                          interval="[0, inf)")
+        seed: int = seed_param("the offsets")
 
     example = {"M": 3}
 
@@ -447,6 +468,60 @@ class OnePeer(BuiltinTopology):
     directed = True
     kind = "time-varying"
 
+    def check_schedule(self, n: int | None, scheme: str, options: dict[str, Any]) -> None:
+        """A doubly stochastic scheme needs every step to be a permutation (each client receives from exactly one).
+
+        Each step graph is directed with out-degree 1, so metropolis, uniform, max-degree and lazy weigh it doubly
+        stochastically only when every in-degree is 1 too, which `topologies.build` checks over one period. A circulant
+        base graph (ring, exponential, ...) always gives permutations; an irregular one never does (a client of degree
+        d sends to each neighbour every d-th step, so j receives sum over its neighbours i of 1/d_i per step, 1 only
+        when the degrees are equal); any other is checked here on its schedule, as the run would, without torch.
+        """
+        if KIND.get(scheme, "doubly") != "doubly" or n is None:
+            return
+        base = options.get("base") if scheme == "lazy" else None
+        if any(WEIGHTS[name].undirected for name in (scheme, base) if name in WEIGHTS):
+            return  # fastest: refused on any directed graph (`dfl.engine.combinations`)
+        graph, graph_options = options.get("graph", "exponential"), options.get("graph_options") or {}
+        known = TOPOLOGIES.get(graph) if isinstance(graph, str) and graph in BASE_GRAPHS else None
+        if isinstance(known, BuiltinTopology) and known.circulant:
+            return
+        senders = _one_peer_collision(n, graph, graph_options)
+        if senders is None:
+            return
+        label = f"lazy (base {base or OPTIONS['lazy']['base']})" if scheme == "lazy" else scheme
+        raise TopologyError(f"one-peer over {graph if isinstance(graph, str) else 'the given graph'}: {senders}, so "
+                            f"its steps are not permutations and weights = {label} cannot make them doubly "
+                            "stochastic; use weights = row-stochastic (or column-stochastic with push-sum), or a base "
+                            "graph whose one-peer steps are permutations (ring, exponential, directed-ring, full)")
+
+
+def _one_peer_collision(n: int, graph: Any, graph_options: dict[str, Any]) -> str | None:
+    """Why a one-peer schedule over `graph` has a step at which a client receives from several, or None.
+
+    The base graph is a static built-in's name (with its options) or a networkx graph; its schedule is
+    `topologies.schedules.OnePeer`'s. An undirected base whose degrees differ collides at some step
+    (`OnePeer.check_schedule`); one of degree d everywhere has period d, whose steps are checked. A directed base of
+    unequal out-degrees is left to the build.
+    """
+    if isinstance(graph, nx.Graph):
+        A, directed = graphs.adjacency_of(graphs.from_networkx(graph, n))
+    elif graph == "full":
+        A, directed = graphs.adjacency_of(graphs.full(n))
+    else:
+        A, directed = graphs.ADJACENCY[graph](n, **graph_options)
+    A = sp.csr_array(A)
+    rows = np.repeat(np.arange(n), np.diff(A.indptr))
+    degree = np.bincount(A.indices[A.indices != rows], minlength=n)  # out-degree: whom each client sends to
+    if n == 0 or degree.min() != degree.max():
+        return None if directed or n == 0 else "its clients have different degrees"
+    schedule = schedules.OnePeer(A)
+    for step in range(int(degree[0])):  # one period
+        receivers = schedule.receivers(step)
+        if np.bincount(receivers[receivers >= 0], minlength=n).max(initial=0) > 1:
+            return f"at step {step} a client receives from several"
+    return None
+
 
 class RandomK(BuiltinTopology):
     """Random k-peer gossip: at each step every client draws k distinct peers uniformly at random.
@@ -465,8 +540,7 @@ class RandomK(BuiltinTopology):
 
         k: int | None = param(None, "the peers each client draws per step, at most n − 1 (required: a run without "
                                     "it is refused)", interval="[1, inf)")
-        seed: int = param(0, "the seed of the draws (a run passes its own seed unless this is set)",
-                          interval="[0, inf)")
+        seed: int = seed_param("the draws")
 
     example = {"k": 2}
     schemes = RANDOM_K_SCHEMES
@@ -491,8 +565,7 @@ class RandomPull(BuiltinTopology):
 
         k: int | None = param(None, "the peers each client pulls from per step, at most n − 1 (required: a run "
                                     "without it is refused)", interval="[1, inf)")
-        seed: int = param(0, "the seed of the draws (a run passes its own seed unless this is set)",
-                          interval="[0, inf)")
+        seed: int = seed_param("the draws")
 
     directed = True
     schemes = RANDOM_PULL_SCHEMES
@@ -563,8 +636,7 @@ class ODEquiDyn(BuiltinTopology):
         eta: float = param(0.5, "the weight η of the exchanged model", interval="(0, 1]")
         M: int | None = param(None, "draw a_t from M offsets of D-EquiStatic instead of all of them (unset: all n − 1)",
                               interval="[1, inf)")
-        seed: int = param(0, "the seed of the draws (a run passes its own seed unless this is set)",
-                          interval="[0, inf)")
+        seed: int = seed_param("the draws")
 
     directed = True
     kind = "time-varying"
@@ -588,8 +660,7 @@ class OUEquiDyn(BuiltinTopology):
         eta: float = param(0.5, "the weight η of the exchanged model", interval="(0, 1]")
         M: int | None = param(None, "draw a_t from M offsets of U-EquiStatic instead of all of them (unset: all n − 1)",
                               interval="[1, inf)")
-        seed: int = param(0, "the seed of the draws (a run passes its own seed unless this is set)",
-                          interval="[0, inf)")
+        seed: int = seed_param("the draws")
 
     kind = "time-varying"
 
@@ -619,8 +690,7 @@ class Matcha(BuiltinTopology):
                                           "undirected) or a networkx graph")
         graph_options: dict | None = param(None, "the base graph's own options (unset: its defaults)")
         budget: float = param(0.5, "C_b, the expected fraction of the matchings activated per step", interval="(0, 1]")
-        seed: int = param(0, "the seed of the activations (a run passes its own seed unless this is set)",
-                          interval="[0, inf)")
+        seed: int = seed_param("the activations")
 
     signed = True
     kind = "time-varying"
@@ -832,17 +902,6 @@ def run_options(config: Config) -> dict[str, Any]:
     return options
 
 
-# what a run passes for an option of its weight scheme that topology_options leave unset
-# (`dfl.engine.setup.build_topology`); `dfl list weights` shows it
-RUN_FILLED = {"sizes": "a run passes its partition's training-sample counts"}
-
-
-def weight_options(scheme: str) -> tuple[dict[str, Any], list[str]]:
-    """The options of weight scheme `scheme` with their defaults, and a note per option a run fills in when unset."""
-    options = dict(topologies.weights.OPTIONS.get(scheme, {}))
-    return options, [f"{key} unset: {RUN_FILLED[key]}" for key in options if key in RUN_FILLED]
-
-
 def check_config(config: Config, centralized: bool = False) -> None:
     """The topology's part of `dfl.validate`, before anything is built: its own settings.
 
@@ -867,17 +926,26 @@ def check_config(config: Config, centralized: bool = False) -> None:
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
     scheme = config.weights or default_weights(config.topology)
-    if scheme == "sample-count" or "sizes" in options:
-        _check_sizes(config, scheme)
+    gives_w = isinstance(factory, BuiltinTopology) and factory.gives_w(options) is not None
+    if not centralized and not gives_w:
+        _check_scheme_options(config, scheme)
+    weights, built = config.weights, run_options(config)
+    if gives_w and weights is not None:
+        # a topology whose W is given takes no scheme: the rule between topology and weights says so in one line
+        # (`dfl.engine.combinations`), so its own check is not asked to say it again
+        weights = None
+        built = {key: value for key, value in built.items() if key not in SCHEME_OPTION}
     try:
         if centralized:
             topologies.check("full", config.clients)
         elif isinstance(factory, BuiltinTopology):
-            topologies.check(config.topology, config.clients, config.weights, **run_options(config))
+            topologies.check(config.topology, config.clients, weights, **built)
             if config.topology == "custom" and (scheme != "sample-count" or "sizes" in options):
                 # a custom matrix or edge-list file is read now (numpy/scipy, no torch), so a wrong file is refused
                 # before any data is made, as a wrong option is (the run reads it again when it builds the graph)
-                build("custom", config.clients, config.weights, push_sum=True, **run_options(config))
+                build("custom", config.clients, weights, push_sum=True, **built)
+            elif not gives_w:
+                factory.check_schedule(config.clients, scheme, built)
         else:
             signatures.resolve("topology", config.topology, factory, run_options(config))
     except ValueError as exc:
@@ -924,14 +992,31 @@ def facts(name: str, options: dict[str, Any] | None = None, n: int | None = None
 
 
 @dataclass(frozen=True)
+class LazyOptions(Spec):
+    """The options of weights = lazy, W = (I + W_base)/2."""
+
+    base: str = param("metropolis", "the scheme W_base made lazy", choices=LAZY_BASES)
+
+
+@dataclass(frozen=True)
+class SampleCountOptions(Spec):
+    """The options of weights = sample-count, w_ij ∝ s_j over client i and its in-neighbours."""
+
+    sizes: list[float] | None = param(None, "the clients' sample counts s_i, one per client (unset: a run passes its "
+                                            "partition's training-sample counts)", items="(0, inf)")
+
+
+@dataclass(frozen=True)
 class WeightsCard:
-    """What the rules read of a weight scheme (`topologies.weights`).
+    """What the rules read of a weight scheme (`topologies.weights`), and its options.
 
     `stochastic`: which sums of W are 1 ("doubly", "row" or "column": `topologies.weights.KIND`); `sizes`: it weighs
     the clients by their sample counts (its option `sizes`), which a differential-privacy neighbour may change;
     `under_failures`: why it cannot reweigh the links that survive a failed link or an offline client (None: it can);
     `regular`: it is doubly stochastic on a regular graph only (`topologies.weights.NEEDS_REGULAR`); `undirected`: it
-    needs an undirected graph (`NEEDS_UNDIRECTED`).
+    needs an undirected graph (`NEEDS_UNDIRECTED`). `options`: its options' spec (`dfl.specs`: type, default, allowed
+    values, one line of help), set in `topology_options`; its defaults are `topologies.weights.OPTIONS[name]`, the
+    pure library's (checked when this module is imported).
     """
 
     name: str
@@ -940,6 +1025,25 @@ class WeightsCard:
     under_failures: str | None = None
     regular: bool = False
     undirected: bool = False
+    options: type[Spec] = Spec
+
+    def specs(self) -> tuple[Param, ...]:
+        """Every option's spec (`dfl.specs.Param`)."""
+        return self.options.specs()
+
+    def check_values(self, options: dict[str, Any], n: int | None) -> None:
+        """ConfigError naming `topology_options.NAME` for a value of its options outside their spec.
+
+        `sizes`, when given, lists one count per client (n of them).
+        """
+        try:
+            self.options.check_values(options, "topology_options")
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
+        sizes = options.get("sizes")
+        if "sizes" in self.options.defaults() and sizes is not None and n is not None and len(sizes) != n:
+            raise ConfigError(f"topology_options.sizes must list {n} sample counts, one per client (or be unset: a "
+                              f"run passes its partition's), got {len(sizes)}: {sizes!r}")
 
 
 # why a scheme cannot reweigh the surviving links of a gossip step (`dfl.network.faults` reweighs each step's graph)
@@ -947,12 +1051,19 @@ _UNDER_FAILURES = {
     "uniform": "is doubly stochastic on regular graphs only, and failures make the graph irregular",
     "fastest": "optimises W for one graph, and every gossip step has another",
 }
+_SCHEME_OPTIONS: dict[str, type[Spec]] = {"lazy": LazyOptions, "sample-count": SampleCountOptions}
 WEIGHTS: dict[str, WeightsCard] = {
-    scheme: WeightsCard(scheme, KIND.get(scheme, "doubly"), "sizes" in OPTIONS.get(scheme, {}),
-                        _UNDER_FAILURES.get(scheme), scheme in NEEDS_REGULAR, scheme in NEEDS_UNDIRECTED)
+    scheme: WeightsCard(scheme, KIND.get(scheme, "doubly"), "sizes" in _SCHEME_OPTIONS.get(scheme, Spec).defaults(),
+                        _UNDER_FAILURES.get(scheme), scheme in NEEDS_REGULAR, scheme in NEEDS_UNDIRECTED,
+                        _SCHEME_OPTIONS.get(scheme, Spec))
     for scheme in topologies.SCHEMES
 }
 """Every weight scheme's card, in `topologies.SCHEMES` order."""
+if {name: card.options.defaults() for name, card in WEIGHTS.items() if card.options.defaults()} != OPTIONS:
+    raise ImportError("the weight schemes' option specs (dfl.graphs.WEIGHTS) must declare exactly "
+                      "topologies.weights.OPTIONS, the pure library's defaults")
+SCHEME_OPTION = {spec.name: card.name for card in WEIGHTS.values() for spec in card.specs()}
+"""The scheme each weight-scheme option belongs to (base: lazy, sizes: sample-count)."""
 
 
 def weights_of(config: Config) -> tuple[WeightsCard, str]:
@@ -971,17 +1082,19 @@ def weights_of(config: Config) -> tuple[WeightsCard, str]:
     return card, stochastic
 
 
-def _check_sizes(config: Config, scheme: str) -> None:
-    """The option `sizes` belongs to weights = sample-count and, when given, lists one sample count per client."""
-    sizes = config.topology_options.get("sizes")
-    if scheme != "sample-count":
-        raise ConfigError(f"topology_options sizes (the clients' sample counts) apply to weights = sample-count "
-                          f"only, not to weights = {scheme}")
-    # unset: a run passes its partition's training-sample counts (`dfl.engine.setup.build_topology`)
-    if sizes is not None and isinstance(config.clients, int) and (
-            not isinstance(sizes, (list, tuple)) or len(sizes) != config.clients):
-        raise ConfigError(f"topology_options sizes must list {config.clients} sample counts (one per client), "
-                          f"got {sizes!r}")
+def _check_scheme_options(config: Config, scheme: str) -> None:
+    """The options of the weight scheme in `topology_options` (base, sizes): each belongs to `scheme`, inside its spec.
+
+    A topology whose W is given (its paper's, a custom matrix) takes none: its own check says so.
+    """
+    options = config.topology_options
+    for name in options:
+        owner = SCHEME_OPTION.get(name)
+        if owner is not None and owner != scheme:
+            raise ConfigError(f"topology_options.{name} is an option of weights = {owner} only, not of weights = "
+                              f"{scheme} (dfl list weights)")
+    if scheme in WEIGHTS:
+        WEIGHTS[scheme].check_values(options, config.clients if isinstance(config.clients, int) else None)
 
 
 def spectral_summary(name: str, n: int | None, weights: str | None = None, *, gossip_steps: int = 1,

@@ -7,8 +7,12 @@ page and the generated docstring sections read:
 
     @dataclass(frozen=True)
     class GridOptions(Spec):
-        shape: list | None = param(None, "the mesh's (rows, columns), their product n; unset: near-square")
+        shape: list[int] | None = param(None, "the mesh's (rows, columns), their product n; unset: near-square",
+                                        items="[1, inf)")
         periodic: bool = param(False, "wrap both sides, making the mesh a torus", choices=(True, False))
+
+A list option says its items' type in its annotation (`list[int]`, `tuple[float, ...]`) and their range in `items`:
+`shape` above allows a list (or tuple) of ints >= 1, which `allowed` says as "a list of ints >= 1".
 
 `specs()` gives each field as a `Param`, whose `check(value, where)` refuses a value outside its choices or interval in
 one line naming `where.NAME` (`topology_options.degree`, `partition_options.classes_per_client`, ...) and the allowed
@@ -23,6 +27,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import re
 from collections.abc import Iterator, Mapping
 from dataclasses import MISSING, dataclass, field, fields
 from typing import Any
@@ -33,7 +38,7 @@ REQUIRED = "required"  # the default of an option without one, as `dfl list` and
 
 
 def param(default: Any, help: str = "", *, choices: tuple[Any, ...] | None = None, interval: str | None = None,
-          short: str | None = None) -> Any:
+          items: str | None = None, short: str | None = None) -> Any:
     """A field of a `Spec` class: its default, one line of help and its allowed values.
 
     Args:
@@ -42,10 +47,13 @@ def param(default: Any, help: str = "", *, choices: tuple[Any, ...] | None = Non
         help: one line: what the value means (empty when a redeclared field keeps its parent's).
         choices: the allowed values, when they are a fixed set.
         interval: the allowed range of a number, as "[0, 1)" or "(0, inf)".
+        items: the allowed range of each item of a list option, as "[1, inf)"; the items' type is the annotation's
+            (`list[int]`, `tuple[float, ...]`; any number when it names none).
         short: how a refusal names it besides its key, e.g. "K-GT's eta_s".
     """
     metadata = {"help": help, "choices": tuple(choices) if choices is not None else None,
-                "interval": Interval.parse(interval) if interval else None, "short": short}
+                "interval": Interval.parse(interval) if interval else None,
+                "items": Interval.parse(items) if items else None, "short": short}
     if isinstance(default, (list, dict, set)):
         return field(default_factory=lambda: copy.deepcopy(default), metadata=metadata)
     return field(default=default, metadata=metadata)
@@ -55,6 +63,7 @@ def param(default: Any, help: str = "", *, choices: tuple[Any, ...] | None = Non
 class Param:
     """One option as its spec declares it: name, type, default, allowed values and help.
 
+    `items`: the range of each item of a list option (whose item type `item_type` reads from `type`).
     `config_field`: (algorithms) whether it is a Config field (`dfl.algorithms.HYPERPARAMETERS`, set by `--NAME`),
     whose range the Config checks; otherwise an option of the component, checked against `choices` and `interval`.
     """
@@ -67,12 +76,21 @@ class Param:
     interval: Interval | None = None
     short: str | None = None
     config_field: bool = False
+    items: Interval | None = None
+
+    @property
+    def item_type(self) -> str:
+        """The type of a list option's items, from its annotation: "int", "float", or "number" when it names none."""
+        named = re.search(r"(?:list|tuple)\[\s*(int|float)\b", self.type)
+        return named.group(1) if named else "number"
 
     @property
     def allowed(self) -> str:
-        """The allowed values in words ("one of erk, uniform", "in (0, 1]", "> 0"), or ""."""
+        """The allowed values in words ("one of erk, uniform", "in (0, 1]", "> 0", "a list of ints >= 1"), or ""."""
         if self.choices is not None:
             return "one of " + ", ".join(map(str, self.choices))
+        if self.items is not None:
+            return f"a list of {self.item_type}s {self.items.describe()}"
         return self.interval.describe() if self.interval is not None else ""
 
     @property
@@ -84,25 +102,45 @@ class Param:
         """ValueError naming `where.NAME` (and its short name) unless `value` is allowed.
 
         A number outside `interval`, anything but a number where there is one (a partition's or a model's own checks run
-        only when it is built, after the data loads), or a value not among `choices`; the default is always allowed
-        (None: unset), and another number type (3.0 for an int) is left to the component's own checks (which name what
-        it expects).
+        only when it is built, after the data loads), a value not among `choices`, or for a list option (`items`)
+        anything but a list or tuple of numbers of its item type inside `items`; the default is always allowed (None:
+        unset), and another number type (3.0 for an int) is left to the component's own checks (which name what it
+        expects).
         """
         if value is self.default or (type(value) is type(self.default) and value == self.default):
             return
         name = f"{where}.{self.name}" + (f" ({self.short})" if self.short else "")
         if self.choices is not None and value not in self.choices:
             raise ValueError(f"{name} must be {self.allowed}, got {value!r}")
+        if self.items is not None:
+            self._check_items(value, name)
+            return
         interval = self.interval
         if interval is not None and value is not None and (isinstance(value, bool) or
                                                             not isinstance(value, (int, float))):
             kind = "an integer" if self.type.split(" |")[0] == "int" else "a number"
             raise ValueError(f"{name} must be {kind} {interval.describe()}, got {value!r}")
         if interval is not None and isinstance(value, (int, float)) and not isinstance(value, bool):
-            low = value > interval.low or (interval.low_closed and value == interval.low)
-            high = value < interval.high or (interval.high_closed and value == interval.high)
-            if not (low and high):
+            if not inside(interval, value):
                 raise ValueError(f"{name} must be {interval.describe()}, got {value}")
+
+    def _check_items(self, value: Any, name: str) -> None:
+        """ValueError naming `name`, the allowed values and the first bad item, unless `value` is such a list."""
+        if not isinstance(value, (list, tuple)):
+            raise ValueError(f"{name} must be {self.allowed}, got {value!r}")
+        kinds = (int,) if self.item_type == "int" else (int, float)
+        for i, item in enumerate(value):
+            if isinstance(item, bool) or not isinstance(item, kinds) or not inside(self.items, item):
+                raise ValueError(f"{name} must be {self.allowed}, got {value!r} (item {i}: {item!r})")
+
+
+def inside(interval: Interval | None, value: float) -> bool:
+    """Whether the number `value` lies in `interval` (None: anywhere)."""
+    if interval is None:
+        return True
+    low = value > interval.low or (interval.low_closed and value == interval.low)
+    high = value < interval.high or (interval.high_closed and value == interval.high)
+    return low and high
 
 
 # names an option cannot take: the read-only mapping's own methods
@@ -140,7 +178,7 @@ class Spec(Mapping[str, Any]):
             meta = inherited(cls, f.name)
             default = f.default if f.default is not MISSING else f.default_factory()  # type: ignore[misc,operator]
             out.append(Param(f.name, type_name(f.type), default, meta.get("help", ""), meta.get("choices"),
-                             meta.get("interval"), meta.get("short")))
+                             meta.get("interval"), meta.get("short"), items=meta.get("items")))
         return tuple(out)
 
     @classmethod

@@ -12,7 +12,6 @@ what depends on the machine (the memory free) and after about 150 characters, wh
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import io
 import os
@@ -55,7 +54,8 @@ FAMILIES: list[tuple[str, str, list[Case]]] = [
         "--clients 12", "dfl run --topology random-regular --topology-options degree=3 --clients 5",
         "dfl run --topology-options degree=4", "dfl run --dataset-options num_sample=100",
         "dfl run --dataset-options test_fraction=1", "dfl run --partition similarity",
-        "dfl run --model mlp --model-options width=3", "dfl run --model cnn", "dfl run --dataset digits --model cnn1d",
+        "dfl run --model mlp --model-options width=3", "dfl run --model mlp --model-options hidden=[8,0]",
+        "dfl run --model cnn", "dfl run --dataset digits --model cnn1d",
         "dfl run --dataset digits --model resnet20 --model-options groups=3", "dfl run --algorithm-options clip=0.5",
         "dfl run --algorithm-options rho=0.05", "dfl run --algorithm kgt --algorithm-options outer_lr=0",
         "dfl run --algorithm fedyogi --fedopt-form torch",
@@ -252,17 +252,10 @@ def page() -> str:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--check", action="store_true", help="exit 1 if the page is not current")
-    args = p.parse_args(argv)
-    text = page()
-    if args.check:
-        if PAGE.read_text() != text:
-            print(f"not current: {PAGE}; run python docs/gen_bad_input.py", file=sys.stderr)
-            return 1
-        return 0
-    PAGE.write_text(text)
-    return 0
+    from _generated import write_or_check  # beside this script (docs/ is on sys.path when it runs)
+
+    return write_or_check(lambda: {PAGE: page()}, "not current: {pages}; run python docs/gen_bad_input.py", __doc__,
+                          argv)
 
 
 if __name__ == "__main__":

@@ -12,7 +12,6 @@ torch: the table reads cards.
 
 from __future__ import annotations
 
-import argparse
 import sys
 from itertools import combinations as pairs
 from pathlib import Path
@@ -99,18 +98,11 @@ def page() -> str:
     return "\n".join(lines)
 
 
-def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--check", action="store_true", help="exit 1 if the page differs from what it would be")
-    args = p.parse_args()
-    text = page()
-    if args.check:
-        if PAGE.read_text() != text:
-            print(f"{PAGE} is not current: run python docs/gen_combinations.py", file=sys.stderr)
-            return 1
-        return 0
-    PAGE.write_text(text)
-    return 0
+def main(argv=None) -> int:
+    from _generated import write_or_check  # beside this script (docs/ is on sys.path when it runs)
+
+    return write_or_check(lambda: {PAGE: page()}, "{pages} is not current: run python docs/gen_combinations.py",
+                          __doc__, argv)
 
 
 if __name__ == "__main__":

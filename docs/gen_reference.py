@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from dfl.cli import COMMANDS, build_parser
+from dfl.cli.run import hyperparameter_defaults, option_help
 from dfl.config import options
 
 REFERENCE = Path(__file__).resolve().parent / "reference"
@@ -35,6 +36,7 @@ def options_page() -> str:
              "description in `dfl/config.py`; names of registered components (algorithms, topologies, datasets, "
              "models, loggers) are checked by `dfl.validate` and listed by `dfl list`.\n"]
     section = None
+    defaults = hyperparameter_defaults()
     for opt in options():
         if opt.section != section:
             section = opt.section
@@ -43,7 +45,7 @@ def options_page() -> str:
         default = "unset" if opt.default is None else repr(opt.default)
         flag = "--log, --loggers" if opt.name == "loggers" else "--" + opt.name.replace("_", "-")
         lines.append(f"| `{opt.name}` | `{flag}` | `{_cell(opt.type)}` | `{_cell(default)}` | {_cell(opt.allowed)} | "
-                     f"{_cell(opt.help)} |")
+                     f"{_cell(option_help(opt, defaults))} |")
     return "\n".join(lines) + "\n" + algorithm_options_section() + component_options_section()
 
 
@@ -75,13 +77,16 @@ def component_options_section() -> str:
     """Each built-in topology's, model's, dataset's and partition's options from its card's spec: type, default, range,
     help."""
     from dfl.data import DATASETS, PARTITIONS, dataset_specs, partition_specs
-    from dfl.graphs import TOPOLOGIES, BuiltinTopology
+    from dfl.graphs import TOPOLOGIES, WEIGHTS, BuiltinTopology
     from dfl.models import MODELS
 
     parts = [("Topology options", "topologies", "topology", "topology_options",
               "dfl.graphs (each built-in's `Options`)",
               [(name, factory.specs()) for name, factory in TOPOLOGIES.items()
                if isinstance(factory, BuiltinTopology)]),
+             ("Weight scheme options", "weights", "weights", "topology_options",
+              "dfl.graphs (each scheme's `WeightsCard`; its defaults are `topologies.weights.OPTIONS`)",
+              [(name, card.specs()) for name, card in WEIGHTS.items()]),
              ("Model options", "models", "model", "model_options",
               "dfl.models.builtin (each built-in's card)",
               [(name, MODELS.card(name).spec.specs()) for name in MODELS.declared()]),
@@ -108,6 +113,28 @@ def component_options_section() -> str:
             lines += [f"| `{spec.name}` | `{_cell(spec.type)}` | "
                       f"{'required' if spec.required else f'`{_cell(repr(spec.default))}`'} | {_cell(spec.allowed)} | "
                       f"{_cell(spec.help)} |" for spec in specs]
+    return "\n".join(lines) + "\n" + compressor_section()
+
+
+def compressor_section() -> str:
+    """What the field `compression` means for each compressor, and what the compressor is: from its card."""
+    from dfl.network.settings import COMPRESSORS
+
+    lines = ["\n## Compressors\n",
+             "What the field `compression` means for each `compressor`, from its card in dfl.network.settings "
+             "(`CompressorCard`): the one place each is written. Set it as `--compression VALUE` (TOML "
+             "`compression`); a value outside the allowed ones is refused by `dfl.validate`, naming `compression` and "
+             "the compressor. "
+             "ω is CHOCO's compression parameter, the default of `consensus_lr`. `dfl list compressors` prints the "
+             "same.\n",
+             "| compressor | `compression` | type | default | allowed | unbiased | ω | a message sends |",
+             "|---|---|---|---|---|---|---|---|"]
+    for name in COMPRESSORS.names():
+        card = COMPRESSORS.card(name)
+        spec = card.param
+        lines.append(f"| `{name}` | {_cell(spec.help)} | `{_cell(spec.type)}` | `{_cell(repr(spec.default))}` | "
+                     f"{_cell(spec.allowed)} | {'yes' if card.unbiased else 'no'} | {_cell(card.omega)} | "
+                     f"{_cell(card.sends)} |")
     return "\n".join(lines) + "\n"
 
 
@@ -224,22 +251,10 @@ PAGES = {"options.md": options_page, "cli.md": cli_page, "api-components.md": co
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--check", action="store_true", help="exit 1 if a page differs from what it would be")
-    args = p.parse_args(argv)
-    stale = []
-    for name, make in PAGES.items():
-        path, text = REFERENCE / name, make()
-        if args.check:
-            if not path.is_file() or path.read_text() != text:
-                stale.append(str(path))
-        else:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(text)
-    if stale:
-        print(f"not current: {', '.join(stale)}; run python docs/gen_reference.py", file=sys.stderr)
-        return 1
-    return 0
+    from _generated import write_or_check  # beside this script (docs/ is on sys.path when it runs)
+
+    return write_or_check(lambda: {REFERENCE / name: make() for name, make in PAGES.items()},
+                          "not current: {pages}; run python docs/gen_reference.py", __doc__, argv)
 
 
 if __name__ == "__main__":

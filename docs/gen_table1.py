@@ -16,7 +16,6 @@ the cells where the printed column says otherwise.
 
 from __future__ import annotations
 
-import argparse
 import csv
 import math
 import sys
@@ -195,19 +194,11 @@ def render(page: str, runs) -> str:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--check", action="store_true", help="exit 1 if the page's block differs from what it would be")
-    args = p.parse_args(argv)
-    page = PAGE.read_text()
-    new = render(page, read_runs(RUNS))
-    if args.check:
-        if new != page:
-            print(f"{PAGE.relative_to(ROOT)} is not what {RUNS.relative_to(ROOT)} gives: run python docs/gen_table1.py",
-                  file=sys.stderr)
-            return 1
-        return 0
-    PAGE.write_text(new)
-    return 0
+    from _generated import write_or_check  # beside this script (docs/ is on sys.path when it runs)
+
+    return write_or_check(lambda: {PAGE: render(PAGE.read_text(), read_runs(RUNS))},
+                          f"{PAGE.relative_to(ROOT)} is not what {RUNS.relative_to(ROOT)} gives: "
+                          "run python docs/gen_table1.py", __doc__, argv)
 
 
 if __name__ == "__main__":

@@ -225,7 +225,7 @@ def _listing(capsys, category: str) -> dict[str, dict]:
 def test_dfl_list_requires_only_what_a_run_needs_from_the_user(capsys):
     weights = _listing(capsys, "weights")
     assert weights["sample-count"]["options"] == {"sizes": None}  # a run passes its partition's sample counts
-    assert "partition" in weights["sample-count"]["note"]
+    assert "partition" in weights["sample-count"]["specs"]["sizes"]["help"]  # its spec says who fills it in
     assert weights["lazy"]["options"] == {"base": "metropolis"}
     partitions = _listing(capsys, "partitions")
     assert partitions["natural"]["options"] == {} == partition_options("natural")  # the dataset gives the split

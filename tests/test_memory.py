@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import warnings
 
 import pytest
 import torch
@@ -83,6 +84,69 @@ def test_the_planner_counts_every_stack_a_process_holds():
     # X and the message pool: two stacks to start with, and the buffer of its next growth (POOL_GROWTH x)
     assert async_["async_pool_bytes"] == (2 + 3) * stack
     assert async_["held_bytes"] == stack + async_["async_pool_bytes"] + 6 * 8  # and the [6, 1] int64 versions
+
+
+def test_the_plan_counts_dispfls_round_and_refuses_a_run_it_does_not_fit(monkeypatch, tmp_path):
+    """DisPFL's round holds its [m, 2d] message and the mix of it and the new masks: d·itemsize + d bytes a client
+    beyond the plan's three [m, d] temporaries (its card's round_bytes), in the plan before anything is allocated."""
+    from dfl.engine import setup
+
+    plain = dfl.run(_small(rounds=1, algorithm="dfedavg"))
+    sparse = dfl.run(_small(rounds=1, algorithm="dispfl"))
+    m, d = plain.params.shape
+    own = m * (4 * d + d)
+    assert setup.round_bytes("dispfl", d) * m == own and setup.round_bytes("dfedavg", d) == 0
+    a, b = plain.summary["memory_estimate"], sparse.summary["memory_estimate"]
+    assert b["round_bytes"] == own and "round_bytes" not in a
+    # held: X, DisPFL's masks m_i ([m, d] bool) and which changed ([m] bool), and (set aside with them) its round's own
+    assert b["held_bytes"] == a["held_bytes"] + m * d + m + own
+    assert b["stack_bytes"] == a["stack_bytes"] + m * d + m + own
+    assert memory.stack_bytes(m, d, round_bytes=own // m) == memory.stack_bytes(m, d) + own
+    # a budget that holds dfedavg's stacks but not dispfl's: refused in one line before any data or stack is made
+    need = memory.stack_bytes(m, d)
+    monkeypatch.setattr(memory, "available_bytes", lambda device: int((need + own / 2) / memory.MEMORY_FRACTION["cpu"]))
+    dfl.run(_small(rounds=1, algorithm="dfedavg"), out=tmp_path / "fits")
+    with pytest.raises(ConfigError, match=rf"clients = 6: the run keeps 5 \[m, d\] stacks of 6 clients x {d:,} "
+                                          rf"parameters and dispfl's round temporaries \({5 * d:,} bytes a client\), "
+                                          "~.* more than its budget"):
+        dfl.run(_small(rounds=1, algorithm="dispfl"), out=tmp_path / "refused")
+    assert not (tmp_path / "refused").exists()
+
+
+@pytest.mark.parametrize("regrowth", ["random", "gradient"])
+def test_dispfls_round_stays_within_what_the_plan_counts(monkeypatch, regrowth):
+    """The bytes a DisPFL round allocates at its peak (X and its state already held) lie between the plan's three
+    [m, d] temporaries, which it exceeds, and those plus the card's round_bytes and one gradient call's chunk (as
+    the plan sets them aside), which it keeps to."""
+    import gc
+
+    from dfl.algorithms import dispfl
+    from dfl.engine import setup
+
+    monkeypatch.setattr(dispfl, "SORT_BYTES", 4096)  # the prune's sorts a row at a time: a bounded cost, not a stack
+    peaks = []
+    plain_round = dispfl.DisPFL.round
+
+    def measured(self, t):
+        tracker = memory.PeakTracker()
+        with warnings.catch_warnings():  # isinstance on every live object wakes torch's deprecated aliases
+            warnings.simplefilter("ignore", FutureWarning)
+            held = [obj for obj in gc.get_objects() if isinstance(obj, torch.Tensor)]
+        for tensor in held:  # what is held before the round (X, masks, data) is not the round's
+            if tensor.device.type == "cpu" and not tensor.is_meta:
+                tracker._seen.add(tensor.untyped_storage().data_ptr())
+        with tracker:
+            stats = plain_round(self, t)
+        peaks.append((tracker.peak, *self.X.shape))
+        return stats
+
+    monkeypatch.setattr(dispfl.DisPFL, "round", measured)
+    estimate = dfl.run(_small(rounds=2, clients=16, algorithm="dispfl", algorithm_options={"regrowth": regrowth},
+                              client_chunk=2)).summary["memory_estimate"]
+    call = estimate["fixed_bytes"] + estimate["chunk"] * estimate["bytes_per_client"]
+    for peak, m, d in peaks:
+        planned = memory.ROUND_STACKS * m * d * 4
+        assert planned < peak <= planned + m * setup.round_bytes("dispfl", d) + call, (peak / (m * d * 4), regrowth)
 
 
 RESNET18_CIFAR = 11_173_962  # parameters of resnet18 on CIFAR-10 (dfl.models)

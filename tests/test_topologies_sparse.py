@@ -11,7 +11,7 @@ import pytest
 import scipy.sparse as sp
 
 import topologies
-from topologies import build, graphs, schedules, spectral
+from topologies import build, graphs, measures, schedules, spectral
 from topologies.validation import check_gossip_matrix, check_stochastic
 
 # --- reference: the dense construction the package used before it went sparse --------------------------------
@@ -309,6 +309,27 @@ def test_one_peer_exponential_is_exact_at_2_to_17():
     assert topo.period == 17 and topo.second_eigenvalue() == 0.0
     assert topo.gossip_lambda(17) == 0.0 and topo.gossip_lambda(16) > 0.4
     assert topo.consensus_steps(0.1) == 17
+
+
+@pytest.mark.parametrize("name, options", [("ring", {}), ("ring", {"weights": "lazy"}), ("exponential", {}),
+                                           ("exponential", {"symmetric": True}), ("one-peer-exponential", {}),
+                                           ("one-peer-exponential", {"weights": "lazy"})])
+def test_random_start_steps_by_fft_count_what_the_simulation_counts(name, options):
+    """A circulant schedule's steps(x0) from its Fourier form (one FFT, a binary search) equal the steps applied one
+    by one, converged or not within RANDOM_START_LIMIT."""
+    for n in (2, 5, 16, 24, 31, 64, 75):
+        topo = build(name, n, **options)
+        period = topo.period if topo.is_time_varying else 1
+        assert spectral.circulant_spectra([topo.sparse(t) for t in range(period)]) is not None
+        for eps, seed in ((0.5, 0), (1e-3, 0), (1e-3, 1), (1e-6, 2)):
+            assert measures.random_start_steps(topo, eps, seed) == \
+                measures.random_start_steps(topo, eps, seed, method="simulate"), (n, eps, seed)
+    tie = build("ring", 2, weights="lazy")  # one step leaves exactly half the disagreement: eps = 0.5 is a tie
+    X = np.random.default_rng(0).standard_normal((2, measures.RANDOM_START_COLUMNS))
+    assert spectral.circulant_disagreement_steps(spectral.circulant_spectra([tie.sparse(0)]), X, 0.5, 10) is None
+    limited = build("ring", 75)  # ~4,000 steps to 1e-6: not within 1,000
+    assert measures.random_start_steps(limited, 1e-6) < measures.RANDOM_START_LIMIT
+    assert measures.random_start_steps(build("ring", 100_000), 1e-3) == math.inf  # gap 1.3e-9: far from 1e-3
 
 
 # --- large-n paths against the dense ones (threshold lowered) -------------------------------------------------

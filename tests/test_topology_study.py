@@ -8,6 +8,7 @@ import json
 import pytest
 
 from benchmarks import topology_study as study
+from benchmarks.heterogeneity_study import verdict
 from tests.helpers import run_script
 
 
@@ -41,9 +42,9 @@ def test_expectations_follow_the_paired_rule():
     better = [record(a, "one-peer", 24, s, 0.50 + 0.012 * s) for a in study.ALGORITHMS for s in range(3)]
     worse = [record(a, "one-peer", 24, s, 0.70 + 0.01 * s) for a in study.ALGORITHMS for s in range(3)]
     mixed = [record(a, "one-peer", 24, s, acc) for a in study.ALGORITHMS for s, acc in enumerate((0.55, 0.66, 0.60))]
-    assert study.verdict(study.expectations(base + better)[0][2]) == "holds"
-    assert study.verdict(study.expectations(base + worse)[0][2]) == "fails"
-    assert study.verdict(study.expectations(base + mixed)[0][2]) == "inconclusive"
+    assert verdict(study.expectations(base + better)[0][2]) == "holds"
+    assert verdict(study.expectations(base + worse)[0][2]) == "fails"
+    assert verdict(study.expectations(base + mixed)[0][2]) == "inconclusive"
     diverged = [record("dpsgd", "one-peer", 24, 2, None, status="diverged")]
     e1 = study.expectations(base + better[:2] + diverged + better[3:])[0][2][0]
     assert len(e1.diffs) == 2  # the diverged seed drops out

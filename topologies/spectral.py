@@ -31,6 +31,7 @@ from topologies.errors import TopologyError
 
 ROUNDOFF = 1e-12
 CIRCULANT_ATOL = 1e-13  # rows of a circulant built from the same weights agree to round-off
+TIE_RTOL = 1e-9  # a disagreement this close to its target is a tie the FFT's rounding cannot settle
 LANCZOS_TOL = 1e-11  # stop when the estimate grew by less than this (relative) over LANCZOS_CHECK steps
 LANCZOS_CHECK = 20
 LANCZOS_MAXITER = 20_000
@@ -207,20 +208,64 @@ def circulant_consensus_steps(spectra: Sequence[np.ndarray], eps: float, max_ste
         logs = log_pre[r - 1] + (j * log_p if j > 0 else 0.0)  # -inf + finite stays -inf: no nan
         return float(logs.max()) <= threshold
 
+    return _first_periodic_step(tau, max_steps, norm_below)
+
+
+def circulant_disagreement_steps(spectra: Sequence[np.ndarray], X: np.ndarray, eps: float,
+                                 max_steps: int) -> int | float | None:
+    """First T <= max_steps with ||X_T - mean(X_T)|| <= eps ||X - mean(X)||, X_T = W_{T-1} ... W_0 X, else inf.
+
+    The periodic circulant schedule of the given spectra (one period; one spectrum: a static W) applied to the
+    columns of X ([n, k]). In the Fourier basis each mode m of a column is scaled by the product of the steps'
+    spectra, so by Parseval ||X_T - mean||^2 = (1/n) sum_{m != 0} |pre_T[m]|^2 e_m with e_m = sum over the columns
+    of |fft(X)[m]|^2: one FFT, then O(n) per T. With T = j tau + r the norm never grows with j (|p[m]| <= 1 for the
+    period's product p), so each r is a binary search over j, as in `circulant_consensus_steps`. None where a step
+    it looked at lies within TIE_RTOL of the target (eps a power of an eigenvalue, say): there only the rounding of
+    the steps themselves decides, so the caller applies them one by one.
+    """
+    n = X.shape[0]
+    energy = (np.abs(np.fft.fft(X, axis=0)) ** 2).sum(axis=1)[1:] / n  # the mean (m = 0) is not disagreement
+    target = eps * disagreement(X)
+    pre = np.abs(np.cumprod(np.stack(spectra), axis=0)[:, 1:]) ** 2  # |pre_r[m]|^2, r = 1 ... tau
+    period = pre[-1]
+
+    tie = False
+
+    def norm_below(r: int, j: int) -> bool:
+        nonlocal tie
+        norm = math.sqrt(float((energy * pre[r - 1] * period ** j).sum()))
+        tie = tie or abs(norm - target) <= TIE_RTOL * target
+        return norm <= target
+
+    steps = _first_periodic_step(len(spectra), max_steps, norm_below)
+    return None if tie else steps
+
+
+def _first_periodic_step(tau: int, max_steps: int, below: Callable[[int, int], bool]) -> int | float:
+    """The first T = j tau + r <= max_steps (1 <= r <= tau, j >= 0) with below(r, j), else inf.
+
+    below(r, j) must stay true for every larger j once it holds, so each r is a binary search over j.
+    """
     best: float = math.inf
     for r in range(1, tau + 1):
         j_max = (max_steps - r) // tau
-        if j_max < 0 or not norm_below(r, j_max):
+        if j_max < 0 or not below(r, j_max):
             continue
-        lo, hi = 0, j_max  # norm_below(r, hi) holds; find the smallest such j
+        lo, hi = 0, j_max  # below(r, hi) holds; find the smallest such j
         while lo < hi:
             mid = (lo + hi) // 2
-            if norm_below(r, mid):
+            if below(r, mid):
                 hi = mid
             else:
                 lo = mid + 1
         best = min(best, lo * tau + r)
     return int(best) if best != math.inf else math.inf
+
+
+def disagreement(X: np.ndarray) -> float:
+    """||X - mean(X)||_F, the columns' distance from consensus (numpy's own reduction: `_dot`)."""
+    D = X - X.mean(axis=0)
+    return math.sqrt(_dot(D, D))
 
 
 # --- Lanczos ------------------------------------------------------------------------------------------------
@@ -341,7 +386,7 @@ def product_lambda(mats: Sequence[object], method: str = "auto") -> float:
             P = _dense(M) @ P
         return disagreement_norm(P)
     if method in ("auto", "circulant"):
-        spectra = _circulant_spectra(squares)
+        spectra = circulant_spectra(squares)
         if spectra is not None:
             return circulant_lambda(spectra)
         if method == "circulant":
@@ -349,7 +394,7 @@ def product_lambda(mats: Sequence[object], method: str = "auto") -> float:
     return iterative_lambda(squares)
 
 
-def _circulant_spectra(mats: Sequence[object]) -> list[np.ndarray] | None:
+def circulant_spectra(mats: Sequence[object]) -> list[np.ndarray] | None:
     """The spectra fft(c) of the matrices when every one is circulant (first row c), else None."""
     rows = [circulant_row(M) for M in mats]
     known = [c for c in rows if c is not None]
@@ -486,7 +531,7 @@ def effective_neighbors(W: object, gamma: float = 0.951) -> float:
             raise TopologyError("the matrices of a periodic schedule must all have the same shape")
         n = Ws[0].shape[0]
         if n > dense_spectral_limit():
-            spectra = _circulant_spectra(Ws)
+            spectra = circulant_spectra(Ws)
             if spectra is None:
                 raise _too_large("effective_neighbors", n)
             return circulant_neighbors(spectra, gamma)

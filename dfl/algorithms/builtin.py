@@ -267,6 +267,16 @@ DISPFL_REFUSALS = {
 }
 
 
+def _dispfl_round_bytes(d: int, itemsize: int) -> int:
+    """DisPFL's round beyond the plan's three [m, d] temporaries (dfl.algorithms.dispfl.DisPFL.round).
+
+    Its message [M ⊙ Y, M] and the mix of it are [m, 2d] each: four [m, d] stacks at the mix, one more than the plan
+    counts, beside the new masks m_i' ([m, d] bool). Gradient regrowth peaks lower (Y, its gathered rows, their
+    gradients, the scores: four). The prune's sorts add about twice `dispfl.SORT_BYTES` whatever the clients, no stack.
+    """
+    return d * itemsize + d
+
+
 def _gossip(hp: type[Hyperparameters], *, sends: str, **flags: Any) -> AlgorithmCard:
     return AlgorithmCard(hp, sends=sends, **flags)
 
@@ -298,7 +308,7 @@ BUILTINS: dict[str, Builtin] = {  # in the order `dfl list algorithms` shows the
     "dfedsam-mgs": Builtin("dfl.algorithms.dfedsam:DFedSAMMGS", _model_gossip(DFedSAMMGSParams, ADAPTIVE, "local")),
     "dispfl": Builtin("dfl.algorithms.dispfl:DisPFL", AlgorithmCard(
         DisPFLParams, compression=False, sends="its masked weights (and its mask when it changed)",
-        refusals=DISPFL_REFUSALS)),
+        refusals=DISPFL_REFUSALS, round_bytes=_dispfl_round_bytes)),
     "dsgt": Builtin("dfl.algorithms.dsgt:DSGT", _tracking(TrackingParams, "its model and its gradient tracker")),
     "dsgt-sam": Builtin("dfl.algorithms.dsgt:DSGTSAM", _tracking(TrackingSAMParams,
                                                                   "its model and its gradient tracker")),

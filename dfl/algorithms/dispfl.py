@@ -248,7 +248,7 @@ class DisPFL(Algorithm[DisPFLParams]):
         rows = batch.rows.to(Y.device)
         scores = torch.zeros_like(Y)
         gradient, _ = ctx.trainer.gradient(Y[rows], batch)
-        scores[rows] = gradient.abs()
+        scores[rows] = gradient.abs_()  # in place: the round's peak stays where the plan puts it (its card)
         return scores
 
     @override

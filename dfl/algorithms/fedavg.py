@@ -47,11 +47,15 @@ class FedAvg(ServerAlgorithm[P]):
             return self.skipped()
         local = self.local(t, part)
         # Δ_i = y_{i,K} − x_t in place: Y is this round's own copy (no second [m, d] stack)
-        self.server_step(self.aggregate_updates(local.Y.sub_(self.x), part, t))  # Σ_S p_i Δ_i, or a robust rule
+        self.server_step(self.aggregate_updates(local.Y.sub_(self.x), part, t), t)  # Σ_S p_i Δ_i, or a robust rule
         return self.stats(local.loss, part)
 
-    def server_step(self, delta: torch.Tensor) -> None:
-        """Apply the aggregated update Δ = Σ p_i Δ_i at the server and broadcast the new global model."""
+    def server_step(self, delta: torch.Tensor, t: int) -> None:
+        """Apply the aggregated update Δ = Σ p_i Δ_i of round t at the server and broadcast the new global model.
+
+        Subclasses with their own server optimizer (FedAvgSM, FedAdam, ...) override this step alone; t is the
+        round index, which a step size that depends on the round reads (FedAdam's Flower form).
+        """
         self.broadcast(self.x + self.hp.server_lr * delta)  # x_{t+1} = x_t + η_g Σ p_i Δ_i
 
 
@@ -82,7 +86,7 @@ class FedAvgSM(FedAvg[ServerMomentumParams]):
         self.m = torch.zeros_like(self.x)
 
     @override
-    def server_step(self, delta: torch.Tensor) -> None:
+    def server_step(self, delta: torch.Tensor, t: int) -> None:
         self.m = self.hp.server_momentum * self.m - delta  # m ← β m + d_t,  d_t = −Σ p_i Δ_i
         self.broadcast(self.x - self.hp.server_lr * self.m)
 

@@ -52,7 +52,7 @@ class FedCM(FedAvg[P]):
 
         local = ctx.trainer.train(self.X, t, lr, ctx.rule(t), transform=blend, rows=part.rows)
         self.delta, _ = self.pseudo_gradient(local.Y, local.steps, lr, part)  # Δ_{t+1}
-        self.server_step(self.aggregate(local.Y - self.x, part.weights))
+        self.server_step(self.aggregate(local.Y - self.x, part.weights), t)
         return self.stats(local.loss, part)
 
     @override

@@ -30,7 +30,7 @@ from typing import TypeVar
 import torch
 from typing_extensions import override
 
-from dfl.algorithms.base import Context, RoundStats
+from dfl.algorithms.base import Context
 from dfl.algorithms.builtin import BUILTINS, FedAdamParams, FedOptParams
 from dfl.algorithms.fedavg import FedAvg
 from dfl.training.adam import adam_direction
@@ -51,16 +51,14 @@ class FedOpt(FedAvg[P]):
             self.server_steps = torch.zeros(1, dtype=torch.int64, device=self.x.device)
 
     @override
-    def round(self, t: int) -> RoundStats:
-        part = self.participants(t)
-        if part.count == 0:
-            return self.skipped()
-        local = self.local(t, part)
-        delta = self.aggregate_updates(local.Y.sub_(self.x), part, t)  # Δ_t = Σ_S p_i (y_{i,K} − x_t), or robust
-        self.broadcast(self.x + self.server_step_of(delta, t))
-        return self.stats(local.loss, part)
+    def server_step(self, delta: torch.Tensor, t: int) -> None:
+        """x_{t+1} = x_t + the adaptive step from the pseudo-gradient Δ_t = Σ_S p_i (y_{i,K} − x_t); updates m, v.
 
-    def server_step_of(self, delta: torch.Tensor, t: int) -> torch.Tensor:
+        The round itself is FedAvg's (`FedAvg.round`: sampling, local steps, Δ_t or a robust aggregate of it).
+        """
+        self.broadcast(self.x + self.adaptive_step(delta, t))
+
+    def adaptive_step(self, delta: torch.Tensor, t: int) -> torch.Tensor:
         """The server's step x_{t+1} − x_t from the pseudo-gradient Δ_t, updating the moments."""
         hp = self.hp
         beta1, tau = hp.server_beta1, hp.server_tau

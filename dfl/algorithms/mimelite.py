@@ -53,7 +53,7 @@ class MimeLite(FedAvg[ServerMomentumParams]):
 
         local = ctx.trainer.train(self.X, t, ctx.lr(t), ctx.rule(t), transform=mime, rows=part.rows)
         self.m = (1 - beta) * self.aggregate(c, part.weights[part.rows]) + beta * self.m
-        self.server_step(self.aggregate(local.Y - self.x, part.weights))
+        self.server_step(self.aggregate(local.Y - self.x, part.weights), t)
         return self.stats(local.loss, part)
 
     def full_gradients(self, t: int, rows: torch.Tensor) -> torch.Tensor:

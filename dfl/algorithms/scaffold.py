@@ -55,7 +55,7 @@ class Scaffold(FedAvg[FedAvgParams]):
         ci_new = self.ci[r] - self.c + (self.x - local.Y[r]) / (K * lr)  # option II
         self.c = self.c + self.aggregate(ci_new - self.ci[r], self.share[r])  # c += Σ_S q_i Δc_i
         self.ci[r] = ci_new
-        self.server_step(self.aggregate(local.Y - self.x, part.weights))  # x += η_g Σ_S p_i Δy_i
+        self.server_step(self.aggregate(local.Y - self.x, part.weights), t)  # x += η_g Σ_S p_i Δy_i
         return self.stats(local.loss, part)
 
     @override

@@ -107,6 +107,10 @@ class AlgorithmCard:
             ValueError naming the hyperparameter.
         run_check: `run_check(config)` refuses run settings the rule does not cover that no capability says (a
             plug-in's `check_run`); raises ValueError, one line naming the field.
+        round_bytes: `round_bytes(d, itemsize)`, the bytes per client its round holds at once beyond X, its per-client
+            state and the memory plan's `[m, d]` temporaries (`dfl.training.memory.ROUND_STACKS`: the trained models,
+            a momentum buffer, the gossip output); None: nothing beyond them. The plan counts them before anything
+            is allocated (`dfl.training.memory.check_stacks`).
     """
 
     hyperparameters: type[Hyperparameters] = Hyperparameters
@@ -121,6 +125,7 @@ class AlgorithmCard:
     refusals: Mapping[str, str] = field(default_factory=dict)
     check: Callable[[Any], None] | None = field(default=None, compare=False)
     run_check: Callable[[Any], None] | None = field(default=None, compare=False)
+    round_bytes: Callable[[int, int], int] | None = field(default=None, compare=False)
 
     CAPABILITIES: ClassVar[tuple[str, ...]] = ("push_sum", "byzantine", "dp", "compression", "asynchronous")
 

@@ -24,7 +24,7 @@ from dataclasses import fields
 from pathlib import Path
 
 from dfl.cli.lists import add_list
-from dfl.config import Config, field_of, options, read_toml
+from dfl.config import Config, Option, field_of, options, read_toml
 from dfl.directories import RUNS, NewDirectory, check_output_directory, latest_resumable_run
 from dfl.errors import ConfigError, NoCheckpoint
 
@@ -66,12 +66,13 @@ def add_config_flags(parser: argparse.ArgumentParser) -> None:
     Each flag is described by `dfl.config.options()`: its type, default, choices and help line.
     """
     groups: dict[str, argparse._ArgumentGroup] = {}
+    defaults = hyperparameter_defaults()
     for opt in options():
         group = groups.get(opt.section) or groups.setdefault(opt.section, parser.add_argument_group(opt.section))
         flag = "--" + opt.name.replace("_", "-")
         facts = [opt.interval.describe()] if opt.interval is not None else []  # choices show in the metavar
         facts += [] if opt.default in (None, {}, []) else [f"default {opt.default}"]
-        text = opt.help + (f" ({'; '.join(facts)})" if facts else "")
+        text = option_help(opt, defaults) + (f" ({'; '.join(facts)})" if facts else "")
         kind = opt.type
         metavar = "{" + ",".join(opt.choices) + "}" if opt.choices else None
         if opt.name == "loggers":  # --log tensorboard --log wandb, or --log tensorboard,wandb
@@ -86,6 +87,52 @@ def add_config_flags(parser: argparse.ArgumentParser) -> None:
                      what="numbers")
         else:
             group.add_argument(flag, dest=opt.name, type=_scalar_type(kind), metavar=metavar, help=text)
+
+
+def option_help(opt: Option, defaults: dict[str, str] | None = None) -> str:
+    """The help line of a Config field; an algorithm hyperparameter's says its defaults, from the algorithms' cards.
+
+    `defaults`: `hyperparameter_defaults()`, when the caller has it (it reads every card).
+    """
+    said = (hyperparameter_defaults() if defaults is None else defaults).get(opt.name)
+    return f"{opt.help} ({said})" if said else opt.help
+
+
+def algorithm_defaults(name: str) -> str:
+    """What an unset algorithm hyperparameter `name` (a Config field) is (`hyperparameter_defaults`), or ""."""
+    return hyperparameter_defaults().get(name, "")
+
+
+def hyperparameter_defaults(most: int = 3) -> dict[str, str]:
+    """Config field -> what it is when unset, for each algorithm hyperparameter, from the built-in algorithms' cards.
+
+    The values grouped by algorithm, the most common last as "for the others": "unset = the algorithm's: 0 for dsgt,
+    kgt; 0.1 for fedsam, mofedsam; 0.01 for the others". One value read by at most `most` algorithms names them ("4
+    for dfedsam-mgs"), by more just the value. The cards are read, not imported with the algorithms (no torch, no
+    plug-ins).
+    """
+    from dfl.algorithms.builtin import BUILTINS  # the cards: torch-free
+
+    readers: dict[str, dict[str, list[str]]] = {}  # field -> value as shown -> the algorithms whose default it is
+    for algorithm, builtin in BUILTINS.items():
+        for spec in builtin.card.specs():
+            if spec.config_field:
+                readers.setdefault(spec.name, {}).setdefault(_shown(spec.default), []).append(algorithm)
+    out = {}
+    for name, groups in readers.items():
+        common = max(groups, key=lambda value: len(groups[value]))  # the first of the largest groups
+        parts = [f"{value} for {', '.join(names)}" for value, names in groups.items() if value != common]
+        if parts:
+            parts.append(f"{common} for the others")
+        else:
+            names = groups[common]
+            parts.append(f"{common} for {', '.join(names)}" if len(names) <= most else common)
+        out[name] = "unset = the algorithm's: " + "; ".join(parts)
+    return out
+
+
+def _shown(value: object) -> str:
+    return f"{value:g}" if isinstance(value, float) else str(value)
 
 
 class _AppendNames(argparse.Action):

@@ -1,14 +1,8 @@
 """`partition(labels, num_clients, method, *, seed, **options)`: split a train set's indices among clients.
 
-Methods and their options (defaults):
-    iid                                   random permutation cut into near-equal parts
-    dirichlet        alpha=0.3, sigma=0   label skew, balanced sizes; sigma > 0: lognormal sizes
-    dirichlet-class  alpha=0.3, min_size=10, max_retries=10, self_balancing=False
-                                          per-class Dir(alpha) over clients (Flower's DirichletPartitioner)
-    shards           classes_per_client=2 label-sorted shards, k per client (McMahan et al.)
-    pathological     classes_per_client=2 exactly k random classes per client, equal sizes (DisPFL's code)
-    similarity       similarity (required, s in [0, 1])   SCAFFOLD's s% iid + (1-s)% label-sorted split
-    natural          split (required)     a dataset's own per-client split (synthetic only)
+Each built-in method is described once, below: its docstring says what it does, and its options class
+(`DirichletOptions`, ...) declares each option's type, default, range and help, from which its docstring's option
+lines, `dfl list partitions` and the options page's "Partition options" are generated.
 
 Each method is a function registered in `PARTITIONS` (entry-point group `dfl.partitions`; add your own with
 `@dfl.data.register_partition("name")`):

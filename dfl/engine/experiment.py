@@ -95,7 +95,7 @@ class Experiment:
             topology = setup.topology(config, data)
         network = setup.network(config, topology, data, hp)
         model, layout = setup.model(config, data, device, given_model)
-        X0 = setup.client_block(model, layout, comm, device, network)
+        X0 = setup.client_block(model, layout, comm, device, network, config.algorithm)
         trainer = setup.trainer(model, layout, data, comm, config, network)
         gossip = network.gossip(comm, X0.dtype, device, start=X0)  # compressed gossip: x̂ starts at X_0
         self.ctx = Context(config=config, hp=hp, trainer=trainer, gossip=gossip, comm=comm)

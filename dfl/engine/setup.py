@@ -21,7 +21,14 @@ from torch import nn
 
 import topologies
 from dfl import graphs as topology_registry
-from dfl.algorithms import Hyperparameters, algorithm_class, is_centralized, mixes_by_push_sum, resolve_hyperparameters
+from dfl.algorithms import (
+    Hyperparameters,
+    algorithm_class,
+    card,
+    is_centralized,
+    mixes_by_push_sum,
+    resolve_hyperparameters,
+)
 from dfl.algorithms.base import EngineCommunicator
 from dfl.algorithms.server import sample_participants
 from dfl.config import Config
@@ -145,17 +152,26 @@ def stacks_fit_before_data(config: Config, comm, dev: torch.device, data: Federa
         return
     dim = sum(p.numel() for p in net.parameters())
     extra = int(config.compressor != "none") + int(byzantine_settings.threatened(config))
-    memory.check_stacks(len(comm.client_ids), dim, dev, extra)  # as client_block counts them
+    memory.check_stacks(len(comm.client_ids), dim, dev, extra, round_bytes=round_bytes(config.algorithm, dim),
+                        algorithm=config.algorithm)  # as client_block counts them
 
 
-def client_block(net: nn.Module, layout: ParamLayout, comm, dev: torch.device, run_network: Network) -> torch.Tensor:
-    """X_0 of this process's block of clients, once its stacks are known to fit in memory.
+def round_bytes(algorithm: str, dim: int, itemsize: int = 4) -> int:
+    """The bytes a client that `algorithm`'s round holds beyond the plan's stacks (its card's `round_bytes`)."""
+    own = card(algorithm).round_bytes
+    return own(dim, itemsize) if own is not None else 0
+
+
+def client_block(net: nn.Module, layout: ParamLayout, comm, dev: torch.device, run_network: Network,
+                 algorithm: str) -> torch.Tensor:
+    """X_0 of this process's block of clients, once its stacks (and `algorithm`'s round) are known to fit in memory.
 
     Every client starts from the same x_0, so the block is x_0 repeated: a view of one row (the algorithm's X is its
     own copy), the same numbers as the rows of the whole stack.
     """
     extra = int(run_network.compressor is not None) + int(run_network.threat is not None)  # x̂; the messages
-    memory.check_stacks(len(comm.client_ids), layout.dim, dev, extra)
+    memory.check_stacks(len(comm.client_ids), layout.dim, dev, extra, round_bytes=round_bytes(algorithm, layout.dim),
+                        algorithm=algorithm)
     return common_start(net, len(comm.client_ids), dev)
 
 
@@ -192,11 +208,16 @@ def client_chunk(local: LocalTrainer, algorithm, comm: EngineCommunicator, layou
     """
     engine = getattr(algorithm, "engine", None)  # the asynchronous mode's: its message pool
     held = memory.held_bytes(ckpt.local_rows(algorithm), engine)
+    per_client = algorithm.card.round_bytes  # the round's own temporaries (async's wrapper: none)
+    own = len(comm.client_ids) * per_client(layout.dim, X0.element_size()) if per_client is not None else 0
+    held += own
     if comm.gossip_mode == "allgather" and comm.world_size > 1:
         held += comm.num_clients * layout.dim * X0.element_size()
     cache = int(getattr(comm, "cache_limit", 0))  # a multi-process communicator's exchange plans, at most
     chunk = local.plan_chunk(algorithm.X, held_bytes=held + cache)
     if local.memory_estimate is not None:  # counted in held_bytes; shown on their own
+        if own:
+            local.memory_estimate["round_bytes"] = own
         if engine is not None:
             local.memory_estimate["async_pool_bytes"] = engine.planned_pool_bytes()
         if cache:
@@ -224,7 +245,7 @@ def build_topology(config: Config, n: int, sizes: Sequence[int] | None = None):
     if is_centralized(config.algorithm):
         return topologies.build("full", n)
     options = topology_registry.run_options(config)  # random graphs follow the run's seed unless options set one
-    if config.weights == "sample-count" and "sizes" not in options:  # `dfl.graphs.RUN_FILLED` (dfl list)
+    if config.weights == "sample-count" and "sizes" not in options:  # `dfl.graphs.SampleCountOptions`
         if sizes is None:
             raise ConfigError("weights = sample-count needs the clients' sample counts: topology_options sizes = "
                               "[n_1, ..., n_m], one per client, or a run, which passes its partition's")

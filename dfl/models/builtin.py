@@ -44,7 +44,7 @@ def _conv_impl() -> Any:
 class MlpOptions(Spec):
     """The options of model mlp."""
 
-    hidden: tuple = param((200, 200), "the widths of the hidden layers, positive ints")
+    hidden: tuple[int, ...] = param((200, 200), "the widths of the hidden layers", items="[1, inf)")
 
 
 @dataclass(frozen=True)
@@ -75,8 +75,13 @@ def _declared(spec: type[Spec], inputs: shapes.InputCheck) -> ModelCard:
     return ModelCard(spec.defaults(), spec, inputs)
 
 
+SPECS: dict[str, type[Spec]] = {}
+"""The option specs of the models registered with `dfl.models.register(..., options=...)` (`dfl.specs`: type,
+default, allowed values, help), by name; a plug-in without one is known by its signature's defaults."""
+
+
 def describe(name: str, factory: Any) -> ModelCard:
-    """The card of a registered factory, read from its signature."""
+    """The card of a registered factory: its options read from its signature, and its spec if it was given one."""
     try:
         params = list(inspect.signature(factory).parameters.values())
     except (TypeError, ValueError):  # no signature (a builtin): any option goes to the call
@@ -84,7 +89,21 @@ def describe(name: str, factory: Any) -> ModelCard:
     if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params):
         return ModelCard(None)
     return ModelCard({p.name: "required" if p.default is inspect.Parameter.empty else p.default
-                      for p in params if p.kind is inspect.Parameter.KEYWORD_ONLY})
+                      for p in params if p.kind is inspect.Parameter.KEYWORD_ONLY}, SPECS.get(name))
+
+
+def checked_spec(name: str, spec: type[Spec], factory: Any) -> type[Spec]:
+    """`spec`, unless its names and defaults differ from the keyword-only options of `factory`: ValueError."""
+    if not (isinstance(spec, type) and issubclass(spec, Spec)):
+        raise ValueError(f"model {name!r}: options must be a dfl.specs.Spec subclass (a frozen dataclass of param(...) "
+                         f"fields), got {spec!r}")
+    declared = describe(name, factory).options
+    if declared is None:
+        raise ValueError(f"model {name!r}: an options spec needs a factory whose options are keyword-only "
+                         "parameters, not **kwargs")
+    if spec.defaults() != declared:
+        raise ValueError(f"model {name!r}: its options spec {spec.defaults()} is not its signature's {declared}")
+    return spec
 
 
 # name -> ("module:factory", card), in the order `dfl list models` shows them; `tests/test_fast_refusals.py` keeps

@@ -38,7 +38,7 @@ from typing_extensions import override
 
 from dfl.data import draws
 from dfl.data.sampler import client_keys
-from dfl.network.settings import COMPRESSORS, fraction, qsgd_bits
+from dfl.network.settings import CARDS, COMPRESSORS, CompressorCard
 
 STREAM_COMPRESS = 0x434D5052  # hash stream "CMPR" (the sampler uses 0 and 1, the network LINK, OFFL, SLOW)
 
@@ -60,10 +60,15 @@ def _keep(D: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
 
 
 class Compressor:
-    """Q for one run: `fraction`/`bits` from `compression` (checked by `check`), applied to [m, d] stacks."""
+    """Q for one run: `fraction`/`bits` from `compression` (checked by its card), applied to [m, d] stacks.
 
-    name: str
-    default: float  # `compression` when unset
+    A subclass binds its card (`card = CompressorCard(name, option, ...)`, `dfl.network.settings`): its name, the
+    meaning, type, default and range of `compression`, whether it is unbiased, its ω and what a message sends. A
+    plug-in registers its class in `dfl.network.settings.COMPRESSORS` (the registry refuses a class without a card
+    named like its entry) and implements `__call__`, `message_bytes` and `omega`.
+    """
+
+    card: CompressorCard
     random = False  # draws from (seed, step, client)
 
     def __init__(self, compression: float):
@@ -71,8 +76,13 @@ class Compressor:
 
     @classmethod
     def check(cls, value) -> float:
-        """The compression value, or ValueError naming the field and the allowed values."""
-        raise NotImplementedError
+        """The compression value, or ValueError naming the field and the allowed values (`CompressorCard.check`)."""
+        return cls.card.check(value)
+
+    @property
+    def name(self) -> str:
+        """The compressor's name (its card's)."""
+        return self.card.name
 
     def __call__(self, D: torch.Tensor, U: torch.Tensor | None = None) -> torch.Tensor:
         """Q(D) row by row; U: the [m, d] uniforms of this step's clients (random compressors)."""
@@ -89,12 +99,7 @@ class Compressor:
 
 class TopK(Compressor):
     """Top-k: keep the fraction `compression` of each row's coordinates of largest magnitude."""
-    name, default = "top-k", 0.1
-
-    @override
-    @classmethod
-    def check(cls, value) -> float:
-        return fraction(cls.name, value)
+    card = CARDS["top-k"]
 
     @override
     def __call__(self, D, U=None):
@@ -112,7 +117,7 @@ class TopK(Compressor):
 
 class RandomK(TopK):
     """Random-k: keep a uniformly random fraction `compression` of each row's coordinates."""
-    name, default, random = "random-k", 0.1, True
+    card, random = CARDS["random-k"], True
 
     @override
     def __call__(self, D, U=None):
@@ -127,12 +132,7 @@ class RandomK(TopK):
 
 class QSGD(Compressor):
     """QSGD: stochastic rounding of |x_j|/‖x‖ to 2^(bits−1) − 1 levels, scaled by 1/τ (unbiased times 1/τ)."""
-    name, default, random = "qsgd", 8, True
-
-    @override
-    @classmethod
-    def check(cls, value) -> float:
-        return qsgd_bits(value)
+    card, random = CARDS["qsgd"], True
 
     @property
     def levels(self) -> float:
@@ -166,4 +166,4 @@ class QSGD(Compressor):
 def build(name: str, compression=None) -> Compressor:
     """The compressor `name` with `compression` (None: its default)."""
     cls = COMPRESSORS.get(name, "compressor")
-    return cls(cls.default if compression is None else compression)
+    return cls(cls.card.default if compression is None else compression)

@@ -12,15 +12,14 @@ checks that need the built topology (e.g. a custom directed graph) are where it 
 
 from __future__ import annotations
 
-import dataclasses
-import functools
 import math
 from dataclasses import dataclass, fields
 from typing import Any
 
 from dfl.config import Config
-from dfl.errors import ConfigError
+from dfl.errors import ConfigError, RegistryError
 from dfl.registry import Registry
+from dfl.specs import Param, Spec, param
 
 NETWORK_FIELDS = ("link_failure", "offline")  # the per-gossip-step faults
 BURST_FIELDS = {"link_failure_burst": "link_failure", "offline_burst": "offline"}  # burst length -> its probability
@@ -76,7 +75,7 @@ def check_faults(config: Config) -> None:
     fraction = _probability(config, "stragglers", closed=True)
     slowdown = _seconds(config, "straggler_slowdown", 1.0)
     deadline = _seconds(config, "round_deadline", 0.0)
-    default = next(f.default for f in dataclasses.fields(Config) if f.name == "straggler_slowdown")
+    default = next(f.default for f in fields(Config) if f.name == "straggler_slowdown")
     if not fraction and slowdown != default:  # nothing reads it: refused, never ignored
         raise ConfigError(f"straggler_slowdown = {slowdown:g} sets how many times slower a straggler's steps are, but "
                           f"stragglers = 0: set stragglers > 0 (the fraction of slow clients per round), or leave "
@@ -104,42 +103,106 @@ def _check_bursts(config: Config) -> None:
 
 
 # --------------------------------------------------------------------------------------------- compressors
-def fraction(name: str, value: Any) -> float:
-    """top-k and random-k: `compression` is the fraction of coordinates kept, in (0, 1]."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
-            or not 0 < value <= 1:
-        raise ConfigError(f"compression must be the fraction of coordinates kept, in (0, 1], for compressor = {name};"
-                          f" got {value!r}")
-    return float(value)
+@dataclass(frozen=True)
+class FractionKept(Spec):
+    """The option of top-k and random-k: the fraction of each client's coordinates a message keeps."""
+
+    compression: float = param(0.1, "the fraction of coordinates kept", interval="(0, 1]")
 
 
-def qsgd_bits(value: Any) -> int:
-    """qsgd: `compression` is the bits per coordinate, sign included, an integer in `QSGD_BITS`."""
-    lo, hi = QSGD_BITS
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
-            or value != int(value) or not lo <= value <= hi:
-        raise ConfigError(f"compression must be the bits per coordinate (sign included), an integer in [{lo}, "
-                          f"{hi}], for compressor = qsgd; got {value!r}")
-    return int(value)
+@dataclass(frozen=True)
+class QsgdBits(Spec):
+    """The option of qsgd: the bits per coordinate of a message, sign included."""
+
+    compression: int = param(8, "the bits per coordinate (sign included)", interval=f"[{QSGD_BITS[0]}, {QSGD_BITS[1]}]")
 
 
 @dataclass(frozen=True)
 class CompressorCard:
-    """What validation reads of a compressor: `compression`'s default and its check (ValueError naming the field).
+    """What validation, `dfl list compressors` and the options page read of a compressor, torch-free.
 
-    A compressor class answers both itself (`dfl.network.compression.Compressor`).
+    Its class (`dfl.network.compression.Compressor`) binds it as `card` and restates none of it.
+
+    Args:
+        name: the compressor's name (the config field `compressor`).
+        option: the Spec whose one field `compression` says what the config field `compression` means for it:
+            type, default, allowed range, one line of help (`FractionKept`, `QsgdBits`).
+        unbiased: E[Q(x)] = x. CHOCO takes biased compressors too: its condition is a contraction,
+            E‖Q(x) − x‖² ≤ (1 − ω)‖x‖² (`dfl.network.compression`).
+        omega: ω of that contraction in words: the default of the config field `consensus_lr`.
+        sends: what one message carries, in bytes (`Compressor.message_bytes` counts it).
     """
 
-    default: float
-    check: Any
+    name: str
+    option: type[Spec]
+    unbiased: bool
+    omega: str
+    sends: str
+
+    def __post_init__(self) -> None:
+        if tuple(self.option.defaults()) != ("compression",):
+            raise TypeError(f"compressor {self.name!r}: its option spec must declare one field, compression, got "
+                            f"{', '.join(self.option.defaults()) or 'none'}")
+
+    @property
+    def param(self) -> Param:
+        """The spec of `compression` for this compressor (`dfl.specs.Param`)."""
+        return self.option.specs()[0]
+
+    @property
+    def default(self) -> Any:
+        """`compression` when unset."""
+        return self.param.default
+
+    def check(self, value: Any) -> float | int:
+        """The value of `compression`, or ValueError naming the field, this compressor and the allowed values.
+
+        A finite number (an integer for an `int` option) inside the option's interval.
+        """
+        spec = self.param
+        integer = spec.type == "int"
+        number = not isinstance(value, bool) and isinstance(value, (int, float)) and math.isfinite(value)
+        try:
+            if not number or (integer and value != int(value)):
+                raise ValueError(value)
+            spec.check(value, "compression")
+        except ValueError:
+            raise ValueError(f"compression must be {spec.help}, {'an integer ' if integer else ''}{spec.allowed}, for "
+                             f"compressor = {self.name}; got {value!r}") from None
+        return int(value) if integer else float(value)
 
 
-# the compressors (`dfl.network.compression`, which imports torch) are declared by card
-COMPRESSORS: Registry = Registry("compressor")
-COMPRESSORS.declare("top-k", "dfl.network.compression:TopK", CompressorCard(0.1, functools.partial(fraction, "top-k")))
-COMPRESSORS.declare("random-k", "dfl.network.compression:RandomK",
-                    CompressorCard(0.1, functools.partial(fraction, "random-k")))
-COMPRESSORS.declare("qsgd", "dfl.network.compression:QSGD", CompressorCard(8, qsgd_bits))
+def _compressor_card(name: str, obj: Any) -> CompressorCard:
+    """The card of a registered compressor class: its `card` attribute (`Registry.card` of a plug-in)."""
+    return obj.card
+
+
+def _check_compressor(name: str, obj: Any) -> None:
+    """A compressor class binds a `CompressorCard` named like its registry entry (what `dfl.validate` reads)."""
+    card = getattr(obj, "card", None)
+    if not isinstance(card, CompressorCard) or card.name != name:
+        raise RegistryError(f"compressor {name!r} must be a class with `card = CompressorCard({name!r}, ...)` "
+                            f"(dfl.network.settings: its option spec and what it is); got {type(obj).__name__} "
+                            f"{getattr(obj, '__name__', obj)!r} with card {card!r}")
+
+
+CARDS: dict[str, CompressorCard] = {card.name: card for card in (
+    CompressorCard("top-k", FractionKept, unbiased=False, omega="k/d (the fraction kept)",
+                   sends="k·(4 + itemsize) bytes: an int32 index and a value per kept coordinate"),
+    CompressorCard("random-k", FractionKept, unbiased=False, omega="k/d (the fraction kept; rand_k unscaled)",
+                   sends="k·itemsize bytes: the values only (the receivers draw the indices from the seed)"),
+    CompressorCard("qsgd", QsgdBits, unbiased=False,
+                   omega="1/τ, τ = 1 + min(d/s², √d/s), s = 2^(b−1) − 1 (QSGD's unbiased quantizer divided by τ)",
+                   sends="⌈d·b/8⌉ + itemsize bytes: b bits per coordinate, packed, and the norm"),
+)}
+"""The built-in compressors' cards, in `COMPRESSORS` order."""
+
+# the compressors (`dfl.network.compression`, which imports torch) are declared by card; a plug-in registers its
+# class, which binds its own `CompressorCard` (`_check_compressor`)
+COMPRESSORS: Registry = Registry("compressor", check=_check_compressor, describe=_compressor_card)
+COMPRESSORS.declare("top-k", "dfl.network.compression:TopK", CARDS["top-k"])
+COMPRESSORS.declare("random-k", "dfl.network.compression:RandomK", CARDS["random-k"])
+COMPRESSORS.declare("qsgd", "dfl.network.compression:QSGD", CARDS["qsgd"])
 
 
 def check_compression(config: Config) -> None:
@@ -155,7 +218,8 @@ def check_compression(config: Config) -> None:
         for field in ("compression", "consensus_lr"):
             if getattr(config, field) is not None:
                 raise ConfigError(f"{field} = {getattr(config, field)} applies to compressed gossip, but compressor "
-                                  f"= none (exact gossip); set compressor = top-k, random-k or qsgd, or unset {field}")
+                                  f"= none (exact gossip); set compressor = {_either(COMPRESSORS.names())}, or unset "
+                                  f"{field}")
         return
     if config.compression is not None:
         try:
@@ -166,6 +230,11 @@ def check_compression(config: Config) -> None:
     if gamma is not None and (isinstance(gamma, bool) or not isinstance(gamma, (int, float))
                               or not math.isfinite(gamma) or not 0 < gamma <= 1):
         raise ConfigError(f"consensus_lr must be CHOCO's consensus step size gamma in (0, 1], got {gamma!r}")
+
+
+def _either(names: tuple[str, ...]) -> str:
+    """"a, b or c"."""
+    return " or ".join(filter(None, (", ".join(names[:-1]), names[-1])))
 
 
 def static_refusal(compressor: str, topology: str) -> str:

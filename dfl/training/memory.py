@@ -133,23 +133,35 @@ def release_free_heap() -> bool:
     return True
 
 
-def check_stacks(clients: int, dim: int, device: torch.device, extra_stacks: int = 0, itemsize: int = 4) -> None:
+def stack_bytes(clients: int, dim: int, extra_stacks: int = 0, itemsize: int = 4, round_bytes: int = 0) -> int:
+    """The bytes `check_stacks` plans for a run's stacks.
+
+    X, `STACK_COPIES` and `extra_stacks` more `[m, d]` stacks, and the `round_bytes` a client that the algorithm's
+    round holds beyond them (its card's `round_bytes`).
+    """
+    return (1 + STACK_COPIES + extra_stacks) * clients * dim * itemsize + clients * round_bytes
+
+
+def check_stacks(clients: int, dim: int, device: torch.device, extra_stacks: int = 0, itemsize: int = 4,
+                 round_bytes: int = 0, algorithm: str = "") -> None:
     """Refuse a run whose client stacks alone would not fit in memory.
 
     Refuse, before the client stack is allocated, a run whose `[m, d]` stacks alone (X and `STACK_COPIES` more,
-    `extra_stacks` beyond them) would not fit in the memory budget: a ConfigError naming clients, the memory they
-    need and what is free. `choose_chunk` then sizes the gradient calls in what is left.
+    `extra_stacks` beyond them, and the `round_bytes` a client that `algorithm`'s round holds beyond them) would
+    not fit in the memory budget (`stack_bytes`): a ConfigError naming clients, the memory they need and what is
+    free. `choose_chunk` then sizes the gradient calls in what is left.
     """
     kind = "cuda" if device.type == "cuda" else "cpu"
     copies = 1 + STACK_COPIES + extra_stacks
-    need = copies * clients * dim * itemsize
+    need = stack_bytes(clients, dim, extra_stacks, itemsize, round_bytes)
     free = available_bytes(device)
     budget = int(free * MEMORY_FRACTION[kind])
     if need > budget:
+        own = f" and {algorithm}'s round temporaries ({round_bytes:,} bytes a client)" if round_bytes else ""
         raise ConfigError(
-            f"clients = {clients:,}: the run keeps {copies} [m, d] stacks of {clients:,} clients x {dim:,} parameters, "
-            f"~{_gib(need)}, more than its budget of {_gib(budget)} ({MEMORY_FRACTION[kind]:.0%} of {_gib(free)} free "
-            f"on {device}); use fewer clients, more processes (torchrun) or a smaller model"
+            f"clients = {clients:,}: the run keeps {copies} [m, d] stacks of {clients:,} clients x {dim:,} parameters"
+            f"{own}, ~{_gib(need)}, more than its budget of {_gib(budget)} ({MEMORY_FRACTION[kind]:.0%} of "
+            f"{_gib(free)} free on {device}); use fewer clients, more processes (torchrun) or a smaller model"
         )
 
 

@@ -162,19 +162,18 @@ def _partitions() -> list[dict]:
 
 
 def _weights() -> list[dict]:
-    from dfl.graphs import weight_options
+    """Each weight scheme with its card (`dfl.graphs.WEIGHTS`): its options' specs, and which sums of W are 1."""
+    from dfl.graphs import WEIGHTS
 
     registry = importlib.import_module("topologies.weights")
     entries = []
-    for name in registry.SCHEMES:  # each scheme's sparse_<name> (lazy: the function `lazy`) says what it gives
+    for name, card in WEIGHTS.items():  # each scheme's sparse_<name> (lazy: the function `lazy`) says what it gives
         fn = getattr(registry, "sparse_" + name.replace("-", "_"), None) or getattr(registry, name, None)
-        description = summary(getattr(fn, "__doc__", None))
-        options, notes = weight_options(name)  # `topologies.weights.OPTIONS`, and what a run fills in
-        entry = {"name": name, "description": description, "options": options}
-        if notes:
-            entry["note"] = "; ".join(notes)
-        if name == "lazy" and hasattr(registry, "LAZY_BASES"):
-            entry["choices"] = {"base": list(registry.LAZY_BASES)}
+        entry = {"name": name, "description": summary(getattr(fn, "__doc__", None)), "options": card.options.defaults(),
+                 "capabilities": {"stochastic": card.stochastic, "regular": card.regular,
+                                  "undirected": card.undirected, "reweighs_failures": card.under_failures is None}}
+        if card.specs():
+            entry["specs"] = spec_entries(card.specs())
         entries.append(entry)
     return entries
 
@@ -212,11 +211,17 @@ def _aggregators() -> list[dict]:
 
 
 def _compressors() -> list[dict]:
+    """Each compressor with its card: what the config field `compression` means for it, and what it is."""
     from dfl.network.settings import COMPRESSORS
 
     entries = registry_entries(COMPRESSORS)
     for entry in entries:
-        entry["options"] = {"compression": COMPRESSORS.card(entry["name"]).default}
+        card = COMPRESSORS.card(entry["name"])
+        entry["options"] = card.option.defaults()
+        entry["specs"] = spec_entries(card.option.specs())
+        entry["capabilities"] = {"unbiased": card.unbiased, "omega": card.omega, "sends": card.sends}
+        entry["note"] = (f"{'unbiased' if card.unbiased else 'biased'}; ω = {card.omega}, the default of "
+                         f"consensus_lr; a message: {card.sends}")
     return entries
 
 
