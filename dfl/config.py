@@ -524,7 +524,19 @@ class Config:
         defaults = Config()
         safe = self.replace(**{name: getattr(defaults, name) for name in wrong})
         return gather([safe._validate_chunk, safe._validate_stopping, safe._validate_local_work,
-                       safe._validate_lr_schedule, safe._validate_local_optimizer, safe._validate_precision], found)
+                       safe._validate_lr_schedule, safe._validate_local_optimizer, safe._validate_precision,
+                       safe._validate_hessian], found)
+
+    def _validate_hessian(self) -> None:
+        """The Hessian's sample and iterations only with its measurements on: set without them, nothing reads them."""
+        if self.hessian_every:
+            return
+        for name in ("hessian_samples", "hessian_iters"):
+            default = next(f.default for f in fields(Config) if f.name == name)
+            if getattr(self, name) != default:
+                raise ConfigError(f"{name} = {getattr(self, name)!r} applies only with hessian_every > 0 (the rounds "
+                                  f"between Hessian measurements), but hessian_every = 0; set hessian_every, or "
+                                  f"remove {name} (default {default})")
 
     def _validate_chunk(self) -> None:
         if isinstance(self.client_chunk, int) and self.client_chunk > self.clients:  # not "auto"; 0 is all

@@ -476,6 +476,9 @@ PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 MARK_BYTES = 1 << 16  # how much of a file's head (PNG, SVG) or tail (PDF: its Info dictionary) is searched
 
 
+FIGURE_FORMATS = (".png", ".svg", ".pdf")  # the figure files dfl writes: those whose metadata carry its mark
+
+
 def figure_metadata(fmt: str) -> dict[str, str]:
     """The matplotlib `savefig(metadata=...)` that marks a figure of format `fmt` (png, svg, pdf) as dfl's.
 
@@ -547,6 +550,9 @@ def check_output_plot(path: str | Path, option: str = "--out") -> Path:
     path = Path(path)
     if path.is_dir():
         raise OutputPathError(f"{option} {path} is a directory: give the path of the image file to write")
+    if path.suffix.lower() not in FIGURE_FORMATS:  # a figure dfl can mark as its own (`figure_metadata`)
+        raise OutputPathError(f"{option} {path}: unsupported extension {path.suffix or '(none)'!r}; use one of "
+                              f"{', '.join(FIGURE_FORMATS)}")
     blocker = file_ancestor(path)
     if blocker is not None:
         raise OutputPathError(f"{option} {path}: {blocker} is a file, not a directory")

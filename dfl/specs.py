@@ -101,9 +101,11 @@ class Param:
     def check(self, value: Any, where: str = "algorithm_options") -> None:
         """ValueError naming `where.NAME` (and its short name) unless `value` is allowed.
 
-        A number outside `interval`, a value not among `choices`, or for a list option (`items`) anything but a list
-        or tuple of numbers of its item type inside `items`; the default is always allowed (None: unset), and a value
-        of another type is left to the component's own checks (which name what it expects).
+        A number outside `interval`, anything but a number where there is one (a partition's or a model's own checks run
+        only when it is built, after the data loads), a value not among `choices`, or for a list option (`items`)
+        anything but a list or tuple of numbers of its item type inside `items`; the default is always allowed (None:
+        unset), and another number type (3.0 for an int) is left to the component's own checks (which name what it
+        expects).
         """
         if value is self.default or (type(value) is type(self.default) and value == self.default):
             return
@@ -114,6 +116,10 @@ class Param:
             self._check_items(value, name)
             return
         interval = self.interval
+        if interval is not None and value is not None and (isinstance(value, bool) or
+                                                            not isinstance(value, (int, float))):
+            kind = "an integer" if self.type.split(" |")[0] == "int" else "a number"
+            raise ValueError(f"{name} must be {kind} {interval.describe()}, got {value!r}")
         if interval is not None and isinstance(value, (int, float)) and not isinstance(value, bool):
             if not inside(interval, value):
                 raise ValueError(f"{name} must be {interval.describe()}, got {value}")

@@ -55,7 +55,8 @@ FAMILIES: list[tuple[str, str, list[Case]]] = [
         "dfl run --topology-options degree=4", "dfl run --dataset-options num_sample=100",
         "dfl run --dataset-options test_fraction=1", "dfl run --partition similarity",
         "dfl run --model mlp --model-options width=3", "dfl run --model mlp --model-options hidden=[8,0]",
-        "dfl run --algorithm-options clip=0.5",
+        "dfl run --model cnn", "dfl run --dataset digits --model cnn1d",
+        "dfl run --dataset digits --model resnet20 --model-options groups=3", "dfl run --algorithm-options clip=0.5",
         "dfl run --algorithm-options rho=0.05", "dfl run --algorithm kgt --algorithm-options outer_lr=0",
         "dfl run --algorithm fedyogi --fedopt-form torch",
         "dfl run --algorithm dispfl --algorithm-options density=0",
@@ -73,6 +74,7 @@ FAMILIES: list[tuple[str, str, list[Case]]] = [
      "(an option of another algorithm, dataset, topology or mode) is refused, never ignored, naming what reads it. "
      "(A sweep's [base] field goes only to the runs that read it.)", [Case(c) for c in [
         "dfl run --alpha 0.5 --partition-options alpha=0.1", "dfl run --partition-options seed=3",
+        "dfl run --straggler-slowdown 2", "dfl run --hessian-iters 5",
         "dfl run --data-root data --dataset-options root=/elsewhere", "dfl run --partition iid --alpha 0.5",
         "dfl run --participation 0.5", "dfl run --aggregation size",
         "dfl run --algorithm dpsgd --rho 0.05 --momentum 0.9",

@@ -154,8 +154,23 @@ def test_adaptive_clipped_gossip_warns_when_it_isolates_honest_receivers():
         said = [str(w.message) for w in caught if "clipped-gossip" in str(w.message)]
         assert said == (["aggregator = clipped-gossip: 6 of the 6 honest clients have at most b = 2 neighbours, so "
                          "the adaptive radius clips every neighbour to tau = 0 and they keep their own models (b: "
-                         "trim, unset = the most Byzantine in-neighbours of any honest client); set trim lower (e.g. "
+                         "trim, unset = the most Byzantine in-neighbours of any honest client); set trim below 2 (e.g. "
                          "trim = 1) or clip_radius"] if warns else [])
+
+
+def test_the_clipped_gossip_warning_suggests_a_trim_below_b():
+    """A star with one Byzantine leaf: b = 1 (the centre's), so every honest leaf (one neighbour) is isolated; the
+    advice is trim = 0, not the trim = 1 it already has (as it said before)."""
+    bad = np.zeros(8, dtype=bool)
+    bad[5] = True
+    t = dataclasses.replace(threat("ipm", None, aggregator="clipped-gossip"), byzantine=bad)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        ByzantineGossip(Gossip(topologies.build("star", 8), LocalCommunicator(8), torch.float32, CPU), t,
+                        torch.zeros(8, 3))
+    said = [str(w.message) for w in caught if "clipped-gossip" in str(w.message)]
+    assert len(said) == 1 and "at most b = 1 neighbours" in said[0], said
+    assert said[0].endswith("set trim below 1 (e.g. trim = 0) or clip_radius"), said
 
 
 def test_each_attack_sends_its_formula():

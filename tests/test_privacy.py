@@ -203,7 +203,7 @@ REFUSALS = {
     "dp_clip = 1: dsgt sends more than its trained models": {"dp_clip": 1.0, "algorithm": "dsgt"},
     "dp_clip = 1: fedavglm sends more": {"dp_clip": 1.0, "algorithm": "fedavglm"},
     "dp_clip = 1: scaffold sends more": {"dp_clip": 1.0, "algorithm": "scaffold"},
-    "dp_clip = 1: dpsgd sends more": {"dp_clip": 1.0, "algorithm": "dpsgd"},
+    "dp_clip = 1 does not apply to dpsgd: it sends its model at every": {"dp_clip": 1.0, "algorithm": "dpsgd"},
     "dp_clip = 1 is not available in mode = async": {"dp_clip": 1.0, "algorithm": "dfedsam", "mode": "async"},
     "dp_clip = 1 with aggregation = size": {"dp_clip": 1.0, "algorithm": "fedavg", "aggregation": "size"},
     "dp_clip = 1 with weights = sample-count": {"dp_clip": 1.0, "weights": "sample-count"},

@@ -103,6 +103,9 @@ def test_infinite_values_in_json(capsys, tmp_path):
     (["ring", "--clients", "8", "--gamma", "1"], "gamma must be a number with 0 <= gamma < 1"),
     (["erdos-renyi", "--clients", "64", "--p", "0.01"], "is disconnected"),
     (["ring", "--clients", "8", "--plot", "/nonexistent-dir/x.png"], "the directory /nonexistent-dir does not exist"),
+    # matplotlib's own "Format 'txt' is not supported ..." after the analysis, naming neither flag nor file, before
+    (["ring", "--clients", "8", "--plot", "gap.txt"], "--plot gap.txt: unsupported extension '.txt'; use one of .png"),
+    (["draw", "ring", "--clients", "8", "--out", "ring.jpg"], "--out ring.jpg: unsupported extension '.jpg'"),
 ])
 def test_bad_input_is_a_clear_error(capsys, argv, message):
     assert main(["topology", *argv]) == 2

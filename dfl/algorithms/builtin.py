@@ -299,7 +299,9 @@ def _central(hp: type[Hyperparameters], local_optimizers: tuple[str, ...] = SGD,
 
 BUILTINS: dict[str, Builtin] = {  # in the order `dfl list algorithms` shows them
     "dpsgd": Builtin("dfl.algorithms.dpsgd:DPSGD", AlgorithmCard(
-        Hyperparameters, False, ADAPTIVE, byzantine=True, asynchronous="step", sends="its model, every local step")),
+        Hyperparameters, False, ADAPTIVE, byzantine=True, asynchronous="step", sends="its model, every local step",
+        refusals={"dp": "it sends its model at every local step (K messages a round), while the client-level release "
+                        "clips and noises one update per round, so the messages between releases are not covered"})),
     "dfedavg": Builtin("dfl.algorithms.dfedavg:DFedAvg", _model_gossip(Hyperparameters, ADAPTIVE, "local")),
     "dfedavgm": Builtin("dfl.algorithms.dfedavg:DFedAvgM", _model_gossip(MomentumParams, SGD, "local")),
     "dfedsam": Builtin("dfl.algorithms.dfedsam:DFedSAM", _model_gossip(DFedSAMParams, ADAPTIVE, "local")),

@@ -33,6 +33,7 @@ def main(args: argparse.Namespace) -> int:
     """`dfl torchrun`: check the run's config, then launch it; the exit status."""
     from dfl.cli import build_parser, unrecognized
     from dfl.cli.run import run_directory, validate_args
+    from dfl.engine import combinations  # no torch
     from dfl.engine.validation import validate  # no torch
     from dfl.errors import ConfigError
 
@@ -45,7 +46,9 @@ def main(args: argparse.Namespace) -> int:
         unrecognized(run_parser, "run", extra)
     if getattr(run_args, "resume", None) is None:  # a resumed run's config is its directory's: the ranks check it
         try:
-            run_directory(run_args, validate_args(run_args, validate))
+            config = validate_args(run_args, validate)
+            combinations.check(config, world=args.nproc)  # the table's rules of a world of N, before N processes start
+            run_directory(run_args, config)
         except (ConfigError, ValueError, FileExistsError) as exc:
             print(f"dfl run: error: {exc}", file=sys.stderr)
             return 2

@@ -40,7 +40,7 @@ from topologies import limits
 __all__ = ["AXES", "RULES", "Rule", "Run", "check", "reasons", "refusal", "unread_topology_fields"]
 
 AXES = ("algorithm", "local optimizer", "mode", "compression", "push-sum", "DP", "Byzantine", "aggregator",
-        "topology", "weights", "link faults", "world size")
+        "topology", "weights", "link faults", "world size", "clients")
 """The axes the rules join (`Rule.axes`), in the order the docs page lists them."""
 
 LINK_FAULTS = ("link_failure", "offline")  # the per-gossip-step faults (`dfl.network.faults`)
@@ -197,6 +197,18 @@ def unread_topology_fields(config: Config) -> list[str]:
     return unread
 
 
+def _shown(value: Any, width: int = 60) -> str:
+    """`value` as a refusal quotes it: its repr, or a table's keys with each long value elided.
+
+    A whole custom matrix would make the line as long as the matrix.
+    """
+    shown = repr(value)
+    if len(shown) <= width or not isinstance(value, dict):
+        return shown
+    return "{" + ", ".join(f"{key!r}: {_shown(item, width // 2) if len(repr(item)) <= width // 2 else '...'}"
+                           for key, item in value.items()) + "}"
+
+
 @rule("algorithm", "topology", "a centralized algorithm averages at a server (the complete graph): it reads no "
       "topology, weights or topology_options")
 def _centralized_topology(run: Run) -> str | None:
@@ -204,7 +216,8 @@ def _centralized_topology(run: Run) -> str | None:
     if not unread:
         return None
     c = run.config
-    return (f"{', '.join(f'{name} = {getattr(c, name)!r}' for name in unread)}: {c.algorithm} is centralized (its "
+    settings = ", ".join(f"{name} = {_shown(getattr(c, name))}" for name in unread)
+    return (f"{settings}: {c.algorithm} is centralized (its "
             f"server averages over the complete graph), so it reads no topology; remove {' and '.join(unread)} (or "
             "set topology = full), or use a decentralized algorithm")
 
@@ -271,11 +284,14 @@ def _push_sum_field(run: Run) -> tuple[str, str]:
 
 @rule("push-sum", "algorithm", "a column-stochastic W only with an algorithm whose card mixes by push-sum")
 def _push_sum_algorithm(run: Run) -> str | None:
-    if not run.column_stochastic or run.card.push_sum:
+    if not run.column_stochastic or run.card.push_sum or run.centralized:  # a server reads no W: said once, above
         return None
     field, what = _push_sum_field(run)
-    setting = "weights = column-stochastic (push-sum)" if field == "weights" else "stochastic = column (push-sum)"
-    return own_words(run, "push_sum", setting, "the topology's own weights or metropolis") or \
+    if field == "weights":
+        setting, instead = "weights = column-stochastic (push-sum)", "the topology's own weights or metropolis"
+    else:  # a custom matrix takes no weight scheme: its own stochastic is the choice
+        setting, instead = "topology_options stochastic = column (push-sum)", "a matrix with stochastic = row or doubly"
+    return own_words(run, "push_sum", setting, instead) or \
         f"{field}: " + topology_registry.column_refusal(what, run.config.algorithm, algorithms.able("push_sum"))
 
 
@@ -498,10 +514,13 @@ def _threat_mode(run: Run) -> str | None:
 
 @rule("Byzantine", "push-sum", "the robust rules combine models, not push-sum's (model, weight) pairs")
 def _threat_push_sum(run: Run) -> str | None:
-    if not (run.threatened and run.column_stochastic):
+    if not (run.threatened and run.column_stochastic) or run.centralized:  # a server reads no W: said once, above
         return None
-    return (f"weights = column-stochastic (push-sum) is not modelled with {run.threat}: use a row- or doubly "
-            "stochastic scheme (e.g. metropolis)")
+    if _push_sum_field(run)[0] == "weights":
+        return (f"weights = column-stochastic (push-sum) is not modelled with {run.threat}: use a row- or doubly "
+                "stochastic scheme (e.g. metropolis)")
+    return (f"topology_options stochastic = column (push-sum) is not modelled with {run.threat}: use a matrix with "
+            "stochastic = row or doubly")
 
 
 @rule("aggregator", "topology", "a robust rule reads explicit neighbourhoods (the complete graph's stop at "
@@ -564,6 +583,15 @@ def _threat_world(run: Run) -> str | None:
         return None
     return (f"{run.threat}: a torchrun world of {run.world} processes is not supported, as the attacker and the robust "
             "rules read every client's row; run in one process")
+
+
+@rule("world size", "clients", "every process of a torchrun world hosts at least one client: clients >= processes")
+def _world_clients(run: Run) -> str | None:
+    c = run.config
+    if run.world <= 1 or not isinstance(c.clients, int) or c.clients >= run.world:
+        return None
+    return (f"clients = {c.clients} is fewer than the {run.world} processes of the torchrun world, and every process "
+            f"hosts at least one client: use at most {c.clients} processes, or more clients")
 
 
 # ------------------------------------------------------------------------------------------ the table's answers

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from dfl import algorithms, loggers, models, threads
 from dfl import data as datasets
 from dfl import graphs as topologies
-from dfl.config import Config, field_of, gather
+from dfl.config import ADAM_DEFAULTS, LR_SCHEDULE_OPTIONS, Config, field_of, gather
 from dfl.data.types import DataShape
 from dfl.engine import combinations
 from dfl.errors import ArgumentError, ConfigError
@@ -71,10 +71,19 @@ def problems(config: Config, data: FederatedData | None = None) -> list[str]:
     def the_topology() -> None:
         topologies.check_config(config, algorithms.is_centralized(config.algorithm))
 
+    shape: list[DataShape | None] = []  # the data's size, once the_data knows it
+
     def the_data() -> None:
-        _check_round_size(config, datasets.check_config(config) if data is None else _shape_of(data))
+        shape.append(datasets.check_config(config) if data is None else _shape_of(data))
+        _check_round_size(config, shape[0])
+
+    def the_model_input() -> None:  # the samples the model will be given: the dataset card's, or the caller's
+        if shape and shape[0] is not None:
+            source = f"dataset {config.dataset}" if data is None else "the given data"
+            models.check_input(config, shape[0].input_shape, source)
 
     checks = [lambda: algorithms.check_config(config), the_topology, the_data, lambda: models.check_config(config),
+              the_model_input,
               lambda: loggers.check_config(config),
               lambda: threads.check_config(config),  # "auto" or N >= 1 (dfl.threads: no torch, so the CLI checks it)
               lambda: network.check_config(config),  # link faults, stragglers; compressed gossip; the async fields
@@ -100,9 +109,23 @@ def unread_fields(config: Config) -> list[str]:
     """
     try:
         return [*algorithms.unread_fields(config), *datasets.unread_fields(config),
-                *combinations.unread_topology_fields(config)]
+                *combinations.unread_topology_fields(config), *_switched_off(config)]
     except ConfigError:
         return []
+
+
+def _switched_off(config: Config) -> list[str]:
+    """The options set away from their defaults while the setting that reads them is off.
+
+    Adam's with SGD, another lr schedule's, the stragglers' slowdown without stragglers, the Hessian's sample and
+    iterations without its measurements (refused by the Config's and the network's own checks).
+    """
+    defaults = Config()
+    switches = {**{name: config.local_optimizer == "sgd" for name in ADAM_DEFAULTS},
+                **{name: config.lr_schedule != schedule for name, schedule in LR_SCHEDULE_OPTIONS.items()},
+                "straggler_slowdown": not config.stragglers,
+                "hessian_samples": not config.hessian_every, "hessian_iters": not config.hessian_every}
+    return [name for name, off in switches.items() if off and getattr(config, name) != getattr(defaults, name)]
 
 
 def resolved(config: Config) -> Config:

@@ -72,3 +72,37 @@ def check_config(config: Config) -> None:
                 signatures.resolve_declared("model", config.model, card.options, config.model_options)
             except ValueError as exc:
                 raise ConfigError(f"model_options: {exc}") from None
+        problem = card.inputs(None, _options(card, config)) if card.inputs is not None else None
+        if problem is not None:  # an option the model's stages constrain (resnet's groups)
+            raise ConfigError(problem)
+
+
+def check_input(config: Config, input_shape: tuple[int, ...], source: str) -> None:
+    """The model against the samples it will be given, before torch loads.
+
+    A `ConfigError` naming `model` and the built-in models that take them when its card says it takes other samples
+    (`dfl.models.shapes`).
+
+    `source` says where the samples come from ("dataset digits", "the given data"). A model without `inputs` on its
+    card (a plug-in, "package.module:factory") is checked when it is built.
+    """
+    if config.model not in MODELS:
+        return
+    card = MODELS.card(config.model)
+    shape, options = tuple(input_shape), _options(card, config)
+    if card.inputs is None or card.inputs(None, options) is not None:  # an option's problem: check_config's
+        return
+    problem = card.inputs(shape, options)
+    if problem is None:
+        return
+    fits = [name for name, (_, builtin) in BUILTINS.items()
+            if builtin.inputs is None or builtin.inputs(shape, builtin.options or {}) is None]
+    raise ConfigError(f"model = {config.model} {problem}, but {source} has samples of shape {shape}: use "
+                      f"{' or '.join(fits) if len(fits) < 3 else ', '.join(fits[:-1]) + ' or ' + fits[-1]} (or a "
+                      f"model of your own)")
+
+
+def _options(card: ModelCard, config: Config) -> dict:
+    """The model's options: its card's defaults, updated with the config's."""
+    return {**(card.options or {}), **config.model_options}
+

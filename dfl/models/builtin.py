@@ -13,6 +13,7 @@ import inspect
 from dataclasses import dataclass, field
 from typing import Any
 
+from dfl.models import shapes
 from dfl.specs import Spec, param
 
 CONV_IMPLS = ("auto", "unfold", "native")  # how the convolutions run
@@ -24,11 +25,14 @@ class ModelCard:
     """The options a model factory accepts (name -> default; "required" without one), None: any.
 
     `spec`: a built-in's options as typed specs (`dfl.specs`: type, default, allowed values, help), the one place
-    they are described; its names and defaults are `options`.
+    they are described; its names and defaults are `options`. `inputs`: what samples it takes, asked before torch
+    loads (`dfl.models.shapes.InputCheck`: (sample shape or None, options) -> None, or the problem in one line); its
+    builder raises the same at build time. None: any (a plug-in's factory says so when it is built).
     """
 
     options: dict[str, Any] | None
     spec: type[Spec] | None = field(default=None, compare=False)
+    inputs: shapes.InputCheck | None = field(default=None, compare=False)
 
 
 def _conv_impl() -> Any:
@@ -67,8 +71,8 @@ class ResnetOptions(Spec):
     conv_impl: str = _conv_impl()
 
 
-def _declared(spec: type[Spec]) -> ModelCard:
-    return ModelCard(spec.defaults(), spec)
+def _declared(spec: type[Spec], inputs: shapes.InputCheck) -> ModelCard:
+    return ModelCard(spec.defaults(), spec, inputs)
 
 
 SPECS: dict[str, type[Spec]] = {}
@@ -105,11 +109,11 @@ def checked_spec(name: str, spec: type[Spec], factory: Any) -> type[Spec]:
 # name -> ("module:factory", card), in the order `dfl list models` shows them; `tests/test_fast_refusals.py` keeps
 # each card's options equal to its factory's signature
 BUILTINS: dict[str, tuple[str, ModelCard]] = {
-    "logreg": ("dfl.models.registry:_logreg", _declared(Spec)),
-    "mlp": ("dfl.models.registry:_mlp", _declared(MlpOptions)),
-    "cnn1d": ("dfl.models.registry:_cnn1d", _declared(ConvOptions)),
-    "cnn": ("dfl.models.registry:_cnn", _declared(CnnOptions)),
-    "resnet18": ("dfl.models.registry:_resnet18", _declared(ResnetOptions)),
-    "resnet20": ("dfl.models.registry:_resnet20", _declared(ResnetOptions)),
-    "vgg11": ("dfl.models.registry:_vgg11", _declared(ConvOptions)),
+    "logreg": ("dfl.models.registry:_logreg", _declared(Spec, shapes.any_input)),
+    "mlp": ("dfl.models.registry:_mlp", _declared(MlpOptions, shapes.any_input)),
+    "cnn1d": ("dfl.models.registry:_cnn1d", _declared(ConvOptions, shapes.signal_input)),
+    "cnn": ("dfl.models.registry:_cnn", _declared(CnnOptions, shapes.cnn_input)),
+    "resnet18": ("dfl.models.registry:_resnet18", _declared(ResnetOptions, shapes.resnet_input(18))),
+    "resnet20": ("dfl.models.registry:_resnet20", _declared(ResnetOptions, shapes.resnet_input(20))),
+    "vgg11": ("dfl.models.registry:_vgg11", _declared(ConvOptions, shapes.image_input(shapes.VGG_MIN_SIDE))),
 }

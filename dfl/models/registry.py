@@ -26,7 +26,16 @@ from dfl.models.cnn import CNN, CNN1d
 from dfl.models.custom import check_signature, factory_of
 from dfl.models.layers import check_conv_impl
 from dfl.models.resnet import resnet18, resnet20
-from dfl.models.shapes import as_shape, image_shape, sequence_shape
+from dfl.models.shapes import (
+    RESNET_MIN_SIDE,
+    VGG_MIN_SIDE,
+    as_shape,
+    cnn_min_side,
+    cnn_variant,
+    image_shape,
+    resnet_groups,
+    sequence_shape,
+)
 from dfl.models.simple import MLP, LogReg
 from dfl.models.vgg import VGG
 from dfl.specs import Spec
@@ -98,18 +107,17 @@ def _cnn(input_shape, num_classes, *, variant="auto", conv_impl="auto"):
     """
     if variant not in CNN_VARIANTS:
         raise ModelError(f"variant must be one of {CNN_VARIANTS}, got {variant!r}")
-    if variant == "auto":  # colour images get the CIFAR CNN, grey-scale ones McMahan's
-        variant = "cifar" if len(input_shape) == 3 and input_shape[0] == 3 else "mcmahan"
-    shape = image_shape("cnn", input_shape, min_side=4 if variant == "mcmahan" else 16)
+    variant = cnn_variant(variant, input_shape)  # auto: colour images get the CIFAR CNN, grey-scale ones McMahan's
+    shape = image_shape("cnn", input_shape, min_side=cnn_min_side(variant))
     return CNN(shape, num_classes, variant, check_conv_impl(conv_impl))
 
 
 def _resnet(depth: int):
     def build(input_shape, num_classes, *, groups=2, conv_impl="auto"):
-        c, _, _ = image_shape(f"resnet{depth}", input_shape, min_side=8)
-        widths = (64, 128, 256, 512) if depth == 18 else (16, 32, 64)
-        if any(w % _positive_int("groups", groups) for w in widths):
-            raise ModelError(f"groups must divide every stage width {widths} of resnet{depth}, got {groups}")
+        c, _, _ = image_shape(f"resnet{depth}", input_shape, min_side=RESNET_MIN_SIDE)
+        problem = resnet_groups(depth, _positive_int("groups", groups))
+        if problem is not None:
+            raise ModelError(problem)
         return (resnet18 if depth == 18 else resnet20)(c, num_classes, groups, check_conv_impl(conv_impl))
 
     return build
@@ -127,7 +135,7 @@ def _vgg11(input_shape, num_classes, *, conv_impl="auto"):
         input_shape: one sample's shape, without the batch axis.
         num_classes: the number of classes (logits).
     """
-    c, _, _ = image_shape("vgg11", input_shape, min_side=32)
+    c, _, _ = image_shape("vgg11", input_shape, min_side=VGG_MIN_SIDE)
     return VGG(c, num_classes, check_conv_impl(conv_impl))
 
 

@@ -336,7 +336,8 @@ class ClippedGossip(Aggregator):
             warnings.warn(f"aggregator = clipped-gossip: {isolated} of the {int(threat.honest.sum())} honest "
                           f"clients have at most b = {b} neighbours, so the adaptive radius clips every neighbour to "
                           "tau = 0 and they keep their own models (b: trim, unset = the most Byzantine in-neighbours "
-                          "of any honest client); set trim lower (e.g. trim = 1) or clip_radius", stacklevel=2)
+                          f"of any honest client); set trim below {b} (e.g. trim = {b - 1}) or clip_radius",
+                          stacklevel=2)
 
 
 class _Coordinatewise(Aggregator):

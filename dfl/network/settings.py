@@ -75,6 +75,11 @@ def check_faults(config: Config) -> None:
     fraction = _probability(config, "stragglers", closed=True)
     slowdown = _seconds(config, "straggler_slowdown", 1.0)
     deadline = _seconds(config, "round_deadline", 0.0)
+    default = next(f.default for f in fields(Config) if f.name == "straggler_slowdown")
+    if not fraction and slowdown != default:  # nothing reads it: refused, never ignored
+        raise ConfigError(f"straggler_slowdown = {slowdown:g} sets how many times slower a straggler's steps are, but "
+                          f"stragglers = 0: set stragglers > 0 (the fraction of slow clients per round), or leave "
+                          f"straggler_slowdown at its default {default:g}")
     slowest = slowdown if fraction > 0 else 1.0
     if 0 < deadline < slowest:
         raise ConfigError(f"round_deadline = {deadline:g} is shorter than one local step of the slowest client "
