@@ -206,11 +206,8 @@ class Config:
         "0 .. 2^63 - 1")
     rounds: int = option(200, "communication rounds to run", interval="[1, inf)")
     # algorithm and its hyperparameters (None = the algorithm's default)
-    algorithm: str = option("dfedsam-mgs", "dpsgd, dfedavg, dfedavgm, dfedsam, dfedsam-mgs, dsgt, dsgt-sam, kgt, "
-        "kgt-sam, dispfl (decentralized) or fedavg, "
-        "fedsam, mofedsam, fedcm, scaffold, fedavgsm, fedavglm, fedavglm-z, fedavgslm, fedavgslm-z, domo, domo-s, "
-        "mimelite, feddyn, fedgloss, fedprox, fedadam, fedyogi, fedadagrad (centralized), or a registered one (dfl "
-        "list algorithms)")
+    algorithm: str = option("dfedsam-mgs", "the algorithm, decentralized (gossip) or centralized (a server): dfl "
+        "list algorithms")
     rho: float | None = option(None, "SAM perturbation radius", interval="[0, inf)")
     sam: str | None = option(None, "SAM variant: sam or asam", choices=("sam", "asam"))
     asam_eta: float | None = option(None, "ASAM eta", interval="[0, inf)")
@@ -256,14 +253,10 @@ class Config:
     algorithm_options: dict[str, Any] = option(factory=dict, help="the algorithm's own options (`dfl list "
         "algorithms`), e.g. clip=0.5 (registered algorithms; built-ins take theirs as fields)")
     # topology
-    topology: str = option("ring", "communication graph: ring, directed-ring, grid, exponential, full, star, "
-        "hypercube, random-regular, erdos-renyi, d-equistatic, u-equistatic, one-peer-exponential, one-peer, "
-        "random-k, random-pull, base-graph, simple-base-graph, od-equidyn, ou-equidyn, matcha, hierarchical, "
-        "custom, or a registered one (dfl list topologies)")
-    weights: str | None = option(None, "mixing-weight scheme: metropolis, uniform, max-degree, lazy, fastest, or the "
-        "one-sided row-stochastic and sample-count (a biased, weighted consensus) and column-stochastic (algorithms "
-        "that mix by push-sum) (unset = metropolis; random-pull: row-stochastic); their options (lazy's base, "
-        "sample-count's sizes) go in topology_options: dfl list weights")
+    topology: str = option("ring", "communication graph (dfl list topologies)")
+    weights: str | None = option(None, "mixing-weight scheme, doubly stochastic or one-sided (row: a biased, weighted "
+        "consensus; column: algorithms that mix by push-sum) (unset = the topology's default, metropolis for most); "
+        "a scheme's options go in topology_options: dfl list weights")
     topology_options: dict[str, Any] = option(factory=dict, help="topology options, e.g. degree=4, p=0.3, k=2, "
         "shape=(4,4), periodic=True, exponent_base=4, centre=3, groups=4, matrix=W.npy (or .csv, .mtx), "
         "edges=graph.edgelist, sizes=[...] (sample-count), M=8, epsilon=0.5, delta=0.1, eta=0.5, budget=0.3")
@@ -284,14 +277,14 @@ class Config:
         "by then; 0 = no deadline")
     # compressed gossip (dfl.network.choco, dfl.network.compression): CHOCO-GOSSIP with error feedback
     compressor: str = option("none", "compressed gossip (CHOCO-GOSSIP with error feedback, decentralized algorithms, "
-        "static topologies): none (exact gossip), top-k, random-k or qsgd")
+        "static topologies): none (exact gossip) or a compressor (dfl list compressors)")
     compression: float | None = option(None, "the compressor's parameter (unset = its default); what it means, its "
         "type and range are the compressor's card's: dfl list compressors")
     consensus_lr: float | None = option(None, "CHOCO consensus step size gamma in (0, 1] (compressed gossip; unset = "
         "the compressor's omega: dfl list compressors)")
     # asynchronous gossip in simulated time (dfl.engine.asynchronous); 1 local step = 1 simulated second
     mode: str = option("sync", "sync (rounds in lock-step) or async (every client on its own simulated clock, mixing "
-        "the neighbour models that have arrived: AD-PSGD style; dpsgd, dfedavg, dfedavgm, dfedsam)",
+        "the neighbour models that have arrived: AD-PSGD style)",
         choices=("sync", "async"))
     link_latency: float = option(0.1, "async: simulated seconds a message travels on a link (1 local step = 1 s), >= 0")
     link_bandwidth: float = option(1e6, "async: bytes per simulated second of a client's uplink, which sends one "
@@ -304,8 +297,8 @@ class Config:
         "from the seed; they send attack messages and are left out of every metric; 0 = none", interval="[0, inf)")
     attack: str | None = option(None, "what the Byzantine clients send (needed when byzantine > 0; a registered "
         "attack: `dfl list attacks`)")
-    attack_scale: float | None = option(None, "the attack's strength: sign-flip s (unset = 1), gaussian std (unset = "
-        "1), alie z (unset = Baruch et al.'s z_max), ipm epsilon (unset = 0.1)", interval="(0, inf)")
+    attack_scale: float | None = option(None, "the attack's strength: sign-flip s, gaussian std, alie z, ipm epsilon",
+        interval="(0, inf)")
     aggregator: str = option("mean", "how a client (decentralized) or the server (centralized) combines the models it "
         "receives (a registered aggregator: `dfl list aggregators`)")
     trim: int | None = option(None, "b of trimmed-mean (drops the b largest and b smallest per coordinate; "
@@ -323,19 +316,16 @@ class Config:
         "1e-5)", interval="(0, 1)")
     # clients and data
     clients: int = option(16, "number of clients", interval="[1, inf)")
-    dataset: str = option("mnist1d", "mnist1d, digits, synthetic, cifar10, cifar100, mnist, fashion-mnist, or a "
-        "registered one (dfl list datasets)")
-    data_root: str | None = option(None, "directory of a file-backed dataset (cifar10, cifar100, mnist, fashion-mnist, "
-        "registered ones that take root)")
+    dataset: str = option("mnist1d", "the data set (dfl list datasets)")
+    data_root: str | None = option(None, "directory of a file-backed dataset (dfl list datasets says which read one)")
     dataset_options: dict[str, Any] = option(factory=dict, help="dataset options, e.g. num_samples=4000 seed=42 "
         "test_fraction=0.2")
-    partition: str = option("dirichlet", "how the train set is split among clients: iid, dirichlet, dirichlet-class, "
-        "shards, pathological, similarity, natural, or a registered one (dfl list partitions)")
+    partition: str = option("dirichlet", "how the train set is split among clients (dfl list partitions)")
     alpha: float | None = option(None, "Dirichlet concentration (dirichlet partitions only; unset = 0.3)",
         interval="(0, inf)")
     partition_options: dict[str, Any] = option(factory=dict, help="partition options, e.g. shards_per_client=2")
     # model
-    model: str = option("cnn1d", "logreg, mlp, cnn1d, cnn, resnet18, resnet20, vgg11, or your own factory as "
+    model: str = option("cnn1d", "the model, built in (dfl list models) or your own factory as "
         "package.module:factory (importable from the working directory; docs/how-to/own-model.md)")
     model_options: dict[str, Any] = option(factory=dict, help="model options, e.g. hidden=[128] (a factory's "
         "keyword-only parameters)")
@@ -354,8 +344,8 @@ class Config:
     weight_decay: float = option(0.0, "weight decay: L2 added to the gradient (sgd, adam) or decoupled (adamw)",
         interval="[0, inf)")
     clip_grad_norm: float = option(0.0, "per-client gradient-norm clip; 0 = off", interval="[0, inf)")
-    local_optimizer: str = option("sgd", "local optimizer: sgd (with --momentum), adam or adamw (torch semantics; "
-        "dpsgd, dfedavg, dfedsam, dfedsam-mgs, fedavg, fedsam, fedavgsm)", choices=LOCAL_OPTIMIZERS)
+    local_optimizer: str = option("sgd", "local optimizer: sgd (with --momentum), adam or adamw (torch semantics)",
+        choices=LOCAL_OPTIMIZERS)
     adam_betas: list[float] = option(factory=lambda: list(ADAM_DEFAULTS["adam_betas"]), help="adam/adamw: beta1 beta2, "
         "each in [0, 1)")
     adam_eps: float = option(1e-8, "adam/adamw: epsilon added to the root of the second moment", interval="(0, inf)")

@@ -95,8 +95,15 @@ def test_help_lists_every_registered_name(field_name, registry):
     import importlib
     import re
 
+    from dfl.cli.run import option_help
+
     names = getattr(importlib.import_module(registry[0]), registry[1])
-    words = set(re.findall(r"[a-z0-9-]+", {o.name: o.help for o in options()}[field_name]))
+    help_text = {o.name: option_help(o) for o in options()}[field_name]
+    listed = {"topology": "topologies", "weights": "weights", "partition": "partitions", "dataset": "datasets"}
+    if field_name in listed:  # their packages import networkx, which the parser does not load: dfl list names them
+        assert f"dfl list {listed[field_name]}" in help_text
+        return
+    words = set(re.findall(r"[a-z0-9-]+", help_text))
     assert set(names) <= words, set(names) - words
 
 

@@ -254,3 +254,41 @@ def test_the_partitioners_module_does_not_restate_the_partitions_options():
             if not spec.required:
                 assert f"{spec.name}={spec.default!r}" not in partitioners.__doc__, (name, spec.name)
                 assert f"{spec.name}={spec.default}" not in partitioners.__doc__, (name, spec.name)
+
+
+def test_which_builtins_a_flag_offers_comes_from_the_cards(monkeypatch):
+    from dfl.cli.run import capability_lists
+
+    lists = capability_lists()
+    decentralized = lists["algorithm"].split("; centralized: ")[0].removeprefix("decentralized: ").split(", ")
+    assert decentralized == [name for name, b in BUILTINS.items() if not b.card.centralized]
+    assert lists["mode"] == "async runs with " + ", ".join(
+        name for name, b in BUILTINS.items() if b.card.asynchronous)
+    # a card that loses its asynchronous form leaves --mode's help
+    builtin = BUILTINS["dfedsam-mgs"]
+    monkeypatch.setitem(BUILTINS, "dfedsam-mgs", builtin._replace(
+        card=dataclasses.replace(builtin.card, asynchronous=None)))
+    assert "dfedsam-mgs" not in capability_lists()["mode"]
+
+
+def test_config_help_lists_no_builtin_by_hand():
+    """Which algorithms, topologies, ... a field offers or serves is said by the cards (`capability_lists`)."""
+    from dfl.graphs import BUILTINS as TOPOLOGY_BUILTINS
+
+    algorithms = set(BUILTINS)
+    topologies = {t.name for t in TOPOLOGY_BUILTINS} - {"full", "custom", "star"}  # also plain words
+    for opt in options():
+        words = set(re.findall(r"[a-z0-9]+(?:-[a-z0-9]+)*", opt.help))
+        if opt.name in ("algorithm", "mode", "local_optimizer", "compressor"):
+            assert not words & algorithms, (opt.name, words & algorithms)
+        if opt.name == "topology":
+            assert not words & topologies, words & topologies
+
+
+def test_the_options_page_shows_the_card_lists():
+    from dfl.cli.run import capability_lists
+
+    page = OPTIONS_PAGE.read_text()
+    for name, said in capability_lists().items():
+        row = next(line for line in page.splitlines() if line.startswith(f"| `{name}` |"))
+        assert said.replace("|", "\\|") in row, name

@@ -95,12 +95,45 @@ def option_help(opt: Option, defaults: dict[str, str] | None = None) -> str:
     `defaults`: `hyperparameter_defaults()`, when the caller has it (it reads every card).
     """
     said = (hyperparameter_defaults() if defaults is None else defaults).get(opt.name)
+    said = said or capability_lists().get(opt.name)
     return f"{opt.help} ({said})" if said else opt.help
 
 
 def algorithm_defaults(name: str) -> str:
     """What an unset algorithm hyperparameter `name` (a Config field) is (`hyperparameter_defaults`), or ""."""
     return hyperparameter_defaults().get(name, "")
+
+
+def capability_lists() -> dict[str, str]:
+    """Config field -> which built-ins it offers or who takes it, from the cards (the help of --algorithm, ...).
+
+    algorithm: the decentralized and the centralized algorithms (`AlgorithmCard.centralized`); mode: the algorithms
+    with an asynchronous form (`asynchronous`); local_optimizer: those whose rule takes adam/adamw
+    (`local_optimizers`); the built-in compressors and models; each attack's default strength. Read from the
+    torch-free cards and registries, so `Config`'s own help never lists them by hand. (Topologies, weight schemes,
+    datasets and partitions are left to `dfl list`: their packages import networkx, which the parser does not load.)
+    """
+    from dfl.algorithms.builtin import BUILTINS  # the cards: torch-free
+    from dfl.models import MODELS
+    from dfl.network.byzantine_settings import ATTACKS
+    from dfl.network.settings import COMPRESSORS  # the compressors' cards: torch-free
+
+    cards = {name: builtin.card for name, builtin in BUILTINS.items()}
+    decentralized = [name for name, card in cards.items() if not card.centralized]
+    centralized = [name for name, card in cards.items() if card.centralized]
+    asynchronous = [name for name, card in cards.items() if card.asynchronous]
+    adam = [name for name, card in cards.items() if "adam" in card.local_optimizers]
+    return {
+        "algorithm": f"decentralized: {', '.join(decentralized)}; centralized: {', '.join(centralized)}; or a "
+                     "registered one",
+        "mode": f"async runs with {', '.join(asynchronous)}",
+        "local_optimizer": f"adam and adamw run with {', '.join(adam)}",
+        "compressor": f"none or one of {', '.join(COMPRESSORS.declared())}",
+        "model": f"{', '.join(MODELS.declared())}, or your own",
+        "attack_scale": "unset = " + "; ".join(
+            f"{name} {_shown(card.scale) if not callable(card.scale) else card.scale.__doc__.split(' (')[0]}"
+            for name in ATTACKS.declared() for card in [ATTACKS.card(name)]),
+    }
 
 
 def hyperparameter_defaults(most: int = 3) -> dict[str, str]:
