@@ -141,8 +141,10 @@ def is_run_dir(path: Path) -> bool:
 
 
 def without_config(path: Path) -> bool:
-    """Whether `path` holds a run's files (summary.json, metrics.jsonl, checkpoint.pt or a run marker) but no
-    config.toml: the run's setting is unknown, so it cannot be reported."""
+    """Whether `path` holds a run's files but no config.toml: its setting is unknown, so it cannot be reported.
+
+    A run's files: summary.json, metrics.jsonl, checkpoint.pt, or a marker saying "run".
+    """
     if (path / "config.toml").is_file() or not any((path / f).is_file() for f in RUN_TRACES):
         return False
     if any((path / f).is_file() for f in RUN_TRACES[:-1]):
