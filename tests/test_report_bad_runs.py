@@ -220,3 +220,27 @@ def test_metrics_of_a_run_whose_records_carry_json_text(tmp_path):
     (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records) + "{")
     with pytest.warns(UserWarning, match="line 4 is not valid JSON"):
         assert load_run(run).metrics == records
+
+
+@pytest.mark.parametrize("case", ["a word for an integer", "an unknown key", "not TOML"])
+def test_a_sweep_rerun_over_a_run_whose_config_makes_no_config_is_one_line(tmp_path, case):
+    """A sweep run again over its directory cannot tell which run a broken config.toml holds: one line naming the file
+    and the field, and what to do; the file is left as it is."""
+    from dfl.errors import SweepError
+    from dfl.workflows.sweep.plan import plan_run
+
+    run = one_run(tmp_path)
+    config = Config.from_toml(run / "config.toml")
+    edit, expected = BROKEN_CONFIGS[case]
+    if edit is None:
+        (run / "config.toml").write_text("this is [not toml\n")
+    else:
+        set_key(run / "config.toml", *edit)
+    before = snapshot(run)
+    with pytest.raises(SweepError) as caught:
+        plan_run(run, config)
+    message = str(caught.value)
+    assert message.startswith(f"run r: config file {run / 'config.toml'}: ") and expected in message
+    assert message.endswith(f"dfl cannot tell which run {run} holds: repair that file, or delete that run directory "
+                            "to start the run over")
+    assert "\n" not in message and snapshot(run) == before
