@@ -21,6 +21,7 @@ from dfl.errors import RegistryError
 from dfl.graphs import TOPOLOGIES
 from dfl.models import MODELS
 from dfl.network.byzantine_settings import AGGREGATORS, ATTACKS
+from dfl.network.settings import COMPRESSORS
 
 PACKAGE = "dfl_fakeplug"
 
@@ -117,6 +118,33 @@ def lazy_ring(n, *, keep=0.5):
 
 def bad_topology(n, m):
     return np.eye(n)
+
+
+@dataclass(frozen=True)
+class LevelsOptions(Spec):
+    compression: int = param(3, "the levels kept", interval="[1, 10]")
+
+
+def levels():  # a class of dfl.network.compression (torch) made on import of this entry point's module
+    from dfl.network.compression import Compressor
+    from dfl.network.settings import CompressorCard
+
+    class Levels(Compressor):
+        card = CompressorCard("fp-levels", LevelsOptions, unbiased=True, omega="1/2", sends="d bytes")
+
+        def __call__(self, D, U=None):
+            return D
+
+        def message_bytes(self, d, itemsize):
+            return d
+
+        def omega(self, d):
+            return 0.5
+
+    return Levels
+
+
+Levels = levels()
 '''
 
 ENTRY_POINTS = f"""
@@ -135,9 +163,12 @@ fp-halves = {PACKAGE}.plugin:halves
 [dfl.topologies]
 fp-lazy-ring = {PACKAGE}.plugin:lazy_ring
 fp-bad-topology = {PACKAGE}.plugin:bad_topology
+
+[dfl.compressors]
+fp-levels = {PACKAGE}.plugin:Levels
 """
 
-REGISTRIES = (MODELS, DATASETS, PARTITIONS, TOPOLOGIES)
+REGISTRIES = (MODELS, DATASETS, PARTITIONS, TOPOLOGIES, COMPRESSORS)
 
 
 @pytest.fixture
@@ -211,6 +242,16 @@ def test_entry_point_plugins_run(installed, tmp_path):
                         algorithm="dfedavg", clients=4, rounds=1, progress=False)
     result = dfl.run(config, out=tmp_path / "run")
     assert result.summary["topology"] == "fp-lazy-ring" and result.history
+
+
+def test_a_compressor_entry_point_carries_its_card(installed):
+    card = COMPRESSORS.card("fp-levels")
+    assert card.name == "fp-levels" and card.unbiased
+    base = dict(clients=8, algorithm="dfedavg", compressor="fp-levels")
+    dfl.validate(dfl.Config(**base, compression=4))
+    with pytest.raises(ValueError, match=r"compression must be the levels kept, an integer in \[1, 10\], for "
+                                         r"compressor = fp-levels; got 11"):
+        dfl.validate(dfl.Config(**base, compression=11))
 
 
 @pytest.mark.parametrize("registry", [ALGORITHMS, ATTACKS, AGGREGATORS])
