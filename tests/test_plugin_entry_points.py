@@ -279,3 +279,30 @@ def test_class_plugins_carry_their_card(registry, monkeypatch):
         assert registry.source("fp-class") == "plugin-dist (entry point pkg:Plugin)"
     finally:
         registry.unregister("fp-class")
+
+
+@pytest.mark.parametrize("registry, card_class", [(ATTACKS, "AttackCard"), (AGGREGATORS, "AggregatorCard")])
+def test_a_class_without_its_card_is_refused_in_one_line(registry, card_class, monkeypatch):
+    """An attack or aggregator class that binds no card is refused when registered (in code), and named when asked
+    for (entry point): never an AttributeError from validation."""
+    class NoCard:
+        pass
+
+    with pytest.raises(RegistryError, match=rf"must be a class with `card = {card_class}\(...\)`"):
+        registry.register("fp-nocard", NoCard)
+    from importlib import metadata
+
+    class EP:
+        name, value, dist = "fp-nocard", "pkg:NoCard", type("D", (), {"name": "plugin-dist"})()
+
+        def load(self):
+            return NoCard
+
+    monkeypatch.setattr(metadata, "entry_points", lambda group: [EP()] if group == registry.group else [])
+    monkeypatch.setattr(registry, "_plugins_loaded", False)
+    monkeypatch.setattr(registry, "_plugin_errors", {})
+    field = registry.kind
+    with pytest.raises(ValueError, match=rf"{field} 'fp-nocard' from plugin-dist .*could not be loaded: "
+                                         rf"RegistryError: .*{card_class}"):
+        dfl.validate(dfl.Config(clients=8, byzantine=1, **{"attack": "sign-flip", field: "fp-nocard"}))
+    assert "fp-nocard" not in registry.names()
