@@ -800,6 +800,10 @@ def register(name: str, factory: Any = None, *, replace: bool = False) -> Any:
     return TOPOLOGIES.register(name, factory, replace=replace)
 
 
+# an entry point's factory: its signature checked as `register` checks one
+TOPOLOGIES.plugin = lambda name, factory: register(name, factory)
+
+
 def topology_options(name: str) -> dict[str, Any]:
     """The options topology `name` accepts, with their defaults ("required" for one without a default)."""
     factory = TOPOLOGIES.get(name)

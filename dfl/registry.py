@@ -13,6 +13,12 @@ A registry is a name → object table (a class or a factory), filled three ways:
     #    [project.entry-points."dfl.algorithms"]
     #    my-algo = "my_package.algo:MyAlgo"
 
+An entry point's object is registered the way the kind's own `register` function registers one (`plugin`, e.g.
+`dfl.models.register`: the same checks, and the options spec an `options` attribute of the object declares), so a
+plug-in loaded by entry point can say everything a registration in code can. Its module may also register itself
+when imported (`dfl.models.register("name", f, options=Spec)` at its top level): the entry point then only names
+the module to import.
+
 `get(name)` returns the object or raises ValueError naming the kind and listing the choices (a name that
 differs only in case, or a close one, is suggested); `names()` lists them in registration order (built-ins
 first), which is what `dfl list`, the config validation and the CLI read. A name registered twice (by different
@@ -71,6 +77,9 @@ class Registry(Generic[T]):
         group: the entry-point group installed packages register in (e.g. "dfl.algorithms"); None: no plug-ins.
         check: `check(name, obj)` raises when obj cannot be registered as name (every route is checked).
         describe: `describe(name, obj)` gives the card validation reads of an entry; None: the object itself.
+        plugin: `plugin(name, obj)` registers an entry point's object as the kind's own `register` function does
+            (reading what the object declares, e.g. its `options` spec); None: `register(name, obj)`. Set later
+            (`registry.plugin = ...`) where that function is defined after the registry.
 
     Examples:
         >>> from dfl.registry import Registry
@@ -87,11 +96,12 @@ class Registry(Generic[T]):
     """
 
     def __init__(self, kind: str, group: str | None = None, check: Callable[[str, T], None] | None = None,
-                 describe: Callable[[str, T], Any] | None = None):
+                 describe: Callable[[str, T], Any] | None = None, plugin: Callable[[str, Any], Any] | None = None):
         self.kind = kind  # singular noun for messages: "algorithm", "model", ...
         self.group = group  # entry-point group, e.g. "dfl.algorithms" (None: no plug-ins)
         self.check = check  # check(name, obj) raises when obj cannot be registered as name
         self.describe = describe  # (name, obj) -> its card (what validation reads); None: the object itself
+        self.plugin = plugin  # (name, obj) registers an entry point's object as the kind's `register` does
         self._table: dict[str, T] = {}
         self._lazy: dict[str, str] = {}  # declared built-ins not imported yet: name -> "module:attr"
         self._cards: dict[str, Any] = {}  # name -> the card declared with a built-in
@@ -167,14 +177,21 @@ class Registry(Generic[T]):
         for ep in metadata.entry_points(group=self.group):
             dist = getattr(getattr(ep, "dist", None), "name", None) or "an installed package"
             if ep.name in self._table:  # a built-in or an explicit registration wins over a same-named plug-in
-                if self._sources[ep.name] != ep.value.replace(":", "."):  # not the same object registered twice
+                module = getattr(ep, "module", None) or ep.value.partition(":")[0]
+                source = self._sources[ep.name]
+                # not the same object registered twice, nor registered by the entry point's own module on import
+                if source != ep.value.replace(":", ".") and not source.startswith(f"{module}."):
                     warnings.warn(f"{self.kind} {ep.name!r} from {dist} (entry point {ep.value!r}) is ignored: the "
                                   f"name is taken by {self._sources[ep.name]}; rename the entry point", stacklevel=3)
                 continue
             try:
                 obj = ep.load()
                 if ep.name not in self._table:  # importing it may have registered it already (a decorator)
-                    self._add(ep.name, obj, False, f"{dist} (entry point {ep.value})")
+                    if self.plugin is not None:  # the kind's own checks, and what the object declares
+                        self.plugin(ep.name, obj)
+                    else:
+                        self._add(ep.name, obj, False, "")
+                    self._sources[ep.name] = f"{dist} (entry point {ep.value})"
             except Exception as exc:  # a broken plug-in (or one `check` refuses) must not break the built-ins
                 self._plugin_errors[ep.name] = (
                     f"{self.kind} {ep.name!r} from {dist} (entry point {ep.value!r} in group {self.group!r}) "

@@ -54,7 +54,7 @@ def test_import_dfl_is_light():
 DOTTED = re.compile(r"(?<![\w/.-])dfl(?:\.[A-Za-z_]\w*)+")
 # plug-in entry-point groups (`[project.entry-points."dfl.datasets"]`) are names of groups, not of objects
 ENTRY_POINT_GROUPS = {"dfl.algorithms", "dfl.models", "dfl.datasets", "dfl.partitions", "dfl.topologies", "dfl.loggers",
-                      "dfl.attacks", "dfl.aggregators"}
+                      "dfl.attacks", "dfl.aggregators", "dfl.compressors"}
 # a ```python notest block shows code that is not in dfl (a worked example of a module one would add)
 HYPOTHETICAL = re.compile(r"```python notest\n.*?```", re.S)
 FILE_SUFFIXES = {"py", "md", "toml", "json", "jsonl", "png", "pt", "txt", "yml", "yaml", "sh", "csv"}
@@ -75,9 +75,10 @@ def documented_names() -> dict[str, str]:
 def test_the_entry_point_groups_are_the_registries():
     from dfl import algorithms, data, graphs, loggers, models
     from dfl.network.byzantine_settings import AGGREGATORS, ATTACKS
+    from dfl.network.settings import COMPRESSORS
 
     groups = {r.group for r in (algorithms.ALGORITHMS, models.MODELS, data.DATASETS, data.PARTITIONS,
-                                graphs.TOPOLOGIES, loggers.LOGGERS, ATTACKS, AGGREGATORS)}
+                                graphs.TOPOLOGIES, loggers.LOGGERS, ATTACKS, AGGREGATORS, COMPRESSORS)}
     assert groups == ENTRY_POINT_GROUPS
 
 

@@ -102,7 +102,6 @@ def test_infinite_values_in_json(capsys, tmp_path):
     (["ring", "--clients", "8", "-Q", "0"], "Q (gossip steps) must be an integer >= 1"),
     (["ring", "--clients", "8", "--gamma", "1"], "gamma must be a number with 0 <= gamma < 1"),
     (["erdos-renyi", "--clients", "64", "--p", "0.01"], "is disconnected"),
-    (["ring", "--clients", "8", "--plot", "/nonexistent-dir/x.png"], "the directory /nonexistent-dir does not exist"),
     # matplotlib's own "Format 'txt' is not supported ..." after the analysis, naming neither flag nor file, before
     (["ring", "--clients", "8", "--plot", "gap.txt"], "--plot gap.txt: unsupported extension '.txt'; use one of .png"),
     (["draw", "ring", "--clients", "8", "--out", "ring.jpg"], "--out ring.jpg: unsupported extension '.jpg'"),
@@ -178,3 +177,26 @@ def test_new_topology_flags_reach_build(capsys):
     assert row["weights"] == "given" and row["peers"][0] <= 2
     assert main(["topology", "base-graph", "--clients", "8", "--weights", "metropolis"]) == 2
     assert "defines its own weights" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("command", [["ring", "--clients", "6", "8", "--plot"], ["draw", "ring", "--clients", "6",
+                                                                                  "--out"]])
+def test_plot_and_draw_treat_an_output_path_alike(tmp_path, capsys, command):
+    """--plot and draw's --out make missing parent directories (as dfl run --out, dfl report --out and every file dfl
+    writes do), refuse a path under a file and never replace a file dfl did not write."""
+    flag = command[-1]
+    new = tmp_path / "missing" / "dir" / "x.png"
+    assert main(["topology", *command, str(new)]) == 0, capsys.readouterr().err
+    assert new.read_bytes().startswith(b"\x89PNG")
+    assert main(["topology", *command, str(new)]) == 0  # its own figure: replaced
+    capsys.readouterr()
+    blocker = tmp_path / "a-file"
+    blocker.write_text("mine\n")
+    assert main(["topology", *command, str(blocker / "x.png")]) == 2
+    assert capsys.readouterr().err == f"dfl topology: error: {flag} {blocker / 'x.png'}: {blocker} is a file, not a " \
+                                      "directory\n"
+    users = tmp_path / "users.png"
+    users.write_bytes(b"\x89PNG not dfl's")
+    assert main(["topology", *command, str(users)]) == 2
+    assert "is an existing file that dfl did not write" in capsys.readouterr().err
+    assert users.read_bytes() == b"\x89PNG not dfl's" and blocker.read_text() == "mine\n"

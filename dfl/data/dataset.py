@@ -62,12 +62,19 @@ def register(name: str, loader: Callable | None = None, *, replace: bool = False
     if loader is None:
         return lambda target: register(name, target, replace=replace, options=options)
     _check(name, loader)
+    if options is not None and not (isinstance(options, type) and issubclass(options, Spec)):
+        raise DataError(f"dataset {name!r}: options must be a dfl.specs.Spec subclass (a frozen dataclass of "
+                        f"param(...) fields), got {options!r}")
     spec = checked_spec(name, options, signatures.options(loader)) if options is not None else None
     registered = DATASETS.register(name, loader, replace=replace)
     SPECS.pop(name, None)
     if spec is not None:
         SPECS[name] = spec
     return registered
+
+
+# an entry point's loader: checked as `register` checks one, with the spec its `options` attribute declares
+DATASETS.plugin = lambda name, loader: register(name, loader, options=getattr(loader, "options", None))
 
 
 def dataset_specs(name: str) -> tuple[Param, ...]:

@@ -63,6 +63,9 @@ def register(name: str, fn: Any = None, *, replace: bool = False, options: type[
     if fn is None:
         return lambda target: register(name, target, replace=replace, options=options)
     signatures.check("partition", name, fn, (3,), USAGE)
+    if options is not None and not (isinstance(options, type) and issubclass(options, Spec)):
+        raise DataError(f"partition {name!r}: options must be a dfl.specs.Spec subclass (a frozen dataclass of "
+                        f"param(...) fields), got {options!r}")
     SPECS.pop(name, None)
     if options is not None:
         declared = {key: value for key, value in signatures.options(fn).items()}
@@ -74,6 +77,10 @@ def register(name: str, fn: Any = None, *, replace: bool = False, options: type[
         if fn.__doc__ and args:
             fn.__doc__ = inspect.cleandoc(fn.__doc__) + "\n" + args
     return PARTITIONS.register(name, fn, replace=replace)
+
+
+# an entry point's method: checked as `register` checks one, with the spec its `options` attribute declares
+PARTITIONS.plugin = lambda name, fn: register(name, fn, options=getattr(fn, "options", None))
 
 
 def partition_specs(method: str) -> tuple[Param, ...]:

@@ -19,13 +19,17 @@ and the model code loads on first use.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 from dfl import signatures
 from dfl.config import Config
 from dfl.errors import ConfigError, ModelError
 from dfl.lazy import submodules
-from dfl.models.builtin import BUILTINS, ModelCard, describe
-from dfl.models.custom import check_spec, spec_of
+from dfl.models.builtin import BUILTINS, SPECS, ModelCard, checked_spec, describe
+from dfl.models.custom import check_signature, check_spec, spec_of
 from dfl.registry import Registry
+from dfl.specs import Spec
 
 MODELS: Registry = Registry("model", group="dfl.models", describe=describe)
 """Every model the config field `model` names: name -> factory f(input_shape, num_classes, *, option=default).
@@ -41,9 +45,45 @@ del _name, _target, _card
 __getattr__ = submodules(__name__, {
     "check_model": "dfl.models.check", "CONV_IMPLS": "dfl.models.builtin", "num_params": "dfl.models.layout",
     "param_layout": "dfl.models.layout", "eval_mode": "dfl.models.modes", "build_model": "dfl.models.registry",
-    "model_options": "dfl.models.registry", "register": "dfl.models.registry", "resolve": "dfl.models.registry",
+    "model_options": "dfl.models.registry", "resolve": "dfl.models.registry",
     "model_for_run": "dfl.models.setup",
 })
+
+
+
+def register(name: str, factory: Callable | None = None, *, replace: bool = False,
+             options: type[Spec] | None = None) -> Any:
+    """Register a model factory under `name` (`@dfl.models.register("my-cnn")` on the factory, or a call).
+
+    The factory is called as `factory(input_shape, num_classes, **model_options)` after
+    `torch.manual_seed(config.seed)` and returns an `nn.Module`; its keyword-only parameters are the options
+    (`model_options`) the model accepts. A name already registered by another object is an error naming both.
+    `options`: the spec of those options (`dfl.specs.Spec`: type, default, allowed values, one help line each),
+    whose names and defaults must be the signature's (checked here): `dfl list models` shows it and `dfl.validate`
+    refuses a value outside it, naming `model_options.NAME`, before torch loads. Torch-free: an installed package's
+    factory (entry point, group `dfl.models`) is registered here too, its spec read from its `options` attribute.
+    """
+    if isinstance(name, str) and (":" in name or name.endswith(")")):
+        raise ModelError(f"model name {name!r} may not contain ':' or end with ')' (those spell "
+                         "'package.module:factory' and recorded Python objects)")
+
+    def add(target: Callable) -> Callable:
+        check_signature(target, repr(name))
+        try:
+            spec = checked_spec(name, options, target) if options is not None else None
+        except ValueError as exc:
+            raise ModelError(str(exc)) from None
+        registered = MODELS.register(name, target, replace=replace)
+        SPECS.pop(name, None)
+        if spec is not None:
+            SPECS[name] = spec
+        return registered
+
+    return add if factory is None else add(factory)
+
+
+# an entry point's factory: checked as `register` checks one, with the spec its `options` attribute declares
+MODELS.plugin = lambda name, factory: register(name, factory, options=getattr(factory, "options", None))
 
 __all__ = ["CONV_IMPLS", "MODELS", "ModelCard", "ModelError", "build_model", "check_model", "check_spec",
            "eval_mode", "model_for_run", "model_options", "num_params", "param_layout", "register", "resolve",

@@ -21,7 +21,7 @@ from torch import nn
 
 from dfl.errors import ModelError
 from dfl.models import MODELS
-from dfl.models.builtin import BUILTINS, CNN_VARIANTS, SPECS, checked_spec
+from dfl.models.builtin import BUILTINS, CNN_VARIANTS
 from dfl.models.cnn import CNN, CNN1d
 from dfl.models.custom import check_signature, factory_of
 from dfl.models.layers import check_conv_impl
@@ -38,7 +38,6 @@ from dfl.models.shapes import (
 )
 from dfl.models.simple import MLP, LogReg
 from dfl.models.vgg import VGG
-from dfl.specs import Spec
 
 
 def _positive_int(field: str, value) -> int:
@@ -168,35 +167,6 @@ for _name, (_target, _card) in BUILTINS.items():  # the options' Args lines are 
 del _name, _target, _card, _factory, _args
 
 Factory = Callable[..., nn.Module]  # f(input_shape, num_classes, *, option=default, ...) -> nn.Module
-
-
-def register(name: str, factory: Factory | None = None, *, replace: bool = False, options: type[Spec] | None = None):
-    """Register a model factory under `name` (`@dfl.models.register("my-cnn")` on the factory, or a call).
-
-    The factory is called as `factory(input_shape, num_classes, **model_options)` after
-    `torch.manual_seed(config.seed)` and returns an `nn.Module`; its keyword-only parameters are the options
-    (`model_options`) the model accepts. A name already registered by another object is an error naming both.
-    `options`: the spec of those options (`dfl.specs.Spec`: type, default, allowed values, one help line each),
-    whose names and defaults must be the signature's (checked here): `dfl list models` shows it and `dfl.validate`
-    refuses a value outside it, naming `model_options.NAME`, before torch loads.
-    """
-    if isinstance(name, str) and (":" in name or name.endswith(")")):
-        raise ModelError(f"model name {name!r} may not contain ':' or end with ')' (those spell "
-                         "'package.module:factory' and recorded Python objects)")
-
-    def add(target: Factory) -> Factory:
-        check_signature(target, repr(name))
-        try:
-            spec = checked_spec(name, options, target) if options is not None else None
-        except ValueError as exc:
-            raise ModelError(str(exc)) from None
-        registered = MODELS.register(name, target, replace=replace)
-        SPECS.pop(name, None)
-        if spec is not None:
-            SPECS[name] = spec
-        return registered
-
-    return add if factory is None else add(factory)
 
 
 def resolve(spec: str) -> Factory:

@@ -32,7 +32,7 @@ from statistics import NormalDist
 from typing import Any
 
 from dfl.config import Config
-from dfl.errors import ConfigError
+from dfl.errors import ConfigError, RegistryError
 from dfl.registry import Registry
 
 FIELDS = ("byzantine", "attack", "attack_scale", "aggregator", "trim", "clip_radius")
@@ -124,7 +124,19 @@ def _krum_participants(byzantine: int) -> int:
     return 2 * byzantine + 3  # n > 2f + 2 (Blanchard et al.)
 
 
-ATTACKS: Registry = Registry("attack", group="dfl.attacks", describe=lambda name, cls: cls.card)
+def _card_check(kind: str, card_class: type) -> Callable[[str, Any], None]:
+    """The registry's check of a class registered as `kind` (in code or by entry point): it binds a `card_class`."""
+    def check(name: str, cls: Any) -> None:
+        if not isinstance(getattr(cls, "card", None), card_class):
+            raise RegistryError(f"{kind} {name!r} must be a class with `card = {card_class.__name__}(...)` "
+                                f"(dfl.network.byzantine_settings: what validation reads of it); got "
+                                f"{type(cls).__name__} {getattr(cls, '__name__', cls)!r} with card "
+                                f"{getattr(cls, 'card', None)!r}")
+    return check
+
+
+ATTACKS: Registry = Registry("attack", group="dfl.attacks", check=_card_check("attack", AttackCard),
+                             describe=lambda name, cls: cls.card)
 """What the Byzantine clients send (`attack`): name -> `dfl.network.byzantine.Attack` class; cards readable without
 torch (`ATTACKS.card(name)`)."""
 for _name, _target, _card in (
@@ -134,7 +146,8 @@ for _name, _target, _card in (
         ("ipm", "IPM", AttackCard(0.1))):
     ATTACKS.declare(_name, f"dfl.network.byzantine:{_target}", _card)
 
-AGGREGATORS: Registry = Registry("aggregator", group="dfl.aggregators", describe=lambda name, cls: cls.card)
+AGGREGATORS: Registry = Registry("aggregator", group="dfl.aggregators", check=_card_check("aggregator", AggregatorCard),
+                                 describe=lambda name, cls: cls.card)
 """How a receiver (decentralized) or the server (centralized) combines the models it receives (`aggregator`):
 name -> `dfl.network.robust.Aggregator` class; cards readable without torch (`AGGREGATORS.card(name)`)."""
 for _name, _target, _aggregator in (

@@ -198,8 +198,10 @@ CARDS: dict[str, CompressorCard] = {card.name: card for card in (
 """The built-in compressors' cards, in `COMPRESSORS` order."""
 
 # the compressors (`dfl.network.compression`, which imports torch) are declared by card; a plug-in registers its
-# class, which binds its own `CompressorCard` (`_check_compressor`)
-COMPRESSORS: Registry = Registry("compressor", check=_check_compressor, describe=_compressor_card)
+# class (in code, or an installed package's entry point in group `dfl.compressors`), which binds its own
+# `CompressorCard` (`_check_compressor`)
+COMPRESSORS: Registry = Registry("compressor", group="dfl.compressors", check=_check_compressor,
+                                 describe=_compressor_card)
 COMPRESSORS.declare("top-k", "dfl.network.compression:TopK", CARDS["top-k"])
 COMPRESSORS.declare("random-k", "dfl.network.compression:RandomK", CARDS["random-k"])
 COMPRESSORS.declare("qsgd", "dfl.network.compression:QSGD", CARDS["qsgd"])

@@ -1,9 +1,9 @@
 """Reports over run directories: tables in the layout of the papers' tables, CSV files and plots.
 
-`write_report(PATH)` finds every run directory under PATH (a directory holding `summary.json` and
-`config.toml`; PATH itself may be one), groups the runs into *settings* (the config without `seed`, `name`
-and the fields that only change how a run executes or what it records, `NOT_SETTING_FIELDS`), aggregates
-each setting over its seeds (mean ± sample standard deviation, n − 1 in the denominator) and writes
+`write_report(PATH)` finds every run directory under PATH (a directory holding `config.toml` and `summary.json` or
+`metrics.jsonl`; PATH itself may be one), groups the runs into *settings* (the config without `seed`, `name` and
+the fields that only change how a run executes or what it records, `NOT_SETTING_FIELDS`), aggregates each setting
+over its seeds (mean ± sample standard deviation, n − 1 in the denominator) and writes
 
     report.md      one Markdown table per metric: rows = algorithm, columns = the other varied field(s)
     settings.csv   one row per setting: every aggregated metric as <metric>_mean, <metric>_std, <metric>_n
@@ -19,10 +19,13 @@ default target is 0.9 × the lowest mean final accuracy over the settings, so th
 and the column compares speed on a common bar. Runs with local test sets (`local_test_fraction`) add the
 personalized and global accuracy (means over clients) as tables, and their mean/std/min to the CSV files.
 
-Runs that are not completed (running or interrupted, failed, diverged) are aggregated with the others,
-their cells marked "†" and the runs listed under "Runs not completed"; a run without metrics is listed and
-left out of the tables. `write_spectral_report(PATH)` writes the spectral-gap study (λ, 1 − λ^Q,
-Φ(λ, m, Q), effective neighbours against final accuracy and consensus distance).
+Runs that are not completed (running or interrupted, failed, diverged, killed) are aggregated with the others,
+their cells marked "†" and the runs listed under "Runs not completed"; a run without metrics is listed and left out
+of the tables, and so is one whose config.toml makes no Config (unreadable, an unknown field, a value of the wrong
+type or out of range: a warning names the file and the field). A partly written last line of metrics.jsonl (a run
+killed while writing it) is skipped with a warning naming the file and the line; the records before it are the
+run's metrics so far. The files read are never changed. `write_spectral_report(PATH)` writes the spectral-gap study
+(λ, 1 − λ^Q, Φ(λ, m, Q), effective neighbours against final accuracy and consensus distance).
 
 Modules, each importing only those before it: `runs` (finding and reading run directories), `metrics` (the
 values of one run), `settings` (runs grouped and aggregated over seeds), `layout` (rows, columns, value

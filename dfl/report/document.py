@@ -68,7 +68,7 @@ class ReportDocument:
 
     def add_no_metrics(self) -> None:
         """The whole body of a report whose runs have no metrics yet: the count and the runs not completed."""
-        self.add(f"{len(self.runs)} run(s), none with metrics yet.\n")
+        self.add(f"{len(self.runs)} run(s), none in the tables yet (Runs not completed says why).\n")
         self.add_not_completed()
 
     def add_not_completed_mark(self) -> None:

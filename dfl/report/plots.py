@@ -19,7 +19,6 @@ from matplotlib.text import Text
 from matplotlib.ticker import FuncFormatter, MaxNLocator
 
 from dfl.directories import figure_metadata
-from dfl.errors import OutputPathError
 from dfl.files import atomic_write_bytes
 
 MAX_COLUMNS = 4  # panels per row of a multi-panel figure
@@ -336,13 +335,12 @@ def gap_vs_clients(rows: list[dict], path: str | Path) -> Path:
 
     Args:
         rows: rows of `dfl.graphs.spectral_summary` (`dfl topology compare --plot`).
-        path: the figure to write, in the format its suffix names, into an existing directory.
+        path: the figure to write, in the format its suffix names; missing parent directories are made (like
+            `dfl topology draw --out`, `dfl run --out` and every file dfl writes). Whether dfl may write there (a
+            new file or a figure of dfl's) is `dfl.directories.check_output_plot`'s, asked before the analysis.
 
     Returns:
         `path`.
-
-    Raises:
-        OutputPathError: `path`'s directory does not exist.
     """
     fig = _figure(6, 4)
     ax = fig.add_subplot()
@@ -360,8 +358,6 @@ def gap_vs_clients(rows: list[dict], path: str | Path) -> Path:
     ax.set_title(f"weights: {rows[0]['weights']}")
     ax.grid(True, which="both", alpha=0.3)
     ax.legend()
-    # format from the suffix, into an existing directory (a path the user named is not created)
-    if not Path(path).parent.is_dir():
-        raise OutputPathError(f"--plot {path}: the directory {Path(path).parent} does not exist")
+    # format from the suffix; missing parent directories are made, as for every file dfl writes (`dfl.files`)
     return _save(fig, path, Path(path).suffix.lstrip(".").lower() or "png")
 

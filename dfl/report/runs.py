@@ -18,9 +18,10 @@ from pathlib import Path
 from typing import Any
 
 from dfl.config import Config
+from dfl.directories import MARKER, directory_kind
 from dfl.engine.results import read_metrics
 from dfl.engine.validation import resolved
-from dfl.errors import ConfigError, FileReadError, ReportError
+from dfl.errors import ConfigError, FileReadError, OutputPathError, ReportError
 from dfl.files import read_json, read_text, read_toml
 
 REPORT_DIR = "report"
@@ -126,9 +127,37 @@ def has_metrics(run_dir: str | Path) -> bool:
     return False
 
 
+# files a run writes besides config.toml: a directory holding one of them is (or was) a run directory
+RUN_TRACES = ("summary.json", "metrics.jsonl", "checkpoint.pt", MARKER)
+
+
 def is_run_dir(path: Path) -> bool:
-    """Whether `path` is a run directory: it holds summary.json and config.toml."""
-    return (path / "summary.json").is_file() and (path / "config.toml").is_file()
+    """Whether `path` is a run directory: it holds config.toml and summary.json or metrics.jsonl.
+
+    A run whose summary.json is gone (deleted, or a copy that left it behind) is still reported: its metrics so far,
+    its status unknown.
+    """
+    return (path / "config.toml").is_file() and any((path / f).is_file() for f in ("summary.json", "metrics.jsonl"))
+
+
+def without_config(path: Path) -> bool:
+    """Whether `path` holds a run's files but no config.toml: its setting is unknown, so it cannot be reported.
+
+    A run's files: summary.json, metrics.jsonl, checkpoint.pt, or a marker saying "run".
+    """
+    if (path / "config.toml").is_file() or not any((path / f).is_file() for f in RUN_TRACES):
+        return False
+    if any((path / f).is_file() for f in RUN_TRACES[:-1]):
+        return True
+    try:  # nothing but a marker: a run directory only when the marker says so
+        return directory_kind(path) == "run"
+    except OutputPathError:
+        return False
+
+
+def _no_config(path: Path) -> str:
+    return (f"{path} holds a run's files but no config.toml, so its setting is unknown (a run directory holds "
+            "config.toml, summary.json and metrics.jsonl)")
 
 
 def find_run_dirs(path: str | Path, skip: Iterable[Path] = ()) -> list[Path]:
@@ -144,12 +173,18 @@ def find_run_dirs(path: str | Path, skip: Iterable[Path] = ()) -> list[Path]:
         return [root]
     if not root.is_dir():
         raise ReportError(f"path {root} is neither a run directory nor a directory holding run directories")
+    if without_config(root):
+        raise ReportError(f"path {_no_config(root)}: nothing to report")
     skipped = {p.resolve() for p in skip}
     found: list[Path] = []
     for dirpath, dirnames, _ in os.walk(root):
         here = Path(dirpath)
         if is_run_dir(here):
             found.append(here)
+            dirnames[:] = []
+            continue
+        if here != root and without_config(here):  # one line naming it, as for a run's unreadable file
+            warnings.warn(f"{_no_config(here)}; it is left out of the report", stacklevel=2)
             dirnames[:] = []
             continue
         dirnames[:] = sorted(
@@ -194,14 +229,10 @@ def load_run(path: str | Path, root: str | Path | None = None) -> RunRecord:
     if name == ".":
         name = path.resolve().name
     problems: list[str] = []
-    config = Config().to_dict()
-    try:
-        config.update(read_toml(path / "config.toml", "config file"))
-        readable = True
-    except FileReadError as exc:  # its setting is unknown: listed, never counted in a table
-        problems.append(_unreadable(exc, "config.toml", "the run is left out of the tables"))
-        readable = False
-    config = _resolved_values(config)
+    config, problem = read_run_config(path)
+    readable = problem is None
+    if problem is not None:  # its setting is unknown: listed, never counted in a table
+        problems.append(problem)
     summary: dict[str, Any] = {}
     try:
         summary = read_json(path / "summary.json", "summary file")
@@ -210,7 +241,7 @@ def load_run(path: str | Path, root: str | Path | None = None) -> RunRecord:
     metrics: list[dict[str, Any]] = []
     if readable and (path / "metrics.jsonl").exists():
         try:
-            metrics = read_metrics(path)
+            metrics = read_metrics_so_far(path)
         except FileReadError as exc:
             problems.append(_unreadable(exc, "metrics.jsonl", "the run is left out of the tables"))
     if not metrics and readable:
@@ -222,6 +253,50 @@ def load_run(path: str | Path, root: str | Path | None = None) -> RunRecord:
         problems.insert(0, f"process {summary.get('pid')} is gone (killed or crashed) after round "
                            f"{summary.get('rounds_completed', '?')}; {after}")
     return RunRecord(path=path, name=name, config=config, summary=summary, metrics=metrics, problems=problems)
+
+
+def read_run_config(path: Path) -> tuple[dict[str, Any], str | None]:
+    """The config values of run directory `path` (its config.toml, defaults resolved), and the problem with it.
+
+    The problem (None when there is none) is the note report.md shows; it is also warned in one line naming the file
+    and what is wrong, in `Config.from_toml`'s words: unreadable (missing, not UTF-8, not TOML), or keys that make no
+    Config (an unknown field, a value of the wrong type or out of range), every wrong key at once. Either way the
+    run's setting is unknown and it is left out of the tables; its values are then those of the file as it is.
+    """
+    values = Config().to_dict()
+    try:
+        values.update(read_toml(path / "config.toml", "config file"))
+    except FileReadError as exc:
+        return values, _unreadable(exc, "config.toml", "the run is left out of the tables")
+    try:
+        _, wrong = Config.load(path / "config.toml")
+    except ConfigError as exc:  # the file changed since it was read
+        wrong = exc.problems
+    if wrong:
+        warnings.warn(f"{'; '.join(wrong)}; the run is left out of the tables", stacklevel=3)
+        reasons = "; ".join(w.split(": ", 1)[-1] for w in wrong)
+        return values, f"config.toml is not a valid config ({reasons})"
+    return _resolved_values(values), None
+
+
+def read_metrics_so_far(path: Path) -> list[dict[str, Any]]:
+    """The records of run directory `path`'s metrics.jsonl, a partly written last line skipped with a warning.
+
+    A run killed while a record was being written (or a copy taken meanwhile) can end in a line that is not JSON: the
+    records before it are the run's metrics so far. A bad line anywhere else is `read_metrics`'s `FileReadError`.
+    """
+    try:
+        return read_metrics(path)
+    except FileReadError as exc:
+        lines = read_text(path / "metrics.jsonl", "metrics file").splitlines()
+        last = max((i for i, line in enumerate(lines, start=1) if line.strip()), default=0)
+        if not exc.reason.startswith(f"line {last} is not valid JSON"):
+            raise
+        warnings.warn(f"{exc}; a partly written last record (the run was killed while writing it?): skipped, "
+                      f"the report uses the {sum(1 for line in lines[:last - 1] if line.strip())} record(s) before it",
+                      stacklevel=3)
+        # every line before `last` passed read_metrics's checks: it stopped at `last`
+        return [json.loads(line) for line in lines[:last - 1] if line.strip()]
 
 
 def _resolved_values(values: dict[str, Any]) -> dict[str, Any]:
@@ -244,7 +319,8 @@ def load_runs(path: str | Path, skip: Iterable[Path] = ()) -> list[RunRecord]:
     """
     dirs = find_run_dirs(path, skip)
     if not dirs:
-        raise ReportError(f"no run directories under {path} (a run directory holds summary.json and config.toml)")
+        raise ReportError(f"no run directories under {path} (a run directory holds config.toml and summary.json "
+                          "or metrics.jsonl)")
     return [load_run(d, path) for d in dirs]
 
 

@@ -86,7 +86,9 @@ def _check_same_config(run_dir: Path, config: Config) -> None:
         read_toml(stored_path, "config file")  # the file itself first: Config.from_toml names no file for bad bytes
         stored = Config.from_toml(stored_path)
     except (ConfigError, FileReadError) as exc:
-        raise SweepError(f"run {config.name}: cannot read {stored_path}: {exc}") from exc
+        # the message names the file (the reader's one line): what is wrong with it, and what to do
+        raise SweepError(f"run {config.name}: {exc}; dfl cannot tell which run {run_dir} holds: repair that file, "
+                         "or delete that run directory to start the run over") from exc
     differ = changed_fields(stored.to_dict(), config)
     if differ:
         shown = ", ".join(f"{n} (there {getattr(stored, n)!r}, now {getattr(config, n)!r})" for n in differ)
