@@ -101,7 +101,8 @@ class Param:
     def check(self, value: Any, where: str = "algorithm_options") -> None:
         """ValueError naming `where.NAME` (and its short name) unless `value` is allowed.
 
-        A number outside `interval`, anything but a number where there is one (a partition's or a model's own checks run
+        A number outside `interval`, anything but true or false for a bool option, anything but a number where there
+        is one (a partition's or a model's own checks run
         only when it is built, after the data loads), a value not among `choices`, or for a list option (`items`)
         anything but a list or tuple of numbers of its item type inside `items`; the default is always allowed (None:
         unset), and another number type (3.0 for an int) is left to the component's own checks (which name what it
@@ -115,6 +116,8 @@ class Param:
         if self.items is not None:
             self._check_items(value, name)
             return
+        if self.type.split(" |")[0] == "bool" and not isinstance(value, bool) and value is not None:
+            raise ValueError(f"{name} must be true or false, got {value!r}")
         interval = self.interval
         if interval is not None and value is not None and (isinstance(value, bool) or
                                                             not isinstance(value, (int, float))):

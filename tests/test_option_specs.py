@@ -78,6 +78,8 @@ def dataclass_spec(cls):
     ("topology", {"topology": "random-k", "topology_options": {"k": 0}}, "topology_options.k must be >= 1, got 0"),
     ("topology", {"topology": "exponential", "topology_options": {"exponent_base": 1}},
      "topology_options.exponent_base must be >= 2, got 1"),
+    ("topology", {"topology": "grid", "topology_options": {"periodic": "yes"}},
+     "topology_options.periodic must be true or false, got 'yes'"),
     ("topology", {"topology": "grid", "topology_options": {"shape": [4, 0]}},
      "topology_options.shape must be a list of ints >= 1, got [4, 0] (item 1: 0)"),
     ("topology", {"topology": "matcha", "topology_options": {"budget": 0}},

@@ -224,7 +224,9 @@ def test_cli_resume_with_more_rounds_and_errors(tmp_path, capsys):
 
     cases = [
         (["--resume", str(tmp_path / "missing")], "does not exist"),
-        (["--resume", str(tmp_path)], "is not a resumable run directory (no config.toml)"),
+        (["--resume", str(tmp_path)], "is not a run directory dfl made (no config.toml); start the run without "
+                                      "--resume, with another --out"),
+        (["--resume", str(out / "metrics.jsonl")], "is a file, not a run directory"),
         (["--resume", str(out), "--lr", "0.5"], "differs from the checkpoint's in lr (checkpoint 0.1, now 0.5)"),
         (["--resume", str(out), "--rounds", "2"], "rounds must be >= 3"),
         (["--resume", str(out), "--overwrite"], "--resume and --overwrite exclude each other"),
@@ -237,7 +239,7 @@ def test_cli_resume_with_more_rounds_and_errors(tmp_path, capsys):
         assert message in err and "Traceback" not in err, (argv, err)
     (out / "checkpoint.pt").unlink()
     assert main(["run", "--resume", str(out)]) == 2
-    assert "no checkpoint.pt" in capsys.readouterr().err
+    assert "no checkpoint.pt); start the run again without --resume (with --overwrite" in capsys.readouterr().err
 
 
 class _InterruptAt:

@@ -25,7 +25,7 @@ from pathlib import Path
 
 from dfl.cli.lists import add_list
 from dfl.config import Config, Option, field_of, options, read_toml
-from dfl.directories import RUNS, NewDirectory, check_output_directory, latest_resumable_run
+from dfl.directories import RUNS, NewDirectory, check_output_directory, directory_kind, latest_resumable_run
 from dfl.errors import ConfigError, NoCheckpoint
 
 LATEST = ""  # `--resume` without a directory: the latest interrupted run under runs/
@@ -270,11 +270,21 @@ def resume_args(args: argparse.Namespace) -> argparse.Namespace:
         raise ConfigError(f"--out {args.out} differs from --resume {run_dir}: a run resumes in its own directory")
     for name in ("config.toml", FILENAME):
         if not (run_dir / name).is_file():
-            problem = "does not exist" if not run_dir.is_dir() else f"is not a resumable run directory (no {name})"
-            raise NoCheckpoint(f"cannot resume: {run_dir} {problem}; start the run again without --resume "
-                               "(with --overwrite to replace the directory)")
+            raise NoCheckpoint(f"cannot resume: {run_dir} {_not_resumable(run_dir, name)}")
     return argparse.Namespace(**{**vars(args), "resume": str(run_dir), "config_file": str(run_dir / "config.toml"),
                                  "out": str(run_dir)})
+
+
+def _not_resumable(path: Path, missing: str) -> str:
+    """Why `path` cannot be resumed, and what to do instead (`--overwrite` only for a run directory dfl made)."""
+    if path.is_file():
+        return "is a file, not a run directory; give the run's directory"
+    if not path.exists():
+        return "does not exist; start the run without --resume"
+    if directory_kind(path) == "run":
+        return (f"is not a resumable run directory (no {missing}); start the run again without --resume (with "
+                "--overwrite to replace the directory)")
+    return f"is not a run directory dfl made (no {missing}); start the run without --resume, with another --out"
 
 
 def run_directory(args: argparse.Namespace, config: Config) -> Path | NewDirectory:
