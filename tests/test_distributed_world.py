@@ -102,6 +102,8 @@ def test_a_run_killed_in_one_process_resumes_in_two_as_the_uninterrupted_run(tmp
     killed = mp.get_context(START_METHOD).Process(target=_killed_run, args=(str(run),))
     killed.start()
     killed.join(240)
+    if killed.is_alive():  # hung: it must not outlive the test
+        killed.kill()
     assert killed.exitcode == -signal.SIGKILL, killed.exitcode
     assert len(read_metrics(run)) == 2
     spawn(_resume_worker, 2, str(tmp_path / "rdzv"), str(run))
