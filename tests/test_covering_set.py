@@ -405,7 +405,11 @@ def sample(cases: list[covering.Case], axes: list[str], size: int) -> list[cover
 # the axes a process boundary or a checkpoint could get wrong: what crosses between processes, the state kept
 STATEFUL = ["mode", "attack", "participation", "compressor", "dp", "optimizer", "aggregator", "link_failure",
             "offline", "stragglers", "weights", "client_chunk", "personal_eval"]
-WORLD_SAMPLE = sample([c for c in CASES if refusal(config_of(c), world=2) is None], STATEFUL, 5)
+# fp32 only: under precision = bf16 a sum taken in another order (gossip and server sums across processes) can round a
+# bf16 activation the other way, so worlds agree to bf16's precision, not to the 1e-5 compared here
+# (docs/concepts/vectorized-clients.md#clients-on-processes)
+WORLD_SAMPLE = sample([c for c in CASES if refusal(config_of(c), world=2) is None and config_of(c).precision == "fp32"],
+                      STATEFUL, 6)
 WORLD_REFUSED = next(c for c in CASES if refusal(config_of(c), world=2) is not None)
 RESUME_SAMPLE = sample(CASES, STATEFUL, 5)
 

@@ -1,6 +1,8 @@
 """`dfl torchrun N [dfl run arguments ...]`: `dfl run` on N ranks of this machine, a refusal in one line.
 
-The config (and --out) is checked here first, before any process starts (as `dfl run` checks it, torch-free); then
+The config (and --out) is checked here first, before any process starts (as `dfl run` checks it, torch-free), with
+the rules of a world of N processes (`dfl.engine.combinations`); a resume's config too (DIR/config.toml and the flags
+over it: a resume may use another number of processes, and a Byzantine run may not use several); then
 torchrun runs the ranks (`dfl.workflows.torchrun`), whose own failure report is dropped after a rank's one-line
 refusal.
 """
@@ -32,7 +34,7 @@ def add_parser(subparsers) -> None:
 def main(args: argparse.Namespace) -> int:
     """`dfl torchrun`: check the run's config, then launch it; the exit status."""
     from dfl.cli import build_parser, unrecognized
-    from dfl.cli.run import run_directory, validate_args
+    from dfl.cli.run import resume_args, run_directory, validate_args
     from dfl.engine import combinations  # no torch
     from dfl.engine.validation import validate  # no torch
     from dfl.errors import ConfigError
@@ -44,14 +46,17 @@ def main(args: argparse.Namespace) -> int:
     run_args, extra = run_parser.parse_known_args(["run", *args.run_args])
     if extra:  # a wrong flag: the usage of dfl run, the closest flags, exit 2
         unrecognized(run_parser, "run", extra)
-    if getattr(run_args, "resume", None) is None:  # a resumed run's config is its directory's: the ranks check it
-        try:
-            config = validate_args(run_args, validate)
-            combinations.check(config, world=args.nproc)  # the table's rules of a world of N, before N processes start
+    try:
+        resume = getattr(run_args, "resume", None) is not None
+        if resume:  # the config is DIR/config.toml with the flags over it, checked as a new run's
+            run_args = resume_args(run_args)
+        config = validate_args(run_args, validate)
+        combinations.check(config, world=args.nproc)  # the table's rules of a world of N, before N processes start
+        if not resume:  # a resume writes into its own run directory, which resume_args checked
             run_directory(run_args, config)
-        except (ConfigError, ValueError, FileExistsError) as exc:
-            print(f"dfl run: error: {exc}", file=sys.stderr)
-            return 2
+    except (ConfigError, ValueError, FileExistsError, FileNotFoundError) as exc:  # NoCheckpoint: --resume DIR
+        print(f"dfl run: error: {exc}", file=sys.stderr)
+        return 2
     from dfl.workflows import torchrun
 
     return torchrun.launch(args.nproc, args.run_args)

@@ -195,7 +195,9 @@ class LocalTrainer:
             m, fixed, per_client, X.shape[1] * X.element_size(), memory.available_bytes(X.device), X.device,
             held_bytes)
         chunk = auto if self.client_chunk == "auto" or self.chunk is None else self.chunk
-        if chunk > estimate["memory_limit"]:  # only an explicit chunk can exceed it
+        # only an explicit chunk can exceed it; one above this process's clients (a torchrun world's block) calls them
+        # all at once, which memory_limit (at most m) allows when they fit
+        if min(chunk, m) > estimate["memory_limit"]:
             warnings.warn(f"client_chunk = {chunk} may not fit in memory: the estimate allows "
                           f"{estimate['memory_limit']} clients per call ({estimate})", stacklevel=2)
         estimate["chunk"] = self.chunk = chunk = self._even_chunk(chunk)
