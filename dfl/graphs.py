@@ -789,19 +789,38 @@ def _check(name: str, factory: Any) -> None:
     signatures.check("topology", name, factory, (1,), USAGE)
 
 
-def register(name: str, factory: Any = None, *, replace: bool = False) -> Any:
+SPECS: dict[str, type[Spec]] = {}
+"""A registered topology's options spec, when `register` was given one (name -> `dfl.specs.Spec` subclass)."""
+
+
+def register(name: str, factory: Any = None, *, replace: bool = False, options: type[Spec] | None = None) -> Any:
     """Register `factory(n, *, option=default, ...)` as topology `name` (a decorator without `factory`).
 
-    Its signature is checked here, what it returns when a run builds it.
+    Its signature is checked here, what it returns when a run builds it. `options`: the spec of its keyword-only
+    options (`dfl.specs.Spec`: type, default, allowed values, one help line each), whose names and defaults must be
+    the signature's (checked here); `dfl.validate` then refuses a value outside it, naming `topology_options.NAME`,
+    before anything is built, and `dfl list topologies` shows it. An entry point's factory declares it as its
+    `options` attribute.
     """
     if factory is None:
-        return lambda target: register(name, target, replace=replace)
+        return lambda target: register(name, target, replace=replace, options=options)
     _check(name, factory)
-    return TOPOLOGIES.register(name, factory, replace=replace)
+    if options is not None:
+        if not (isinstance(options, type) and issubclass(options, Spec)):
+            raise TopologyError(f"topology {name!r}: options must be a dfl.specs.Spec subclass (a frozen dataclass of "
+                                f"param(...) fields), got {options!r}")
+        if options.defaults() != signatures.options(factory):
+            raise TopologyError(f"topology {name!r}: its options spec {options.defaults()} is not its signature's "
+                                f"{signatures.options(factory)}")
+    registered = TOPOLOGIES.register(name, factory, replace=replace)
+    SPECS.pop(name, None)
+    if options is not None:
+        SPECS[name] = options
+    return registered
 
 
-# an entry point's factory: its signature checked as `register` checks one
-TOPOLOGIES.plugin = lambda name, factory: register(name, factory)
+# an entry point's factory: checked as `register` checks one, with the spec its `options` attribute declares
+TOPOLOGIES.plugin = lambda name, factory: register(name, factory, options=getattr(factory, "options", None))
 
 
 def topology_options(name: str) -> dict[str, Any]:
@@ -924,9 +943,10 @@ def check_config(config: Config, centralized: bool = False) -> None:
     if config.weights is not None and config.weights not in topologies.SCHEMES:
         raise ConfigError(f"weights must be one of {', '.join(topologies.SCHEMES)}; got {config.weights!r}")
     options = config.topology_options
-    if isinstance(factory, BuiltinTopology) and not centralized:
+    spec = factory.Options if isinstance(factory, BuiltinTopology) else SPECS.get(config.topology)
+    if spec is not None and not centralized:
         try:  # each option against its declared range or choices: one line naming it and the allowed values
-            factory.Options.check_values(options, "topology_options")
+            spec.check_values(options, "topology_options")
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
     scheme = config.weights or default_weights(config.topology)

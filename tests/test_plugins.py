@@ -315,3 +315,37 @@ def test_the_docs_plugin_example_runs():
     finally:
         DATASETS.unregister("blobs")
         TOPOLOGIES.unregister("lazy-ring")
+
+
+def test_a_registered_topology_declares_its_options_spec(capsys):
+    from dataclasses import dataclass
+
+    from dfl.specs import Spec, param
+
+    @dataclass(frozen=True)
+    class KeepOptions(Spec):
+        keep: float = param(0.5, "the weight each client keeps", interval="(0, 1)")
+
+    def kept_ring(n, *, keep=0.5):
+        """A ring whose clients keep `keep` of their own model."""
+        return keep * np.eye(n) + (1 - keep) * (np.roll(np.eye(n), 1, axis=1) + np.roll(np.eye(n), -1, axis=1)) / 2
+
+    dfl.graphs.register("kept-ring", kept_ring, options=KeepOptions)
+    try:
+        with pytest.raises(ConfigError, match=r"^topology_options.keep must be in \(0, 1\), got 1.5$"):
+            dfl.validate(Config(clients=8, topology="kept-ring", topology_options={"keep": 1.5}))
+        dfl.validate(Config(clients=8, topology="kept-ring", topology_options={"keep": 0.7}))
+        assert main(["list", "topologies", "--json"]) == 0
+        (entry,) = [e for e in json.loads(capsys.readouterr().out)["topologies"] if e["name"] == "kept-ring"]
+        assert entry["specs"]["keep"]["allowed"] == "in (0, 1)"
+    finally:
+        TOPOLOGIES.unregister("kept-ring")
+
+    @dataclass(frozen=True)
+    class WrongDefault(Spec):
+        keep: float = param(0.3, "the weight each client keeps")
+
+    with pytest.raises(ValueError, match=r"topology 'kept-ring': its options spec \{'keep': 0.3\} is not its "
+                                         r"signature's \{'keep': 0.5\}"):
+        dfl.graphs.register("kept-ring", kept_ring, options=WrongDefault)
+    assert "kept-ring" not in TOPOLOGIES

@@ -113,13 +113,15 @@ def spec_entries(specs: Any) -> dict[str, dict[str, str]]:
 
 
 def _topologies() -> list[dict]:
-    from dfl.graphs import TOPOLOGIES, BuiltinTopology
+    from dfl.graphs import SPECS, TOPOLOGIES, BuiltinTopology
 
     entries = registry_entries(TOPOLOGIES, ("kind", lambda name, obj: getattr(obj, "kind", "registered")))
-    for entry in entries:  # a built-in's card declares its options' specs (a plug-in: its signature's defaults)
+    for entry in entries:  # a built-in's card declares its options' specs; a plug-in its `options=` spec, if any
         factory = TOPOLOGIES.get(entry["name"])
         if isinstance(factory, BuiltinTopology):
             entry["specs"] = spec_entries(factory.specs())
+        elif entry["name"] in SPECS:
+            entry["specs"] = spec_entries(SPECS[entry["name"]].specs())
     return entries
 
 
