@@ -56,7 +56,7 @@ from dfl import signatures
 from dfl.config import Config
 from dfl.errors import ConfigError
 from dfl.registry import Registry
-from dfl.specs import REQUIRED, Param, Spec, param
+from dfl.specs import REQUIRED, Param, Spec, checked, param
 from topologies import directed, graphs, measures, schedules
 from topologies.build import (
     BASE_GRAPHS,
@@ -806,12 +806,10 @@ def register(name: str, factory: Any = None, *, replace: bool = False, options: 
         return lambda target: register(name, target, replace=replace, options=options)
     _check(name, factory)
     if options is not None:
-        if not (isinstance(options, type) and issubclass(options, Spec)):
-            raise TopologyError(f"topology {name!r}: options must be a dfl.specs.Spec subclass (a frozen dataclass of "
-                                f"param(...) fields), got {options!r}")
-        if options.defaults() != signatures.options(factory):
-            raise TopologyError(f"topology {name!r}: its options spec {options.defaults()} is not its signature's "
-                                f"{signatures.options(factory)}")
+        try:
+            checked("topology", name, options, signatures.options(factory))
+        except ValueError as exc:
+            raise TopologyError(str(exc)) from None
     registered = TOPOLOGIES.register(name, factory, replace=replace)
     SPECS.pop(name, None)
     if options is not None:

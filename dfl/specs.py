@@ -218,6 +218,20 @@ class Spec(Mapping[str, Any]):
         return {name: getattr(self, name) for name in self._names()}
 
 
+def checked(kind: str, name: str, spec: Any, declared: Mapping[str, Any]) -> type[Spec]:
+    """`spec`, a plug-in's options spec, unless it is no `Spec` subclass or its names and defaults are not `declared`.
+
+    `declared`: the factory's keyword-only options (`dfl.signatures.options`); a refusal is a ValueError naming
+    `kind name`.
+    """
+    if not (isinstance(spec, type) and issubclass(spec, Spec)):
+        raise ValueError(f"{kind} {name!r}: options must be a dfl.specs.Spec subclass (a frozen dataclass of "
+                         f"param(...) fields), got {spec!r}")
+    if spec.defaults() != dict(declared):
+        raise ValueError(f"{kind} {name!r}: its options spec {spec.defaults()} is not its signature's {dict(declared)}")
+    return spec
+
+
 def inherited(cls: type, name: str) -> dict[str, Any]:
     """The metadata of field `name`: each key from the nearest class of the MRO that gives it a value."""
     merged: dict[str, Any] = {}

@@ -19,7 +19,7 @@ from dfl.data.digits import DigitsOptions, digits_options, digits_shape
 from dfl.data.mnist1d import Mnist1dOptions, mnist1d_options, mnist1d_shape
 from dfl.data.synthetic import SyntheticOptions, synthetic_options, synthetic_shape
 from dfl.data.types import DataShape
-from dfl.specs import Spec
+from dfl.specs import Spec, checked
 
 
 @dataclass(frozen=True)
@@ -41,17 +41,10 @@ class DatasetCard:
     spec: type[Spec] | None = field(default=None, compare=False)
 
 
-def checked_spec(name: str, spec: type[Spec], declared: dict[str, Any]) -> type[Spec]:
-    """`spec`, unless its names and defaults differ from `declared` (the loader's signature): ValueError."""
-    if spec.defaults() != declared:
-        raise ValueError(f"dataset {name!r}: its options spec {spec.defaults()} is not its signature's {declared}")
-    return spec
-
-
 def _card(name: str, spec: type[Spec], check: Callable[..., dict[str, Any]], shape: Callable[[dict], DataShape],
           *sizes: str, natural: bool = False) -> DatasetCard:
     declared = signatures.options(check)
-    return DatasetCard(False, declared, check, shape, sizes, natural, checked_spec(name, spec, declared))
+    return DatasetCard(False, declared, check, shape, sizes, natural, checked("dataset", name, spec, declared))
 
 
 def _files(shape: DataShape) -> DatasetCard:

@@ -18,11 +18,11 @@ from collections.abc import Callable
 from typing import Any
 
 from dfl import signatures
-from dfl.data.builtin import BUILTINS, DatasetCard, checked_spec
+from dfl.data.builtin import BUILTINS, DatasetCard
 from dfl.data.types import Dataset, DataShape
 from dfl.errors import DataError
 from dfl.registry import Registry
-from dfl.specs import Param, Spec
+from dfl.specs import Param, Spec, checked
 
 USAGE = "f(*, option=default, ...) -> Dataset, or f(root, *, option=default, ...) -> Dataset to read data_root"
 
@@ -62,10 +62,10 @@ def register(name: str, loader: Callable | None = None, *, replace: bool = False
     if loader is None:
         return lambda target: register(name, target, replace=replace, options=options)
     _check(name, loader)
-    if options is not None and not (isinstance(options, type) and issubclass(options, Spec)):
-        raise DataError(f"dataset {name!r}: options must be a dfl.specs.Spec subclass (a frozen dataclass of "
-                        f"param(...) fields), got {options!r}")
-    spec = checked_spec(name, options, signatures.options(loader)) if options is not None else None
+    try:
+        spec = checked("dataset", name, options, signatures.options(loader)) if options is not None else None
+    except ValueError as exc:
+        raise DataError(str(exc)) from None
     registered = DATASETS.register(name, loader, replace=replace)
     SPECS.pop(name, None)
     if spec is not None:

@@ -26,7 +26,7 @@ from dfl import signatures
 from dfl.data.dirichlet import dirichlet_balanced, dirichlet_per_class, format_ids
 from dfl.errors import DataError
 from dfl.registry import Registry
-from dfl.specs import REQUIRED, Param, Spec, param
+from dfl.specs import REQUIRED, Param, Spec, checked, param
 
 PARTITIONS: Registry = Registry("partition", group="dfl.partitions")
 """Every partition the config field `partition` takes: name -> method f(labels, num_clients, rng, *, options)."""
@@ -63,17 +63,14 @@ def register(name: str, fn: Any = None, *, replace: bool = False, options: type[
     if fn is None:
         return lambda target: register(name, target, replace=replace, options=options)
     signatures.check("partition", name, fn, (3,), USAGE)
-    if options is not None and not (isinstance(options, type) and issubclass(options, Spec)):
-        raise DataError(f"partition {name!r}: options must be a dfl.specs.Spec subclass (a frozen dataclass of "
-                        f"param(...) fields), got {options!r}")
+    try:
+        spec = checked("partition", name, options, signatures.options(fn)) if options is not None else None
+    except ValueError as exc:
+        raise DataError(str(exc)) from None
     SPECS.pop(name, None)
-    if options is not None:
-        declared = {key: value for key, value in signatures.options(fn).items()}
-        if options.defaults() != declared:
-            raise ValueError(f"partition {name!r}: its options spec {options.defaults()} is not its signature's "
-                             f"{declared}")
-        SPECS[name] = options
-        args = "\n".join(line for line in options.docstring_args().splitlines()[1:])
+    if spec is not None:
+        SPECS[name] = spec
+        args = "\n".join(line for line in spec.docstring_args().splitlines()[1:])
         if fn.__doc__ and args:
             fn.__doc__ = inspect.cleandoc(fn.__doc__) + "\n" + args
     return PARTITIONS.register(name, fn, replace=replace)

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dfl.models import shapes
-from dfl.specs import Spec, param
+from dfl.specs import Spec, checked, param
 
 CONV_IMPLS = ("auto", "unfold", "native")  # how the convolutions run
 CNN_VARIANTS = ("auto", "mcmahan", "cifar")
@@ -94,16 +94,11 @@ def describe(name: str, factory: Any) -> ModelCard:
 
 def checked_spec(name: str, spec: type[Spec], factory: Any) -> type[Spec]:
     """`spec`, unless its names and defaults differ from the keyword-only options of `factory`: ValueError."""
-    if not (isinstance(spec, type) and issubclass(spec, Spec)):
-        raise ValueError(f"model {name!r}: options must be a dfl.specs.Spec subclass (a frozen dataclass of param(...) "
-                         f"fields), got {spec!r}")
     declared = describe(name, factory).options
-    if declared is None:
+    if declared is None and isinstance(spec, type) and issubclass(spec, Spec):
         raise ValueError(f"model {name!r}: an options spec needs a factory whose options are keyword-only "
                          "parameters, not **kwargs")
-    if spec.defaults() != declared:
-        raise ValueError(f"model {name!r}: its options spec {spec.defaults()} is not its signature's {declared}")
-    return spec
+    return checked("model", name, spec, declared or {})
 
 
 # name -> ("module:factory", card), in the order `dfl list models` shows them; `tests/test_fast_refusals.py` keeps
