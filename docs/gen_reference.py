@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from dfl.cli import COMMANDS, build_parser
-from dfl.cli.run import hyperparameter_defaults, option_help
+from dfl.cli.run import card_help, option_help
 from dfl.config import options
 
 REFERENCE = Path(__file__).resolve().parent / "reference"
@@ -36,7 +36,7 @@ def options_page() -> str:
              "description in `dfl/config.py`; names of registered components (algorithms, topologies, datasets, "
              "models, loggers) are checked by `dfl.validate` and listed by `dfl list`.\n"]
     section = None
-    defaults = hyperparameter_defaults()
+    defaults = card_help()
     for opt in options():
         if opt.section != section:
             section = opt.section

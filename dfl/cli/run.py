@@ -66,7 +66,7 @@ def add_config_flags(parser: argparse.ArgumentParser) -> None:
     Each flag is described by `dfl.config.options()`: its type, default, choices and help line.
     """
     groups: dict[str, argparse._ArgumentGroup] = {}
-    defaults = hyperparameter_defaults()
+    defaults = card_help()
     for opt in options():
         group = groups.get(opt.section) or groups.setdefault(opt.section, parser.add_argument_group(opt.section))
         flag = "--" + opt.name.replace("_", "-")
@@ -92,16 +92,20 @@ def add_config_flags(parser: argparse.ArgumentParser) -> None:
 def option_help(opt: Option, defaults: dict[str, str] | None = None) -> str:
     """The help line of a Config field; an algorithm hyperparameter's says its defaults, from the algorithms' cards.
 
-    `defaults`: `hyperparameter_defaults()`, when the caller has it (it reads every card).
+    `defaults`: `card_help()`, when the caller has it (it reads every card).
     """
-    said = (hyperparameter_defaults() if defaults is None else defaults).get(opt.name)
-    said = said or capability_lists().get(opt.name)
+    said = (card_help() if defaults is None else defaults).get(opt.name)
     return f"{opt.help} ({said})" if said else opt.help
 
 
 def algorithm_defaults(name: str) -> str:
     """What an unset algorithm hyperparameter `name` (a Config field) is (`hyperparameter_defaults`), or ""."""
     return hyperparameter_defaults().get(name, "")
+
+
+def card_help() -> dict[str, str]:
+    """Config field -> what the cards add to its help: a hyperparameter's defaults, else the built-ins it lists."""
+    return {**capability_lists(), **hyperparameter_defaults()}
 
 
 def capability_lists() -> dict[str, str]:
